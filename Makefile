@@ -1,0 +1,67 @@
+# GPT from Scratch — every entry point. `make test` and `make book` set everything up themselves.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+MATHJAX_VERSION := 3.2.2
+MATHJAX := .mathjax/dist/mathjax/tex-mml-chtml.js
+
+# The corpus: ../shared/data when it is beside the checkout (CI), else the package downloads it.
+ifneq ($(wildcard ../shared/data/tinyshakespeare/input.txt),)
+export GPT_FROM_SCRATCH_DATA ?= $(abspath ../shared/data)
+endif
+export PYTHONHASHSEED := 0
+
+NOTEBOOK_SOURCES := $(sort $(wildcard notebooks/text/*.py))
+NOTEBOOKS := $(patsubst notebooks/text/%.py,notebooks/%.ipynb,$(NOTEBOOK_SOURCES))
+
+.PHONY: help venv test test-unit test-notebooks book notebooks student benchmarks clean
+
+help:
+	@echo "make test        set up .venv, run pytest, nbval over every notebook, twin sync check"
+	@echo "make book        set up .venv, execute every chapter, build the HTML book into _build/html"
+	@echo "make notebooks   re-execute the chapters whose text twin or package changed (commit the outputs)"
+	@echo "make benchmarks  speed benchmarks (never part of the tests)"
+
+# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+venv: $(STAMP)
+
+test: test-unit test-notebooks
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests
+
+# Lax mode runs every cell and fails on any error; cells marked `# NBVAL_CHECK_OUTPUT` are compared.
+test-notebooks: $(STAMP)
+	$(PY) -m pytest --nbval-lax --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
+		--nbval-cell-timeout=600 -p no:cacheprovider notebooks/
+
+$(MATHJAX):
+	npm install --silent --no-save --no-audit --no-fund --prefix .mathjax/npm mathjax@$(MATHJAX_VERSION)
+	rm -rf .mathjax/dist && mkdir -p .mathjax/dist
+	cp -r .mathjax/npm/node_modules/mathjax/es5 .mathjax/dist/mathjax
+
+book: $(STAMP) $(MATHJAX)
+	$(BIN)/jupyter-book build . --warningiserror --keep-going
+	@echo "open _build/html/index.html"
+
+# Re-execute a chapter from its text twin when the twin or the package changed.
+notebooks: $(NOTEBOOKS)
+notebooks/%.ipynb: notebooks/text/%.py gpt_from_scratch/*.py | $(STAMP)
+	$(BIN)/jupytext --to notebook --set-kernel python3 --execute --output $@ $<
+
+benchmarks: $(STAMP)
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf _build .pytest_cache

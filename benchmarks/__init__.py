@@ -1,0 +1,1 @@
+"""Speed benchmarks: ratios against a reference run in the same process. Never part of the tests."""

@@ -1,0 +1,22 @@
+"""gpt_from_scratch: the companion package of the book *GPT from Scratch*.
+
+One module per idea, in the order the chapters build them:
+
+==================  =========================================================
+module              chapter
+==================  =========================================================
+``data``            1  Tokens and batches (Tiny Shakespeare, splits, batches)
+``tokenizer``       1  Tokens and batches (GPT-2 BPE via tiktoken, characters)
+``embeddings``      2  Embeddings and positional encoding
+``layernorm``       3  Layer normalization
+``attention``       4  Attention
+``model``           5  The full GPT
+``train``           6  Training on Tiny Shakespeare
+``generate``        7  Generating text
+``plotting``        8  Real GPT-2 weights and what the heads attend to
+==================  =========================================================
+
+Modules are imported lazily, so ``import gpt_from_scratch`` stays fast.
+"""
+
+__version__ = "0.1.0"
