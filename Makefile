@@ -18,11 +18,12 @@ export PYTHONHASHSEED := 0
 NOTEBOOK_SOURCES := $(sort $(wildcard notebooks/text/*.py))
 NOTEBOOKS := $(patsubst notebooks/text/%.py,notebooks/%.ipynb,$(NOTEBOOK_SOURCES))
 
-.PHONY: help venv test test-unit test-notebooks book notebooks student benchmarks clean
+.PHONY: help venv test test-unit test-notebooks book browser-test notebooks benchmarks clean
 
 help:
 	@echo "make test        set up .venv, run pytest, nbval over every notebook, twin sync check"
 	@echo "make book        set up .venv, execute every chapter, build the HTML book into _build/html"
+	@echo "make browser-test  build the book, then check every page in headless Chromium (screenshots in _build/screenshots)"
 	@echo "make notebooks   re-execute the chapters whose text twin or package changed (commit the outputs)"
 	@echo "make benchmarks  speed benchmarks (never part of the tests)"
 
@@ -54,6 +55,12 @@ $(MATHJAX):
 book: $(STAMP) $(MATHJAX)
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 	@echo "open _build/html/index.html"
+
+# Debian's Chromium and its driver; installed when missing (needs root, as on CI).
+browser-test: book
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+	$(PY) scripts/browser_test.py
 
 # Re-execute a chapter from its text twin when the twin or the package changed.
 notebooks: $(NOTEBOOKS)

@@ -129,7 +129,8 @@ def write_tokens(ids, path: str | os.PathLike) -> Path:
     ids = np.asarray(ids)
     if ids.size and (ids.min() < 0 or ids.max() >= 2**16):
         raise ValueError(
-            f"token ids must be in [0, 65535] to be stored as uint16, got range [{ids.min()}, {ids.max()}]"
+            f"token ids must be in [0, 65535] to be stored as uint16, got range [{ids.min()}, {ids.max()}]: "
+            "a vocabulary of more than 65,536 tokens needs a wider dtype (np.uint32) than this file format"
         )
     with atomic_path(path) as tmp:
         ids.astype(np.uint16).tofile(tmp)
@@ -146,6 +147,8 @@ def prepare_tokens(encoding=None, out_dir: str | os.PathLike | None = None, trai
     """Encode Tiny Shakespeare (or ``text``) and write ``train.bin``/``val.bin``; return their paths.
 
     With GPT-2's encoding the 90/10 split gives 301,966 training and 36,059 validation tokens.
+    By default the files go to ``cache_dir() / "tinyshakespeare-<encoding name>"``
+    (``tinyshakespeare-gpt2``, or ``tinyshakespeare-chartokenizer`` for a ``CharTokenizer``).
     """
     if encoding is None:
         from .tokenizer import gpt2_encoding
@@ -153,7 +156,9 @@ def prepare_tokens(encoding=None, out_dir: str | os.PathLike | None = None, trai
         encoding = gpt2_encoding()
     if text is None:
         text = load_tiny_shakespeare()
-    out_dir = Path(out_dir) if out_dir is not None else cache_dir() / "tinyshakespeare-gpt2"
+    if out_dir is None:  # one folder per tokenizer, so GPT-2 and character tokens never overwrite each other
+        out_dir = cache_dir() / f"tinyshakespeare-{getattr(encoding, 'name', type(encoding).__name__.lower())}"
+    out_dir = Path(out_dir)
     paths = {}
     for split, part in zip(("train", "val"), split_text(text, train_frac)):
         ids = encoding.encode_ordinary(part) if hasattr(encoding, "encode_ordinary") else encoding.encode(part)
@@ -186,10 +191,12 @@ def get_batch(data, batch_size: int, block_size: int, generator: torch.Generator
         )
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
     chunk = _windows(data, starts, block_size + 1)  # (B, T + 1)
-    x, y = chunk[:, :-1], chunk[:, 1:]  # (B, T) each
-    if torch.device(device).type == "cuda":
-        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x.to(device), y.to(device)
+    if torch.device(device).type == "cuda" and chunk.device.type == "cpu":
+        chunk = chunk.pin_memory().to(device, non_blocking=True)  # one asynchronous copy to the GPU
+    else:
+        chunk = chunk.to(device)
+    # Contiguous copies, so that callers may .view() them (e.g. targets.view(-1) in the loss).
+    return chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous()  # x, y: (B, T) each
 
 
 class TokenDataset(Dataset):

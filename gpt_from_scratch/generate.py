@@ -1,0 +1,143 @@
+"""Chapter 7 — generating text: greedy decoding, temperature, top-k and top-p (nucleus) sampling,
+and a KV cache that gives exactly the tokens of the slow path, faster.
+
+``generate`` turns a model's next-token logits into text one token at a time. Each step's logits
+go through, in this order: temperature, ``top_k_filter``, ``top_p_filter``, softmax, then one draw
+(or the arg-max when ``greedy``). The filters return logits with the removed entries set to
+``-inf``, so the softmax gives them probability exactly 0.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def top_k_filter(logits: Tensor, k: int) -> Tensor:
+    """Keep the ``k`` largest logits of each row (last dimension); set the others to ``-inf``.
+
+    ``logits`` has shape ``(..., V)``. Ties with the ``k``-th largest value are all kept (so a row may
+    keep more than ``k`` entries when values repeat), the convention of nanoGPT and Hugging Face.
+    ``k >= V`` keeps everything. Returns a new tensor; the input is not changed.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"top_k must be an integer >= 1, got {k!r}: pass top_k=None to keep every token")
+    if k >= logits.size(-1):
+        return logits.clone()
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest of each row
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: Tensor, p: float) -> Tensor:
+    """Nucleus filter: keep the smallest set of most likely tokens whose probabilities sum to at least ``p``.
+
+    ``logits`` has shape ``(..., V)``; probabilities are ``softmax(logits)`` over the last dimension.
+    Sort the tokens from most to least likely; a token is kept when the probability of the tokens
+    before it is still below ``p``. So the most likely token is always kept, and ``p = 1`` keeps
+    every token. Ties: every token exactly as likely as the last kept one is kept too, so the result
+    does not depend on how the sort orders equal values. Removed entries become ``-inf``; returns a
+    new tensor.
+    """
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {p!r}: pass top_p=None (or 1.0) to keep every token")
+    if p == 1.0:
+        return logits.clone()
+    sorted_logits, _ = torch.sort(logits, dim=-1, descending=True)  # (..., V)
+    sorted_probs = torch.softmax(sorted_logits.float(), dim=-1)  # (..., V), largest first
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # (..., V): probability of the tokens ahead
+    keep_sorted = mass_before < p  # (..., V): True for a prefix of the sorted tokens, at least the first
+    # The smallest kept logit of each row; everything at least as large stays (ties included).
+    n_kept = keep_sorted.sum(dim=-1, keepdim=True)  # (..., 1), >= 1
+    threshold = sorted_logits.gather(-1, n_kept - 1)  # (..., 1)
+    return logits.masked_fill(logits < threshold, float("-inf"))
+
+
+def _check_options(temperature, top_k, top_p, greedy, max_new_tokens) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if not greedy and not temperature > 0:
+        raise ValueError(
+            f"temperature must be > 0, got {temperature!r}: for the single most likely token at every "
+            "step (the limit temperature -> 0) pass greedy=True"
+        )
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}: pass top_k=None to keep every token")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}: pass top_p=None to keep every token")
+
+
+def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+               greedy: bool = False, generator: torch.Generator | None = None) -> Tensor:
+    """Pick one token per row from next-token ``logits`` of shape ``(B, V)``; returns ids of shape ``(B, 1)``.
+
+    ``greedy`` takes the arg-max (temperature and the filters cannot change it, so they are skipped).
+    Otherwise: divide by ``temperature``, apply ``top_k_filter`` then ``top_p_filter``, softmax, and draw
+    with ``torch.multinomial`` using ``generator``.
+    """
+    if greedy:
+        return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+    logits = logits.float() / temperature  # (B, V)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    return torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+
+
+@torch.no_grad()
+def generate(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+             top_p: float | None = None, greedy: bool = False, use_cache: bool = True,
+             generator: torch.Generator | None = None) -> Tensor:
+    """Extend each row of ``idx`` (token ids, shape ``(B, T)``) by ``max_new_tokens`` tokens.
+
+    Returns a LongTensor of shape ``(B, T + max_new_tokens)`` whose first ``T`` columns are ``idx``.
+
+    The model sees at most ``model.config.context_length`` tokens (call it ``T_max``): the newest
+    ``T_max``. Without the cache (``use_cache=False``) every step runs the model on that window and keeps
+    the last position's logits. With the cache (the default), the window is run once (the *prefill*),
+    then each step feeds only the newest token and reuses the keys and values of the earlier positions
+    (one ``KVCache`` per layer, ``model.new_kv_cache()``). Once the cache holds ``T_max`` positions, the
+    next window starts one token later: with learned absolute positions every token's position, and so
+    every cached key and value, changes. The cache is then dropped and rebuilt from the newest ``T_max``
+    tokens, which is exactly what the slow path computes. The cache therefore saves work for the first
+    ``T_max - T`` new tokens; past the context length both paths do the same work per token. Both paths
+    give the same tokens, greedy or sampled with the same ``generator`` (up to float rounding, which in
+    practice never flips a choice).
+
+    The model is put in ``eval()`` mode for the call (no dropout) and its previous mode is restored
+    afterwards. Gradients are off (``torch.no_grad``).
+
+    Args:
+        temperature: divides the logits; < 1 sharpens, > 1 flattens. Must be > 0 unless ``greedy``.
+        top_k: keep only the ``top_k`` most likely tokens (``top_k_filter``); None keeps all.
+        top_p: keep the smallest set of tokens with probability >= ``top_p`` (``top_p_filter``); None keeps all.
+        greedy: always take the most likely token (deterministic; ignores temperature, top_k, top_p).
+        use_cache: use the KV cache (same tokens, faster).
+        generator: a ``torch.Generator`` for the draws, for reproducible samples.
+    """
+    if not isinstance(idx, Tensor) or idx.dim() != 2 or idx.size(1) < 1:
+        shape = tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__
+        raise ValueError(
+            f"idx must be a (B, T) tensor of token ids with T >= 1, got {shape}: "
+            "for a single prompt pass idx[None] (shape (1, T))"
+        )
+    _check_options(temperature, top_k, top_p, greedy, max_new_tokens)
+    T_max = model.config.context_length
+    was_training = model.training
+    model.eval()
+    try:
+        cache = None
+        for _ in range(max_new_tokens):
+            if not use_cache:
+                logits, _ = model(idx[:, -T_max:])  # (B, T', V)
+            elif cache is None or len(cache[0]) >= T_max:
+                cache = model.new_kv_cache()  # (re)start: prefill the newest T_max tokens
+                logits, _ = model(idx[:, -T_max:], kv_cache=cache)  # (B, T', V)
+            else:
+                logits, _ = model(idx[:, -1:], kv_cache=cache)  # (B, 1, V): only the newest token
+            token = next_token(logits[:, -1, :], temperature, top_k, top_p, greedy, generator)  # (B, 1)
+            idx = torch.cat([idx, token], dim=1)  # (B, T + 1)
+    finally:
+        model.train(was_training)
+    return idx

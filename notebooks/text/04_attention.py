@@ -1,0 +1,722 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.17.3
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (ch-attention)=
+# # 4. Attention
+#
+# Embeddings ({ref}`ch-embeddings`) give every token a vector, but each vector only knows its own token
+# and position. To predict what comes after "To be or not to", the model must let the last token *read* the
+# ones before it. Attention {cite}`vaswani2017attention` is that reading step: every token builds a weighted
+# average of the tokens before it, with weights it computes itself. This chapter builds it in small steps:
+#
+# 1. averaging the past with a Python loop;
+# 2. the same average as one matrix multiply;
+# 3. softmax of masked scores, which makes the weights depend on the data;
+# 4. queries, keys and values;
+# 5. why the scores are divided by $\sqrt{d_k}$, and what goes wrong with the softmax on the wrong axis;
+# 6. the causal mask on a real batch of Tiny Shakespeare;
+# 7. many heads in parallel: GPT-2's `MultiHeadAttention`;
+# 8. why attention needs positions;
+# 9. what attention costs, and the KV cache;
+# 10. attention as message passing, and its three uses in the Transformer.
+
+# %% tags=["colab-setup"]
+# Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
+try:
+    import gpt_from_scratch
+except ImportError:
+    %pip install --quiet "gpt-from-scratch-book @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+
+# %%
+import math
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.testing import assert_close
+
+from gpt_from_scratch.data import get_batch, load_tiny_shakespeare
+from gpt_from_scratch.plotting import attention_heatmap, token_labels
+from gpt_from_scratch.tokenizer import gpt2_encoding
+from gpt_from_scratch.utils import seed_everything
+
+generator = seed_everything(1337)
+torch.set_printoptions(precision=3, sci_mode=False)
+
+# %% [markdown]
+# ## 4.1 Averaging the past with a loop
+#
+# Take a batch of $B$ sequences of $T$ tokens, each token a vector of $D$ numbers. The simplest way to let
+# token $t$ know about its past is to replace $x_t$ with the average of $x_0, \dots, x_t$. It throws away
+# the order of the past (a "bag of words"), but it is a start. Only the past: position $t$ will have to
+# predict token $t+1$, so it must never see it.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+B, T, D = 2, 5, 3
+x = torch.randn(B, T, D, generator=generator)  # (B, T, D)
+
+xbow = torch.zeros(B, T, D)  # (B, T, D): "x bag of words"
+for b in range(B):
+    for t in range(T):
+        xbow[b, t] = x[b, : t + 1].mean(dim=0)  # average of positions 0..t
+
+print("x[0] =\n", x[0])
+print("xbow[0] =\n", xbow[0])
+
+# %% [markdown]
+# The first row of `xbow[0]` is the first row of `x[0]` (an average of one vector); the last row is the
+# mean of all five.
+#
+# ## 4.2 The same average as one matrix multiply
+#
+# A loop over positions is slow. Write the averages as a $T \times T$ matrix $W$ whose row $t$ holds
+# $1/(t+1)$ in columns $0..t$ and 0 after: then `W @ x` computes every average at once, and the matrix
+# multiply broadcasts over the batch: $(T, T) \times (B, T, D) \to (B, T, D)$.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+W = torch.tril(torch.ones(T, T))  # (T, T): 1 on and below the diagonal
+W = W / W.sum(dim=1, keepdim=True)  # each row sums to 1
+print(W)
+xbow2 = W @ x  # (T, T) @ (B, T, D) -> (B, T, D)
+assert_close(xbow2, xbow)
+print("loop and matrix multiply agree:", torch.allclose(xbow2, xbow))
+
+# %% [markdown]
+# Row $t$ of $W$ is a probability distribution over the positions $0..t$: non-negative, summing to 1.
+# Every output is a weighted average of the inputs, and the zeros above the diagonal keep the future out.
+#
+# ## 4.3 Softmax of masked scores: data-dependent weights
+#
+# The same $W$ comes out of a softmax. Start from a matrix of *scores* (here all zero), set the future
+# entries to $-\infty$, and apply the softmax along each row: $e^{-\infty} = 0$, so the future gets weight
+# exactly 0, and equal scores give equal weights over the past.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+scores = torch.zeros(T, T)  # (T, T)
+mask = torch.tril(torch.ones(T, T, dtype=torch.bool))  # True = may attend
+scores = scores.masked_fill(~mask, float("-inf"))
+W3 = torch.softmax(scores, dim=-1)  # softmax over the last dimension: each ROW sums to 1
+assert_close(W3, W)
+print(scores)
+print("softmax of masked zeros equals W:", torch.allclose(W3, W))
+
+# %% [markdown]
+# Why bother? Because the scores no longer have to be zero. If they are computed *from the tokens*, each
+# token decides how much of each past token it wants. The same three lines then give a different average
+# for every input:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+data_scores = torch.randn(T, T, generator=generator) * 2  # stand-in for scores computed from the data
+weights = torch.softmax(data_scores.masked_fill(~mask, float("-inf")), dim=-1)
+print(weights)
+print("row sums:", weights.sum(dim=-1))
+
+# %% [markdown]
+# The rows still sum to 1 and the upper triangle is still exactly 0, but now the weights are uneven:
+# some past tokens matter more than others.
+#
+# ## 4.4 Queries, keys and values
+#
+# Where do the scores come from? Think of a soft database lookup. Each token emits three vectors, each a
+# learned linear map of its embedding:
+#
+# - a **query** $q_t$: "what am I looking for?";
+# - a **key** $k_s$: "what do I contain?", matched against queries;
+# - a **value** $v_s$: "what do I hand over if I am picked?".
+#
+# The score of query $t$ for key $s$ is the dot product $q_t \cdot k_s$: large when they point the same
+# way. A database returns the value whose key matches exactly; attention returns a *blend* of all values,
+# weighted by the softmax of the scores:
+#
+# $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right) V .$$
+#
+# Here is that formula written out, our one inline build of the chapter (section 4.5 explains the
+# $\sqrt{d_k}$). It works on any leading dimensions, and the number of queries may differ from the number
+# of keys.
+
+# %%
+def attention(q, k, v, mask=None):
+    """softmax(q kᵀ / sqrt(d_k)) v for q: (..., T_q, d_k), k: (..., T_k, d_k), v: (..., T_k, d_v).
+
+    mask: boolean, broadcastable to (..., T_q, T_k), True = may attend.
+    """
+    d_k = q.size(-1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k), rows sum to 1
+    return weights @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)
+
+
+# %% [markdown]
+# An exact-match query: eight random keys of width $d_k = 64$, and a query equal to key 3. Its dot product
+# with key 3 is $\lVert k_3 \rVert^2 \approx d_k$, while its dot products with the other, unrelated keys are
+# close to 0, so nearly all the weight lands on key 3 and the output is nearly value 3.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+d_k, n_keys = 64, 8
+keys = torch.randn(n_keys, d_k, generator=generator)  # (8, d_k)
+values = torch.randn(n_keys, d_k, generator=generator)  # (8, d_k)
+query = keys[3:4].clone()  # (1, d_k): exactly key 3
+out, w = attention(query, keys, values)
+print("weights:", w[0])
+print(f"weight on key 3: {w[0, 3]:.4f}")
+print(f"|output - value 3| / |value 3| = {(out[0] - values[3]).norm() / values[3].norm():.4f}")
+
+# %% [markdown]
+# In a trained model, queries and keys are learned so that the tokens which *should* be read produce large
+# dot products. A soft lookup is differentiable, so gradient descent can learn what to look for.
+#
+# The package's `scaled_dot_product_attention` is the same function (it also handles dropout and a fully
+# masked row, see below), and PyTorch ships a fused version, `torch.nn.functional.scaled_dot_product_attention`.
+# All three agree, with and without a mask, and with fewer queries than keys:
+
+# %%
+from gpt_from_scratch.attention import causal_mask, scaled_dot_product_attention
+
+q = torch.randn(2, 3, 6, 16, generator=generator)  # (B, H, T_q, d_k)
+k = torch.randn(2, 3, 9, 16, generator=generator)  # (B, H, T_k, d_k)
+v = torch.randn(2, 3, 9, 16, generator=generator)  # (B, H, T_k, d_k)
+m = torch.rand(6, 9, generator=generator) > 0.5  # a random mask, (T_q, T_k) ...
+m[:, 0] = True  # ... where every query may see at least one key
+for mask_ in (None, m):
+    ours, ours_w = attention(q, k, v, mask_)
+    package, package_w = scaled_dot_product_attention(q, k, v, mask_)
+    fused = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_)
+    assert_close(ours, package)
+    assert_close(ours_w, package_w)
+    assert_close(ours, fused)
+    print(f"mask={'yes' if mask_ is not None else 'no '}  max |ours - torch| = {(ours - fused).abs().max():.1e}")
+
+assert_close(torch.tril(torch.ones(7, 7, dtype=torch.bool)), causal_mask(7))
+
+# %% [markdown]
+# One case needs a decision: a query whose mask row is all False has nothing to attend to, and the softmax
+# of a row of $-\infty$ is $0/0$, NaN. The NaN then spreads through every later layer and the loss. The
+# package defines such a row's weights and output as 0 (a padding query that reads nothing). Our inline
+# `attention` returns the NaN:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+row_mask = torch.tensor([[True, False], [False, False]])  # query 1 may see nothing
+qq, kk = torch.ones(2, 4), torch.ones(2, 4)
+print("inline :", attention(qq, kk, kk, row_mask)[1])
+print("package:", scaled_dot_product_attention(qq, kk, kk, row_mask)[1])
+
+# %% [markdown]
+# ## 4.5 Why divide by $\sqrt{d_k}$
+#
+# If the entries of $q$ and $k$ are independent with mean 0 and variance 1, their dot product is a sum of
+# $d_k$ terms of variance 1, so it has variance $d_k$. GPT-2's heads have $d_k = 64$; take $d_k = 512$ to
+# make the effect plain.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+d_k, n = 512, 20_000
+qs = torch.randn(n, d_k, generator=generator)
+ks = torch.randn(n, d_k, generator=generator)
+raw = (qs * ks).sum(dim=-1)  # n dot products
+scaled = raw / math.sqrt(d_k)
+print(f"variance of q·k          : {raw.var():.1f}   (d_k = {d_k})")
+print(f"variance of q·k / sqrt(d_k): {scaled.var():.3f}")
+
+# %% mystnb={"figure": {"caption": "Dot products of unit-Gaussian vectors of width 512: unscaled (left) they spread over hundreds; divided by the square root of 512 (right) they have variance about 1.", "name": "fig-attention-scaling-hist"}, "image": {"alt": "Two histograms. The left one, of raw dot products, spans roughly minus 80 to 80. The right one, of scaled dot products, is a standard bell curve between minus 4 and 4."}}
+fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+axes[0].hist(raw.numpy(), bins=80, color="tab:red")
+axes[0].set_title(f"q·k, variance {raw.var():.0f}")
+axes[1].hist(scaled.numpy(), bins=80, color="tab:blue")
+axes[1].set_title(f"q·k / √d_k, variance {scaled.var():.2f}")
+for ax in axes:
+    ax.set_xlabel("score")
+axes[0].set_ylabel("count")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Why does the spread matter? Because the softmax is not scale-invariant. Multiply a row of scores by a
+# large number and the softmax collapses onto its largest entry: the row's entropy falls to 0 (a one-hot
+# row), and the softmax's Jacobian $\partial p / \partial s = \operatorname{diag}(p) - p p^\top$ vanishes,
+# so almost no gradient reaches the queries and keys. Below, rows of 64 unit-variance scores are multiplied
+# by a factor $c$, so the scores have standard deviation $c$. The scaled scores of real attention sit at
+# $c = 1$; forgetting the scale puts them at $c = \sqrt{512} \approx 22.6$.
+
+# %%
+def softmax_jacobian_norm(p):
+    """Frobenius norm of diag(p) - p pᵀ for each row p (..., n): how much gradient the softmax passes on."""
+    s2 = (p**2).sum(-1)
+    return (s2 - 2 * (p**3).sum(-1) + s2**2).sqrt()
+
+
+# Check the closed form against autograd once.
+s = torch.randn(10, generator=generator)
+jacobian = torch.autograd.functional.jacobian(lambda s: torch.softmax(s, -1), s)
+assert_close(softmax_jacobian_norm(torch.softmax(s, -1)), jacobian.norm())
+
+z = torch.randn(2000, 64, generator=generator)  # 2000 rows of 64 unit-variance scores
+factors = torch.logspace(-1, 2, 40)
+entropies, grads = [], []
+for c in factors:
+    p = torch.softmax(c * z, dim=-1)
+    entropies.append(-(p * p.clamp_min(1e-30).log()).sum(-1).mean().item())
+    grads.append(softmax_jacobian_norm(p).mean().item())
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for c, label in [(1.0, "scaled, c = 1"), (math.sqrt(512), "unscaled, c = sqrt(512)")]:
+    p = torch.softmax(c * z, dim=-1)
+    entropy = -(p * p.clamp_min(1e-30).log()).sum(-1).mean()
+    print(
+        f"{label:24s} entropy {entropy:.3f} nats (uniform: ln 64 = {math.log(64):.3f}), "
+        f"largest weight {p.max(-1).values.mean():.3f}, softmax gradient norm {softmax_jacobian_norm(p).mean():.4f}"
+    )
+
+# %% mystnb={"figure": {"caption": "Softmax saturation. As the scores grow (c is their standard deviation), the attention rows lose entropy and the softmax passes on less and less gradient. Scaled attention sits at c = 1; unscaled attention with d_k = 512 at about 22.6.", "name": "fig-attention-saturation"}, "image": {"alt": "Two curves against the score scale c on a log axis. Entropy falls from about 4.2 nats at small c to near 0 at large c. The gradient norm rises to a peak around c of 2 to 3 and then falls towards 0. Vertical lines mark c = 1 and c = 22.6."}}
+fig, ax1 = plt.subplots(figsize=(7, 4))
+ax1.semilogx(factors, entropies, color="tab:blue", label="entropy of a row (nats)")
+ax1.set_xlabel("score scale c (standard deviation of the scores)")
+ax1.set_ylabel("entropy (nats)", color="tab:blue")
+ax2 = ax1.twinx()
+ax2.semilogx(factors, grads, color="tab:red", label="softmax gradient norm")
+ax2.set_ylabel("‖diag(p) − ppᵀ‖ (gradient size)", color="tab:red")
+for c, name in [(1.0, "scaled"), (math.sqrt(512), "unscaled, d_k = 512")]:
+    ax1.axvline(c, color="grey", linestyle="--")
+    ax1.text(c * 1.08, 0.3, name, color="grey")
+ax1.set_title("Large scores saturate the softmax")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# SCALING_PROSE
+#
+# ### A slip to avoid: the softmax over the wrong axis
+#
+# Some tutorials (including the articles this book grew from) write `softmax(scores, dim=0)` or
+# `dim=-2` for a 2-D or 3-D score tensor. That normalizes the *columns*: each key's weights over the
+# queries sum to 1, instead of each query's weights over the keys. With a causal mask the future entries
+# are still exactly 0, so the bug hides. Compare both on the same masked scores:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+T_demo = 6
+x_demo = torch.randn(T_demo, 16, generator=generator)  # (T, D)
+w_q, w_k, w_v = (torch.randn(16, 16, generator=generator) / 4 for _ in range(3))
+demo_mask = causal_mask(T_demo)
+
+
+def attention_weights(x, dim):
+    scores = (x @ w_q) @ (x @ w_k).T / math.sqrt(16)  # (T, T)
+    return torch.softmax(scores.masked_fill(~demo_mask, float("-inf")), dim=dim)
+
+
+right, wrong = attention_weights(x_demo, dim=-1), attention_weights(x_demo, dim=0)
+print("softmax over keys (dim=-1):  row sums", right.sum(1), "\n                             column sums", right.sum(0))
+print("softmax over queries (dim=0): row sums", wrong.sum(1), "\n                             column sums", wrong.sum(0))
+
+# %% [markdown]
+# With the wrong axis, query 0 gives its own token a weight below 1 (its output shrinks) and the last query's
+# weights add up to more than 1 (its output grows). Worse, the future leaks. Key $s$'s column is normalized
+# over all the queries $t \ge s$, so the weight query $t$ gives to key $s$ depends on the *later* queries
+# $t+1, t+2, \dots$ through the denominator. A gradient measures it: how much does the output at position
+# $t$ change when we nudge the input at a later position?
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def future_leak(dim):
+    """For each output position t: the largest |d output_t / d x_s| over later positions s > t."""
+    xs = x_demo.clone().requires_grad_(True)
+    out = attention_weights(xs, dim) @ (xs @ w_v)  # (T, D)
+    leaks = []
+    for t in range(T_demo):
+        (grad,) = torch.autograd.grad(out[t].sum(), xs, retain_graph=True)
+        leaks.append(grad[t + 1 :].abs().max().item() if t + 1 < T_demo else 0.0)
+    return leaks
+
+
+print("softmax over keys    (dim=-1):", " ".join(f"{v:.4f}" for v in future_leak(-1)))
+print("softmax over queries (dim=0) :", " ".join(f"{v:.4f}" for v in future_leak(0)))
+
+# %% mystnb={"figure": {"caption": "The same masked scores normalized over the keys (left, correct: each row sums to 1) and over the queries (right, the slip: each column sums to 1).", "name": "fig-attention-wrong-axis"}, "image": {"alt": "Two lower-triangular heatmaps. On the left the first row is a single bright cell of weight 1. On the right the last column holds a single bright cell of weight 1 and the first row is dim."}}
+fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+labels = [f"t={t}" for t in range(T_demo)]
+attention_heatmap(right, labels, ax=axes[0], title="softmax(dim=-1): rows sum to 1", vmin=0, vmax=1)
+attention_heatmap(wrong, labels, ax=axes[1], title="softmax(dim=0): columns sum to 1", vmin=0, vmax=1)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# WRONG_AXIS_PROSE
+#
+# ## 4.6 The causal mask on a real batch
+#
+# Now real text. Take a batch of Tiny Shakespeare, tokenize it with GPT-2's tokenizer ({ref}`ch-tokens`),
+# embed the tokens and run one head of attention on them. The embedding table and the query, key and value
+# maps are **randomly initialised**: nothing here is trained, so the *pattern* of the weights is noise.
+# What we look at is the structure every causal attention layer has, trained or not.
+
+# %%
+enc = gpt2_encoding()
+tokens = torch.tensor(enc.encode_ordinary(load_tiny_shakespeare()))  # the whole corpus, (N,)
+T = 12
+xb, _ = get_batch(tokens, batch_size=2, block_size=T, generator=generator)  # (B, T) token ids
+for row in xb:
+    print(repr(enc.decode(row.tolist())))
+
+D, d_k = 64, 64
+embedding = nn.Embedding(enc.n_vocab, D)  # random N(0, 1) vectors, (V, D)
+W_q, W_k, W_v = (torch.randn(D, d_k, generator=generator) / math.sqrt(D) for _ in range(3))
+with torch.no_grad():
+    h = embedding(xb)  # (B, T, D)
+    q, k, v = h @ W_q, h @ W_k, h @ W_v  # (B, T, d_k) each
+    mask = causal_mask(T)  # (T, T)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(d_k)).masked_fill(~mask, float("-inf"))  # (B, T, T)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, T, d_k), (B, T, T)
+labels = token_labels(xb[0], enc)
+
+# %% mystnb={"figure": {"caption": "One head of causal attention on a Tiny Shakespeare sequence (random, untrained weights). Left: the mask, True (yellow) where a query may attend. Middle: the scaled scores with the future set to minus infinity (grey). Right: the softmax of each row. Spaces are shown as ␣ and newlines as ↵.", "name": "fig-attention-causal-heatmaps"}, "image": {"alt": "Three 12 by 12 heatmaps with the decoded GPT-2 tokens of the sequence on both axes. The mask is a lower triangle. The scores are finite on and below the diagonal and grey above. The weights are zero above the diagonal; the first row puts all its weight on the first token and later rows spread their weight over more tokens."}}
+fig, axes = plt.subplots(1, 3, figsize=(14, 4.8))
+attention_heatmap(mask.float(), labels, ax=axes[0], title="mask (True = may attend)", colorbar=False)
+attention_heatmap(scores[0], labels, ax=axes[1], title="scores q·k/√d_k, future = −∞")
+attention_heatmap(weights[0], labels, ax=axes[2], title="weights = softmax(scores)", vmin=0, vmax=1)
+fig.tight_layout()
+plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+nonzero = (weights[0] > 0).sum(dim=-1)
+print("non-zero weights per query position:", nonzero.tolist())
+print(f"first query attends only to itself: weight {weights[0, 0, 0]:.4f}")
+print(f"last query ({labels[-1]!r}) spreads over all {T} tokens; its largest weight is "
+      f"{weights[0, -1].max():.4f} on {labels[weights[0, -1].argmax()]!r}")
+print("every row sums to 1:", torch.allclose(weights.sum(-1), torch.ones(2, T)))
+print("upper triangle exactly 0:", bool((weights.triu(diagonal=1) == 0).all()))
+
+# %% [markdown]
+# CAUSAL_PROSE
+#
+# ## 4.7 Many heads in parallel
+#
+# One head computes one kind of weighted average. A model wants several at once: one head may track the
+# previous token, another the speaker's name, another the opening quote. Multi-head attention runs $H$
+# heads side by side, each in its own $d_k = D/H$-dimensional slice of the $D$ features, then concatenates
+# their outputs and mixes them with one more linear map, the output projection.
+#
+# GPT-2 computes all the queries, keys and values of all the heads with **one** linear layer, `c_attn`,
+# of shape $D \to 3D$ (its outputs are $q$, $k$, $v$ side by side), then reshapes:
+#
+# | step | shape |
+# |---|---|
+# | input `x` | $(B, T, D)$ |
+# | `c_attn(x)`, split in three | $3 \times (B, T, D)$ |
+# | `view(B, T, H, d_k)` | $(B, T, H, d_k)$ |
+# | `transpose(1, 2)`: heads become a batch dimension | $(B, H, T, d_k)$ |
+# | attention in every head at once | $(B, H, T, d_k)$, weights $(B, H, T, T)$ |
+# | `transpose(1, 2)` then `view(B, T, D)`: concatenate the heads | $(B, T, D)$ |
+# | `c_proj` | $(B, T, D)$ |
+#
+# Here it is inline, with the same submodule names as the package's `MultiHeadAttention` (and as GPT-2's
+# checkpoints, which {ref}`ch-gpt2-weights` loads):
+
+# %%
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        assert d_model % n_heads == 0, "n_heads must divide d_model"
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.c_attn = nn.Linear(d_model, 3 * d_model)  # q, k, v of every head at once
+        self.c_proj = nn.Linear(d_model, d_model)  # mixes the concatenated heads
+
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
+        # (B, T, D) -> (B, T, H, d_k) -> (B, H, T, d_k)
+        q, k, v = (t.view(B, T, self.n_heads, self.d_head).transpose(1, 2) for t in (q, k, v))
+        y, weights = attention(q, k, v, causal_mask(T, device=x.device))  # (B, H, T, d_k), (B, H, T, T)
+        y = y.transpose(1, 2).contiguous().view(B, T, D)  # (B, H, T, d_k) -> (B, T, H, d_k) -> (B, T, D)
+        return self.c_proj(y), weights
+
+
+# %% [markdown]
+# The package's `MultiHeadAttention` adds GPT-2's two dropouts (on the weights and on the output), a KV
+# cache (section 4.9) and a `fast` switch to PyTorch's fused kernel. With the same weights it computes the
+# same function:
+
+# %%
+from gpt_from_scratch.attention import MultiHeadAttention
+
+torch.manual_seed(0)
+mha = MultiHeadAttention(d_model=64, n_heads=4).eval()
+ours = CausalSelfAttention(64, 4)
+ours.load_state_dict(mha.state_dict())  # same names, same shapes
+print(mha)
+
+x = torch.randn(2, T, 64, generator=generator)  # (B, T, D)
+y_ours, w_ours = ours(x)
+y_package, w_package = mha(x, return_weights=True)
+assert_close(y_ours, y_package)
+assert_close(w_ours, w_package)
+print("x", tuple(x.shape), "-> heads", tuple(mha.split_heads(x).shape), "-> y", tuple(y_package.shape),
+      "| weights", tuple(w_package.shape))
+
+# %% [markdown]
+# "Parallel subspaces" is literal. Head $h$ reads only rows $h d_k \ldots (h+1) d_k - 1$ of the query, key and
+# value maps, so it is an ordinary single-head attention with smaller matrices, and `c_proj` sees the $H$ outputs
+# side by side. Head 2 computed on its own matches head 2 of the layer:
+
+# %%
+h_idx, d_head = 2, mha.d_head
+rows = slice(h_idx * d_head, (h_idx + 1) * d_head)
+W_qkv, b_qkv = mha.c_attn.weight, mha.c_attn.bias  # (3D, D), (3D,)
+q2, k2, v2 = (x @ W_qkv[i * 64 :][rows].T + b_qkv[i * 64 :][rows] for i in range(3))  # (B, T, d_k) each
+y2, w2 = scaled_dot_product_attention(q2, k2, v2, causal_mask(T))
+assert_close(w2, w_package[:, h_idx])
+print("head 2 on its own == head 2 inside the layer:", torch.allclose(w2, w_package[:, h_idx], atol=1e-6))
+
+# %% [markdown]
+# Each head has its own pattern. Below, the 4 heads of a freshly initialised layer on the two sequences of
+# the Tiny Shakespeare batch (embedded by the random table above). Training will give these patterns
+# meaning; {ref}`ch-gpt2-weights` shows what GPT-2's trained heads do.
+
+# %% mystnb={"figure": {"caption": "The attention weights of the 4 heads (columns) of a randomly initialised MultiHeadAttention on the 2 sequences of a Tiny Shakespeare batch (rows). Every map is lower-triangular; each head spreads its weight differently.", "name": "fig-attention-heads-grid"}, "image": {"alt": "A grid of 8 small heatmaps, 2 rows for the sequences and 4 columns for the heads, each labelled with the sequence's GPT-2 tokens. All are zero above the diagonal, with different patterns of bright cells below it."}}
+torch.manual_seed(1)
+layer = MultiHeadAttention(d_model=D, n_heads=4).eval()
+with torch.no_grad():
+    _, head_weights = layer(embedding(xb), return_weights=True)  # (B, H, T, T)
+fig, axes = plt.subplots(2, 4, figsize=(14, 7.5))
+for b in range(2):
+    seq_labels = token_labels(xb[b], enc)
+    for hh in range(4):
+        attention_heatmap(head_weights[b, hh], seq_labels, ax=axes[b, hh], title=f"sequence {b}, head {hh}",
+                          vmin=0, vmax=1, colorbar=False, fontsize=7)
+        if hh:
+            axes[b, hh].set_ylabel("")
+        if b == 0:
+            axes[b, hh].set_xlabel("")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ### The written-out path and the fused kernel
+#
+# `MultiHeadAttention.fast` (on by default, what training uses) calls
+# `torch.nn.functional.scaled_dot_product_attention` with `is_causal=True`. It never stores the
+# $(B, H, T, T)$ weights, which is why `return_weights=True` always takes the written-out path. The two
+# paths agree to float32 rounding:
+
+# %%
+x = torch.randn(4, 32, 64, generator=generator)  # (B, T, D)
+mha.fast = True
+y_fast = mha(x)
+mha.fast = False
+y_written = mha(x)
+mha.fast = True
+assert_close(y_fast, y_written, atol=1e-6, rtol=1e-6)
+print(f"max |fast - written out| = {(y_fast - y_written).abs().max():.2e}")
+
+# %% [markdown]
+# ## 4.8 Attention does not know the order
+#
+# Remove the mask and attention is *permutation-equivariant*: shuffle the input tokens and the outputs are
+# shuffled the same way, nothing else changes. Each output is a weighted average whose weights depend only
+# on the *contents* of the query and keys, never on where they sit.
+
+# %%
+x = torch.randn(1, 8, 64, generator=generator)  # (B, T, D)
+perm = torch.randperm(8, generator=generator)
+project = lambda x: [mha.split_heads(t) for t in mha.c_attn(x).split(64, dim=2)]  # 3 x (B, H, T, d_k)
+out, _ = scaled_dot_product_attention(*project(x))  # no mask
+out_perm, _ = scaled_dot_product_attention(*project(x[:, perm]))
+assert_close(out_perm, out[:, :, perm])
+print("permute inputs -> outputs permuted the same way:", torch.allclose(out_perm, out[:, :, perm], atol=1e-6))
+
+# %% [markdown]
+# The causal mask breaks the symmetry only partly: position $t$ sees the *set* of tokens $0..t$, but not
+# their order. Take two sentences with the same words in a different order. The last token sees the same
+# bag of tokens in both, so without positions its output is identical, and a language model could not tell
+# who bit whom:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from gpt_from_scratch.embeddings import sinusoidal_positional_encoding
+
+a = torch.tensor(enc.encode(" The dog bit the man."))
+b_ = torch.tensor(enc.encode(" The man bit the dog."))
+print(token_labels(a, enc), token_labels(b_, enc))
+assert sorted(a.tolist()) == sorted(b_.tolist()) and a[-1] == b_[-1]  # same tokens, same last token
+
+pe = sinusoidal_positional_encoding(len(a), D)  # (T, D)
+with torch.no_grad():
+    for name, add in [("without positions", 0), ("with positions   ", pe)]:
+        ya, yb = layer((embedding(a) + add)[None]), layer((embedding(b_) + add)[None])  # (1, T, D) each
+        print(f"{name}: |last output, sentence 1 - sentence 2| = {(ya[0, -1] - yb[0, -1]).abs().max():.4f}")
+
+# %% [markdown]
+# PERMUTATION_PROSE
+#
+# ## 4.9 What attention costs
+#
+# Every query meets every key: $T^2$ scores per head. For $T$ tokens of width $D$, the projections cost
+# about $T D^2$ operations and the scores and weighted sums about $T^2 D$, so the $T^2$ term dominates once
+# $T$ exceeds $D$. Memory is worse for the written-out path: it stores the $(B, H, T, T)$ weights for the
+# backward pass. Below we time a forward pass and measure the bytes autograd saves for the backward pass,
+# for the written-out path and for PyTorch's fused kernel, with $H = 4$ heads of $d_k = 16$. Timings
+# depend on your machine (and are not checked); the memory is exact.
+
+# %%
+def saved_for_backward(fn, *inputs):
+    """Bytes of the distinct tensors autograd keeps for the backward pass of fn(*inputs)."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    inputs = [t.detach().requires_grad_(True) for t in inputs]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*inputs)
+    return sum(storages.values())
+
+
+def best_time(fn, repeats=5):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+Ts = [64, 128, 256, 512, 1024, 2048]
+written = lambda q, k, v: scaled_dot_product_attention(q, k, v, causal_mask(q.size(-2)))
+fused = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+cost = {"written out": {"time": [], "memory": []}, "fused": {"time": [], "memory": []}}
+for T_ in Ts:
+    qkv = [torch.randn(1, 4, T_, 16, generator=generator) for _ in range(3)]  # (B, H, T, d_k) each
+    for name, fn in [("written out", written), ("fused", fused)]:
+        cost[name]["memory"].append(saved_for_backward(fn, *qkv))
+        with torch.no_grad():
+            cost[name]["time"].append(best_time(lambda: fn(*qkv), repeats=5 if T_ < 1024 else 2))
+for name in cost:
+    print(f"{name:12s} time (ms):", " ".join(f"{t * 1e3:.2f}" for t in cost[name]["time"]))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for name in cost:
+    print(f"{name:12s} saved for backward (MiB):", " ".join(f"{m / 2**20:.2f}" for m in cost[name]["memory"]))
+growth = [cost["written out"]["memory"][i + 1] / cost["written out"]["memory"][i] for i in range(len(Ts) - 1)]
+print("written-out memory ratio per doubling of T:", " ".join(f"{g:.2f}" for g in growth))
+print(f"one (B=1, H=4, T=2048, T=2048) float32 weight tensor: {4 * 2048 * 2048 * 4 / 2**20:.0f} MiB")
+
+# %% mystnb={"figure": {"caption": "Cost of one attention call against sequence length T on log-log axes (B = 1, H = 4, d_k = 16, CPU). Dashed lines show slopes 1 and 2. The written-out path's memory grows as T squared; the fused kernel keeps only O(T).", "name": "fig-attention-cost"}, "image": {"alt": "Two log-log plots against T from 64 to 2048. Left, time: the written-out path rises steeply at large T, the fused kernel stays lower. Right, memory saved for backward: the written-out path follows the slope-2 guide line, the fused kernel the slope-1 line."}}
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+Ts_arr = np.array(Ts, dtype=float)
+for ax, key, unit, scale in [(axes[0], "time", "ms", 1e3), (axes[1], "memory", "MiB", 1 / 2**20)]:
+    for name, marker in [("written out", "o"), ("fused", "s")]:
+        ax.loglog(Ts, np.array(cost[name][key]) * scale, marker=marker, label=name)
+    ref = np.array(cost["written out"][key]) * scale
+    ax.loglog(Ts, ref[-1] * (Ts_arr / Ts_arr[-1]) ** 2, "k--", lw=0.8, label="∝ T²")
+    ax.loglog(Ts, ref[-1] * (Ts_arr / Ts_arr[-1]), "k:", lw=0.8, label="∝ T")
+    ax.set_xlabel("sequence length T")
+    ax.set_ylabel(f"{key} ({unit})")
+    ax.legend(fontsize=8)
+axes[0].set_title("forward time")
+axes[1].set_title("memory saved for backward")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# COST_PROSE
+#
+# ### Reusing the past: the KV cache
+#
+# When a model generates text ({ref}`ch-generation`), it runs once per new token. Without care, step $t$
+# recomputes the keys and values of all $t$ earlier tokens, which have not changed. A **KV cache**
+# {cite}`pope2023kvcache` keeps them: each step computes the query, key and value of the new token only,
+# appends the key and value to the cache, and attends over everything cached. The queries of old tokens are
+# never needed again, so they are not cached. The mask needs care: with $P$ cached positions, new query $i$
+# is position $P + i$ and may see keys $0 \ldots P + i$, the last rows of the full causal mask.
+
+# %%
+from gpt_from_scratch.attention import KVCache
+
+print(causal_mask(2, n_past=3).int())  # 2 new queries after 3 cached positions: the last 2 rows of causal_mask(5)
+
+x = torch.randn(2, 10, 64, generator=generator)  # (B, T, D)
+with torch.no_grad():
+    full = mha(x)  # one pass over all 10 tokens
+    cache = KVCache()
+    steps = [mha(x[:, :6], kv_cache=cache)]  # "prefill": the prompt, 6 tokens at once
+    for t in range(6, 10):
+        steps.append(mha(x[:, t : t + 1], kv_cache=cache))  # then one token at a time
+assert_close(torch.cat(steps, dim=1), full)
+print(f"cached positions: {len(cache)}, keys {tuple(cache.keys.shape)}; "
+      f"max |cached - full| = {(torch.cat(steps, dim=1) - full).abs().max():.1e}")
+
+# %% [markdown]
+# ## 4.10 Attention as message passing
+#
+# Another way to see attention: the tokens are the nodes of a directed graph, and an edge $s \to t$ means
+# "token $t$ may read token $s$". In one attention layer every node sends a message (its value $v_s$) along
+# each of its edges; every receiving node weighs the messages by how well the sender's key matches its own
+# query, and sums them. The mask *is* the graph: a causal mask is the graph in which every token links to
+# itself and to all later tokens, $T(T+1)/2$ edges.
+#
+# **Encoder (self-)attention** uses no mask: the graph is complete, every token reads every other one in
+# both directions. It suits tasks that see the whole input at once: the encoder of the original Transformer
+# {cite}`vaswani2017attention`, or BERT-style models that classify or fill in text.
+#
+# **Decoder (causal self-)attention** is this chapter's: every token reads itself and its past, so the model
+# can be trained to predict every next token of a sequence in one pass and can generate text one token at a
+# time. GPT-2 {cite}`radford2019language` is a stack of decoder layers only.
+#
+# **Cross-attention** takes its queries from one sequence and its keys and values from another: in the
+# original Transformer, each token of the translation being written queries the encoded source sentence.
+# The graph is bipartite, the weight matrix is $T_q \times T_k$ and need not be square, which is why
+# `scaled_dot_product_attention` allows $T_q \ne T_k$:
+
+# %%
+decoder_states = torch.randn(1, 3, 16, generator=generator)  # 3 target tokens, (B, T_q, d_k)
+encoder_states = torch.randn(1, 7, 16, generator=generator)  # 7 source tokens, (B, T_k, d_k)
+out, w = scaled_dot_product_attention(decoder_states, encoder_states, encoder_states)
+print("cross-attention: output", tuple(out.shape), "weights", tuple(w.shape))
+
+# %% [markdown]
+# ## Summary
+#
+# - Attention replaces each token's vector with a weighted average of value vectors; the weights are a
+#   softmax over **keys** (the last dimension), so every query's row sums to 1.
+# - The scores are $q_t \cdot k_s / \sqrt{d_k}$. Without the $\sqrt{d_k}$, scores of width-512 heads have
+#   variance about 512, the softmax saturates and its gradients vanish.
+# - The causal mask sets future scores to $-\infty$ so their weights are exactly 0: no information flows
+#   backwards in time. A softmax over the wrong axis keeps the zeros but leaks the future anyway.
+# - Multi-head attention runs $H$ heads of width $d_k = D/H$ in parallel: one fused `c_attn`, a reshape to
+#   $(B, H, T, d_k)$, attention, a reshape back, and `c_proj`.
+# - Attention ignores order; positions ({ref}`ch-embeddings`) must be added to the tokens.
+# - It costs $O(T^2)$ time, and $O(T^2)$ memory when written out; fused kernels avoid storing the weights,
+#   and a KV cache avoids recomputing the past during generation.
+#
+# Next, {ref}`ch-gpt` stacks this layer with LayerNorm ({ref}`ch-layernorm`) and a feed-forward network into
+# GPT-2.
+#
+# ## Exercises
+#
+# EXERCISES_PLACEHOLDER

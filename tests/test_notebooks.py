@@ -1,0 +1,41 @@
+"""Every chapter is a pair: the notebook readers open and its jupytext text twin, the reviewed source.
+
+These tests fail when the two drift apart, or when a committed notebook's outputs are not from one fresh
+top-to-bottom run (cells executed in order, none skipped).
+"""
+
+from pathlib import Path
+
+import jupytext
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+TWINS = sorted((ROOT / "notebooks" / "text").glob("*.py"))
+
+
+def _cells(notebook):
+    return [(c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", []))) for c in notebook.cells]
+
+
+def test_every_notebook_has_a_twin_and_every_twin_a_notebook():
+    assert {p.stem for p in NOTEBOOKS} == {p.stem for p in TWINS}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_matches_its_text_twin(path):
+    notebook = jupytext.read(path)
+    twin = jupytext.read(path.parent / "text" / f"{path.stem}.py")
+    assert _cells(notebook) == _cells(twin), (
+        f"{path.name} and text/{path.stem}.py differ: edit the twin, then re-run the chapter "
+        "(make notebooks) and commit both"
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_outputs_come_from_one_top_to_bottom_run(path):
+    notebook = jupytext.read(path)
+    counts = [c.execution_count for c in notebook.cells if c.cell_type == "code" and c.source.strip()]
+    assert counts == list(range(1, len(counts) + 1)), (
+        f"{path.name}: execution counts {counts} are not 1..{len(counts)}: re-run the chapter top to bottom"
+    )
