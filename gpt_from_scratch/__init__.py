@@ -7,12 +7,14 @@ module              chapter
 ==================  =========================================================
 ``data``            1  Tokens and batches (Tiny Shakespeare, splits, batches)
 ``tokenizer``       1  Tokens and batches (GPT-2 BPE via tiktoken, characters)
+``bpe``             1b Byte-pair encoding from scratch (identical to tiktoken)
 ``embeddings``      2  Embeddings and positional encoding
 ``layernorm``       3  Layer normalization
 ``attention``       4  Attention
 ``model``           5  The full GPT
 ``train``           6  Training on Tiny Shakespeare
 ``generate``        7  Generating text
+``exercises``       every chapter's exercises: ``check_*`` functions
 ``plotting``        8  Real GPT-2 weights and what the heads attend to
 ==================  =========================================================
 

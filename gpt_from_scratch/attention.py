@@ -64,8 +64,9 @@ def scaled_dot_product_attention(
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k), each row sums to 1
     if mask is not None:
-        # Fully masked rows came out as NaN (0/0); masked entries are exactly 0 already elsewhere.
-        weights = weights.masked_fill(~mask, 0.0)
+        empty_rows = ~mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): queries that may see no key
+        if empty_rows.any():  # rare: skip the extra (T_q, T_k) copy otherwise
+            weights = weights.masked_fill(empty_rows, 0.0)  # their softmax was 0/0 = NaN
     attended = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     output = attended @ v  # (..., T_q, d_v)
     return output, weights

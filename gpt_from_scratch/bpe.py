@@ -31,6 +31,7 @@ def pretokenize(text: str) -> list[str]:
     """Cut ``text`` into the chunks GPT-2 merges within: words with their leading space, numbers,
     punctuation runs, whitespace runs and the contractions ``'s 't 're 've 'm 'll 'd``.
 
+    The pattern is ``tokenizer.GPT2_PATTERN``, tiktoken's spelling of the regex in GPT-2's ``encoder.py``.
     Joining the chunks gives ``text`` back: ``"".join(pretokenize(text)) == text``.
     """
     return _GPT2_SPLITTER.findall(text)
@@ -45,6 +46,7 @@ def bytes_to_unicode() -> dict[int, str]:
     ``encoder.json`` write every token with these characters.
     """
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    # 94 + 12 + 82 = 188 bytes print as themselves
     chars = {b: chr(b) for b in printable}
     others = [b for b in range(256) if b not in chars]
     chars.update({b: chr(256 + n) for n, b in enumerate(others)})
@@ -52,7 +54,7 @@ def bytes_to_unicode() -> dict[int, str]:
 
 
 def pair_counts(ids: Sequence[int], counts: Counter | None = None, weight: int = 1) -> Counter:
-    """Count adjacent pairs of ``ids`` (each counted ``weight`` times) into ``counts``, a new ``Counter`` if None."""
+    """Add the adjacent pairs of ``ids``, each ``weight`` times, to ``counts`` (a new ``Counter`` if None)."""
     counts = Counter() if counts is None else counts
     for pair in zip(ids, ids[1:]):
         counts[pair] += weight
@@ -87,8 +89,8 @@ class BPETokenizer:
         special_tokens: ``{text: id}`` for tokens that are never produced by merges, such as GPT-2's
             ``<|endoftext|>`` (50256). See ``encode`` for when the text of one becomes its id.
 
-    Pieces of text are encoded once and cached (see ``clear_cache``): real text repeats its words, so
-    encoding a long text costs little more than the regex that cuts it.
+    Each distinct chunk is encoded once and cached (``clear_cache`` empties the cache): real text repeats
+    its words, so encoding a long text costs little more than the regex that cuts it.
     """
 
     def __init__(
@@ -98,7 +100,10 @@ class BPETokenizer:
         special_tokens: Mapping[str, int] | None = None,
     ):
         if len(byte_ids) != 256 or len(set(byte_ids)) != 256:
-            raise ValueError(f"byte_ids must give 256 distinct ids, one per byte value; got {len(set(byte_ids))} distinct")
+            raise ValueError(
+                f"byte_ids has {len(byte_ids)} entries, {len(set(byte_ids))} distinct: "
+                "give exactly 256 distinct ids, one per byte value 0..255"
+            )
         self.merges: dict[Pair, int] = dict(merges)
         self.byte_ids: list[int] = list(byte_ids)
         self.special_tokens: dict[str, int] = dict(special_tokens or {})
@@ -108,16 +113,20 @@ class BPETokenizer:
         for (a, b), new_id in self.merges.items():
             if a not in self.vocab or b not in self.vocab:
                 missing = a if a not in self.vocab else b
-                raise ValueError(f"merge {(a, b)} -> {new_id} uses id {missing}, which no earlier byte or merge defines")
+                raise ValueError(
+                    f"merge {(a, b)} -> {new_id} uses id {missing}, which no byte or earlier merge defines: "
+                    "list merges in the order they were learned"
+                )
             if new_id in self.vocab:
                 raise ValueError(f"merge {(a, b)} -> {new_id} reuses id {new_id}: every merge needs a new id")
             self.vocab[new_id] = self.vocab[a] + self.vocab[b]
         for token, token_id in self.special_tokens.items():
             if token_id in self.vocab:
-                raise ValueError(f"special token {token!r} has id {token_id}, which is already a byte or merged token")
+                raise ValueError(
+                    f"special token {token!r} has id {token_id}, already a byte or merged token: give it an unused id"
+                )
             self.vocab[token_id] = token.encode("utf-8")
 
-        self._byte_to_id = dict(enumerate(self.byte_ids))
         self._cache: dict[str, list[int]] = {}
 
     @property
@@ -208,7 +217,7 @@ class BPETokenizer:
     # ------------------------------------------------------------------ encoding
     def _encode_chunk(self, chunk: str) -> list[int]:
         """BPE on one pre-tokenized chunk: apply the lowest-ranked merge present until none is left."""
-        ids = [self._byte_to_id[b] for b in chunk.encode("utf-8")]
+        ids = [self.byte_ids[b] for b in chunk.encode("utf-8")]
         while len(ids) >= 2:
             pair = min(zip(ids, ids[1:]), key=lambda p: self.ranks.get(p, len(self.ranks)))
             if pair not in self.ranks:

@@ -130,7 +130,7 @@ def write_tokens(ids, path: str | os.PathLike) -> Path:
     if ids.size and (ids.min() < 0 or ids.max() >= 2**16):
         raise ValueError(
             f"token ids must be in [0, 65535] to be stored as uint16, got range [{ids.min()}, {ids.max()}]: "
-            "a vocabulary of more than 65,536 tokens needs a wider dtype (np.uint32) than this file format"
+            "these files hold vocabularies of at most 65,536 tokens; for a larger one, store the ids as np.uint32"
         )
     with atomic_path(path) as tmp:
         ids.astype(np.uint16).tofile(tmp)

@@ -147,6 +147,8 @@ def _print(*lines: str) -> None:
 
 
 def _describe(t) -> str:
+    if t is None:
+        return "None"
     if isinstance(t, Tensor):
         return f"shape {tuple(t.shape)}, dtype {t.dtype}"
     return f"a {type(t).__name__}"
@@ -687,7 +689,10 @@ def _check_filtered(got, logits: Tensor, keep: Tensor, hints: Callable[[Tensor],
     got = _require_tensor(got, expected, "filtered logits", shape_hint="return logits of the same shape as the input")
     kept = got > float("-inf")
     if not torch.equal(kept, keep):
-        if not torch.isinf(got).any():
+        sums = got.double().sum(-1)
+        if bool(((got >= 0) & (got <= 1)).all()) and torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
+            hint = "return the filtered logits, not probabilities: the sampler takes the softmax afterwards"
+        elif not torch.isinf(got).any():
             hint = "set the removed entries to float('-inf'), so that softmax gives them probability 0"
         else:
             hint = hints(kept)

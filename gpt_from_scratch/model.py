@@ -187,10 +187,13 @@ class GPT(nn.Module):
         if T == 0:
             raise ValueError("idx has no tokens (T = 0): pass at least one token per sequence")
         if start + T > self.config.context_length:
+            n = self.config.context_length
             raise ValueError(
-                f"a sequence of T={T} tokens after {start} cached positions needs {start + T} positions, but "
-                f"context_length={self.config.context_length}: keep the last {self.config.context_length} tokens "
-                f"(idx[:, -context_length:]) and, when generating, start a fresh cache"
+                f"a sequence of T={T} tokens is longer than context_length={n}: keep its last {n} tokens "
+                f"(idx[:, -context_length:])"
+                if start == 0
+                else f"T={T} new tokens after {start} cached positions need {start + T} positions, but "
+                f"context_length={n}: start a fresh cache with at most the last {n} tokens"
             )
         if not torch.compiler.is_compiling() and ((idx < 0) | (idx >= self.config.vocab_size)).any():
             raise ValueError(
@@ -393,8 +396,8 @@ class GPT(nn.Module):
             if _offline():
                 raise WeightsUnavailableError(
                     f"the {name} weights are not in the Hugging Face cache and offline mode is on (HF_HUB_OFFLINE or "
-                    f"TRANSFORMERS_OFFLINE): download them once with a network connection (they are cached "
-                    f"afterwards), or pass a local directory written by save_pretrained"
+                    f"TRANSFORMERS_OFFLINE): the weights need a network connection once (then they are cached), "
+                    f"or pass a local directory written by save_pretrained"
                 ) from None
             try:
                 hf_model = GPT2LMHeadModel.from_pretrained(name, **hf_kwargs)

@@ -101,6 +101,7 @@ def test_scaling_is_by_sqrt_d_k():
 def test_fully_masked_row_gives_zero_weights_and_output_not_nan():
     q, k, v = randn(4, 8, seed=1), randn(5, 8, seed=2), randn(5, 3, seed=3)
     q.requires_grad_(True)
+    k.requires_grad_(True)
     mask = torch.ones(4, 5, dtype=torch.bool)
     mask[2] = False  # query 2 may see nothing
     out, weights = scaled_dot_product_attention(q, k, v, mask)
@@ -111,6 +112,18 @@ def test_fully_masked_row_gives_zero_weights_and_output_not_nan():
     assert_close(out[[0, 1, 3]], ref, **F32)
     out.sum().backward()
     assert torch.isfinite(q.grad).all() and torch.equal(q.grad[2], torch.zeros(8))
+    assert torch.isfinite(k.grad).all()
+
+
+def test_fully_masked_row_in_one_batch_element_of_a_broadcast_mask():
+    q, k, v = randn(2, 3, 4, 8, seed=1), randn(2, 3, 5, 8, seed=2), randn(2, 3, 5, 8, seed=3)
+    mask = torch.ones(2, 1, 4, 5, dtype=torch.bool)
+    mask[1, 0, 2] = False  # in batch element 1, query 2 may see nothing (in every head)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert torch.equal(out[1, :, 2], torch.zeros(3, 8)) and torch.equal(weights[1, :, 2], torch.zeros(3, 5))
+    ref, _ = scaled_dot_product_attention(q, k, v)
+    assert_close(out[0], ref[0], **F32)
+    assert_close(out[1, :, [0, 1, 3]], ref[1, :, [0, 1, 3]], **F32)
 
 
 def test_non_bool_mask_is_rejected():

