@@ -70,5 +70,16 @@ notebooks/%.ipynb: notebooks/text/%.py gpt_from_scratch/*.py | $(STAMP)
 benchmarks: $(STAMP)
 	$(PY) -m benchmarks
 
+# Student copies for handing out: solution cells become stubs, exercise outputs are cleared.
+student: $(STAMP)
+	$(PY) scripts/make_student.py --out _build/student
+
+# Colab rehearsal (minutes, run by CI apart from `make test`): a fresh venv with only torch, the package
+# installed from this checkout through pyproject.toml, then these chapters run under nbval in it.
+COLAB_CHAPTERS ?= 01 04
+.PHONY: test-colab
+test-colab: $(STAMP)
+	GPT_FROM_SCRATCH_TEST_COLAB="$(COLAB_CHAPTERS)" $(PY) -m pytest -p no:cacheprovider -rs tests/test_colab.py
+
 clean:
 	rm -rf _build .pytest_cache

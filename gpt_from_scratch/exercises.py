@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import math
 import random
+import sysconfig
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +55,8 @@ __all__ = [
 
 PASS_MARK, FAIL_MARK = "✅", "❌"
 _MAX_MESSAGE = 240  # characters of an exception message worth printing
+# Frames of these folders (the standard library, installed packages) are not the candidate's code.
+_LIBRARY_DIRS = tuple({sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -93,7 +97,8 @@ def _call(fn: Callable, *args, **kwargs):
 
 def _where(error: BaseException) -> str:
     """The last line of the candidate's code that ran before ``error`` (this file's frames skipped)."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename != __file__]
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if f.filename != __file__ and not f.filename.startswith(_LIBRARY_DIRS)]
     if not frames or not frames[-1].line:
         return ""
     frame = frames[-1]
@@ -107,37 +112,44 @@ def _message(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _run_cases(name: str, cases: list[_Case], notes: tuple[str, ...] = ()) -> bool:
-    """Run ``cases`` in order, print the first failure (or one success line), return whether all passed."""
+@contextmanager
+def _rng_preserved() -> Iterator[None]:
+    """Candidates may draw random numbers: give PyTorch, NumPy and Python their states back afterwards."""
     python_state, numpy_state = random.getstate(), np.random.get_state()
     try:
-        with torch.random.fork_rng(devices=[]):  # candidates may draw random numbers: keep the notebook's
-            for number, case in enumerate(cases, 1):
-                try:
-                    case.run()
-                    continue
-                except _Mismatch as mismatch:
-                    lines, hint = mismatch.lines, mismatch.hint
-                except _CandidateError as raised:
-                    error = raised.error
-                    if isinstance(error, NotImplementedError):
-                        _print(f"{FAIL_MARK} {name}: not implemented yet ({_message(error)}).",
-                               "   Write the body of your function, run its cell, then run this check again.")
-                        return False
-                    lines = [f"your code raised {_message(error)}"]
-                    where = _where(error)
-                    if where:
-                        lines.append(where)
-                    hint = case.error_hint
-                except Exception as error:  # noqa: BLE001 - the result could not even be inspected
-                    lines = [f"your result could not be checked: {_message(error)}"]
-                    hint = "return what the exercise asks for (see the table in the exercise's instructions)"
-                header = f"{FAIL_MARK} {name}: case {number} of {len(cases)} failed — {case.label}"
-                _print(header, *(f"   {line}" for line in lines), *([f"   hint: {hint}"] if hint else []))
-                return False
+        with torch.random.fork_rng(devices=[]):
+            yield
     finally:
         random.setstate(python_state)
         np.random.set_state(numpy_state)
+
+
+def _run_cases(name: str, cases: list[_Case], notes: tuple[str, ...] = ()) -> bool:
+    """Run ``cases`` in order, print the first failure (or one success line), return whether all passed."""
+    with _rng_preserved():
+        for number, case in enumerate(cases, 1):
+            try:
+                case.run()
+                continue
+            except _Mismatch as mismatch:
+                lines, hint = mismatch.lines, mismatch.hint
+            except _CandidateError as raised:
+                error = raised.error
+                if isinstance(error, NotImplementedError):
+                    _print(f"{FAIL_MARK} {name}: not implemented yet ({_message(error)}).",
+                           "   Write the body of your function, run its cell, then run this check again.")
+                    return False
+                lines = [f"your code raised {_message(error)}"]
+                where = _where(error)
+                if where:
+                    lines.append(where)
+                hint = case.error_hint
+            except Exception as error:  # noqa: BLE001 - the result could not even be inspected
+                lines = [f"your result could not be checked: {_message(error)}"]
+                hint = "return what the exercise asks for: compare the type and shape you return with its instructions"
+            header = f"{FAIL_MARK} {name}: case {number} of {len(cases)} failed — {case.label}"
+            _print(header, *(f"   {line}" for line in lines), *([f"   hint: {hint}"] if hint else []))
+            return False
     _print(*notes, f"{PASS_MARK} {name}: all {len(cases)} cases passed.")
     return True
 
@@ -272,16 +284,15 @@ def check_get_batch(candidate) -> bool:
     ``data[s : s + T]`` with ``y = data[s + 1 : s + T + 1]``; starts ``s`` cover ``0 .. len(data) - T - 1``.
     """
     use_numpy = False
-    try:  # which kind of data does the candidate take?
-        with torch.random.fork_rng(devices=[]):
-            candidate(torch.arange(50), 2, 4, generator=_generator(0))
-    except Exception:  # noqa: BLE001 - retried with NumPy data; a real error shows up in the cases
+    with _rng_preserved():  # which kind of data does the candidate take?
         try:
-            with torch.random.fork_rng(devices=[]):
+            candidate(torch.arange(50), 2, 4, generator=_generator(0))
+        except Exception:  # noqa: BLE001 - retried with NumPy data; a real error shows up in the cases
+            try:
                 candidate(np.arange(50, dtype=np.uint16), 2, 4, generator=_generator(0))
-            use_numpy = True
-        except Exception:  # noqa: BLE001
-            pass
+                use_numpy = True
+            except Exception:  # noqa: BLE001
+                pass
 
     def data_of(n: int):
         return np.arange(n, dtype=np.uint16) if use_numpy else torch.arange(n)

@@ -181,8 +181,10 @@ class GPT(nn.Module):
 
     def _embed(self, idx: Tensor, start: int = 0) -> Tensor:
         """Token plus position embeddings of ``idx`` (B, T) at positions ``start ..``, then dropout: (B, T, D)."""
-        if idx.dim() != 2 or idx.dtype in (torch.bool,) or idx.is_floating_point() or idx.is_complex():
-            raise ValueError(f"idx must be integer token ids of shape (B, T), got {idx.dtype} of shape {tuple(idx.shape)}")
+        if idx.dim() != 2 or idx.dtype == torch.bool or idx.is_floating_point() or idx.is_complex():
+            raise ValueError(
+                f"idx must be integer token ids of shape (B, T), got {idx.dtype} of shape {tuple(idx.shape)}"
+            )
         B, T = idx.shape
         if T == 0:
             raise ValueError("idx has no tokens (T = 0): pass at least one token per sequence")
@@ -219,7 +221,9 @@ class GPT(nn.Module):
             ``(logits (B, T, V), loss)``: the mean cross-entropy in nats, or None without targets.
         """
         if kv_cache is not None and len(kv_cache) != len(self.blocks):
-            raise ValueError(f"kv_cache has {len(kv_cache)} layers, the model {len(self.blocks)}: use model.new_kv_cache()")
+            raise ValueError(
+                f"kv_cache has {len(kv_cache)} layers, the model {len(self.blocks)}: use model.new_kv_cache()"
+            )
         start = len(kv_cache[0]) if kv_cache is not None else 0
         x = self._embed(idx, start)  # (B, T, D)
         for i, block in enumerate(self.blocks):
@@ -271,33 +275,20 @@ class GPT(nn.Module):
         ``ValueError`` naming the key. The model is returned in eval mode, like transformers'.
         """
         if isinstance(model_or_state_dict, nn.Module):
-            settings = _settings_from_hf_config(model_or_state_dict.config, overrides)
             state_dict = model_or_state_dict.state_dict()
         else:
-            settings, state_dict = {}, dict(model_or_state_dict)
+            state_dict = dict(model_or_state_dict)
         prefix = "transformer." if any(k.startswith("transformer.") for k in state_dict) else ""
-        hf = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state_dict.items()}
-        hf = {k: v for k, v in hf.items() if not re.fullmatch(r"h\.\d+\.attn\.(bias|masked_bias)", k)}  # old mask buffers
+        hf = {k.removeprefix(prefix): v for k, v in state_dict.items()}
+        old_mask_buffer = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")  # in checkpoints saved by old transformers
+        hf = {k: v for k, v in hf.items() if not old_mask_buffer.fullmatch(k)}
         for key in ("wte.weight", "wpe.weight"):
             if key not in hf:
                 raise ValueError(f"the state dict has no {prefix + key!r}: is it a GPT-2 (GPT2LMHeadModel) state dict?")
-        if not settings:
-            (vocab_size, d_model), context_length = hf["wte.weight"].shape, hf["wpe.weight"].shape[0]
-            layers = [int(m.group(1)) for k in hf if (m := re.match(r"h\.(\d+)\.", k))]
-            d_ff = hf["h.0.mlp.c_fc.weight"].shape[1] if "h.0.mlp.c_fc.weight" in hf else 4 * d_model
-            head = hf.get("lm_head.weight")
-            tied = head is None or head.data_ptr() == hf["wte.weight"].data_ptr() or torch.equal(head, hf["wte.weight"])
-            settings = dict(
-                vocab_size=vocab_size, context_length=context_length, d_model=d_model,
-                n_layers=max(layers, default=-1) + 1, d_ff=d_ff, tie_weights=tied,
-            )
-            if "n_heads" not in overrides:
-                if d_model % 64:
-                    raise ValueError(
-                        f"a state dict does not say how many heads it has, and d_model={d_model} is not a multiple "
-                        f"of GPT-2's head width 64: pass n_heads=... (or pass the model instead of its state dict)"
-                    )
-                settings["n_heads"] = d_model // 64
+        if isinstance(model_or_state_dict, nn.Module):
+            settings = _settings_from_hf_config(model_or_state_dict.config, overrides)
+        else:
+            settings = _settings_from_shapes(hf, overrides)
         config = GPTConfig(**{**settings, **overrides})
 
         with torch.device("meta"):
@@ -436,6 +427,27 @@ def _natural(key: str) -> list:
 def _offline() -> bool:
     truthy = {"1", "ON", "YES", "TRUE"}
     return any(os.environ.get(v, "").upper() in truthy for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _settings_from_shapes(hf: dict[str, Tensor], overrides: dict) -> dict:
+    """GPTConfig fields read off a GPT-2 state dict (keys without the ``transformer.`` prefix)."""
+    (vocab_size, d_model), context_length = hf["wte.weight"].shape, hf["wpe.weight"].shape[0]
+    layers = [int(m.group(1)) for k in hf if (m := re.match(r"h\.(\d+)\.", k))]
+    d_ff = hf["h.0.mlp.c_fc.weight"].shape[1] if "h.0.mlp.c_fc.weight" in hf else 4 * d_model
+    head = hf.get("lm_head.weight")
+    tied = head is None or head.data_ptr() == hf["wte.weight"].data_ptr() or torch.equal(head, hf["wte.weight"])
+    settings = dict(
+        vocab_size=vocab_size, context_length=context_length, d_model=d_model,
+        n_layers=max(layers, default=-1) + 1, d_ff=d_ff, tie_weights=tied,
+    )
+    if "n_heads" not in overrides:
+        if d_model % 64:
+            raise ValueError(
+                f"a state dict does not say how many heads it has, and d_model={d_model} is not a multiple "
+                f"of GPT-2's head width 64: pass n_heads=... (or pass the model instead of its state dict)"
+            )
+        settings["n_heads"] = d_model // 64
+    return settings
 
 
 def _settings_from_hf_config(hf_config, overrides: dict) -> dict:

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from .data import cache_dir, get_batch, load_tiny_shakespeare, prepare_tokens, read_tokens, split_text
 from .model import GPT, GPTConfig
 from .tokenizer import CharTokenizer, gpt2_encoding
-from .utils import atomic_path, sha256_file
+from .utils import atomic_path, default_device, sha256_file
 
 CHECKPOINT_FORMAT = "gpt_from_scratch.checkpoint/1"
 MODEL_FILE, OPTIMIZER_FILE, META_FILE = "model.safetensors", "optimizer.safetensors", "checkpoint.json"
@@ -149,10 +149,13 @@ def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.
 
     Under ``torchrun`` (``torch.distributed`` initialised) the model is wrapped in
     ``DistributedDataParallel``: each process draws its own batches, gradients are averaged, and only
-    rank 0 shows progress and writes checkpoints.
+    rank 0 shows progress and writes checkpoints. On a GPU, float32 matrix products use TF32
+    (``torch.set_float32_matmul_precision("high")``).
     """
     rank, world = _world()
     device = cfg.device
+    if torch.device(device).type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32 matrix products on recent GPUs, as nanoGPT does
     block_size = cfg.block_size or model.config.context_length
     model.to(device)
     optimizer = make_optimizer(model, cfg)
@@ -387,7 +390,12 @@ RECIPES = {
     # The same network on GPT-2 tokens: its 50,257-way output layer is most of the work.
     "shakespeare-bpe": Recipe("bpe", _CHAR | {"vocab_size": 50_257},
                               dict(max_iters=300, batch_size=12, warmup_iters=30, eval_interval=50, eval_iters=10)),
+    # nanoGPT's GPU run for Shakespeare-char (6 layers, 6 heads, 384 dims, context 256, dropout 0.2): for a GPU.
+    "shakespeare-char-full": Recipe("char", _CHAR | dict(context_length=256, d_model=384, n_layers=6, n_heads=6,
+                                                         d_ff=1536, dropout=0.2),
+                                    dict(max_iters=5000, batch_size=64, eval_interval=250, eval_iters=200)),
 }
+BOOK_MODELS = ("shakespeare-char", "shakespeare-bpe")  # what book_model returns
 
 
 def load_data(level: str):
@@ -401,8 +409,8 @@ def load_data(level: str):
 
 def book_model_path(name: str) -> Path:
     """Where ``book_model(name)`` keeps its checkpoint: ``cache_dir() / "checkpoints" / name``."""
-    if name not in RECIPES:
-        raise ValueError(f"unknown book model {name!r}: choose one of {sorted(RECIPES)}")
+    if name not in BOOK_MODELS:
+        raise ValueError(f"unknown book model {name!r}: choose one of {', '.join(BOOK_MODELS)}")
     return cache_dir() / "checkpoints" / name
 
 
@@ -418,8 +426,8 @@ def book_model(name: str, progress: bool = True):
     (other CPUs or PyTorch versions may differ in the last bits). Its ``History`` is
     ``load_checkpoint(book_model_path(name)).history``.
     """
-    recipe = RECIPES[name] if name in RECIPES else book_model_path(name)  # the latter raises the clear error
-    path = book_model_path(name)
+    path = book_model_path(name)  # checks the name
+    recipe = RECIPES[name]
     train_ids, val_ids, tokenizer = load_data(recipe.data)
     cfg = TrainConfig(**recipe.train, progress=progress)
     if (path / META_FILE).is_file():
@@ -468,6 +476,11 @@ def _convert(value: str, like):
     return type(like)(value) if like is not None else int(value)
 
 
+def world_size() -> int:
+    """How many processes ``torchrun`` started (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def main(argv=None) -> None:
     """``python -m gpt_from_scratch.train``: train a preset with overrides; see ``--help``."""
     args = _parse_args(argv)
@@ -479,17 +492,20 @@ def main(argv=None) -> None:
             continue
         target = train_kw if name in train_kw else model_kw
         target[name] = value if not isinstance(value, str) else _convert(value, target[name])
-    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
+    if world_size() > 1:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend)
         if backend == "nccl":
             train_kw["device"] = f"cuda:{int(os.environ['LOCAL_RANK'])}"
             torch.cuda.set_device(train_kw["device"])
+    elif args.device is None:
+        train_kw["device"] = default_device()  # the command line uses a GPU when there is one
     rank, world = _world()
     cfg = TrainConfig(**train_kw)
     train_ids, val_ids, _ = load_data(recipe.data)
     torch.manual_seed(cfg.seed)  # the same initial weights on every process
     model = GPT(GPTConfig(**model_kw))
+    done_before = load_checkpoint(args.out).step if args.resume and args.out else 0
     start = time.perf_counter()
     history = train(model, train_ids, val_ids, cfg, out_dir=args.out, resume=args.resume)
     seconds = time.perf_counter() - start
@@ -504,11 +520,11 @@ def main(argv=None) -> None:
             print(f"{world} processes, weights identical on every rank: {bool(agree.item())}")
         dist.destroy_process_group()
     if rank == 0:
-        tokens = (len(history.step)) * cfg.batch_size * (cfg.block_size or model.config.context_length) * world
-        print(f"step {history.eval_step[-1]}: train loss {history.train_loss[-1]:.4f}, "
-              f"val loss {history.val_loss[-1]:.4f} ({seconds:.1f} s, {tokens / seconds:,.0f} tokens/s)")
-        if args.out:
-            print(f"checkpoint: {args.out}")
+        print(f"{args.preset}: {model.num_parameters():,} parameters on {cfg.device}")
+        for step, train_loss, val_loss in zip(history.eval_step, history.train_loss, history.val_loss):
+            print(f"step {step:6d}: train loss {train_loss:.4f}, val loss {val_loss:.4f}")
+        tokens = (cfg.max_iters - done_before) * cfg.batch_size * (cfg.block_size or model.config.context_length)
+        print(f"{seconds:.1f} s, {tokens * world / seconds:,.0f} tokens/s" + (f"; checkpoint in {args.out}" if args.out else ""))
 
 
 if __name__ == "__main__":

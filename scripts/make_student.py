@@ -45,8 +45,18 @@ def is_solution(cell) -> bool:
     return cell.cell_type == "code" and SOLUTION_TAG in tags(cell)
 
 
-def instruction(markdown: str, limit: int = 160) -> str:
-    """The first sentence of an exercise's instructions, as plain text for an error message."""
+EXERCISE_LABEL = re.compile(r"\s*(\*\*|__)?\s*(exercise\b|\d+[.)])", re.IGNORECASE)
+
+
+def instruction(markdown: str, limit: int = 120) -> str:
+    """The first sentence of an exercise's instructions, as plain text for an error message.
+
+    ``markdown`` is the cell above the solution; when it holds more (the summary, several exercises),
+    the instructions start at its last paragraph that opens with a label ("**2. ...", "Exercise 2 ...").
+    """
+    paragraphs = re.split(r"\n\s*\n", markdown)
+    labelled = [i for i, paragraph in enumerate(paragraphs) if EXERCISE_LABEL.match(paragraph)]
+    markdown = "\n\n".join(paragraphs[labelled[-1]:]) if labelled else markdown
     text = re.sub(r"^\s*#+\s*(.*?)[.:]?\s*$", r"\1:", markdown, flags=re.MULTILINE)  # headings end in ':'
     text = re.sub(r"^\s*\([\w-]+\)=\s*$", "", text, flags=re.MULTILINE)  # MyST labels
     text = re.sub(r"\{\w+\}`([^`<]*?)(?:\s*<[^>]*>)?`", r"\1", text)  # {ref}`ch-x`, {cite}`key`
@@ -60,7 +70,7 @@ def instruction(markdown: str, limit: int = 160) -> str:
             break
     if not first:
         return DEFAULT_INSTRUCTION
-    return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
+    return first if len(first) <= limit else first[: first.rfind(" ", 0, limit)].rstrip(" ,;:") + "…"
 
 
 def _header_end(lines: list[str], node: ast.stmt) -> tuple[int, int]:

@@ -522,6 +522,14 @@ def test_a_raising_candidate_gives_false_and_a_message(check, capsys):
     assert 'raise ValueError("shapes do not match")' in out  # the line of the candidate that raised
 
 
+def test_an_error_inside_pytorch_points_at_the_candidates_line(capsys):
+    def layer_norm_wrong_shape(x, weight, bias, eps):
+        return F.layer_norm(x, (3,), weight, bias, eps)  # normalized_shape should be (D,)
+
+    out = assert_fails(ex.check_layer_norm, layer_norm_wrong_shape, capsys, "RuntimeError")
+    assert "in layer_norm_wrong_shape(): return F.layer_norm(x, (3,), weight, bias, eps)" in out
+
+
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
 def test_an_unfinished_stub_says_not_implemented(check, capsys):
     class Stub(nn.Module):

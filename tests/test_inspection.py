@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gpt_from_scratch.model import GPT, WeightsUnavailableError  # noqa: E402
-from gpt_from_scratch.plotting import attention_grid, compare_attention  # noqa: E402
+from gpt_from_scratch.plotting import attention_grid, attention_lines, compare_attention  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 
@@ -197,3 +197,16 @@ def test_compare_attention_rejects_bad_input():
         compare_attention([torch.zeros(2, 3, 3)], ["x"])
     with pytest.raises(ValueError, match="titles"):
         compare_attention([torch.zeros(3, 3)], ["x", "y"])
+
+
+def test_attention_lines_draws_one_panel_per_head_with_opacity_from_the_weights():
+    layer = _maps(T=5)[0][0]  # (H, T, T)
+    fig = attention_lines(layer, list("abcde"), heads=[1, 3])
+    assert len(fig.axes) == 2
+    lines = fig.axes[0].collections[0]
+    drawn = torch.as_tensor(lines.get_colors()[:, 3], dtype=torch.float32).sort().values  # each line's opacity
+    head_1 = layer[1].flatten()
+    torch.testing.assert_close(drawn, head_1[head_1 > 0.01].sort().values)
+    plt.close(fig)
+    with pytest.raises(ValueError, match="tokens"):
+        attention_lines(layer, list("abc"))

@@ -173,6 +173,15 @@ def test_stubbed_function_raises_with_the_instructions():
         namespace["causal_mask_solution"](4)
 
 
+def test_the_message_quotes_the_exercise_not_the_summary_above_it():
+    cell = ("## Summary\n\n- Attention is a weighted average.\n\n## Exercises\n\n"
+            "**1. A causal mask (implement).** Write `causal_mask_solution(T)` from two {ref}`aranges <ch-attention>` "
+            "and a comparison, using broadcasting so that it works for every $T$ without a loop over rows.")
+    message = make_student.instruction(cell)
+    assert message.startswith("1. A causal mask (implement). Write `causal_mask_solution(T)` from two aranges")
+    assert len(message) <= 120 and message.endswith("…")
+
+
 def test_student_copy_of_a_synthetic_chapter():
     original = chapter()
     before = nbformat.writes(original)

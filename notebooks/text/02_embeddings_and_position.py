@@ -284,7 +284,7 @@ plt.show()
 # number: the fast ones tell neighbouring positions apart, the slow ones tell far-apart positions
 # apart, and no two positions within any practical length share the same combination.
 
-# %% mystnb={"figure": {"caption": "Four even dimensions of the sinusoidal table (D = 64) along the positions. Each is a sine; every 8 dimensions (4 frequency pairs) the wavelength grows by 10000^(8/64) ≈ 3.16.", "name": "fig-sinusoidal-curves"}, "image": {"alt": "Four stacked line plots over positions 0 to 127. Dimension 0 oscillates with a period of about 6 positions, dimension 8 with about 20, dimension 16 completes about two periods of 63, and dimension 24 rises slowly from 0 to about 0.96 in the first half of its period."}}
+# %% mystnb={"figure": {"caption": "Four even dimensions of the sinusoidal table (D = 64) along the positions. Each is a sine; every 8 dimensions (4 frequency pairs) the wavelength grows by 10000^(8/64) ≈ 3.16.", "name": "fig-sinusoidal-curves"}, "image": {"alt": "Four stacked line plots over positions 0 to 127. Dimension 0 oscillates with a period of about 6 positions, dimension 8 with about 20, dimension 16 completes about two periods of 63, and dimension 24 rises slowly to 1 near position 50 and falls to about -0.77 at position 127."}}
 fig, axes = plt.subplots(4, 1, figsize=(7, 5), sharex=True, sharey=True)
 for ax, j in zip(axes, (0, 8, 16, 24)):
     ax.plot(pe[:, j])
@@ -473,9 +473,9 @@ for name, table in tables.items():
 #   in its reference implementation), which gives rows of norm 0.999: next to a sinusoidal code of norm
 #   19.6 the token would be drowned, the failure we measured above. Multiplying by $\sqrt{D}$ lifts the
 #   token rows to 27.7, the same order as the code.
-# - **GPT-2** learns both tables and initializes both from $\mathcal{N}(0, 0.02^2)$ (the value of
-#   nanoGPT {cite}`karpathy2023nanogpt` and of Hugging Face's implementation), so the two terms start at
-#   the same norm, 0.554, and neither can drown the other. The first thing each block does is a
+# - **GPT-2** {cite}`radford2019language` learns both tables; nanoGPT {cite}`karpathy2023nanogpt` and
+#   Hugging Face's implementation initialize both from $\mathcal{N}(0, 0.02^2)$, so the two terms start
+#   at the same norm, 0.554, and neither can drown the other. The first thing each block does is a
 #   LayerNorm (Chapter 3, {ref}`ch-layernorm`), which rescales whatever it is given, so the small
 #   absolute size does no harm.
 #

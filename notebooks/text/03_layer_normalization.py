@@ -2,7 +2,16 @@
 # (ch-layernorm)=
 # # 3. Layer normalization
 #
-# INTRO
+# A GPT is a deep stack: GPT-2 small has 12 blocks, GPT-2 XL 48, and every block adds its output to a
+# running sum of vectors, the *residual stream*. Nothing in that design keeps the numbers at a sensible
+# size. Layer normalization {cite}`ba2016layer` does: it rescales each token's vector to zero mean and
+# unit variance, then lets the network choose a scale and shift of its own.
+#
+# This chapter builds LayerNorm by hand and checks it against PyTorch's, fixes a common slip in how
+# $\epsilon$ is added, contrasts it with BatchNorm, and then measures what normalization does in a deep
+# stack: how the activations and the gradients behave with the normalization after the residual
+# addition (the original Transformer) or before it (GPT-2), and why GPT-2 also shrinks some of its
+# initial weights by $1/\sqrt{2L}$.
 
 # %% tags=["colab-setup"]
 # Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
@@ -21,10 +30,22 @@ from torch import nn
 
 from gpt_from_scratch.utils import seed_everything
 
-seed_everything(1337)
+_ = seed_everything(1337)
 
 # %% [markdown]
 # ## Mean and variance of each token
+#
+# LayerNorm works on one token at a time. For the vector $x \in \mathbb{R}^D$ of one token it computes
+#
+# $$
+# \mu = \frac{1}{D}\sum_{j=1}^{D} x_j, \qquad
+# \sigma^2 = \frac{1}{D}\sum_{j=1}^{D} (x_j - \mu)^2, \qquad
+# \hat{x} = \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}}.
+# $$
+#
+# On a batch of shape $(B, T, D)$ that is one mean and one variance per token: a reduction over the
+# last dimension with `keepdim=True`, giving shape $(B, T, 1)$ so that it broadcasts back. To see it
+# work, build six tokens with very different offsets and spreads:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -39,12 +60,23 @@ var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # (B, T, 1): biased variance
 print("mean per token:\n", mean.squeeze(-1).numpy().round(3))
 print("variance per token:\n", var.squeeze(-1).numpy().round(3))
 
+# %% [markdown]
+# The variance above divides by $D$: the *biased* (population) variance. Statistics courses often
+# divide by $D - 1$ instead (the *unbiased* estimate of a population's variance from a sample), and
+# that is what `torch.var` does by default. The two differ by the factor $D/(D-1)$, which matters for
+# small $D$:
+
 # %%
 # NBVAL_CHECK_OUTPUT
 biased = x.var(dim=-1, unbiased=False, keepdim=True)  # divide by D
 unbiased = x.var(dim=-1, keepdim=True)  # torch's default: divide by D - 1
 torch.testing.assert_close(biased, var)
 print(f"unbiased / biased = {(unbiased / biased).mean():.6f}; D / (D - 1) = {D / (D - 1):.6f}")
+
+# %% [markdown]
+# LayerNorm uses the biased variance: it is not estimating anything, just measuring the spread of these
+# $D$ numbers. Now the normalization itself, by hand, compared with `nn.LayerNorm` (whose learned
+# scale and shift start at 1 and 0, so at first it only normalizes):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -59,22 +91,43 @@ def layer_norm_by_hand(x, eps=1e-5):
 
 
 x_hat = layer_norm_by_hand(x)
-print("every normalized token has mean 0 (to 1e-6):", x_hat.mean(dim=-1).abs().max().item() < 1e-6)
+print("every normalized token has mean 0 (up to float32 rounding):", x_hat.mean(dim=-1).abs().max().item() < 1e-4)
 print("biased variance of each normalized token:\n", x_hat.var(dim=-1, unbiased=False).numpy().round(4))
 
 reference = nn.LayerNorm(D)  # γ = 1, β = 0 at initialization
 torch.testing.assert_close(layer_norm_by_hand(x), reference(x))
 with_unbiased = (x - mean) / torch.sqrt(unbiased + eps)
-print(f"max |difference| to nn.LayerNorm: biased {(layer_norm_by_hand(x) - reference(x)).abs().max():.0e}, "
-      f"unbiased {(with_unbiased - reference(x)).abs().max():.3f}")
+print(f"with the unbiased variance instead: max |difference| {(with_unbiased - reference(x)).abs().max():.3f}")
 
 # %% [markdown]
+# Every token now has mean 0 and variance 1, except one whose variance came out as 0.9981. That token
+# (the second of the first sequence) has variance 0.005, and $\epsilon = 10^{-5}$ is no longer
+# negligible next to it: $0.005 / (0.005 + 0.00001) \approx 0.998$. Keep that in mind; it is the
+# subject of the next section but one. The version with the unbiased variance is off by up to 0.132.
+#
 # ## Learnable scale and shift
+#
+# Forcing every token to mean 0 and variance 1 throws information away, and a layer may need some
+# features large and others small. So LayerNorm ends with a learned elementwise scale $\gamma$ and
+# shift $\beta$, both of shape $(D,)$:
+#
+# $$
+# y = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta .
+# $$
+#
+# They start at $\gamma = 1$, $\beta = 0$. Note that $\gamma$ and $\beta$ are shared by all tokens: they do
+# not give back each token's own mean and spread (that is gone, on purpose), they give each *feature*
+# a learned scale and offset. The size of the activations thus becomes a parameter the optimizer
+# controls directly, instead of a side effect of every weight that came before.
+#
+# The package's `LayerNorm` is exactly this formula, with the parameters named `weight` ($\gamma$) and
+# `bias` ($\beta$) as in `nn.LayerNorm`, so that state dicts, including GPT-2's, load unchanged:
 
 # %%
 # NBVAL_CHECK_OUTPUT
 from gpt_from_scratch.layernorm import LayerNorm
 
+torch.testing.assert_close(LayerNorm(D, elementwise_affine=False)(x), layer_norm_by_hand(x))  # the same formula
 ln = LayerNorm(D)
 print(ln)
 print({name: tuple(p.shape) for name, p in ln.named_parameters()})
@@ -101,7 +154,18 @@ torch.testing.assert_close(ln.bias.grad, reference.bias.grad)
 print("outputs and all three gradients match nn.LayerNorm")
 
 # %% [markdown]
+# From here on the book uses `gpt_from_scratch.layernorm.LayerNorm`. (The package's tests also check
+# it against `nn.LayerNorm` for tuple shapes, without the affine part, and on rows of tiny variance,
+# where gradients are in the hundreds.)
+
+# %% [markdown]
 # ## A common slip: dividing by std + eps
+#
+# Many tutorials, including the articles this book grew from, write the normalization as
+# $(x - \mu) / (\sigma + \epsilon)$: $\epsilon$ added to the standard deviation instead of to the
+# variance under the square root. It looks harmless. How far is it from the real LayerNorm? Take rows of
+# $D = 768$ random numbers, scale them to standard deviations from $10^{-4}$ to $10^{2}$, and measure the
+# largest difference between the two outputs (in float64, so that only the formula differs):
 
 # %%
 def layer_norm_std_plus_eps(x, eps=1e-5):
@@ -115,7 +179,7 @@ stds = torch.logspace(-4, 2, 61, dtype=torch.float64)
 z = torch.randn(64, 768, generator=torch.Generator().manual_seed(1), dtype=torch.float64)  # 64 tokens, D = 768
 errors = torch.stack([(layer_norm_std_plus_eps(s * z) - layer_norm_by_hand(s * z)).abs().max() for s in stds])
 
-# %% mystnb={"figure": {"caption": "CAPTION", "name": "fig-std-plus-eps"}, "image": {"alt": "ALT"}}
+# %% mystnb={"figure": {"caption": "Largest difference between (x − μ)/(σ + ε) and the correct (x − μ)/√(σ² + ε), for rows of D = 768 numbers with standard deviation σ, ε = 10⁻⁵. At σ = 1 they agree to about 2·10⁻⁵; at and below √ε (dashed) they disagree by about 1 or more. The dip at σ = 0.5 is where the two small corrections, ε/σ and ε/(2σ²), happen to cancel.", "name": "fig-std-plus-eps"}, "image": {"alt": "Log-log plot of max absolute error against input standard deviation from 1e-4 to 1e2. The error is about 4 at the left, falls steeply past the dashed line at sigma about 0.003, dips sharply near sigma 0.5, and then declines slowly from about 2e-5 at sigma 1 to 4e-7 at sigma 100."}}
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.loglog(stds, errors, marker=".", label="max |(x−μ)/(σ+ε) − (x−μ)/√(σ²+ε)|")
 ax.axvline(math.sqrt(eps), color="gray", linestyle="--", label="σ = √ε")
@@ -127,9 +191,16 @@ plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for s in (1e-4, 1e-3, 1e-2, 1.0, 100.0):
-    i = int(torch.argmin((stds - s).abs()))
-    print(f"σ = {s:g}: max abs error {errors[i]:.1e}")
+for s in (1e-4, 1e-3, math.sqrt(eps), 1e-2, 0.1, 1.0, 100.0):
+    i = int(torch.argmin((stds - s).abs()))  # the nearest σ of the sweep
+    print(f"σ = {stds[i].item():.3g}: max abs error {errors[i]:.1e}")
+
+# %% [markdown]
+# For the scales activations usually have ($\sigma \approx 1$) the slip costs about $2 \times 10^{-5}$:
+# invisible. The damage is on rows whose spread is comparable to $\sqrt{\epsilon} \approx 0.003$ or
+# smaller: there the two formulas disagree by order 1. Such rows do occur, for example a token whose
+# activations are almost constant. The correct LayerNorm treats a spread below $\sqrt{\epsilon}$ as noise
+# and shrinks it; the slipped version blows the noise up to unit size:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -139,7 +210,18 @@ print(f"std of the output: correct {layer_norm_by_hand(row).std(unbiased=False):
       f"std + eps {layer_norm_std_plus_eps(row).std(unbiased=False):.4f}")
 
 # %% [markdown]
+# The same goes for the gradients, which scale like $1/(\sigma + \epsilon)$ in one case and
+# $1/\sqrt{\sigma^2 + \epsilon}$ in the other: for this row about $10^4$ against at most
+# $1/\sqrt{\epsilon} \approx 316$. And a pretrained model is tied to the formula it was trained with:
+# GPT-2 puts $\epsilon$ inside the square root, so loading its weights into the slipped version changes
+# its outputs exactly on such rows.
+#
 # ## LayerNorm versus BatchNorm
+#
+# BatchNorm {cite}`ioffe2015batch`, the normalization of convolutional networks, uses the same formula
+# along the other axis: one mean and variance **per feature**, computed over all the tokens of the
+# batch, where LayerNorm computes one mean and variance **per token**, over its features. The picture
+# below uses twelve tokens with different spreads and sixteen features with different offsets.
 
 # %%
 n_tokens, n_features = 12, 16
@@ -151,7 +233,7 @@ acts = feature_offset + token_spread * torch.randn(n_tokens, n_features, generat
 after_ln = LayerNorm(n_features, elementwise_affine=False)(acts)  # statistics per row (token)
 after_bn = nn.BatchNorm1d(n_features, affine=False)(acts)  # statistics per column (feature), over the batch
 
-# %% mystnb={"figure": {"caption": "CAPTION", "name": "fig-layernorm-vs-batchnorm"}, "image": {"alt": "ALT"}}
+# %% mystnb={"figure": {"caption": "The same activations (12 tokens × 16 features) before normalization, after LayerNorm (each row, one token, rescaled on its own) and after BatchNorm (each column, one feature, rescaled across the tokens). LayerNorm keeps the feature offsets visible as a left-to-right gradient; BatchNorm removes them but keeps the tokens' different spreads.", "name": "fig-layernorm-vs-batchnorm"}, "image": {"alt": "Three heatmaps, tokens on the vertical axis and features on the horizontal axis. The input runs from blue on the left to red on the right, with the lower rows much more contrasted. After LayerNorm every row has similar contrast and the blue-to-red trend remains. After BatchNorm the trend is gone, and the lower rows still have stronger colours than the upper ones."}}
 fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), sharey=True)
 for ax, (title, values) in zip(axes, [("input", acts), ("LayerNorm: each row", after_ln), ("BatchNorm: each column", after_bn)]):
     im = ax.imshow(values.detach(), cmap="RdBu_r", vmin=-4, vmax=4)
@@ -161,18 +243,32 @@ axes[0].set_ylabel("token")
 fig.colorbar(im, ax=axes, shrink=0.8, label="value")
 plt.show()
 
+# %% [markdown]
+# The statistics make the difference exact: after LayerNorm every **row** has mean 0 and standard
+# deviation 1, after BatchNorm every **column** does.
+
 # %%
 # NBVAL_CHECK_OUTPUT
 def describe(name, values):
-    rows_std, cols_std = values.std(dim=1, unbiased=False), values.std(dim=0, unbiased=False)
-    rows_mean, cols_mean = values.mean(dim=1), values.mean(dim=0)
-    print(f"{name:<10} row means in [{rows_mean.min():+.2f}, {rows_mean.max():+.2f}], row stds in [{rows_std.min():.2f}, {rows_std.max():.2f}]; "
-          f"column means in [{cols_mean.min():+.2f}, {cols_mean.max():+.2f}], column stds in [{cols_std.min():.2f}, {cols_std.max():.2f}]")
+    """Print the range of the row (token) and column (feature) means and standard deviations."""
+
+    def span(t):
+        return "[" + ", ".join(f"{round(v.item(), 2) + 0.0:.2f}" for v in (t.min(), t.max())) + "]"  # + 0.0: no "-0.00"
+
+    print(f"{name:<10} row means {span(values.mean(dim=1))}, row stds {span(values.std(dim=1, unbiased=False))}; "
+          f"column means {span(values.mean(dim=0))}, column stds {span(values.std(dim=0, unbiased=False))}")
 
 
 with torch.no_grad():
     for name, values in [("input", acts), ("LayerNorm", after_ln), ("BatchNorm", after_bn)]:
         describe(name, values)
+
+# %% [markdown]
+# For a language model the decisive difference is that BatchNorm's output for one token depends on the
+# *other* tokens in the batch. During training it averages over whatever the batch holds; when
+# generating text, one sequence and one new token at a time, there is no batch to average over, so
+# BatchNorm must switch to running averages stored during training, and behaves differently in
+# training and use. LayerNorm needs nothing but the token itself:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -183,7 +279,22 @@ print("LayerNorm: token 0 normalized alone equals token 0 in the batch:", torch.
 print(f"BatchNorm: token 0 with one neighbour vs in the full batch, max difference {(bn_alone - after_bn[:1]).abs().max():.2f}")
 
 # %% [markdown]
-# ## Variance through a deep stack
+# ## Where the normalization goes: post-LN and pre-LN
+#
+# A transformer block has two *branches*, attention and a feed-forward network (MLP), each added to the
+# residual stream. The normalization can sit in two places:
+#
+# - **post-LN**, the original Transformer {cite}`vaswani2017attention`: add the branch, then normalize the
+#   sum, `x = ln(x + f(x))`;
+# - **pre-LN**, GPT-2: normalize the *input* of the branch and leave the stream alone,
+#   `x = x + f(ln(x))`, with one last LayerNorm `ln_f` after the final block. In Radford et al.'s words
+#   {cite}`radford2019language`, "layer normalization was moved to the input of each sub-block ... and an
+#   additional layer normalization was added after the final self-attention block".
+#
+# Some tutorials, the articles this book grew from among them, show a post-LN block and call it GPT-2's.
+# It is not. Here are both, side by side, with GPT-2's names (`ln_1`, `attn`, `ln_2`, `mlp`). Attention is
+# the subject of Chapter 4 ({ref}`ch-attention`); to study the variance we use a stand-in with its two
+# weight matrices (`c_attn` for the values, `c_proj` for the output) but without the mixing across tokens.
 
 # %%
 class MLP(nn.Module):
@@ -265,22 +376,31 @@ def run_stack(blocks, x):
     return stream
 
 
+# %% [markdown]
+# ## Variance through a deep stack
+#
+# Stack $L = 48$ blocks of width $D = 128$, initialize every weight from $\mathcal{N}(0, 1/\text{fan-in})$
+# (a standard choice that keeps a single linear layer's output variance equal to its input's), feed in
+# 64 tokens of unit variance, and record the mean and the standard deviation of the residual stream
+# after every block.
+
+# %%
 D, L, N = 128, 48, 64
 x0 = torch.randn(N, D, generator=torch.Generator().manual_seed(4))  # N tokens of unit variance
 stats = {}
 with torch.no_grad():
     for name, block in [("no normalization", NoNormBlock), ("post-LN", PostLNBlock), ("pre-LN", PreLNBlock)]:
         stream = run_stack(make_stack(block, L, D, torch.Generator().manual_seed(5)), x0)
-        stats[name] = (torch.stack([h.mean() for h in stream]), torch.stack([h.std() for h in stream]))
+        stats[name] = (torch.stack([h.mean().abs() for h in stream]), torch.stack([h.std() for h in stream]))
 
-# %% mystnb={"figure": {"caption": "CAPTION", "name": "fig-depth-variance"}, "image": {"alt": "ALT"}}
+# %% mystnb={"figure": {"caption": "Absolute mean (left) and standard deviation (right) of the residual stream after each of 48 random blocks (D = 128, weights N(0, 1/fan-in)). Without normalization the stream grows geometrically; post-LN pins it to mean 0 (up to float32 rounding, about 1e-9; exact zeros sit on the bottom edge) and std 1 after every block; pre-LN lets it grow slowly, since each block adds a branch of bounded size.", "name": "fig-depth-variance"}, "image": {"alt": "Two log-scale line plots against layer 0 to 48. Without normalization both the absolute mean and the standard deviation climb steadily to around 1e9 to 1e11. Post-LN stays at standard deviation 1 with a mean near 1e-9. Pre-LN's standard deviation rises gently from 1 to about 8.5 and its mean stays below 1."}}
 fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
 for name, (means, stds_) in stats.items():
-    ax0.plot(means, label=name)
+    ax0.plot(means.clamp_min(1e-10), label=name)  # exact zeros drawn at 1e-10, the bottom edge
     ax1.plot(stds_, label=name)
-ax0.set_yscale("symlog")
+ax0.set_yscale("log")
 ax1.set_yscale("log")
-ax0.set_title("mean of the residual stream")
+ax0.set_title("|mean| of the residual stream")
 ax1.set_title("standard deviation of the residual stream")
 for ax in (ax0, ax1):
     ax.set_xlabel("layer")
@@ -291,14 +411,34 @@ plt.show()
 # NBVAL_CHECK_OUTPUT
 for name, (means, stds_) in stats.items():
     print(f"{name:<17} std after layer 1: {stds_[1]:9.3g}, layer 12: {stds_[12]:9.3g}, layer 48: {stds_[48]:9.3g}")
+variance_factor = (stats["no normalization"][1][L] / stats["no normalization"][1][0]) ** (2 / L)
+print(f"no normalization: the variance grows by a factor {variance_factor:.2f} per block")
 
 # %% [markdown]
+# Without normalization each block multiplies the variance of the stream by about 3 (each branch
+# returns a vector about as large as its input, and both are added), so after 48 blocks the standard
+# deviation is astronomically large. Post-LN brings it back to 1 after every block. Pre-LN never
+# normalizes the stream itself, but each branch sees a normalized input, so each adds a vector of
+# bounded size: the variance grows by a roughly constant amount per block, and the standard deviation
+# like $\sqrt{L}$, from 4.34 after 12 blocks to 8.46 after 48 (four times the depth, about twice the
+# size).
+#
 # ## Gradients at initialization
+#
+# The forward pass looks safe for both placements. Xiong et al. {cite}`xiong2020layer` looked at the
+# backward pass and found the difference that matters for training: at initialization, the gradient of
+# the last layer's weights in a post-LN Transformer does **not** shrink as the network gets deeper, while
+# in a pre-LN Transformer it shrinks like $1/\sqrt{L}$. Large gradients near the output, with a normal
+# learning rate, make the first updates large enough to derail training, which is why post-LN
+# Transformers need a *learning-rate warm-up* and pre-LN ones train well without it.
+#
+# We measure the gradient of each layer's `mlp.c_proj` weight (the second matrix of the feed-forward
+# branch, the weight in Xiong et al.'s analysis) for a fixed random linear function of the output.
 
 # %%
-def c_proj_grad_norms(block, L, ln_f=None, seed=5):
+def c_proj_grad_norms(block, depth, ln_f=None, seed=5):
     """Gradient norm of every layer's mlp.c_proj weight for a fixed random readout of the stack's output."""
-    blocks = make_stack(block, L, D, torch.Generator().manual_seed(seed))
+    blocks = make_stack(block, depth, D, torch.Generator().manual_seed(seed))
     out = run_stack(blocks, x0)[-1]
     if ln_f is not None:
         out = ln_f(out)  # GPT-2 normalizes the stream once more before the output layer
@@ -311,7 +451,7 @@ readout = torch.randn(N, D, generator=torch.Generator().manual_seed(6))
 grad_post = c_proj_grad_norms(PostLNBlock, L)
 grad_pre = c_proj_grad_norms(PreLNBlock, L, ln_f=LayerNorm(D))
 
-# %% mystnb={"figure": {"caption": "CAPTION", "name": "fig-gradients-per-layer"}, "image": {"alt": "ALT"}}
+# %% mystnb={"figure": {"caption": "Norm of the gradient of each layer's mlp.c_proj weight at initialization, 48 blocks, D = 128. The post-LN gradients are several times larger than the pre-LN ones at every layer, and the gap is widest at the output end.", "name": "fig-gradients-per-layer"}, "image": {"alt": "Line plot of gradient norm against layer 1 to 48. The post-LN curve is noisy, between about 32 and 41 for the first 20 layers and falling to about 17 at layer 48. The pre-LN curve is smooth, falling from about 14 at layer 1 to 2.5 at layer 48."}}
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.plot(range(1, L + 1), grad_post, label="post-LN")
 ax.plot(range(1, L + 1), grad_pre, label="pre-LN (with final ln_f)")
@@ -326,13 +466,38 @@ plt.show()
 # NBVAL_CHECK_OUTPUT
 print(f"post-LN: first layer {grad_post[0]:.2f}, last layer {grad_post[-1]:.2f}")
 print(f"pre-LN:  first layer {grad_pre[0]:.2f}, last layer {grad_pre[-1]:.2f}")
-for depth in (6, 12, 24, 48):
-    post = c_proj_grad_norms(PostLNBlock, depth)[-1]
-    pre = c_proj_grad_norms(PreLNBlock, depth, ln_f=LayerNorm(D))[-1]
+last_layer = {depth: (c_proj_grad_norms(PostLNBlock, depth)[-1], c_proj_grad_norms(PreLNBlock, depth, ln_f=LayerNorm(D))[-1])
+              for depth in (6, 12, 24)}
+last_layer[L] = (grad_post[-1], grad_pre[-1])  # already computed above
+for depth, (post, pre) in last_layer.items():
     print(f"L = {depth:>2}: last-layer gradient post-LN {post:.2f}, pre-LN {pre:.2f}, ratio {post / pre:.2f}")
+print(f"pre-LN, from L = 6 to L = 48: the last-layer gradient shrinks by {last_layer[6][1] / last_layer[48][1]:.2f} "
+      f"(√8 = {math.sqrt(8):.2f})")
 
 # %% [markdown]
+# The last-layer gradient of the post-LN stack stays at about 17.5 whatever the depth, while pre-LN's
+# falls from 6.57 at 6 layers to 2.49 at 48, a factor 2.64 for 8 times the depth ($\sqrt{8} \approx 2.83$):
+# the $1/\sqrt{L}$ of Xiong et al.'s analysis. The reason is visible in the forward pass: pre-LN's final
+# `ln_f` divides by the standard deviation of the stream, which grows like $\sqrt{L}$.
+#
+# One honest caveat. Xiong et al.'s experiments on real Transformers also show post-LN gradients
+# *growing* from the input layers to the output layers. In this toy stack they do the opposite (35.04 at
+# the first layer, 17.49 at the last): the layer-by-layer shape depends on the initialization and on what
+# the branches compute. The comparison that carries over is the one at the output end.
+#
 # ## GPT-2's scaled residual projections
+#
+# Pre-LN has its own weak spot, which the variance plot already showed: the stream grows, because every
+# branch adds to it and nothing ever scales it down. GPT-2 counters this at initialization. Its paper
+# says "we scale the weights of residual layers at initialization by a factor of $1/\sqrt{N}$ where $N$ is
+# the number of residual layers" {cite}`radford2019language`. Each block has two residual branches, so
+# nanoGPT {cite}`karpathy2023nanogpt` (and this book's model, Chapter 5, {ref}`ch-gpt`) initializes the
+# matrix that writes into the stream, `c_proj`, from $\mathcal{N}(0, (0.02/\sqrt{2L})^2)$ instead of
+# $\mathcal{N}(0, 0.02^2)$. If each of the $2L$ branches adds independent noise of variance $v$, the
+# stream's variance grows by $2Lv$; shrinking each $v$ by $2L$ makes the total independent of depth.
+#
+# The experiment uses GPT-2's initialization everywhere: weights from $\mathcal{N}(0, 0.02^2)$, and an
+# input stream that is the sum of two $\mathcal{N}(0, 0.02^2)$ embeddings, like `wte` + `wpe`.
 
 # %%
 def residual_std(L, scaled):
@@ -347,7 +512,7 @@ def residual_std(L, scaled):
 with torch.no_grad():
     growth = {(depth, scaled): residual_std(depth, scaled) for depth in (6, 12, 24, 48) for scaled in (False, True)}
 
-# %% mystnb={"figure": {"caption": "CAPTION", "name": "fig-residual-scaling"}, "image": {"alt": "ALT"}}
+# %% mystnb={"figure": {"caption": "Standard deviation of the residual stream through a 48-block pre-LN stack with GPT-2's initialization (D = 128). With every weight from N(0, 0.02²) the stream keeps growing; with GPT-2's 0.02/√(2L) for the c_proj weights it grows only slightly.", "name": "fig-residual-scaling"}, "image": {"alt": "Line plot of residual-stream standard deviation against layer 0 to 48. The unscaled curve rises from about 0.03 to about 0.52, fast at first then like a square root. The scaled curve rises gently from about 0.03 to about 0.06."}}
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.plot(growth[(48, False)], label="c_proj ~ N(0, 0.02²)")
 ax.plot(growth[(48, True)], label="c_proj ~ N(0, (0.02/√(2L))²)")
@@ -364,9 +529,36 @@ for depth in (6, 12, 24, 48):
     print(f"L = {depth:>2}: output std / input std: plain {plain[-1] / plain[0]:5.2f}, scaled {scaled[-1] / scaled[0]:5.2f}")
 
 # %% [markdown]
+# Without the scaling, the stream's final standard deviation grows like $\sqrt{L}$: from 6.45 times its
+# input at 6 layers to 18.22 times at 48. With it, the growth is about 2.1 times at every depth. (The
+# growth itself is large because GPT-2 starts the stream small: its embeddings have standard deviation
+# 0.02.) The blocks can still learn larger weights, but training starts from a stream whose size does not
+# depend on how deep the model is.
+#
 # ## Summary
 #
+# - LayerNorm normalizes each token over its $D$ features: $y = \gamma \odot (x - \mu)/\sqrt{\sigma^2 +
+#   \epsilon} + \beta$, with the **biased** variance and $\epsilon$ **inside** the square root. The package's
+#   `LayerNorm` matches `nn.LayerNorm`, outputs and gradients, with the same parameter names.
+# - Dividing by $\sigma + \epsilon$ instead is harmless at ordinary scales and wrong by order 1 on rows
+#   whose spread is near or below $\sqrt{\epsilon}$, where the correct formula suppresses noise and the
+#   slip amplifies it.
+# - BatchNorm normalizes each feature across the batch; LayerNorm each token on its own, so it behaves
+#   the same in training and in generation, with any batch size.
+# - In a deep residual stack, no normalization lets activations explode; post-LN pins every layer to unit
+#   variance but keeps the output-side gradients large (hence warm-up); pre-LN, GPT-2's choice, lets the
+#   stream grow like $\sqrt{L}$ and gives gradients that shrink like $1/\sqrt{L}$ at the output end.
+# - GPT-2 initializes the residual projections with $0.02/\sqrt{2L}$, so the stream's size at
+#   initialization does not depend on depth.
+#
+# With embeddings (Chapter 2) and normalization in hand, Chapter 4 ({ref}`ch-attention`) builds the
+# branch that lets tokens look at each other.
+#
 # ## Exercises
+#
+# **1. Implement LayerNorm.** Write `layer_norm_solution(x, weight, bias, eps)` that normalizes `x` over
+# its last dimension and applies `weight` ($\gamma$) and `bias` ($\beta$). Then run the checker, which
+# also recognizes the usual mistakes and names them.
 
 # %% tags=["solution"]
 def layer_norm_solution(x, weight, bias, eps):
@@ -379,3 +571,21 @@ def layer_norm_solution(x, weight, bias, eps):
 from gpt_from_scratch.exercises import check_layer_norm
 
 check_layer_norm(layer_norm_solution)
+
+# %% [markdown]
+# **2. Predict, then run.** Without the affine part, how does `LayerNorm(D)` map $3x + 7$ compared with
+# $x$? And $-x$? And $10^{-4} x$, for a row $x$ of standard deviation 1? Write your three answers down,
+# then check them with `LayerNorm(64, elementwise_affine=False)` on a random row.
+#
+# **3. Predict, then run.** The pre-LN stack's standard deviation reached 8.46 after 48 blocks. Predict
+# it after 192 blocks, then measure it with `run_stack(make_stack(PreLNBlock, 192, D, torch.Generator().manual_seed(5)), x0)`.
+# What would it be with GPT-2's $1/\sqrt{2L}$ scaling of `c_proj`?
+#
+# **4. Explain.** A model is trained with BatchNorm in place of LayerNorm. At generation time it
+# processes one sequence, one new token at a time. What does BatchNorm compute in training mode on
+# that single token, and why does `model.eval()` not fully solve the problem?
+#
+# **5. Explain.** RMSNorm, used by many recent models, skips the mean:
+# $y = \gamma \odot x / \sqrt{\tfrac{1}{D}\sum_j x_j^2 + \epsilon}$. For which inputs does it give the
+# same output as LayerNorm (with $\beta = 0$)? Which of the invariances of exercise 2 does it lose?
+# Test your answer with a few lines of code.

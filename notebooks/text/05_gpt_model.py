@@ -139,9 +139,10 @@ print(f"the MLP holds {mlp_params / (attention_params + mlp_params):.1%} of a bl
 # ### 5.1.2 GELU: exact, tanh approximation, ReLU
 #
 # The original Transformer used ReLU, $\max(0, x)$. GPT-2 uses the GELU {cite}`hendrycks2016gelu`,
-# $\operatorname{GELU}(x) = x\,\Phi(x)$ with $\Phi$ the standard normal CDF: the input, weighted by how
-# likely it is to be positive under noise. It is smooth, and slightly negative for negative inputs. GPT-2
-# computes it with a tanh approximation (fast where `erf` was slow),
+# $\operatorname{GELU}(x) = x\,\Phi(x)$ with $\Phi$ the standard normal CDF: the input, scaled by the
+# probability that a standard Gaussian falls below it, so large inputs pass almost unchanged and very
+# negative ones are nearly zeroed. Unlike ReLU it is smooth, and slightly negative for small negative
+# inputs. GPT-2 computes it with a tanh approximation (cheaper than the `erf` inside $\Phi$),
 #
 # $$\operatorname{GELU}_{\tanh}(x) = \tfrac12 x \left(1 + \tanh\!\left(\sqrt{2/\pi}\,(x + 0.044715\,x^3)\right)\right),$$
 #
@@ -157,7 +158,7 @@ gap = (gelu_exact - gelu_tanh).abs()
 print(f"largest |GELU - GELU_tanh| on [-5, 5]: {gap.max():.2e} at x = {grid[gap.argmax()]:+.3f}")
 print(f"GELU's minimum: {gelu_exact.min():.4f} at x = {grid[gelu_exact.argmin()]:+.4f}")
 
-# %% mystnb={"figure": {"caption": "Left: ReLU, exact GELU and GPT-2's tanh approximation; the two GELUs overlap at this scale. Right: their difference, below 5e-4 everywhere.", "name": "fig-gpt-gelu"}, "image": {"alt": "Left, three activation curves between x = -4 and 4: ReLU is a hinge at zero, both GELU curves dip slightly below zero for negative x and then follow the line y = x. Right, the difference between exact and tanh GELU oscillates within about plus or minus 0.0005."}}
+# %% mystnb={"figure": {"caption": "Left: ReLU, exact GELU and GPT-2's tanh approximation; the two GELUs overlap at this scale. Right: their difference, below 5e-4 everywhere.", "name": "fig-gpt-gelu"}, "image": {"alt": "Left, three activation curves between x = -4 and 4: ReLU is a hinge at zero, both GELU curves dip slightly below zero for negative x and then follow the line y = x. Right, the difference between exact and tanh GELU wiggles between about -0.0005 (near x = plus or minus 2.7) and +0.00025, and vanishes at 0 and far from it."}}
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
 inside = grid.abs() <= 4
 ax1.plot(grid[inside], relu[inside], label="ReLU", color="grey", linestyle=":")
@@ -172,7 +173,8 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# A difference of $5 \times 10^{-4}$ is tiny, but not zero: weights trained with one GELU should be run with
+# The GELU dips to $-0.17$ at $x \approx -0.75$ and is otherwise close to ReLU away from 0. The two GELUs differ
+# by at most $4.7 \times 10^{-4}$: tiny, but not zero: weights trained with one GELU should be run with
 # the same one, which is why the package keeps GPT-2's choice (`activation="gelu_tanh"`) as the default
 # and offers `"gelu"` and `"relu"` for experiments.
 #
@@ -313,12 +315,11 @@ def post_ln_block(block, x):
 with torch.no_grad():
     pre, post = block(x), post_ln_block(block, x)
 print(f"max |pre-LN - post-LN| = {(pre - post).abs().max():.2f}, for outputs of typical size {pre.abs().mean():.2f}")
-print(f"std of each token's output: pre-LN {pre.std(-1).mean():.2f}, post-LN {post.std(-1).mean():.2f}")
 
 # %% [markdown]
-# The largest difference, 6.79, is several times the outputs' typical size of 1.80. Note also where the normalization ends up: a
-# post-LN block's output is always normalized, while a pre-LN block leaves the residual stream alone and
-# only normalizes the *copies* it feeds to its sublayers. The stream is a clean sum of every sublayer's
+# The largest difference, 6.79, is several times the outputs' typical size of 1.80. Note also where the
+# normalization ends up: a post-LN block's output is always a LayerNorm's output, while a pre-LN block
+# leaves the residual stream alone and only normalizes the *copies* it feeds to its sublayers. The stream is a clean sum of every sublayer's
 # contribution, which keeps the identity path of section 5.2 intact and lets deep pre-LN models train
 # without the careful warm-up post-LN needs {cite}`xiong2020layer`. The price: nothing normalizes the stream
 # at the end, so GPT-2 adds one final LayerNorm, `ln_f`, before the output layer.
@@ -407,10 +408,11 @@ print(f"parameters: tied {model.num_parameters():,}, untied {untied.num_paramete
 
 # %%
 # NBVAL_CHECK_OUTPUT
-big = GPT(GPTConfig.from_preset("tiny", d_model=256, n_heads=4, n_layers=12, vocab_size=1000))
-print(f"c_fc.weight std:   {big.blocks[0].mlp.c_fc.weight.std():.4f}   (0.02)")
-print(f"c_proj.weight std: {big.blocks[0].mlp.c_proj.weight.std():.4f}   (0.02 / sqrt(24) = {0.02 / math.sqrt(24):.4f})")
-print(f"wte.weight std:    {big.wte.weight.std():.4f}   (0.02)")
+fresh = GPT(GPTConfig.from_preset("tiny", d_model=256, n_heads=4, n_layers=12, vocab_size=1000))
+print(f"c_fc.weight std:   {fresh.blocks[0].mlp.c_fc.weight.std():.4f}   (0.02)")
+print(f"c_proj.weight std: {fresh.blocks[0].mlp.c_proj.weight.std():.4f}   (0.02 / sqrt(2 * 12) = {0.02 / math.sqrt(24):.4f})")
+print(f"wte.weight std:    {fresh.wte.weight.std():.4f}   (0.02)")
+print(f"ln_1: gamma all 1: {bool((fresh.blocks[0].ln_1.weight == 1).all())}, beta all 0: {bool((fresh.blocks[0].ln_1.bias == 0).all())}")
 
 # %% [markdown]
 # The measurement: the standard deviation of the residual stream after each block of a 48-block model at
@@ -514,7 +516,7 @@ family
 
 # %% [markdown]
 # Every size keeps $d_k = 64$ and $d_{ff} = 4D$; depth and width grow together. The GPT-2 paper's table
-# lists 117M, 345M, 762M and 1,542M parameters; the released checkpoints have the counts above (124M, 355M,
+# {cite}`radford2019language` lists 117M, 345M, 762M and 1,542M parameters; the released checkpoints have the counts above (124M, 355M,
 # 774M, 1,558M), which is why the models are usually called by the larger numbers. In GPT-2 small, the
 # token embedding alone is 31.0% of the model; in GPT-2 XL only 5.2%: as models grow, the vocabulary's share
 # shrinks.
@@ -542,10 +544,12 @@ print("  activation:", gpt2_block.mlp.act)
 # - **Pre-LN, plus a final LayerNorm.** `norm_first=False` is the post-LN order of section 5.3
 #   (`norm1`..`norm3` after each addition); GPT-2 normalizes before each sublayer and adds `ln_f` at the end.
 # - **GELU instead of ReLU** (section 5.1.2).
-# - **Learned positions** instead of the fixed sinusoids of Chapter 2, and **no $\sqrt{D}$ scaling of the
-#   embeddings**, shown next.
-# - **Dropout in the same three kinds of places** (shown below): on the summed embeddings, on the
-#   attention weights, and on each sublayer's output before it is added to the stream.
+# - **Learned positions** instead of the fixed sinusoids of Chapter 2 (so no position beyond
+#   `context_length` exists), and **no $\sqrt{D}$ scaling of the embeddings**, shown next.
+# - **Where dropout sits** (shown below). The paper drops the summed embeddings and each sublayer's output
+#   before its residual addition; GPT-2 does the same and also drops attention weights, as PyTorch's layer
+#   does inside its attentions. PyTorch's layer has one more, `dropout`, on the FFN's hidden activations;
+#   GPT-2 has none there.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -564,8 +568,9 @@ print(f"  rms of wte: {rms(e):.3f}, rms of wpe: {rms(wpe):.3f}")
 # %% [markdown]
 # The original paper multiplies the embeddings by $\sqrt{D}$ so that tokens are not drowned by the
 # sinusoids, whose entries have a root-mean-square size of $1/\sqrt{2} \approx 0.707$ (half sines, half
-# cosines); scaled, the token embeddings at GPT-2's initialization would be 0.556. GPT-2's positions are learned and
-# initialized like the token embeddings, both at 0.02, so there is nothing to rebalance and no scaling.
+# cosines); scaled, the token embeddings at GPT-2's initialization would be 0.556. GPT-2's positions are
+# learned and initialized like the token embeddings, both at 0.02, so there is nothing to rebalance and no
+# scaling.
 #
 # Where the dropout sits in our model, module by module:
 
@@ -631,7 +636,7 @@ print(f"logits equal to within 1e-5: {max_diff <= 1e-5}")
 print(f"loss: ours {our_loss:.4f}, Hugging Face {hf_out.loss:.4f}")
 
 # %% [markdown]
-# Same logits to the sixth decimal. Generation then has to agree too: 30 greedy tokens (always the most
+# The logits agree to within $6 \times 10^{-6}$, float32 rounding, and so do the losses. Generation then has to agree too: 30 greedy tokens (always the most
 # likely next token) from each model, with the simplest possible loop.
 
 # %%
@@ -648,6 +653,8 @@ with torch.no_grad():
     ours_tokens = greedy(lambda i: ours(i)[0], prompt, 30)
     hf_tokens = greedy(lambda i: hf_model(i).logits, prompt, 30)
 print("30 greedy tokens identical:", torch.equal(ours_tokens, hf_tokens))
+
+# %%
 print(repr(enc.decode(ours_tokens[0].tolist())))
 
 # %% [markdown]

@@ -406,3 +406,113 @@ plt.show()
 # TODO
 #
 # ## Exercises
+#
+# **1. Implement: a previous-token score.** Write `previous_token_scores(maps)`: given the output of
+# `model.attention_maps(x)` (a list of $L$ tensors of shape $(B, H, T, T)$), return an $(L, H)$ tensor whose
+# entry `[l, h]` is the mean of $A[t, t-1]$ over the batch and over the queries $t = 1, \dots, T-1$.
+
+# %% tags=["solution"]
+def previous_token_scores_solution(maps: list[torch.Tensor]) -> torch.Tensor:
+    A = torch.stack(maps)  # (L, B, H, T, T)
+    return A.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, 3))  # A[..., t, t-1] for t = 1 .. T-1
+
+
+# %%
+def check_previous_token_scores(candidate) -> bool:
+    """Two maps with a known answer, then the model's maps against section 8.9's scores."""
+    T = 6
+    previous = torch.zeros(T, T)  # all weight on t-1 (row 0, with no past, on itself)
+    previous[0, 0] = 1.0
+    previous[torch.arange(1, T), torch.arange(T - 1)] = 1.0
+    uniform = torch.ones(T, T).tril() / torch.arange(1, T + 1)[:, None]  # row t: 1/(t+1) on each key
+    maps = [previous.expand(2, 3, T, T), uniform.expand(2, 3, T, T)]  # L = 2, B = 2, H = 3
+    expected = torch.stack([torch.ones(3), torch.full((3,), (1 / torch.arange(2, T + 1)).mean().item())])
+    assert_close(candidate(maps), expected)
+    assert_close(candidate(list(batch_maps)), prev_score)
+    print("✅ previous_token_scores is right")
+    return True
+
+
+check_previous_token_scores(previous_token_scores_solution)
+
+# %% [markdown]
+# **2. Predict, then run: is the sink a token or a position?** Drop the first token of every window
+# (`x_batch[:, 1:]`) so that the token that used to be second now comes first. Before running the cell:
+# will the large share of attention stay with the token that used to be first (now gone), or move to
+# whatever token sits at position 0?
+
+# %% tags=["solution"]
+shifted_maps = torch.stack(model.attention_maps(x_batch[:, 1:]))  # (L, B, H, T-1, T-1)
+shifted_share = shifted_maps[..., 1:, 0].mean(dim=(1, 3))  # (L, H)
+for l in range(cfg.n_layers):
+    print(f"layer {l}: share on position 0 {first_share[l].mean():.3f} -> {shifted_share[l].mean():.3f} "
+          f"after the shift")
+
+# %% [markdown]
+# **3. Implement: induction heads.** {cite}`olsson2022induction` found heads that complete repeated patterns:
+# after "... A B ... A", they attend from the second "A" to the "B" that followed the first one, and copy it.
+# Feed a batch of random token sequences of length $n$, each repeated twice (length $2n$). A head's
+# *induction score* is its mean weight from each position $t$ of the second copy ($t \geq n$) to key
+# $t - n + 1$. Write `induction_scores(model, n, B, generator)` returning an $(L, H)$ tensor, and find the
+# model's best induction heads. Do they sit in a later layer than the best previous-token heads?
+
+# %% tags=["solution"]
+def induction_scores_solution(model: GPT, n: int = 24, B: int = 8, generator=None) -> torch.Tensor:
+    half = torch.randint(0, model.config.vocab_size, (B, n), generator=generator)  # (B, n)
+    idx = torch.cat([half, half], dim=1)  # (B, 2n)
+    A = torch.stack(model.attention_maps(idx))  # (L, B, H, 2n, 2n)
+    return A.diagonal(offset=-(n - 1), dim1=-2, dim2=-1)[..., 1:].mean(dim=(1, 3))  # A[t, t-n+1], t = n .. 2n-1
+
+
+induction = induction_scores_solution(model, generator=torch.Generator().manual_seed(0))
+for i in induction.flatten().topk(3).indices:
+    l, h = divmod(int(i), cfg.n_heads)
+    print(f"layer {l}, head {h}: induction score {induction[l, h]:.3f}, previous-token score {prev_score[l, h]:.3f}")
+
+# %% [markdown]
+# **4. Implement, then explain: does the pronoun head matter?** A large weight from "She" to "nurse" says
+# where a head *looks*, not what the model *does* with it: attention weights alone are not an explanation
+# {cite}`jain2019attention`. Test it: silence head (`layer`, `head`) by zeroing its $d_k$ columns of the
+# merged heads just before `c_proj` (a forward pre-hook), and compare $P(\text{" he"})$ and
+# $P(\text{" she"})$ after each prompt of section 8.7 with and without it. What does a small change tell
+# you? {cite}`vig2020causal` turn this idea into a careful causal analysis of gender bias in GPT-2.
+
+# %% tags=["solution"]
+def without_head(layer: int, head: int):
+    """A context manager: inside it, head `head` of block `layer` contributes nothing."""
+    d_k = cfg.d_head
+
+    def zero_head(module, args):
+        (merged,) = args  # (B, T, D): the heads side by side, head h in columns h*d_k .. (h+1)*d_k
+        merged = merged.clone()
+        merged[..., head * d_k:(head + 1) * d_k] = 0.0
+        return (merged,)
+
+    class Ablation:
+        def __enter__(self):
+            self.handle = model.blocks[layer].attn.c_proj.register_forward_pre_hook(zero_head)
+
+        def __exit__(self, *exc):
+            self.handle.remove()
+
+    return Ablation()
+
+
+for prompt in prompts:
+    p_he, p_she = next_token_probs(model, prompt, [" he", " she"])
+    with without_head(layer, head):
+        q_he, q_she = next_token_probs(model, prompt, [" he", " she"])
+    print(f"{prompt:<48} he/she {p_he / p_she:5.2f} -> {q_he / q_she:5.2f} without layer {layer}, head {head}")
+
+# %% [markdown]
+# **5. Explain: where the parameters are.** Use `count_gpt_parameters` to find what share of GPT-2 small's
+# parameters sits in the token embeddings, and how that share changes from GPT-2 small to GPT-2 XL. Then
+# explain why the Chapter 6 model, with $D = 128$, keeps an even larger share there, and what that means for
+# what its short training can teach it.
+
+# %% tags=["solution"]
+for preset in ("gpt2", "gpt2-xl", "shakespeare-char"):
+    c = GPTConfig.from_preset(preset, vocab_size=50_257)  # the Chapter 6 model: shakespeare-char on GPT-2 tokens
+    parts = count_gpt_parameters(c.vocab_size, c.context_length, c.d_model, c.n_layers, c.d_ff)
+    print(f"{preset:<17} D = {c.d_model:>4}: wte holds {parts['token embeddings wte (V x D)'] / sum(parts.values()):.1%} "
+          f"of {sum(parts.values()):,} parameters")

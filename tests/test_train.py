@@ -1,0 +1,232 @@
+"""Chapter 6: the learning-rate schedule, the optimizer groups, the loop, checkpoints, resuming,
+the command line, the data helpers and ``book_model``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from gpt_from_scratch import train as train_module
+from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.train import (
+    History,
+    Recipe,
+    TrainConfig,
+    book_model,
+    book_model_path,
+    char_level_data,
+    estimate_loss,
+    load_checkpoint,
+    lr_at,
+    main,
+    make_optimizer,
+    save_checkpoint,
+    train,
+)
+
+TINY = dict(vocab_size=65, context_length=16, d_model=32, n_layers=2, n_heads=4, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def char_data():
+    return char_level_data()
+
+
+def _model(seed: int = 0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(**(TINY | overrides)))
+
+
+def _fast(**overrides) -> TrainConfig:
+    settings = dict(max_iters=12, batch_size=4, warmup_iters=3, eval_interval=6, eval_iters=2, progress=False)
+    return TrainConfig(**(settings | overrides))
+
+
+# ---------------------------------------------------------------------------------------------- schedule
+
+
+def test_lr_schedule_warms_up_linearly_then_follows_a_cosine():
+    cfg = TrainConfig(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, max_iters=110)
+    assert lr_at(0, cfg) == pytest.approx(1e-3 / 11)
+    assert lr_at(4, cfg) == pytest.approx(1e-3 * 5 / 11)
+    assert lr_at(10, cfg) == pytest.approx(1e-3)  # the end of the warm-up is the peak
+    assert lr_at(60, cfg) == pytest.approx((1e-3 + 1e-4) / 2)  # halfway down the cosine
+    assert lr_at(35, cfg) == pytest.approx(1e-4 + 0.9e-3 * (1 + math.cos(math.pi / 4)) / 2)
+    assert lr_at(110, cfg) == pytest.approx(1e-4)
+    assert lr_at(500, cfg) == pytest.approx(1e-4)
+    decay = [lr_at(s, cfg) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(decay, decay[1:]))
+
+
+def test_lr_decay_iters_can_differ_from_max_iters():
+    cfg = TrainConfig(learning_rate=1.0, min_lr=0.0, warmup_iters=0, max_iters=10, lr_decay_iters=20)
+    assert lr_at(10, cfg) == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------------------------------------- optimizer
+
+
+def test_weight_decay_applies_to_matrices_only():
+    model = _model()
+    optimizer = make_optimizer(model, TrainConfig(weight_decay=0.1))
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    plain = {names[id(p)] for g in optimizer.param_groups if g["weight_decay"] == 0 for p in g["params"]}
+    assert "wte.weight" in decayed and "blocks.0.attn.c_attn.weight" in decayed and "blocks.1.mlp.c_fc.weight" in decayed
+    assert "blocks.0.ln_1.weight" in plain and "ln_f.bias" in plain and "blocks.0.attn.c_attn.bias" in plain
+    assert all(dict(model.named_parameters())[n].dim() >= 2 for n in decayed)
+    assert all(dict(model.named_parameters())[n].dim() == 1 for n in plain)
+    # the tied lm_head/wte matrix is optimized once
+    assert sum(p.numel() for g in optimizer.param_groups for p in g["params"]) == model.num_parameters()
+
+
+# ---------------------------------------------------------------------------------------------- loss, loop
+
+
+def test_untrained_loss_is_about_ln_vocab_and_estimates_are_reproducible(char_data):
+    train_ids, val_ids, _ = char_data
+    model = _model().train()
+    splits = {"train": train_ids, "val": val_ids}
+    first = estimate_loss(model, splits, batch_size=4, block_size=16, eval_iters=3, seed=1)
+    second = estimate_loss(model, splits, batch_size=4, block_size=16, eval_iters=3, seed=1)
+    assert first == second
+    assert model.training  # mode restored
+    assert abs(first["val"] - math.log(65)) < 0.05  # GPT-2's small init: logits near 0, a near-uniform guess
+
+
+def test_a_short_run_learns_characters(char_data):
+    """CI-sized: a 2-layer, 64-wide model gets below 2.5 nats in 200 steps (ln 65 = 4.17 untrained)."""
+    train_ids, val_ids, _ = char_data
+    model = _model(d_model=64, context_length=32)
+    cfg = TrainConfig(max_iters=200, batch_size=16, learning_rate=5e-3, min_lr=5e-4, warmup_iters=20,
+                      eval_interval=100, eval_iters=10, seed=0, progress=False)
+    history = train(model, train_ids, val_ids, cfg)
+    assert history.eval_step == [0, 100, 200]
+    assert history.step == list(range(200)) and len(history.loss) == len(history.lr) == 200
+    assert history.val_loss[0] > 4.0
+    assert history.val_loss[-1] < 2.5
+    assert history.lr == [lr_at(s, cfg) for s in range(200)]
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_checkpoint_round_trip(tmp_path, tie):
+    model = _model(tie_weights=tie)
+    save_checkpoint(tmp_path, model, step=7, train_config=_fast(), extra={"note": "hi"})
+    stored = load_file(tmp_path / "model.safetensors")
+    assert ("lm_head.weight" in stored) == (not tie)  # a tied matrix is stored once
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt.step == 7 and ckpt.train_config == _fast() and ckpt.extra == {"note": "hi"}
+    assert ckpt.model.config == model.config
+    assert (ckpt.model.lm_head.weight is ckpt.model.wte.weight) == tie  # re-tied
+    for (name, a), (_, b) in zip(model.state_dict().items(), ckpt.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert not ckpt.model.training
+    assert not list(tmp_path.glob("*.tmp"))  # atomic writes leave no temporary files
+
+
+def test_a_damaged_checkpoint_is_refused(tmp_path):
+    save_checkpoint(tmp_path, _model(), step=1)
+    data = bytearray((tmp_path / "model.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (tmp_path / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="does not match checkpoint.json"):
+        load_checkpoint(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "elsewhere")
+
+
+def test_resuming_gives_exactly_the_uninterrupted_run(char_data, tmp_path):
+    train_ids, val_ids, _ = char_data
+    settings = dict(max_iters=12, lr_decay_iters=12)
+    whole = _model(dropout=0.1)  # dropout: the resumed run must also draw the same masks
+    full = train(whole, train_ids, val_ids, _fast(**settings))
+
+    first = _model(dropout=0.1)
+    train(first, train_ids, val_ids, _fast(**settings | {"max_iters": 6}), out_dir=tmp_path)
+    assert load_checkpoint(tmp_path).step == 6
+    second = _model(seed=99, dropout=0.1)  # other initial weights: all of them must come from the checkpoint
+    resumed = train(second, train_ids, val_ids, _fast(**settings), out_dir=tmp_path, resume=True)
+
+    assert resumed == full  # every loss, learning rate and estimate, bit for bit
+    for (name, a), (_, b) in zip(whole.state_dict().items(), second.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert load_checkpoint(tmp_path).step == 12
+
+
+def test_resume_needs_a_checkpoint_with_optimizer_state(char_data, tmp_path):
+    train_ids, val_ids, _ = char_data
+    save_checkpoint(tmp_path, _model(), step=3)
+    with pytest.raises(ValueError, match="no optimizer state"):
+        train(_model(), train_ids, val_ids, _fast(), out_dir=tmp_path, resume=True)
+
+
+# ---------------------------------------------------------------------------------------------- command line
+
+
+def test_command_line_trains_saves_and_resumes(tmp_path, capsys):
+    common = ["--preset", "shakespeare-char", "--n-layers", "1", "--d-model", "32", "--n-heads", "2",
+              "--batch-size", "2", "--eval-interval", "2", "--eval-iters", "1", "--progress", "false",
+              "--out", str(tmp_path)]
+    main(common + ["--max-iters", "3", "--lr", "3e-3"])
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt.step == 3
+    assert ckpt.model.config.n_layers == 1 and ckpt.model.config.d_model == 32
+    assert ckpt.train_config.learning_rate == 3e-3 and ckpt.train_config.progress is False
+    main(common + ["--max-iters", "5", "--lr", "3e-3", "--resume"])
+    assert load_checkpoint(tmp_path).step == 5
+    assert "val loss" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------- data, book models
+
+
+def test_char_level_data_is_nanogpts_split(char_data):
+    train_ids, val_ids, tokenizer = char_data
+    assert (len(train_ids), len(val_ids), tokenizer.vocab_size) == (1_003_854, 111_540, 65)
+    assert tokenizer.decode(train_ids[:14]) == "First Citizen:"
+    assert train_ids.dtype == np.uint16
+
+
+def test_bpe_level_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path))
+    train_ids, val_ids, encoding = train_module.bpe_level_data()
+    assert (len(train_ids), len(val_ids)) == (301_966, 36_059)
+    assert encoding.decode(list(train_ids[:3])) == "First Citizen:"
+
+
+def test_book_model_trains_once_then_loads_the_same_weights(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path))
+    recipe = Recipe("char", dataclasses.asdict(GPTConfig(**TINY)), dict(max_iters=4, batch_size=2, eval_interval=2,
+                                                                      eval_iters=1, warmup_iters=1))
+    monkeypatch.setitem(train_module.RECIPES, "shakespeare-char", recipe)
+    model, tokenizer = book_model("shakespeare-char", progress=False)
+    assert book_model_path("shakespeare-char") == tmp_path / "checkpoints" / "shakespeare-char"
+    assert tokenizer.vocab_size == 65 and not model.training
+    stamp = (book_model_path("shakespeare-char") / "checkpoint.json").stat().st_mtime_ns
+    loaded, _ = book_model("shakespeare-char", progress=False)
+    assert (book_model_path("shakespeare-char") / "checkpoint.json").stat().st_mtime_ns == stamp  # not retrained
+    history = load_checkpoint(book_model_path("shakespeare-char")).history
+    assert isinstance(history, History) and history.eval_step == [0, 2, 4]
+
+    monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path / "again"))
+    retrained, _ = book_model("shakespeare-char", progress=False)  # deterministic: the same weights again
+    for (name, a), (_, b), (_, c) in zip(model.state_dict().items(), loaded.state_dict().items(),
+                                         retrained.state_dict().items()):
+        assert torch.equal(a, b) and torch.equal(a, c), name
+
+    meta = json.loads((book_model_path("shakespeare-char") / "checkpoint.json").read_text())
+    meta["files"]["model.safetensors"] = "0" * 64  # a damaged cache is retrained, with a warning
+    (book_model_path("shakespeare-char") / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.warns(UserWarning, match="retraining"):
+        book_model("shakespeare-char", progress=False)
+    with pytest.raises(ValueError, match="unknown book model"):
+        book_model("shakespeare-word")
