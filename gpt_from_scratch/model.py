@@ -160,7 +160,7 @@ class GPT(nn.Module):
             self.lm_head.weight = self.wte.weight  # one (V, D) matrix reads tokens in and writes them out
         self.apply(self._init_weights)
         # GPT-2's residual scaling: each of the 2 * n_layers branches writing into the residual stream
-        # starts smaller, so the stream's variance does not grow with depth.
+        # starts smaller, so what they add up to does not grow with the number of layers.
         for name, param in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(param, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))

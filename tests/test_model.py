@@ -151,7 +151,10 @@ def test_from_hf_errors_name_the_offending_key():
         GPT.from_hf({"foo.weight": torch.zeros(2)})
 
     # old checkpoints carry causal-mask buffers: they are ignored
-    buffers = {"transformer.h.0.attn.bias": torch.ones(1, 1, 16, 16), "transformer.h.0.attn.masked_bias": torch.tensor(-1e4)}
+    buffers = {
+        "transformer.h.0.attn.bias": torch.ones(1, 1, 16, 16),
+        "transformer.h.0.attn.masked_bias": torch.tensor(-1e4),
+    }
     old = {**state_dict, **buffers}
     GPT.from_hf(old, n_heads=2)
 
