@@ -389,7 +389,7 @@ RECIPES = {
     "shakespeare-char": Recipe("char", _CHAR, dict(max_iters=2000, batch_size=12, eval_interval=250, eval_iters=20)),
     # The same network on GPT-2 tokens: its 50,257-way output layer is most of the work.
     "shakespeare-bpe": Recipe("bpe", _CHAR | {"vocab_size": 50_257},
-                              dict(max_iters=300, batch_size=12, warmup_iters=30, eval_interval=50, eval_iters=10)),
+                              dict(max_iters=200, batch_size=8, warmup_iters=20, eval_interval=50, eval_iters=10)),
     # nanoGPT's GPU run for Shakespeare-char (6 layers, 6 heads, 384 dims, context 256, dropout 0.2): for a GPU.
     "shakespeare-char-full": Recipe("char", _CHAR | dict(context_length=256, d_model=384, n_layers=6, n_heads=6,
                                                          d_ff=1536, dropout=0.2),
