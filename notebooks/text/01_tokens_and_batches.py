@@ -254,7 +254,7 @@ print(repr(chr(256 + ord(" "))), repr(chr(256 + ord("\n"))))
 
 # %% [markdown]
 # `Ġ` is not a special symbol: GPT-2 stores tokens as text, and it writes each byte that would not print
-# (space, newline, control codes) as a character above U+0100. The space, byte 32, becomes `chr(256 + 32)`
+# (space, newline, control codes) as a character from U+0100 up. The space, byte 32, becomes `chr(256 + 32)`
 # = `Ġ`; the newline, byte 10, becomes `Ċ`. {ref}`ch-bpe` builds this map.
 #
 # The same word can therefore be several different tokens, depending on case and on the space before it,
@@ -361,13 +361,17 @@ for i, n in freq.most_common(10):
     print(f"  {enc.decode([i])!r:10} {n:6,}  ({n / len(tokens):.1%})")
 singletons = sum(1 for n in freq.values() if n == 1)
 print(f"tokens seen exactly once: {singletons:,}")
+top4 = sum(n for _, n in freq.most_common(4))
+print(f"the four most frequent tokens together: {top4 / len(tokens):.1%} of the corpus")
+ranked = np.array(sorted(freq.values(), reverse=True))  # occurrences, most frequent first
+ranks = np.arange(1, len(ranked) + 1)
+slope = np.polyfit(np.log(ranks[:1000]), np.log(ranked[:1000]), 1)[0]  # straight-line fit on log-log axes
+print(f"log(frequency) against log(rank), 1,000 most frequent tokens: slope {slope:.2f}")
 lengths = np.array([len(enc.decode([i])) for i in tokens])  # characters per token, for every token
 print(f"token length: mean {lengths.mean():.2f} characters, {(lengths == 1).mean():.1%} of tokens are "
       f"a single character, longest {lengths.max()}")
 
-# %% mystnb={"figure": {"caption": "Left: token frequency against frequency rank in Tiny Shakespeare (log-log), close to Zipf's law; the dashed line has slope -1. Right: how many characters each token of the corpus spans.", "name": "fig-tokens-zipf"}, "image": {"alt": "Left: a falling curve on log-log axes from about 40,000 occurrences at rank 1 down to single occurrences near rank 10,000, lying almost on a dashed line of slope minus one. Right: a histogram of token lengths in characters with a tall bar at 1 character, a second hump from 2 to 5 characters, and a tail that fades out past 10."}}
-ranked = np.array(sorted(freq.values(), reverse=True))
-ranks = np.arange(1, len(ranked) + 1)
+# %% mystnb={"figure": {"caption": "Left: token frequency against frequency rank in Tiny Shakespeare (log-log), close to Zipf's law; the dashed line has slope -1. Right: how many characters each token of the corpus spans.", "name": "fig-tokens-zipf"}, "image": {"alt": "Left: a falling curve on log-log axes from about 40,000 occurrences at rank 1 down to single occurrences from about rank 8,000 on, lying almost on a dashed line of slope minus one up to rank 1,000 and dropping below it in the tail. Right: a histogram of token lengths in characters with a tall bar at 1 character, a second hump from 2 to 5 characters, and a tail that fades out past 10."}}
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
 ax1.loglog(ranks, ranked, label="Tiny Shakespeare")
 ax1.loglog(ranks, ranked[0] / ranks, "--", color="gray", label="frequency ∝ 1 / rank")
@@ -386,11 +390,12 @@ plt.show()
 # %% [markdown]
 # Only 11,706 of the 50,257 tokens appear in the play (the other 38,551 are never an input or a target,
 # and a model trained only on Shakespeare merely learns to give them low probability), and 3,639 of those
-# appear only once. Frequencies fall almost exactly as $1/\text{rank}$, as word frequencies do in every
-# language {cite}`zipf1949human`: the four most frequent tokens (newline, comma, colon, full stop) make up
-# almost a quarter of the text, and the long tail is rare. Almost a third of all tokens are a single character, mostly
-# newlines and punctuation; most of the rest are whole words with their leading space, 2 to 5 characters
-# long.
+# appear only once. Over the 1,000 most frequent tokens, frequency falls almost exactly as
+# $1/\text{rank}$ (a fitted slope of -0.99 on the log-log plot), as word frequencies do in natural
+# language {cite}`zipf1949human`; only the rarest tokens fall off faster. The four most frequent tokens
+# (newline, comma, colon, full stop) make up 23.0% of the text, and the long tail is rare. 29.6% of all
+# tokens are a single character, mostly newlines and punctuation; most of the rest are whole words with
+# their leading space, 2 to 5 characters long.
 #
 # ## 1.9 Train and validation split
 #
@@ -660,7 +665,7 @@ for b in range(2):
 # `decode(ids) -> str` and a `vocab_size` attribute or property. The checker compares it with a reference on
 # texts it has never seen.
 
-# %% tags=["solution"]
+# %% tags=["solution", "hide-input"]
 class CharTokenizerSolution:
     """A character-level tokenizer: ids are positions in the sorted set of the text's characters."""
 
@@ -687,7 +692,7 @@ check_char_tokenizer(CharTokenizerSolution)
 # comprehension of slices and `torch.stack`, instead of one fancy index. `data` is a 1-D `LongTensor`;
 # return `(x, y)`, both `int64` of shape $(B, T)$.
 
-# %% tags=["solution"]
+# %% tags=["solution", "hide-input"]
 def get_batch_solution(data, batch_size, block_size, generator=None):
     """Random (x, y) windows of a 1-D token tensor, y shifted one token to the right of x."""
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)

@@ -184,7 +184,7 @@ pd.DataFrame(rows, columns=["new id", "merged pair", "count", "new token", "toke
 # | `␣?\p{N}++` | a run of digits, with its space |
 # | `␣?[^\s\p{L}\p{N}]++` | a run of anything else (punctuation, symbols, emoji), with its space |
 # | `\s++$` | whitespace at the very end of the text |
-# | `\s+(?!\S)` | a run of whitespace, except its last character if a word follows |
+# | `\s+(?!\S)` | a run of whitespace, except its last character when a non-space character follows |
 # | `\s` | a single whitespace character that is left over |
 #
 # The space usually goes *with the word that follows*: ` world` is one chunk, so GPT-2 learns the tokens
@@ -307,12 +307,18 @@ for rank, line in enumerate(merge_lines[1:9]):
 # `h` + `e`, and at rank 6 ` t` + `he`, the word ` the`.
 #
 # `BPETokenizer.from_gpt2()` reads both files, translates every token back to bytes, and keeps GPT-2's
-# ids: the merge on line $r$ of `vocab.bpe` has **rank** $r$ and creates token $256 + r$.
+# ids: the merge on the $r$-th line after the `#version` header (counting from 0) has **rank** $r$ and
+# creates token $256 + r$. One detail differs from the tokenizers we train: GPT-2's ids 0 to 255 are the
+# 256 bytes, but numbered in the order of the byte table above (printable bytes first), not by byte value.
+# `byte_ids` maps each byte to its id:
 
 # %%
 # NBVAL_CHECK_OUTPUT
 gpt2_bpe = BPETokenizer.from_gpt2()
 print(gpt2_bpe)
+for ch in ["!", "A", " ", "\n"]:
+    print(f"byte {ord(ch):3} {ch!r:5} -> id {gpt2_bpe.byte_ids[ord(ch)]}")
+print("rank 0 creates token 256:", gpt2_bpe.vocab[256], "| rank 6 creates token 262:", gpt2_bpe.vocab[262])
 
 # %% [markdown]
 # To encode a chunk, start from its bytes and apply, among the adjacent pairs present, the one with the
@@ -349,7 +355,8 @@ word_steps
 
 # %% [markdown]
 # Eleven bytes, eight merges, three tokens: ` Cor`, `iol`, `anus`. The ranks only go up, and they must:
-# a merge can use a token only once the merge that makes it has run, so `i + ol` (rank 1413) waits for
+# each step takes the lowest rank present, so the pairs it leaves behind rank higher, and a pair that
+# uses the token just made was learned after the merge that made it. So `i + ol` (rank 1413) waits for
 # `o + l` (rank 93). The last merge, `an + us`, is rank 40885: rare endings are learned late.
 #
 # ## The proof: identical to tiktoken
@@ -533,7 +540,7 @@ print("longest tokens:", sorted((tok_2048.vocab[i].decode() for i in tok_2048.me
 # two needs fewer tokens, and by how much? Write down a guess for the four characters-per-token numbers,
 # then run the cell.
 
-# %% tags=["solution"]
+# %% tags=["solution", "hide-input"]
 modern = ("The startup emailed its investors on Monday: the new smartphone app had reached 2 million users, "
           "and the servers were struggling.")
 for name, tok in [("ours, 2,048 tokens", tok_2048), ("GPT-2, 50,257 tokens", gpt2_bpe)]:
@@ -551,7 +558,7 @@ print([tok_2048.vocab[i].decode() for i in tok_2048.encode(modern)][:16])
 # `train_bpe` would break it: (a) breaking ties by the largest ids instead of the smallest, (b) choosing
 # among the tied pairs at random, (c) stopping when no pair occurs more than once?
 
-# %% tags=["solution"]
+# %% tags=["solution", "hide-input"]
 small, large = BPETokenizer.train(val_text, 300), BPETokenizer.train(val_text, 400)
 assert list(small.merges.items()) == list(large.merges.items())[:44]
 print("first 44 merges of the 400-token tokenizer == all merges of the 300-token one")
@@ -562,12 +569,41 @@ print("first 44 merges of the 400-token tokenizer == all merges of the 300-token
 # (c) only stops the loop earlier; the merges it does learn are still a prefix.
 
 # %% [markdown]
-# **3. Explain.** GPT-2's regex keeps a whole run of digits in one chunk (` ?\p{N}++`), so the merges
+# **3. Implement.** Write `encode_solution(text, merges)`, the encoder of a tokenizer you trained:
+# `merges` maps a pair of ids to the new id it creates, `{(a, b): new_id}`, like `tok_2048.merges`, so a
+# lower new id means a merge learned earlier. Cut the text into chunks with `GPT2_PATTERN`, start each
+# chunk from its UTF-8 bytes (byte $b$ is id $b$), apply the earliest-learned merge among the adjacent
+# pairs present until none applies, and return the ids of all the chunks in order. The check compares
+# your ids with `BPETokenizer`'s on the whole validation text.
+
+# %% tags=["solution", "hide-input"]
+def encode_solution(text, merges):
+    """Encode `text` with a trained merge table {(a, b): new_id}, earliest merge first, chunk by chunk."""
+    out = []
+    for chunk in regex.findall(GPT2_PATTERN, text):
+        ids = list(chunk.encode("utf-8"))
+        while len(ids) >= 2:
+            known = [pair for pair in zip(ids, ids[1:]) if pair in merges]
+            if not known:
+                break
+            best = min(known, key=merges.get)  # the lowest new id: learned first
+            ids = merge_pair(ids, best, merges[best])
+        out.extend(ids)
+    return out
+
+# %%
+# NBVAL_CHECK_OUTPUT
+solution_ids = encode_solution(val_text, tok_2048.merges)
+assert solution_ids == tok_2048.encode(val_text), "your ids differ from BPETokenizer's"
+print(f"encode_solution == BPETokenizer.encode on the validation text: {len(solution_ids):,} tokens")
+
+# %% [markdown]
+# **4. Explain.** GPT-2's regex keeps a whole run of digits in one chunk (` ?\p{N}++`), so the merges
 # decide how numbers are cut. Encode `" 1234 12345 123456 2024 1999"` and look at the pieces. Why could
 # this make arithmetic hard for the model, and what would you change in the regex? (Later OpenAI
 # tokenizers, such as tiktoken's `cl100k_base`, use `\p{N}{1,3}`: chunks of at most three digits.)
 
-# %% tags=["solution"]
+# %% tags=["solution", "hide-input"]
 numbers = " 1234 12345 123456 2024 1999"
 print([gpt2_bpe.vocab[i].decode() for i in gpt2_bpe.encode(numbers)])
 # The pieces follow how often digit strings appeared in web text, not place value: years such as 2024

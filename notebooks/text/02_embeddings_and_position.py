@@ -259,17 +259,21 @@ print(pe4.numpy().round(4))
 torch.testing.assert_close(sinusoidal_positional_encoding(6, 4), pe4.float())
 torch.testing.assert_close(sinusoidal_positional_encoding(128, 64, dtype=torch.float64), sinusoidal_by_hand(128, 64))
 print("first row for D = 4:", sinusoidal_positional_encoding(6, 4)[0].tolist())
+try:
+    sinusoidal_positional_encoding(6, 5)
+except ValueError as error:
+    print("D = 5: ValueError:", error)
 
 # %% [markdown]
 # The package requires an even $D$, since every frequency owns one sine and one cosine; an odd width
-# raises an error that says so. {numref}`fig-sinusoidal-heatmap` shows the whole table for 128
+# raises the error above. {numref}`fig-sinusoidal-heatmap` shows the whole table for 128
 # positions.
 
 # %%
 T_plot = 128
 pe = sinusoidal_positional_encoding(T_plot, D)  # (T, D)
 
-# %% mystnb={"figure": {"caption": "The sinusoidal table P for 128 positions and D = 64. Low dimensions oscillate quickly along the positions; higher dimensions change ever more slowly, and the top rows are almost constant (sines near 0, cosines near 1).", "name": "fig-sinusoidal-heatmap"}, "image": {"alt": "Heatmap with position on the horizontal axis and dimension on the vertical axis, colours from -1 (blue) to 1 (red). The bottom rows show fine vertical stripes; stripes widen moving up; the top half is nearly uniform, alternating rows near 0 and near 1."}}
+# %% mystnb={"figure": {"caption": "The sinusoidal table P for 128 positions and D = 64. Low dimensions oscillate quickly along the positions; higher dimensions change ever more slowly, and the top rows are almost constant (sines near 0, cosines near 1).", "name": "fig-sinusoidal-heatmap"}, "image": {"alt": "Heatmap with position on the horizontal axis and dimension on the vertical axis, colours from -1 (blue) to 1 (red). The bottom rows show fine vertical stripes; stripes widen moving up; the top third is nearly uniform, alternating rows near 0 and near 1."}}
 fig, ax = plt.subplots(figsize=(7, 4))
 im = ax.imshow(pe.T, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, origin="lower")
 ax.set_xlabel("position p")
@@ -462,6 +466,8 @@ tables = {
 }
 for name, table in tables.items():
     print(f"{name:<34} mean row norm {table.norm(dim=1).mean():7.3f}")
+norms = {name: table.norm(dim=1).mean() for name, table in tables.items()}
+print(f"nn.Embedding default / GPT-2 init: {norms['nn.Embedding default, N(0, 1)'] / norms['GPT-2 init, N(0, 0.02²)']:.1f} times")
 
 # %% [markdown]
 # A row of $D$ independent $\mathcal{N}(0, \sigma^2)$ numbers has norm close to $\sigma\sqrt{D}$, and the
@@ -479,7 +485,7 @@ for name, table in tables.items():
 #   LayerNorm (Chapter 3, {ref}`ch-layernorm`), which rescales whatever it is given, so the small
 #   absolute size does no harm.
 #
-# The default `nn.Embedding` (norm 27.7) is the odd one out: fine on its own, but 50 times larger than
+# The default `nn.Embedding` (norm 27.7) is the odd one out: fine on its own, but 50.0 times larger than
 # GPT-2's learned positions would be if you mixed the two.
 #
 # ## Summary
@@ -503,7 +509,7 @@ for name, table in tables.items():
 # **1. Implement the sinusoidal table.** Write `sinusoidal_solution(T, D)` returning the $(T, D)$ table
 # in float32, with whole-tensor operations (no Python loop over positions). Then run the checker.
 
-# %% tags=["solution"]
+# %% tags=["solution", "hide-input"]
 def sinusoidal_solution(T, D):
     position = torch.arange(T, dtype=torch.float64)[:, None]  # (T, 1)
     frequency = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)

@@ -156,7 +156,7 @@ print("outputs and all three gradients match nn.LayerNorm")
 # %% [markdown]
 # From here on the book uses `gpt_from_scratch.layernorm.LayerNorm`. (The package's tests also check
 # it against `nn.LayerNorm` for tuple shapes, without the affine part, and on rows of tiny variance,
-# where gradients are in the hundreds.)
+# the rows the next section is about.)
 
 # %% [markdown]
 # ## A common slip: dividing by std + eps
@@ -208,13 +208,16 @@ row = 3.0 + 1e-4 * torch.randn(1, 768, generator=torch.Generator().manual_seed(2
 print(f"near-constant row: mean {row.mean():.4f}, std {row.std(unbiased=False):.1e}")
 print(f"std of the output: correct {layer_norm_by_hand(row).std(unbiased=False):.4f}, "
       f"std + eps {layer_norm_std_plus_eps(row).std(unbiased=False):.4f}")
+sigma = row.std(unbiased=False)
+print(f"1 / (σ + ε) = {1 / (sigma + eps):,.0f};  1 / √(σ² + ε) = {1 / math.sqrt(sigma**2 + eps):,.0f};  "
+      f"1 / √ε = {1 / math.sqrt(eps):,.0f}")
 
 # %% [markdown]
 # The same goes for the gradients, which scale like $1/(\sigma + \epsilon)$ in one case and
-# $1/\sqrt{\sigma^2 + \epsilon}$ in the other: for this row about $10^4$ against at most
-# $1/\sqrt{\epsilon} \approx 316$. And a pretrained model is tied to the formula it was trained with:
-# GPT-2 puts $\epsilon$ inside the square root, so loading its weights into the slipped version changes
-# its outputs exactly on such rows.
+# $1/\sqrt{\sigma^2 + \epsilon}$ in the other: for this row 9,140 against 316, and the correct formula never
+# exceeds $1/\sqrt{\epsilon} \approx 316$ whatever the row. And a pretrained model is tied to the formula it
+# was trained with: GPT-2 puts $\epsilon$ inside the square root, so loading its weights into the slipped
+# version changes its outputs exactly on such rows.
 #
 # ## LayerNorm versus BatchNorm
 #
@@ -239,6 +242,7 @@ for ax, (title, values) in zip(axes, [("input", acts), ("LayerNorm: each row", a
     im = ax.imshow(values.detach(), cmap="RdBu_r", vmin=-4, vmax=4)
     ax.set_title(title)
     ax.set_xlabel("feature")
+    ax.set_yticks(range(0, n_tokens, 2))  # whole tokens, not 2.5
 axes[0].set_ylabel("token")
 fig.colorbar(im, ax=axes, shrink=0.8, label="value")
 plt.show()
@@ -393,7 +397,7 @@ with torch.no_grad():
         stream = run_stack(make_stack(block, L, D, torch.Generator().manual_seed(5)), x0)
         stats[name] = (torch.stack([h.mean().abs() for h in stream]), torch.stack([h.std() for h in stream]))
 
-# %% mystnb={"figure": {"caption": "Absolute mean (left) and standard deviation (right) of the residual stream after each of 48 random blocks (D = 128, weights N(0, 1/fan-in)). Without normalization the stream grows geometrically; post-LN pins it to mean 0 (up to float32 rounding, about 1e-9; exact zeros sit on the bottom edge) and std 1 after every block; pre-LN lets it grow slowly, since each block adds a branch of bounded size.", "name": "fig-depth-variance"}, "image": {"alt": "Two log-scale line plots against layer 0 to 48. Without normalization both the absolute mean and the standard deviation climb steadily to around 1e9 to 1e11. Post-LN stays at standard deviation 1 with a mean near 1e-9. Pre-LN's standard deviation rises gently from 1 to about 8.5 and its mean stays below 1."}}
+# %% mystnb={"figure": {"caption": "Absolute mean (left) and standard deviation (right) of the residual stream after each of 48 random blocks (D = 128, weights N(0, 1/fan-in)). Without normalization the stream grows geometrically; post-LN pins it to mean 0 (up to float32 rounding, about 1e-9; exact zeros sit on the bottom edge) and std 1 after every block; pre-LN lets it grow slowly, since each block adds a branch of bounded size.", "name": "fig-depth-variance"}, "image": {"alt": "Two log-scale line plots against layer 0 to 48. Without normalization both climb steadily, the absolute mean to about 1e10 and the standard deviation to about 4e11. Post-LN stays at standard deviation 1 with a mean near 1e-9. Pre-LN's standard deviation rises gently from 1 to about 8.5 and its mean stays below 1."}}
 fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
 for name, (means, stds_) in stats.items():
     ax0.plot(means.clamp_min(1e-10), label=name)  # exact zeros drawn at 1e-10, the bottom edge
@@ -413,11 +417,23 @@ for name, (means, stds_) in stats.items():
     print(f"{name:<17} std after layer 1: {stds_[1]:9.3g}, layer 12: {stds_[12]:9.3g}, layer 48: {stds_[48]:9.3g}")
 variance_factor = (stats["no normalization"][1][L] / stats["no normalization"][1][0]) ** (2 / L)
 print(f"no normalization: the variance grows by a factor {variance_factor:.2f} per block")
+with torch.no_grad():  # the same stack again, one branch at a time
+    h, attn_factors, mlp_factors = x0, [], []
+    for block in make_stack(NoNormBlock, L, D, torch.Generator().manual_seed(5)):
+        h_attn = h + block.attn(h)
+        h_next = h_attn + block.mlp(h_attn)
+        attn_factors.append(h_attn.var() / h.var())
+        mlp_factors.append(h_next.var() / h_attn.var())
+        h = h_next
+geometric_mean = lambda factors: torch.stack(factors).log().mean().exp()
+print(f"  of which x + attn(x): x {geometric_mean(attn_factors):.2f}, then x + mlp(x): x {geometric_mean(mlp_factors):.2f}")
 
 # %% [markdown]
-# Without normalization each block multiplies the variance of the stream by about 3 (each branch
-# returns a vector about as large as its input, and both are added), so after 48 blocks the standard
-# deviation is astronomically large. Post-LN brings it back to 1 after every block. Pre-LN never
+# Without normalization each block multiplies the variance of the stream by about 3, so after 48 blocks
+# the standard deviation is astronomically large. The 3 comes from the two branches: the attention
+# stand-in returns a vector as large as its input and unrelated to it, so adding it doubles the variance
+# (2.01); the MLP's GELU discards most of the negative half of its input, so its branch is smaller and
+# adding it multiplies the variance by 1.51. Post-LN brings it back to 1 after every block. Pre-LN never
 # normalizes the stream itself, but each branch sees a normalized input, so each adds a vector of
 # bounded size: the variance grows by a roughly constant amount per block, and the standard deviation
 # like $\sqrt{L}$, from 4.34 after 12 blocks to 8.46 after 48 (four times the depth, about twice the
@@ -512,7 +528,7 @@ def residual_std(L, scaled):
 with torch.no_grad():
     growth = {(depth, scaled): residual_std(depth, scaled) for depth in (6, 12, 24, 48) for scaled in (False, True)}
 
-# %% mystnb={"figure": {"caption": "Standard deviation of the residual stream through a 48-block pre-LN stack with GPT-2's initialization (D = 128). With every weight from N(0, 0.02²) the stream keeps growing; with GPT-2's 0.02/√(2L) for the c_proj weights it grows only slightly.", "name": "fig-residual-scaling"}, "image": {"alt": "Line plot of residual-stream standard deviation against layer 0 to 48. The unscaled curve rises from about 0.03 to about 0.52, fast at first then like a square root. The scaled curve rises gently from about 0.03 to about 0.06."}}
+# %% mystnb={"figure": {"caption": "Standard deviation of the residual stream through a 48-block pre-LN stack with GPT-2's initialization (D = 128). With every weight from N(0, 0.02²) the stream keeps growing; with GPT-2's 0.02/√(2L) for the c_proj weights it ends at about twice its input, and the printout below shows the same factor at every depth.", "name": "fig-residual-scaling"}, "image": {"alt": "Line plot of residual-stream standard deviation against layer 0 to 48. The unscaled curve rises from about 0.03 to about 0.52, fast at first then like a square root. The scaled curve rises gently from about 0.03 to about 0.06."}}
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.plot(growth[(48, False)], label="c_proj ~ N(0, 0.02²)")
 ax.plot(growth[(48, True)], label="c_proj ~ N(0, (0.02/√(2L))²)")
@@ -560,7 +576,7 @@ for depth in (6, 12, 24, 48):
 # its last dimension and applies `weight` ($\gamma$) and `bias` ($\beta$). Then run the checker, which
 # also recognizes the usual mistakes and names them.
 
-# %% tags=["solution"]
+# %% tags=["solution", "hide-input"]
 def layer_norm_solution(x, weight, bias, eps):
     mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
     var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # (..., 1), biased

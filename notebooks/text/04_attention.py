@@ -169,8 +169,9 @@ def attention(q, k, v, mask=None):
 
 # %% [markdown]
 # An exact-match query: eight random keys of width $d_k = 64$, and a query equal to key 3. Its scaled score
-# for key 3 is $\lVert k_3 \rVert^2 / \sqrt{d_k} \approx \sqrt{d_k} = 8$, while its scores for the other,
-# unrelated keys are about $\pm 1$, so nearly all the weight lands on key 3 and the output is nearly value 3:
+# for key 3 is $\lVert k_3 \rVert^2 / \sqrt{d_k}$, on average $d_k / \sqrt{d_k} = 8$, while its scores for
+# the other, unrelated keys have mean 0 and standard deviation 1, so nearly all the weight lands on key 3
+# and the output is nearly value 3:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -179,14 +180,18 @@ keys = torch.randn(n_keys, d_k, generator=generator)  # (8, d_k)
 values = torch.randn(n_keys, d_k, generator=generator)  # (8, d_k)
 query = keys[3:4].clone()  # (1, d_k): exactly key 3
 out, w = attention(query, keys, values)
+scaled_scores = (query @ keys.T)[0] / math.sqrt(d_k)  # (8,)
+others = scaled_scores[torch.arange(n_keys) != 3]
+print(f"scaled scores: key 3 {scaled_scores[3]:.2f}, the other keys {others.min():.2f} to {others.max():.2f}")
 print("weights:", w[0])
 print(f"weight on key 3: {w[0, 3]:.4f}")
 print(f"|output - value 3| / |value 3| = {(out[0] - values[3]).norm() / values[3].norm():.4f}")
 
 # %% [markdown]
-# Key 3 gets a weight of 0.9998, and the output is within 0.0003 (relative) of value 3: a near one-hot
-# lookup. In a trained model, queries and keys are learned so that the tokens which *should* be read produce large
-# dot products. A soft lookup is differentiable, so gradient descent can learn what to look for.
+# Key 3 scores 10.60 against at most 1.63 for the others, so it gets a weight of 0.9998, and the output
+# is within 0.0003 (relative) of value 3: a near one-hot lookup. In a trained model, queries and keys are
+# learned so that the tokens which *should* be read produce large dot products. A soft lookup is
+# differentiable, so gradient descent can learn what to look for.
 #
 # The package's `scaled_dot_product_attention` is the same function (it also handles dropout and a fully
 # masked row, see below), and PyTorch ships a fused version, `torch.nn.functional.scaled_dot_product_attention`.
@@ -241,7 +246,7 @@ scaled = raw / math.sqrt(d_k)
 print(f"variance of q·k          : {raw.var():.1f}   (d_k = {d_k})")
 print(f"variance of q·k / sqrt(d_k): {scaled.var():.3f}")
 
-# %% mystnb={"figure": {"caption": "Dot products of unit-Gaussian vectors of width 512: unscaled (left) they spread over hundreds; divided by the square root of 512 (right) they have variance about 1.", "name": "fig-attention-scaling-hist"}, "image": {"alt": "Two histograms. The left one, of raw dot products, spans roughly minus 90 to 90. The right one, of scaled dot products, is a standard bell curve between minus 4 and 4."}}
+# %% mystnb={"figure": {"caption": "Dot products of unit-Gaussian vectors of width 512: unscaled (left) they have variance about 512 and spread over roughly ±90; divided by the square root of 512 (right) they have variance about 1.", "name": "fig-attention-scaling-hist"}, "image": {"alt": "Two histograms. The left one, of raw dot products, spans roughly minus 90 to 90. The right one, of scaled dot products, is a standard bell curve between minus 4 and 4."}}
 fig, axes = plt.subplots(1, 2, figsize=(8, 3))
 axes[0].hist(raw.numpy(), bins=80, color="tab:red")
 axes[0].set_title(f"q·k, variance {raw.var():.0f}")
@@ -613,12 +618,13 @@ with torch.no_grad():
 #
 # ## 4.9 What attention costs
 #
-# Every query meets every key: $T^2$ scores per head. For $T$ tokens of width $D$, the projections cost
-# about $T D^2$ operations and the scores and weighted sums about $T^2 D$, so the $T^2$ term dominates once
-# $T$ exceeds $D$. Memory is worse for the written-out path: it stores the $(B, H, T, T)$ weights for the
-# backward pass. Below we time a forward pass and measure the bytes autograd saves for the backward pass,
-# for the written-out path and for PyTorch's fused kernel, with $H = 4$ heads of $d_k = 16$ on one CPU thread.
-# Timings depend on your machine (they are not checked); the memory is exact.
+# Every query meets every key: $T^2$ scores per head. For $T$ tokens of width $D$, the four projections
+# ($q$, $k$, $v$ and the output) cost $4TD^2$ multiply-adds and the scores and weighted sums, over all
+# heads, $2T^2D$, so the $T^2$ term dominates once $T$ exceeds $2D$. Memory is worse for the written-out
+# path: it stores the $(B, H, T, T)$ weights for the backward pass. Below we time a forward pass and measure
+# the bytes autograd saves for the backward pass, for the written-out path and for PyTorch's fused kernel,
+# with $H = 4$ heads of $d_k = 16$ on one CPU thread. Timings depend on your machine (they are not checked);
+# the memory is exact.
 
 # %%
 def saved_for_backward(fn, *inputs):
@@ -668,7 +674,7 @@ growth = [cost["written out"]["memory"][i + 1] / cost["written out"]["memory"][i
 print("written-out memory ratio per doubling of T:", " ".join(f"{g:.2f}" for g in growth))
 print(f"one (B=1, H=4, T=2048, T=2048) float32 weight tensor: {4 * 2048 * 2048 * 4 / 2**20:.0f} MiB")
 
-# %% mystnb={"figure": {"caption": "Cost of one attention call against sequence length T on log-log axes (B = 1, H = 4, d_k = 16, CPU). Dashed lines show slopes 1 and 2. The written-out path's memory grows as T squared; the fused kernel keeps only O(T).", "name": "fig-attention-cost"}, "image": {"alt": "Two log-log plots against T from 64 to 2048. Left, time: the written-out path rises steeply at large T, the fused kernel stays lower. Right, memory saved for backward: the written-out path follows the slope-2 guide line, the fused kernel the slope-1 line."}}
+# %% mystnb={"figure": {"caption": "Cost of one attention call against sequence length T on log-log axes (B = 1, H = 4, d_k = 16, CPU). Dashed lines show slopes 1 and 2. The written-out path's memory grows as T squared; the fused kernel keeps only O(T).", "name": "fig-attention-cost"}, "image": {"alt": "Two log-log plots against T from 64 to 2048. Left, time: the written-out path rises steeply at large T, the fused kernel stays lower. Right, memory saved for backward: the written-out path follows the slope-2 guide line, the fused kernel runs parallel to the slope-1 line, far below it."}}
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
 Ts_arr = np.array(Ts, dtype=float)
 for ax, key, unit, scale in [(axes[0], "time", "ms", 1e3), (axes[1], "memory", "MiB", 1 / 2**20)]:
@@ -771,7 +777,7 @@ print("cross-attention: output", tuple(out.shape), "weights", tuple(w.shape))
 # boolean mask (True = may attend) from two `torch.arange(T)` vectors and a comparison, using broadcasting:
 # query $i$ may attend to key $j$ exactly when $j \le i$.
 
-# %% tags=["solution"]
+# %% tags=["solution", "hide-input"]
 def causal_mask_solution(T):
     query = torch.arange(T)[:, None]  # (T, 1)
     key = torch.arange(T)[None, :]  # (1, T)
@@ -789,7 +795,7 @@ check_causal_mask(causal_mask_solution)
 # `torch.einsum` (the scores are `"...qd,...kd->...qk"`). It must work for $(B, T, d)$ and $(B, H, T, d)$
 # inputs and for fewer queries than keys.
 
-# %% tags=["solution"]
+# %% tags=["solution", "hide-input"]
 def attention_solution(q, k, v, mask=None):
     scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.size(-1))  # (..., T_q, T_k)
     if mask is not None:
@@ -811,7 +817,7 @@ check_scaled_dot_product_attention(attention_solution)
 # outputs are concatenated along the features before `c_proj`. No `view` or `transpose` needed: this is the
 # "parallel subspaces" picture made literal.
 
-# %% tags=["solution"]
+# %% tags=["solution", "hide-input"]
 class LoopedMultiHeadAttention(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
