@@ -74,8 +74,7 @@ def attention_heatmap(
 
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 4.5))
-    colormap = plt.get_cmap(cmap).copy()
-    colormap.set_bad("#dddddd")
+    colormap = plt.get_cmap(cmap).with_extremes(bad="#dddddd")  # masked (-inf) scores in grey
     image = ax.imshow(np.ma.masked_invalid(weights), cmap=colormap, vmin=vmin, vmax=vmax)
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query (attending)")
@@ -165,7 +164,7 @@ def attention_grid(
         vmax = float(array[np.ix_(layers, heads)].max())
 
     fig, axes = plt.subplots(
-        len(layers), len(heads), squeeze=False,
+        len(layers), len(heads), squeeze=False, layout="constrained",
         figsize=(cell_size * len(heads) + 1.4, cell_size * len(layers) + 0.9),
     )
     for r, layer in enumerate(layers):
@@ -232,9 +231,12 @@ def compare_attention(
     if annotate is None:
         annotate = all(a.shape[1] <= 12 for a in arrays)
 
-    fig, axes = plt.subplots(1, len(arrays), squeeze=False, figsize=(panel_size * len(arrays) + 1.2, panel_size))
-    for ax, a, title, labels in zip(axes[0], arrays, titles, tokens):
+    fig, axes = plt.subplots(1, len(arrays), squeeze=False, layout="constrained",
+                             figsize=(panel_size * len(arrays) + 1.2, panel_size))
+    for n, (ax, a, title, labels) in enumerate(zip(axes[0], arrays, titles, tokens)):
         attention_heatmap(a, labels, ax=ax, title=title, cmap=cmap, vmin=0.0, vmax=vmax, colorbar=False)
+        if n > 0:
+            ax.set_ylabel("")  # said once, on the left
         if annotate:
             for i, j in zip(*np.nonzero(a >= 0.005)):
                 text = f"{a[i, j]:.2f}".removeprefix("0")  # ".37"; "1.00" stays
@@ -250,7 +252,7 @@ def attention_lines(
     *,
     heads: Sequence[int] | None = None,
     title: str | None = None,
-    panel_width: float = 2.0,
+    ncols: int = 6,
 ):
     """A static version of bertviz's head view: for each head, a line from every query token (left)
     to every key token (right), as opaque as its attention weight.
@@ -261,7 +263,7 @@ def attention_lines(
         tokens: the ``T`` token labels.
         heads: which heads to draw, one panel each (default: all).
         title: the figure's title.
-        panel_width: width of one panel, in inches.
+        ncols: panels per row; more heads wrap onto further rows.
 
     Returns:
         The ``Figure``, with one axes per head drawn.
@@ -283,8 +285,15 @@ def attention_lines(
         raise ValueError(f"heads={heads} is not a non-empty selection of the {H} heads 0 .. {H - 1}")
 
     colours = plt.get_cmap("tab10")
-    fig, axes = plt.subplots(1, len(heads), squeeze=False, figsize=(panel_width * len(heads), 0.22 * T + 1.0))
-    for ax, h in zip(axes[0], heads):
+    ncols = max(1, min(ncols, len(heads)))
+    nrows = -(-len(heads) // ncols)
+    label_width = 0.065 * max(len(t) for t in tokens) + 0.1  # inches taken by the longest label (7-point text)
+    margin = label_width / 0.6  # in data units: the lines span x = 0 .. 1, drawn 0.6 inches wide
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
+                             figsize=((2 * label_width + 0.6) * ncols + 0.2, (0.22 * T + 0.6) * nrows + 0.4))
+    for ax in axes.flat[len(heads):]:
+        ax.remove()  # empty places in the last row
+    for ax, h in zip(axes.flat, heads):
         i, j = np.nonzero(array[h] > 0.01)  # query i -> key j; fainter lines are invisible anyway
         segments = [[(0.0, -q), (1.0, -k)] for q, k in zip(i, j)]
         colour = np.array(colours(h % 10))
@@ -294,7 +303,7 @@ def attention_lines(
         for t, label in enumerate(tokens):
             ax.text(-0.05, -t, label, ha="right", va="center", fontsize=7)
             ax.text(1.05, -t, label, ha="left", va="center", fontsize=7)
-        ax.set_xlim(-0.9, 1.9)
+        ax.set_xlim(-margin, 1.0 + margin)
         ax.set_ylim(-T + 0.5, 0.5)
         ax.axis("off")
         ax.set_title(f"head {h}", fontsize=9, color=colour)

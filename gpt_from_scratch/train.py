@@ -140,6 +140,9 @@ def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.
           resume: bool = False) -> History:
     """Train ``model`` on the token array ``train_data`` for ``cfg.max_iters`` steps; return the ``History``.
 
+    ``model`` is a ``GPT``, or any module whose ``forward(idx, targets)`` returns ``(logits, loss)``
+    (then set ``cfg.block_size``; checkpoints need a ``GPT``). It is left in eval mode.
+
     Every ``cfg.eval_interval`` steps, and after the last one, ``estimate_loss`` scores both splits.
     With ``out_dir``, a checkpoint is written there at the end (and every ``cfg.checkpoint_interval``
     steps); ``resume=True`` first loads the checkpoint in ``out_dir`` (weights, optimizer state, step,

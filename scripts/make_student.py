@@ -8,7 +8,9 @@ In a student copy:
 - each code cell tagged ``solution`` becomes a stub: every function keeps its decorators, ``def``
   line(s) and docstring, and its body becomes ``raise NotImplementedError("<the exercise's first
   sentence>")``; a class keeps its header, docstring and method signatures the same way; imports stay;
-  any other statement is dropped (a cell that defines nothing becomes a single ``raise``). The tag
+  any other statement is dropped. A cell that defines nothing (the answer to an explain or
+  predict-then-run exercise) becomes a comment asking for the student's answer, so *Run all* goes on;
+  a cell that is not plain Python becomes a single ``raise``. The tag
   ``solution`` becomes ``exercise`` and tags that hide the cell in the book are removed;
 - every code cell of the exercises section (from the first heading containing "Exercise" or the
   first solution cell, whichever comes first) loses its outputs, so neither solutions nor predict-then-run answers show;
@@ -128,11 +130,10 @@ def stub_class(lines: list[str], node: ast.ClassDef, message: str) -> list[str]:
 
 def stub_source(source: str, message: str) -> str:
     """The student version of a solution cell's source (see the module docstring)."""
-    fallback = f"# Your solution here.\nraise NotImplementedError({message!r})"
     try:
         tree = ast.parse(source)
     except SyntaxError:  # IPython magics or a cell that is not plain Python
-        return fallback
+        return f"# Your solution here.\nraise NotImplementedError({message!r})"
     lines = source.splitlines()
     blocks, defines = [], False
     for node in tree.body:
@@ -145,7 +146,7 @@ def stub_source(source: str, message: str) -> str:
             blocks.append(stub_class(lines, node, message))
             defines = True
     if not defines:
-        return fallback
+        return f"# {message}\n# Your answer here (as comments, or code that shows it)."
     out: list[str] = []
     for block in blocks:
         if out and not (len(block) == 1 and block[0].startswith(("import ", "from "))

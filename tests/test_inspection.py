@@ -210,3 +210,11 @@ def test_attention_lines_draws_one_panel_per_head_with_opacity_from_the_weights(
     plt.close(fig)
     with pytest.raises(ValueError, match="tokens"):
         attention_lines(layer, list("abc"))
+
+
+def test_attention_lines_wraps_many_heads_onto_rows():
+    layer = _maps(H_=7, T=4)[0][0]  # (7, T, T)
+    fig = attention_lines(layer, list("abcd"), ncols=3)
+    assert len(fig.axes) == 7  # 3 + 3 + 1: the two empty places of the last row are removed
+    assert [ax.get_title() for ax in fig.axes] == [f"head {h}" for h in range(7)]
+    plt.close(fig)

@@ -157,10 +157,18 @@ def test_class_stub_keeps_method_signatures():
         namespace["CharTokenizerSolution"]("abc")
 
 
-@pytest.mark.parametrize("source", ["answer = 6 * 7\nprint(answer)", "%timeit sum(range(10))"])
-def test_a_cell_that_defines_nothing_becomes_a_raise(source):
-    stub = make_student.stub_source(source, "Your turn.")
-    assert "answer = 6 * 7" not in stub and "timeit" not in stub
+def test_an_answer_cell_becomes_a_prompt_without_the_answer():
+    """A solution cell that defines nothing answers an explain or predict exercise: the copy keeps a
+    comment asking for the student's answer, no code of the answer, and lets *Run all* go on."""
+    stub = make_student.stub_source("answer = 6 * 7\nprint(answer)", "Your turn: explain.")
+    assert "answer = 6 * 7" not in stub and "print" not in stub
+    assert stub.startswith("# Your turn: explain.")
+    assert ast.parse(stub).body == []  # comments only: running it does nothing
+
+
+def test_a_cell_that_is_not_plain_python_becomes_a_raise():
+    stub = make_student.stub_source("%timeit sum(range(10))", "Your turn.")
+    assert "timeit" not in stub
     with pytest.raises(NotImplementedError, match="Your turn."):
         exec(compile(stub, "<stub>", "exec"), {})
 
@@ -233,8 +241,11 @@ def test_chapter_student_copy_has_no_solution_code(path):
     assert_no_solution_code(original, student)
     for before, after in zip(original.cells, student.cells):
         if make_student.is_solution(before):
-            ast.parse(after.source)  # every stub is valid Python
-            assert "raise NotImplementedError(" in after.source and after.outputs == []
+            tree = ast.parse(after.source)  # every stub is valid Python
+            defines = any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) for n in ast.parse(before.source).body)
+            # implement exercises raise until solved; explain/predict answers become a comment prompt
+            assert ("raise NotImplementedError(" in after.source) if defines else (tree.body == [])
+            assert after.outputs == []
         else:
             assert after.source == before.source
 

@@ -34,7 +34,7 @@
 try:
     import gpt_from_scratch
 except ImportError:
-    %pip install --quiet "gpt-from-scratch-book @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
 
 # %%
 import inspect
@@ -665,7 +665,7 @@ for b in range(2):
 # `decode(ids) -> str` and a `vocab_size` attribute or property. The checker compares it with a reference on
 # texts it has never seen.
 
-# %% tags=["solution", "hide-input"]
+# %% tags=["solution"]
 class CharTokenizerSolution:
     """A character-level tokenizer: ids are positions in the sorted set of the text's characters."""
 
@@ -692,7 +692,7 @@ check_char_tokenizer(CharTokenizerSolution)
 # comprehension of slices and `torch.stack`, instead of one fancy index. `data` is a 1-D `LongTensor`;
 # return `(x, y)`, both `int64` of shape $(B, T)$.
 
-# %% tags=["solution", "hide-input"]
+# %% tags=["solution"]
 def get_batch_solution(data, batch_size, block_size, generator=None):
     """Random (x, y) windows of a 1-D token tensor, y shifted one token to the right of x."""
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)

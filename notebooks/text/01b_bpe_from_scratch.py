@@ -21,7 +21,7 @@
 try:
     import gpt_from_scratch
 except ImportError:
-    %pip install --quiet "gpt-from-scratch-book @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
 
 # %%
 import statistics
@@ -540,13 +540,15 @@ print("longest tokens:", sorted((tok_2048.vocab[i].decode() for i in tok_2048.me
 # two needs fewer tokens, and by how much? Write down a guess for the four characters-per-token numbers,
 # then run the cell.
 
-# %% tags=["solution", "hide-input"]
+# %%
 modern = ("The startup emailed its investors on Monday: the new smartphone app had reached 2 million users, "
           "and the servers were struggling.")
 for name, tok in [("ours, 2,048 tokens", tok_2048), ("GPT-2, 50,257 tokens", gpt2_bpe)]:
     for label, passage in [("Shakespeare", val_text[:3000]), ("modern English", modern)]:
         print(f"{name:21} {label:15} {len(passage) / len(tok.encode(passage)):.2f} characters per token")
 print([tok_2048.vocab[i].decode() for i in tok_2048.encode(modern)][:16])
+
+# %% tags=["solution"]
 # GPT-2 needs fewer tokens on both, and on modern English about half as many as ours. Ours keeps its
 # Shakespeare rate only thanks to short common words (" the", " on", " new"); "startup", "emailed" and
 # "investors" never occurred in its training text, so it spells them from short pieces. A tokenizer
@@ -558,7 +560,7 @@ print([tok_2048.vocab[i].decode() for i in tok_2048.encode(modern)][:16])
 # `train_bpe` would break it: (a) breaking ties by the largest ids instead of the smallest, (b) choosing
 # among the tied pairs at random, (c) stopping when no pair occurs more than once?
 
-# %% tags=["solution", "hide-input"]
+# %% tags=["solution"]
 small, large = BPETokenizer.train(val_text, 300), BPETokenizer.train(val_text, 400)
 assert list(small.merges.items()) == list(large.merges.items())[:44]
 print("first 44 merges of the 400-token tokenizer == all merges of the 300-token one")
@@ -576,7 +578,7 @@ print("first 44 merges of the 400-token tokenizer == all merges of the 300-token
 # pairs present until none applies, and return the ids of all the chunks in order. The check compares
 # your ids with `BPETokenizer`'s on the whole validation text.
 
-# %% tags=["solution", "hide-input"]
+# %% tags=["solution"]
 def encode_solution(text, merges):
     """Encode `text` with a trained merge table {(a, b): new_id}, earliest merge first, chunk by chunk."""
     out = []
@@ -603,7 +605,7 @@ print(f"encode_solution == BPETokenizer.encode on the validation text: {len(solu
 # this make arithmetic hard for the model, and what would you change in the regex? (Later OpenAI
 # tokenizers, such as tiktoken's `cl100k_base`, use `\p{N}{1,3}`: chunks of at most three digits.)
 
-# %% tags=["solution", "hide-input"]
+# %% tags=["solution"]
 numbers = " 1234 12345 123456 2024 1999"
 print([gpt2_bpe.vocab[i].decode() for i in gpt2_bpe.encode(numbers)])
 # The pieces follow how often digit strings appeared in web text, not place value: years such as 2024

@@ -21,7 +21,7 @@
 try:
     import gpt_from_scratch
 except ImportError:
-    %pip install --quiet "gpt-from-scratch-book @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
 
 # %%
 import math
@@ -509,7 +509,7 @@ print(f"nn.Embedding default / GPT-2 init: {norms['nn.Embedding default, N(0, 1)
 # **1. Implement the sinusoidal table.** Write `sinusoidal_solution(T, D)` returning the $(T, D)$ table
 # in float32, with whole-tensor operations (no Python loop over positions). Then run the checker.
 
-# %% tags=["solution", "hide-input"]
+# %% tags=["solution"]
 def sinusoidal_solution(T, D):
     position = torch.arange(T, dtype=torch.float64)[:, None]  # (T, 1)
     frequency = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)

@@ -18,7 +18,7 @@
 try:
     import gpt_from_scratch
 except ImportError:
-    %pip install --quiet "gpt-from-scratch-book @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
 
 # %%
 import math
@@ -576,7 +576,7 @@ for depth in (6, 12, 24, 48):
 # its last dimension and applies `weight` ($\gamma$) and `bias` ($\beta$). Then run the checker, which
 # also recognizes the usual mistakes and names them.
 
-# %% tags=["solution", "hide-input"]
+# %% tags=["solution"]
 def layer_norm_solution(x, weight, bias, eps):
     mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
     var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # (..., 1), biased

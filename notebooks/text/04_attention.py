@@ -37,7 +37,7 @@
 try:
     import gpt_from_scratch
 except ImportError:
-    %pip install --quiet "gpt-from-scratch-book @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
 
 # %%
 import math
@@ -777,7 +777,7 @@ print("cross-attention: output", tuple(out.shape), "weights", tuple(w.shape))
 # boolean mask (True = may attend) from two `torch.arange(T)` vectors and a comparison, using broadcasting:
 # query $i$ may attend to key $j$ exactly when $j \le i$.
 
-# %% tags=["solution", "hide-input"]
+# %% tags=["solution"]
 def causal_mask_solution(T):
     query = torch.arange(T)[:, None]  # (T, 1)
     key = torch.arange(T)[None, :]  # (1, T)
@@ -795,7 +795,7 @@ check_causal_mask(causal_mask_solution)
 # `torch.einsum` (the scores are `"...qd,...kd->...qk"`). It must work for $(B, T, d)$ and $(B, H, T, d)$
 # inputs and for fewer queries than keys.
 
-# %% tags=["solution", "hide-input"]
+# %% tags=["solution"]
 def attention_solution(q, k, v, mask=None):
     scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.size(-1))  # (..., T_q, T_k)
     if mask is not None:
@@ -817,7 +817,7 @@ check_scaled_dot_product_attention(attention_solution)
 # outputs are concatenated along the features before `c_proj`. No `view` or `transpose` needed: this is the
 # "parallel subspaces" picture made literal.
 
-# %% tags=["solution", "hide-input"]
+# %% tags=["solution"]
 class LoopedMultiHeadAttention(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()

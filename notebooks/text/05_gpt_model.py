@@ -36,7 +36,7 @@
 try:
     import gpt_from_scratch
 except ImportError:
-    %pip install --quiet "gpt-from-scratch-book @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
 
 # %%
 import math

@@ -16,14 +16,32 @@
 # (ch-gpt2-weights)=
 # # 8. Real GPT-2 weights and what the heads attend to
 #
-# TODO intro
+# Chapters 1 to 7 built GPT-2 from its parts and trained a small one on Tiny Shakespeare. This chapter puts
+# OpenAI's own GPT-2 small {cite}`radford2019language` into the same `GPT` class and looks inside it:
+#
+# 1. counting its parameters from first principles;
+# 2. mapping OpenAI's checkpoint onto our parameter names, and proving both implementations compute the same numbers;
+# 3. loading the weights (or, without a network, falling back to your own model);
+# 4. validation loss and generations, next to the model you trained in {ref}`ch-training`;
+# 5. reading attention maps out of the model, and checking one by hand;
+# 6. pronouns, and a classic probe of learned gender bias;
+# 7. two kinds of heads that trained transformers are known for: attention sinks and previous-token heads;
+# 8. interactive views with bertviz {cite}`vig2019bertviz`.
+#
+# ```{note}
+# **Without a network.** GPT-2's weights download from the Hugging Face hub the first time (then they are
+# cached). Where the hub cannot be reached, as on the machine that builds this book, section 8.3 says so,
+# sets `REAL_GPT2 = False`, and every later cell analyses the model you trained in {ref}`ch-training`
+# instead. The code is the same either way: every number and figure on this page belongs to the model that
+# section 8.3 reports. Run the chapter in Colab to see GPT-2's.
+# ```
 
 # %% tags=["colab-setup"]
 # Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
 try:
     import gpt_from_scratch
 except ImportError:
-    %pip install --quiet "gpt-from-scratch-book @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
 
 # %%
 import math
@@ -52,6 +70,19 @@ enc = gpt2_encoding()
 
 # %% [markdown]
 # ## 8.1 What we are about to load: GPT-2's parameters, counted by hand
+#
+# Every parameter of GPT-2 sits in a matrix or a vector whose shape follows from five sizes
+# ({doc}`/book/notation`): the vocabulary $V$, the context $T_{\max}$, the width $D$, the number of blocks $L$
+# and the feed-forward width $d_{ff} = 4D$. A block holds
+#
+# - attention: `c_attn`, a $D \times 3D$ matrix and $3D$ biases (queries, keys and values at once), and
+#   `c_proj`, $D \times D$ and $D$: together $4D^2 + 4D$;
+# - the MLP: `c_fc`, $D \times 4D$ and $4D$, and `c_proj`, $4D \times D$ and $D$: together $8D^2 + 5D$;
+# - two LayerNorms, each a gain $\gamma$ and a shift $\beta$ of $D$ numbers: $4D$.
+#
+# That is $12D^2 + 13D$ per block. Around the blocks: the token and position embeddings, $VD + T_{\max}D$,
+# and the final LayerNorm, $2D$. The output layer is tied to the token embedding {cite}`press2017tying`: it is
+# the same matrix, so it adds nothing.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -73,15 +104,24 @@ def count_gpt_parameters(V: int, T_max: int, D: int, L: int, d_ff: int | None = 
     return parts
 
 
-c = GPTConfig.from_preset("gpt2")
-parts = count_gpt_parameters(c.vocab_size, c.context_length, c.d_model, c.n_layers)
+def sizes(config: GPTConfig) -> tuple:
+    """(V, T_max, D, L, d_ff) of a configuration."""
+    return config.vocab_size, config.context_length, config.d_model, config.n_layers, config.d_ff
+
+
+parts = count_gpt_parameters(*sizes(GPTConfig.from_preset("gpt2")))
 for name, n in parts.items():
     print(f"{name:<66} {n:>13,}")
 total = sum(parts.values())
-untied = sum(count_gpt_parameters(c.vocab_size, c.context_length, c.d_model, c.n_layers, tied=False).values())
+untied = sum(count_gpt_parameters(*sizes(GPTConfig.from_preset("gpt2")), tied=False).values())
 print(f"{'total, head tied to wte (GPT-2)':<66} {total:>13,}")
 print(f"{'total with an untied head':<66} {untied:>13,}")
 print(f"in float32: {total * 4 / 1e6:.1f} MB")
+
+# %% [markdown]
+# GPT-2 small holds 124,439,808 numbers, the "124M" of its usual name; an untied output layer would add
+# another $V \times D$ = 38,597,376. To check the formula, build the models themselves on PyTorch's `meta`
+# device, where tensors have shapes but no storage: even GPT-2 XL "builds" instantly and takes no memory.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -91,13 +131,22 @@ for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
         config = GPTConfig.from_preset(preset, tie_weights=tied)
         with torch.device("meta"):
             shapes_only = GPT(config)
-        by_formula = sum(count_gpt_parameters(config.vocab_size, config.context_length, config.d_model,
-                                              config.n_layers, config.d_ff, tied=tied).values())
+        by_formula = sum(count_gpt_parameters(*sizes(config), tied=tied).values())
         assert shapes_only.num_parameters() == by_formula, (preset, tied)
         print(f"{preset:<12} {'tied' if tied else 'untied':<7} {by_formula:>14,}")
 
 # %% [markdown]
+# The formula and PyTorch agree for all four sizes of the GPT-2 family, tied and untied. From now on,
+# `model.num_parameters()` counts for us.
+#
 # ## 8.2 From OpenAI's checkpoint to our `GPT`
+#
+# OpenAI released GPT-2 as TensorFlow checkpoints; today everyone loads the conversion that Hugging Face's
+# `transformers` library publishes, `GPT2LMHeadModel`. Its names differ from ours in two harmless ways and
+# one that matters: every name starts with `transformer.`, the blocks are called `h.0`, `h.1`, ..., and the
+# four large matrices of each block are stored as `Conv1D` weights of shape (in, out), the transpose of
+# `nn.Linear`'s (out, in). The hub is not needed to see this: a randomly initialised `GPT2LMHeadModel` has
+# exactly GPT-2's layout. Here is block 0 of a small one, and our names for the same parameters:
 
 # %%
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -112,6 +161,12 @@ for hf_name in [k for k in hf_state if ".h.0." in k]:
     print(f"{hf_name:<38} {str(tuple(hf_state[hf_name].shape)):<11}")
 print([k for k in our_state if k.startswith("blocks.0.")])
 
+# %% [markdown]
+# Same names up to the prefix, same order. The shapes are the catch: `c_attn.weight` is stored as
+# $(D, 3D)$ where our `nn.Linear` holds $(3D, D)$. For the rectangular matrices a forgotten transpose fails
+# loudly at loading; the square attention `c_proj` ($D \times D$) would load without complaint and compute
+# nonsense. The whole conversion is three rules:
+
 # %%
 CONV1D = re.compile(r"blocks\.\d+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight")
 
@@ -125,8 +180,14 @@ def convert_hf_state_dict(hf_state: dict) -> dict:
     return converted
 
 
-ours_small.load_state_dict(convert_hf_state_dict(hf_state))  # strict: every name must match
 ours_small.eval()
+print(ours_small.load_state_dict(convert_hf_state_dict(hf_state)))  # strict: every name and shape must match
+
+# %% [markdown]
+# Now the proof that the two implementations are the same function: the same logits, the same attention
+# weights in every layer (transformers returns them with `output_attentions=True`, given its written-out
+# "eager" attention), and the same result as the package's `GPT.from_hf`, which does this conversion with
+# checks and clear errors on top.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -142,7 +203,18 @@ print("same logits and attention maps as transformers' GPT2LMHeadModel:", tuple(
 print("the package's GPT.from_hf does the same conversion: identical state dicts")
 
 # %% [markdown]
+# From here on the package does the loading: `GPT.from_hf(hf_model)` for a model in memory, and
+# `GPT.from_pretrained(name)` for the hub's `"gpt2"`, `"gpt2-medium"`, `"gpt2-large"` and `"gpt2-xl"`, or for a
+# folder written by `save_pretrained`.
+#
 # ## 8.3 Loading GPT-2, or what to do without a network
+#
+# `GPT.from_pretrained("gpt2")` first looks in the local Hugging Face cache, then downloads. Without a
+# network the download retries for a long time before giving up, so the cell first asks, in at most 3 seconds,
+# whether the hub answers at all; if not, it turns on transformers' offline mode for the call, and
+# `from_pretrained` only looks in the cache. Either way a failure raises `WeightsUnavailableError` with an
+# explanation, and the chapter carries on with your own model from {ref}`ch-training` (the BPE-level one,
+# which reads the same GPT-2 tokens). `model` is whichever was loaded; `REAL_GPT2` says which.
 
 # %%
 def hub_reachable(host: str = "huggingface.co", port: int = 443, timeout: float = 3.0) -> bool:
@@ -155,7 +227,7 @@ def hub_reachable(host: str = "huggingface.co", port: int = 443, timeout: float 
 
 
 # Without a network, offline mode makes from_pretrained look in the local cache only, instead of
-# retrying the download for a minute and a half.
+# retrying the download again and again before giving up.
 offline = {} if hub_reachable() else {"HF_HUB_OFFLINE": "1"}
 try:
     with mock.patch.dict(os.environ, offline):
@@ -175,6 +247,13 @@ print(f"REAL_GPT2 = {REAL_GPT2}: analysing {MODEL_NAME}, {cfg.n_layers} layers x
 
 # %% [markdown]
 # ## 8.4 Validation loss and a few generations
+#
+# Both models score the same 64 windows of 64 tokens, spread evenly over the validation text (the last 10% of
+# Tiny Shakespeare, which the Chapter 6 model never trained on). 64 tokens is the Chapter 6 model's whole
+# context; GPT-2 could read 1,024, so this comparison handicaps it. GPT-2 never trained on Tiny Shakespeare as
+# such: it learned English from 8 million web pages {cite}`radford2019language`. A loss of $\ell$ nats per
+# token means the model is, on average, as unsure as a uniform choice among $e^{\ell}$ tokens, its
+# *perplexity*; guessing uniformly over the vocabulary scores $\ln V$.
 
 # %%
 val = read_tokens(prepare_tokens(enc)["val"])
@@ -201,16 +280,30 @@ for name, m in models.items():
     loss = validation_loss(m)
     print(f"{name:<16} validation loss {loss:.2f} nats/token (perplexity {math.exp(loss):.0f})")
 
+# %% [markdown]
+# Samples, with top-$k$ = 50 ({ref}`ch-generation`) and a fixed seed:
+
 # %%
-prompts = ["ROMEO:\nI", "The girl and the boy walked home."]
+sample_prompts = ["ROMEO:\nI", "The girl and the boy walked home."]
 for name, m in models.items():
-    for prompt in prompts:
+    for prompt in sample_prompts:
         idx = torch.tensor([enc.encode(prompt)])
         out = generate(m, idx, max_new_tokens=30, top_k=50, generator=torch.Generator().manual_seed(1337))
         print(f"--- {name}, prompt {prompt!r}\n{enc.decode(out[0].tolist())}\n")
 
 # %% [markdown]
+# The Chapter 6 model has picked up Shakespeare's most frequent tokens, its line breaks and its short lines,
+# but not grammar. And after their first line its two samples continue almost identically: with the same
+# seed, its choices barely depend on the prompt, a sign of how little it uses its context. With GPT-2 loaded,
+# its samples follow in the same cell.
+#
 # ## 8.5 Attention maps, read out of the weights
+#
+# `model.attention_maps(idx)` runs the model once and returns every layer's attention weights $A$: a list of
+# $L$ tensors of shape $(B, H, T, T)$, the format transformers uses. Row $t$ of a head's map is how query $t$
+# shares its attention over keys $0 \dots t$ ({ref}`ch-attention`). To be sure the maps are the model's
+# real weights, compute layer 0 by hand from the parameters: embeddings, `ln_1`, queries and keys from
+# `c_attn`, then $\operatorname{softmax}(QK^\top / \sqrt{d_k})$ with the future masked.
 
 # %%
 def encode(text: str) -> torch.Tensor:
@@ -241,12 +334,31 @@ print(f"{len(maps)} maps of shape {tuple(maps[0].shape)} (B, H, T, T); layer 0 b
 print("every row sums to 1:", all(torch.allclose(A.sum(-1), torch.ones(B, H, T)) for A in maps))
 print("largest weight on a future token:", max(A[..., future].max().item() for A in maps))
 
-# %% mystnb={"figure": {"caption": "TODO", "name": "fig-attention-grid"}, "image": {"alt": "TODO"}}
-fig = attention_grid(maps, tokens, title=f"{MODEL_NAME}: every head on {enc.decode(idx[0].tolist())!r}")
+# %% [markdown]
+# Layer 0 by hand matches, the rows are probability distributions, and nothing looks ahead. Here is every
+# head at once, with `attention_grid` from `gpt_from_scratch.plotting`, all on one colour scale:
+
+# %% mystnb={"figure": {"caption": "Every head of the loaded model on one sentence: one small map per layer (rows) and head (columns), all on one colour scale from 0 to 1. Within a map, row t is where query t puts its attention; the future (above the diagonal) is always 0.", "name": "fig-attention-grid"}, "image": {"alt": "A grid of small triangular heatmaps, one per layer and head, showing the attention weights of each head on the sentence 'The girl and the boy walked home. She'."}}
+fig = attention_grid(maps, tokens, title=f"{MODEL_NAME}: every head", cell_size=min(0.9, 8 / cfg.n_heads))
 plt.show()
 
 # %% [markdown]
+# Most heads of the Chapter 6 model spread their attention over many earlier tokens: close to the plain
+# average of the past that {ref}`ch-attention` started from. The bright top-left corner of every map is no
+# pattern: query 0 can only attend to itself, and query 1 has just two keys. With GPT-2 loaded, the grid holds
+# 144 heads; look for
+# the two patterns that sections 8.8 and 8.9 measure: a bright first column all the way down (an attention
+# sink) and a bright line just below the diagonal (a previous-token head).
+#
 # ## 8.6 She and He
+#
+# To predict what follows "The girl and the boy walked home. She", a model does well to know who "She" is.
+# Demonstrations of bertviz {cite}`vig2019bertviz` use GPT-2's layer 5, head 10 (counting from 0) for this
+# example, a head in which a pronoun attends to the noun it refers to. The cell below compares the last row
+# of a head's map, where the pronoun looks, between "... She" and "... He". With GPT-2 loaded it uses layer 5,
+# head 10; with the Chapter 6 model, which has only 4 layers, it picks the head whose last row changes most
+# between the two sentences (the total variation distance, half the summed absolute difference: 0 for
+# identical rows, 1 for rows with nothing in common), and says so.
 
 # %%
 she, he = encode("The girl and the boy walked home. She"), encode("The girl and the boy walked home. He")
@@ -270,7 +382,7 @@ print(f"{'':>8}" + "".join(f"{t:>8}" for t in labels))
 print(f"{'She ->':>8}" + "".join(f"{w:>8.3f}" for w in last_she[layer, head].tolist()))
 print(f"{'He ->':>8}" + "".join(f"{w:>8.3f}" for w in last_he[layer, head].tolist()))
 
-# %% mystnb={"figure": {"caption": "TODO", "name": "fig-she-he"}, "image": {"alt": "TODO"}}
+# %% mystnb={"figure": {"caption": "One head on the two sentences, on one colour scale. The last row is where the pronoun looks; every earlier row is identical in both, since a query cannot see the tokens after it.", "name": "fig-she-he"}, "image": {"alt": "Two triangular attention heatmaps side by side with a shared colour bar, for the sentences ending in She and in He, with each weight written in its cell."}}
 fig = compare_attention(
     [maps_she[layer][0, head], maps_he[layer][0, head]],
     [f"... She (layer {layer}, head {head})", f"... He (layer {layer}, head {head})"],
@@ -279,16 +391,34 @@ fig = compare_attention(
 plt.show()
 
 # %% [markdown]
+# In the run that built this page the chosen head is in layer 0, and a layer-0 head cannot know who "She"
+# is: its queries and keys come from token and position embeddings alone, so each token is scored on its
+# own, not in context. Both pronouns put more weight on " girl" than on " boy"; the two rows differ
+# mostly in how much weight the pronoun keeps on itself. Choosing the head that changes most is not the same
+# as finding a head that resolves pronouns. With GPT-2 loaded, read the two printed rows for layer 5,
+# head 10: does "She" favour " girl" and "He" favour " boy"?
+#
 # ## 8.7 The doctor and the nurse: attention and learned bias
+#
+# Vig's paper on bertviz {cite}`vig2019bertviz` used a sharper pair: "The doctor asked the nurse a question.
+# She" and "... He". The sentence does not say who "She" is, so where a head sends the pronoun shows what the
+# model has *learned* to associate, and the paper found a GPT-2 head that sent "She" to "nurse" and "He" to
+# "doctor": occupational stereotypes from its training text. First the attention of the head chosen above:
 
 # %%
-print("attention of the pronoun (layer {}, head {}):".format(layer, head))
+print(f"attention of the pronoun (layer {layer}, head {head}):")
 for pronoun in ("She", "He"):
     ids = encode(f"The doctor asked the nurse a question. {pronoun}")
     row = model.attention_maps(ids)[layer][0, head, -1]  # (T,)
     labels = token_labels(ids[0], enc)
     print(f"  {pronoun:>3} -> doctor {row[labels.index('␣doctor')]:.3f}   nurse {row[labels.index('␣nurse')]:.3f}")
 
+
+# %% [markdown]
+# Attention shows where a head looks, not what the model concludes. The model's conclusion is its next-token
+# distribution: how likely is " he" or " she" to come next after an occupation? Swapping the two occupations
+# shows whether the prediction follows them. For a baseline, count the two words in the text the Chapter 6
+# model learned from.
 
 # %%
 @torch.no_grad()
@@ -319,7 +449,26 @@ print(f"\nTiny Shakespeare's training split: ' he' {n_he:,} times, ' she' {n_she
       f"(ratio {n_he / n_she:.1f})")
 
 # %% [markdown]
+# The Chapter 6 model's answer ignores the occupations: swapping doctor and nurse leaves $P(\text{" he"})$ and
+# $P(\text{" she"})$ almost unchanged, and their ratio sits close to the ratio of the two words in its
+# training text. Its "bias" is the base rate of Shakespeare's pronouns, " he" more than three times as often
+# as " she". That is the simplest learned bias, and the first baseline to check a model against. A model
+# trained on web text learns the base rates of web text, and on top of them associations such as occupation
+# and gender; {cite}`vig2020causal` measured those in GPT-2. With GPT-2 loaded, the table shows whether its
+# ratio moves when the two occupations swap places.
+#
 # ## 8.8 Attention sinks: the first token
+#
+# Every row of an attention map must sum to 1, even when a head has nothing useful to read. Trained
+# transformers solve this with an *attention sink*: they park the spare attention on the first token, which
+# every query can see. {cite}`xiao2024sinks` found that large language models put a surprising share of their
+# attention there whatever that token is, and that a sliding window of context which drops the first tokens
+# makes the model's perplexity explode.
+#
+# The measurement: run 16 validation windows of 64 tokens through the model and, for each layer and head,
+# average the weight that queries $t = 1, \dots, T-1$ put on position 0 (query 0 has no choice). The windows
+# start mid-text, so position 0 holds an ordinary token. The baseline is a head that spreads its attention
+# evenly: query $t$ gives $1/(t+1)$ to each key.
 
 # %%
 x_batch = x_val[:16]  # (16, 64): windows that start mid-text, so position 0 is an ordinary token
@@ -352,12 +501,22 @@ for l in range(cfg.n_layers):
     print(f"layer {l:>2}: mean share on position 0 = {first_share[l].mean():.3f}, "
           f"largest head {first_share[l].max():.3f} (head {first_share[l].argmax()})")
 
-# %% mystnb={"figure": {"caption": "TODO", "name": "fig-sinks"}, "image": {"alt": "TODO"}}
+# %% mystnb={"figure": {"caption": "Share of attention on the first token, per layer and head, averaged over queries 1 to 63 of 16 validation windows. A head attending evenly would score the uniform baseline printed above; an attention sink scores close to 1.", "name": "fig-sinks"}, "image": {"alt": "A heatmap with layers as rows and heads as columns; each cell is annotated with the head's mean attention weight on position 0."}}
 fig = plot_head_scores(first_share, f"{MODEL_NAME}: share of attention on the first token", "mean weight on position 0")
 plt.show()
 
 # %% [markdown]
+# The Chapter 6 model has no attention sink: every layer's share of attention on position 0 stays close to
+# the uniform baseline. Sinks are learned, and a few minutes of training on 64-token windows have not made
+# one. With GPT-2 loaded, compare its heatmap with the same baseline: heads far above it are sinks.
+#
 # ## 8.9 Previous-token heads
+#
+# A *previous-token head* sends each query to the token just before it: its maps are a bright line under the
+# diagonal. It copies "what came before me" into each position: the first half of the two-head *induction
+# circuit* that {cite}`olsson2022induction` found behind much of in-context learning (exercise 3 measures the
+# second half, the induction head). Its score is the mean weight on position $t-1$, averaged like the sink
+# share, with the same uniform baseline.
 
 # %%
 prev_score = batch_maps.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, 3))  # (L, H): mean A[t, t-1]
@@ -367,11 +526,14 @@ print(f"uniform attention would put {uniform_share:.3f} on position t-1 as well"
 for l, h in top_heads:
     print(f"layer {l}, head {h}: mean weight on the previous token {prev_score[l, h]:.3f}")
 
-# %% mystnb={"figure": {"caption": "TODO", "name": "fig-prev-token"}, "image": {"alt": "TODO"}}
+# %% mystnb={"figure": {"caption": "Mean attention weight on the previous token, per layer and head, over the same 16 validation windows. A previous-token head scores close to 1.", "name": "fig-prev-token"}, "image": {"alt": "A heatmap with layers as rows and heads as columns; each cell is annotated with the head's mean attention weight on the token just before the query."}}
 fig = plot_head_scores(prev_score, f"{MODEL_NAME}: mean weight on the previous token", "mean A[t, t-1]")
 plt.show()
 
-# %% mystnb={"figure": {"caption": "TODO", "name": "fig-prev-token-maps"}, "image": {"alt": "TODO"}}
+# %% [markdown]
+# The three best-scoring heads, on the first line of the play:
+
+# %% mystnb={"figure": {"caption": "The three heads with the highest previous-token scores, on one sentence, on one colour scale from 0 to 1. A perfect previous-token head would draw a bright line just below the diagonal.", "name": "fig-prev-token-maps"}, "image": {"alt": "Three triangular attention heatmaps side by side with a shared colour bar, one for each of the three heads with the highest previous-token score."}}
 idx = encode("First Citizen:\nBefore we proceed any further, hear me speak.")
 top_maps = model.attention_maps(idx)
 fig = compare_attention([top_maps[l][0, h] for l, h in top_heads], [f"layer {l}, head {h}" for l, h in top_heads],
@@ -379,7 +541,22 @@ fig = compare_attention([top_maps[l][0, h] for l, h in top_heads], [f"layer {l},
 plt.show()
 
 # %% [markdown]
+# The Chapter 6 model has no previous-token head either: its best scores are barely above the baseline. In
+# the run that built this page, the maps of its top three heads show where the attention they do concentrate
+# goes: to punctuation and line breaks, such as the colon and the newline after "First Citizen", not to the
+# token just before. {cite}`olsson2022induction` saw induction heads form abruptly, early in training, in what
+# they call a phase change; the book's small model, trained for minutes on a CPU, has not got there. With
+# GPT-2 loaded, the heatmap and the three maps show its best previous-token heads.
+#
 # ## 8.10 Interactive views with bertviz
+#
+# bertviz {cite}`vig2019bertviz` draws attention interactively: `head_view` shows one layer as lines from each
+# token to the tokens it attends to (hover over a token, pick heads by colour), `model_view` shows every
+# layer and head at once. It takes exactly what `attention_maps` returns, a sequence of $(1, H, T, T)$ tensors,
+# one per layer (the format of transformers' `output_attentions`), plus the token strings. Its views load
+# their JavaScript libraries from the internet, and they do not display on this static page, so the cell
+# builds them and shows them only when `SHOW_BERTVIZ` is true (by default on Colab; set it to `True` in
+# Jupyter).
 
 # %%
 from bertviz import head_view, model_view
@@ -396,14 +573,30 @@ if SHOW_BERTVIZ:
     display(head_html)
     display(model_html)
 
-# %% mystnb={"figure": {"caption": "TODO", "name": "fig-head-view"}, "image": {"alt": "TODO"}}
+# %% [markdown]
+# For this page, `attention_lines` from `gpt_from_scratch.plotting` draws the head view as a static figure:
+# every head of the chosen layer, each line from a query token (left) to a key token (right) as opaque as its
+# weight.
+
+# %% mystnb={"figure": {"caption": "A static head view of the layer chosen in section 8.6, on the doctor and nurse sentence: one panel per head, a line from each query token (left) to each key token (right), as opaque as its attention weight.", "name": "fig-head-view"}, "image": {"alt": "Panels side by side, one per attention head, each listing the tokens of 'The doctor asked the nurse a question. She' twice, in two columns, joined by lines whose opacity is the attention weight."}}
 fig = attention_lines(attention[layer][0], labels, title=f"{MODEL_NAME}, layer {layer}")
 plt.show()
 
 # %% [markdown]
 # ## Summary
 #
-# TODO
+# - GPT-2 small holds 124,439,808 parameters: $12D^2 + 13D$ per block, the token and position embeddings, a
+#   final LayerNorm, and an output layer tied to the token embedding (163,037,184 untied).
+# - OpenAI's checkpoint, as transformers stores it, maps onto our `GPT` by three rules: drop `transformer.`,
+#   rename `h.N` to `blocks.N`, transpose the four `Conv1D` matrices. Then both compute the same logits and the
+#   same attention weights. `GPT.from_pretrained("gpt2")` does it all, and fails with a clear
+#   `WeightsUnavailableError` when the weights can be neither found nor downloaded.
+# - `model.attention_maps(idx)` returns $L$ tensors of shape $(B, H, T, T)$, transformers' format, ready for
+#   plots and for bertviz; layer 0 computed by hand from the weights matches it.
+# - A head's map shows where it looks, not what the model concludes. Measure conclusions on the outputs
+#   (next-token probabilities) and test a head's role by intervening (exercise 4).
+# - Attention sinks and previous-token heads are measurable, one number per head against the baseline of a
+#   head that attends evenly; they are learned, so a model trained briefly need not have them.
 #
 # ## Exercises
 #
@@ -464,7 +657,10 @@ def induction_scores_solution(model: GPT, n: int = 24, B: int = 8, generator=Non
     return A.diagonal(offset=-(n - 1), dim1=-2, dim2=-1)[..., 1:].mean(dim=(1, 3))  # A[t, t-n+1], t = n .. 2n-1
 
 
-induction = induction_scores_solution(model, generator=torch.Generator().manual_seed(0))
+n = 24
+induction = induction_scores_solution(model, n=n, generator=torch.Generator().manual_seed(0))
+print(f"uniform attention would score {(1 / torch.arange(n + 1, 2 * n + 1)).mean():.3f} "
+      f"(mean of 1/(t+1), t = {n} .. {2 * n - 1})")
 for i in induction.flatten().topk(3).indices:
     l, h = divmod(int(i), cfg.n_heads)
     print(f"layer {l}, head {h}: induction score {induction[l, h]:.3f}, previous-token score {prev_score[l, h]:.3f}")
@@ -478,8 +674,12 @@ for i in induction.flatten().topk(3).indices:
 # you? {cite}`vig2020causal` turn this idea into a careful causal analysis of gender bias in GPT-2.
 
 # %% tags=["solution"]
+from contextlib import contextmanager
+
+
+@contextmanager
 def without_head(layer: int, head: int):
-    """A context manager: inside it, head `head` of block `layer` contributes nothing."""
+    """Inside this block, head `head` of block `layer` contributes nothing to the model."""
     d_k = cfg.d_head
 
     def zero_head(module, args):
@@ -488,14 +688,11 @@ def without_head(layer: int, head: int):
         merged[..., head * d_k:(head + 1) * d_k] = 0.0
         return (merged,)
 
-    class Ablation:
-        def __enter__(self):
-            self.handle = model.blocks[layer].attn.c_proj.register_forward_pre_hook(zero_head)
-
-        def __exit__(self, *exc):
-            self.handle.remove()
-
-    return Ablation()
+    handle = model.blocks[layer].attn.c_proj.register_forward_pre_hook(zero_head)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 for prompt in prompts:
@@ -512,7 +709,24 @@ for prompt in prompts:
 
 # %% tags=["solution"]
 for preset in ("gpt2", "gpt2-xl", "shakespeare-char"):
-    c = GPTConfig.from_preset(preset, vocab_size=50_257)  # the Chapter 6 model: shakespeare-char on GPT-2 tokens
-    parts = count_gpt_parameters(c.vocab_size, c.context_length, c.d_model, c.n_layers, c.d_ff)
-    print(f"{preset:<17} D = {c.d_model:>4}: wte holds {parts['token embeddings wte (V x D)'] / sum(parts.values()):.1%} "
-          f"of {sum(parts.values()):,} parameters")
+    config = GPTConfig.from_preset(preset, vocab_size=50_257)  # the Chapter 6 model: shakespeare-char, GPT-2 tokens
+    parts = count_gpt_parameters(*sizes(config))
+    share = parts["token embeddings wte (V x D)"] / sum(parts.values())
+    print(f"{preset:<17} D = {config.d_model:>4}: wte holds {share:.1%} of {sum(parts.values()):,} parameters")
+print(f"distinct tokens in Tiny Shakespeare's training split: {len(np.unique(train_ids)):,} of {enc.n_vocab:,}")
+
+# %% [markdown]
+# ```{admonition} Answers
+# :class: dropdown
+# 2. Compare the two numbers of each layer. If the large share belonged to the token, it would vanish with
+#    that token; if it belongs to the position, it reappears on whatever token now comes first.
+#    {cite}`xiao2024sinks` found the latter in large models: the sink is the first position, whatever its
+#    token. A model without sinks has nothing to move, and its shares stay near the uniform baseline.
+# 4. If silencing the head barely changes the he/she ratio, the model does not need that head for this
+#    prediction, however striking its map: other heads, or the MLPs, carry the information.
+# 5. The blocks grow as $12 L D^2$, the token embedding only as $V D$: the wider and deeper the model, the smaller
+#    the embedding's share. At $D = 128$ the four blocks are small next to 50,257 rows of 128 numbers, so
+#    almost all of the Chapter 6 model is its embedding table. Yet only 11,234 distinct tokens occur in the
+#    training text: the other rows are never read as inputs and never the right answer, so all that training
+#    teaches them, through the tied output layer, is to be unlikely. The parameters that do the work are few.
+# ```

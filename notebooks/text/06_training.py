@@ -1,0 +1,631 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.17.3
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (ch-training)=
+# # 6. Training on Tiny Shakespeare
+#
+# {ref}`ch-gpt` assembled GPT-2, but with random weights it predicts every next character with about equal
+# probability. This chapter trains it. The loop fits on one screen: draw a batch, measure how wrong the
+# predictions are, push every weight a little in the direction that makes them less wrong, repeat. The rest of
+# the chapter is about doing that well, and about seeing what each part of the model is worth:
+#
+# 1. the data at the character level, and the loss: cross-entropy over all $B \times T$ positions;
+# 2. two reference points: the untrained model ($\ln 65$) and the best a bigram table can do;
+# 3. the training loop written out: AdamW, a warm-up then cosine learning rate, gradient clipping;
+# 4. the build-up ladder: from a single attention head to the full GPT, each rung trained the same way;
+# 5. the character model the book uses from now on, and its loss curves;
+# 6. overfitting, and dropout;
+# 7. the same model on GPT-2's tokens, and why a 50,257-word vocabulary makes CPU training slow;
+# 8. checkpoints, resuming, and the command line (several processes with `torchrun`).
+#
+# Everything runs on a laptop CPU in a few minutes. Set `FULL_RUN = True` in the next cell but one on a
+# GPU (Colab's free T4 will do) for the larger settings described there.
+
+# %% tags=["colab-setup"]
+# Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
+try:
+    import gpt_from_scratch
+except ImportError:
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+
+# %%
+import dataclasses
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.testing import assert_close
+
+from gpt_from_scratch.attention import MultiHeadAttention
+from gpt_from_scratch.data import get_batch
+from gpt_from_scratch.generate import generate
+from gpt_from_scratch.layernorm import LayerNorm
+from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.train import (RECIPES, TrainConfig, book_model, book_model_path, bpe_level_data,
+                                    char_level_data, estimate_loss, load_checkpoint, lr_at, make_optimizer,
+                                    train)
+from gpt_from_scratch.utils import default_device, seed_everything
+
+generator = seed_everything(1337)
+
+# FULL_RUN = False: every run below is sized for 2 CPU cores (the whole chapter takes a few minutes).
+# FULL_RUN = True (on a GPU): the ladder of section 6.4 trains 10 times longer, and section 6.5 also trains
+# nanoGPT's GPU configuration (6 layers, 6 heads, 384 dims, context 256, dropout 0.2, batch 64, 5,000 steps).
+FULL_RUN = False
+DEVICE = default_device() if FULL_RUN else "cpu"
+
+# %% [markdown]
+# ## 6.1 The data and the loss
+#
+# We start at the character level: every character of Tiny Shakespeare is one token, 65 in all.
+# `char_level_data` builds the vocabulary from the whole corpus and splits it 90/10 (the split of
+# {ref}`ch-tokens`), exactly as nanoGPT {cite}`karpathy2023nanogpt` does, so our losses can be compared with its.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+train_ids, val_ids, tokenizer = char_level_data()
+print(f"{len(train_ids):,} training and {len(val_ids):,} validation tokens, vocabulary {tokenizer.vocab_size}")
+print(repr(tokenizer.decode(train_ids[:60])))
+
+# %% [markdown]
+# A batch is $B$ windows of $T$ tokens, `x`, and the same windows shifted by one, `y`: `y[b, t]` is the
+# token that follows `x[b, t]`. The model reads `x` and returns logits of shape $(B, T, V)$: at **every**
+# position $t$ a score for each of the $V$ possible next tokens, computed from `x[b, :t + 1]` only (the
+# causal mask). So one batch is $B \times T$ predictions, not $B$. The loss is their average cross-entropy:
+# the negative log-probability the model gave to the token that actually came next,
+#
+# $$\mathcal{L} = -\frac{1}{BT} \sum_{b=1}^{B} \sum_{t=1}^{T} \log \operatorname{softmax}(z_{b,t})_{y_{b,t}} .$$
+#
+# Written out, it is a `log_softmax`, a `gather` of the right entries and a mean:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+torch.manual_seed(1337)
+model = GPT(GPTConfig.from_preset("shakespeare-char"))  # Chapter 5's GPT, 4 layers, 128 dims
+x, y = get_batch(train_ids, batch_size=4, block_size=8, generator=torch.Generator().manual_seed(0))
+logits, loss = model(x, y)  # (B, T, V), scalar
+print("x", tuple(x.shape), " y", tuple(y.shape), " logits", tuple(logits.shape))
+
+log_probs = torch.log_softmax(logits, dim=-1)  # (B, T, V)
+picked = log_probs.gather(-1, y[..., None])[..., 0]  # (B, T): log-probability of the true next token
+by_hand = -picked.mean()  # average over all B * T = 32 positions
+assert_close(by_hand, loss)
+assert_close(by_hand, F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1)))  # (B*T, V) vs (B*T,)
+print(f"loss of the untrained model {loss.item():.4f}; ln 65 = {math.log(65):.4f}")
+
+# %% [markdown]
+# `F.cross_entropy` wants the predictions as rows, so the $(B, T, V)$ logits are flattened to $(BT, V)$ and
+# the targets to $(BT,)$; the model does exactly that inside. The untrained loss is almost exactly
+# $\ln 65$: GPT-2's initialization makes every logit close to 0, so the model starts out guessing uniformly
+# among the 65 characters, and a uniform guess costs $\ln V$ nats per token. Anything below that is learning.
+#
+# ## 6.2 A baseline: the bigram table
+#
+# How far can one get by looking only at the previous character? Count, in the training text, how often each
+# character follows each other one; the counts, normalized row by row, are the best possible bigram model
+# (maximum likelihood). One pseudo-count per pair keeps unseen pairs from getting probability 0.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+V = tokenizer.vocab_size
+pairs = torch.from_numpy(train_ids[:-1].astype(np.int64) * V + train_ids[1:].astype(np.int64))
+counts = torch.bincount(pairs, minlength=V * V).view(V, V).double() + 1.0  # (V, V): row = previous char
+bigram_log_probs = torch.log(counts / counts.sum(dim=1, keepdim=True))  # (V, V)
+
+
+def bigram_loss(ids):
+    ids = torch.from_numpy(ids.astype(np.int64))
+    return -bigram_log_probs[ids[:-1], ids[1:]].mean().item()
+
+
+bigram_val = bigram_loss(val_ids)
+print(f"bigram table: train loss {bigram_loss(train_ids):.4f}, val loss {bigram_val:.4f}")
+
+# %% [markdown]
+# The table is a fine baseline: a model that cannot see further back than one character cannot beat it
+# on average. Everything a transformer gains below this line comes from reading the context.
+#
+# ## 6.3 The training loop
+#
+# Three choices make the difference between a loop that works and one that works well.
+#
+# **AdamW** {cite}`loshchilov2019adamw`. Adam keeps, for every weight, running averages of its gradient and of
+# its squared gradient, and steps by their ratio: every weight moves at a similar pace whatever the scale of its
+# gradient. AdamW adds *decoupled* weight decay: each step also shrinks the weights by
+# $\text{lr} \times \lambda$ times themselves, pulling unused directions back to zero. We decay only the
+# matrices (linear weights, embeddings: parameters with 2 or more dimensions). Biases and LayerNorm gains are
+# vectors that set offsets and scales; shrinking LayerNorm's $\gamma$ towards 0 would fight the normalization.
+
+# %%
+def param_groups(model, weight_decay):
+    """AdamW groups: weight decay on matrices (>= 2 dimensions), none on biases and LayerNorm parameters."""
+    params = list(model.parameters())  # a tied matrix (wte = lm_head) appears once
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+ours = [[p.shape for p in g["params"]] for g in param_groups(model, 0.1)]
+package = [[p.shape for p in g["params"]] for g in make_optimizer(model, TrainConfig()).param_groups]
+assert ours == package
+print(f"decayed: {sum(p.numel() for p in param_groups(model, 0.1)[0]['params']):,} numbers in "
+      f"{len(ours[0])} matrices; not decayed: {sum(p.numel() for p in param_groups(model, 0.1)[1]['params']):,} "
+      f"in {len(ours[1])} vectors")
+
+# %% [markdown]
+# **A learning-rate schedule.** At the start the weights are random and Adam's running averages are empty:
+# big steps then are risky, so the learning rate rises linearly over the first `warmup_iters` steps. Later, a
+# smaller learning rate lets the weights settle into a minimum instead of bouncing around it, so the rate
+# decays along a half cosine down to `min_lr`. The schedule is a pure function of the step:
+
+# %%
+def lr_schedule(step, cfg):
+    decay_iters = cfg.lr_decay_iters or cfg.max_iters
+    if step < cfg.warmup_iters:  # linear warm-up
+        return cfg.learning_rate * (step + 1) / (cfg.warmup_iters + 1)
+    if step >= decay_iters:  # after the decay: the floor
+        return cfg.min_lr
+    progress = (step - cfg.warmup_iters) / (decay_iters - cfg.warmup_iters)  # 0 -> 1
+    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
+
+
+char_cfg = TrainConfig(**RECIPES["shakespeare-char"].train)  # the settings of the book's character model
+steps = range(char_cfg.max_iters + 200)
+assert_close(torch.tensor([lr_schedule(s, char_cfg) for s in steps]), torch.tensor([lr_at(s, char_cfg) for s in steps]))
+print(char_cfg)
+
+# %% mystnb={"figure": {"caption": "The learning rate of the book's character model: 100 steps of linear warm-up to 1e-3, then a half cosine down to 1e-4 at step 2,000.", "name": "fig-training-lr"}, "image": {"alt": "A curve that rises in a straight line from near 0 to 0.001 over the first 100 steps, then falls smoothly like half a cosine wave to 0.0001 at step 2000, and stays flat after that."}}
+fig, ax = plt.subplots(figsize=(7, 3.5))
+ax.plot(list(steps), [lr_at(s, char_cfg) for s in steps])
+ax.axvline(char_cfg.warmup_iters, color="gray", linestyle=":", label="end of warm-up")
+ax.set(xlabel="step", ylabel="learning rate", title="Warm-up, then cosine decay")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# **Gradient clipping.** Now and then a batch produces a huge gradient; one such step can undo hours of
+# training. Before each update we measure the norm of the whole gradient (all parameters as one long vector)
+# and, if it exceeds `grad_clip` (1.0), scale it down to that length. The direction is kept.
+#
+# Here is the loop with all three. Each step draws its batch from a generator seeded with `seed + step`, so
+# the batches depend only on the step number (that will make resuming exact, section 6.8).
+
+# %%
+def train_by_hand(model, train_ids, cfg):
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
+                                  betas=(cfg.beta1, cfg.beta2))
+    block_size = cfg.block_size or model.config.context_length
+    losses = []
+    model.train()
+    for step in range(cfg.max_iters):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_schedule(step, cfg)
+        batch_generator = torch.Generator().manual_seed(cfg.seed + step)
+        x, y = get_batch(train_ids, cfg.batch_size, block_size, batch_generator)  # (B, T) each
+        torch.manual_seed(cfg.seed + step)  # this step's dropout masks
+        logits, loss = model(x, y)  # (B, T, V), mean cross-entropy over B * T positions
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+short = dataclasses.replace(char_cfg, max_iters=40, warmup_iters=10, eval_interval=40, progress=False)
+torch.manual_seed(0)
+by_hand_losses = train_by_hand(GPT(GPTConfig.from_preset("shakespeare-char")), train_ids, short)
+torch.manual_seed(0)
+history = train(GPT(GPTConfig.from_preset("shakespeare-char")), train_ids, val_ids, short)
+assert_close(torch.tensor(by_hand_losses), torch.tensor(history.loss))
+print(f"40 steps by hand and with gpt_from_scratch.train: the same losses, {by_hand_losses[0]:.4f} -> "
+      f"{by_hand_losses[-1]:.4f}")
+
+# %% [markdown]
+# The package's `train` is this loop plus three things: every `eval_interval` steps it calls `estimate_loss`,
+# which averages the loss over `eval_iters` batches of each split (always the same batches, drawn from a
+# generator with a fixed seed, so two estimates differ only because the model changed); it shows a `tqdm`
+# progress bar; and it returns the `History` (every step's loss and learning rate, every estimate) for
+# plotting. From here on we use it.
+#
+# ## 6.4 The build-up ladder
+#
+# Chapters 4 and 5 added the parts of a transformer one at a time. Which of them matter, and how much? We train
+# a sequence of models, each one rung up from the last, with **the same budget**: the same batches, the same
+# number of steps, the same schedule:
+#
+# 1. **single head**: token and position embeddings, one causal attention head ($D = 64$), the output layer;
+# 2. **multi-head**: the same 64 dimensions split into 4 heads of 16;
+# 3. **+ feed-forward**: a 4-times-wide MLP after attention;
+# 4. **4 blocks**: four such blocks stacked, *without* residual connections;
+# 5. **+ residual**: the same four blocks with `x + attn(x)` and `x + mlp(x)`;
+# 6. **+ LayerNorm**: pre-LN, as in GPT-2, plus the final `ln_f`: the GPT architecture at $D = 64$;
+# 7. **scaled up**: the book's GPT, $D = 128$ (the `shakespeare-char` preset of {ref}`ch-gpt`).
+#
+# One small class covers rungs 1 to 6, built from the package's attention and LayerNorm. (Rungs 1 to 6 use
+# PyTorch's default initialization; the scaled-up rung is the package's `GPT` with GPT-2's.)
+
+# %%
+class RungBlock(nn.Module):
+    """Attention, then optionally a feed-forward network; residual connections and pre-LN optional."""
+
+    def __init__(self, D, n_heads, mlp, residual, layernorm):
+        super().__init__()
+        self.ln_1 = LayerNorm(D) if layernorm else nn.Identity()
+        self.attn = MultiHeadAttention(D, n_heads)
+        self.ln_2 = LayerNorm(D) if layernorm else nn.Identity()
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(approximate="tanh"), nn.Linear(4 * D, D)) if mlp else None
+        self.residual = residual
+
+    def forward(self, x):  # (B, T, D) -> (B, T, D)
+        a = self.attn(self.ln_1(x))
+        x = x + a if self.residual else a
+        if self.mlp is not None:
+            m = self.mlp(self.ln_2(x))
+            x = x + m if self.residual else m
+        return x
+
+
+class Rung(nn.Module):
+    """A language model made of RungBlocks: forward(idx, targets) -> (logits, loss), like GPT."""
+
+    def __init__(self, V, T, D=64, n_layers=1, n_heads=1, mlp=False, residual=False, layernorm=False):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.blocks = nn.Sequential(*[RungBlock(D, n_heads, mlp, residual, layernorm) for _ in range(n_layers)])
+        self.ln_f = LayerNorm(D) if layernorm else nn.Identity()
+        self.lm_head = nn.Linear(D, V)
+
+    def forward(self, idx, targets=None):  # idx (B, T)
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))  # (B, T, D)
+        logits = self.lm_head(self.ln_f(self.blocks(x)))  # (B, T, V)
+        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        return logits, loss
+
+
+RUNGS = {
+    "single head": dict(n_layers=1, n_heads=1),
+    "multi-head": dict(n_layers=1, n_heads=4),
+    "+ feed-forward": dict(n_layers=1, n_heads=4, mlp=True),
+    "4 blocks": dict(n_layers=4, n_heads=4, mlp=True),
+    "+ residual": dict(n_layers=4, n_heads=4, mlp=True, residual=True),
+    "+ LayerNorm": dict(n_layers=4, n_heads=4, mlp=True, residual=True, layernorm=True),
+}
+LADDER_STEPS = 3000 if FULL_RUN else 300
+ladder_cfg = TrainConfig(max_iters=LADDER_STEPS, batch_size=16, block_size=32, learning_rate=3e-3, min_lr=3e-4,
+                         warmup_iters=LADDER_STEPS // 10, eval_interval=LADDER_STEPS // 6, eval_iters=10,
+                         device=DEVICE, progress=False)
+print(ladder_cfg)
+
+# %% [markdown]
+# Every rung: 300 steps of 16 windows of 32 characters (153,600 characters, a seventh of the training
+# text), learning rate 3e-3 with warm-up and cosine decay. The final validation loss is estimated on 40
+# batches. This cell takes about a minute on 2 CPU cores.
+
+# %%
+ladder, ladder_params, ladder_final = {}, {}, {}
+start = time.perf_counter()
+for name, options in (RUNGS | {"scaled up": None}).items():
+    torch.manual_seed(0)
+    rung = Rung(V, 32, **options) if options else GPT(GPTConfig.from_preset("shakespeare-char"))
+    ladder[name] = train(rung, train_ids, val_ids, ladder_cfg)
+    ladder_params[name] = sum(p.numel() for p in rung.parameters())
+    ladder_final[name] = estimate_loss(rung, {"val": val_ids}, 16, 32, eval_iters=40, seed=1, device=DEVICE)["val"]
+print(f"the ladder took {time.perf_counter() - start:.0f} s")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+table = pd.DataFrame({"parameters": ladder_params, "val loss": {n: round(v, 2) for n, v in ladder_final.items()}})
+table.loc["bigram table (6.2)"] = [V * V, round(bigram_val, 2)]
+table
+
+# %% mystnb={"figure": {"caption": "Validation loss during training for every rung of the ladder, all with the same batches and schedule. The dashed line is the bigram table.", "name": "fig-training-ladder"}, "image": {"alt": "Seven descending curves of validation loss against training step, from about 4.2 at step 0. The curve for four blocks without residual connections stays flat near 3.35; the others fall below the dashed bigram line at about 2.5, the residual, LayerNorm and scaled-up models lowest, near 2.3."}}
+fig, ax = plt.subplots(figsize=(7, 4))
+for name, h in ladder.items():
+    ax.plot(h.eval_step, h.val_loss, marker=".", label=name)
+ax.axhline(bigram_val, color="black", linestyle="--", linewidth=1, label="bigram table")
+ax.set(xlabel="step", ylabel="validation loss (nats per character)", title="The build-up ladder, equal budgets",
+       ylim=(2.0, 4.3))
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# LADDER_PROSE
+
+# %% [markdown]
+# ## 6.5 The book's character model
+#
+# The model later chapters use is the scaled-up rung trained properly: nanoGPT's CPU configuration for
+# Shakespeare-char (4 layers, 4 heads, 128 dimensions, context 64, batch 12, 2,000 steps, learning rate
+# $10^{-3}$ decaying to $10^{-4}$, no dropout). `book_model` trains it once, with a fixed seed, and saves it in
+# your cache folder; afterwards it loads the saved weights (checking their SHA-256 first). Either way the
+# weights are the same. Training takes about a minute and a half on 2 CPU cores.
+
+# %%
+char_model, char_tokenizer = book_model("shakespeare-char")
+char_history = load_checkpoint(book_model_path("shakespeare-char")).history
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"{char_model.num_parameters():,} parameters")
+for step, tr, va in zip(char_history.eval_step, char_history.train_loss, char_history.val_loss):
+    print(f"step {step:5d}  train {tr:.2f}  val {va:.2f}")
+
+# %% mystnb={"figure": {"caption": "Training the book's character model: the loss of every mini-batch (light), and the train and validation losses estimated every 250 steps.", "name": "fig-training-char-curves"}, "image": {"alt": "A noisy light curve of mini-batch losses falling from about 4.2 quickly to 2.5 within 300 steps, then slowly to about 1.9 by step 2000. The train and validation estimates follow it closely, the validation points slightly above the training points at the end."}}
+fig, ax = plt.subplots(figsize=(7, 4))
+ax.plot(char_history.step, char_history.loss, color="lightgray", label="mini-batch loss")
+ax.plot(char_history.eval_step, char_history.train_loss, marker="o", label="train (estimate)")
+ax.plot(char_history.eval_step, char_history.val_loss, marker="o", label="validation (estimate)")
+ax.axhline(bigram_val, color="black", linestyle="--", linewidth=1, label="bigram table")
+ax.set(xlabel="step", ylabel="loss (nats per character)", title="The book's character model", ylim=(1.4, 4.3))
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# CHAR_PROSE
+#
+# What does a loss like that read like? {ref}`ch-generation` is about generating text; here is a first taste,
+# 300 characters sampled after the prompt "ROMEO:":
+
+# %%
+# NBVAL_CHECK_OUTPUT
+prompt = torch.tensor([char_tokenizer.encode("ROMEO:")])  # (1, T)
+sample = generate(char_model, prompt, max_new_tokens=300, generator=torch.Generator().manual_seed(1337))
+print(char_tokenizer.decode(sample[0].tolist()))
+
+# %% [markdown]
+# ```{admonition} The full-size run (FULL_RUN = True)
+# On a GPU, the next cell trains nanoGPT's GPU configuration for Shakespeare-char, the `shakespeare-char-full`
+# recipe: 6 layers, 6 heads, 384 dimensions, a context of 256 characters, dropout 0.2, batch 64, 5,000 steps,
+# with the losses estimated on 200 batches every 250 steps. The same run from a terminal:
+# `python -m gpt_from_scratch.train --preset shakespeare-char-full --out runs/char-full`.
+# On 2 CPU cores it would take many hours, so with `FULL_RUN = False` the cell only prints the settings.
+# ```
+
+# %%
+full = RECIPES["shakespeare-char-full"]
+print("model:", full.model)
+print("training:", full.train)
+if FULL_RUN:
+    torch.manual_seed(1337)
+    full_model = GPT(GPTConfig(**full.model))
+    start = time.perf_counter()
+    full_history = train(full_model, train_ids, val_ids, TrainConfig(**full.train, device=DEVICE))
+    print(f"{time.perf_counter() - start:.0f} s on {DEVICE}: val loss {full_history.val_loss[-1]:.4f}")
+
+# %% [markdown]
+# ## 6.6 Overfitting and dropout
+#
+# The validation loss is what we care about: how well the model predicts text it has never seen. The training
+# loss can be pushed lower simply by memorizing. With 1,003,854 training characters and 800,000 parameters our
+# model has little room to memorize. To watch it happen, give the same model only the first 20,000 characters
+# of the training text and train for 600 steps (about 40 passes over that text):
+
+# %%
+small_train = train_ids[:20_000]
+overfit_cfg = TrainConfig(max_iters=500, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=50,
+                          eval_interval=50, eval_iters=5, device=DEVICE, progress=False)
+overfit = {}
+for dropout in (0.0, 0.2):
+    torch.manual_seed(0)
+    net = GPT(GPTConfig.from_preset("shakespeare-char", dropout=dropout))
+    overfit[dropout] = train(net, small_train, val_ids, overfit_cfg)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for dropout, h in overfit.items():
+    best = int(np.argmin(h.val_loss))
+    print(f"dropout {dropout}: lowest val loss {h.val_loss[best]:.2f} at step {h.eval_step[best]}; "
+          f"at the end train {h.train_loss[-1]:.2f}, val {h.val_loss[-1]:.2f}")
+
+# %% mystnb={"figure": {"caption": "The book's model trained on only 20,000 characters. Without dropout (left) the training loss keeps falling while the validation loss turns back up: overfitting. With dropout 0.2 (right) the gap opens later and less.", "name": "fig-training-overfit"}, "image": {"alt": "Two panels of loss against step. Left, without dropout: the training curve falls steadily; the validation curve falls, reaches a minimum and then rises, so the two curves separate widely. Right, with dropout 0.2: the training curve falls more slowly and the validation curve stays lower at the end than on the left."}}
+fig, axes = plt.subplots(1, 2, figsize=(8, 3.5), sharey=True)
+for ax, (dropout, h) in zip(axes, overfit.items()):
+    ax.plot(h.eval_step, h.train_loss, marker=".", label="train")
+    ax.plot(h.eval_step, h.val_loss, marker=".", label="validation")
+    ax.set(xlabel="step", title=f"dropout {dropout}")
+axes[0].set_ylabel("loss (nats per character)")
+axes[0].legend()
+plt.show()
+
+# %% [markdown]
+# OVERFIT_PROSE
+#
+# ## 6.7 The same model on GPT-2's tokens
+#
+# Chapter 8 compares our model with GPT-2, which reads GPT-2 tokens, so the book also trains the same network
+# (4 layers, 128 dimensions, context 64) on the BPE tokens of {ref}`ch-bpe`. The text becomes
+# about three times shorter in tokens, and the vocabulary goes from 65 to 50,257:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+bpe_train, bpe_val, encoding = bpe_level_data()
+print(f"{len(bpe_train):,} training and {len(bpe_val):,} validation tokens; "
+      f"{len(val_ids) / len(bpe_val):.2f} characters per token in the validation text")
+bpe_config = GPTConfig(**RECIPES["shakespeare-bpe"].model)
+torch.manual_seed(0)
+bpe_net = GPT(bpe_config)
+embedding = bpe_net.wte.weight.numel()
+print(f"{bpe_net.num_parameters():,} parameters, of which the {bpe_config.vocab_size:,} x {bpe_config.d_model} "
+      f"token embedding (tied with the output layer) is {embedding:,} ({embedding / bpe_net.num_parameters():.0%})")
+
+# %% [markdown]
+# The embedding table costs nothing to *use* at the input (a row lookup per token), but tied to the output
+# layer it becomes a $128 \times 50{,}257$ matrix product for every position, followed by a softmax over 50,257
+# entries, forwards and backwards. Per token, the blocks do about $12 L D^2 \approx 0.8$ million
+# multiply-adds; the output layer does $D V \approx 6.4$ million. Timing one training step shows the share:
+
+# %%
+xb, yb = get_batch(bpe_train, 8, 64, generator=torch.Generator().manual_seed(0))  # (8, 64) each
+hidden = torch.randn(8, 64, bpe_config.d_model, requires_grad=True)  # what the blocks would hand over
+
+
+def whole_step():
+    _, loss = bpe_net(xb, yb)
+    loss.backward()
+
+
+def output_layer_only():  # ln_f, lm_head and the cross-entropy, forward and backward
+    logits = bpe_net.lm_head(bpe_net.ln_f(hidden))  # (B, T, V)
+    F.cross_entropy(logits.flatten(0, 1), yb.flatten()).backward()
+
+
+def median_seconds(fn, repeats=5):
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+t_all, t_out = median_seconds(whole_step), median_seconds(output_layer_only)
+print(f"forward + backward of a batch of 8 x 64 tokens: {1000 * t_all:.0f} ms, of which the output layer "
+      f"{1000 * t_out:.0f} ms ({t_out / t_all:.0%})")
+
+# %% [markdown]
+# BPE_TIMING_PROSE
+#
+# So the book's BPE model gets a smaller budget: 200 steps of 8 windows, about 102,000 tokens, a third of the
+# training text. `book_model` trains it (about a minute and a half) or loads it:
+
+# %%
+bpe_model, bpe_encoding = book_model("shakespeare-bpe")
+bpe_history = load_checkpoint(book_model_path("shakespeare-bpe")).history
+
+# %%
+# NBVAL_CHECK_OUTPUT
+chars_per_token = len(val_ids) / len(bpe_val)
+for step, tr, va in zip(bpe_history.eval_step, bpe_history.train_loss, bpe_history.val_loss):
+    print(f"step {step:4d}  train {tr:.2f}  val {va:.2f}")
+bpe_final = bpe_history.val_loss[-1]
+print(f"per character: BPE model {bpe_final / chars_per_token:.2f} nats, character model "
+      f"{char_history.val_loss[-1]:.2f} nats, bigram table {bigram_val:.2f} nats (ln 50257 = {math.log(50257):.2f})")
+
+# %% [markdown]
+# BPE_PROSE
+
+# %%
+# NBVAL_CHECK_OUTPUT
+prompt = torch.tensor([bpe_encoding.encode("ROMEO:")])  # (1, T)
+sample = generate(bpe_model, prompt, max_new_tokens=60, generator=torch.Generator().manual_seed(1337))
+print(bpe_encoding.decode(sample[0].tolist()))
+
+# %% [markdown]
+# ## 6.8 Checkpoints, resuming and the command line
+#
+# A checkpoint is a folder: `model.safetensors` (the weights), `optimizer.safetensors` (AdamW's two running
+# averages and step count for every weight) and `checkpoint.json` (the model and training configurations, the
+# step, the history, and the SHA-256 of the two other files). safetensors stores plain tensors, no pickled
+# Python objects, so loading a checkpoint can never run code. It also refuses to store one tensor under two
+# names, which is what tied weights are: `save_checkpoint` stores `wte.weight` once, records that
+# `lm_head.weight` is the same tensor, and `load_checkpoint` ties them again. Each file is written to a
+# temporary name and renamed into place, so a crash never leaves half a file.
+#
+# Because each step's batch and dropout masks depend only on `(seed, step)`, a run stopped at step 20 and
+# resumed from its checkpoint takes exactly the steps an uninterrupted run would:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tiny = dict(vocab_size=65, context_length=32, d_model=32, n_layers=2, n_heads=2, dropout=0.1)
+resume_cfg = TrainConfig(max_iters=40, batch_size=8, warmup_iters=5, eval_interval=20, eval_iters=2, progress=False)
+torch.manual_seed(0)
+uninterrupted = train(GPT(GPTConfig(**tiny)), train_ids, val_ids, resume_cfg)
+with tempfile.TemporaryDirectory() as folder:
+    torch.manual_seed(0)
+    train(GPT(GPTConfig(**tiny)), train_ids, val_ids, dataclasses.replace(resume_cfg, max_iters=20), out_dir=folder)
+    print(sorted(p.name for p in Path(folder).iterdir()))
+    fresh = GPT(GPTConfig(**tiny))  # any weights: they all come from the checkpoint
+    resumed = train(fresh, train_ids, val_ids, resume_cfg, out_dir=folder, resume=True)
+print("losses of steps 20-39 identical:", resumed.loss[20:] == uninterrupted.loss[20:])
+print(f"final val loss {resumed.val_loss[-1]:.4f} and {uninterrupted.val_loss[-1]:.4f}")
+
+# %% [markdown]
+# The same loop runs from a terminal. Every field of `TrainConfig` and `GPTConfig` can be overridden:
+#
+# ```bash
+# python -m gpt_from_scratch.train --preset shakespeare-char --max-iters 5000 --lr 6e-4 --out runs/char
+# python -m gpt_from_scratch.train --preset shakespeare-char --max-iters 8000 --out runs/char --resume
+# ```
+#
+# With several GPUs, or several CPU processes, `torchrun` starts one process per device and `train` wraps the
+# model in PyTorch's `DistributedDataParallel`: each process draws its own batches, the gradients are averaged
+# across processes during `backward`, and every process applies the same update, so the copies stay identical
+# (the command checks this at the end):
+#
+# ```bash
+# torchrun --standalone --nproc_per_node 2 -m gpt_from_scratch.train --preset shakespeare-char
+# ```
+#
+# ## Summary
+#
+# SUMMARY_PROSE
+#
+# ## Exercises
+#
+# **1. Predict, then run.** An untrained GPT with GPT-2's vocabulary starts at what loss? And what loss would a
+# model have that puts probability 1/2 on the right token every time?
+
+# %%
+print(f"untrained, V = 50,257: {math.log(50257):.2f} nats;  probability 1/2 every time: {math.log(2):.2f} nats")
+
+# %% [markdown]
+# **2. Cross-entropy by hand (implement).** Write `cross_entropy(logits, targets)` for logits of shape
+# $(B, T, V)$ and targets $(B, T)$, without `F.cross_entropy` or `log_softmax`: subtract each row's maximum
+# (for numerical stability), take the log of the sum of exponentials, and pick the targets' logits.
+
+# %% tags=["solution"]
+def cross_entropy(logits, targets):
+    z = logits - logits.max(dim=-1, keepdim=True).values  # (B, T, V): the largest logit is now 0
+    log_sum_exp = torch.log(torch.exp(z).sum(dim=-1))  # (B, T)
+    target_logit = z.gather(-1, targets[..., None])[..., 0]  # (B, T)
+    return (log_sum_exp - target_logit).mean()
+
+
+# %%
+check_logits = 30 * torch.randn(4, 8, V, generator=torch.Generator().manual_seed(0))  # large: tests stability
+check_targets = torch.randint(V, (4, 8), generator=torch.Generator().manual_seed(1))
+assert_close(cross_entropy(check_logits, check_targets), F.cross_entropy(check_logits.flatten(0, 1), check_targets.flatten()))
+print("cross_entropy matches F.cross_entropy")
+
+# %% [markdown]
+# **3. No warm-up (predict, then run).** Train the scaled-up rung for 300 steps as in section 6.4, but with
+# `warmup_iters=0` and `learning_rate=1e-2`. Does it end better or worse than the ladder's scaled-up rung?
+# Then try `grad_clip=0` too.
+#
+# **4. Weight decay everywhere (explain).** What would weight decay do to a LayerNorm gain $\gamma$ if it were
+# decayed like the matrices? Why is an embedding matrix decayed?
+#
+# **5. Overfitting (predict, then run).** In section 6.6, how would the curves change with 200,000 training
+# characters instead of 20,000? With a model of 2 layers instead of 4?
+#
+# ```{admonition} Answers
+# :class: dropdown
+# 1. $\ln 50257 \approx 10.82$ and $\ln 2 \approx 0.69$ nats.
+# 3. Without warm-up, the first steps at the full learning rate land on random weights and empty Adam
+#    averages; the run usually ends worse, and without clipping it can diverge.
+# 4. Decay pulls $\gamma$ towards 0, shrinking every normalized feature: it fights the normalization for no
+#    benefit. An embedding row is a learned vector like any weight matrix; decay keeps rarely seen tokens'
+#    rows small.
+# 5. More data delays overfitting: the validation minimum comes later and is lower. A smaller model memorizes
+#    more slowly, so the gap opens later too, but its best validation loss is usually higher.
+# ```

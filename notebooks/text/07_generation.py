@@ -1,0 +1,522 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.17.3
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (ch-generation)=
+# # 7. Generating text
+#
+# A trained GPT ({ref}`ch-training`) does one thing: given a sequence, it returns a probability for every
+# possible next token. Text comes from asking that question again and again, appending one token each time.
+# How we pick the token from the probabilities matters as much as the model: always taking the most likely
+# one gives dull, looping text, and sampling blindly from all of them lets in nonsense. This chapter covers
+#
+# 1. greedy decoding and sampling;
+# 2. temperature, which sharpens or flattens the distribution;
+# 3. top-k and top-p (nucleus) filtering, which cut off the unreliable tail;
+# 4. the generation loop, and samples from the book's two models, with an interactive panel;
+# 5. the KV cache: why it gives exactly the same tokens, what it costs in memory and what it saves in time.
+
+# %% tags=["colab-setup"]
+# Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
+try:
+    import gpt_from_scratch
+except ImportError:
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+
+# %%
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from torch.testing import assert_close
+
+from gpt_from_scratch.generate import generate, top_k_filter, top_p_filter
+from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.train import book_model, book_model_path, load_checkpoint
+from gpt_from_scratch.utils import seed_everything
+
+generator = seed_everything(1337)
+
+# %% [markdown]
+# The book's character model, trained in {ref}`ch-training` (4 layers, 128 dimensions, a context of 64
+# characters). `book_model` loads it from your cache folder, or trains it first (about a minute and a half
+# on 2 CPU cores) if Chapter 6 has not run on this machine.
+
+# %%
+model, tokenizer = book_model("shakespeare-char")
+T_max = model.config.context_length
+print(f"{model.num_parameters():,} parameters, context {T_max} characters, vocabulary {tokenizer.vocab_size}")
+
+# %% [markdown]
+# ## 7.1 One step: from logits to a token
+#
+# Give the model a context and keep the logits of the last position: 65 scores, one per character. The
+# softmax turns them into probabilities. Here is what the model expects after a line of *Romeo and Juliet*:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+context = "ROMEO:\nBut soft, what light through yonder window breaks?\nIt is the "
+idx = torch.tensor([tokenizer.encode(context)])  # (1, T)
+with torch.no_grad():
+    logits, _ = model(idx[:, -T_max:])  # (1, T, V)
+last = logits[0, -1]  # (V,): scores for the character after "It is the "
+probs = torch.softmax(last, dim=-1)  # (V,)
+top = torch.topk(probs, 10)
+print(" ".join(f"{tokenizer.decode([i])!r}:{p:.2f}" for p, i in zip(top.values.tolist(), top.indices.tolist())))
+
+# %% [markdown]
+# Two ways to choose. **Greedy** decoding takes the most likely token, here the top of that list, every time. It
+# is deterministic, and it is a poor writer: the most likely *next character* is not the most likely *text*,
+# and once a phrase repeats, the repetition becomes the most likely continuation.
+# **Sampling** draws the next token at random with these probabilities: every plausible continuation gets
+# its chance in proportion to how plausible it is. A `torch.Generator` with a fixed seed makes the draw
+# repeatable.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+prompt = torch.tensor([tokenizer.encode("ROMEO:\n")])  # (1, T)
+greedy = generate(model, prompt, 250, greedy=True)
+sampled = generate(model, prompt, 250, generator=torch.Generator().manual_seed(1))
+print("--- greedy ---")
+print(tokenizer.decode(greedy[0].tolist()))
+print("--- sampled ---")
+print(tokenizer.decode(sampled[0].tolist()))
+
+# %% [markdown]
+# Greedy decoding falls into a loop within two lines ("the so the so the so") and never leaves it. The
+# sample invents words ("virderactio") but has the shape of a play: names in capitals followed by a colon,
+# short lines, punctuation. A character model at this loss has learned spelling patterns and layout, not
+# meaning. The rest of the chapter is about sampling well.
+#
+# ## 7.2 Temperature
+#
+# Dividing the logits by a **temperature** $\tau$ before the softmax reshapes the distribution without
+# changing the order of the tokens:
+#
+# $$p_i(\tau) = \frac{e^{z_i/\tau}}{\sum_j e^{z_j/\tau}} .$$
+#
+# $\tau < 1$ stretches the gaps between the logits: the likely tokens get likelier. $\tau > 1$ shrinks them
+# towards a uniform distribution. As $\tau \to 0$ all the probability goes to the top token (greedy decoding);
+# as $\tau \to \infty$ every token gets $1/V$. The entropy $H = -\sum_i p_i \ln p_i$ measures the spread.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+temperatures = (0.5, 1.0, 2.0)
+tempered = {t: torch.softmax(last / t, dim=-1) for t in temperatures}  # each (V,)
+for t, p in tempered.items():
+    entropy = -(p * p.log()).sum().item()
+    print(f"temperature {t}: top token {p.max():.2f}, entropy {entropy:.2f} nats "
+          f"(uniform over 65: {np.log(65):.2f})")
+
+# %% mystnb={"figure": {"caption": "The model's next-character probabilities after \"It is the \" at temperatures 0.5, 1 and 2, for the 15 characters most likely at temperature 1.", "name": "fig-generation-temperature"}, "image": {"alt": "Three bar charts side by side over the same 15 characters, s, t, h, c and so on. At temperature 0.5 the bar for s reaches about 0.21, twice the next one; at temperature 1 the bars decrease gradually from about 0.11; at temperature 2 they are nearly even, all between about 0.03 and 0.06."}}
+order = torch.argsort(probs, descending=True)[:15]
+labels = [repr(tokenizer.decode([i]))[1:-1] or "?" for i in order.tolist()]
+fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), sharey=True)
+for ax, (t, p) in zip(axes, tempered.items()):
+    ax.bar(range(15), p[order].numpy())
+    ax.set_xticks(range(15), labels, fontsize=8)
+    ax.set(title=f"temperature {t}", xlabel="next character")
+axes[0].set_ylabel("probability")
+plt.show()
+
+# %% [markdown]
+# ## 7.3 Top-k
+#
+# Even a good model gives every token some probability, and with 65 characters (or 50,257 BPE tokens) the
+# many unlikely ones add up: sample long enough and one of them gets drawn, a typo that the model then has to
+# live with. **Top-k** keeps only the $k$ most likely tokens: the others get a logit of $-\infty$, so the
+# softmax gives them exactly 0 and spreads their probability over the survivors.
+
+# %%
+def top_k_by_hand(logits, k):
+    kth_largest = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1)
+    return logits.masked_fill(logits < kth_largest, float("-inf"))
+
+
+random_logits = torch.randn(4, 100, generator=torch.Generator().manual_seed(0))
+for k in (1, 5, 50, 100):
+    assert_close(top_k_by_hand(random_logits, k), top_k_filter(random_logits, k))
+assert_close(top_k_by_hand(last, 10), top_k_filter(last, 10))
+print("top_k_by_hand equals gpt_from_scratch.generate.top_k_filter")
+
+# %% [markdown]
+# The package's `top_k_filter` also checks its input (`k` must be an integer $\ge 1$) and keeps every token
+# tied with the $k$-th largest logit, the convention of nanoGPT and Hugging Face. Its weakness is that $k$ is
+# the same everywhere. After "It is the " many characters are plausible; in the middle of a word, often only
+# one is. A fixed $k$ is too many in the second case and maybe too few in the first.
+#
+# ## 7.4 Top-p (nucleus) sampling
+#
+# **Top-p** {cite}`holtzman2020curious` adapts: sort the tokens from most to least likely and keep the
+# smallest set whose probabilities add up to at least $p$ (the *nucleus*). A confident prediction keeps one
+# or two tokens; an uncertain one keeps many. The most likely token is always kept, so the set is never empty.
+
+# %%
+def top_p_by_hand(logits, p):
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (..., V)
+    sorted_probs = torch.softmax(sorted_logits, dim=-1)
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # probability of the tokens ranked above
+    remove = mass_before >= p  # the tokens ranked above already reach p
+    remove_in_place = torch.zeros_like(remove).scatter(-1, order, remove)  # back to vocabulary order
+    return logits.masked_fill(remove_in_place, float("-inf"))
+
+
+for p in (0.1, 0.5, 0.9, 1.0):
+    assert_close(top_p_by_hand(random_logits, p), top_p_filter(random_logits, p))
+print("top_p_by_hand equals gpt_from_scratch.generate.top_p_filter")
+
+# %% [markdown]
+# (The package's `top_p_filter` differs in one detail: it also keeps every token exactly as likely as the last
+# one kept, so that the result never depends on how the sort orders ties.)
+#
+# Compare two contexts: the one above, and one that stops in the middle of a word.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+contexts = {"after 'It is the '": context, "after 'yonder win'": "ROMEO:\nBut soft, what light through yonder win"}
+cumulative = {}
+for name, text in contexts.items():
+    with torch.no_grad():
+        z = model(torch.tensor([tokenizer.encode(text)])[:, -T_max:])[0][0, -1]  # (V,)
+    sorted_probs = torch.sort(torch.softmax(z, dim=-1), descending=True).values
+    cumulative[name] = torch.cumsum(sorted_probs, dim=0)
+    kept = {p: int((top_p_filter(z, p) > float("-inf")).sum()) for p in (0.5, 0.9, 0.99)}
+    top_char = tokenizer.decode([int(z.argmax())])
+    print(f"{name}: top token {top_char!r} with {sorted_probs[0]:.2f}; tokens kept at p = 0.5, 0.9, 0.99: "
+          f"{kept[0.5]}, {kept[0.9]}, {kept[0.99]}")
+
+# %% mystnb={"figure": {"caption": "Cumulative probability of the next character, most likely first, for two contexts. Top-p with p = 0.9 keeps the characters up to where each curve crosses the dashed line.", "name": "fig-generation-top-p"}, "image": {"alt": "Two rising step curves against the rank of the character, from 1 to 30. The curve for the mid-word context starts at about 0.64 and crosses the dashed line at 0.9 at rank 7. The curve for the context ending in a space starts at about 0.11, rises gradually and crosses 0.9 only at rank 17."}}
+fig, ax = plt.subplots(figsize=(7, 3.8))
+for name, c in cumulative.items():
+    ax.step(range(1, 31), c[:30].numpy(), where="mid", marker=".", label=name)
+ax.axhline(0.9, color="gray", linestyle="--", linewidth=1, label="p = 0.9")
+ax.set(xlabel="rank of the next character (most likely first)", ylabel="cumulative probability",
+       title="Top-p keeps as many tokens as the model needs", ylim=(0, 1.02))
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# After "It is the " the most likely character has probability 0.11 and the nucleus of $p = 0.9$ holds 17
+# characters. In the middle of "win" the model puts 0.64 on "d" (window) and 7 characters reach 0.9. A fixed
+# top-k of 10 would cut off plausible continuations in the first case and let in 3 extra long shots in the
+# second; top-p follows the model's own confidence. Both filters can be combined: the package applies
+# temperature, then top-k, then top-p, the order Hugging Face uses.
+#
+# ## 7.5 The generation loop
+#
+# Putting it together: crop the sequence to the last `context_length` tokens (the model has no positions
+# beyond that), run the model, keep the last position's logits, apply temperature, top-k and top-p, sample,
+# append, repeat.
+
+# %%
+@torch.no_grad()
+def generate_by_hand(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
+    model.eval()
+    for _ in range(max_new_tokens):
+        logits, _ = model(idx[:, -model.config.context_length:])  # (B, T, V)
+        logits = logits[:, -1, :] / temperature  # (B, V): only the last position predicts the next token
+        if top_k is not None:
+            logits = top_k_filter(logits, top_k)
+        if top_p is not None:
+            logits = top_p_filter(logits, top_p)
+        probs = torch.softmax(logits, dim=-1)  # (B, V)
+        next_token = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+        idx = torch.cat([idx, next_token], dim=1)  # (B, T + 1)
+    return idx
+
+
+settings = dict(temperature=0.8, top_k=20, top_p=0.95)
+by_hand = generate_by_hand(model, prompt, 100, generator=torch.Generator().manual_seed(2), **settings)
+package = generate(model, prompt, 100, use_cache=False, generator=torch.Generator().manual_seed(2), **settings)
+assert torch.equal(by_hand, package)
+print("generate_by_hand and gpt_from_scratch.generate (use_cache=False) give the same 100 characters")
+
+# %% [markdown]
+# The package's `generate` adds input checks (a temperature $\le 0$, $k < 1$ or $p$ outside $(0, 1]$ raise an
+# error that says what to pass instead), a `greedy` switch, and the KV cache of section 7.7, on by default.
+# It puts the model in evaluation mode (no dropout) for the call and restores the mode afterwards.
+#
+# Here are samples with a few settings, from the same prompt and seed:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for options in ({"temperature": 0.5}, {"temperature": 1.0}, {"temperature": 1.5},
+                {"temperature": 1.0, "top_k": 5}, {"temperature": 1.0, "top_p": 0.8}):
+    out = generate(model, prompt, 150, generator=torch.Generator().manual_seed(3), **options)
+    print(f"--- {options} ---")
+    print(tokenizer.decode(out[0, prompt.size(1):].tolist()))
+
+# %% [markdown]
+# All five use the same random numbers, so they start alike and drift apart. At temperature 0.5 the text is
+# built from the commonest short words ("the", "so", "this"); at 1.5 invented words take over ("cop
+# ctsillicc"). At temperature 1 a few unlikely characters slip in, such as the capitals inside "woRt Oward";
+# top-k 5 and top-p 0.8 keep most of temperature 1's variety but cut those long shots. Settings around
+# temperature 0.8 with top-p 0.9 to 0.95 are a common default.
+#
+# The BPE-level model of {ref}`ch-training` generates GPT-2 tokens, whole words or pieces of words at a time:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+bpe_model, encoding = book_model("shakespeare-bpe")
+bpe_loss = load_checkpoint(book_model_path("shakespeare-bpe")).history.val_loss[-1]
+print(f"validation loss {bpe_loss:.2f} nats per token")
+bpe_prompt = torch.tensor([encoding.encode("ROMEO:\n")])  # (1, T)
+out = generate(bpe_model, bpe_prompt, 60, temperature=0.8, top_k=50, generator=torch.Generator().manual_seed(3))
+print(encoding.decode(out[0].tolist()))
+
+# %% [markdown]
+# ## 7.6 Try it yourself
+#
+# In a running notebook, the panel below regenerates a sample whenever you move a slider (top-k 0 means no
+# top-k; top-p 1 means no top-p). In the rendered book the sliders cannot run the model; the sample printed
+# under the panel is the one for the default settings.
+
+# %%
+import ipywidgets as widgets
+from IPython.display import display
+
+
+def sample_text(temperature=0.8, top_k=0, top_p=0.95, seed=1337, n=300):
+    out = generate(model, prompt, n, temperature=temperature, top_k=top_k or None,
+                   top_p=top_p if top_p < 1 else None, generator=torch.Generator().manual_seed(seed))
+    return tokenizer.decode(out[0].tolist())
+
+
+sliders = {
+    "temperature": widgets.FloatSlider(value=0.8, min=0.1, max=2.0, step=0.05, description="temperature"),
+    "top_k": widgets.IntSlider(value=0, min=0, max=65, description="top-k"),
+    "top_p": widgets.FloatSlider(value=0.95, min=0.05, max=1.0, step=0.05, description="top-p"),
+    "seed": widgets.IntText(value=1337, description="seed"),
+}
+for s in sliders.values():
+    s.continuous_update = False
+panel_output = widgets.Output()
+
+
+def regenerate(change=None):
+    with panel_output:
+        panel_output.clear_output(wait=True)
+        print(sample_text(**{name: s.value for name, s in sliders.items()}))
+
+
+for s in sliders.values():
+    s.observe(regenerate, names="value")
+display(widgets.VBox([widgets.HBox(list(sliders.values())[:2]), widgets.HBox(list(sliders.values())[2:]),
+                      panel_output]))
+print(sample_text())
+
+# %% [markdown]
+# ## 7.7 The KV cache
+#
+# The loop of section 7.5 is wasteful. To produce token 100 it runs the model on tokens 0 to 99; to produce
+# token 101, on tokens 0 to 100, recomputing everything it computed a moment earlier. Only the new token is new.
+#
+# **Why the old work can be reused.** Inside each attention layer, token $t$ contributes a key $k_t$ and a
+# value $v_t$ that depend only on tokens $0 \ldots t$ (the causal mask, {ref}`ch-attention`), so appending
+# tokens never changes them. To predict the next token, the model needs the new token's query, key and value
+# in every layer, and the keys and values of all earlier positions, which it already computed. The **KV cache**
+# {cite}`pope2023kvcache` stores them: one `KVCache` per layer holds the keys and values of shape
+# $(B, H, P, d_k)$ of the $P$ positions seen so far. A step then processes one token instead of $P + 1$. The
+# result is the same computation, not an approximation:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tokens = torch.tensor([tokenizer.encode(context)])[:, -T_max:]  # (1, T)
+with torch.no_grad():
+    full, _ = model(tokens)  # (1, T, V): every position from scratch
+    cache = model.new_kv_cache()  # one empty KVCache per layer
+    prefill, _ = model(tokens[:, :-1], kv_cache=cache)  # all but the last token; fills the cache
+    step, _ = model(tokens[:, -1:], kv_cache=cache)  # (1, 1, V): the last token alone, at position T - 1
+assert_close(step[:, -1], full[:, -1])
+print(f"cached positions per layer: {len(cache[0])}; keys of layer 0: {tuple(cache[0].keys.shape)} = (B, H, P, d_k)")
+print(f"largest difference between the cached and the full logits: {(step[:, -1] - full[:, -1]).abs().max():.1e}")
+
+# %% [markdown]
+# The difference is float rounding: the same sums, added in a different order. With the cache the generation
+# loop becomes: run the prompt once (the **prefill**), then feed only the newest token each step.
+
+# %%
+@torch.no_grad()
+def generate_cached_by_hand(model, idx, max_new_tokens, generator=None):
+    """Sampling at temperature 1 with a KV cache, while the sequence fits in the context."""
+    assert idx.size(1) + max_new_tokens <= model.config.context_length, "see below for longer sequences"
+    model.eval()
+    cache = model.new_kv_cache()
+    logits, _ = model(idx, kv_cache=cache)  # prefill: (B, T, V)
+    for _ in range(max_new_tokens):
+        probs = torch.softmax(logits[:, -1, :], dim=-1)  # (B, V)
+        next_token = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+        idx = torch.cat([idx, next_token], dim=1)
+        logits, _ = model(next_token, kv_cache=cache)  # (B, 1, V): one new position
+    return idx
+
+
+short_prompt = prompt[:, :4]
+cached = generate_cached_by_hand(model, short_prompt, 60, generator=torch.Generator().manual_seed(4))
+uncached = generate(model, short_prompt, 60, use_cache=False, generator=torch.Generator().manual_seed(4))
+assert torch.equal(cached, uncached)
+print("with and without the cache: the same 60 sampled characters")
+
+# %% [markdown]
+# **Past the context length.** Our model has learned position embeddings for positions 0 to 63 only. Once the
+# sequence is longer, the loop of section 7.5 feeds the last 64 tokens, so at every step each token moves one
+# position down and every key and value changes. No cached entry stays valid. `generate` therefore keeps the
+# cache while the sequence fits; once the cache holds `context_length` positions it drops it and prefills the
+# newest `context_length` tokens again, which is exactly what the slow path computes. So both paths give the
+# same tokens at any length, and the cache saves work only up to the context length. (Models with relative
+# positions, such as rotary embeddings, can instead keep a sliding window of cached keys.)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for options in ({"greedy": True}, {"temperature": 0.9, "top_p": 0.9}):
+    slow = generate(model, prompt, 200, use_cache=False, generator=torch.Generator().manual_seed(5), **options)
+    fast = generate(model, prompt, 200, use_cache=True, generator=torch.Generator().manual_seed(5), **options)
+    print(f"{options}: 200 tokens, {prompt.size(1) + 200 - T_max} of them past the context, identical: "
+          f"{torch.equal(slow, fast)}")
+
+# %% [markdown]
+# **Memory.** Each layer stores a key and a value vector of $H \times d_k = D$ numbers for each position of each
+# sequence: $2 \cdot L \cdot B \cdot T \cdot D$ numbers in all. For our model after 64 positions:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def kv_cache_bytes(n_layers, batch, positions, d_model, bytes_per_number=4):
+    return 2 * n_layers * batch * positions * d_model * bytes_per_number
+
+
+cache = model.new_kv_cache()
+with torch.no_grad():
+    model(torch.tensor([tokenizer.encode(context)])[:, -T_max:], kv_cache=cache)
+measured = sum(c.keys.numel() * c.keys.element_size() + c.values.numel() * c.values.element_size() for c in cache)
+c = model.config
+print(f"measured {measured:,} bytes; formula {kv_cache_bytes(c.n_layers, 1, len(cache[0]), c.d_model):,} bytes; "
+      f"the weights take {model.num_parameters() * 4:,} bytes")
+for name in ("gpt2", "gpt2-xl"):
+    g = GPTConfig.from_preset(name)
+    size = kv_cache_bytes(g.n_layers, 1, g.context_length, g.d_model)
+    print(f"{name}: {size / 2**20:,.0f} MiB per sequence of {g.context_length} tokens in float32")
+
+# %% [markdown]
+# The formula and the measurement agree: 2 (keys and values) x 4 layers x 64 positions x 128 numbers x
+# 4 bytes. For our small model that is a twelfth of the weights. For GPT-2 small with its full context it is
+# 72 MiB per sequence, and 600 MiB for GPT-2 XL; multiply by the batch size. Serving many long sequences at
+# once, the cache and not the weights fills a GPU's memory, which is what much of the engineering of fast
+# inference is about {cite}`pope2023kvcache`.
+#
+# **Speed.** Within the context, a step without the cache processes all $P + 1$ tokens; with it, one. Our
+# character model's context is only 64, so the saving is modest there. The gap grows with the context: below
+# the same comparison runs on a model with a 512-token context (random weights: the speed does not depend on
+# what the weights say), 192 new tokens after a 64-token prompt. These timings are shown, not checked; they
+# depend on your machine and on what else it is doing.
+
+# %%
+def tokens_per_second(model, prompt, n, use_cache):
+    generate(model, prompt, 4, greedy=True, use_cache=use_cache)  # warm-up
+    start = time.perf_counter()
+    generate(model, prompt, n, greedy=True, use_cache=use_cache)
+    return n / (time.perf_counter() - start)
+
+
+torch.manual_seed(0)
+long_model = GPT(GPTConfig.from_preset("shakespeare-char", context_length=512)).eval()
+long_prompt = torch.randint(65, (1, 64), generator=torch.Generator().manual_seed(6))
+for name, m, p, n in (("book model, context 64", model, prompt, 56),
+                      ("context-512 model", long_model, long_prompt, 192)):
+    with_cache, without = tokens_per_second(m, p, n, True), tokens_per_second(m, p, n, False)
+    print(f"{name}: {with_cache:,.0f} tokens/s with the cache, {without:,.0f} without ({with_cache / without:.1f}x)")
+
+# %% [markdown]
+# The cache wins more on the longer context. Without it, the step that produces token $P$ processes all $P$
+# tokens, so $n$ new tokens cost work growing like $n^2$; with it, each step processes one token (attention
+# still reads all $P$ cached keys, a small part of the work at these sizes). On a CPU and a small model the
+# gain is smaller than the saving in arithmetic, because a one-token step spends much of its time in fixed
+# per-call overheads. `benchmarks/bench_generate.py` measures a larger case against Hugging Face's `generate`.
+#
+# ## Summary
+#
+# - A language model gives a distribution over the next token; generating text is choosing from it, one token
+#   at a time, and appending.
+# - **Greedy** decoding is deterministic and loops. **Sampling** is varied; a seeded `torch.Generator` makes
+#   it reproducible.
+# - **Temperature** divides the logits: below 1 sharper, above 1 flatter. **Top-k** keeps the $k$ most likely
+#   tokens; **top-p** keeps the smallest set with probability at least $p$, so it adapts to the model's
+#   confidence. Filtered tokens get $-\infty$, hence probability 0.
+# - The **KV cache** stores every layer's keys and values: each step then processes one token instead of the
+#   whole sequence, with the same result up to float rounding. It costs $2LBTD$ numbers of memory. With learned
+#   absolute positions it is rebuilt when the window slides past the context length.
+#
+# ## Exercises
+#
+# **1. Top-k (implement).** Write `top_k_filter(logits, k)` for logits of shape $(V,)$ or $(B, V)$: keep the $k$
+# largest entries of each row and set the others to $-\infty$.
+
+# %% tags=["solution"]
+def top_k_filter_solution(logits, k):
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest of each row
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+# %%
+from gpt_from_scratch.exercises import check_top_k_filter, check_top_p_filter
+
+check_top_k_filter(top_k_filter_solution)
+
+# %% [markdown]
+# **2. Top-p (implement).** Write `top_p_filter(logits, p)`: keep the smallest set of most probable tokens whose
+# probabilities sum to at least $p$ (the token that crosses $p$ stays), set the rest to $-\infty$.
+
+# %% tags=["solution"]
+def top_p_filter_solution(logits, p):
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    sorted_probs = torch.softmax(sorted_logits, dim=-1)
+    remove_sorted = torch.cumsum(sorted_probs, dim=-1) - sorted_probs >= p  # mass ranked above reaches p
+    remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
+    return logits.masked_fill(remove, float("-inf"))
+
+
+# %%
+check_top_p_filter(top_p_filter_solution)
+
+# %% [markdown]
+# **3. Predict, then run.** Is sampling at temperature 0.01 the same as greedy decoding? Predict for the 250
+# characters of section 7.1, then run the cell.
+
+# %%
+cold = generate(model, prompt, 250, temperature=0.01, generator=torch.Generator().manual_seed(1))
+differ = (cold != greedy)[0].nonzero()
+print("identical to greedy:", torch.equal(cold, greedy),
+      f"; first difference at position {int(differ[0])}" if len(differ) else "")
+
+# %% [markdown]
+# **4. Memory (compute).** How many GiB does the KV cache of GPT-2 XL take for a batch of 8 sequences of
+# 1,024 tokens in bfloat16 (2 bytes per number)? Compare with the 1.56 billion parameters in bfloat16.
+#
+# **5. Explain.** (a) Why can the cache not be reused once the sequence is longer than the context, for GPT-2?
+# (b) Top-k with $k = 1$ and top-p with a very small $p$ both reduce to which decoding method? (c) Why does the
+# KV cache store keys and values but not queries?
+#
+# ```{admonition} Answers
+# :class: dropdown
+# 3. Not exactly. At $\tau = 0.01$ the logits are multiplied by 100, so the runner-up keeps a probability of
+#    about $e^{-100\Delta}$, where $\Delta$ is its gap to the top logit. Over hundreds of steps a near-tie
+#    comes up, one draw goes the other way, and everything after it differs.
+# 4. $2 \times 48 \times 8 \times 1024 \times 1600 \times 2$ bytes $= 2.34$ GiB; the weights take
+#    $1.56 \times 10^9 \times 2$ bytes $\approx 2.9$ GiB. At long contexts and large batches the cache
+#    outgrows the model.
+# 5. (a) GPT-2 adds a learned embedding of each token's absolute position; when the window slides, every token's
+#    position changes, and with it every key and value in every layer. (b) Greedy decoding (up to ties).
+#    (c) A query is used once, by its own position, at the step that produces it; keys and values are read
+#    again by every later query.
+# ```
