@@ -455,18 +455,17 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m gpt_from_scratch.train",
         description="Train a GPT on Tiny Shakespeare. Any TrainConfig or GPTConfig field can be overridden, "
-                    "e.g. --max-iters 500 --lr 3e-4 --n-layers 2.")
+                    "e.g. --max-iters 500 --lr 3e-4 --n-layers 2; the rest comes from the preset.")
     parser.add_argument("--preset", default="shakespeare-char", choices=sorted(RECIPES))
     parser.add_argument("--out", default=None, help="checkpoint folder (written at the end)")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
-    parser.add_argument("--lr", dest="learning_rate", type=float, help="same as --learning-rate")
-    fields = [(f.name, "train") for f in dataclasses.fields(TrainConfig)]
+    groups = {"train": parser.add_argument_group("training (TrainConfig fields)"),
+              "model": parser.add_argument_group("model (GPTConfig fields)")}
+    groups["train"].add_argument("--lr", "--learning-rate", dest="learning_rate", type=float, metavar="LR")
+    fields = [(f.name, "train") for f in dataclasses.fields(TrainConfig) if f.name != "learning_rate"]
     fields += [(name, "model") for name in RECIPES["shakespeare-char"].model]
     for name, kind in fields:
-        if name == "learning_rate":
-            parser.add_argument("--learning-rate", dest=name, type=float)
-        else:
-            parser.add_argument("--" + name.replace("_", "-"), dest=name, type=str, metavar=kind.upper())
+        groups[kind].add_argument("--" + name.replace("_", "-"), dest=name, metavar=name.upper())
     return parser.parse_args(argv)
 
 

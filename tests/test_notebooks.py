@@ -4,6 +4,7 @@ These tests fail when the two drift apart, or when a committed notebook's output
 top-to-bottom run (cells executed in order, none skipped).
 """
 
+import re
 from pathlib import Path
 
 import jupytext
@@ -39,3 +40,12 @@ def test_outputs_come_from_one_top_to_bottom_run(path):
     assert counts == list(range(1, len(counts) + 1)), (
         f"{path.name}: execution counts {counts} are not 1..{len(counts)}: re-run the chapter top to bottom"
     )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_outputs_name_no_machine_paths(path):
+    """Committed outputs travel to every reader: no home folders, checkouts or temporary paths in them."""
+    notebook = jupytext.read(path)
+    texts = [str(output) for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+    leaks = sorted({m for text in texts for m in re.findall(r"(?:/root|/home/\w+|/Users/\w+|/tmp)/[\w./-]*", text)})
+    assert not leaks, f"{path.name} prints machine paths {leaks[:3]}: print paths relative to the cache or data folder"

@@ -232,7 +232,7 @@ print(f"without residuals, at the embeddings: {without_residual[0]:.1e}, "
       f"{with_residual[0] / without_residual[0]:.1e} times less than with them")
 print(f"without residuals, the gradient shrinks by a factor {per_block:.2f} per block on average")
 
-# %% mystnb={"figure": {"caption": "Gradient norm at the input of each of 48 GPT-2 blocks at initialization, with the residual connections (GPT-2) and with the same weights but no residual additions. Log scale.", "name": "fig-gpt-residual-gradients"}, "image": {"alt": "Two lines against the block index from 0 to 47 on a logarithmic y axis. With residuals the line is nearly flat, between about 0.6 and 0.7. Without residuals it rises steadily from about 5e-10 at block 0 to about 2 at block 47."}}
+# %% mystnb={"figure": {"caption": "Gradient norm at the input of each of 48 GPT-2 blocks at initialization, with the residual connections (GPT-2) and with the same weights but no residual additions. Log scale.", "name": "fig-gpt-residual-gradients"}, "image": {"alt": "Two lines against the block index from 0 to 47 on a logarithmic y axis. With residuals the line is nearly flat, between about 0.57 and 0.71. Without residuals it rises steadily from about 5e-10 at block 0 to about 2 at block 47."}}
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.semilogy(with_residual, label="x + f(x)  (GPT-2)")
 ax.semilogy(without_residual, label="f(x)  (no residual)")
@@ -711,8 +711,8 @@ del wide
 
 # %% [markdown]
 # 10.91 measured, 10.98 by the rule of thumb (which treats the logits as independent Gaussians; they are
-# not quite): 0.1 to 0.15 above $\ln V$, and that is the first loss you see when training GPT-2 small from
-# scratch. Either way, the model starts knowing nothing, and a loss far above $\ln V$ at step 0 would mean
+# not quite): 0.09 and 0.16 above $\ln V = 10.82$, so a GPT-2 small trained from scratch should start a
+# little above $\ln V$, not at it. Either way, the model starts knowing nothing, and a loss far above $\ln V$ at step 0 would mean
 # a bug (or a bad initialization): confidently wrong predictions cost more than no prediction at all.
 #
 # ## Summary
@@ -780,13 +780,14 @@ with torch.no_grad():
 # %% [markdown]
 # **4. Predict the untrained loss of GPT-2 XL (predict, then run).** GPT-2 XL has $D = 1600$. Use
 # $\ln V + \sigma^2/2$ with $\sigma = 0.02\sqrt{D}$ to predict its loss at initialization, then check your
-# prediction on one block of that width (about 90 M parameters: it takes a few seconds).
+# prediction on one block of that width (with its $50{,}257 \times 1{,}600$ embedding table, over 100 M
+# parameters: it takes a few seconds).
 
 # %%
 torch.manual_seed(0)
 xl_wide = GPT(GPTConfig.from_preset("gpt2-xl", n_layers=1, dropout=0.0)).eval()
 with torch.no_grad():
-    print(f"measured: {xl_wide(xb[:1], yb[:1])[1]:.2f}")
+    print(f"measured: {xl_wide(xb[:1], yb[:1])[1]:.2f} ({xl_wide.num_parameters():,} parameters)")
 del xl_wide
 
 # %% [markdown]

@@ -343,12 +343,28 @@ for name, h in ladder.items():
     ax.plot(h.eval_step, h.val_loss, marker=".", label=name)
 ax.axhline(bigram_val, color="black", linestyle="--", linewidth=1, label="bigram table")
 ax.set(xlabel="step", ylabel="validation loss (nats per character)", title="The build-up ladder, equal budgets",
-       ylim=(2.0, 4.3))
-ax.legend(fontsize=8)
+       ylim=(2.0, 4.6))
+ax.legend(fontsize=8, loc="upper right")
 plt.show()
 
 # %% [markdown]
-# LADDER_PROSE
+# Read the table from the top. With 300 steps each, the three one-block rungs (2.62, 2.57, 2.52) do not yet
+# beat the bigram table (2.48), which counted pairs over the whole training text: 300 steps of 512 characters
+# are too few to learn even the pair statistics well, let alone use the context. Still, each part helps:
+# splitting the one head into four costs no parameters (27,073 in both) and lowers the loss, and the
+# feed-forward network lowers it again.
+#
+# Stacking four blocks **without residual connections** is a disaster: the loss stalls at 3.34, worse than one
+# block. The signal and its gradient must pass through every attention and MLP in turn, and at initialization
+# each of them scrambles it ({ref}`ch-gpt` measured the gradients of a deep stack without residuals). The same
+# four blocks **with** residual connections reach 2.24, the best of the ladder: each block only adds a
+# correction to a stream that carries the embeddings straight through.
+#
+# **LayerNorm** does not pay for itself here (2.35): four blocks and 300 steps are too few for activations to
+# drift out of range, which is the problem it solves ({ref}`ch-layernorm`) in deeper networks and longer runs.
+# Every GPT uses it; at this size it costs a little. Finally, **scaling up** to the book's model, with four times
+# the parameters, gives 2.28: a larger model needs more steps before its size pays off, which is what the next
+# section gives it.
 
 # %% [markdown]
 # ## 6.5 The book's character model
@@ -357,15 +373,19 @@ plt.show()
 # Shakespeare-char (4 layers, 4 heads, 128 dimensions, context 64, batch 12, 2,000 steps, learning rate
 # $10^{-3}$ decaying to $10^{-4}$, no dropout). `book_model` trains it once, with a fixed seed, and saves it in
 # your cache folder; afterwards it loads the saved weights (checking their SHA-256 first). Either way the
-# weights are the same. Training takes about a minute and a half on 2 CPU cores.
+# weights are the same. Training takes a few minutes on 2 CPU cores; loading, a fraction of a second.
 
 # %%
+start = time.perf_counter()
 char_model, char_tokenizer = book_model("shakespeare-char")
 char_history = load_checkpoint(book_model_path("shakespeare-char")).history
+print(f"ready in {time.perf_counter() - start:.1f} s")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(f"{char_model.num_parameters():,} parameters")
+seen = char_cfg.max_iters * char_cfg.batch_size * char_model.config.context_length
+print(f"{char_model.num_parameters():,} parameters; {seen:,} characters drawn, "
+      f"{seen / len(train_ids):.1f} passes over the training text")
 for step, tr, va in zip(char_history.eval_step, char_history.train_loss, char_history.val_loss):
     print(f"step {step:5d}  train {tr:.2f}  val {va:.2f}")
 
@@ -380,7 +400,11 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# CHAR_PROSE
+# After 2,000 steps the validation loss is 1.91 nats per character, far below the bigram table's 2.48, and it is
+# still falling: more steps would help. The training loss is lower, 1.75; the model has seen its training text
+# only 1.5 times, so this gap of 0.16 is only the start of overfitting (section 6.6). nanoGPT
+# {cite}`karpathy2023nanogpt` trains this configuration to a similar loss; `benchmarks/bench_train.py` compares the
+# two runs and our training speed with Hugging Face's.
 #
 # What does a loss like that read like? {ref}`ch-generation` is about generating text; here is a first taste,
 # 300 characters sampled after the prompt "ROMEO:":
@@ -415,14 +439,16 @@ if FULL_RUN:
 # ## 6.6 Overfitting and dropout
 #
 # The validation loss is what we care about: how well the model predicts text it has never seen. The training
-# loss can be pushed lower simply by memorizing. With 1,003,854 training characters and 800,000 parameters our
-# model has little room to memorize. To watch it happen, give the same model only the first 20,000 characters
-# of the training text and train for 600 steps (about 40 passes over that text):
+# loss can also fall by memorizing the training text, which does not help on new text. With a million training
+# characters and 2,000 steps our model saw its training text only about 1.5 times, too little to memorize much.
+# To watch memorization happen, give the same model only the first 5,000 characters and train it for 400 steps:
 
 # %%
-small_train = train_ids[:20_000]
-overfit_cfg = TrainConfig(max_iters=500, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=50,
+small_train = train_ids[:5_000]
+overfit_cfg = TrainConfig(max_iters=400, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=40,
                           eval_interval=50, eval_iters=5, device=DEVICE, progress=False)
+seen = overfit_cfg.max_iters * overfit_cfg.batch_size * 64
+print(f"{seen:,} characters drawn from a text of {len(small_train):,}: about {seen / len(small_train):.0f} passes")
 overfit = {}
 for dropout in (0.0, 0.2):
     torch.manual_seed(0)
@@ -436,7 +462,7 @@ for dropout, h in overfit.items():
     print(f"dropout {dropout}: lowest val loss {h.val_loss[best]:.2f} at step {h.eval_step[best]}; "
           f"at the end train {h.train_loss[-1]:.2f}, val {h.val_loss[-1]:.2f}")
 
-# %% mystnb={"figure": {"caption": "The book's model trained on only 20,000 characters. Without dropout (left) the training loss keeps falling while the validation loss turns back up: overfitting. With dropout 0.2 (right) the gap opens later and less.", "name": "fig-training-overfit"}, "image": {"alt": "Two panels of loss against step. Left, without dropout: the training curve falls steadily; the validation curve falls, reaches a minimum and then rises, so the two curves separate widely. Right, with dropout 0.2: the training curve falls more slowly and the validation curve stays lower at the end than on the left."}}
+# %% mystnb={"figure": {"caption": "The book's model trained on only 5,000 characters. Without dropout (left) the training loss keeps falling while the validation loss turns back up: overfitting. With dropout 0.2 (right) the gap opens more slowly.", "name": "fig-training-overfit"}, "image": {"alt": "Two panels of loss against step. Left, without dropout: the training curve falls steadily; the validation curve falls, reaches a minimum and then rises, so the two curves separate widely. Right, with dropout 0.2: the training curve falls more slowly and the validation curve stays lower at the end than on the left."}}
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.5), sharey=True)
 for ax, (dropout, h) in zip(axes, overfit.items()):
     ax.plot(h.eval_step, h.train_loss, marker=".", label="train")
@@ -447,7 +473,15 @@ axes[0].legend()
 plt.show()
 
 # %% [markdown]
-# OVERFIT_PROSE
+# Without dropout the two curves part quickly: the validation loss is lowest at step 100 (2.78) and then climbs
+# back (2.91 at the end), while the training loss keeps falling, to 1.85. The model is memorizing those 5,000
+# characters, and what it memorizes does not carry over to new text. **Dropout** {cite}`srivastava2014dropout`
+# zeroes a random 20% of the activations at each training step (GPT-2 drops at the embeddings, the attention
+# weights and each residual branch, and scales the rest up by 1/0.8), so the model cannot rely on any single
+# feature and memorizes more slowly: the training loss ends higher (2.12) and the validation loss ends lower (2.84).
+# Its best validation loss is no better, though: dropout slows memorization down, it does not make 5,000
+# characters teach more. With the whole training text and 2,000 steps our model is far from this regime, which
+# is why the book's models use no dropout (nanoGPT's choice for this configuration).
 #
 # ## 6.7 The same model on GPT-2's tokens
 #
@@ -466,12 +500,16 @@ bpe_net = GPT(bpe_config)
 embedding = bpe_net.wte.weight.numel()
 print(f"{bpe_net.num_parameters():,} parameters, of which the {bpe_config.vocab_size:,} x {bpe_config.d_model} "
       f"token embedding (tied with the output layer) is {embedding:,} ({embedding / bpe_net.num_parameters():.0%})")
+L, D = bpe_config.n_layers, bpe_config.d_model
+print(f"multiply-adds per token: blocks about 12 L D^2 = {12 * L * D**2:,}, output layer D V = "
+      f"{D * bpe_config.vocab_size:,}")
 
 # %% [markdown]
 # The embedding table costs nothing to *use* at the input (a row lookup per token), but tied to the output
 # layer it becomes a $128 \times 50{,}257$ matrix product for every position, followed by a softmax over 50,257
-# entries, forwards and backwards. Per token, the blocks do about $12 L D^2 \approx 0.8$ million
-# multiply-adds; the output layer does $D V \approx 6.4$ million. Timing one training step shows the share:
+# entries, forwards and backwards: for every token, eight times the multiply-adds of all four blocks together
+# (the count printed above: $4D^2$ for attention's projections and $8D^2$ for the MLP, per block). Timing one
+# training step shows the share:
 
 # %%
 xb, yb = get_batch(bpe_train, 8, 64, generator=torch.Generator().manual_seed(0))  # (8, 64) each
@@ -503,14 +541,19 @@ print(f"forward + backward of a batch of 8 x 64 tokens: {1000 * t_all:.0f} ms, o
       f"{1000 * t_out:.0f} ms ({t_out / t_all:.0%})")
 
 # %% [markdown]
-# BPE_TIMING_PROSE
+# On a CPU, the output layer is most of the time of a training step. On a GPU this large matrix product is
+# exactly what the hardware is good at; on two CPU cores it makes each step of the BPE model several times
+# slower than a step of the character model, for the same blocks. (GPT-2 itself spends a smaller share there:
+# its blocks are far wider.)
 #
 # So the book's BPE model gets a smaller budget: 200 steps of 8 windows, about 102,000 tokens, a third of the
-# training text. `book_model` trains it (about a minute and a half) or loads it:
+# training text. `book_model` trains it (a few minutes on 2 CPU cores) or loads it:
 
 # %%
+start = time.perf_counter()
 bpe_model, bpe_encoding = book_model("shakespeare-bpe")
 bpe_history = load_checkpoint(book_model_path("shakespeare-bpe")).history
+print(f"ready in {time.perf_counter() - start:.1f} s")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -522,7 +565,11 @@ print(f"per character: BPE model {bpe_final / chars_per_token:.2f} nats, charact
       f"{char_history.val_loss[-1]:.2f} nats, bigram table {bigram_val:.2f} nats (ln 50257 = {math.log(50257):.2f})")
 
 # %% [markdown]
-# BPE_PROSE
+# After 200 steps the validation loss is 5.88 nats per token, still falling fast. The two models' losses are
+# in different units: a BPE token is 3.09 characters on average, so 5.88 nats per token are 1.90 nats per
+# character, close to the character model's 1.91, with a fifth of the characters seen (102,400 tokens, about
+# 317,000 characters, against 1,536,000). Its samples are made of real words, since every token is one, but
+# strung together with little grammar yet; the character model spells its own words.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -542,17 +589,23 @@ print(bpe_encoding.decode(sample[0].tolist()))
 # temporary name and renamed into place, so a crash never leaves half a file.
 #
 # Because each step's batch and dropout masks depend only on `(seed, step)`, a run stopped at step 20 and
-# resumed from its checkpoint takes exactly the steps an uninterrupted run would:
+# resumed from its checkpoint takes exactly the steps an uninterrupted run would. One thing must not change
+# between the two: the learning-rate schedule. By default the cosine ends at `max_iters`, so a run meant to be
+# resumed later names its end with `lr_decay_iters`. (Resuming with a larger `max_iters` and no
+# `lr_decay_iters` is allowed: it stretches the rest of the schedule, which is what you want when you decide
+# to train longer.)
 
 # %%
 # NBVAL_CHECK_OUTPUT
 tiny = dict(vocab_size=65, context_length=32, d_model=32, n_layers=2, n_heads=2, dropout=0.1)
-resume_cfg = TrainConfig(max_iters=40, batch_size=8, warmup_iters=5, eval_interval=20, eval_iters=2, progress=False)
+resume_cfg = TrainConfig(max_iters=40, lr_decay_iters=40, batch_size=8, warmup_iters=5, eval_interval=20,
+                         eval_iters=2, progress=False)
 torch.manual_seed(0)
 uninterrupted = train(GPT(GPTConfig(**tiny)), train_ids, val_ids, resume_cfg)
 with tempfile.TemporaryDirectory() as folder:
     torch.manual_seed(0)
-    train(GPT(GPTConfig(**tiny)), train_ids, val_ids, dataclasses.replace(resume_cfg, max_iters=20), out_dir=folder)
+    stopped = dataclasses.replace(resume_cfg, max_iters=20)  # stops at step 20, same schedule (lr_decay_iters=40)
+    train(GPT(GPTConfig(**tiny)), train_ids, val_ids, stopped, out_dir=folder)
     print(sorted(p.name for p in Path(folder).iterdir()))
     fresh = GPT(GPTConfig(**tiny))  # any weights: they all come from the checkpoint
     resumed = train(fresh, train_ids, val_ids, resume_cfg, out_dir=folder, resume=True)
@@ -578,7 +631,18 @@ print(f"final val loss {resumed.val_loss[-1]:.4f} and {uninterrupted.val_loss[-1
 #
 # ## Summary
 #
-# SUMMARY_PROSE
+# - A language model's loss is the cross-entropy of its next-token predictions, averaged over all $B \times T$
+#   positions of a batch; an untrained GPT starts near $\ln V$ (4.17 for 65 characters).
+# - A bigram table (2.48 nats per character) is the bar to clear: anything lower comes from the context.
+# - The loop: AdamW with weight decay on matrices only, linear warm-up then cosine decay, gradient clipping at 1.
+#   `estimate_loss` scores fixed batches of both splits; `train` records a `History`.
+# - The ladder: multi-head attention and the MLP help; stacking blocks only works with residual connections;
+#   LayerNorm is for depth and long runs; a bigger model needs more steps to pay off.
+# - The book's character model reaches 1.91 nats per character on validation in 2,000 steps on a CPU.
+# - Overfitting shows as a validation loss that rises while the training loss falls; dropout slows it.
+# - On a CPU, a 50,257-token vocabulary makes the output layer most of the work.
+# - Checkpoints are safetensors plus JSON, written atomically, verified by SHA-256, and resume exactly;
+#   `python -m gpt_from_scratch.train` and `torchrun` run the same loop from a terminal.
 #
 # ## Exercises
 #
@@ -608,9 +672,20 @@ assert_close(cross_entropy(check_logits, check_targets), F.cross_entropy(check_l
 print("cross_entropy matches F.cross_entropy")
 
 # %% [markdown]
-# **3. No warm-up (predict, then run).** Train the scaled-up rung for 300 steps as in section 6.4, but with
-# `warmup_iters=0` and `learning_rate=1e-2`. Does it end better or worse than the ladder's scaled-up rung?
-# Then try `grad_clip=0` too.
+# **3. Warm-up (predict, then run).** The cell below trains the scaled-up rung of section 6.4 with a learning
+# rate of $10^{-2}$ instead of $3 \times 10^{-3}$, once with the ladder's 30 warm-up steps and once without
+# any. Predict the order of the three final losses (these two and the ladder's). Then try `grad_clip=0.0` too.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"ladder settings (lr 3e-3, warm-up 30): {ladder['scaled up'].val_loss[-1]:.2f}")
+for name, changes in {"lr 1e-2, warm-up 30": dict(learning_rate=1e-2, min_lr=1e-3),
+                      "lr 1e-2, no warm-up": dict(learning_rate=1e-2, min_lr=1e-3, warmup_iters=0)}.items():
+    torch.manual_seed(0)
+    h = train(GPT(GPTConfig.from_preset("shakespeare-char")), train_ids, val_ids, dataclasses.replace(ladder_cfg, **changes))
+    print(f"{name}: {h.val_loss[-1]:.2f}")
+
+# %% [markdown]
 #
 # **4. Weight decay everywhere (explain).** What would weight decay do to a LayerNorm gain $\gamma$ if it were
 # decayed like the matrices? Why is an embedding matrix decayed?
@@ -621,8 +696,10 @@ print("cross_entropy matches F.cross_entropy")
 # ```{admonition} Answers
 # :class: dropdown
 # 1. $\ln 50257 \approx 10.82$ and $\ln 2 \approx 0.69$ nats.
-# 3. Without warm-up, the first steps at the full learning rate land on random weights and empty Adam
-#    averages; the run usually ends worse, and without clipping it can diverge.
+# 3. The ladder's settings end lowest (2.29), the higher rate with warm-up a little higher (2.37), and the
+#    higher rate without warm-up far higher (2.89). Its first steps at the full rate, on random weights and with
+#    Adam's running averages still empty, throw the model into a poor region it does not recover from within
+#    300 steps. Without clipping as well, it ends higher still.
 # 4. Decay pulls $\gamma$ towards 0, shrinking every normalized feature: it fights the normalization for no
 #    benefit. An embedding row is a learned vector like any weight matrix; decay keeps rarely seen tokens'
 #    rows small.

@@ -51,8 +51,8 @@ generator = seed_everything(1337)
 
 # %% [markdown]
 # The book's character model, trained in {ref}`ch-training` (4 layers, 128 dimensions, a context of 64
-# characters). `book_model` loads it from your cache folder, or trains it first (about a minute and a half
-# on 2 CPU cores) if Chapter 6 has not run on this machine.
+# characters). `book_model` loads it from your cache folder, or trains it first (a few minutes on 2 CPU
+# cores) if Chapter 6 has not run on this machine.
 
 # %%
 model, tokenizer = book_model("shakespeare-char")

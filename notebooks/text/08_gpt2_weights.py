@@ -352,11 +352,11 @@ plt.show()
 #
 # ## 8.6 She and He
 #
-# To predict what follows "The girl and the boy walked home. She", a model does well to know who "She" is.
-# Demonstrations of bertviz {cite}`vig2019bertviz` use GPT-2's layer 5, head 10 (counting from 0) for this
-# example, a head in which a pronoun attends to the noun it refers to. The cell below compares the last row
-# of a head's map, where the pronoun looks, between "... She" and "... He". With GPT-2 loaded it uses layer 5,
-# head 10; with the Chapter 6 model, which has only 4 layers, it picks the head whose last row changes most
+# To predict what follows "The girl and the boy walked home. She", a model does well to know who "She" is,
+# and bertviz {cite}`vig2019bertviz` was made to look for heads in which a pronoun attends to the noun it
+# refers to. The cell below compares the last row of a head's map, where the pronoun looks, between "... She"
+# and "... He". With GPT-2 loaded it uses one head fixed in advance, layer 5, head 10 (counting from 0); with
+# the Chapter 6 model, which has only 4 layers, it picks the head whose last row changes most
 # between the two sentences (the total variation distance, half the summed absolute difference: 0 for
 # identical rows, 1 for rows with nothing in common), and says so.
 
@@ -368,7 +368,7 @@ last_he = torch.stack([A[0, :, -1] for A in maps_he])  # (L, H, T)
 change = 0.5 * (last_she - last_he).abs().sum(-1)  # (L, H): total variation distance, 0 .. 1
 if REAL_GPT2:
     layer, head = 5, 10
-    why = "the head popularised by bertviz demos"
+    why = "a head of GPT-2 small fixed in advance"
 else:
     layer, head = divmod(int(change.argmax()), cfg.n_heads)
     why = "the head whose last row changes most between She and He"
@@ -634,12 +634,19 @@ check_previous_token_scores(previous_token_scores_solution)
 # will the large share of attention stay with the token that used to be first (now gone), or move to
 # whatever token sits at position 0?
 
-# %% tags=["solution"]
+# %%
 shifted_maps = torch.stack(model.attention_maps(x_batch[:, 1:]))  # (L, B, H, T-1, T-1)
 shifted_share = shifted_maps[..., 1:, 0].mean(dim=(1, 3))  # (L, H)
 for l in range(cfg.n_layers):
     print(f"layer {l}: share on position 0 {first_share[l].mean():.3f} -> {shifted_share[l].mean():.3f} "
           f"after the shift")
+
+# %% tags=["solution"]
+# Compare the two numbers of each layer. If the large share belonged to the token, it would vanish with that
+# token; if it belongs to the position, it reappears on whatever token now comes first. Xiao et al. (2024)
+# found the latter in large models: the sink is the first position, whatever its token. A model without
+# sinks, like the Chapter 6 model, has nothing to move: its shares stay near the uniform baseline of about
+# 0.06 before and after the shift.
 
 # %% [markdown]
 # **3. Implement: induction heads.** {cite}`olsson2022induction` found heads that complete repeated patterns:
@@ -664,6 +671,10 @@ print(f"uniform attention would score {(1 / torch.arange(n + 1, 2 * n + 1)).mean
 for i in induction.flatten().topk(3).indices:
     l, h = divmod(int(i), cfg.n_heads)
     print(f"layer {l}, head {h}: induction score {induction[l, h]:.3f}, previous-token score {prev_score[l, h]:.3f}")
+# Answer: an induction head has to sit in a later layer than the previous-token head it relies on: its keys
+# must already know which token came before each position, and only an earlier layer can have written that
+# into the residual stream. Compare the scores with the uniform baseline printed first: a model whose best
+# scores sit at that baseline has no induction heads to place.
 
 # %% [markdown]
 # **4. Implement, then explain: does the pronoun head matter?** A large weight from "She" to "nurse" says
@@ -708,20 +719,16 @@ for prompt in prompts:
 # what its short training can teach it.
 
 # %% tags=["solution"]
-for preset in ("gpt2", "gpt2-xl", "shakespeare-char"):
-    config = GPTConfig.from_preset(preset, vocab_size=50_257)  # the Chapter 6 model: shakespeare-char, GPT-2 tokens
+for name, config in [("gpt2", GPTConfig.from_preset("gpt2")), ("gpt2-xl", GPTConfig.from_preset("gpt2-xl")),
+                     ("Chapter 6 model", mine.config)]:
     parts = count_gpt_parameters(*sizes(config))
     share = parts["token embeddings wte (V x D)"] / sum(parts.values())
-    print(f"{preset:<17} D = {config.d_model:>4}: wte holds {share:.1%} of {sum(parts.values()):,} parameters")
+    print(f"{name:<17} D = {config.d_model:>4}: wte holds {share:.1%} of {sum(parts.values()):,} parameters")
 print(f"distinct tokens in Tiny Shakespeare's training split: {len(np.unique(train_ids)):,} of {enc.n_vocab:,}")
 
 # %% [markdown]
 # ```{admonition} Answers
 # :class: dropdown
-# 2. Compare the two numbers of each layer. If the large share belonged to the token, it would vanish with
-#    that token; if it belongs to the position, it reappears on whatever token now comes first.
-#    {cite}`xiao2024sinks` found the latter in large models: the sink is the first position, whatever its
-#    token. A model without sinks has nothing to move, and its shares stay near the uniform baseline.
 # 4. If silencing the head barely changes the he/she ratio, the model does not need that head for this
 #    prediction, however striking its map: other heads, or the MLPs, carry the information.
 # 5. The blocks grow as $12 L D^2$, the token embedding only as $V D$: the wider and deeper the model, the smaller
