@@ -51,8 +51,8 @@ generator = seed_everything(1337)
 
 # %% [markdown]
 # The book's character model, trained in {ref}`ch-training` (4 layers, 128 dimensions, a context of 64
-# characters). `book_model` loads it from your cache folder, or trains it first (a few minutes on 2 CPU
-# cores) if Chapter 6 has not run on this machine.
+# characters). `book_model` loads it from your cache folder, or trains it first (a little over a minute on
+# 2 CPU cores) if Chapter 6 has not run on this machine.
 
 # %%
 model, tokenizer = book_model("shakespeare-char")
@@ -95,10 +95,10 @@ print("--- sampled ---")
 print(tokenizer.decode(sampled[0].tolist()))
 
 # %% [markdown]
-# Greedy decoding falls into a loop within two lines ("the so the so the so") and never leaves it. The
-# sample invents words ("virderactio") but has the shape of a play: names in capitals followed by a colon,
-# short lines, punctuation. A character model at this loss has learned spelling patterns and layout, not
-# meaning. The rest of the chapter is about sampling well.
+# Greedy decoding falls into a loop at once ("the the the the", then "thee thee thee") and never gets out. The
+# sample invents words ("mucane", "werdks") but has the shape of a play: a name on its own line followed by a
+# colon ("Mont:"), short lines, punctuation. A character model at this loss has learned spelling patterns and
+# layout, not meaning. The rest of the chapter is about sampling well.
 #
 # ## 7.2 Temperature
 #
@@ -120,7 +120,7 @@ for t, p in tempered.items():
     print(f"temperature {t}: top token {p.max():.2f}, entropy {entropy:.2f} nats "
           f"(uniform over 65: {np.log(65):.2f})")
 
-# %% mystnb={"figure": {"caption": "The model's next-character probabilities after \"It is the \" at temperatures 0.5, 1 and 2, for the 15 characters most likely at temperature 1.", "name": "fig-generation-temperature"}, "image": {"alt": "Three bar charts side by side over the same 15 characters, s, t, h, c and so on. At temperature 0.5 the bar for s reaches about 0.21, twice the next one; at temperature 1 the bars decrease gradually from about 0.11; at temperature 2 they are nearly even, all between about 0.03 and 0.06."}}
+# %% mystnb={"figure": {"caption": "The model's next-character probabilities after \"It is the \" at temperatures 0.5, 1 and 2, for the 15 characters most likely at temperature 1.", "name": "fig-generation-temperature"}, "image": {"alt": "Three bar charts side by side over the same 15 characters, t, s, m, a and so on. At temperature 0.5 the bar for t reaches about 0.23, well above the next one at about 0.13; at temperature 1 the bars decrease gradually from about 0.11; at temperature 2 they are nearly even, all between about 0.03 and 0.06."}}
 order = torch.argsort(probs, descending=True)[:15]
 labels = [repr(tokenizer.decode([i]))[1:-1] or "?" for i in order.tolist()]
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), sharey=True)
@@ -181,11 +181,12 @@ print("top_p_by_hand equals gpt_from_scratch.generate.top_p_filter")
 # (The package's `top_p_filter` differs in one detail: it also keeps every token exactly as likely as the last
 # one kept, so that the result never depends on how the sort orders ties.)
 #
-# Compare two contexts: the one above, and one that stops in the middle of a word.
+# Compare two contexts: the one above, and one where the next character is all but certain (after "What say",
+# a space).
 
 # %%
 # NBVAL_CHECK_OUTPUT
-contexts = {"after 'It is the '": context, "after 'yonder win'": "ROMEO:\nBut soft, what light through yonder win"}
+contexts = {"after 'It is the '": context, "after 'What say'": "KING RICHARD III:\nWhat say"}
 cumulative = {}
 for name, text in contexts.items():
     with torch.no_grad():
@@ -197,7 +198,7 @@ for name, text in contexts.items():
     print(f"{name}: top token {top_char!r} with {sorted_probs[0]:.2f}; tokens kept at p = 0.5, 0.9, 0.99: "
           f"{kept[0.5]}, {kept[0.9]}, {kept[0.99]}")
 
-# %% mystnb={"figure": {"caption": "Cumulative probability of the next character, most likely first, for two contexts. Top-p with p = 0.9 keeps the characters up to where each curve crosses the dashed line.", "name": "fig-generation-top-p"}, "image": {"alt": "Two rising step curves against the rank of the character, from 1 to 30. The curve for the mid-word context starts at about 0.64 and crosses the dashed line at 0.9 at rank 7. The curve for the context ending in a space starts at about 0.11, rises gradually and crosses 0.9 only at rank 17."}}
+# %% mystnb={"figure": {"caption": "Cumulative probability of the next character, most likely first, for two contexts. Top-p with p = 0.9 keeps the characters up to where each curve crosses the dashed line.", "name": "fig-generation-top-p"}, "image": {"alt": "Two rising step curves against the rank of the character, from 1 to 30. The curve for the context ending in 'What say' starts at about 0.78 and crosses the dashed line at 0.9 at rank 3. The curve for the context ending in a space starts at about 0.11, rises gradually and crosses 0.9 only at rank 18."}}
 fig, ax = plt.subplots(figsize=(7, 3.8))
 for name, c in cumulative.items():
     ax.step(range(1, 31), c[:30].numpy(), where="mid", marker=".", label=name)
@@ -208,10 +209,10 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# After "It is the " the most likely character has probability 0.11 and the nucleus of $p = 0.9$ holds 17
-# characters. In the middle of "win" the model puts 0.64 on "d" (window) and 7 characters reach 0.9. A fixed
-# top-k of 10 would cut off plausible continuations in the first case and let in 3 extra long shots in the
-# second; top-p follows the model's own confidence. Both filters can be combined: the package applies
+# After "It is the " the most likely character has probability 0.11 and the nucleus of $p = 0.9$ holds 18
+# characters. After "What say" the model puts 0.78 on a space and 3 characters reach 0.9. A fixed top-k of 10
+# would cut off 8 plausible continuations in the first case and let in 7 extra long shots in the second;
+# top-p follows the model's own confidence. Both filters can be combined: the package applies
 # temperature, then top-k, then top-p, the order Hugging Face uses.
 #
 # ## 7.5 The generation loop
@@ -260,9 +261,9 @@ for options in ({"temperature": 0.5}, {"temperature": 1.0}, {"temperature": 1.5}
 
 # %% [markdown]
 # All five use the same random numbers, so they start alike and drift apart. At temperature 0.5 the text is
-# built from the commonest short words ("the", "so", "this"); at 1.5 invented words take over ("cop
-# ctsillicc"). At temperature 1 a few unlikely characters slip in, such as the capitals inside "woRt Oward";
-# top-k 5 and top-p 0.8 keep most of temperature 1's variety but cut those long shots. Settings around
+# built from the commonest short words ("and the the more my my"); at 1.5 rare characters land inside words
+# ("ajes!t", "HyXeriveMes"). Top-k 5 and top-p 0.8 keep much of temperature 1's variety while cutting such
+# long shots. Settings around
 # temperature 0.8 with top-p 0.9 to 0.95 are a common default.
 #
 # The BPE-level model of {ref}`ch-training` generates GPT-2 tokens, whole words or pieces of words at a time:
@@ -509,9 +510,10 @@ print("identical to greedy:", torch.equal(cold, greedy),
 #
 # ```{admonition} Answers
 # :class: dropdown
-# 3. Not exactly. At $\tau = 0.01$ the logits are multiplied by 100, so the runner-up keeps a probability of
-#    about $e^{-100\Delta}$, where $\Delta$ is its gap to the top logit. Over hundreds of steps a near-tie
-#    comes up, one draw goes the other way, and everything after it differs.
+# 3. Not necessarily, although here the cell prints `True`. At $\tau = 0.01$ the logits are multiplied by 100,
+#    so the runner-up keeps a probability of about $e^{-100\Delta}$, where $\Delta$ is its gap to the top
+#    logit. In these 250 steps every draw took the top token; but once a near-tie comes up, one draw can go the
+#    other way, and everything after it differs.
 # 4. $2 \times 48 \times 8 \times 1024 \times 1600 \times 2$ bytes $= 2.34$ GiB; the weights take
 #    $1.56 \times 10^9 \times 2$ bytes $\approx 2.9$ GiB. At long contexts and large batches the cache
 #    outgrows the model.

@@ -293,9 +293,9 @@ for name, m in models.items():
 
 # %% [markdown]
 # The Chapter 6 model has picked up Shakespeare's most frequent tokens, its line breaks and its short lines,
-# but not grammar. And after their first line its two samples continue almost identically: with the same
-# seed, its choices barely depend on the prompt, a sign of how little it uses its context. With GPT-2 loaded,
-# its samples follow in the same cell.
+# but not grammar. And after the prompt its two samples run in step: both continue with "and.B:", both
+# reach "to,'d my.", and both end on the same two lines. With the same seed, its choices barely depend on the
+# prompt, a sign of how little it uses its context. With GPT-2 loaded, its samples follow in the same cell.
 #
 # ## 8.5 Attention maps, read out of the weights
 #
@@ -344,7 +344,9 @@ plt.show()
 
 # %% [markdown]
 # Most heads of the Chapter 6 model spread their attention over many earlier tokens: close to the plain
-# average of the past that {ref}`ch-attention` started from. The bright top-left corner of every map is no
+# average of the past that {ref}`ch-attention` started from. The bright columns in layers 1 and 2 are the
+# exception: in heads 0 and 3 of layer 1 and head 3 of layer 2, the queries " boy", " walked" and " home" put
+# almost all their weight on one earlier token, " the". The bright top-left corner of every map is no
 # pattern: query 0 can only attend to itself, and query 1 has just two keys. With GPT-2 loaded, the grid holds
 # 144 heads; look for
 # the two patterns that sections 8.8 and 8.9 measure: a bright first column all the way down (an attention
@@ -393,8 +395,9 @@ plt.show()
 # %% [markdown]
 # In the run that built this page the chosen head is in layer 0, and a layer-0 head cannot know who "She"
 # is: its queries and keys come from token and position embeddings alone, so each token is scored on its
-# own, not in context. Both pronouns put more weight on " girl" than on " boy"; the two rows differ
-# mostly in how much weight the pronoun keeps on itself. Choosing the head that changes most is not the same
+# own, not in context. Both pronouns put more weight on " girl" than on " boy"; the two rows differ most in
+# how much weight the pronoun keeps on itself (0.276 against 0.243) and barely elsewhere: even the head that
+# changes most moves only 0.033 of its attention. Choosing the head that changes most is not the same
 # as finding a head that resolves pronouns. With GPT-2 loaded, read the two printed rows for layer 5,
 # head 10: does "She" favour " girl" and "He" favour " boy"?
 #
@@ -450,12 +453,12 @@ print(f"\nTiny Shakespeare's training split: ' he' {n_he:,} times, ' she' {n_she
 
 # %% [markdown]
 # The Chapter 6 model's answer ignores the occupations: swapping doctor and nurse leaves $P(\text{" he"})$ and
-# $P(\text{" she"})$ almost unchanged, and their ratio sits close to the ratio of the two words in its
-# training text. Its "bias" is the base rate of Shakespeare's pronouns, " he" more than three times as often
-# as " she". That is the simplest learned bias, and the first baseline to check a model against. A model
-# trained on web text learns the base rates of web text, and on top of them associations such as occupation
-# and gender; {cite}`vig2020causal` measured those in GPT-2. With GPT-2 loaded, the table shows whether its
-# ratio moves when the two occupations swap places.
+# $P(\text{" she"})$ almost unchanged. It prefers " he" by a ratio of 2.2 to 2.9, the same way as, though less
+# strongly than, the two words in its training text (3.4). Its "bias" leans with the base rate of
+# Shakespeare's pronouns, " he" more than three times as often as " she". That is the simplest learned bias,
+# and the first baseline to check a model against. A model trained on web text learns the base rates of web
+# text, and on top of them associations such as occupation and gender; {cite}`vig2020causal` measured those
+# in GPT-2. With GPT-2 loaded, the table shows whether its ratio moves when the two occupations swap places.
 #
 # ## 8.8 Attention sinks: the first token
 #
@@ -543,7 +546,7 @@ plt.show()
 # %% [markdown]
 # The Chapter 6 model has no previous-token head either: its best scores are barely above the baseline. In
 # the run that built this page, the maps of its top three heads show where the attention they do concentrate
-# goes: to punctuation and line breaks, such as the colon and the newline after "First Citizen", not to the
+# goes: to one or two early tokens, here the colon and the newline after "First Citizen", not to the
 # token just before. {cite}`olsson2022induction` saw induction heads form abruptly, early in training, in what
 # they call a phase change; the book's small model, trained for minutes on a CPU, has not got there. With
 # GPT-2 loaded, the heatmap and the three maps show its best previous-token heads.
@@ -730,7 +733,10 @@ print(f"distinct tokens in Tiny Shakespeare's training split: {len(np.unique(tra
 # ```{admonition} Answers
 # :class: dropdown
 # 4. If silencing the head barely changes the he/she ratio, the model does not need that head for this
-#    prediction, however striking its map: other heads, or the MLPs, carry the information.
+#    prediction, however striking its map: other heads, or the MLPs, carry the information. Here that is the
+#    case for the two "asked ... because" prompts (2.23 -> 2.21, 2.24 -> 2.22), while after "said that" the
+#    ratio jumps (2.88 -> 3.66, 2.74 -> 3.70): the same head matters for some predictions and not others, which
+#    is why one attention map is never the whole story.
 # 5. The blocks grow as $12 L D^2$, the token embedding only as $V D$: the wider and deeper the model, the smaller
 #    the embedding's share. At $D = 128$ the four blocks are small next to 50,257 rows of 128 numbers, so
 #    almost all of the Chapter 6 model is its embedding table. Yet only 11,234 distinct tokens occur in the
