@@ -14,6 +14,8 @@ In a student copy:
   ``solution`` becomes ``exercise`` and tags that hide the cell in the book are removed;
 - every code cell of the exercises section (from the first heading containing "Exercise" or the
   first solution cell, whichever comes first) loses its outputs, so neither solutions nor predict-then-run answers show;
+- an "Answers" admonition in the prose (```` ```{admonition} Answers ````, folded in the book) is
+  replaced by a line saying that the answers are in the teacher's copy;
 - everything else (prose, the chapter's code and its outputs, the ``check_*`` calls) is unchanged.
 
 The chapter files are never modified.
@@ -37,6 +39,11 @@ SOLUTION_TAG, EXERCISE_TAG = "solution", "exercise"
 HIDING_TAGS = {"hide-input", "hide-cell", "hide-output", "remove-input", "remove-cell", "remove-output"}
 EXERCISES_HEADING = re.compile(r"^\s{0,3}#{1,6}\s.*\bexercises?\b", re.IGNORECASE | re.MULTILINE)
 DEFAULT_INSTRUCTION = "write this exercise's solution (see the instructions above)"
+# A MyST admonition titled "Answer(s)", fenced with backticks or colons: from its opening fence to the
+# first closing fence of the same characters at the start of a line.
+ANSWERS_BLOCK = re.compile(r"^(?P<fence>`{3,}|:{3,})\{admonition\}[ \t]+Answers?\b.*?^(?P=fence)[ \t]*$",
+                           re.IGNORECASE | re.MULTILINE | re.DOTALL)
+ANSWERS_REMOVED = "*The answers are in the teacher's copy of this chapter.*"
 
 
 def tags(cell) -> list[str]:
@@ -163,6 +170,11 @@ def exercises_start(nb) -> int | None:
     return min(starts, default=None)
 
 
+def strip_answers(markdown: str) -> str:
+    """``markdown`` with every "Answers" admonition replaced by ``ANSWERS_REMOVED``."""
+    return ANSWERS_BLOCK.sub(ANSWERS_REMOVED, markdown)
+
+
 def make_student(nb):
     """Return the student copy of a notebook (a new object; ``nb`` is left untouched)."""
     nb = copy.deepcopy(nb)
@@ -170,6 +182,7 @@ def make_student(nb):
     last_markdown = ""
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
+            cell.source = strip_answers(cell.source)
             last_markdown = cell.source
             continue
         if cell.cell_type != "code":

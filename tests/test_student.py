@@ -74,6 +74,8 @@ def chapter():
         markdown("### Exercise 3\n\nBuild a character tokenizer class."),
         code(CLASS_SOLUTION, tags=("solution",)),
         code("answer = 6 * 7\nprint(answer)", tags=("solution",), output="42\n"),
+        markdown("**4. Explain.** Why 42?\n\n```{admonition} Answers\n:class: dropdown\n1. It prints 42.\n"
+                 "   ```python\n   print(42)\n   ```\n4. Six times seven.\n```\n\nThe end."),
     ])
 
 
@@ -204,7 +206,16 @@ def test_student_copy_of_a_synthetic_chapter():
         assert student.cells[index].outputs == [] and student.cells[index].execution_count is None
     for index in (6, 9, 10):
         assert student.cells[index].metadata["tags"] == ["exercise"]  # "solution" and "hide-input" gone
+    assert student.cells[11].source == f"**4. Explain.** Why 42?\n\n{make_student.ANSWERS_REMOVED}\n\nThe end."
     assert_no_solution_code(original, student)
+
+
+@pytest.mark.parametrize("fence", ["```", "````", ":::"])
+def test_answers_admonitions_are_removed_and_other_admonitions_kept(fence):
+    note = "```{note}\nKeep me.\n```"
+    answers = f"{fence}{{admonition}} Answers\n:class: dropdown\n3. The answer.\n{fence}"
+    assert make_student.strip_answers(f"Intro.\n\n{note}\n\n{answers}\n") == \
+        f"Intro.\n\n{note}\n\n{make_student.ANSWERS_REMOVED}\n"
 
 
 def test_without_an_exercises_heading_outputs_clear_from_the_first_solution():
@@ -246,6 +257,9 @@ def test_chapter_student_copy_has_no_solution_code(path):
             # implement exercises raise until solved; explain/predict answers become a comment prompt
             assert ("raise NotImplementedError(" in after.source) if defines else (tree.body == [])
             assert after.outputs == []
+        elif before.cell_type == "markdown":
+            assert after.source == make_student.strip_answers(before.source)
+            assert "{admonition} Answers" not in after.source
         else:
             assert after.source == before.source
 

@@ -575,9 +575,10 @@ print(f"per character: BPE model {bpe_final / chars_per_token:.2f} nats, charact
 # After 100 steps the validation loss is 6.16 nats per token, still falling fast. The two models' losses are
 # in different units: a BPE token is 3.09 characters on average, so 6.16 nats per token are 1.99 nats per
 # character, lower than the character model's 2.10, with a fifth of the characters seen (51,200 tokens, about
-# 158,000 characters, against 768,000): each BPE token arrives with its spelling already solved. Its samples are
-# made of real words, since every token is one, but strung together with little grammar yet; the character
-# model spells its own words.
+# 158,000 characters, against 768,000): each BPE token arrives with its spelling already solved. Its sample is
+# built from GPT-2's tokens, whole words and pieces of words: common words come out whole, but strung together
+# with little grammar yet, and rare pieces glue into non-words ("myINGSle", "likeraham"). The character model
+# spells its own words.
 
 # %%
 # NBVAL_CHECK_OUTPUT
