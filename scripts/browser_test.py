@@ -59,8 +59,13 @@ def serve(folder: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
         def log_message(self, *args):
             pass
 
+    class QuietServer(http.server.ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            if not isinstance(sys.exc_info()[1], ConnectionError):  # the browser dropped a request: not an error
+                super().handle_error(request, client_address)
+
     handler = functools.partial(QuietHandler, directory=str(folder))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = QuietServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
