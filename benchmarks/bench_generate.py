@@ -24,20 +24,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompt", type=int, default=256, help="prompt tokens (default 256)")
     parser.add_argument("--new-tokens", type=int, default=256, help="tokens to generate (default 256)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each, median reported (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating timed rounds, median reported (default 3)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
     return parser.parse_known_args(argv)[0]  # `python -m benchmarks generate` leaves its own name in argv
-
-
-def timed(fn, n: int, repeats: int) -> tuple[float, torch.Tensor]:
-    """Median seconds of ``repeats`` calls ``fn(n)`` (after a short warm-up call), and the last result."""
-    fn(8)
-    seconds = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn(n)
-        seconds.append(time.perf_counter() - t0)
-    return statistics.median(seconds), out
 
 
 @torch.no_grad()
@@ -70,11 +59,18 @@ def main(argv=None) -> None:
                                                         max_new_tokens=k, min_new_tokens=k, do_sample=False,
                                                         use_cache=True, pad_token_id=0),
     }
-    rate, outputs = {}, {}
-    for name, fn in runs.items():
-        seconds, outputs[name] = timed(fn, n, args.repeats)
-        rate[name] = n / seconds
-        print(f"  {name:24s} {seconds:7.2f} s  {rate[name]:8.1f} tokens/s")
+    outputs = {name: fn(8) for name, fn in runs.items()}  # warm-up
+    seconds = {name: [] for name in runs}
+    for _ in range(args.repeats):  # alternate, so a busy moment of the machine hits every run alike
+        for name, fn in runs.items():
+            t0 = time.perf_counter()
+            outputs[name] = fn(n)
+            seconds[name].append(time.perf_counter() - t0)
+    rate = {}
+    for name, values in seconds.items():
+        median = statistics.median(values)
+        rate[name] = n / median
+        print(f"  {name:24s} median {median:6.2f} s over {len(values)} runs  {rate[name]:8.1f} tokens/s")
     same = torch.equal(outputs["ours, KV cache"], outputs["ours, no cache"])
     same_hf = torch.equal(outputs["ours, KV cache"], outputs["transformers, KV cache"])
     print(f"  identical tokens: cache vs no cache {same}, ours vs transformers {same_hf}")

@@ -79,30 +79,55 @@ class KVCache:
     dimension (dim -2) of ``(B, H, T, d_k)`` tensors and returns everything cached so far.
     ``len(cache)`` is the number of cached positions (0 when empty, so test ``cache is not None``,
     not ``if cache:``).
+
+    The positions live in buffers allocated ahead (``torch.cat`` would copy the whole cache at every
+    step): when full, the capacity doubles, up to ``max_positions`` when given (``GPT.new_kv_cache``
+    passes the context length). ``keys`` and ``values`` are views of the filled part.
     """
 
-    def __init__(self) -> None:
-        self.keys: Tensor | None = None  # (B, H, P, d_k)
-        self.values: Tensor | None = None  # (B, H, P, d_k)
+    def __init__(self, max_positions: int | None = None) -> None:
+        self.max_positions = max_positions
+        self._keys: Tensor | None = None  # (B, H, capacity, d_k), filled up to _length
+        self._values: Tensor | None = None  # (B, H, capacity, d_k)
+        self._length = 0
+
+    @property
+    def keys(self) -> Tensor | None:
+        return None if self._keys is None else self._keys[..., : self._length, :]  # (B, H, P, d_k)
+
+    @property
+    def values(self) -> Tensor | None:
+        return None if self._values is None else self._values[..., : self._length, :]  # (B, H, P, d_k)
 
     def __len__(self) -> int:
-        return 0 if self.keys is None else self.keys.size(-2)
+        return self._length
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append ``k`` and ``v`` (each ``(B, H, T, d_k)``); return all keys and values ``(B, H, P + T, d_k)``."""
         if k.shape != v.shape:
             raise ValueError(f"keys and values must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-        if self.keys is None:
-            self.keys, self.values = k, v
-        else:
-            if k.shape[:-2] != self.keys.shape[:-2] or k.size(-1) != self.keys.size(-1):
-                raise ValueError(
-                    f"new keys of shape {tuple(k.shape)} do not continue the cached keys of shape "
-                    f"{tuple(self.keys.shape)}: batch, heads and d_k must match (start a new KVCache for a new batch)"
-                )
-            self.keys = torch.cat([self.keys, k], dim=-2)  # (B, H, P + T, d_k)
-            self.values = torch.cat([self.values, v], dim=-2)  # (B, H, P + T, d_k)
+        if self._keys is not None and (k.shape[:-2] != self._keys.shape[:-2] or k.size(-1) != self._keys.size(-1)):
+            raise ValueError(
+                f"new keys of shape {tuple(k.shape)} do not continue the cached keys of shape "
+                f"{tuple(self.keys.shape)}: batch, heads and d_k must match (start a new KVCache for a new batch)"
+            )
+        P, T = self._length, k.size(-2)
+        if self._keys is None or P + T > self._keys.size(-2):
+            self._grow(k, v, needed=P + T)
+        self._keys[..., P : P + T, :] = k
+        self._values[..., P : P + T, :] = v
+        self._length = P + T
         return self.keys, self.values
+
+    def _grow(self, k: Tensor, v: Tensor, needed: int) -> None:
+        """Reallocate the buffers with room for at least ``needed`` positions, keeping what is cached."""
+        capacity = 2 * needed if self.max_positions is None else max(min(2 * needed, self.max_positions), needed)
+        keys = k.new_empty(*k.shape[:-2], capacity, k.size(-1))
+        values = v.new_empty(*v.shape[:-2], capacity, v.size(-1))
+        if self._length:
+            keys[..., : self._length, :] = self.keys
+            values[..., : self._length, :] = self.values
+        self._keys, self._values = keys, values
 
     def __repr__(self) -> str:
         shape = None if self.keys is None else tuple(self.keys.shape)

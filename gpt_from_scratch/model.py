@@ -177,7 +177,7 @@ class GPT(nn.Module):
 
     def new_kv_cache(self) -> list[KVCache]:
         """An empty cache for ``forward(..., kv_cache=...)``: one ``KVCache`` per block."""
-        return [KVCache() for _ in self.blocks]
+        return [KVCache(max_positions=self.config.context_length) for _ in self.blocks]
 
     def _embed(self, idx: Tensor, start: int = 0) -> Tensor:
         """Token plus position embeddings of ``idx`` (B, T) at positions ``start ..``, then dropout: (B, T, D)."""

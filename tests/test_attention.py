@@ -286,6 +286,20 @@ def test_kv_cache_appends_along_time():
     assert torch.equal(k_all, torch.cat([k1, k2], dim=2)) and torch.equal(v_all, torch.cat([v1, v2], dim=2))
 
 
+@pytest.mark.parametrize("max_positions", [None, 7, 40])
+def test_kv_cache_keeps_every_position_across_reallocations(max_positions):
+    """Growing the buffers (several times, and up to max_positions) copies what is cached, nothing else."""
+    cache, ks, vs = KVCache(max_positions=max_positions), [], []
+    for step, T in enumerate([1, 1, 2, 1, 1, 1] if max_positions == 7 else [3, 1, 1, 5, 1, 9, 1, 1]):
+        ks.append(randn(2, 3, T, 8, seed=2 * step))
+        vs.append(randn(2, 3, T, 8, seed=2 * step + 1))
+        k_all, v_all = cache.update(ks[-1], vs[-1])
+        assert torch.equal(k_all, torch.cat(ks, dim=2)) and torch.equal(v_all, torch.cat(vs, dim=2))
+        assert cache._keys.size(2) >= len(cache)
+        if max_positions is not None:
+            assert cache._keys.size(2) <= max_positions  # never more memory than the context needs
+
+
 def test_kv_cache_rejects_mismatched_shapes():
     cache = KVCache()
     cache.update(randn(2, 3, 4, 8), randn(2, 3, 4, 8))

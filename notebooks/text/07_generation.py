@@ -329,8 +329,9 @@ print(sample_text())
 # tokens never changes them. To predict the next token, the model needs the new token's query, key and value
 # in every layer, and the keys and values of all earlier positions, which it already computed. The **KV cache**
 # {cite}`pope2023kvcache` stores them: one `KVCache` per layer holds the keys and values of shape
-# $(B, H, P, d_k)$ of the $P$ positions seen so far. A step then processes one token instead of $P + 1$. The
-# result is the same computation, not an approximation:
+# $(B, H, P, d_k)$ of the $P$ positions seen so far, in buffers allocated ahead (appending with `torch.cat`
+# would copy the whole cache at every step). A step then processes one token instead of $P + 1$. The result is
+# the same computation, not an approximation:
 
 # %%
 # NBVAL_CHECK_OUTPUT
