@@ -38,7 +38,7 @@ def loss_run(iters: int, bias: bool) -> None:
 
     recipe = RECIPES["shakespeare-char"]
     train_ids, val_ids, _ = char_level_data()
-    cfg = TrainConfig(**recipe.train | {"max_iters": iters, "progress": False})  # the book's model stops at 1,500
+    cfg = TrainConfig(**recipe.train | {"max_iters": iters, "progress": False})  # the book's model stops at 1,000
     torch.manual_seed(cfg.seed)
     model = GPT(GPTConfig(**recipe.model | {"bias": bias}))
     start = time.perf_counter()
