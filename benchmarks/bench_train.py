@@ -1,15 +1,20 @@
 """Training on the CPU with nanoGPT's Shakespeare-char configuration (Chapter 6).
 
-1. The loss: ``train`` runs nanoGPT's CPU recipe (4 layers, 4 heads, 128 dims, block 64, batch 12,
-   lr 1e-3 -> 1e-4, dropout 0, and no biases: nanoGPT's default ``bias=False``) for ``--iters`` steps
-   (2,000 by default) and reports the validation loss; ``--bias`` trains the book's preset, which keeps
-   GPT-2's biases. Bar: <= 1.89 after 2,000 steps (nanoGPT reaches 1.8857 there, in 85 s on a quiet machine).
-2. The speed: the same training step (forward, backward, clipping, AdamW) for our ``GPT`` and for
+1. The speed: the same training step (forward, backward, clipping, AdamW) for our ``GPT`` and for
    transformers' ``GPT2LMHeadModel`` built with the same configuration and weights, timed in
    alternating rounds in this process; the median step gives tokens/s. Bar: ours / theirs >= 1.0.
+2. The loss: ``train`` (the book's loop) runs nanoGPT's CPU recipe (4 layers, 4 heads, 128 dims, block 64,
+   batch 12, lr 1e-3 -> 1e-4, dropout 0, no biases and the exact GELU: nanoGPT's defaults) for ``--iters``
+   steps (2,000 by default) and reports the validation loss; ``--bias`` trains the book's preset instead
+   (GPT-2's biases and tanh GELU). Bar: <= 1.89 after 2,000 steps (nanoGPT reaches 1.8857 there).
+3. nanoGPT's run, replayed: our ``GPT``, ``make_optimizer`` and ``lr_at``, but the random numbers drawn in
+   the order of nanoGPT's ``train.py`` (seed 1337, the model built first, then every batch, the ones of
+   its loss estimates included, from the global generator). The book's loop draws its batches from
+   per-step seeds instead (so that a resumed run is exact), hence other batches and a different loss.
 
-    python -m benchmarks train                      # the full run (about two minutes on 2 cores)
+    python -m benchmarks train                      # all three (about six minutes on 2 cores)
     python -m benchmarks.bench_train --iters 200    # a quick look
+    python -m benchmarks.bench_train --only loss --seeds 1,2,3,4    # the spread of the loss over seeds
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+PRECISE_SEED = 0  # the 200 validation batches of the precise estimate: the same windows for every run and seed
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -28,33 +35,95 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=30, help="timed steps per model and round (default 30)")
     parser.add_argument("--rounds", type=int, default=4, help="alternating timing rounds (default 4)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
-    parser.add_argument("--bias", action="store_true", help="loss run with biases (the book's preset), not nanoGPT's")
+    parser.add_argument("--bias", action="store_true", help="loss runs with the book's preset (biases, tanh GELU)")
+    parser.add_argument("--seeds", type=lambda text: [int(x) for x in text.split(",")], default=[1337],
+                        help="seeds of the loss runs, comma-separated (default 1337, nanoGPT's); several give a summary")
+    parser.add_argument("--only", choices=["speed", "loss", "replay"], help="run one part only")
     return parser.parse_known_args(argv)[0]  # `python -m benchmarks train` leaves its own name in argv
 
 
-def loss_run(iters: int, bias: bool) -> None:
-    from gpt_from_scratch.model import GPT, GPTConfig
+def model_config(bias: bool):
+    """nanoGPT's Shakespeare-char network (no biases, exact GELU), or with ``bias`` the book's preset."""
+    from gpt_from_scratch.model import GPTConfig
+    from gpt_from_scratch.train import RECIPES
+
+    nanogpt = {} if bias else {"bias": False, "activation": "gelu"}
+    return GPTConfig(**RECIPES["shakespeare-char"].model | nanogpt)
+
+
+def loss_run(iters: int, bias: bool, seed: int) -> tuple[float, float]:
+    from gpt_from_scratch.model import GPT
     from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, estimate_loss, train
 
-    recipe = RECIPES["shakespeare-char"]
     train_ids, val_ids, _ = char_level_data()
-    cfg = TrainConfig(**recipe.train | {"max_iters": iters, "progress": False})  # the book's model stops at 1,000
+    cfg = TrainConfig(**RECIPES["shakespeare-char"].train | {"max_iters": iters, "seed": seed, "progress": False})
     torch.manual_seed(cfg.seed)
-    model = GPT(GPTConfig(**recipe.model | {"bias": bias}))
+    model = GPT(model_config(bias))
     start = time.perf_counter()
-    history = train(model, train_ids, val_ids, cfg)
+    history = train(model, train_ids, val_ids, cfg)  # the book's model stops at 1,000 steps; this runs `iters`
     seconds = time.perf_counter() - start
-    precise = estimate_loss(model, {"val": val_ids}, cfg.batch_size, eval_iters=200, seed=cfg.seed)["val"]
+    precise = estimate_loss(model, {"val": val_ids}, cfg.batch_size, eval_iters=200, seed=PRECISE_SEED)["val"]
     tokens = iters * cfg.batch_size * model.config.context_length
-    print(f"loss run: {iters} steps of nanoGPT's Shakespeare-char CPU recipe, bias={bias}, "
-          f"{model.num_parameters():,} parameters")
+    print(f"loss run, the book's train(): {iters} steps of nanoGPT's Shakespeare-char CPU recipe, seed {seed}, "
+          f"bias={bias}, activation={model.config.activation}, {model.num_parameters():,} parameters")
     print(f"  val loss {history.val_loss[-1]:.4f} (eval_iters={cfg.eval_iters}, as nanoGPT), {precise:.4f} "
           f"(eval_iters=200); train loss {history.train_loss[-1]:.4f}")
     print(f"  {seconds:.1f} s in all, {1000 * seconds / iters:.1f} ms/step with evaluations, "
           f"{tokens / seconds:,.0f} tokens/s")
+    verdict(iters, history.val_loss[-1])
+    return history.val_loss[-1], precise
+
+
+def replay_run(iters: int, bias: bool, seed: int, eval_interval: int = 250, eval_iters: int = 20) -> tuple[float, float]:
+    """nanoGPT's train.py, step for step, with our model, optimizer and schedule."""
+    from gpt_from_scratch.data import get_batch
+    from gpt_from_scratch.model import GPT
+    from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, estimate_loss, lr_at, make_optimizer
+
+    data = dict(zip(("train", "val"), char_level_data()[:2]))
+    cfg = TrainConfig(**RECIPES["shakespeare-char"].train | {"max_iters": iters})
+    B, T = cfg.batch_size, model_config(bias).context_length
+
+    @torch.no_grad()
+    def nanogpt_estimate() -> dict[str, float]:  # eval_iters fresh batches per split, from the global generator
+        model.eval()
+        out = {split: sum(model(*get_batch(data[split], B, T))[1].item() for _ in range(eval_iters)) / eval_iters
+               for split in ("train", "val")}
+        model.train()
+        return out
+
+    torch.manual_seed(seed)
+    model = GPT(model_config(bias)).train()
+    optimizer = make_optimizer(model, cfg)
+    start = time.perf_counter()
+    x, y = get_batch(data["train"], B, T)  # drawn before the loop, as nanoGPT does
+    for step in range(iters + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        if step % eval_interval == 0 or step == iters:
+            losses = nanogpt_estimate()
+        if step == iters:
+            break
+        _, loss = model(x, y)
+        x, y = get_batch(data["train"], B, T)  # the next batch, drawn before the backward pass
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    seconds = time.perf_counter() - start
+    precise = estimate_loss(model, {"val": data["val"]}, B, eval_iters=200, seed=PRECISE_SEED)["val"]
+    print(f"nanoGPT's run replayed: {iters} steps, seed {seed}, bias={bias}, random numbers in nanoGPT's order")
+    print(f"  val loss {losses['val']:.4f} (eval_iters={eval_iters}, nanoGPT's estimate), {precise:.4f} (eval_iters=200, "
+          f"as the loss run's); train loss {losses['train']:.4f}")
+    print(f"  {seconds:.1f} s, {1000 * seconds / iters:.1f} ms/step with evaluations")
+    verdict(iters, losses["val"])
+    return losses["val"], precise
+
+
+def verdict(iters: int, val_loss: float) -> None:
     if iters == 2000:
-        verdict = "met" if history.val_loss[-1] <= 1.89 else f"NOT met by {history.val_loss[-1] - 1.89:.4f}"
-        print(f"  bar: val loss <= 1.89 after 2,000 steps: {verdict}")
+        met = "met" if val_loss <= 1.89 else f"NOT met by {val_loss - 1.89:.4f}"
+        print(f"  bar: val loss <= 1.89 after 2,000 steps: {met}")
 
 
 def speed_run(steps: int, rounds: int) -> None:
@@ -115,8 +184,16 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    speed_run(args.steps, args.rounds)
-    loss_run(args.iters, args.bias)
+    if args.only in (None, "speed"):
+        speed_run(args.steps, args.rounds)
+    runs = {name: run for name, run in [("loss", loss_run), ("replay", replay_run)] if args.only in (None, name)}
+    results = {name: [run(args.iters, args.bias, seed) for seed in args.seeds] for name, run in runs.items()}
+    if len(args.seeds) > 1:
+        print(f"summary over seeds {args.seeds}: mean ± standard deviation, [min, max]")
+        for name, values in results.items():
+            for label, column in (("eval_iters=20 ", [v[0] for v in values]), ("eval_iters=200", [v[1] for v in values])):
+                print(f"  {name:6s} {label}: {statistics.mean(column):.4f} ± {statistics.stdev(column):.4f}, "
+                      f"[{min(column):.4f}, {max(column):.4f}]")
 
 
 if __name__ == "__main__":

@@ -6,12 +6,15 @@
     y = (x - mean) / sqrt(var + eps) * weight + bias
 
 It matches ``torch.nn.LayerNorm`` (outputs and gradients) and uses the same parameter names, so
-state dicts map one to one.
+state dicts map one to one. Like ``MultiHeadAttention``, it has a ``fast`` switch: on (the default,
+what training uses) it calls PyTorch's fused kernel ``torch.nn.functional.layer_norm``, which computes
+the same formula in one pass over memory; off, it runs the lines written out here.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -22,7 +25,8 @@ class LayerNorm(nn.Module):
     the biased one (divide by the number of elements, not by one fewer), and ``eps`` goes *inside*
     the square root. With ``elementwise_affine=False`` there are no parameters (``weight`` and
     ``bias`` are ``None``); ``bias=False`` keeps ``weight`` but drops ``bias``, like
-    ``nn.LayerNorm(..., bias=False)``.
+    ``nn.LayerNorm(..., bias=False)``. ``fast`` (default True) calls ``F.layer_norm``; ``fast=False``
+    runs the formula written out. Both give the same numbers to float32 rounding.
     """
 
     def __init__(
@@ -31,6 +35,7 @@ class LayerNorm(nn.Module):
         eps: float = 1e-5,
         elementwise_affine: bool = True,
         bias: bool = True,
+        fast: bool = True,
     ) -> None:
         super().__init__()
         if isinstance(normalized_shape, int):
@@ -49,6 +54,7 @@ class LayerNorm(nn.Module):
         self.normalized_shape = shape
         self.eps = eps
         self.elementwise_affine = elementwise_affine
+        self.fast = fast
         if elementwise_affine:
             self.weight = nn.Parameter(torch.ones(shape))  # γ
             self.bias = nn.Parameter(torch.zeros(shape)) if bias else None  # β
@@ -71,6 +77,8 @@ class LayerNorm(nn.Module):
                 f"input of shape {tuple(x.shape)} does not end in normalized_shape={self.normalized_shape}: "
                 f"LayerNorm normalizes over the trailing dimensions, so pass (..., {', '.join(map(str, self.normalized_shape))})"
             )
+        if self.fast:
+            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)  # fused: one pass
         dims = tuple(range(-n, 0))
         mean = x.mean(dim=dims, keepdim=True)  # (..., 1): one mean per token
         var = (x - mean).pow(2).mean(dim=dims, keepdim=True)  # biased variance, two-pass: accurate
@@ -82,4 +90,4 @@ class LayerNorm(nn.Module):
         return x_hat
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, fast={self.fast}"

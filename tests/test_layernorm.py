@@ -13,15 +13,18 @@ from gpt_from_scratch.layernorm import LayerNorm
 SHAPES = [16, 768, (4, 8), [3, 5]]  # int and tuple/list normalized shapes
 
 
-def make_pair(shape, affine: bool, bias: bool = True, seed: int = 0):
-    """Our LayerNorm and nn.LayerNorm with the same random γ, β (random so the affine part is tested)."""
+def make_pair(shape, affine: bool, bias: bool = True, seed: int = 0, fast: bool = False):
+    """Our LayerNorm and nn.LayerNorm with the same random γ, β (random so the affine part is tested).
+
+    ``fast=False`` (the default here) tests the written-out formula; ``fast=True`` the call to F.layer_norm.
+    """
     reference = nn.LayerNorm(shape, elementwise_affine=affine, bias=bias)
     if affine:
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for p in reference.parameters():
                 p.copy_(torch.randn(p.shape, generator=g))
-    ours = LayerNorm(shape, elementwise_affine=affine, bias=bias)
+    ours = LayerNorm(shape, elementwise_affine=affine, bias=bias, fast=fast)
     ours.load_state_dict(reference.state_dict(), strict=True)
     return ours, reference
 
@@ -39,10 +42,11 @@ def trailing(shape) -> tuple[int, ...]:
     return (shape,) if isinstance(shape, int) else tuple(shape)
 
 
+@pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize(("affine", "bias"), [(True, True), (True, False), (False, True)])
-def test_matches_nn_layernorm_outputs_and_gradients(shape, affine, bias):
-    ours, reference = make_pair(shape, affine, bias)
+def test_matches_nn_layernorm_outputs_and_gradients(shape, affine, bias, fast):
+    ours, reference = make_pair(shape, affine, bias, fast=fast)
     g = torch.Generator().manual_seed(1)
     x = torch.randn((2, 7, *trailing(shape)), generator=g)  # (B, T, *normalized_shape)
     upstream = torch.randn(x.shape, generator=g)
@@ -55,13 +59,14 @@ def test_matches_nn_layernorm_outputs_and_gradients(shape, affine, bias):
         torch.testing.assert_close(grads[name], grads_ref[name], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("input_std", [1e-4, 1e-3])
-def test_matches_nn_layernorm_on_tiny_variance_relative_to_magnitude(shape, affine, input_std):
+def test_matches_nn_layernorm_on_tiny_variance_relative_to_magnitude(shape, affine, input_std, fast):
     # var ≪ eps: the gradients w.r.t. x are ~1/sqrt(eps) ≈ 300 times the upstream gradient, and
     # float32 itself is ~1e-4..1e-3 off in absolute terms; compare relative to the reference's size.
-    ours, reference = make_pair(shape, affine)
+    ours, reference = make_pair(shape, affine, fast=fast)
     g = torch.Generator().manual_seed(2)
     x = input_std * torch.randn((3, 5, *trailing(shape)), generator=g)
     upstream = torch.randn(x.shape, generator=g)
@@ -73,8 +78,9 @@ def test_matches_nn_layernorm_on_tiny_variance_relative_to_magnitude(shape, affi
         assert (got - expected).abs().max().item() <= 1e-5 * scale
 
 
-def test_float64_matches_to_rounding():
-    ours, reference = make_pair(32, True)
+@pytest.mark.parametrize("fast", [False, True])
+def test_float64_matches_to_rounding(fast):
+    ours, reference = make_pair(32, True, fast=fast)
     ours, reference = ours.double(), reference.double()
     x = torch.randn(4, 6, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     torch.testing.assert_close(ours(x), reference(x), atol=1e-12, rtol=1e-12)
@@ -82,10 +88,15 @@ def test_float64_matches_to_rounding():
 
 def test_formula_on_a_hand_computed_row():
     # x = [1, 2, 3, 4]: mean 2.5, biased variance (2.25 + 0.25 + 0.25 + 2.25) / 4 = 1.25
-    ln = LayerNorm(4, eps=0.75)  # var + eps = 2, so y = (x - 2.5) / sqrt(2)
-    y = ln(torch.tensor([1.0, 2.0, 3.0, 4.0]))
     expected = torch.tensor([-1.5, -0.5, 0.5, 1.5]) / 2**0.5
-    torch.testing.assert_close(y, expected)
+    for fast in (False, True):
+        ln = LayerNorm(4, eps=0.75, fast=fast)  # var + eps = 2, so y = (x - 2.5) / sqrt(2)
+        torch.testing.assert_close(ln(torch.tensor([1.0, 2.0, 3.0, 4.0])), expected)
+
+
+def test_fast_is_the_default_and_shows_in_the_repr():
+    assert LayerNorm(8).fast and not LayerNorm(8, fast=False).fast
+    assert "fast=True" in repr(LayerNorm(8)) and "fast=False" in repr(LayerNorm(8, fast=False))
 
 
 def test_state_dict_and_initialisation_match_nn_layernorm():
@@ -102,7 +113,7 @@ def test_state_dict_and_initialisation_match_nn_layernorm():
 
 def test_output_rows_have_zero_mean_and_unit_biased_variance():
     x = 5.0 + 3.0 * torch.randn(2, 9, 64, generator=torch.Generator().manual_seed(4))
-    y = LayerNorm(64)(x).detach()
+    y = LayerNorm(64, fast=False)(x).detach()
     torch.testing.assert_close(y.mean(-1), torch.zeros(2, 9), atol=1e-6, rtol=0)
     # var / (var + eps) with var ≈ 9: 1 - 1e-5/9 ≈ 1 to 1e-6
     torch.testing.assert_close(y.var(-1, unbiased=False), torch.ones(2, 9), atol=1e-5, rtol=0)
@@ -114,7 +125,7 @@ rows = st.integers(min_value=0, max_value=2**31 - 1)
 @settings(max_examples=40, deadline=None)
 @given(seed=rows, shift=st.floats(min_value=-100.0, max_value=100.0), D=st.sampled_from([8, 64, 256]))
 def test_shifting_a_row_leaves_the_output_unchanged(seed, shift, D):
-    ln = LayerNorm(D, elementwise_affine=False)
+    ln = LayerNorm(D, elementwise_affine=False, fast=False)
     x = torch.randn(3, D, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     torch.testing.assert_close(ln(x + shift), ln(x), atol=1e-10, rtol=0)
 
@@ -122,14 +133,14 @@ def test_shifting_a_row_leaves_the_output_unchanged(seed, shift, D):
 @settings(max_examples=40, deadline=None)
 @given(seed=rows, scale=st.floats(min_value=0.5, max_value=1000.0), D=st.sampled_from([8, 64, 256]))
 def test_positive_scaling_leaves_the_output_unchanged(seed, scale, D):
-    ln = LayerNorm(D, eps=1e-12, elementwise_affine=False)  # with eps = 1e-5 the invariance is exact only as eps -> 0
+    ln = LayerNorm(D, eps=1e-12, elementwise_affine=False, fast=False)  # with eps = 1e-5 the invariance is exact only as eps -> 0
     x = 1.0 + torch.randn(3, D, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     torch.testing.assert_close(ln(scale * x), ln(x), atol=1e-9, rtol=0)
     torch.testing.assert_close(ln(-scale * x), -ln(x), atol=1e-9, rtol=0)  # a negative scale flips the sign
 
 
 def test_eps_breaks_scale_invariance_only_for_tiny_rows():
-    ln = LayerNorm(64, elementwise_affine=False)
+    ln = LayerNorm(64, elementwise_affine=False, fast=False)
     x = torch.randn(1, 64, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     ordinary = (ln(x) - ln(10 * x)).abs().max().item()
     tiny = (ln(1e-3 * x) - ln(x)).abs().max().item()
@@ -137,11 +148,12 @@ def test_eps_breaks_scale_invariance_only_for_tiny_rows():
     assert tiny > 0.5  # var ≈ 1e-6 ≪ eps: the output is shrunk by about sqrt(var / eps) ≈ 0.3
 
 
-def test_wrong_trailing_shape_names_shapes_and_fix():
+@pytest.mark.parametrize("fast", [False, True])
+def test_wrong_trailing_shape_names_shapes_and_fix(fast):
     with pytest.raises(ValueError, match=r"shape \(2, 5, 7\).*normalized_shape=\(8,\).*\(\.\.\., 8\)"):
-        LayerNorm(8)(torch.zeros(2, 5, 7))
+        LayerNorm(8, fast=fast)(torch.zeros(2, 5, 7))
     with pytest.raises(ValueError, match=r"normalized_shape=\(4, 8\)"):
-        LayerNorm((4, 8))(torch.zeros(8, 4))
+        LayerNorm((4, 8), fast=fast)(torch.zeros(8, 4))
 
 
 @pytest.mark.parametrize("bad", [0, -3, (), (4, 0), 2.5])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -10,6 +11,7 @@ from torch.testing import assert_close
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import gpt_from_scratch.attention as attention
+from gpt_from_scratch.layernorm import LayerNorm
 from gpt_from_scratch.model import GPT, Block, GPTConfig, WeightsUnavailableError
 
 # (n_layers, d_model, n_heads, context_length, vocab_size, extra GPT2Config settings)
@@ -79,6 +81,20 @@ def test_logits_loss_and_attention_equal_hugging_face(pair):
     for ours, theirs in zip(maps, out.attentions):
         assert ours.shape == (3, hf.config.n_head, T, T)
         assert_close(ours, theirs, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_written_out_layernorm_and_attention_give_the_same_logits(pair):
+    """Every LayerNorm and attention layer on its written-out lines (fast=False) still equals transformers."""
+    hf, model = pair
+    written = copy.deepcopy(model)
+    switched = [m for m in written.modules() if isinstance(m, (LayerNorm, attention.MultiHeadAttention))]
+    assert len(switched) == 3 * written.config.n_layers + 1  # ln_1, attn, ln_2 per block, and ln_f
+    for module in switched:
+        assert module.fast  # the model trains on the fused kernels
+        module.fast = False
+    idx = torch.randint(0, hf.config.vocab_size, (2, hf.config.n_positions), generator=torch.Generator().manual_seed(3))
+    assert_close(written(idx)[0], hf(idx).logits, atol=1e-5, rtol=0)
 
 
 @torch.no_grad()

@@ -120,14 +120,19 @@ print(f"with the unbiased variance instead: max |difference| {(with_unbiased - r
 # a learned scale and offset. The size of the activations thus becomes a parameter the optimizer
 # controls directly, instead of a side effect of every weight that came before.
 #
-# The package's `LayerNorm` is exactly this formula, with the parameters named `weight` ($\gamma$) and
-# `bias` ($\beta$) as in `nn.LayerNorm`, so that state dicts, including GPT-2's, load unchanged:
+# The package's `LayerNorm` is this formula, with the parameters named `weight` ($\gamma$) and
+# `bias` ($\beta$) as in `nn.LayerNorm`, so that state dicts, including GPT-2's, load unchanged. Like the
+# attention layer of Chapter 4, it has a `fast` switch. Off, it runs the lines written out above. On (the
+# default, which the models of the later chapters train with), it calls PyTorch's fused kernel
+# `F.layer_norm`: the same formula, computed in one pass over each row instead of a chain of tensor
+# operations that each read and write the whole tensor. Both paths are checked here:
 
 # %%
 # NBVAL_CHECK_OUTPUT
 from gpt_from_scratch.layernorm import LayerNorm
 
-torch.testing.assert_close(LayerNorm(D, elementwise_affine=False)(x), layer_norm_by_hand(x))  # the same formula
+torch.testing.assert_close(LayerNorm(D, elementwise_affine=False, fast=False)(x), layer_norm_by_hand(x))  # written out
+torch.testing.assert_close(LayerNorm(D, elementwise_affine=False)(x), layer_norm_by_hand(x))  # fused kernel
 ln = LayerNorm(D)
 print(ln)
 print({name: tuple(p.shape) for name, p in ln.named_parameters()})
@@ -142,21 +147,25 @@ with torch.no_grad():
 ln.load_state_dict(reference.state_dict())
 
 x_check = torch.randn(B, T, D, generator=g)  # (B, T, D)
-x1, x2 = x_check.clone().requires_grad_(), x_check.clone().requires_grad_()
-y1, y2 = ln(x1), reference(x2)
 upstream = torch.randn(B, T, D, generator=g)
-(y1 * upstream).sum().backward()
-(y2 * upstream).sum().backward()
-torch.testing.assert_close(y1, y2)
-torch.testing.assert_close(x1.grad, x2.grad)
-torch.testing.assert_close(ln.weight.grad, reference.weight.grad)
-torch.testing.assert_close(ln.bias.grad, reference.bias.grad)
-print("outputs and all three gradients match nn.LayerNorm")
+for fast in (False, True):
+    ln.fast = fast
+    ln.zero_grad()
+    reference.zero_grad()
+    x1, x2 = x_check.clone().requires_grad_(), x_check.clone().requires_grad_()
+    y1, y2 = ln(x1), reference(x2)
+    (y1 * upstream).sum().backward()
+    (y2 * upstream).sum().backward()
+    torch.testing.assert_close(y1, y2)
+    torch.testing.assert_close(x1.grad, x2.grad)
+    torch.testing.assert_close(ln.weight.grad, reference.weight.grad)
+    torch.testing.assert_close(ln.bias.grad, reference.bias.grad)
+print("written out and fused: outputs and all three gradients match nn.LayerNorm")
 
 # %% [markdown]
 # From here on the book uses `gpt_from_scratch.layernorm.LayerNorm`. (The package's tests also check
-# it against `nn.LayerNorm` for tuple shapes, without the affine part, and on rows of tiny variance,
-# the rows the next section is about.)
+# both paths against `nn.LayerNorm` for tuple shapes, without the affine part, and on rows of tiny
+# variance, the rows the next section is about.)
 
 # %% [markdown]
 # ## A common slip: dividing by std + eps
@@ -555,7 +564,8 @@ for depth in (6, 12, 24, 48):
 #
 # - LayerNorm normalizes each token over its $D$ features: $y = \gamma \odot (x - \mu)/\sqrt{\sigma^2 +
 #   \epsilon} + \beta$, with the **biased** variance and $\epsilon$ **inside** the square root. The package's
-#   `LayerNorm` matches `nn.LayerNorm`, outputs and gradients, with the same parameter names.
+#   `LayerNorm` matches `nn.LayerNorm`, outputs and gradients, with the same parameter names; its `fast`
+#   switch (on by default) hands the same formula to PyTorch's fused `F.layer_norm`.
 # - Dividing by $\sigma + \epsilon$ instead is harmless at ordinary scales and wrong by order 1 on rows
 #   whose spread is near or below $\sqrt{\epsilon}$, where the correct formula suppresses noise and the
 #   slip amplifies it.

@@ -407,7 +407,9 @@ plt.show()
 # still falling: more steps would help. The training loss is a little lower, 2.04; the model has not yet seen
 # all of its training text once (0.8 passes), too little to memorize it (section 6.6 shows what memorizing
 # looks like). `benchmarks/bench_train.py` trains nanoGPT {cite}`karpathy2023nanogpt`'s full 2,000 steps and
-# compares the result with nanoGPT's, and our training speed with Hugging Face's.
+# compares the result with nanoGPT's, and our training speed with Hugging Face's. It also replays nanoGPT's own
+# run with this book's model, optimizer and schedule, drawing its random numbers in nanoGPT's order, so that
+# its losses can be compared with nanoGPT's number for number.
 #
 # What does a loss like that read like? {ref}`ch-generation` is about generating text; here is a first taste,
 # 300 characters sampled after the prompt "ROMEO:":
@@ -710,8 +712,8 @@ for name, changes in {"lr 1e-2, warm-up 30": dict(learning_rate=1e-2, min_lr=1e-
 # ```{admonition} Answers
 # :class: dropdown
 # 1. $\ln 50257 \approx 10.82$ and $\ln 2 \approx 0.69$ nats.
-# 3. At step 100 the ladder's settings are lowest (2.56), the higher rate with warm-up a little higher (2.65),
-#    and the higher rate without warm-up far higher (3.12). Its first steps at the full rate, on random weights
+# 3. At step 100 the ladder's settings are lowest (2.56), the higher rate with warm-up a little higher (2.67),
+#    and the higher rate without warm-up far higher (3.14). Its first steps at the full rate, on random weights
 #    and with Adam's running averages still empty, throw the model into a poor region it has not left by step
 #    100. Without clipping as well, it ends higher still.
 # 4. Decay pulls $\gamma$ towards 0, shrinking every normalized feature: it fights the normalization for no

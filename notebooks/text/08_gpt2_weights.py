@@ -293,9 +293,10 @@ for name, m in models.items():
 
 # %% [markdown]
 # The Chapter 6 model has picked up Shakespeare's most frequent tokens, its line breaks and its short lines,
-# but not grammar. And after the prompt its two samples run in step: both continue with "and.B:", both
-# reach "to,'d my.", and both end on the same two lines. With the same seed, its choices barely depend on the
-# prompt, a sign of how little it uses its context. With GPT-2 loaded, its samples follow in the same cell.
+# but not grammar. And after the prompt its two samples run in step: both continue with "and.", and from
+# there to the end the two samples are identical, line for line. With the same seed, its choices barely
+# depend on the prompt, a sign of how little it uses its context. With GPT-2 loaded, its samples follow in
+# the same cell.
 #
 # ## 8.5 Attention maps, read out of the weights
 #
@@ -395,9 +396,10 @@ plt.show()
 # %% [markdown]
 # In the run that built this page the chosen head is in layer 0, and a layer-0 head cannot know who "She"
 # is: its queries and keys come from token and position embeddings alone, so each token is scored on its
-# own, not in context. Both pronouns put more weight on " girl" than on " boy"; the two rows differ most in
-# how much weight the pronoun keeps on itself (0.276 against 0.243) and barely elsewhere: even the head that
-# changes most moves only 0.033 of its attention. Choosing the head that changes most is not the same
+# own, not in context. Neither pronoun singles out " girl" or " boy": "She" gives them 0.082 and 0.085, "He"
+# 0.093 and 0.090. Both put their largest weight on " the", which is also where the two rows differ most
+# (0.201 against 0.179). Elsewhere they differ by at most 0.016, and in all, even the head that changes most
+# moves only 0.050 of its attention. Choosing the head that changes most is not the same
 # as finding a head that resolves pronouns. With GPT-2 loaded, read the two printed rows for layer 5,
 # head 10: does "She" favour " girl" and "He" favour " boy"?
 #
@@ -418,10 +420,12 @@ for pronoun in ("She", "He"):
 
 
 # %% [markdown]
-# Attention shows where a head looks, not what the model concludes. The model's conclusion is its next-token
-# distribution: how likely is " he" or " she" to come next after an occupation? Swapping the two occupations
-# shows whether the prediction follows them. For a baseline, count the two words in the text the Chapter 6
-# model learned from.
+# After "She" and after "He" alike, the head chosen above gives " nurse" a little more weight than " doctor"
+# (0.093 and 0.098 against 0.058 and 0.067): unlike the head in Vig's paper, it treats the two pronouns the
+# same way. In any case attention shows where a head looks, not what the model concludes. The model's
+# conclusion is its next-token distribution: how likely is " he" or " she" to come next after an occupation?
+# Swapping the two occupations shows whether the prediction follows them. For a baseline, count the two words
+# in the text the Chapter 6 model learned from.
 
 # %%
 @torch.no_grad()
@@ -453,7 +457,7 @@ print(f"\nTiny Shakespeare's training split: ' he' {n_he:,} times, ' she' {n_she
 
 # %% [markdown]
 # The Chapter 6 model's answer ignores the occupations: swapping doctor and nurse leaves $P(\text{" he"})$ and
-# $P(\text{" she"})$ almost unchanged. It prefers " he" by a ratio of 2.2 to 2.9, the same way as, though less
+# $P(\text{" she"})$ almost unchanged. It prefers " he" by a ratio of 2.1 to 2.7, the same way as, though less
 # strongly than, the two words in its training text (3.4). Its "bias" leans with the base rate of
 # Shakespeare's pronouns, " he" more than three times as often as " she". That is the simplest learned bias,
 # and the first baseline to check a model against. A model trained on web text learns the base rates of web
@@ -733,10 +737,10 @@ print(f"distinct tokens in Tiny Shakespeare's training split: {len(np.unique(tra
 # ```{admonition} Answers
 # :class: dropdown
 # 4. If silencing the head barely changes the he/she ratio, the model does not need that head for this
-#    prediction, however striking its map: other heads, or the MLPs, carry the information. Here that is the
-#    case for the two "asked ... because" prompts (2.23 -> 2.21, 2.24 -> 2.22), while after "said that" the
-#    ratio jumps (2.88 -> 3.66, 2.74 -> 3.70): the same head matters for some predictions and not others, which
-#    is why one attention map is never the whole story.
+#    prediction, however striking its map: other heads, or the MLPs, carry the information. Here the ratio
+#    moves only a little for the two "asked ... because" prompts (2.12 -> 2.02, 2.13 -> 2.02), while after
+#    "said that" it jumps (2.70 -> 3.46, 2.74 -> 3.41): the same head matters far more for some predictions
+#    than for others, which is why one attention map is never the whole story.
 # 5. The blocks grow as $12 L D^2$, the token embedding only as $V D$: the wider and deeper the model, the smaller
 #    the embedding's share. At $D = 128$ the four blocks are small next to 50,257 rows of 128 numbers, so
 #    almost all of the Chapter 6 model is its embedding table. Yet only 11,234 distinct tokens occur in the
