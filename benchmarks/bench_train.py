@@ -82,7 +82,6 @@ def replay_run(iters: int, bias: bool, seed: int, eval_interval: int = 250, eval
 
     data = dict(zip(("train", "val"), char_level_data()[:2]))
     cfg = TrainConfig(**RECIPES["shakespeare-char"].train | {"max_iters": iters})
-    B, T = cfg.batch_size, model_config(bias).context_length
 
     @torch.no_grad()
     def nanogpt_estimate() -> dict[str, float]:  # eval_iters fresh batches per split, from the global generator
@@ -94,6 +93,7 @@ def replay_run(iters: int, bias: bool, seed: int, eval_interval: int = 250, eval
 
     torch.manual_seed(seed)
     model = GPT(model_config(bias)).train()
+    B, T = cfg.batch_size, model.config.context_length
     optimizer = make_optimizer(model, cfg)
     start = time.perf_counter()
     x, y = get_batch(data["train"], B, T)  # drawn before the loop, as nanoGPT does
