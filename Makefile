@@ -44,7 +44,7 @@ test: test-unit test-notebooks
 test-unit: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest tests
 
-# Lax mode runs every cell and fails on any error; cells marked `# NBVAL_CHECK_OUTPUT` are compared.
+# Lax mode runs every cell and fails on any error; cells tagged `nbval-check-output` are compared.
 test-notebooks: $(STAMP)
 	$(PY) -m pytest --nbval-lax --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
 		--nbval-cell-timeout=600 -p no:cacheprovider notebooks/

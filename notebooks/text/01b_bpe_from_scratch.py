@@ -53,8 +53,7 @@ print(f"Tiny Shakespeare: {len(text):,} characters")
 # encode any string in any script: there is no "unknown token". Here is our tokenizer with no merges at
 # all, one token per UTF-8 byte:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 bytes_only = BPETokenizer(merges={})  # the 256 byte tokens and nothing else
 samples = ["hello", "café", "Привет", "世界", "🤖", "👩‍👩‍👧"]
 for s in samples:
@@ -114,8 +113,7 @@ def merge_pair(ids, pair, new_id):
     return out
 
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 ids = list(tiny.encode("utf-8"))
 counts = get_pair_counts(ids)
 print(f"{len(ids)} bytes, {len(counts)} different adjacent pairs; the most frequent:")
@@ -128,8 +126,7 @@ pd.DataFrame(
 # Two pairs tie at the top, `es` and `st`. We break ties by the smallest ids, so `es` (101, 115) wins and
 # becomes token 256. A token can itself be part of a pair, so merges build on merges:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print(merge_pair(ids, (101, 115), 256)[:24], "...")
 print(merge_pair([1, 1, 1], (1, 1), 9), "  <- an id already merged is not used twice")
 
@@ -146,8 +143,7 @@ print("get_pair_counts and merge_pair equal gpt_from_scratch.bpe.pair_counts and
 # %% [markdown]
 # Now the loop, run ten times on the raw bytes of the tiny text. Watch what it learns:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def show(token_ids, vocab):
     """Token ids as readable text, a space shown as '␣'."""
     return "".join(vocab[i].decode("utf-8", errors="replace") for i in token_ids).replace(" ", "␣")
@@ -190,8 +186,7 @@ pd.DataFrame(rows, columns=["new id", "merged pair", "count", "new token", "toke
 # The space usually goes *with the word that follows*: ` world` is one chunk, so GPT-2 learns the tokens
 # ` the` and `the` separately. Let us see the chunks of a sentence built to hit every rule:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 sentence = "Hello world! I'm fine,  don't   worry... 2024 tokens, I'LL see\n\n\n"
 chunks = regex.findall(GPT2_PATTERN, sentence)
 assert chunks == bpe.pretokenize(sentence) and "".join(chunks) == sentence
@@ -205,8 +200,7 @@ print(chunks)
 # Training now counts pairs per **distinct chunk**, weighted by how often the chunk occurs. That is
 # much cheaper than a pass over every byte, because real text repeats itself:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 corpus_chunks = Counter(bpe.pretokenize(text))
 n_chunks = sum(corpus_chunks.values())
 print(f"Tiny Shakespeare: {n_chunks:,} chunks, {len(corpus_chunks):,} distinct, "
@@ -243,8 +237,7 @@ def train_bpe(text, vocab_size):
     return merges, pd.DataFrame(steps, columns=columns)
 
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 tiny_merges, tiny_steps = train_bpe(tiny, 266)
 tiny_steps
 
@@ -272,8 +265,7 @@ print("BPETokenizer.train learns exactly the merges of train_bpe")
 # *lowest*, *newer* or *wider*, yet it encodes them with the pieces it knows, falling back to single
 # bytes where it must:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 tiny_tok = BPETokenizer.train(tiny, 266)
 for word in [" lowest", " newer", " wider", " 🤖"]:
     word_ids = tiny_tok.encode(word)
@@ -290,8 +282,7 @@ for word in [" lowest", " newer", " wider", " 🤖"]:
 # format. GPT-2 therefore maps each of the 256 bytes to a visible character: printable bytes to
 # themselves, and the 68 others, in byte order, to the characters from U+0100 on.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 byte_chars = bpe.bytes_to_unicode()
 for b in [ord("A"), ord("é".encode("latin-1")), 0, ord("\n"), ord(" "), 127]:
     print(f"byte {b:3} {bytes([b])!r:8} -> {byte_chars[b]}  (U+{ord(byte_chars[b]):04X})")
@@ -312,8 +303,7 @@ for rank, line in enumerate(merge_lines[1:9]):
 # 256 bytes, but numbered in the order of the byte table above (printable bytes first), not by byte value.
 # `byte_ids` maps each byte to its id:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 gpt2_bpe = BPETokenizer.from_gpt2()
 print(gpt2_bpe)
 for ch in ["!", "A", " ", "\n"]:
@@ -326,8 +316,7 @@ print("rank 0 creates token 256:", gpt2_bpe.vocab[256], "| rank 6 creates token 
 # that loop, written out for ` Coriolanus`, the hero of the play Tiny Shakespeare opens with
 # (tokens are written GPT-2's way, with `Ġ` for the space):
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def as_gpt2_text(token_id):
     """A token written with GPT-2's byte characters, as in vocab.bpe."""
     return "".join(byte_chars[b] for b in gpt2_bpe.vocab[token_id])
@@ -364,8 +353,7 @@ word_steps
 # tiktoken runs the same algorithm in Rust. Our pure-Python encoder must give the same ids on every
 # character of Tiny Shakespeare; ids are integers, so `assert_close` demands exact equality:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 ours = gpt2_bpe.encode(text)
 theirs = tiktoken_gpt2.encode(text)
 torch.testing.assert_close(torch.tensor(ours), torch.tensor(theirs))
@@ -378,8 +366,7 @@ print(f"identical ids on the whole corpus: {len(ours):,} tokens for {len(text):,
 # code points, whitespace runs at the end, contractions in capitals, digits and code. The tests in
 # `tests/test_bpe.py` check many more, and random Unicode strings too.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 hard = [
     "Hello, world! 你好，世界 こんにちは Привет naïve café",
     "emoji 🤖🎉 👩‍👩‍👧 👍🏽 and e\u0301 (an e with a combining accent)",
@@ -407,8 +394,7 @@ print("'🤖' ->", gpt2_bpe.encode("🤖"), "  '世界' ->", gpt2_bpe.encode("�
 # - `encode(text, allowed_special={"<|endoftext|>"})` (or `"all"`) turns it into the single id 50256;
 # - `encode_ordinary(text)` (or `encode(text, disallowed_special=())`) encodes it as ordinary text.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 doc = "The end.<|endoftext|>A new story"
 try:
     gpt2_bpe.encode(doc)
@@ -472,8 +458,7 @@ def first_merges(tok, vocab_size):
 assert BPETokenizer.train(train_text, 512).merges == first_merges(tok_2048, 512).merges
 print("training to 512 gives exactly the first 256 merges of the 2,048-token tokenizer")
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 vocab_sizes = [256, 320, 384, 512, 768, 1024, 1536, 2048]
 rows = []
 for V in vocab_sizes:
@@ -507,8 +492,7 @@ plt.show()
 # trained on modern web text and spends most of its vocabulary on words Shakespeare never used. What did
 # our tokenizer spend its last merges on, and what are its longest tokens?
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print("last merges:   ", [tok_2048.vocab[i].decode() for i in range(2038, 2048)])
 print("longest tokens:", sorted((tok_2048.vocab[i].decode() for i in tok_2048.merges.values()), key=len)[-6:])
 
@@ -593,8 +577,7 @@ def encode_solution(text, merges):
         out.extend(ids)
     return out
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 solution_ids = encode_solution(val_text, tok_2048.merges)
 assert solution_ids == tok_2048.encode(val_text), "your ids differ from BPETokenizer's"
 print(f"encode_solution == BPETokenizer.encode on the validation text: {len(solution_ids):,} tokens")

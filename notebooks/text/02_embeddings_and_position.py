@@ -53,8 +53,7 @@ print(f"V = {V:,}")
 # We take a small width, $D = 64$, so that the pictures stay readable (GPT-2 small uses $D = 768$),
 # and embed the second line of Tiny Shakespeare.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 D = 64  # a small width for this chapter's pictures; GPT-2 small uses D = 768
 g = torch.Generator().manual_seed(0)
 wte = nn.Embedding(V, D)  # the token embedding table, weight of shape (V, D)
@@ -74,8 +73,7 @@ print("idx", tuple(idx.shape), "->", "x", tuple(x.shape))
 # The two are equal bit for bit (every other term is an exact $0 \times w$), which is why
 # `assert_close` passes with both tolerances at zero:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 one_hot = F.one_hot(idx, num_classes=V).float()  # (T, V): a single 1 per row
 via_matmul = one_hot @ wte.weight  # (T, V) @ (V, D) -> (T, D)
 torch.testing.assert_close(via_matmul, x, atol=0, rtol=0)  # bit for bit
@@ -87,8 +85,7 @@ print(f"multiply-adds: lookup 0, one-hot matmul {len(idx) * V * D:,}")
 # the matrix product above spends 32 million multiply-adds to copy 640 numbers. The same view explains
 # its gradient: only the rows that were looked up receive one.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 x.sum().backward()
 rows_with_gradient = (wte.weight.grad.abs().sum(dim=1) > 0).nonzero().flatten()
 print("rows that receive a gradient:", rows_with_gradient.tolist())
@@ -109,8 +106,7 @@ wte.weight.grad = None
 # the input tokens and the outputs are shuffled the same way, nothing more, so " dog" comes out
 # identical whether it bit or was bitten.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 a = torch.tensor(enc.encode("the dog bit the man"))
 b = torch.tensor(enc.encode("the man bit the dog"))
 print([enc.decode([i]) for i in a.tolist()], [enc.decode([i]) for i in b.tolist()])
@@ -143,8 +139,7 @@ print("' dog' gets the same output in both sentences:", torch.allclose(ya[dog_a]
 # **The raw index**, $P[p] = (p, p, \ldots, p)$. Its norm is $p\sqrt{D}$, so it grows without bound.
 # Our token embeddings have norm about $\sqrt{D} = 8$:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def raw_index(T):
     """P[p] = (p, p, ..., p): the position itself in every dimension. Shape (T, D)."""
     return torch.arange(T, dtype=torch.float32)[:, None].expand(T, D)
@@ -166,8 +161,7 @@ for p in (1, 10, 100, 1000):
 # is drowned. Measure it: two unrelated tokens, " dog" and " man", have nearly orthogonal random
 # embeddings; put both at the same position and they become almost the same vector.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 dog, man = wte.weight[enc.encode(" dog")[0]].detach(), wte.weight[enc.encode(" man")[0]].detach()
 print(f"cosine(' dog', ' man') with no position:      {F.cosine_similarity(dog, man, dim=0):+.3f}")
 for p in (10, 100, 1000):
@@ -178,8 +172,7 @@ for p in (10, 100, 1000):
 # **The index divided by the length**, $P[p] = p / (T-1)$, stays in $[0, 1]$, so it cannot drown
 # anything. But now the code of a position depends on how long the sequence is:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 p = 5
 for T in (10, 50, 1024):
     print(f"position {p} in a sequence of {T:>4} tokens: code {index_over_length(T)[p, 0]:.4f}, "
@@ -232,8 +225,7 @@ plt.show()
 # $P[p] = (\sin p, \cos p, \sin\frac{p}{100}, \cos\frac{p}{100})$. At $p = 0$ every sine is 0 and every
 # cosine is 1: the first row is $(0, 1, 0, 1)$. Here it is, one number at a time:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def sinusoidal_by_hand(T, D, base=10000.0):
     """P[p, 2i] = sin(p / base^(2i/D)), P[p, 2i+1] = cos(p / base^(2i/D)), one number at a time."""
     pe = torch.zeros(T, D, dtype=torch.float64)
@@ -254,8 +246,7 @@ print(pe4.numpy().round(4))
 # (angles in float64, rounded once to float32). It agrees with the loop, for $D = 4$ and for $D = 64$;
 # from here on we use it.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 torch.testing.assert_close(sinusoidal_positional_encoding(6, 4), pe4.float())
 torch.testing.assert_close(sinusoidal_positional_encoding(128, 64, dtype=torch.float64), sinusoidal_by_hand(128, 64))
 print("first row for D = 4:", sinusoidal_positional_encoding(6, 4)[0].tolist())
@@ -305,8 +296,7 @@ plt.show()
 # short). We can read the frequencies back out of the table itself: the angle of pair $i$ at
 # position 1 is $\omega_i$.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 pe64 = sinusoidal_positional_encoding(2, D, dtype=torch.float64)
 omega = torch.atan2(pe64[1, 0::2], pe64[1, 1::2])  # the angle at position 1 is the frequency w_i
 wavelength = 2 * math.pi / omega  # (D/2,)
@@ -353,8 +343,7 @@ plt.show()
 # $10^{-12}$, rounding level. The similarity also falls off with distance, though not monotonically
 # (the ripples on the right of the figure):
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 pe_exact = sinusoidal_positional_encoding(T_plot, D, dtype=torch.float64)  # (T, D)
 S = pe_exact @ pe_exact.T  # (T, T)
 spread = max((torch.diagonal(S, k).max() - torch.diagonal(S, k).min()).item() for k in range(-T_plot + 1, T_plot))
@@ -377,8 +366,7 @@ print(f"P[p]·P[p+1] = {S[0, 1]:.4f}, P[p]·P[p+10] = {S[0, 10]:.4f}, P[p]·P[p+
 # model attend by relative position easily. Let us verify it numerically, in float64, for every
 # position at once:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def rotation(k, D, base=10000.0):
     """R_k: one 2×2 rotation by k·w_i per frequency pair, so that P[p + k] = R_k P[p] for every p."""
     R = torch.zeros(D, D, dtype=torch.float64)
@@ -414,8 +402,7 @@ for k in (1, 5, 37):
 # construction, so saving it would only add dead weight to every checkpoint (and stop a checkpoint
 # loading into a model with a different context length).
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from gpt_from_scratch.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 torch.manual_seed(0)
@@ -430,8 +417,7 @@ print("sinusoidal buffers:", [(name, tuple(buffer.shape)) for name, buffer in si
 # broadcasting repeats the positions for every sequence of the batch. A learned table has exactly
 # $T_{\max}$ rows, so a longer input is an error, and the message says what to do:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 tokens = torch.randint(0, V, (2, 10), generator=torch.Generator().manual_seed(1))  # (B, T)
 wte_gpt2 = nn.Embedding(V, 768)
 x = wte_gpt2(tokens) + wpe(tokens.shape[1])  # (B, T, D) + (T, D) -> (B, T, D)
@@ -453,8 +439,7 @@ except ValueError as error:
 # Transformer multiplies its token embeddings by $\sqrt{D}$ before adding the sinusoids; GPT-2 does no
 # such thing. Both choices follow from the norms, measured here at GPT-2 small's width $D = 768$:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 D_gpt2 = 768
 g = torch.Generator().manual_seed(2)
 tables = {

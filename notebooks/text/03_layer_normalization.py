@@ -47,8 +47,7 @@ _ = seed_everything(1337)
 # last dimension with `keepdim=True`, giving shape $(B, T, 1)$ so that it broadcasts back. To see it
 # work, build six tokens with very different offsets and spreads:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 B, T, D = 2, 3, 8
 g = torch.Generator().manual_seed(0)
 offset = torch.tensor([[0.0, 5.0, -3.0], [10.0, 0.5, 1.0]])[..., None]  # (B, T, 1): one offset per token
@@ -66,8 +65,7 @@ print("variance per token:\n", var.squeeze(-1).numpy().round(3))
 # that is what `torch.var` does by default. The two differ by the factor $D/(D-1)$, which matters for
 # small $D$:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 biased = x.var(dim=-1, unbiased=False, keepdim=True)  # divide by D
 unbiased = x.var(dim=-1, keepdim=True)  # torch's default: divide by D - 1
 torch.testing.assert_close(biased, var)
@@ -78,8 +76,7 @@ print(f"unbiased / biased = {(unbiased / biased).mean():.6f}; D / (D - 1) = {D /
 # $D$ numbers. Now the normalization itself, by hand, compared with `nn.LayerNorm` (whose learned
 # scale and shift start at 1 and 0, so at first it only normalizes):
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 eps = 1e-5
 
 
@@ -127,8 +124,7 @@ print(f"with the unbiased variance instead: max |difference| {(with_unbiased - r
 # `F.layer_norm`: the same formula, computed in one pass over each row instead of a chain of tensor
 # operations that each read and write the whole tensor. Both paths are checked here:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from gpt_from_scratch.layernorm import LayerNorm
 
 torch.testing.assert_close(LayerNorm(D, elementwise_affine=False, fast=False)(x), layer_norm_by_hand(x))  # written out
@@ -138,8 +134,7 @@ print(ln)
 print({name: tuple(p.shape) for name, p in ln.named_parameters()})
 print("same state dict keys as nn.LayerNorm:", list(ln.state_dict()) == list(nn.LayerNorm(D).state_dict()))
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 reference = nn.LayerNorm(D)
 with torch.no_grad():
     reference.weight.copy_(1 + 0.5 * torch.randn(D, generator=g))  # a trained-looking γ
@@ -198,8 +193,7 @@ ax.set_title("std + eps versus sqrt(var + eps), eps = 1e-5, D = 768")
 ax.legend()
 plt.show()
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for s in (1e-4, 1e-3, math.sqrt(eps), 1e-2, 0.1, 1.0, 100.0):
     i = int(torch.argmin((stds - s).abs()))  # the nearest σ of the sweep
     print(f"σ = {stds[i].item():.3g}: max abs error {errors[i]:.1e}")
@@ -211,8 +205,7 @@ for s in (1e-4, 1e-3, math.sqrt(eps), 1e-2, 0.1, 1.0, 100.0):
 # activations are almost constant. The correct LayerNorm treats a spread below $\sqrt{\epsilon}$ as noise
 # and shrinks it; the slipped version blows the noise up to unit size:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 row = 3.0 + 1e-4 * torch.randn(1, 768, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
 print(f"near-constant row: mean {row.mean():.4f}, std {row.std(unbiased=False):.1e}")
 print(f"std of the output: correct {layer_norm_by_hand(row).std(unbiased=False):.4f}, "
@@ -260,8 +253,7 @@ plt.show()
 # The statistics make the difference exact: after LayerNorm every **row** has mean 0 and standard
 # deviation 1, after BatchNorm every **column** does.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def describe(name, values):
     """Print the range of the row (token) and column (feature) means and standard deviations."""
 
@@ -283,8 +275,7 @@ with torch.no_grad():
 # BatchNorm must switch to running averages stored during training, and behaves differently in
 # training and use. LayerNorm needs nothing but the token itself:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 with torch.no_grad():
     ln_alone = LayerNorm(n_features, elementwise_affine=False)(acts[:1])
     bn_alone = nn.BatchNorm1d(n_features, affine=False)(acts[:2])[:1]  # BatchNorm needs 2+ rows in training mode
@@ -420,8 +411,7 @@ for ax in (ax0, ax1):
     ax.legend()
 plt.show()
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for name, (means, stds_) in stats.items():
     print(f"{name:<17} std after layer 1: {stds_[1]:9.3g}, layer 12: {stds_[12]:9.3g}, layer 48: {stds_[48]:9.3g}")
 variance_factor = (stats["no normalization"][1][L] / stats["no normalization"][1][0]) ** (2 / L)
@@ -487,8 +477,7 @@ ax.set_ylim(bottom=0)
 ax.legend()
 plt.show()
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print(f"post-LN: first layer {grad_post[0]:.2f}, last layer {grad_post[-1]:.2f}")
 print(f"pre-LN:  first layer {grad_pre[0]:.2f}, last layer {grad_pre[-1]:.2f}")
 last_layer = {depth: (c_proj_grad_norms(PostLNBlock, depth)[-1], c_proj_grad_norms(PreLNBlock, depth, ln_f=LayerNorm(D))[-1])
@@ -547,8 +536,7 @@ ax.set_title("Pre-LN stack, GPT-2 initialization, L = 48")
 ax.legend()
 plt.show()
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for depth in (6, 12, 24, 48):
     plain, scaled = growth[(depth, False)], growth[(depth, True)]
     print(f"L = {depth:>2}: output std / input std: plain {plain[-1] / plain[0]:5.2f}, scaled {scaled[-1] / scaled[0]:5.2f}")

@@ -66,8 +66,7 @@ torch.set_printoptions(precision=3, sci_mode=False)
 # the order of the past (a "bag of words"), but it is a start. Only the past: position $t$ will have to
 # predict token $t+1$, so it must never see it.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 B, T, D = 2, 5, 3
 x = torch.randn(B, T, D, generator=generator)  # (B, T, D)
 
@@ -89,8 +88,7 @@ print("xbow[0] =\n", xbow[0])
 # $1/(t+1)$ in columns $0..t$ and 0 after: then `W @ x` computes every average at once, and the matrix
 # multiply broadcasts over the batch: $(T, T) \times (B, T, D) \to (B, T, D)$.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 W = torch.tril(torch.ones(T, T))  # (T, T): 1 on and below the diagonal
 W = W / W.sum(dim=1, keepdim=True)  # each row sums to 1
 print(W)
@@ -108,8 +106,7 @@ print("loop and matrix multiply agree:", torch.allclose(xbow2, xbow))
 # entries to $-\infty$, and apply the softmax along each row: $e^{-\infty} = 0$, so the future gets weight
 # exactly 0, and equal scores give equal weights over the past.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 scores = torch.zeros(T, T)  # (T, T)
 mask = torch.tril(torch.ones(T, T, dtype=torch.bool))  # True = may attend
 scores = scores.masked_fill(~mask, float("-inf"))
@@ -123,8 +120,7 @@ print("softmax of masked zeros equals W:", torch.allclose(W3, W))
 # token decides how much of each past token it wants. The same three lines then give a different average
 # for every input:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 data_scores = torch.randn(T, T, generator=generator) * 2  # stand-in for scores computed from the data
 weights = torch.softmax(data_scores.masked_fill(~mask, float("-inf")), dim=-1)
 print(weights)
@@ -173,8 +169,7 @@ def attention(q, k, v, mask=None):
 # the other, unrelated keys have mean 0 and standard deviation 1, so nearly all the weight lands on key 3
 # and the output is nearly value 3:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 d_k, n_keys = 64, 8
 keys = torch.randn(n_keys, d_k, generator=generator)  # (8, d_k)
 values = torch.randn(n_keys, d_k, generator=generator)  # (8, d_k)
@@ -222,8 +217,7 @@ assert_close(torch.tril(torch.ones(7, 7, dtype=torch.bool)), causal_mask(7))
 # package defines such a row's weights and output as 0 (a padding query that reads nothing). Our inline
 # `attention` returns the NaN:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 row_mask = torch.tensor([[True, False], [False, False]])  # query 1 may see nothing
 qq, kk = torch.ones(2, 4), torch.ones(2, 4)
 print("inline :", attention(qq, kk, kk, row_mask)[1])
@@ -236,8 +230,7 @@ print("package:", scaled_dot_product_attention(qq, kk, kk, row_mask)[1])
 # $d_k$ terms of variance 1, so it has variance $d_k$. GPT-2's heads have $d_k = 64$; take $d_k = 512$ to
 # make the effect plain.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 d_k, n = 512, 20_000
 qs = torch.randn(n, d_k, generator=generator)
 ks = torch.randn(n, d_k, generator=generator)
@@ -288,8 +281,7 @@ for c in factors:
     entropies.append(-(p * p.clamp_min(1e-30).log()).sum(-1).mean().item())
     grads.append(softmax_jacobian_norm(p).mean().item())
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for c, label in [(1.0, "scaled, c = 1"), (math.sqrt(512), "unscaled, c = sqrt(512)")]:
     p = torch.softmax(c * z, dim=-1)
     entropy = -(p * p.clamp_min(1e-30).log()).sum(-1).mean()
@@ -331,8 +323,7 @@ plt.show()
 # queries sum to 1, instead of each query's weights over the keys. With a causal mask the future entries
 # are still exactly 0, so the bug hides. Compare both on the same masked scores:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 T_demo = 6
 x_demo = torch.randn(T_demo, 16, generator=generator)  # (T, D)
 w_q, w_k, w_v = (torch.randn(16, 16, generator=generator) / 4 for _ in range(3))
@@ -355,8 +346,7 @@ print("softmax over queries (dim=0): row sums", wrong.sum(1), "\n               
 # $t+1, t+2, \dots$ through the denominator. A gradient measures it: how much does the output at position
 # $t$ change when we nudge the input at a later position?
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def future_leak(dim):
     """For each output position t: the largest |d output_t / d x_s| over later positions s > t."""
     xs = x_demo.clone().requires_grad_(True)
@@ -421,8 +411,7 @@ attention_heatmap(weights[0], labels, ax=axes[2], title="weights = softmax(score
 fig.tight_layout()
 plt.show()
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 nonzero = (weights[0] > 0).sum(dim=-1)
 print("non-zero weights per query position:", nonzero.tolist())
 print(f"first query attends only to itself: weight {weights[0, 0, 0]:.4f}")
@@ -540,8 +529,7 @@ for b in range(2):
 fig.tight_layout()
 plt.show()
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 last = head_weights[:, :, -1]  # (B, H, T): the last query of each sequence, in each head
 entropy = -(last * last.log()).sum(-1)  # (B, H)
 print(f"entropy of the last query's weights (nats), uniform over {T} tokens = ln {T} = {math.log(T):.3f}:")
@@ -594,8 +582,7 @@ print("permute inputs -> outputs permuted the same way:", torch.allclose(out_per
 # bag of tokens in both, so without positions its output is identical, and a language model could not tell
 # who bit whom:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from gpt_from_scratch.embeddings import sinusoidal_positional_encoding
 
 a = torch.tensor(enc.encode(" The dog bit the man."))
@@ -666,8 +653,7 @@ torch.set_num_threads(threads)
 for name in cost:
     print(f"{name:12s} time (ms):", " ".join(f"{t * 1e3:.2f}" for t in cost[name]["time"]))
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for name in cost:
     print(f"{name:12s} saved for backward (MiB):", " ".join(f"{m / 2**20:.2f}" for m in cost[name]["memory"]))
 growth = [cost["written out"]["memory"][i + 1] / cost["written out"]["memory"][i] for i in range(len(Ts) - 1)]

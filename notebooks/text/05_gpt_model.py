@@ -88,8 +88,7 @@ class MLP(nn.Module):
 # $t$'s output depends on token $t$'s input alone. Two checks: running the tokens one at a time gives the
 # same outputs, and shuffling the positions shuffles the outputs the same way.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 B, T, D = 2, 6, 16
 mlp = MLP(D, 4 * D).eval()
 x = torch.randn(B, T, D, generator=generator)  # (B, T, D)
@@ -121,8 +120,7 @@ print(package_mlp)
 # parameters live. Attention has four $D \times D$ matrices (query, key, value, output); the MLP has two
 # $D \times 4D$ ones, twice as many numbers:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 D_small = 768  # GPT-2 small
 attention_params = (D_small * 3 * D_small + 3 * D_small) + (D_small * D_small + D_small)  # c_attn + c_proj
 mlp_params = (D_small * 4 * D_small + 4 * D_small) + (4 * D_small * D_small + D_small)  # c_fc + c_proj
@@ -148,8 +146,7 @@ print(f"the MLP holds {mlp_params / (attention_params + mlp_params):.1%} of a bl
 #
 # which PyTorch offers as `nn.GELU(approximate="tanh")` and Hugging Face calls `gelu_new`.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 grid = torch.linspace(-5, 5, 100_001, dtype=torch.float64)
 gelu_exact = F.gelu(grid)
 gelu_tanh = F.gelu(grid, approximate="tanh")
@@ -220,8 +217,7 @@ def gradient_at_each_block(residual, n_layers=48):
 with_residual = gradient_at_each_block(residual=True)
 without_residual = gradient_at_each_block(residual=False)
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print(f"with residuals:    gradient norm at the embeddings {with_residual[0]:.2f}, at the last block {with_residual[-1]:.2f}")
 print(f"without residuals: gradient norm at the last block {without_residual[-1]:.2f}")
 print(f"without residuals: at the embeddings it is below 1e-6: {bool(without_residual[0] < 1e-6)}")
@@ -279,8 +275,7 @@ class PreLNBlock(nn.Module):
 # weights, the two blocks agree. To make the test strict, all weights are random, including the biases and
 # the LayerNorms' $\gamma, \beta$ (which start at 0 and 1 in a fresh model and could hide a swap):
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from gpt_from_scratch.model import Block
 
 config = GPTConfig.from_preset("tiny")
@@ -304,8 +299,7 @@ print("inline PreLNBlock == package Block:", torch.allclose(inline_block(x), blo
 # compute different functions of the same weights, so GPT-2's weights loaded into a post-LN block give
 # wrong outputs:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def post_ln_block(block, x):
     """The original Transformer's order, with GPT-2's modules: normalize after adding."""
     x = block.ln_1(x + block.attn(x))
@@ -338,8 +332,7 @@ print(model)
 # %% [markdown]
 # The forward pass, step by step with the model's own modules, equals `model(idx)`:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 idx = torch.randint(0, 50_257, (2, 8), generator=generator)  # (B, T) token ids
 with torch.no_grad():
     h = model.wte(idx) + model.wpe(idx.size(1))  # (B, T, D) + (T, D): tokens plus positions
@@ -364,8 +357,7 @@ print("by hand == model(idx):", torch.allclose(logits_by_hand, logits), "| loss 
 # own embedding, $\text{logit}_v = h \cdot e_v$. "Predict $v$" and "read $v$" share one representation, and
 # tokens with similar embeddings get similar scores.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print("lm_head.weight is wte.weight:", model.lm_head.weight is model.wte.weight)
 with torch.device("meta"):  # shapes only, no memory: section 5.6 explains
     gpt2_small = GPT(GPTConfig.from_preset("gpt2"))
@@ -380,8 +372,7 @@ print(f"tying saves V x D = 50,257 x 768 = {saved:,} parameters: {saved / gpt2_s
 # copy with both matrices set equal to the tied one gets two gradients, and their sum is the tied
 # gradient:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 untied = GPT(GPTConfig.from_preset("tiny", tie_weights=False)).eval()
 untied.load_state_dict(model.state_dict())  # lm_head.weight gets the same values as wte.weight
 targets = torch.randint(0, 50_257, (2, 8), generator=generator)
@@ -406,8 +397,7 @@ print(f"parameters: tied {model.num_parameters():,}, untied {untied.num_paramete
 # variance grows with every addition, linearly in depth. Shrinking each addition's variance by $2L$ keeps
 # the total the same, however deep the model is.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 fresh = GPT(GPTConfig.from_preset("tiny", d_model=256, n_heads=4, n_layers=12, vocab_size=1000))
 print(f"c_fc.weight std:   {fresh.blocks[0].mlp.c_fc.weight.std():.4f}   (0.02)")
 print(f"c_proj.weight std: {fresh.blocks[0].mlp.c_proj.weight.std():.4f}   (0.02 / sqrt(2 * 12) = {0.02 / math.sqrt(24):.4f})")
@@ -440,8 +430,7 @@ def stream_std(scaled, n_layers=48):
 
 std_scaled, std_plain = stream_std(scaled=True), stream_std(scaled=False)
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print(f"embeddings:        std {std_scaled[0]:.3f}")
 print(f"after 48 blocks:   std {std_scaled[-1]:.3f} with GPT-2's scaling, {std_plain[-1]:.3f} without")
 
@@ -464,8 +453,7 @@ plt.show()
 # `c_fc` ($D \cdot 4D + 4D$) and `mlp.c_proj` ($4D \cdot D + D$). Around the blocks: `wte` ($VD$), `wpe`
 # ($T_{\max} D$) and `ln_f` ($2D$). The tied head adds nothing.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def count_by_hand(V, T_max, D, L, d_ff=None, tied=True):
     d_ff = d_ff or 4 * D
     per_block = 2 * 2 * D + (D * 3 * D + 3 * D) + (D * D + D) + (D * d_ff + d_ff) + (d_ff * D + D)
@@ -480,8 +468,7 @@ print(f"num_parameters(): {gpt2_small.num_parameters():,}   (the meta-device mod
 # The third way is `torchinfo`'s summary, which lists every module (on the meta device it needs no memory
 # either):
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from torchinfo import summary
 
 stats = summary(gpt2_small, depth=1, verbose=0)
@@ -499,8 +486,7 @@ assert by_hand == gpt2_small.num_parameters() == stats.total_params - shared
 # The whole GPT-2 family, each built on the meta device in an instant. "Non-embedding" leaves out `wte` and
 # `wpe`: it is the count that predicts how a model's loss scales {cite}`kaplan2020scaling`.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 rows = []
 for name in ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]:
     c = GPTConfig.from_preset(name)
@@ -526,8 +512,7 @@ family
 # GPT-2 is a Transformer {cite}`vaswani2017attention`, but not the one in the paper's figure. PyTorch ships
 # that original decoder layer as `nn.TransformerDecoderLayer`; its submodules against a GPT-2 block's:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 original = nn.TransformerDecoderLayer(d_model=64, nhead=4, dim_feedforward=256)
 gpt2_block = Block(GPTConfig.from_preset("tiny", d_model=64, n_heads=4))
 print("original decoder layer:", [name for name, _ in original.named_children()])
@@ -551,8 +536,7 @@ print("  activation:", gpt2_block.mlp.act)
 #   does inside its attentions. PyTorch's layer has one more, `dropout`, on the FFN's hidden activations;
 #   GPT-2 has none there.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from gpt_from_scratch.embeddings import sinusoidal_positional_encoding
 
 D_small = 768
@@ -574,8 +558,7 @@ print(f"  rms of wte: {rms(e):.3f}, rms of wpe: {rms(wpe):.3f}")
 #
 # Where the dropout sits in our model, module by module:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 dropout_model = GPT(GPTConfig.from_preset("tiny", n_layers=1, dropout=0.1))
 for name, module in dropout_model.named_modules():
     if isinstance(module, nn.Dropout):
@@ -629,8 +612,7 @@ with torch.no_grad():
 max_diff = (our_logits - hf_out.logits).abs().max().item()
 print(f"max |logits - HF logits| = {max_diff:.1e}")
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 assert_close(our_logits, hf_out.logits, atol=1e-5, rtol=0)
 print(f"logits equal to within 1e-5: {max_diff <= 1e-5}")
 print(f"loss: ours {our_loss:.4f}, Hugging Face {hf_out.loss:.4f}")
@@ -639,8 +621,7 @@ print(f"loss: ours {our_loss:.4f}, Hugging Face {hf_out.loss:.4f}")
 # The logits agree to within $6 \times 10^{-6}$, float32 rounding, and so do the losses. Generation then has to agree too: 30 greedy tokens (always the most
 # likely next token) from each model, with the simplest possible loop.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def greedy(next_logits, idx, n_tokens):
     for _ in range(n_tokens):
         logits = next_logits(idx[:, -64:])  # (B, T, V); keep at most the context length
@@ -661,8 +642,7 @@ print(repr(enc.decode(ours_tokens[0].tolist())))
 # Random weights write random tokens, but the same ones. The way back works as well: `to_hf_state_dict()`
 # exports our weights under GPT-2's names and layouts, and `to_hf_config()` the matching `GPT2Config`.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 exported = GPT2LMHeadModel(ours.to_hf_config())
 exported.load_state_dict(ours.to_hf_state_dict())  # strict: every key and shape must match
 with torch.no_grad():
@@ -682,8 +662,7 @@ print("exported model == our model: True")
 # per entry, and each logit is $h \cdot e_v$ with $e_v$ drawn from $\mathcal{N}(0, 0.02^2)$, so the logits
 # have a standard deviation of only $0.02\sqrt{D}$: all nearly equal, a nearly uniform softmax.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print(f"ln(V) = ln(50257) = {math.log(50_257):.4f}")
 torch.manual_seed(0)
 tiny = GPT(GPTConfig.from_preset("tiny", context_length=64)).eval()  # GPT-2's vocabulary, D = 32
@@ -699,8 +678,7 @@ print(f"tiny model (D = 32): loss {loss:.4f}, logits std {logits.std():.3f} (0.0
 # 0.55$. Two blocks of that width are enough to see it (the spread does not depend on depth, thanks to
 # `ln_f`):
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 torch.manual_seed(0)
 wide = GPT(GPTConfig.from_preset("gpt2", n_layers=2, dropout=0.0)).eval()  # D = 768, 2 blocks
 with torch.no_grad():

@@ -80,8 +80,7 @@ DEVICE = default_device() if FULL_RUN else "cpu"
 # `char_level_data` builds the vocabulary from the whole corpus and splits it 90/10 (the split of
 # {ref}`ch-tokens`), exactly as nanoGPT {cite}`karpathy2023nanogpt` does, so our losses can be compared with its.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 train_ids, val_ids, tokenizer = char_level_data()
 print(f"{len(train_ids):,} training and {len(val_ids):,} validation tokens, vocabulary {tokenizer.vocab_size}")
 print(repr(tokenizer.decode(train_ids[:60])))
@@ -97,8 +96,7 @@ print(repr(tokenizer.decode(train_ids[:60])))
 #
 # Written out, it is a `log_softmax`, a `gather` of the right entries and a mean:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 torch.manual_seed(1337)
 model = GPT(GPTConfig.from_preset("shakespeare-char"))  # Chapter 5's GPT, 4 layers, 128 dims
 x, y = get_batch(train_ids, batch_size=4, block_size=8, generator=torch.Generator().manual_seed(0))
@@ -124,8 +122,7 @@ print(f"loss of the untrained model {loss.item():.4f}; ln 65 = {math.log(65):.4f
 # character follows each other one; the counts, normalized row by row, are the best possible bigram model
 # (maximum likelihood). One pseudo-count per pair keeps unseen pairs from getting probability 0.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 V = tokenizer.vocab_size
 pairs = torch.from_numpy(train_ids[:-1].astype(np.int64) * V + train_ids[1:].astype(np.int64))
 counts = torch.bincount(pairs, minlength=V * V).view(V, V).double() + 1.0  # (V, V): row = previous char
@@ -331,8 +328,7 @@ for name, options in (RUNGS | {"scaled up": None}).items():
     ladder_final[name] = estimate_loss(rung, {"val": val_ids}, 16, 32, eval_iters=40, seed=1, device=DEVICE)["val"]
 print(f"the ladder took {time.perf_counter() - start:.0f} s")
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 table = pd.DataFrame({"parameters": ladder_params, "val loss": {n: round(v, 2) for n, v in ladder_final.items()}})
 table.loc["bigram table (6.2)"] = [V * V, round(bigram_val, 2)]
 table
@@ -382,8 +378,7 @@ char_model, char_tokenizer = book_model("shakespeare-char")
 char_history = load_checkpoint(book_model_path("shakespeare-char")).history
 print(f"ready in {time.perf_counter() - start:.1f} s")
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 seen = char_cfg.max_iters * char_cfg.batch_size * char_model.config.context_length
 c = char_model.config
 print(f"{c.n_layers} layers, {c.n_heads} heads, D = {c.d_model}, context {c.context_length}: "
@@ -414,8 +409,7 @@ plt.show()
 # What does a loss like that read like? {ref}`ch-generation` is about generating text; here is a first taste,
 # 300 characters sampled after the prompt "ROMEO:":
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 prompt = torch.tensor([char_tokenizer.encode("ROMEO:")])  # (1, T)
 sample = generate(char_model, prompt, max_new_tokens=300, generator=torch.Generator().manual_seed(1337))
 print(char_tokenizer.decode(sample[0].tolist()))
@@ -460,8 +454,7 @@ for dropout in (0.0, 0.2):
     net = GPT(GPTConfig.from_preset("shakespeare-char", dropout=dropout))
     overfit[dropout] = train(net, small_train, val_ids, overfit_cfg)
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for dropout, h in overfit.items():
     best = int(np.argmin(h.val_loss))
     print(f"dropout {dropout}: lowest val loss {h.val_loss[best]:.2f} at step {h.eval_step[best]}; "
@@ -494,8 +487,7 @@ plt.show()
 # (4 layers, 128 dimensions, context 64) on the BPE tokens of {ref}`ch-bpe`. The text becomes
 # about three times shorter in tokens, and the vocabulary goes from 65 to 50,257:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 bpe_train, bpe_val, encoding = bpe_level_data()
 print(f"{len(bpe_train):,} training and {len(bpe_val):,} validation tokens; "
       f"{len(val_ids) / len(bpe_val):.2f} characters per token in the validation text")
@@ -560,8 +552,7 @@ bpe_model, bpe_encoding = book_model("shakespeare-bpe")
 bpe_history = load_checkpoint(book_model_path("shakespeare-bpe")).history
 print(f"ready in {time.perf_counter() - start:.1f} s")
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 chars_per_token = len(val_ids) / len(bpe_val)
 bpe_cfg = TrainConfig(**RECIPES["shakespeare-bpe"].train)
 drawn = bpe_cfg.max_iters * bpe_cfg.batch_size * bpe_config.context_length
@@ -582,8 +573,7 @@ print(f"per character: BPE model {bpe_final / chars_per_token:.2f} nats, charact
 # with little grammar yet, and rare pieces glue into non-words ("myINGSle", "likeraham"). The character model
 # spells its own words.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 prompt = torch.tensor([bpe_encoding.encode("ROMEO:")])  # (1, T)
 sample = generate(bpe_model, prompt, max_new_tokens=60, generator=torch.Generator().manual_seed(1337))
 print(bpe_encoding.decode(sample[0].tolist()))
@@ -606,8 +596,7 @@ print(bpe_encoding.decode(sample[0].tolist()))
 # `lr_decay_iters` is allowed: it stretches the rest of the schedule, which is what you want when you decide
 # to train longer.)
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 tiny = dict(vocab_size=65, context_length=32, d_model=32, n_layers=2, n_heads=2, dropout=0.1)
 resume_cfg = TrainConfig(max_iters=40, lr_decay_iters=40, batch_size=8, warmup_iters=5, eval_interval=20,
                          eval_iters=2, progress=False)
@@ -689,8 +678,7 @@ print("cross_entropy matches F.cross_entropy")
 # warm-up steps and once without any. Predict the order of the three validation losses at step 100 (these two
 # and the ladder's own). Then try `grad_clip=0.0` too.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 STEPS = LADDER_STEPS // 3  # the first third of the ladder's steps (100 of 300), on the ladder's schedule
 scaled = ladder["scaled up"]
 print(f"ladder settings (lr 3e-3, warm-up 30): {scaled.val_loss[scaled.eval_step.index(STEPS)]:.2f}")

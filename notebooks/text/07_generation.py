@@ -65,8 +65,7 @@ print(f"{model.num_parameters():,} parameters, context {T_max} characters, vocab
 # Give the model a context and keep the logits of the last position: 65 scores, one per character. The
 # softmax turns them into probabilities. Here is what the model expects after a line of *Romeo and Juliet*:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 context = "ROMEO:\nBut soft, what light through yonder window breaks?\nIt is the "
 idx = torch.tensor([tokenizer.encode(context)])  # (1, T)
 with torch.no_grad():
@@ -84,8 +83,7 @@ print(" ".join(f"{tokenizer.decode([i])!r}:{p:.2f}" for p, i in zip(top.values.t
 # its chance in proportion to how plausible it is. A `torch.Generator` with a fixed seed makes the draw
 # repeatable.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 prompt = torch.tensor([tokenizer.encode("ROMEO:\n")])  # (1, T)
 greedy = generate(model, prompt, 250, greedy=True)
 sampled = generate(model, prompt, 250, generator=torch.Generator().manual_seed(1))
@@ -111,8 +109,7 @@ print(tokenizer.decode(sampled[0].tolist()))
 # towards a uniform distribution. As $\tau \to 0$ all the probability goes to the top token (greedy decoding);
 # as $\tau \to \infty$ every token gets $1/V$. The entropy $H = -\sum_i p_i \ln p_i$ measures the spread.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 temperatures = (0.5, 1.0, 2.0)
 tempered = {t: torch.softmax(last / t, dim=-1) for t in temperatures}  # each (V,)
 for t, p in tempered.items():
@@ -184,8 +181,7 @@ print("top_p_by_hand equals gpt_from_scratch.generate.top_p_filter")
 # Compare two contexts: the one above, and one where the next character is all but certain (after "What say",
 # a space).
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 contexts = {"after 'It is the '": context, "after 'What say'": "KING RICHARD III:\nWhat say"}
 cumulative = {}
 for name, text in contexts.items():
@@ -251,8 +247,7 @@ print("generate_by_hand and gpt_from_scratch.generate (use_cache=False) give the
 #
 # Here are samples with a few settings, from the same prompt and seed:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for options in ({"temperature": 0.5}, {"temperature": 1.0}, {"temperature": 1.5},
                 {"temperature": 1.0, "top_k": 5}, {"temperature": 1.0, "top_p": 0.8}):
     out = generate(model, prompt, 150, generator=torch.Generator().manual_seed(3), **options)
@@ -268,8 +263,7 @@ for options in ({"temperature": 0.5}, {"temperature": 1.0}, {"temperature": 1.5}
 #
 # The BPE-level model of {ref}`ch-training` generates GPT-2 tokens, whole words or pieces of words at a time:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 bpe_model, encoding = book_model("shakespeare-bpe")
 bpe_loss = load_checkpoint(book_model_path("shakespeare-bpe")).history.val_loss[-1]
 print(f"validation loss {bpe_loss:.2f} nats per token")
@@ -333,8 +327,7 @@ print(sample_text())
 # would copy the whole cache at every step). A step then processes one token instead of $P + 1$. The result is
 # the same computation, not an approximation:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 tokens = torch.tensor([tokenizer.encode(context)])[:, -T_max:]  # (1, T)
 with torch.no_grad():
     full, _ = model(tokens)  # (1, T, V): every position from scratch
@@ -380,8 +373,7 @@ print("with and without the cache: the same 60 sampled characters")
 # same tokens at any length, and the cache saves work only up to the context length. (Models with relative
 # positions, such as rotary embeddings, can instead keep a sliding window of cached keys.)
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 for options in ({"greedy": True}, {"temperature": 0.9, "top_p": 0.9}):
     slow = generate(model, prompt, 200, use_cache=False, generator=torch.Generator().manual_seed(5), **options)
     fast = generate(model, prompt, 200, use_cache=True, generator=torch.Generator().manual_seed(5), **options)
@@ -392,8 +384,7 @@ for options in ({"greedy": True}, {"temperature": 0.9, "top_p": 0.9}):
 # **Memory.** Each layer stores a key and a value vector of $H \times d_k = D$ numbers for each position of each
 # sequence: $2 \cdot L \cdot B \cdot T \cdot D$ numbers in all. For our model after 64 positions:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def kv_cache_bytes(n_layers, batch, positions, d_model, bytes_per_number=4):
     return 2 * n_layers * batch * positions * d_model * bytes_per_number
 

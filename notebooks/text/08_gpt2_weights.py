@@ -84,8 +84,7 @@ enc = gpt2_encoding()
 # and the final LayerNorm, $2D$. The output layer is tied to the token embedding {cite}`press2017tying`: it is
 # the same matrix, so it adds nothing.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 def count_gpt_parameters(V: int, T_max: int, D: int, L: int, d_ff: int | None = None, tied: bool = True) -> dict:
     """GPT-2's parameters by part, from the shapes of its matrices and vectors (weights and biases)."""
     d_ff = 4 * D if d_ff is None else d_ff
@@ -123,8 +122,7 @@ print(f"in float32: {total * 4 / 1e6:.1f} MB")
 # another $V \times D$ = 38,597,376. To check the formula, build the models themselves on PyTorch's `meta`
 # device, where tensors have shapes but no storage: even GPT-2 XL "builds" instantly and takes no memory.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 # The check: build each model on the "meta" device (shapes only, no memory) and count what PyTorch holds.
 for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
     for tied in (True, False):
@@ -189,8 +187,7 @@ print(ours_small.load_state_dict(convert_hf_state_dict(hf_state)))  # strict: ev
 # "eager" attention), and the same result as the package's `GPT.from_hf`, which does this conversion with
 # checks and clear errors on top.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 idx = torch.tensor([enc.encode("To be, or not to be, that is the question:")])  # (1, T)
 with torch.no_grad():
     hf_out = hf_small(idx, output_attentions=True)
@@ -272,8 +269,7 @@ def validation_loss(model: GPT) -> float:
 
 models = {"Chapter 6 model": mine} | ({"GPT-2 small": gpt2} if REAL_GPT2 else {})
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print(f"{N_WINDOWS} windows x {T_EVAL} tokens = {x_val.numel():,} validation tokens scored")
 print(f"uniform guess over {enc.n_vocab:,} tokens: ln V = {math.log(enc.n_vocab):.2f} nats")
 for name, m in models.items():
@@ -329,8 +325,7 @@ with torch.no_grad():
     A0 = scores.masked_fill(future, float("-inf")).softmax(dim=-1)  # (B, H, T, T)
 assert_close(A0, maps[0])
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print(f"{len(maps)} maps of shape {tuple(maps[0].shape)} (B, H, T, T); layer 0 by hand matches")
 print("every row sums to 1:", all(torch.allclose(A.sum(-1), torch.ones(B, H, T)) for A in maps))
 print("largest weight on a future token:", max(A[..., future].max().item() for A in maps))
