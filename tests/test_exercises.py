@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from functools import partial
+
 from gpt_from_scratch import exercises as ex
 from gpt_from_scratch.tokenizer import CharTokenizer
 
@@ -293,8 +295,10 @@ def test_layer_norm_mistakes(candidate, fragments, capsys):
 def test_causal_mask_references_pass(capsys):
     from gpt_from_scratch.attention import causal_mask
 
-    assert_passes(ex.check_causal_mask, causal_mask, capsys)
-    assert_passes(ex.check_causal_mask, lambda T: torch.tril(torch.ones(T, T)).bool(), capsys)
+    # The hints about tril-built masks: the book's exercise forbids tril (tested in test_exercises_constraints)
+    assert_passes(partial(ex.check_causal_mask, allow_tril=True), causal_mask, capsys)
+    assert_passes(partial(ex.check_causal_mask, allow_tril=True), lambda T: torch.tril(torch.ones(T, T)).bool(),
+                  capsys)
 
 
 @pytest.mark.parametrize("candidate, fragments", [
@@ -306,7 +310,7 @@ def test_causal_mask_references_pass(capsys):
     (lambda T: torch.ones(T, T + 1, dtype=torch.bool).tril(), ["shape (4, 5)"]),
 ])
 def test_causal_mask_mistakes(candidate, fragments, capsys):
-    assert_fails(ex.check_causal_mask, candidate, capsys, *fragments)
+    assert_fails(partial(ex.check_causal_mask, allow_tril=True), candidate, capsys, *fragments)
 
 
 def attention(q, k, v, mask=None, scale=None, dim=-1, invert=False, use_mask=True):
@@ -320,8 +324,9 @@ def attention(q, k, v, mask=None, scale=None, dim=-1, invert=False, use_mask=Tru
 def test_attention_references_pass(capsys):
     from gpt_from_scratch.attention import scaled_dot_product_attention
 
-    assert_passes(ex.check_scaled_dot_product_attention, scaled_dot_product_attention, capsys)
-    assert_passes(ex.check_scaled_dot_product_attention, attention, capsys)
+    check = partial(ex.check_scaled_dot_product_attention, require_einsum=False)
+    assert_passes(check, scaled_dot_product_attention, capsys)
+    assert_passes(check, attention, capsys)
 
 
 @pytest.mark.filterwarnings("ignore:The use of `x.T` on tensors of dimension other than 2")
@@ -335,7 +340,8 @@ def test_attention_references_pass(capsys):
     (lambda q, k, v, mask=None: attention(q, k.T, v, mask), ["case 1 of 3", "k.transpose(-2, -1)"]),
 ])
 def test_attention_mistakes(candidate, fragments, capsys):
-    assert_fails(ex.check_scaled_dot_product_attention, candidate, capsys, *fragments)
+    assert_fails(partial(ex.check_scaled_dot_product_attention, require_einsum=False), candidate, capsys,
+                 *fragments)
 
 
 class Attention(nn.Module):
@@ -384,9 +390,9 @@ class TupleAttention(Attention):
 def test_multi_head_attention_references_pass(capsys):
     from gpt_from_scratch.attention import MultiHeadAttention
 
-    assert_passes(ex.check_multi_head_attention, MultiHeadAttention, capsys)
-    assert_passes(ex.check_multi_head_attention, Attention, capsys)
-    assert_passes(ex.check_multi_head_attention, TupleAttention, capsys)
+    check = partial(ex.check_multi_head_attention, require_loop=False)
+    assert_passes(check, Attention, capsys)
+    assert_passes(check, TupleAttention, capsys)
 
 
 def test_multi_head_attention_reference_is_pytorchs():
@@ -397,7 +403,7 @@ def test_multi_head_attention_reference_is_pytorchs():
     x = torch.randn(B, T, D, dtype=torch.float64)
     blocked = ~torch.ones(T, T, dtype=torch.bool).tril()  # nn.MultiheadAttention: True = may NOT attend
     expected, _ = mha(x, x, x, attn_mask=blocked, need_weights=False)
-    got = ex._mha_reference(x, mha.in_proj_weight, mha.in_proj_bias, mha.out_proj.weight, mha.out_proj.bias, H)
+    got = ex.ch04._mha_reference(x, mha.in_proj_weight, mha.in_proj_bias, mha.out_proj.weight, mha.out_proj.bias, H)
     torch.testing.assert_close(got, expected)
 
 
@@ -409,7 +415,7 @@ def test_multi_head_attention_reference_is_pytorchs():
     (RenamedAttention, ["c_attn.weight", "self.c_attn = nn.Linear"]),
 ])
 def test_multi_head_attention_mistakes(candidate, fragments, capsys):
-    assert_fails(ex.check_multi_head_attention, candidate, capsys, *fragments)
+    assert_fails(partial(ex.check_multi_head_attention, require_loop=False), candidate, capsys, *fragments)
 
 
 def test_multi_head_attention_instance_is_refused(capsys):
@@ -502,7 +508,8 @@ def test_top_p_cases_are_far_from_the_threshold():
 # Every checker: exceptions, unfinished stubs, determinism, no side effects
 # ----------------------------------------------------------------------------------------------
 
-CHECKS = [getattr(ex, name) for name in ex.__all__]
+CHECKS = [getattr(ex, name) for name in ex.__all__ if name.startswith("check_")]
+CLASS_CHECKS = (ex.check_multi_head_attention, ex.check_parallel_block)  # candidates are module classes
 
 
 def raising(*args, **kwargs):
@@ -517,7 +524,7 @@ class RaisingModule(nn.Module):
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
 def test_a_raising_candidate_gives_false_and_a_message(check, capsys):
-    candidate = RaisingModule if check is ex.check_multi_head_attention else raising
+    candidate = RaisingModule if check in CLASS_CHECKS else raising
     out = assert_fails(check, candidate, capsys, "case 1 of", "ValueError: shapes do not match", "hint:")
     assert 'raise ValueError("shapes do not match")' in out  # the line of the candidate that raised
 
@@ -539,7 +546,7 @@ def test_an_unfinished_stub_says_not_implemented(check, capsys):
     def stub(*args, **kwargs):
         raise NotImplementedError("Exercise: write it")
 
-    candidate = Stub if check is ex.check_multi_head_attention else stub
+    candidate = Stub if check in CLASS_CHECKS else stub
     out = assert_fails(check, candidate, capsys, "not implemented yet", "NotImplementedError: Exercise: write it")
     assert len(out.splitlines()) == 2
 

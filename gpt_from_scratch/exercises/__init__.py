@@ -1,0 +1,62 @@
+"""Exercise checkers, one module per chapter, used by every chapter's exercises.
+
+Each ``check_<thing>(candidate)`` runs your implementation on a few hidden cases, compares it with
+an independent reference (PyTorch's own op where one exists, the book's formula otherwise) and prints
+one short report: a success line, or the first failing case with what was expected, what came back
+(shape, dtype, largest difference) and a hint aimed at the usual mistake. Whatever your code does
+(raise, call ``exit()``, loop forever) is reported in one line, never as a traceback.
+Each checker returns ``True`` only when every case passes (a check cell ends with ``;`` so that the
+notebook does not show it), and leaves the random number generators as it found them.
+
+These checks give feedback. Grades come from the private cases of ``scripts/grade.py``.
+
+=======================================  ===============================================================
+checker                                  candidate
+=======================================  ===============================================================
+``check_char_tokenizer``       (ch. 1)   a class: ``Tok(text)`` with ``encode``, ``decode``, ``vocab_size``
+``check_get_batch``            (ch. 1)   ``get_batch(data, batch_size, block_size, generator=None)``
+``check_bpe_encode``          (ch. 1b)   ``encode(text, merges)`` -> list of ids
+``check_sinusoidal_positional_encoding`` ``pe(T, D)`` -> Tensor (T, D)                           (ch. 2)
+``check_layer_norm``           (ch. 3)   ``layer_norm(x, weight, bias, eps)`` -> Tensor, or a module
+                                         class ``LN(D, eps=...)`` with parameters ``weight``, ``bias``
+``check_causal_mask``          (ch. 4)   ``causal_mask(T)`` -> bool Tensor (T, T), without ``tril``
+``check_scaled_dot_product_attention``   ``attention(q, k, v, mask=None)`` -> ``(output, weights)`` (ch. 4)
+``check_multi_head_attention`` (ch. 4)   a module class ``MHA(d_model, n_heads)`` with ``c_attn``, ``c_proj``
+``check_parallel_block``       (ch. 5)   a module class ``ParallelBlock(config)``: ``ln_1``, ``attn``, ``mlp``
+``check_cross_entropy``        (ch. 6)   ``cross_entropy(logits, targets)`` -> scalar, without ``F.cross_entropy``
+``check_top_k_filter``         (ch. 7)   ``top_k_filter(logits, k)`` -> logits, removed entries ``-inf``
+``check_top_p_filter``         (ch. 7)   ``top_p_filter(logits, p)`` -> logits, removed entries ``-inf``
+``check_min_p_filter``         (ch. 7)   ``min_p_filter(logits, min_p)`` -> logits, removed entries ``-inf``
+``check_offset_scores``        (ch. 8)   ``offset_scores(maps, k)`` -> Tensor (L, H), without ``diagonal``
+=======================================  ===============================================================
+"""
+
+from .ch01 import check_char_tokenizer, check_get_batch
+from .ch01b import check_bpe_encode
+from .ch02 import check_sinusoidal_positional_encoding
+from .ch03 import check_layer_norm
+from .ch04 import check_causal_mask, check_multi_head_attention, check_scaled_dot_product_attention
+from .ch05 import check_parallel_block
+from .ch06 import check_cross_entropy
+from .ch07 import check_min_p_filter, check_top_k_filter, check_top_p_filter
+from .ch08 import check_offset_scores
+from .core import FAIL_MARK, PASS_MARK
+
+__all__ = [
+    "check_char_tokenizer",
+    "check_get_batch",
+    "check_bpe_encode",
+    "check_sinusoidal_positional_encoding",
+    "check_layer_norm",
+    "check_causal_mask",
+    "check_scaled_dot_product_attention",
+    "check_multi_head_attention",
+    "check_parallel_block",
+    "check_cross_entropy",
+    "check_top_k_filter",
+    "check_top_p_filter",
+    "check_min_p_filter",
+    "check_offset_scores",
+    "FAIL_MARK",
+    "PASS_MARK",
+]
