@@ -148,10 +148,12 @@ def check_min_p_filter(candidate) -> bool:
             got = _call(candidate, logits.clone(), min_p)
 
             def hints(kept: Tensor) -> str:
-                if torch.equal(kept, logits >= min_p * logits.max(dim=-1, keepdim=True).values):
-                    return "compare probabilities (softmax of the logits), not the logits themselves"
-                if torch.equal(kept, p >= min_p):
-                    return "the threshold is relative: min_p times the largest probability of the row"
+                absolute = torch.equal(kept, p >= min_p)
+                on_logits = torch.equal(kept, logits >= min_p * logits.max(dim=-1, keepdim=True).values)
+                relative = "the threshold is relative: min_p times the largest probability of the row"
+                probabilities = "compare probabilities (softmax of the logits), not the logits themselves"
+                if absolute or on_logits:
+                    return "; ".join(h for h, hit in ((relative, absolute), (probabilities, on_logits)) if hit)
                 return "keep = probs >= min_p * probs.max(dim=-1, keepdim=True).values, row by row"
             _check_filtered(got, logits, keep, hints)
         return run

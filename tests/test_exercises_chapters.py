@@ -1,0 +1,240 @@
+"""The checks of Chapters 1b, 4 (stated constraints), 5, 6, 7 (min-p, top-p without sorting) and 8:
+each passes a correct solution and catches at least three typical mistakes, naming them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import regex
+import torch
+from torch import nn
+
+from gpt_from_scratch import exercises as ex
+from gpt_from_scratch.attention import MultiHeadAttention, scaled_dot_product_attention
+from gpt_from_scratch.layernorm import LayerNorm
+from gpt_from_scratch.model import Block, FeedForward
+from gpt_from_scratch.tokenizer import GPT2_PATTERN
+
+
+def outcome(check, candidate, capsys) -> tuple[bool, str]:
+    result = check(candidate)
+    out = capsys.readouterr().out
+    assert isinstance(result, bool) and "Traceback" not in out
+    return result, out
+
+
+def passes(check, candidate, capsys) -> None:
+    result, out = outcome(check, candidate, capsys)
+    assert result is True and out.startswith(ex.PASS_MARK), out
+
+
+def fails(check, candidate, capsys, *fragments: str) -> None:
+    result, out = outcome(check, candidate, capsys)
+    assert result is False and out.startswith(ex.FAIL_MARK), out
+    for fragment in fragments:
+        assert fragment in out, f"{fragment!r} not in:\n{out}"
+
+
+# ---------------------------------------------------------------------------------------------- 1b
+def bpe_encode(text, merges, pick=min, split=True, start=lambda chunk: list(chunk.encode("utf-8"))):
+    out = []
+    for chunk in regex.findall(GPT2_PATTERN, text) if split else [text]:
+        ids = start(chunk)
+        while len(ids) >= 2:
+            known = [pair for pair in zip(ids, ids[1:]) if pair in merges]
+            if not known:
+                break
+            best = pick(known, key=merges.get)
+            merged, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
+                    merged.append(merges[best])
+                    i += 2
+                else:
+                    merged.append(ids[i])
+                    i += 1
+            ids = merged
+        out.extend(ids)
+    return out
+
+
+def test_bpe_encode(capsys):
+    passes(ex.check_bpe_encode, bpe_encode, capsys)
+    fails(ex.check_bpe_encode, lambda t, m: list(t.encode("utf-8")), capsys, "apply the merges")
+    fails(ex.check_bpe_encode, lambda t, m: bpe_encode(t, m)[:-1], capsys, "case 1 of 4")  # lost the last id
+    fails(ex.check_bpe_encode, lambda t, m: bpe_encode(t, m, pick=max), capsys, "not the latest")
+    fails(ex.check_bpe_encode, lambda t, m: bpe_encode(t, m, start=lambda c: [ord(x) for x in c]), capsys,
+          "case 2 of 4", "not from ord()")  # accents and Japanese: ord() is not the bytes
+
+
+# ---------------------------------------------------------------------------------------------- 4
+def test_causal_mask_without_tril(capsys):
+    passes(ex.check_causal_mask, lambda T: torch.arange(T)[None, :] <= torch.arange(T)[:, None], capsys)
+    fails(ex.check_causal_mask, lambda T: torch.ones(T, T, dtype=torch.bool).tril(), capsys, "Tensor.tril")
+    fails(ex.check_causal_mask, lambda T: torch.arange(T)[None, :] < torch.arange(T)[:, None], capsys,
+          "diagonal must be True")
+    fails(ex.check_causal_mask, lambda T: torch.arange(T)[None, :] >= torch.arange(T)[:, None], capsys,
+          "wrong side")
+
+
+def einsum_attention(q, k, v, mask=None, scale=True):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / (math.sqrt(q.size(-1)) if scale else 1.0)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.einsum("...qk,...kd->...qd", weights, v), weights
+
+
+def test_attention_with_einsum(capsys):
+    passes(ex.check_scaled_dot_product_attention, einsum_attention, capsys)
+    fails(ex.check_scaled_dot_product_attention, scaled_dot_product_attention, capsys, "einsum")
+    fails(ex.check_scaled_dot_product_attention, lambda q, k, v, mask=None: einsum_attention(q, k, v, mask,
+                                                                                             scale=False),
+          capsys, "sqrt(d_k)")
+    fails(ex.check_scaled_dot_product_attention, lambda q, k, v, mask=None: einsum_attention(q, k, v), capsys,
+          "case 2 of 3")  # the mask ignored
+
+
+class Looped(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.c_attn, self.c_proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        D = x.shape[-1]
+        q, k, v = self.c_attn(x).split(D, dim=2)
+        mask = torch.arange(x.shape[1])[None, :] <= torch.arange(x.shape[1])[:, None]
+        heads = []
+        for h in range(self.n_heads):
+            cols = slice(h * self.d_head, (h + 1) * self.d_head)
+            heads.append(scaled_dot_product_attention(q[..., cols], k[..., cols], v[..., cols], mask)[0])
+        return self.c_proj(torch.cat(heads, dim=-1))
+
+
+class Vectorized(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.attention = MultiHeadAttention(d_model, n_heads)
+        self.c_attn, self.c_proj = self.attention.c_attn, self.attention.c_proj
+
+    def forward(self, x):
+        return self.attention(x)
+
+
+class PackageSubclass(MultiHeadAttention):
+    pass
+
+
+def test_multi_head_attention_loops_over_heads(capsys):
+    passes(ex.check_multi_head_attention, Looped, capsys)
+    fails(ex.check_multi_head_attention, Vectorized, capsys, "package's MultiHeadAttention")
+    fails(ex.check_multi_head_attention, PackageSubclass, capsys, "package's MultiHeadAttention")
+
+
+# ---------------------------------------------------------------------------------------------- 5
+def parallel_block(combine):
+    class ParallelBlock(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.ln_1 = LayerNorm(config.d_model)
+            self.attn = MultiHeadAttention(config.d_model, config.n_heads)
+            self.mlp = FeedForward(config)
+
+        def forward(self, x):
+            return combine(self, x)
+    return ParallelBlock
+
+
+def sequential(self, x):
+    x = x + self.attn(self.ln_1(x))
+    return x + self.mlp(self.ln_1(x))
+
+
+def test_parallel_block(capsys):
+    passes(ex.check_parallel_block, parallel_block(lambda m, x: x + m.attn(m.ln_1(x)) + m.mlp(m.ln_1(x))), capsys)
+    fails(ex.check_parallel_block, parallel_block(lambda m, x: m.attn(m.ln_1(x)) + m.mlp(m.ln_1(x))), capsys,
+          "keep the residual stream")
+    fails(ex.check_parallel_block, parallel_block(lambda m, x: x + m.attn(m.ln_1(x)) + m.mlp(x)), capsys,
+          "mlp(ln_1(x))")
+    fails(ex.check_parallel_block, parallel_block(sequential), capsys, "case 1 of 2")
+    fails(ex.check_parallel_block, Block, capsys, "package's sequential Block")
+
+
+# ---------------------------------------------------------------------------------------------- 6
+def cross_entropy(logits, targets, stable=True, reduce=torch.mean):
+    z = logits - logits.max(dim=-1, keepdim=True).values if stable else logits
+    return reduce(torch.log(torch.exp(z).sum(dim=-1)) - z.gather(-1, targets[..., None])[..., 0])
+
+
+def test_cross_entropy(capsys):
+    passes(ex.check_cross_entropy, cross_entropy, capsys)
+    fails(ex.check_cross_entropy, lambda l, t: cross_entropy(l, t, stable=False), capsys, "subtract each row's")
+    fails(ex.check_cross_entropy, lambda l, t: cross_entropy(l, t, reduce=torch.sum), capsys, "do not sum")
+    fails(ex.check_cross_entropy, lambda l, t: -cross_entropy(l, t), capsys, "minus the log-probability")
+    fails(ex.check_cross_entropy, lambda l, t: torch.nn.functional.cross_entropy(l.flatten(0, 1), t.flatten()),
+          capsys, "rules out")
+    fails(ex.check_cross_entropy, lambda l, t: -l.log_softmax(-1).gather(-1, t[..., None]).mean(), capsys,
+          "rules out")
+
+
+# ---------------------------------------------------------------------------------------------- 7
+def min_p(logits, m, probabilities=True, relative=True):
+    p = torch.softmax(logits, dim=-1) if probabilities else logits
+    threshold = m * p.max(dim=-1, keepdim=True).values if relative else m
+    return logits.masked_fill(p < threshold, float("-inf"))
+
+
+def test_min_p_filter(capsys):
+    passes(ex.check_min_p_filter, min_p, capsys)
+    fails(ex.check_min_p_filter, lambda l, m: min_p(l, m, probabilities=False), capsys, "not the logits")
+    fails(ex.check_min_p_filter, lambda l, m: min_p(l, m, relative=False), capsys, "relative")
+    fails(ex.check_min_p_filter, lambda l, m: torch.softmax(min_p(l, m), -1), capsys, "not probabilities")
+
+
+def top_p_unsorted(logits, p, include_self=False):
+    probs = torch.softmax(logits, dim=-1)  # (..., V)
+    above = probs[..., None, :] > probs[..., :, None]  # (..., V, V): [i, j] = token j ranks above token i
+    mass_above = (above * probs[..., None, :]).sum(-1)  # (..., V)
+    remove = (mass_above + probs >= p) if include_self else mass_above >= p
+    return logits.masked_fill(remove, float("-inf"))
+
+
+def test_top_p_without_sorting(capsys):
+    check = lambda candidate: ex.check_top_p_filter(candidate, allow_sort=False)  # noqa: E731
+    passes(check, top_p_unsorted, capsys)
+    fails(check, lambda l, p: l.masked_fill(torch.softmax(l, -1).cumsum(-1) > p, float("-inf")), capsys,
+          "case 1 of 4")  # a cumulative sum in vocabulary order, not in order of probability
+    fails(check, lambda l, p: top_p_unsorted(l, p, include_self=True), capsys, "keep the token that crosses p")
+    from gpt_from_scratch.generate import top_p_filter
+    fails(check, top_p_filter, capsys, "rules out")  # sorts
+
+
+# ---------------------------------------------------------------------------------------------- 8
+def offset_scores(maps, k, swap=False, reduce=torch.mean):
+    A = torch.stack(maps)  # (L, B, H, T, T)
+    t = torch.arange(k, A.shape[-1])
+    picked = A[..., t - k, t] if swap else A[..., t, t - k]  # (L, B, H, T - k)
+    return reduce(picked, dim=-1).mean(dim=1)
+
+
+def test_offset_scores(capsys):
+    passes(ex.check_offset_scores, offset_scores, capsys)
+    fails(ex.check_offset_scores, lambda maps, k: offset_scores(maps, k, swap=True), capsys, "not A[..., t - k, t]")
+    fails(ex.check_offset_scores, lambda maps, k: offset_scores(maps, k, reduce=torch.sum), capsys, "do not sum")
+    fails(ex.check_offset_scores, lambda maps, k: offset_scores(maps, 1), capsys, "case 2 of 3")
+    fails(ex.check_offset_scores, lambda maps, k: torch.stack(maps).diagonal(-k, -2, -1).mean(dim=(1, 3)), capsys,
+          "rules out")
+
+
+@pytest.mark.parametrize("check", [ex.check_bpe_encode, ex.check_cross_entropy, ex.check_offset_scores])
+def test_exit_and_endless_loops_are_one_line_reports(check, capsys, monkeypatch):
+    monkeypatch.setattr(ex.core, "CASE_SECONDS", 0.5)
+
+    def forever(*args):
+        while True:
+            pass
+
+    fails(check, forever, capsys, "did not return within")
+    fails(check, lambda *args: exit(1), capsys, "called exit(1)")
