@@ -14,6 +14,8 @@ In a student copy:
   ``solution`` becomes ``exercise`` and tags that hide the cell in the book are removed;
 - every code cell of the exercises section (from the first heading containing "Exercise" or the
   first solution cell, whichever comes first) loses its outputs, so neither solutions nor predict-then-run answers show;
+- a cell tagged ``answer`` (the teacher's answer to a predict-then-run or explain exercise) becomes
+  an empty markdown cell "**Your answer:**" for the student to write in;
 - an "Answers" admonition in the prose (```` ```{admonition} Answers ````, folded in the book) is
   replaced by a line saying that the answers are in the teacher's copy;
 - everything else (prose, the chapter's code and its outputs, the ``check_*`` calls) is unchanged.
@@ -35,7 +37,11 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTION_TAG, EXERCISE_TAG = "solution", "exercise"
+SOLUTION_TAG, EXERCISE_TAG, ANSWER_TAG = "solution", "exercise", "answer"
+YOUR_ANSWER = "**Your answer:**\n\n"
+# The book's one exercise format: "### Exercise 3. Top-p without sorting (implement)".
+EXERCISE_HEADING = re.compile(r"^###\s+Exercise\s+(?P<number>\d+)\.\s+(?P<title>.+?)\s+"
+                              r"\((?P<kind>implement|predict, then run|explain)\)\s*$", re.MULTILINE)
 HIDING_TAGS = {"hide-input", "hide-cell", "hide-output", "remove-input", "remove-cell", "remove-output"}
 EXERCISES_HEADING = re.compile(r"^\s{0,3}#{1,6}\s.*\bexercises?\b", re.IGNORECASE | re.MULTILINE)
 DEFAULT_INSTRUCTION = "write this exercise's solution (see the instructions above)"
@@ -52,6 +58,22 @@ def tags(cell) -> list[str]:
 
 def is_solution(cell) -> bool:
     return cell.cell_type == "code" and SOLUTION_TAG in tags(cell)
+
+
+def defined_names(source: str) -> set[str]:
+    """The names a code cell binds at top level (functions, classes, assignments); empty if not Python."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
 
 
 EXERCISE_LABEL = re.compile(r"\s*(\*\*|__)?\s*(exercise\b|\d+[.)])", re.IGNORECASE)
@@ -181,6 +203,9 @@ def make_student(nb):
     start = exercises_start(nb)
     last_markdown = ""
     for index, cell in enumerate(nb.cells):
+        if ANSWER_TAG in tags(cell):
+            nb.cells[index] = nbformat.v4.new_markdown_cell(YOUR_ANSWER, metadata={"tags": [ANSWER_TAG]})
+            continue
         if cell.cell_type == "markdown":
             cell.source = strip_answers(cell.source)
             last_markdown = cell.source
@@ -193,6 +218,7 @@ def make_student(nb):
             cell.source = stub_source(cell.source, message)
             kept = [t for t in tags(cell) if t != SOLUTION_TAG and t not in HIDING_TAGS]
             cell.metadata["tags"] = [EXERCISE_TAG, *kept]
+            cell.metadata.pop("mystnb", None)  # the teacher's toggle text
         if solution or (start is not None and index >= start):
             cell.outputs = []
             cell.execution_count = None

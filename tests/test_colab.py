@@ -1,4 +1,5 @@
-"""The Colab path: every chapter's set-up cell installs this repository, and chapters run in a fresh,
+"""The Colab path: every chapter's set-up cell is the one scripts/colab_setup.py writes (from
+_config.yml and pyproject.toml), it fails loudly when the install fails, and chapters run in a fresh,
 Colab-like environment.
 
 The fresh-environment test takes minutes, so ``make test`` skips it; ``make test-colab`` runs it
@@ -21,18 +22,23 @@ import time
 import tomllib
 from pathlib import Path
 
+import importlib.util
+
 import jupytext
 import nbformat
 import pytest
 import yaml
+
+_spec = importlib.util.spec_from_file_location("colab_setup", Path(__file__).resolve().parent.parent / "scripts"
+                                               / "colab_setup.py")
+colab_setup = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(colab_setup)
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 REPOSITORY_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 DISTRIBUTION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
 SETUP_TAG = "colab-setup"
-# %pip install --quiet "gpt-from-scratch-book @ git+https://github.com/owner/repo" (an extra such as [notebooks] allowed)
-INSTALL_LINE = re.compile(r'%pip install --quiet "(?P<name>[\w.-]+)(?P<extras>\[[\w,-]+\])? @ git\+(?P<url>[^"@#]+)"')
 COLAB_ENV = "GPT_FROM_SCRATCH_TEST_COLAB"  # chapter numbers to run, e.g. "01 04"; unset: skip
 TORCH_VERSION = "2.13.0"
 
@@ -54,31 +60,55 @@ def setup_cells(nb) -> list:
 
 @pytest.mark.skipif(not CHAPTER_FILES, reason="no chapter yet")
 @pytest.mark.parametrize("path", CHAPTER_FILES, ids=lambda p: str(p.relative_to(NOTEBOOKS)))
-def test_setup_cell_installs_the_configured_repository(path):
+def test_setup_cell_is_the_one_the_script_writes(path):
     nb = read_chapter(path)
     cells = setup_cells(nb)
     assert len(cells) == 1, f"{path.name}: expected exactly one cell tagged {SETUP_TAG!r}, found {len(cells)}"
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert first_code is cells[0], f"{path.name}: the {SETUP_TAG} cell must be the first code cell"
-    matches = list(INSTALL_LINE.finditer(cells[0].source))
-    assert len(matches) == 1, f"{path.name}: no `%pip install --quiet \"NAME @ git+URL\"` line in:\n{cells[0].source}"
-    install = matches[0]
-    assert install["url"] == REPOSITORY_URL, (
-        f"{path.name} installs from {install['url']}, but _config.yml's repository.url is {REPOSITORY_URL}"
-    )
-    assert install["name"] == DISTRIBUTION, (
-        f"{path.name} installs {install['name']!r}, but pyproject.toml names the distribution {DISTRIBUTION!r}"
-    )
-    assert "import gpt_from_scratch" in cells[0].source  # installs only where the package is missing
+    assert cells[0].source == colab_setup.cell_source(), (
+        f"{path.name}: the set-up cell drifted from scripts/colab_setup.py's; run python scripts/colab_setup.py")
 
 
-@pytest.mark.skipif(len(CHAPTER_FILES) < 2, reason="fewer than two chapters")
-def test_setup_cells_are_identical_in_every_chapter():
-    sources = {path.name: setup_cells(read_chapter(path))[0].source.strip() for path in CHAPTER_FILES
-               if setup_cells(read_chapter(path))}
-    distinct = sorted(set(sources.values()))
-    assert len(distinct) == 1, "the set-up cells differ:\n" + "\n---\n".join(
-        f"{[n for n, s in sources.items() if s == text]}:\n{text}" for text in distinct)
+def test_the_script_finds_no_drift():
+    assert colab_setup.main(["--check"]) == 0
+
+
+def test_setup_cell_installs_the_configured_version_and_says_why_it_failed():
+    config = colab_setup.settings()
+    source = colab_setup.cell_source(config)
+    assert config["url"] == REPOSITORY_URL and config["name"] == DISTRIBUTION
+    assert f'"{DISTRIBUTION}[notebooks] @ {{source}}"' in source
+    assert f"{REPOSITORY_URL}@v{config['version']}" in source  # pinned: the tag of this version
+    pypi = colab_setup.cell_source({**config, "install": "pypi"})
+    assert f'"{DISTRIBUTION}[notebooks]=={config["version"]}"' in pypi
+    assert all(len(line) <= 92 for line in (source + "\n" + pypi).splitlines())
+
+
+def test_setup_cell_stops_with_a_clear_message_when_the_install_fails(monkeypatch):
+    """The cell as IPython runs it, with the package missing and %pip installing nothing."""
+    import builtins
+
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    python = TransformerManager().transform_cell(colab_setup.cell_source())  # %pip -> run_line_magic
+    pip_calls = []
+
+    class Shell:
+        def run_line_magic(self, name, line, *args):
+            pip_calls.append((name, line))  # no network: pip prints its error and installs nothing
+
+    real_import = builtins.__import__
+
+    def no_package(name, *args, **kwargs):
+        if name.split(".")[0] == "gpt_from_scratch":
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_package)
+    with pytest.raises(RuntimeError, match=r"could not install gpt-from-scratch-book .*internet access"):
+        exec(compile(python, "<colab-setup>", "exec"), {"get_ipython": Shell})
+    assert pip_calls and pip_calls[0][0] == "pip" and DISTRIBUTION in pip_calls[0][1]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -145,8 +175,9 @@ def test_chapters_run_in_a_fresh_colab_like_environment(tmp_path):
     for chapter in chapters:
         nb = nbformat.read(chapter, as_version=4)
         (cell,) = setup_cells(nb)
-        assert f"git+{REPOSITORY_URL}" in cell.source
-        cell.source = cell.source.replace(f"git+{REPOSITORY_URL}", package.as_uri())  # offline: the checkout
+        git_source = colab_setup.git_source(colab_setup.settings())
+        assert git_source in cell.source
+        cell.source = cell.source.replace(git_source, package.as_uri())  # offline: the checkout
         nbformat.write(nb, workdir / chapter.name)
 
     env = {key: value for key, value in os.environ.items()

@@ -230,8 +230,19 @@ def test_layer_norm_references_pass(capsys):
 
     assert_passes(ex.check_layer_norm, layer_norm, capsys)
     assert_passes(ex.check_layer_norm, lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps), capsys)
-    assert_passes(ex.check_layer_norm, nn.LayerNorm, capsys)
-    assert_passes(ex.check_layer_norm, LayerNorm, capsys)
+    assert_passes(ex.check_layer_norm, HandWrittenLayerNorm, capsys)
+    # a module is Chapter 3's exercise, which rules out the library's LayerNorm and the package's
+    assert_fails(ex.check_layer_norm, nn.LayerNorm, capsys, "rules out")
+    assert_fails(ex.check_layer_norm, LayerNorm, capsys, "rules out")
+
+
+class HandWrittenLayerNorm(nn.Module):
+    def __init__(self, D, eps=1e-5):
+        super().__init__()
+        self.weight, self.bias, self.eps = nn.Parameter(torch.ones(D)), nn.Parameter(torch.zeros(D)), eps
+
+    def forward(self, x):
+        return layer_norm(x, self.weight, self.bias, self.eps)
 
 
 def unbiased(x, w, b, eps):

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import (_Case, _Mismatch, _call, _compare_values, _describe, _generator, _require_tensor, _run_cases)
+from .core import (_forbid, _Case, _Mismatch, _call, _compare_values, _describe, _generator, _require_tensor, _run_cases)
 
 __all__ = ["check_layer_norm"]
 
@@ -34,10 +34,14 @@ def _layer_norm_variants(x: Tensor, weight: Tensor, bias: Tensor, eps: float) ->
     ]
 
 
+NO_LIBRARY = "write the normalization yourself, without F.layer_norm or nn.LayerNorm"
+
+
 def check_layer_norm(candidate) -> bool:
     """Check a LayerNorm. ``candidate`` is either a function ``layer_norm(x, weight, bias, eps)``
     normalizing over the last dimension, or an ``nn.Module`` class built as ``LN(D, eps=eps)`` whose
-    parameters are named ``weight`` (γ) and ``bias`` (β), like ``nn.LayerNorm``.
+    parameters are named ``weight`` (γ, starting at ones) and ``bias`` (β, zeros), like ``nn.LayerNorm``;
+    a module must not call ``F.layer_norm`` or ``nn.LayerNorm`` (Chapter 3's exercise).
 
     The reference is ``torch.nn.functional.layer_norm``: biased variance, eps inside the square root.
     """
@@ -59,15 +63,20 @@ def check_layer_norm(candidate) -> bool:
             expected = F.layer_norm(x64, (D,), w64, b64, eps)
             if is_module:
                 module = _call(candidate, D, eps=eps)
-                for name, value in (("weight", weight), ("bias", bias)):
+                for name, value, start in (("weight", weight, 1.0), ("bias", bias, 0.0)):
                     param = getattr(module, name, None)
-                    if not isinstance(param, Tensor) or param.shape != (D,):
+                    if not isinstance(param, nn.Parameter) or param.shape != (D,):
                         raise _Mismatch(f"your module has no parameter {name} of shape ({D},): got {_describe(param)}",
                                         hint="create self.weight = nn.Parameter(torch.ones(D)) (γ) and "
                                              "self.bias = nn.Parameter(torch.zeros(D)) (β)")
+                    if not bool((param == start).all()):
+                        raise _Mismatch(f"{name} starts at {param.detach()[:3].tolist()}…, expected all {start:g}",
+                                        hint="like nn.LayerNorm, γ starts at ones and β at zeros: the layer "
+                                             "begins as a plain normalization")
                     with torch.no_grad():
                         param.copy_(value)
-                out = _call(module, x.clone())
+                with _forbid(NO_LIBRARY, (F, "layer_norm"), (torch, "layer_norm"), (nn.LayerNorm, "forward")):
+                    out = _call(module, x.clone())
             else:
                 out = _call(candidate, x.clone(), weight.clone(), bias.clone(), eps)
             got = _require_tensor(out, expected.float(), "output",

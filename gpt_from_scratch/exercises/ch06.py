@@ -12,12 +12,13 @@ from .core import _Case, _compare_values, _call, _forbid, _generator, _require_t
 
 __all__ = ["check_cross_entropy"]
 
-RULE = "compute the loss from exp, log, max and gather, without F.cross_entropy, log_softmax or nll_loss"
+RULE = ("compute the loss from exp, log, max and gather, without F.cross_entropy, log_softmax, logsumexp "
+        "or nll_loss")
 
 
 def check_cross_entropy(candidate) -> bool:
     """Check ``cross_entropy(logits, targets)`` -> scalar mean loss, for logits (B, T, V) and targets
-    (B, T), written without ``F.cross_entropy``, ``log_softmax`` or ``nll_loss`` (calling them fails)."""
+    (B, T), written without ``F.cross_entropy``, ``log_softmax``, ``logsumexp`` or ``nll_loss`` (calling them fails)."""
     specs = [("logits (2, 3, 5) of size about 1", (2, 3, 5), 1.0, 1),
              ("logits (4, 8, 65) of size about 30 (exp overflows without the max)", (4, 8, 65), 30.0, 2),
              ("logits (1, 1, 3) with one logit 1000 above the rest", (1, 1, 3), 1000.0, 3)]
@@ -30,7 +31,8 @@ def check_cross_entropy(candidate) -> bool:
             flat_logits, flat_targets = logits.flatten(0, 1).double(), targets.flatten()
             expected = F.cross_entropy(flat_logits, flat_targets).float()
             with _forbid(RULE, (F, "cross_entropy"), (F, "log_softmax"), (F, "nll_loss"),
-                         (torch, "log_softmax"), (Tensor, "log_softmax")):
+                         (torch, "log_softmax"), (Tensor, "log_softmax"), (torch, "logsumexp"),
+                         (Tensor, "logsumexp")):
                 got = _call(candidate, logits.clone(), targets.clone())
             got = _require_tensor(got, expected, "loss", shape_hint="return one number: the mean over B and T, "
                                                                     "a tensor of shape ()")

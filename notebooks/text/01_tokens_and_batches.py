@@ -633,18 +633,19 @@ for b in range(2):
 #
 # ## Exercises
 #
-# Each implementation exercise ends with a checker from `gpt_from_scratch.exercises`: it runs your code on
-# cases it has not seen and reports the first mismatch with a hint.
+# Each implementation exercise ends with a check from `gpt_from_scratch.exercises`: it runs
+# your code on cases it has not seen and reports the first mismatch with a hint. Write each
+# solution in the cell of its stub, under the name the exercise gives.
+#
+# ### Exercise 1. A sorted character tokenizer (implement)
+#
+# Write the character tokenizer as a class `SortedCharTokenizer(text)`: its vocabulary is
+# the sorted set of the text's characters, and it has `encode(str) -> list[int]`,
+# `decode(ids) -> str` and a `vocab_size` attribute or property.
 
-# %% [markdown]
-# **Exercise 1 (implement).** Write the character tokenizer as a class: `CharTokenizerSolution(text)` builds
-# its vocabulary from the sorted set of the text's characters, and has `encode(str) -> list[int]`,
-# `decode(ids) -> str` and a `vocab_size` attribute or property. The checker compares it with a reference on
-# texts it has never seen.
-
-# %% tags=["solution"]
-class CharTokenizerSolution:
-    """A character-level tokenizer: ids are positions in the sorted set of the text's characters."""
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+class SortedCharTokenizer:
+    """A character tokenizer: ids index the sorted set of the text's characters."""
 
     def __init__(self, text):
         self.chars = sorted(set(text))
@@ -661,18 +662,21 @@ class CharTokenizerSolution:
 # %%
 from gpt_from_scratch.exercises import check_char_tokenizer
 
-check_char_tokenizer(CharTokenizerSolution)
+check_char_tokenizer(SortedCharTokenizer);
 
 # %% [markdown]
-# **Exercise 2 (implement).** Write `get_batch_solution(data, batch_size, block_size, generator=None)` the
-# way nanoGPT does it: draw the starts with `torch.randint`, then build `x` and `y` with a list
-# comprehension of slices and `torch.stack`, instead of one fancy index. `data` is a 1-D `LongTensor`;
-# return `(x, y)`, both `int64` of shape $(B, T)$.
+# ### Exercise 2. nanoGPT's get_batch (implement)
+#
+# Write `get_batch_stacked(data, batch_size, block_size, generator=None)` the way nanoGPT
+# does it: draw the starts with `torch.randint`, then build `x` and `y` with a list
+# comprehension of slices and `torch.stack`, instead of one fancy index. `data` is a 1-D
+# `LongTensor`; return `(x, y)`, both `int64` of shape $(B, T)$.
 
-# %% tags=["solution"]
-def get_batch_solution(data, batch_size, block_size, generator=None):
-    """Random (x, y) windows of a 1-D token tensor, y shifted one token to the right of x."""
-    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def get_batch_stacked(data, batch_size, block_size, generator=None):
+    """Random (x, y) windows of a 1-D token tensor, y one token to the right of x."""
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
+    # starts: (B,)
     x = torch.stack([data[s : s + block_size] for s in starts.tolist()])  # (B, T)
     y = torch.stack([data[s + 1 : s + 1 + block_size] for s in starts.tolist()])  # (B, T)
     return x.long(), y.long()
@@ -681,20 +685,66 @@ def get_batch_solution(data, batch_size, block_size, generator=None):
 # %%
 from gpt_from_scratch.exercises import check_get_batch
 
-check_get_batch(get_batch_solution)
+check_get_batch(get_batch_stacked);
 
 # %% [markdown]
-# **Exercise 3 (predict, then run).** Without running anything, predict: (a) how many GPT-2 tokens
-# `" Romeo"`, `"Romeo"` and `" ROMEO"` take; (b) the largest start `get_batch` can return for
-# `len(data) = 1000` and `block_size = 256`. Then check with `enc.encode_ordinary` and with a `get_batch`
-# call on `np.arange(1000)` with a large batch.
+# ### Exercise 3. Tokens and starts (predict, then run)
 #
-# **Exercise 4 (explain).** A teammate proposes to skip the `.bin` files: encode the corpus into one
-# `int64` tensor, `torch.save` it, and `torch.load` it at the start of every training run. For Tiny
-# Shakespeare that works. Explain what breaks, and why, for a corpus of tens of billions of tokens, and what
-# `uint16` and `np.memmap` each change. Which of the two stops working for `tiktoken`'s `cl100k_base`,
-# whose name says it has about 100k tokens?
+# Without running anything, predict: (a) how many GPT-2 tokens `" Romeo"`, `"Romeo"` and `"
+# ROMEO"` take; (b) the largest start `get_batch` can return for `len(data) = 1000` and
+# `block_size = 256`. Write your predictions in the answer cell, then run the cell after it.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# (a) A name that is frequent in web text with its leading space is one token; without the
+# space, or in capitals, it is rarer and is cut into pieces, so `" Romeo"` takes the fewest
+# tokens and the other two more (the cell prints the counts). (b) The starts come from
+# `randint(len(data) - block_size)`, whose bound is exclusive: the largest is $1000 - 256 -
+# 1 = 743$, the last start whose target window still exists.
+# ```
+
+# %%
+for word in [" Romeo", "Romeo", " ROMEO"]:
+    print(f"{word!r}: {len(enc.encode_ordinary(word))} token(s)")
+g = torch.Generator().manual_seed(0)
+many_x, _ = get_batch(np.arange(1000), 20_000, 256, generator=g)
+print("largest start drawn in 20,000 windows:", int(many_x[:, 0].max()))
+
+# %% [markdown]
+# ### Exercise 4. Why token files (explain)
 #
-# **Exercise 5 (explain).** A colleague shuffles all 301,950 training windows and keeps 10% of them as the
-# validation set instead of holding out the end of the play. Why will their validation loss look better
+# A teammate proposes to skip the `.bin` files: encode the corpus into one `int64` tensor,
+# `torch.save` it, and `torch.load` it at the start of every training run. For Tiny
+# Shakespeare that works. Explain what breaks, and why, for a corpus of tens of billions of
+# tokens, and what `uint16` and `np.memmap` each change. Which of the two stops working for
+# `tiktoken`'s `cl100k_base`, whose name says it has about 100k tokens?
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# `torch.load` reads the whole tensor into memory: at 8 bytes per token, tens of billions of
+# tokens are hundreds of gigabytes, more than the machine's memory, and every run pays the
+# full read before the first step. `uint16` cuts the size by four (2 bytes per token),
+# because every GPT-2 id is below $2^{16} = 65{,}536$; `np.memmap` stops loading altogether:
+# the operating system reads only the pages a batch touches, so memory use no longer grows
+# with the corpus. `uint16` is the one that breaks for `cl100k_base`: ids up to about
+# 100,000 do not fit in 16 bits, so those files need `uint32`.
+# ```
+
+# %% [markdown]
+# ### Exercise 5. A shuffled split (explain)
+#
+# A colleague shuffles all the training windows and keeps 10% of them as the validation set
+# instead of holding out the end of the play. Why will their validation loss look better
 # than ours while telling them less?
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Neighbouring windows overlap almost entirely: a validation window shifted by one token is,
+# but for one token, a training window. The model is then scored on text it has practically
+# memorized, so the loss is low. It measures recall of the training text, not what we care
+# about: how well the model predicts text it has never seen. Holding out the end of the play
+# keeps every validation token out of training.
+# ```

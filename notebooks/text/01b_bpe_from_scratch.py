@@ -519,52 +519,73 @@ print("longest tokens:", sorted((tok_2048.vocab[i].decode() for i in tok_2048.me
 #
 # ## Exercises
 #
-# **1. Predict, then run.** Our 2,048-token tokenizer was trained on Shakespeare; GPT-2's 50,257 on
-# web text. On a passage of Shakespeare it did not see, and on a sentence of modern English, which of the
-# two needs fewer tokens, and by how much? Write down a guess for the four characters-per-token numbers,
-# then run the cell.
+# ### Exercise 1. Whose text, whose tokenizer (predict, then run)
+#
+# Our 2,048-token tokenizer was trained on Shakespeare; GPT-2's 50,257 on web text. On a
+# passage of Shakespeare it did not see, and on a sentence of modern English, which of the
+# two needs fewer tokens, and by how much? Write down a guess for the four
+# characters-per-token numbers, then run the cell after the answer.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# GPT-2 needs fewer tokens on both, and on modern English far fewer than ours (compare the
+# printed rates). Ours keeps its Shakespeare rate only thanks to short common words (" the",
+# " on", " new"); "startup", "emailed" and "investors" never occurred in its training text,
+# so it spells them from short pieces. A tokenizer compresses best the kind of text it was
+# trained on, one reason each new model family trains its own.
+# ```
 
 # %%
-modern = ("The startup emailed its investors on Monday: the new smartphone app had reached 2 million users, "
-          "and the servers were struggling.")
+modern = ("The startup emailed its investors on Monday: the new smartphone app had reached "
+          "2 million users, and the servers were struggling.")
 for name, tok in [("ours, 2,048 tokens", tok_2048), ("GPT-2, 50,257 tokens", gpt2_bpe)]:
     for label, passage in [("Shakespeare", val_text[:3000]), ("modern English", modern)]:
-        print(f"{name:21} {label:15} {len(passage) / len(tok.encode(passage)):.2f} characters per token")
+        rate = len(passage) / len(tok.encode(passage))
+        print(f"{name:21} {label:15} {rate:.2f} characters per token")
 print([tok_2048.vocab[i].decode() for i in tok_2048.encode(modern)][:16])
 
-# %% tags=["solution"]
-# GPT-2 needs fewer tokens on both, and on modern English about half as many as ours. Ours keeps its
-# Shakespeare rate only thanks to short common words (" the", " on", " new"); "startup", "emailed" and
-# "investors" never occurred in its training text, so it spells them from short pieces. A tokenizer
-# compresses best the kind of text it was trained on, one reason each new model family trains its own.
-
 # %% [markdown]
-# **2. Explain.** The chapter trained one tokenizer to 2,048 tokens and *cut its merge list* to get the
-# 512-token one, and checked that this equals training to 512 directly. Why is that true? Which change to
-# `train_bpe` would break it: (a) breaking ties by the largest ids instead of the smallest, (b) choosing
-# among the tied pairs at random, (c) stopping when no pair occurs more than once?
+# ### Exercise 2. Cutting the merge list (explain)
+#
+# The chapter trained one tokenizer to 2,048 tokens and *cut its merge list* to get the
+# 512-token one, and checked that this equals training to 512 directly. Why is that true?
+# Which change to `train_bpe` would break it: (a) breaking ties by the largest ids instead
+# of the smallest, (b) choosing among the tied pairs at random, (c) stopping when no pair
+# occurs more than once? The cell after the answer checks the prefix property once more, on
+# two small sizes.
 
-# %% tags=["solution"]
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Training is greedy and deterministic: merge $k$ depends only on the text and on merges $0
+# \ldots k-1$, never on how many merges will follow. So whatever the target size, the first
+# $k$ steps are the same computation. (a) keeps that: a different but fixed rule still gives
+# the same first $k$ merges for every target size. (b) breaks it: two runs can pick
+# different pairs at a tie, and from then on everything differs. (c) only stops the loop
+# earlier; the merges it does learn are still a prefix.
+# ```
+
+# %%
 small, large = BPETokenizer.train(val_text, 300), BPETokenizer.train(val_text, 400)
-assert list(small.merges.items()) == list(large.merges.items())[:44]
-print("first 44 merges of the 400-token tokenizer == all merges of the 300-token one")
-# Training is greedy and deterministic: merge k depends only on the text and on merges 0..k-1, never on how
-# many merges will follow. So whatever the target size, the first k steps are the same computation.
-# (a) keeps that: a different but fixed rule still gives the same first k merges for every target size.
-# (b) breaks it: two runs can pick different pairs at a tie, and from then on everything differs.
-# (c) only stops the loop earlier; the merges it does learn are still a prefix.
+same = list(small.merges.items()) == list(large.merges.items())[: len(small.merges)]
+print(f"the {len(small.merges)} merges of the 300-token tokenizer open the 400-token list:",
+      same)
 
 # %% [markdown]
-# **3. Implement.** Write `encode_solution(text, merges)`, the encoder of a tokenizer you trained:
-# `merges` maps a pair of ids to the new id it creates, `{(a, b): new_id}`, like `tok_2048.merges`, so a
-# lower new id means a merge learned earlier. Cut the text into chunks with `GPT2_PATTERN`, start each
-# chunk from its UTF-8 bytes (byte $b$ is id $b$), apply the earliest-learned merge among the adjacent
-# pairs present until none applies, and return the ids of all the chunks in order. The check compares
-# your ids with `BPETokenizer`'s on the whole validation text.
+# ### Exercise 3. Encoding with a merge table (implement)
+#
+# Write `bpe_encode(text, merges)`, the encoder of a tokenizer you trained: `merges` maps a
+# pair of ids to the new id it creates, `{(a, b): new_id}`, like `tok_2048.merges`, so a
+# lower new id means a merge learned earlier. Cut the text into chunks with `GPT2_PATTERN`,
+# start each chunk from its UTF-8 bytes (byte $b$ is id $b$), apply the earliest-learned
+# merge among the adjacent pairs present until none applies, and return the ids of all the
+# chunks in order. You may use this chapter's `merge_pair`. The check trains its own small
+# tokenizer, on text with accents, Japanese and an emoji.
 
-# %% tags=["solution"]
-def encode_solution(text, merges):
-    """Encode `text` with a trained merge table {(a, b): new_id}, earliest merge first, chunk by chunk."""
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def bpe_encode(text, merges):
+    """Encode `text` with merges {(a, b): new_id}, earliest merge first, per chunk."""
     out = []
     for chunk in regex.findall(GPT2_PATTERN, text):
         ids = list(chunk.encode("utf-8"))
@@ -577,22 +598,31 @@ def encode_solution(text, merges):
         out.extend(ids)
     return out
 
-# %% tags=["nbval-check-output"]
-solution_ids = encode_solution(val_text, tok_2048.merges)
-assert solution_ids == tok_2048.encode(val_text), "your ids differ from BPETokenizer's"
-print(f"encode_solution == BPETokenizer.encode on the validation text: {len(solution_ids):,} tokens")
+
+# %%
+from gpt_from_scratch.exercises import check_bpe_encode
+
+check_bpe_encode(bpe_encode);
 
 # %% [markdown]
-# **4. Explain.** GPT-2's regex keeps a whole run of digits in one chunk (` ?\p{N}++`), so the merges
-# decide how numbers are cut. Encode `" 1234 12345 123456 2024 1999"` and look at the pieces. Why could
-# this make arithmetic hard for the model, and what would you change in the regex? (Later OpenAI
-# tokenizers, such as tiktoken's `cl100k_base`, use `\p{N}{1,3}`: chunks of at most three digits.)
+# ### Exercise 4. Digits (explain)
+#
+# GPT-2's regex keeps a whole run of digits in one chunk (` ?\p{N}++`), so the merges decide
+# how numbers are cut. Run the cell below to see the pieces of `" 1234 12345 123456 2024
+# 1999"`. Why could this make arithmetic hard for the model, and what would you change in
+# the regex? (Later OpenAI tokenizers, such as tiktoken's `cl100k_base`, use `\p{N}{1,3}`:
+# chunks of at most three digits.)
 
-# %% tags=["solution"]
+# %%
 numbers = " 1234 12345 123456 2024 1999"
 print([gpt2_bpe.vocab[i].decode() for i in gpt2_bpe.encode(numbers)])
-# The pieces follow how often digit strings appeared in web text, not place value: years such as 2024
-# and 1999 are single tokens while other numbers are cut at irregular places, so the same digit lands
-# in differently shaped tokens from one number to the next and the model cannot line up units, tens
-# and hundreds. Splitting digit runs into chunks of at most three digits (or single digits) makes the
-# cuts predictable.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# The pieces follow how often digit strings appeared in web text, not place value: years
+# such as 2024 and 1999 can be single tokens while other numbers are cut at irregular
+# places, so the same digit lands in differently shaped tokens from one number to the next
+# and the model cannot line up units, tens and hundreds. Splitting digit runs into chunks of
+# at most three digits (or single digits) makes the cuts predictable.
+# ```

@@ -491,11 +491,14 @@ print(f"nn.Embedding default / GPT-2 init: {norms['nn.Embedding default, N(0, 1)
 #
 # ## Exercises
 #
-# **1. Implement the sinusoidal table.** Write `sinusoidal_solution(T, D)` returning the $(T, D)$ table
-# in float32, with whole-tensor operations (no Python loop over positions). Then run the checker.
+# ### Exercise 1. The sinusoidal table in one go (implement)
+#
+# Write `sinusoidal_table(T, D)` returning the sinusoidal $(T, D)$ table in float32,
+# computed with whole-tensor operations (no Python loop over positions, unlike
+# `sinusoidal_by_hand`). Then run the check.
 
-# %% tags=["solution"]
-def sinusoidal_solution(T, D):
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def sinusoidal_table(T, D):
     position = torch.arange(T, dtype=torch.float64)[:, None]  # (T, 1)
     frequency = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
     pe = torch.zeros(T, D, dtype=torch.float64)
@@ -507,21 +510,86 @@ def sinusoidal_solution(T, D):
 # %%
 from gpt_from_scratch.exercises import check_sinusoidal_positional_encoding
 
-check_sinusoidal_positional_encoding(sinusoidal_solution)
+check_sinusoidal_positional_encoding(sinusoidal_table);
 
 # %% [markdown]
-# **2. Predict, then run.** For $D = 64$, which is larger: $P[100] \cdot P[101]$ or $P[100] \cdot P[110]$?
-# And what is $P[100] \cdot P[100]$? Write down your answers, then compute them with
-# `sinusoidal_positional_encoding`. Does $P[0] \cdot P[10]$ give the same value as $P[100] \cdot P[110]$? Why?
+# ### Exercise 2. Dot products of positions (predict, then run)
 #
-# **3. Predict, then run.** The raw-index code drowned the tokens. Predict the cosine similarity of
-# " dog" and " man" when both carry the *sinusoidal* code of position 1,000 (use the $D = 64$ table
-# `wte` of this chapter), then measure it. Why is it much closer to the value without positions?
+# For $D = 64$, which is larger: $P[100] \cdot P[101]$ or $P[100] \cdot P[110]$? And what is
+# $P[100] \cdot P[100]$? Does $P[0] \cdot P[10]$ give the same value as $P[100] \cdot
+# P[110]$? Why? Write your answers down, then run the cell after the answer.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Each pair of dimensions contributes $\sin a \sin b + \cos a \cos b = \cos(a - b)$, so
+# $P[p] \cdot P[q] = \sum_i \cos((p - q)\,\omega_i)$ depends only on the offset $p - q$.
+# Hence $P[100] \cdot P[100] = D/2 = 32$ (every term is $\cos 0 = 1$), $P[0] \cdot P[10] =
+# P[100] \cdot P[110]$ exactly, and the offset of 1 gives the larger product: its angles
+# $\omega_i$ are ten times smaller than those of the offset of 10, so more of the cosines
+# stay close to 1.
+# ```
+
+# %%
+P = sinusoidal_positional_encoding(128, 64, dtype=torch.float64)
+for p, q in [(100, 101), (100, 110), (100, 100), (0, 10)]:
+    print(f"P[{p}] . P[{q}] = {float(P[p] @ P[q]):.4f}")
+
+# %% [markdown]
+# ### Exercise 3. A bounded code (predict, then run)
 #
-# **4. Explain.** A learned table `wpe` has no row for position 1,024, while
-# `sinusoidal_positional_encoding(2048, D)` happily returns one. Does that mean a model trained with
-# sinusoids on 1,024-token texts will work on 2,048-token texts? What has it never seen?
+# The raw-index code drowned the tokens. Predict the cosine similarity of " dog" and " man"
+# when both carry the *sinusoidal* code of position 1,000 (with the $D = 64$ table `wte` of
+# this chapter): closer to the value without positions, or to the raw index's? Then run the
+# cell after the answer.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Closer to the value without positions. Both vectors gain the same code, which pulls them
+# together, but a sinusoidal code has norm $\sqrt{D/2}$ at every position ($\sin^2 + \cos^2
+# = 1$ per pair), about the size of a token embedding, instead of a norm that grows with the
+# position: the tokens stay visible.
+# ```
+
+# %%
+code = sinusoidal_positional_encoding(1001, D)[1000]  # (D,)
+print(f"norm of the sinusoidal code: {code.norm():.2f}; of ' dog': {dog.norm():.2f}")
+alone = F.cosine_similarity(dog, man, dim=0)
+both = F.cosine_similarity(dog + code, man + code, dim=0)
+print(f"cosine(' dog', ' man'): no position {alone:+.3f}; both at 1000 {both:+.3f}")
+
+# %% [markdown]
+# ### Exercise 4. Longer than trained (explain)
 #
-# **5. Explain.** The scheme $P[p] = p / (T - 1)$ gives every position a different code within one
-# sequence. Describe what goes wrong when a model generates text token by token, $T$ growing by one at
+# A learned table `wpe` has no row for position 1,024, while
+# `sinusoidal_positional_encoding(2048, D)` happily returns one. Does that mean a model
+# trained with sinusoids on 1,024-token texts will work on 2,048-token texts? What has it
+# never seen?
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# No. The table has rows for every position, but the model never saw them: it never saw
+# codes of positions beyond 1,023, never attended over offsets longer than 1,023, and never
+# averaged over more than 1,024 keys. Its weights were fitted to those conditions only, so
+# quality usually drops past the training length: a formula for the codes does not make the
+# network extrapolate.
+# ```
+
+# %% [markdown]
+# ### Exercise 5. A code that moves (explain)
+#
+# The scheme $P[p] = p / (T - 1)$ gives every position a different code within one sequence.
+# Describe what goes wrong when a model generates text token by token, $T$ growing by one at
 # each step.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Every code depends on $T$, so each new token changes the code of every earlier token: the
+# same token at the same position reads differently at every step, and the newest token
+# always gets the code 1, so the model cannot tell how far into the text it is. Everything
+# computed for the earlier tokens must be recomputed at each step (no cache can be kept),
+# and the model sees at generation codes it never saw in training, where $T$ was fixed.
+# ```

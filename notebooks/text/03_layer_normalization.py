@@ -570,36 +570,126 @@ for depth in (6, 12, 24, 48):
 #
 # ## Exercises
 #
-# **1. Implement LayerNorm.** Write `layer_norm_solution(x, weight, bias, eps)` that normalizes `x` over
-# its last dimension and applies `weight` ($\gamma$) and `bias` ($\beta$). Then run the checker, which
-# also recognizes the usual mistakes and names them.
+# ### Exercise 1. LayerNorm as a module (implement)
+#
+# Write LayerNorm as a module class `LayerNormModule(D, eps=1e-5)`, like `nn.LayerNorm`:
+# parameters `weight` ($\gamma$, starting at ones) and `bias` ($\beta$, starting at zeros)
+# of shape $(D,)$, and a `forward(x)` that normalizes over the last dimension with the
+# biased variance and applies them. Write the normalization yourself: calling `F.layer_norm`
+# or `nn.LayerNorm` fails the check, which also recognizes the usual mistakes and names
+# them.
 
-# %% tags=["solution"]
-def layer_norm_solution(x, weight, bias, eps):
-    mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
-    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # (..., 1), biased
-    return (x - mean) / torch.sqrt(var + eps) * weight + bias  # (..., D)
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+class LayerNormModule(nn.Module):
+    def __init__(self, D, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(D))  # γ
+        self.bias = nn.Parameter(torch.zeros(D))  # β
+
+    def forward(self, x):  # (..., D)
+        mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # (..., 1), biased
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias  # (..., D)
 
 
 # %%
 from gpt_from_scratch.exercises import check_layer_norm
 
-check_layer_norm(layer_norm_solution)
+check_layer_norm(LayerNormModule);
 
 # %% [markdown]
-# **2. Predict, then run.** Without the affine part, how does `LayerNorm(D)` map $3x + 7$ compared with
-# $x$? And $-x$? And $10^{-4} x$, for a row $x$ of standard deviation 1? Write your three answers down,
-# then check them with `LayerNorm(64, elementwise_affine=False)` on a random row.
+# ### Exercise 2. What LayerNorm forgets (predict, then run)
 #
-# **3. Predict, then run.** The pre-LN stack's standard deviation reached 8.46 after 48 blocks. Predict
-# it after 192 blocks, then measure it with `run_stack(make_stack(PreLNBlock, 192, D, torch.Generator().manual_seed(5)), x0)`.
-# What would it be with GPT-2's $1/\sqrt{2L}$ scaling of `c_proj`?
+# Without the affine part, how does `LayerNorm(D)` map $3x + 7$ compared with $x$? And $-x$?
+# And $10^{-4} x$, for a row $x$ of standard deviation 1? Write your three answers down,
+# then run the cell after the answer.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# $3x + 7$ gives the same output as $x$: the mean removes the shift and the division by the
+# standard deviation removes the positive scale. $-x$ gives minus the output of $x$: the
+# sign survives. $10^{-4} x$ has variance $10^{-8}$, far below $\epsilon = 10^{-5}$, so the
+# denominator is about $\sqrt{\epsilon}$ instead of the standard deviation: the output is
+# the centred input times about $10^{-4} / \sqrt{10^{-5}} \approx 0.03$, not a normalized
+# row.
+# ```
+
+# %%
+ln = nn.LayerNorm(64, elementwise_affine=False)
+row = torch.randn(1, 64, generator=torch.Generator().manual_seed(0))
+with torch.no_grad():
+    y = ln(row)
+    print("3x + 7 vs x:  max difference", f"{(ln(3 * row + 7) - y).abs().max():.2e}")
+    print("-x vs -(x):   max difference", f"{(ln(-row) + y).abs().max():.2e}")
+    print("1e-4 x:       output std", f"{ln(1e-4 * row).std():.4f}", "(normalized: std 1)")
+
+# %% [markdown]
+# ### Exercise 3. Four times deeper (predict, then run)
 #
-# **4. Explain.** A model is trained with BatchNorm in place of LayerNorm. At generation time it
-# processes one sequence, one new token at a time. What does BatchNorm compute in training mode on
+# The pre-LN stack's standard deviation reached 8.46 after 48 blocks. Predict it after 192
+# blocks, then run the cell after the answer.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# In a pre-LN stack every block adds a branch computed from a normalized input, so each
+# addition has about the same size and the variances add up: the standard deviation grows
+# like $\sqrt{L}$. Four times the depth gives about twice the standard deviation of 48
+# blocks, as the printout shows. GPT-2's $1/\sqrt{2L}$ scaling of `c_proj` shrinks each
+# addition so that the sum stays of the same size at every depth.
+# ```
+
+# %%
+with torch.no_grad():
+    deep = run_stack(make_stack(PreLNBlock, 192, D, torch.Generator().manual_seed(5)), x0)
+print(f"std after 48 blocks: {deep[48].std():.2f}; after 192 blocks: {deep[192].std():.2f}")
+
+# %% [markdown]
+# ### Exercise 4. BatchNorm at generation time (explain)
+#
+# A model is trained with BatchNorm in place of LayerNorm. At generation time it processes
+# one sequence, one new token at a time. What does BatchNorm compute in training mode on
 # that single token, and why does `model.eval()` not fully solve the problem?
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# In training mode BatchNorm normalizes each feature over the batch: a batch of one token
+# has mean equal to the token itself and variance 0, so every feature becomes $(x - x) /
+# \sqrt{0 + \epsilon} = 0$ and the output is $\beta$, whatever the token. `model.eval()`
+# switches to the running averages collected in training, which avoids that collapse, but
+# those statistics were gathered over whole batches of many sequences and positions (future
+# tokens included): at generation the model sees its features normalized with numbers that
+# do not describe the one sequence in front of it, so training and generation still compute
+# different functions.
+# ```
+
+# %% [markdown]
+# ### Exercise 5. RMSNorm (explain)
 #
-# **5. Explain.** RMSNorm, used by many recent models, skips the mean:
-# $y = \gamma \odot x / \sqrt{\tfrac{1}{D}\sum_j x_j^2 + \epsilon}$. For which inputs does it give the
-# same output as LayerNorm (with $\beta = 0$)? Which of the invariances of exercise 2 does it lose?
-# Test your answer with a few lines of code.
+# RMSNorm, used by many recent models, skips the mean: $y = \gamma \odot x /
+# \sqrt{\tfrac{1}{D}\sum_j x_j^2 + \epsilon}$. For which inputs does it give the same output
+# as LayerNorm (with $\beta = 0$)? Which of the invariances of exercise 2 does it lose? The
+# cell after the answer tests it.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# For rows whose mean is 0: then $\frac{1}{D}\sum_j x_j^2$ is the biased variance and both
+# formulas agree. RMSNorm keeps the invariance to a positive scale and the sign flip, but
+# loses the invariance to a shift: $x + 7$ no longer gives the output of $x$.
+# ```
+
+# %%
+def rms_norm(x, eps=1e-5):
+    return x / torch.sqrt((x**2).mean(dim=-1, keepdim=True) + eps)
+
+
+centred = row - row.mean()
+with torch.no_grad():
+    gap = (rms_norm(centred) - ln(centred)).abs().max()
+    print("mean-0 row, RMSNorm vs LayerNorm:", f"{gap:.2e}")
+    print("RMSNorm, 3x vs x:    ", f"{(rms_norm(3 * row) - rms_norm(row)).abs().max():.2e}")
+    print("RMSNorm, x + 7 vs x: ", f"{(rms_norm(row + 7) - rms_norm(row)).abs().max():.2e}")

@@ -759,12 +759,15 @@ print("cross-attention: output", tuple(out.shape), "weights", tuple(w.shape))
 #
 # ## Exercises
 #
-# **1. A causal mask without `tril` (implement).** Write `causal_mask_solution(T)` returning the $(T, T)$
-# boolean mask (True = may attend) from two `torch.arange(T)` vectors and a comparison, using broadcasting:
-# query $i$ may attend to key $j$ exactly when $j \le i$.
+# ### Exercise 1. A causal mask without tril (implement)
+#
+# Write `causal_mask_arange(T)` returning the $(T, T)$ boolean mask (True = may attend) from
+# two `torch.arange(T)` vectors and a comparison, using broadcasting: query $i$ may attend
+# to key $j$ exactly when $j \le i$. Calling `tril`, `triu` or the package's `causal_mask`
+# fails the check.
 
-# %% tags=["solution"]
-def causal_mask_solution(T):
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def causal_mask_arange(T):
     query = torch.arange(T)[:, None]  # (T, 1)
     key = torch.arange(T)[None, :]  # (1, T)
     return key <= query  # (T, T), broadcast
@@ -773,37 +776,43 @@ def causal_mask_solution(T):
 # %%
 from gpt_from_scratch.exercises import check_causal_mask
 
-check_causal_mask(causal_mask_solution)
+check_causal_mask(causal_mask_arange);
 
 # %% [markdown]
-# **2. Attention with `einsum` (implement).** Write `attention_solution(q, k, v, mask=None)` returning
-# `(output, weights)` like `scaled_dot_product_attention`, but compute both matrix products with
-# `torch.einsum` (the scores are `"...qd,...kd->...qk"`). It must work for $(B, T, d)$ and $(B, H, T, d)$
-# inputs and for fewer queries than keys.
+# ### Exercise 2. Attention with einsum (implement)
+#
+# Write `einsum_attention(q, k, v, mask=None)` returning `(output, weights)` like
+# `scaled_dot_product_attention`, but compute both matrix products with `torch.einsum` (the
+# scores are `"...qd,...kd->...qk"`); `@`, `matmul` and library attentions fail the check.
+# It must work for $(B, T, d)$ and $(B, H, T, d)$ inputs and for fewer queries than keys.
 
-# %% tags=["solution"]
-def attention_solution(q, k, v, mask=None):
-    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.size(-1))  # (..., T_q, T_k)
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def einsum_attention(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.size(-1))
+    # scores: (..., T_q, T_k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # over the keys
-    return torch.einsum("...qk,...kd->...qd", weights, v), weights  # (..., T_q, d_v), (..., T_q, T_k)
+    output = torch.einsum("...qk,...kd->...qd", weights, v)  # (..., T_q, d_v)
+    return output, weights
 
 
 # %%
 from gpt_from_scratch.exercises import check_scaled_dot_product_attention
 
-check_scaled_dot_product_attention(attention_solution)
+check_scaled_dot_product_attention(einsum_attention);
 
 # %% [markdown]
-# **3. Multi-head attention as a loop over heads (implement).** Write a module class
-# `LoopedMultiHeadAttention(d_model, n_heads)` with GPT-2's `c_attn = nn.Linear(D, 3D)` and
-# `c_proj = nn.Linear(D, D)`, whose `forward(x)` runs the $H$ heads **one at a time**: head $h$ takes
-# features $h d_k \ldots (h+1) d_k - 1$ of $q$, $k$ and $v$, runs causal attention on them, and the $H$
-# outputs are concatenated along the features before `c_proj`. No `view` or `transpose` needed: this is the
-# "parallel subspaces" picture made literal.
+# ### Exercise 3. Multi-head attention as a loop over heads (implement)
+#
+# Write a module class `LoopedMultiHeadAttention(d_model, n_heads)` with GPT-2's `c_attn =
+# nn.Linear(D, 3D)` and `c_proj = nn.Linear(D, D)`, whose `forward(x)` runs the $H$ heads
+# **one at a time**, in a Python loop: head $h$ takes features $h d_k \ldots (h+1) d_k - 1$
+# of $q$, $k$ and $v$, runs causal attention on them, and the $H$ outputs are concatenated
+# along the features before `c_proj`. No `view` or `transpose` needed: this is the "parallel
+# subspaces" picture made literal. The package's `MultiHeadAttention` is not allowed inside.
 
-# %% tags=["solution"]
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 class LoopedMultiHeadAttention(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -818,7 +827,8 @@ class LoopedMultiHeadAttention(nn.Module):
         heads = []
         for h in range(self.n_heads):
             cols = slice(h * self.d_head, (h + 1) * self.d_head)
-            out, _ = scaled_dot_product_attention(q[..., cols], k[..., cols], v[..., cols], mask)  # (B, T, d_k)
+            q_h, k_h, v_h = q[..., cols], k[..., cols], v[..., cols]  # (B, T, d_k) each
+            out, _ = scaled_dot_product_attention(q_h, k_h, v_h, mask)  # (B, T, d_k)
             heads.append(out)
         return self.c_proj(torch.cat(heads, dim=-1))  # (B, T, D)
 
@@ -826,30 +836,50 @@ class LoopedMultiHeadAttention(nn.Module):
 # %%
 from gpt_from_scratch.exercises import check_multi_head_attention
 
-check_multi_head_attention(LoopedMultiHeadAttention)
+check_multi_head_attention(LoopedMultiHeadAttention);
 
 # %% [markdown]
-# **4. Predict, then run.** In section 4.8 the two sentences " The dog bit the man." and " The man bit the
-# dog." gave the same last output without positions. Without positions, which of the six output positions
-# are equal between the two sentences, and which differ? Write down your prediction, then run the cell.
+# ### Exercise 4. Word order without positions (predict, then run)
+#
+# In section 4.8 the two sentences " The dog bit the man." and " The man bit the dog." gave
+# the same last output without positions. Without positions, which of the six output
+# positions are equal between the two sentences, and which differ? Write down your
+# prediction, then run the cell after the answer.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Without positions, the output at position $t$ depends on its own token (the query) and on
+# the *set* of the first $t + 1$ tokens (the keys and values), not on their order. Position
+# 0 (" The" alone) is equal. Positions 1 to 3 see different sets (" dog" in one, " man" in
+# the other) and differ. Position 4 sees the same set, but its own token is " man" in one
+# sentence and " dog" in the other: it differs. Position 5, ".", has the same token and the
+# same set: equal. The printed differences show which are zero.
+# ```
 
 # %%
 with torch.no_grad():
     ya, yb = layer(embedding(a)[None]), layer(embedding(b_)[None])  # no positions
 for t, (ta, tb) in enumerate(zip(token_labels(a, enc), token_labels(b_, enc))):
-    print(f"position {t}: {ta:>5s} vs {tb:>5s}   max difference {(ya[0, t] - yb[0, t]).abs().max():.4f}")
+    gap = (ya[0, t] - yb[0, t]).abs().max()
+    print(f"position {t}: {ta:>5s} vs {tb:>5s}   max difference {gap:.4f}")
 
 # %% [markdown]
-# **5. Explain.** (a) Why does a KV cache store the keys and values of past tokens, but not their queries?
-# (b) Why could an encoder (attention without a mask) not reuse its cache this way when a new token
-# arrives? (c) The package's attention returns weights of 0 for a query whose mask row is all False, where
-# the formula gives NaN. Where could such a row come from in practice?
+# ### Exercise 5. Caches and masks (explain)
 #
-# ```{admonition} Answers
+# (a) Why does a KV cache store the keys and values of past tokens, but not their queries?
+# (b) Why could an encoder (attention without a mask) not reuse its cache this way when a
+# new token arrives? (c) The package's attention returns weights of 0 for a query whose mask
+# row is all False, where the formula gives NaN. Where could such a row come from in
+# practice?
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
 # :class: dropdown
-# (a) A past query was only needed to compute its own token's output, which is already done; a new token's
-# output needs its own query and everyone's keys and values. (b) Without a mask, every old token attends to
-# the new one too, so every old output changes and must be recomputed: nothing can be reused. (c) From
-# padding: when sequences of different lengths share a batch, the padding positions are masked as keys,
-# and a padding query with a causal mask or a fully padded row may have no key left to see.
+# (a) A past query was only needed to compute its own token's output, which is already done;
+# a new token's output needs its own query and everyone's keys and values. (b) Without a
+# mask, every old token attends to the new one too, so every old output changes and must be
+# recomputed: nothing can be reused. (c) From padding: when sequences of different lengths
+# share a batch, the padding positions are masked as keys, and a padding query with a causal
+# mask or a fully padded row may have no key left to see.
 # ```

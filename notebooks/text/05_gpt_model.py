@@ -712,9 +712,19 @@ del wide
 #
 # ## Exercises
 #
-# **1. Count by hand (predict, then run).** Using the formula of section 5.6, how many parameters does
-# GPT-2 medium ($L = 24$, $D = 1024$) have with an *untied* output layer? Write your number down, then run
-# the cell.
+# ### Exercise 1. Count by hand (predict, then run)
+#
+# Using the formula of section 5.6, how many parameters does GPT-2 medium ($L = 24$, $D =
+# 1024$) have with an *untied* output layer? Write your number down, then run the cell after
+# the answer.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# The tied model's count from the formula, plus one more $V \times D$ matrix for the
+# separate output layer: $50{,}257 \times 1{,}024 = 51{,}463{,}168$ extra parameters. The
+# cell builds the model on the meta device (no memory used) and prints the total.
+# ```
 
 # %%
 with torch.device("meta"):
@@ -722,65 +732,101 @@ with torch.device("meta"):
 print(f"{medium_untied.num_parameters():,}")
 
 # %% [markdown]
-# **2. A post-LN GPT (implement).** Write `PostLNBlock(D, n_heads)`, the original Transformer's order with
-# GPT-2's submodule names (`ln_1`, `attn`, `ln_2`, `mlp`): `x = ln_1(x + attn(x))`, then
-# `x = ln_2(x + mlp(x))`. Then answer: does a post-LN model need `ln_f`?
+# ### Exercise 2. A parallel block (implement)
+#
+# GPT-J and PaLM run attention and the MLP *side by side* on the same normalized input,
+# which saves one LayerNorm and lets the two branches be computed at once. Write
+# `ParallelBlock(config)`, an `nn.Module` with GPT-2's submodule names `ln_1`, `attn` and
+# `mlp` (no `ln_2`), whose `forward(x)` returns $x +
+# \operatorname{attn}(\operatorname{LN}_1(x)) + \operatorname{mlp}(\operatorname{LN}_1(x))$.
+# Use the package's `LayerNorm`, `MultiHeadAttention` and `FeedForward` as building blocks
+# (not `Block`).
 
-# %% tags=["solution"]
-class PostLNBlock(nn.Module):
-    def __init__(self, D, n_heads):
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+class ParallelBlock(nn.Module):
+    def __init__(self, config):
         super().__init__()
-        self.ln_1, self.attn = LayerNorm(D), MultiHeadAttention(D, n_heads)
-        self.ln_2, self.mlp = LayerNorm(D), MLP(D, 4 * D)
+        self.ln_1 = LayerNorm(config.d_model)
+        self.attn = MultiHeadAttention(config.d_model, config.n_heads)
+        self.mlp = FeedForward(config)
 
     def forward(self, x):  # (B, T, D)
-        x = self.ln_1(x + self.attn(x))
-        return self.ln_2(x + self.mlp(x))  # already normalized: no ln_f needed
+        h = self.ln_1(x)  # one normalization feeds both branches
+        return x + self.attn(h) + self.mlp(h)
 
 
 # %%
-post = PostLNBlock(config.d_model, config.n_heads).eval()
-post.load_state_dict(block.state_dict())
-assert_close(post(x), post_ln_block(block, x))
-print("PostLNBlock matches section 5.3's post_ln_block")
+from gpt_from_scratch.exercises import check_parallel_block
+
+check_parallel_block(ParallelBlock);
 
 # %% [markdown]
-# **3. Untie (predict, then run).** Build `GPTConfig.from_preset("tiny", context_length=64, tie_weights=False)` with the same
-# seed as section 5.9. Will the untrained loss on `xb, yb` change much? By how many parameters does the
-# model grow?
+# ### Exercise 3. Untie (predict, then run)
+#
+# Build `GPTConfig.from_preset("tiny", context_length=64, tie_weights=False)` with the same
+# seed as section 5.9. Will the untrained loss on `xb, yb` change much? By how many
+# parameters does the model grow? Write your answers down, then run the cell after the
+# answer.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# The loss barely moves: an untrained output layer, tied or not, holds small random vectors
+# of the same scale, so the logits are as uninformative as before and the loss stays near
+# $\ln V$. The model grows by one $V \times D$ matrix, $50{,}257 \times 32 = 1{,}608{,}224$
+# parameters for the tiny preset, which is most of its size.
+# ```
 
 # %%
 torch.manual_seed(0)
-tiny_untied = GPT(GPTConfig.from_preset("tiny", context_length=64, tie_weights=False)).eval()
+untied_config = GPTConfig.from_preset("tiny", context_length=64, tie_weights=False)
+tiny_untied = GPT(untied_config).eval()
 with torch.no_grad():
-    print(f"loss {tiny_untied(xb, yb)[1]:.4f}; extra parameters {tiny_untied.num_parameters() - tiny.num_parameters():,}")
+    untied_loss = tiny_untied(xb, yb)[1]
+extra = tiny_untied.num_parameters() - tiny.num_parameters()
+print(f"loss {untied_loss:.4f}; extra parameters {extra:,}")
 
 # %% [markdown]
-# **4. Predict the untrained loss of GPT-2 XL (predict, then run).** GPT-2 XL has $D = 1600$. Use
-# $\ln V + \sigma^2/2$ with $\sigma = 0.02\sqrt{D}$ to predict its loss at initialization, then check your
-# prediction on one block of that width (with its $50{,}257 \times 1{,}600$ embedding table, over 100 M
+# ### Exercise 4. The untrained loss of GPT-2 XL (predict, then run)
+#
+# GPT-2 XL has $D = 1600$. Use $\ln V + \sigma^2/2$ with $\sigma = 0.02\sqrt{D}$ to predict
+# its loss at initialization, then run the cell after the answer: it checks your prediction
+# on one block of that width (with its $50{,}257 \times 1{,}600$ embedding table, over 100 M
 # parameters: it takes a few seconds).
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# $\sigma = 0.02 \times 40 = 0.8$, so the prediction is $\ln 50{,}257 + 0.8^2 / 2 \approx
+# 10.82 + 0.32 = 11.14$: above $\ln V$, because the tied logits of a wide model are spread
+# out. Compare with the measured value.
+# ```
 
 # %%
 torch.manual_seed(0)
 xl_wide = GPT(GPTConfig.from_preset("gpt2-xl", n_layers=1, dropout=0.0)).eval()
 with torch.no_grad():
-    print(f"measured: {xl_wide(xb[:1], yb[:1])[1]:.2f} ({xl_wide.num_parameters():,} parameters)")
+    xl_loss = xl_wide(xb[:1], yb[:1])[1]
+print(f"measured: {xl_loss:.2f} ({xl_wide.num_parameters():,} parameters)")
 del xl_wide
 
 # %% [markdown]
-# **5. Explain.** (a) Why does scaling `c_proj` by $1/\sqrt{2L}$ use $2L$ and not $L$? (b) Why does
-# GPT-2 need no $\sqrt{D}$ factor on its embeddings? (c) With tied weights, the logit of token $v$ is
-# $h \cdot e_v$. What does that suggest about the logit an untrained model gives to the *current* input
-# token?
+# ### Exercise 5. Scales and ties (explain)
 #
-# ```{admonition} Answers
+# (a) Why does scaling `c_proj` by $1/\sqrt{2L}$ use $2L$ and not $L$? (b) Why does GPT-2
+# need no $\sqrt{D}$ factor on its embeddings? (c) With tied weights, the logit of token $v$
+# is $h \cdot e_v$. What does that suggest about the logit an untrained model gives to the
+# *current* input token?
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
 # :class: dropdown
-# (a) Each block writes into the residual stream twice, once from attention and once from the MLP: $2L$
-# additions in all. (b) Its positions are learned and initialized at the same scale as the token embeddings
-# (0.02), so neither drowns the other; the $\sqrt{D}$ in the original Transformer balanced the token
-# embeddings against fixed sinusoids of typical size 0.7. (c) The stream still contains the
-# token's own embedding $e_v$, so $h$ points partly along $e_v$ and $h \cdot e_v$ tends to be larger than the
-# other logits: an untrained tied model leans towards repeating its input, more so when the blocks' additions
-# are small compared with the embeddings.
+# (a) Each block writes into the residual stream twice, once from attention and once from
+# the MLP: $2L$ additions in all. (b) Its positions are learned and initialized at the same
+# scale as the token embeddings (0.02), so neither drowns the other; the $\sqrt{D}$ in the
+# original Transformer balanced the token embeddings against fixed sinusoids of typical size
+# 0.7. (c) The stream still contains the token's own embedding $e_v$, so $h$ points partly
+# along $e_v$ and $h \cdot e_v$ tends to be larger than the other logits: an untrained tied
+# model leans towards repeating its input, more so when the blocks' additions are small
+# compared with the embeddings.
 # ```

@@ -647,66 +647,104 @@ print(f"final val loss {resumed.val_loss[-1]:.4f} and {uninterrupted.val_loss[-1
 #
 # ## Exercises
 #
-# **1. Predict, then run.** An untrained GPT with GPT-2's vocabulary starts at what loss? And what loss would a
-# model have that puts probability 1/2 on the right token every time?
+# ### Exercise 1. Two reference losses (predict, then run)
+#
+# An untrained GPT with GPT-2's vocabulary starts at what loss? And what loss would a model
+# have that puts probability 1/2 on the right token every time? Write your answers down,
+# then run the cell after the answer.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# An untrained model spreads its probability about evenly over the vocabulary: $-\ln(1/V) =
+# \ln 50{,}257 \approx 10.82$ nats. Probability 1/2 on the right token every time gives
+# $-\ln(1/2) = \ln 2 \approx 0.69$ nats.
+# ```
 
 # %%
-print(f"untrained, V = 50,257: {math.log(50257):.2f} nats;  probability 1/2 every time: {math.log(2):.2f} nats")
+print(f"untrained, V = 50,257: {math.log(50257):.2f} nats")
+print(f"probability 1/2 every time: {math.log(2):.2f} nats")
 
 # %% [markdown]
-# **2. Cross-entropy by hand (implement).** Write `cross_entropy(logits, targets)` for logits of shape
-# $(B, T, V)$ and targets $(B, T)$, without `F.cross_entropy` or `log_softmax`: subtract each row's maximum
-# (for numerical stability), take the log of the sum of exponentials, and pick the targets' logits.
+# ### Exercise 2. Cross-entropy by hand (implement)
+#
+# Write `cross_entropy_by_hand(logits, targets)` for logits of shape $(B, T, V)$ and targets
+# $(B, T)$: subtract each row's maximum (for numerical stability), take the log of the sum
+# of exponentials, and pick the targets' logits with `gather`; return the mean over the $B
+# \times T$ positions. Calling `F.cross_entropy`, `log_softmax`, `logsumexp` or `nll_loss`
+# fails the check, whose cases include logits large enough to overflow `exp` without the
+# maximum.
 
-# %% tags=["solution"]
-def cross_entropy(logits, targets):
-    z = logits - logits.max(dim=-1, keepdim=True).values  # (B, T, V): the largest logit is now 0
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def cross_entropy_by_hand(logits, targets):
+    z = logits - logits.max(dim=-1, keepdim=True).values  # (B, T, V): the largest is now 0
     log_sum_exp = torch.log(torch.exp(z).sum(dim=-1))  # (B, T)
     target_logit = z.gather(-1, targets[..., None])[..., 0]  # (B, T)
     return (log_sum_exp - target_logit).mean()
 
 
 # %%
-check_logits = 30 * torch.randn(4, 8, V, generator=torch.Generator().manual_seed(0))  # large: tests stability
-check_targets = torch.randint(V, (4, 8), generator=torch.Generator().manual_seed(1))
-assert_close(cross_entropy(check_logits, check_targets), F.cross_entropy(check_logits.flatten(0, 1), check_targets.flatten()))
-print("cross_entropy matches F.cross_entropy")
+from gpt_from_scratch.exercises import check_cross_entropy
+
+check_cross_entropy(cross_entropy_by_hand);
 
 # %% [markdown]
-# **3. Warm-up (predict, then run).** The cell below trains the scaled-up rung of section 6.4 for the first 100
-# of its 300 steps with a learning rate of $10^{-2}$ instead of $3 \times 10^{-3}$, once with the ladder's 30
-# warm-up steps and once without any. Predict the order of the three validation losses at step 100 (these two
-# and the ladder's own). Then try `grad_clip=0.0` too.
+# ### Exercise 3. Warm-up (predict, then run)
+#
+# The cell after the answer trains the scaled-up rung of section 6.4 for the first 100 of
+# its 300 steps with a learning rate of $10^{-2}$ instead of $3 \times 10^{-3}$, once with
+# the ladder's 30 warm-up steps and once without any. Predict the order of the three
+# validation losses at step 100 (these two and the ladder's own). Then try `grad_clip=0.0`
+# too.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# The ladder's own settings end lowest, the higher rate with warm-up a little higher, and
+# the higher rate without warm-up far higher (see the printed losses). Its first steps at
+# the full rate, on random weights and with Adam's running averages still empty, throw the
+# model into a poor region it has not left by step 100. Without clipping as well, it ends
+# higher still.
+# ```
 
 # %% tags=["nbval-check-output"]
-STEPS = LADDER_STEPS // 3  # the first third of the ladder's steps (100 of 300), on the ladder's schedule
+STEPS = LADDER_STEPS // 3  # the first third of the ladder's steps, on the ladder's schedule
 scaled = ladder["scaled up"]
-print(f"ladder settings (lr 3e-3, warm-up 30): {scaled.val_loss[scaled.eval_step.index(STEPS)]:.2f}")
-for name, changes in {"lr 1e-2, warm-up 30": dict(learning_rate=1e-2, min_lr=1e-3),
-                      "lr 1e-2, no warm-up": dict(learning_rate=1e-2, min_lr=1e-3, warmup_iters=0)}.items():
-    cfg = dataclasses.replace(ladder_cfg, max_iters=STEPS, lr_decay_iters=ladder_cfg.max_iters, **changes)
+ladder_loss = scaled.val_loss[scaled.eval_step.index(STEPS)]
+print(f"ladder settings (lr 3e-3, warm-up 30): {ladder_loss:.2f}")
+high = dict(learning_rate=1e-2, min_lr=1e-3)
+runs = {"lr 1e-2, warm-up 30": high, "lr 1e-2, no warm-up": {**high, "warmup_iters": 0}}
+for name, changes in runs.items():
+    cfg = dataclasses.replace(ladder_cfg, max_iters=STEPS,
+                              lr_decay_iters=ladder_cfg.max_iters, **changes)
     torch.manual_seed(0)
     h = train(GPT(GPTConfig.from_preset("shakespeare-char")), train_ids, val_ids, cfg)
     print(f"{name}: {h.val_loss[-1]:.2f}")
 
 # %% [markdown]
+# ### Exercise 4. Weight decay everywhere (explain)
 #
-# **4. Weight decay everywhere (explain).** What would weight decay do to a LayerNorm gain $\gamma$ if it were
-# decayed like the matrices? Why is an embedding matrix decayed?
-#
-# **5. Overfitting (predict, then run).** In section 6.6, how would the curves change with 20,000 training
-# characters instead of 2,000? With a model of 2 layers instead of 4?
-#
-# ```{admonition} Answers
+# What would weight decay do to a LayerNorm gain $\gamma$ if it were decayed like the
+# matrices? Why is an embedding matrix decayed?
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
 # :class: dropdown
-# 1. $\ln 50257 \approx 10.82$ and $\ln 2 \approx 0.69$ nats.
-# 3. At step 100 the ladder's settings are lowest (2.56), the higher rate with warm-up a little higher (2.67),
-#    and the higher rate without warm-up far higher (3.14). Its first steps at the full rate, on random weights
-#    and with Adam's running averages still empty, throw the model into a poor region it has not left by step
-#    100. Without clipping as well, it ends higher still.
-# 4. Decay pulls $\gamma$ towards 0, shrinking every normalized feature: it fights the normalization for no
-#    benefit. An embedding row is a learned vector like any weight matrix; decay keeps rarely seen tokens'
-#    rows small.
-# 5. More data delays overfitting: the validation minimum comes later and is lower. A smaller model memorizes
-#    more slowly, so the gap opens later too, but its best validation loss is usually higher.
+# Decay pulls $\gamma$ towards 0, shrinking every normalized feature: it fights the
+# normalization for no benefit. An embedding row is a learned vector like any weight matrix;
+# decay keeps rarely seen tokens' rows small.
+# ```
+
+# %% [markdown]
+# ### Exercise 5. Overfitting (explain)
+#
+# In section 6.6, how would the curves change with 20,000 training characters instead of
+# 2,000? With a model of 2 layers instead of 4?
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# More data delays overfitting: the validation minimum comes later and is lower. A smaller
+# model memorizes more slowly, so the gap opens later too, but its best validation loss is
+# usually higher.
 # ```

@@ -452,65 +452,99 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 #
 # ## Exercises
 #
-# **1. Top-k (implement).** Write `top_k_filter(logits, k)` for logits of shape $(V,)$ or $(B, V)$: keep the $k$
-# largest entries of each row and set the others to $-\infty$.
+# ### Exercise 1. Min-p (implement)
+#
+# Min-p sampling keeps the tokens whose probability is at least a fraction `min_p` of the
+# most probable token's: a cut-off that adapts to how sure the model is. Write
+# `min_p_filter(logits, min_p)` for logits of shape $(V,)$ or $(B, V)$: keep, in each row,
+# the entries whose probability is at least `min_p` times the row's largest probability, and
+# set the others to $-\infty$.
 
-# %% tags=["solution"]
-def top_k_filter_solution(logits, k):
-    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest of each row
-    return logits.masked_fill(logits < kth, float("-inf"))
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def min_p_filter(logits, min_p):
+    probs = torch.softmax(logits, dim=-1)  # (..., V)
+    threshold = min_p * probs.max(dim=-1, keepdim=True).values  # (..., 1), relative
+    return logits.masked_fill(probs < threshold, float("-inf"))
 
 
 # %%
-from gpt_from_scratch.exercises import check_top_k_filter, check_top_p_filter
+from gpt_from_scratch.exercises import check_min_p_filter
 
-check_top_k_filter(top_k_filter_solution)
+check_min_p_filter(min_p_filter);
 
 # %% [markdown]
-# **2. Top-p (implement).** Write `top_p_filter(logits, p)`: keep the smallest set of most probable tokens whose
-# probabilities sum to at least $p$ (the token that crosses $p$ stays), set the rest to $-\infty$.
+# ### Exercise 2. Top-p without sorting (implement)
+#
+# Section 7.4 sorts the probabilities to find the nucleus. Write `top_p_unsorted(logits, p)`
+# without any sorting (`sort`, `argsort` and `topk` fail the check): a token is removed
+# exactly when the tokens *more probable than it* already reach probability $p$. Compute
+# that mass for every token at once by comparing the probabilities with each other
+# (broadcasting a $(\ldots, V, V)$ comparison), then set the removed entries to $-\infty$.
+# Logits are $(V,)$ or $(B, V)$, without ties.
 
-# %% tags=["solution"]
-def top_p_filter_solution(logits, p):
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    sorted_probs = torch.softmax(sorted_logits, dim=-1)
-    remove_sorted = torch.cumsum(sorted_probs, dim=-1) - sorted_probs >= p  # mass ranked above reaches p
-    remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
-    return logits.masked_fill(remove, float("-inf"))
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def top_p_unsorted(logits, p):
+    probs = torch.softmax(logits, dim=-1)  # (..., V)
+    above = probs[..., None, :] > probs[..., :, None]  # (..., V, V): [i, j] = j beats i
+    mass_above = (above * probs[..., None, :]).sum(dim=-1)  # (..., V)
+    return logits.masked_fill(mass_above >= p, float("-inf"))
 
 
 # %%
-check_top_p_filter(top_p_filter_solution)
+from gpt_from_scratch.exercises import check_top_p_filter
+
+check_top_p_filter(top_p_unsorted, allow_sort=False);
 
 # %% [markdown]
-# **3. Predict, then run.** Is sampling at temperature 0.01 the same as greedy decoding? Predict for the 250
-# characters of section 7.1, then run the cell.
+# ### Exercise 3. Almost greedy (predict, then run)
+#
+# Is sampling at temperature 0.01 the same as greedy decoding? Predict for the 250
+# characters of section 7.1, then run the cell after the answer.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Not necessarily, even when the cell prints `True`. At $\tau = 0.01$ the logits are
+# multiplied by 100, so the runner-up keeps a probability of about $e^{-100\Delta}$, where
+# $\Delta$ is its gap to the top logit. When every draw takes the top token the two texts
+# agree; but once a near-tie comes up, one draw can go the other way, and everything after
+# it differs.
+# ```
 
 # %%
-cold = generate(model, prompt, 250, temperature=0.01, generator=torch.Generator().manual_seed(1))
+cold = generate(model, prompt, 250, temperature=0.01,
+                generator=torch.Generator().manual_seed(1))
 differ = (cold != greedy)[0].nonzero()
 print("identical to greedy:", torch.equal(cold, greedy),
       f"; first difference at position {int(differ[0])}" if len(differ) else "")
 
 # %% [markdown]
-# **4. Memory (compute).** How many GiB does the KV cache of GPT-2 XL take for a batch of 8 sequences of
-# 1,024 tokens in bfloat16 (2 bytes per number)? Compare with the 1.56 billion parameters in bfloat16.
+# ### Exercise 4. The size of a KV cache (explain)
 #
-# **5. Explain.** (a) Why can the cache not be reused once the sequence is longer than the context, for GPT-2?
-# (b) Top-k with $k = 1$ and top-p with a very small $p$ both reduce to which decoding method? (c) Why does the
-# KV cache store keys and values but not queries?
-#
-# ```{admonition} Answers
+# How many GiB does the KV cache of GPT-2 XL take for a batch of 8 sequences of 1,024 tokens
+# in bfloat16 (2 bytes per number)? Compare with the 1.56 billion parameters in bfloat16.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
 # :class: dropdown
-# 3. Not necessarily, although here the cell prints `True`. At $\tau = 0.01$ the logits are multiplied by 100,
-#    so the runner-up keeps a probability of about $e^{-100\Delta}$, where $\Delta$ is its gap to the top
-#    logit. In these 250 steps every draw took the top token; but once a near-tie comes up, one draw can go the
-#    other way, and everything after it differs.
-# 4. $2 \times 48 \times 8 \times 1024 \times 1600 \times 2$ bytes $= 2.34$ GiB; the weights take
-#    $1.56 \times 10^9 \times 2$ bytes $\approx 2.9$ GiB. At long contexts and large batches the cache
-#    outgrows the model.
-# 5. (a) GPT-2 adds a learned embedding of each token's absolute position; when the window slides, every token's
-#    position changes, and with it every key and value in every layer. (b) Greedy decoding (up to ties).
-#    (c) A query is used once, by its own position, at the step that produces it; keys and values are read
-#    again by every later query.
+# Keys and values (2) for each of 48 layers, 8 sequences, 1,024 positions and 1,600
+# features, 2 bytes each: $2 \times 48 \times 8 \times 1024 \times 1600 \times 2$ bytes $=
+# 2.34$ GiB; the weights take $1.56 \times 10^9 \times 2$ bytes $\approx 2.9$ GiB. At long
+# contexts and large batches the cache outgrows the model.
+# ```
+
+# %% [markdown]
+# ### Exercise 5. Decoding, caches and queries (explain)
+#
+# (a) Why can the cache not be reused once the sequence is longer than the context, for
+# GPT-2? (b) Top-k with $k = 1$ and top-p with a very small $p$ both reduce to which
+# decoding method? (c) Why does the KV cache store keys and values but not queries?
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# (a) GPT-2 adds a learned embedding of each token's absolute position; when the window
+# slides, every token's position changes, and with it every key and value in every layer.
+# (b) Greedy decoding (up to ties). (c) A query is used once, by its own position, at the
+# step that produces it; keys and values are read again by every later query.
 # ```

@@ -602,91 +602,112 @@ plt.show()
 #
 # ## Exercises
 #
-# **1. Implement: a previous-token score.** Write `previous_token_scores(maps)`: given the output of
-# `model.attention_maps(x)` (a list of $L$ tensors of shape $(B, H, T, T)$), return an $(L, H)$ tensor whose
-# entry `[l, h]` is the mean of $A[t, t-1]$ over the batch and over the queries $t = 1, \dots, T-1$.
+# ### Exercise 1. Scores at any offset (implement)
+#
+# Section 8.9 scored each head by its weight on the previous token, $A[t, t-1]$. Generalize
+# it: write `offset_scores(maps, k)` that takes the output of `model.attention_maps(x)` (a
+# list of $L$ tensors of shape $(B, H, T, T)$) and returns an $(L, H)$ tensor whose entry
+# `[l, h]` is the mean of $A[t, t-k]$ over the batch and over the queries $t = k, \dots,
+# T-1$. Pick the entries by indexing with two `torch.arange` vectors: `diagonal` fails the
+# check. With $k = 1$ you get section 8.9's `prev_score` back.
 
-# %% tags=["solution"]
-def previous_token_scores_solution(maps: list[torch.Tensor]) -> torch.Tensor:
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def offset_scores(maps, k):
     A = torch.stack(maps)  # (L, B, H, T, T)
-    return A.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, 3))  # A[..., t, t-1] for t = 1 .. T-1
+    t = torch.arange(k, A.shape[-1])  # the queries that have a key k steps back
+    return A[..., t, t - k].mean(dim=(1, 3))  # (L, B, H, T - k) -> (L, H)
 
 
 # %%
-def check_previous_token_scores(candidate) -> bool:
-    """Two maps with a known answer, then the model's maps against section 8.9's scores."""
-    T = 6
-    previous = torch.zeros(T, T)  # all weight on t-1 (row 0, with no past, on itself)
-    previous[0, 0] = 1.0
-    previous[torch.arange(1, T), torch.arange(T - 1)] = 1.0
-    uniform = torch.ones(T, T).tril() / torch.arange(1, T + 1)[:, None]  # row t: 1/(t+1) on each key
-    maps = [previous.expand(2, 3, T, T), uniform.expand(2, 3, T, T)]  # L = 2, B = 2, H = 3
-    expected = torch.stack([torch.ones(3), torch.full((3,), (1 / torch.arange(2, T + 1)).mean().item())])
-    assert_close(candidate(maps), expected)
-    assert_close(candidate(list(batch_maps)), prev_score)
-    print("✅ previous_token_scores is right")
-    return True
+from gpt_from_scratch.exercises import check_offset_scores
 
-
-check_previous_token_scores(previous_token_scores_solution)
+check_offset_scores(offset_scores);
 
 # %% [markdown]
-# **2. Predict, then run: is the sink a token or a position?** Drop the first token of every window
-# (`x_batch[:, 1:]`) so that the token that used to be second now comes first. Before running the cell:
-# will the large share of attention stay with the token that used to be first (now gone), or move to
-# whatever token sits at position 0?
+# ### Exercise 2. Is the sink a token or a position? (predict, then run)
+#
+# Drop the first token of every window (`x_batch[:, 1:]`) so that the token that used to be
+# second now comes first. Before running the cell after the answer: will the large share of
+# attention stay with the token that used to be first (now gone), or move to whatever token
+# sits at position 0?
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Compare the two numbers of each layer. If the large share belonged to the token, it would
+# vanish with that token; if it belongs to the position, it reappears on whatever token now
+# comes first. Xiao et al. (2024) found the latter in large models: the sink is the first
+# position, whatever its token. A model without sinks, like the Chapter 6 model, has nothing
+# to move: its shares stay near the uniform baseline before and after the shift.
+# ```
 
 # %%
 shifted_maps = torch.stack(model.attention_maps(x_batch[:, 1:]))  # (L, B, H, T-1, T-1)
 shifted_share = shifted_maps[..., 1:, 0].mean(dim=(1, 3))  # (L, H)
 for l in range(cfg.n_layers):
-    print(f"layer {l}: share on position 0 {first_share[l].mean():.3f} -> {shifted_share[l].mean():.3f} "
-          f"after the shift")
-
-# %% tags=["solution"]
-# Compare the two numbers of each layer. If the large share belonged to the token, it would vanish with that
-# token; if it belongs to the position, it reappears on whatever token now comes first. Xiao et al. (2024)
-# found the latter in large models: the sink is the first position, whatever its token. A model without
-# sinks, like the Chapter 6 model, has nothing to move: its shares stay near the uniform baseline of about
-# 0.06 before and after the shift.
+    before, after = first_share[l].mean(), shifted_share[l].mean()
+    print(f"layer {l}: share on position 0 {before:.3f} -> {after:.3f} after the shift")
 
 # %% [markdown]
-# **3. Implement: induction heads.** {cite}`olsson2022induction` found heads that complete repeated patterns:
-# after "... A B ... A", they attend from the second "A" to the "B" that followed the first one, and copy it.
-# Feed a batch of random token sequences of length $n$, each repeated twice (length $2n$). A head's
-# *induction score* is its mean weight from each position $t$ of the second copy ($t \geq n$) to key
-# $t - n + 1$. Write `induction_scores(model, n, B, generator)` returning an $(L, H)$ tensor, and find the
-# model's best induction heads. Do they sit in a later layer than the best previous-token heads?
+# ### Exercise 3. Induction heads (predict, then run)
+#
+# {cite}`olsson2022induction` found heads that complete repeated patterns: after "... A B
+# ... A", they attend from the second "A" to the "B" that followed the first one, and copy
+# it. The cell after the answer feeds a batch of random token sequences of length $n$, each
+# repeated twice (length $2n$), and scores each head by its mean weight from each position
+# $t$ of the second copy ($t \geq n$) to key $t - n + 1$. Before running it: should the best
+# induction heads sit in a later layer than the best previous-token heads, and why?
 
-# %% tags=["solution"]
-def induction_scores_solution(model: GPT, n: int = 24, B: int = 8, generator=None) -> torch.Tensor:
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Later. An induction head relies on a previous-token head: its keys must already know which
+# token came before each position, and only an earlier layer can have written that into the
+# residual stream. Compare the scores with the uniform baseline printed first: a model whose
+# best scores sit at that baseline has no induction heads to place.
+# ```
+
+# %%
+def induction_scores(model: GPT, n: int = 24, B: int = 8, generator=None) -> torch.Tensor:
     half = torch.randint(0, model.config.vocab_size, (B, n), generator=generator)  # (B, n)
     idx = torch.cat([half, half], dim=1)  # (B, 2n)
     A = torch.stack(model.attention_maps(idx))  # (L, B, H, 2n, 2n)
-    return A.diagonal(offset=-(n - 1), dim1=-2, dim2=-1)[..., 1:].mean(dim=(1, 3))  # A[t, t-n+1], t = n .. 2n-1
+    t = torch.arange(n, 2 * n)  # the queries of the second copy
+    return A[..., t, t - n + 1].mean(dim=(1, 3))  # (L, H): mean A[t, t-n+1]
 
 
 n = 24
-induction = induction_scores_solution(model, n=n, generator=torch.Generator().manual_seed(0))
+induction = induction_scores(model, n=n, generator=torch.Generator().manual_seed(0))
 print(f"uniform attention would score {(1 / torch.arange(n + 1, 2 * n + 1)).mean():.3f} "
       f"(mean of 1/(t+1), t = {n} .. {2 * n - 1})")
 for i in induction.flatten().topk(3).indices:
     l, h = divmod(int(i), cfg.n_heads)
-    print(f"layer {l}, head {h}: induction score {induction[l, h]:.3f}, previous-token score {prev_score[l, h]:.3f}")
-# Answer: an induction head has to sit in a later layer than the previous-token head it relies on: its keys
-# must already know which token came before each position, and only an earlier layer can have written that
-# into the residual stream. Compare the scores with the uniform baseline printed first: a model whose best
-# scores sit at that baseline has no induction heads to place.
+    print(f"layer {l}, head {h}: induction score {induction[l, h]:.3f}, "
+          f"previous-token score {prev_score[l, h]:.3f}")
 
 # %% [markdown]
-# **4. Implement, then explain: does the pronoun head matter?** A large weight from "She" to "nurse" says
-# where a head *looks*, not what the model *does* with it: attention weights alone are not an explanation
-# {cite}`jain2019attention`. Test it: silence head (`layer`, `head`) by zeroing its $d_k$ columns of the
-# merged heads just before `c_proj` (a forward pre-hook), and compare $P(\text{" he"})$ and
-# $P(\text{" she"})$ after each prompt of section 8.7 with and without it. What does a small change tell
-# you? {cite}`vig2020causal` turn this idea into a careful causal analysis of gender bias in GPT-2.
+# ### Exercise 4. Does the pronoun head matter? (predict, then run)
+#
+# A large weight from "She" to "nurse" says where a head *looks*, not what the model *does*
+# with it: attention weights alone are not an explanation {cite}`jain2019attention`. The
+# cell after the answer silences head (`layer`, `head`) by zeroing its $d_k$ columns of the
+# merged heads just before `c_proj` (a forward pre-hook), and compares $P(\text{" he"})$ and
+# $P(\text{" she"})$ after each prompt of section 8.7 with and without it. Predict: will the
+# he/she ratio change much? What does a small change tell you? {cite}`vig2020causal` turn
+# this idea into a careful causal analysis of gender bias in GPT-2.
 
-# %% tags=["solution"]
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# If silencing the head barely changes the he/she ratio, the model does not need that head
+# for this prediction, however striking its map: other heads, or the MLPs, carry the
+# information. Here the ratio moves only a little for the two "asked ... because" prompts,
+# while after "said that" it jumps (see the printed ratios): the same head matters far more
+# for some predictions than for others, which is why one attention map is never the whole
+# story.
+# ```
+
+# %%
 from contextlib import contextmanager
 
 
@@ -696,7 +717,7 @@ def without_head(layer: int, head: int):
     d_k = cfg.d_head
 
     def zero_head(module, args):
-        (merged,) = args  # (B, T, D): the heads side by side, head h in columns h*d_k .. (h+1)*d_k
+        (merged,) = args  # (B, T, D): head h in columns h*d_k .. (h+1)*d_k - 1
         merged = merged.clone()
         merged[..., head * d_k:(head + 1) * d_k] = 0.0
         return (merged,)
@@ -712,33 +733,36 @@ for prompt in prompts:
     p_he, p_she = next_token_probs(model, prompt, [" he", " she"])
     with without_head(layer, head):
         q_he, q_she = next_token_probs(model, prompt, [" he", " she"])
-    print(f"{prompt:<48} he/she {p_he / p_she:5.2f} -> {q_he / q_she:5.2f} without layer {layer}, head {head}")
+    print(f"{prompt:<48} he/she {p_he / p_she:5.2f} -> {q_he / q_she:5.2f} "
+          f"without layer {layer}, head {head}")
 
 # %% [markdown]
-# **5. Explain: where the parameters are.** Use `count_gpt_parameters` to find what share of GPT-2 small's
-# parameters sits in the token embeddings, and how that share changes from GPT-2 small to GPT-2 XL. Then
-# explain why the Chapter 6 model, with $D = 128$, keeps an even larger share there, and what that means for
-# what its short training can teach it.
+# ### Exercise 5. Where the parameters are (explain)
+#
+# Run the cell below: it uses `count_gpt_parameters` to find what share of GPT-2 small's
+# parameters sits in the token embeddings, and how that share changes from GPT-2 small to
+# GPT-2 XL. Then explain why the Chapter 6 model, with $D = 128$, keeps an even larger share
+# there, and what that means for what its short training can teach it.
 
-# %% tags=["solution"]
-for name, config in [("gpt2", GPTConfig.from_preset("gpt2")), ("gpt2-xl", GPTConfig.from_preset("gpt2-xl")),
-                     ("Chapter 6 model", mine.config)]:
+# %%
+configs = [("gpt2", GPTConfig.from_preset("gpt2")),
+           ("gpt2-xl", GPTConfig.from_preset("gpt2-xl")), ("Chapter 6 model", mine.config)]
+for name, config in configs:
     parts = count_gpt_parameters(*sizes(config))
-    share = parts["token embeddings wte (V x D)"] / sum(parts.values())
-    print(f"{name:<17} D = {config.d_model:>4}: wte holds {share:.1%} of {sum(parts.values()):,} parameters")
-print(f"distinct tokens in Tiny Shakespeare's training split: {len(np.unique(train_ids)):,} of {enc.n_vocab:,}")
+    total = sum(parts.values())
+    share = parts["token embeddings wte (V x D)"] / total
+    print(f"{name:<17} D = {config.d_model:>4}: wte holds {share:.1%} of {total:,}")
+distinct = len(np.unique(train_ids))
+print(f"distinct tokens in the training split: {distinct:,} of {enc.n_vocab:,}")
 
-# %% [markdown]
-# ```{admonition} Answers
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
 # :class: dropdown
-# 4. If silencing the head barely changes the he/she ratio, the model does not need that head for this
-#    prediction, however striking its map: other heads, or the MLPs, carry the information. Here the ratio
-#    moves only a little for the two "asked ... because" prompts (2.12 -> 2.02, 2.13 -> 2.02), while after
-#    "said that" it jumps (2.70 -> 3.46, 2.74 -> 3.41): the same head matters far more for some predictions
-#    than for others, which is why one attention map is never the whole story.
-# 5. The blocks grow as $12 L D^2$, the token embedding only as $V D$: the wider and deeper the model, the smaller
-#    the embedding's share. At $D = 128$ the four blocks are small next to 50,257 rows of 128 numbers, so
-#    almost all of the Chapter 6 model is its embedding table. Yet only 11,234 distinct tokens occur in the
-#    training text: the other rows are never read as inputs and never the right answer, so all that training
-#    teaches them, through the tied output layer, is to be unlikely. The parameters that do the work are few.
+# The blocks grow as $12 L D^2$, the token embedding only as $V D$: the wider and deeper the
+# model, the smaller the embedding's share. At $D = 128$ the four blocks are small next to
+# 50,257 rows of 128 numbers, so almost all of the Chapter 6 model is its embedding table.
+# Yet only a fraction of the vocabulary occurs in the training text (printed above): the
+# other rows are never read as inputs and never the right answer, so all that training
+# teaches them, through the tied output layer, is to be unlikely. The parameters that do the
+# work are few.
 # ```

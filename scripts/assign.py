@@ -1,0 +1,176 @@
+"""Assignments: per chapter, the notebook students hand in and the grader's material.
+
+    python scripts/assign.py                       # every chapter with graded exercises -> _build/assign/
+    python scripts/assign.py 04 --out /tmp/assign  # one chapter
+
+For chapter ``NN_name`` it writes ``<out>/NN_name/``:
+
+- ``student/NN_name.ipynb``: the whole chapter, student copy (``make_student.py``), for reading and for
+  the predict/explain exercises;
+- ``student/NN_name_assignment.ipynb``: **the notebook students hand in**: the set-up cell, the names
+  the exercises may use, and each graded exercise (instructions, the stub, the public check). It runs
+  in seconds, untouched or solved, without the rest of the chapter;
+- ``autograder/``: ``assignment.json`` (exercises, points, set-up) and ``tests/<name>.py``, the
+  private test cases (otter-grader's exception-based test files), which students never receive.
+
+``scripts/grade.py`` grades a folder of submitted notebooks with that material.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_student  # noqa: E402  (scripts/ is not a package)
+
+PRIVATE_TESTS = ROOT / "scripts" / "private_tests"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str  # the function or class the student writes, as the instructions name it
+    points: int
+    check: str  # the public checker its check cell calls
+
+
+@dataclass(frozen=True)
+class Assignment:
+    chapter: str  # the notebook's stem
+    setup: str  # what the exercises may use; run before the student's cell, in the notebook and the grader
+    exercises: tuple[Exercise, ...]
+
+
+ASSIGNMENTS = {a.chapter: a for a in [
+    Assignment("01_tokens_and_batches", "import numpy as np\nimport torch",
+               (Exercise("SortedCharTokenizer", 2, "check_char_tokenizer"),
+                Exercise("get_batch_stacked", 2, "check_get_batch"))),
+    Assignment("01b_bpe_from_scratch",
+               "import regex\n\nfrom gpt_from_scratch.bpe import merge as merge_pair\n"
+               "from gpt_from_scratch.tokenizer import GPT2_PATTERN",
+               (Exercise("bpe_encode", 3, "check_bpe_encode"),)),
+    Assignment("02_embeddings_and_position", "import math\n\nimport torch",
+               (Exercise("sinusoidal_table", 2, "check_sinusoidal_positional_encoding"),)),
+    Assignment("03_layer_normalization", "import torch",
+               (Exercise("LayerNormModule", 2, "check_layer_norm"),)),
+    Assignment("04_attention",
+               "import math\n\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n"
+               "from gpt_from_scratch.attention import causal_mask, scaled_dot_product_attention",
+               (Exercise("causal_mask_arange", 2, "check_causal_mask"),
+                Exercise("einsum_attention", 2, "check_scaled_dot_product_attention"),
+                Exercise("LoopedMultiHeadAttention", 3, "check_multi_head_attention"))),
+    Assignment("05_gpt_model",
+               "import torch\nfrom torch import nn\n\nfrom gpt_from_scratch.attention import MultiHeadAttention\n"
+               "from gpt_from_scratch.layernorm import LayerNorm\n"
+               "from gpt_from_scratch.model import FeedForward, GPTConfig",
+               (Exercise("ParallelBlock", 3, "check_parallel_block"),)),
+    Assignment("06_training", "import torch\nimport torch.nn.functional as F",
+               (Exercise("cross_entropy_by_hand", 2, "check_cross_entropy"),)),
+    Assignment("07_generation", "import torch",
+               (Exercise("min_p_filter", 2, "check_min_p_filter"),
+                Exercise("top_p_unsorted", 3, "check_top_p_filter"))),
+    Assignment("08_gpt2_weights", "import torch",
+               (Exercise("offset_scores", 2, "check_offset_scores"),)),
+]}
+
+
+def find(chapter: str) -> Assignment:
+    """The assignment of ``chapter``: its notebook stem or its number ("04", "01b")."""
+    matches = [a for stem, a in ASSIGNMENTS.items() if stem == chapter or stem.split("_")[0] == chapter]
+    if len(matches) != 1:
+        raise SystemExit(f"no assignment for chapter {chapter!r}: use one of {', '.join(ASSIGNMENTS)}")
+    return matches[0]
+
+
+def exercise_blocks(nb) -> list[list]:
+    """The cells of each ``### Exercise N.`` block of the exercises section, heading first."""
+    blocks: list[list] = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and make_student.EXERCISE_HEADING.match(cell.source):
+            blocks.append([cell])
+        elif blocks:
+            blocks[-1].append(cell)
+    return blocks
+
+
+def defines(cell, name: str) -> bool:
+    return cell.cell_type == "code" and name in make_student.defined_names(cell.source)
+
+
+def assignment_notebook(chapter_nb, assignment: Assignment):
+    """The hand-in notebook: set-up, then each graded exercise of the student copy of ``chapter_nb``."""
+    student = make_student.make_student(chapter_nb)
+    setup_cell = next(c for c in student.cells if "colab-setup" in c.metadata.get("tags", []))
+    title = next(c for c in student.cells if c.cell_type == "markdown").source.splitlines()[-1].lstrip("# ")
+    points = sum(e.points for e in assignment.exercises)
+    cells = [
+        nbformat.v4.new_markdown_cell(
+            f"# Assignment: {title}\n\nWrite each solution in its own cell, where the stub is, without renaming "
+            f"it; helpers go in the same cell. Run the check under it for feedback. Your grade ({points} points) "
+            "comes from other, private test cases run on your solution cells only: what the notebook prints, "
+            "and any change to the check cells, does not count. Do not import `gpt_from_scratch` in a solution "
+            "cell: a solution that uses the package's own implementation scores 0."),
+        copy_cell(setup_cell),
+        nbformat.v4.new_code_cell(f"# The names the exercises may use.\n{assignment.setup}",
+                                  metadata={"tags": ["assignment-setup"]}),
+    ]
+    blocks = exercise_blocks(student)
+    for exercise in assignment.exercises:
+        block = next((b for b in blocks if any(defines(c, exercise.name) for c in b)), None)
+        if block is None:
+            raise SystemExit(f"{assignment.chapter}: no exercise cell defines {exercise.name}")
+        cells += [copy_cell(c) for c in block if c.cell_type == "markdown" or defines(c, exercise.name)
+                  or exercise.check in c.source]
+    nb = nbformat.v4.new_notebook(cells=cells, metadata=chapter_nb.metadata)
+    nbformat.validate(nb)
+    return nb
+
+
+def copy_cell(cell):
+    cell = nbformat.from_dict(json.loads(json.dumps(cell)))
+    cell.pop("id", None)
+    if cell.cell_type == "code":
+        cell.outputs, cell.execution_count = [], None
+    return cell
+
+
+def write_assignment(assignment: Assignment, out: Path) -> Path:
+    chapter_nb = nbformat.read(ROOT / "notebooks" / f"{assignment.chapter}.ipynb", as_version=4)
+    folder = out / assignment.chapter
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "student").mkdir(parents=True)
+    (folder / "autograder" / "tests").mkdir(parents=True)
+    nbformat.write(make_student.make_student(chapter_nb), folder / "student" / f"{assignment.chapter}.ipynb")
+    nbformat.write(assignment_notebook(chapter_nb, assignment),
+                   folder / "student" / f"{assignment.chapter}_assignment.ipynb")
+    for exercise in assignment.exercises:
+        test = PRIVATE_TESTS / assignment.chapter / f"{exercise.name}.py"
+        if not test.exists():
+            raise SystemExit(f"missing private test file {test.relative_to(ROOT)} for {exercise.name}")
+        shutil.copy(test, folder / "autograder" / "tests" / test.name)
+    (folder / "autograder" / "assignment.json").write_text(json.dumps(asdict(assignment), indent=2) + "\n")
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("chapters", nargs="*", help="chapter numbers or stems (default: all)")
+    parser.add_argument("--out", type=Path, default=ROOT / "_build" / "assign")
+    args = parser.parse_args(argv)
+    chosen = [find(c) for c in args.chapters] or list(ASSIGNMENTS.values())
+    for assignment in chosen:
+        folder = write_assignment(assignment, args.out)
+        print(f"{folder}: {len(assignment.exercises)} graded exercise(s), "
+              f"{sum(e.points for e in assignment.exercises)} points")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
