@@ -58,7 +58,7 @@ ASSIGNMENTS = {a.chapter: a for a in [
                (Exercise("bpe_encode", 3, "check_bpe_encode"),)),
     Assignment("02_embeddings_and_position", "import math\n\nimport torch",
                (Exercise("sinusoidal_table", 2, "check_sinusoidal_positional_encoding"),)),
-    Assignment("03_layer_normalization", "import torch",
+    Assignment("03_layer_normalization", "import torch\nfrom torch import nn",
                (Exercise("LayerNormModule", 2, "check_layer_norm"),)),
     Assignment("04_attention",
                "import math\n\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n"
@@ -93,7 +93,7 @@ def exercise_blocks(nb) -> list[list]:
     """The cells of each ``### Exercise N.`` block of the exercises section, heading first."""
     blocks: list[list] = []
     for cell in nb.cells:
-        if cell.cell_type == "markdown" and make_student.EXERCISE_HEADING.match(cell.source):
+        if cell.cell_type == "markdown" and make_student.EXERCISE_HEADING.search(cell.source):
             blocks.append([cell])
         elif blocks:
             blocks[-1].append(cell)
@@ -108,7 +108,8 @@ def assignment_notebook(chapter_nb, assignment: Assignment):
     """The hand-in notebook: set-up, then each graded exercise of the student copy of ``chapter_nb``."""
     student = make_student.make_student(chapter_nb)
     setup_cell = next(c for c in student.cells if "colab-setup" in c.metadata.get("tags", []))
-    title = next(c for c in student.cells if c.cell_type == "markdown").source.splitlines()[-1].lstrip("# ")
+    heading = next(c for c in student.cells if c.cell_type == "markdown").source
+    title = next(line[2:] for line in heading.splitlines() if line.startswith("# "))
     points = sum(e.points for e in assignment.exercises)
     cells = [
         nbformat.v4.new_markdown_cell(
@@ -128,6 +129,9 @@ def assignment_notebook(chapter_nb, assignment: Assignment):
             raise SystemExit(f"{assignment.chapter}: no exercise cell defines {exercise.name}")
         cells += [copy_cell(c) for c in block if c.cell_type == "markdown" or defines(c, exercise.name)
                   or exercise.check in c.source]
+        heading = make_student.EXERCISE_HEADING.search(block[0].source)
+        cells[-len([c for c in block if c.cell_type == "markdown" or defines(c, exercise.name)
+                    or exercise.check in c.source])].source = block[0].source[heading.start():]
     nb = nbformat.v4.new_notebook(cells=cells, metadata=chapter_nb.metadata)
     nbformat.validate(nb)
     return nb
@@ -135,7 +139,6 @@ def assignment_notebook(chapter_nb, assignment: Assignment):
 
 def copy_cell(cell):
     cell = nbformat.from_dict(json.loads(json.dumps(cell)))
-    cell.pop("id", None)
     if cell.cell_type == "code":
         cell.outputs, cell.execution_count = [], None
     return cell

@@ -9,9 +9,10 @@ id in the CSV). For each graded exercise the grader
    and nothing else of the notebook: no other cell runs, so printed lines, edited or monkeypatched
    check cells and the rest of the chapter cannot change the grade;
 2. flags the cell when it imports ``gpt_from_scratch`` (the package holds every reference solution);
-3. runs it in a fresh child process (forked, so the set-up's imports are paid once) after the
-   assignment's set-up code, with a time limit: code that raises, loops forever, calls ``exit()``
-   or kills its process costs that exercise only;
+3. runs it in a fresh child process (forked, so the set-up's imports and the test files are loaded
+   once) after the assignment's set-up code, with a limit on its CPU time (a loaded machine makes
+   nobody fail) and a wall-clock backstop: code that raises, loops forever, calls ``exit()`` or kills
+   its process costs that exercise only;
 4. flags a solution that *is* the package's object (its ``__module__`` is in ``gpt_from_scratch``,
    or a class derives from one of the package's classes);
 5. runs the private test cases (otter-grader's exception-based test files) on it.
@@ -30,6 +31,8 @@ import json
 import linecache
 import multiprocessing
 import os
+import resource
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -41,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_student  # noqa: E402  (scripts/ is not a package)
 
 PACKAGE = "gpt_from_scratch"
-DEFAULT_TIMEOUT = 60.0  # seconds per exercise; a correct solution needs about one
+DEFAULT_TIMEOUT = 30.0  # CPU seconds per exercise; a correct solution needs well under one
+WALL_FACTOR = 10  # the wall-clock backstop, in multiples of the CPU limit
 
 
 @dataclass
@@ -92,12 +96,14 @@ def package_origin(obj) -> str:
     return ""
 
 
-def _run_one(setup: str, source: str, name: str, test_path: str, conn) -> None:
-    """In the child: build the environment, run the private tests, send (points, possible, flag, note)."""
+def _run_one(setup: str, source: str, name: str, test, cpu_seconds: float, conn) -> None:
+    """In the child: build the environment, run the private tests, send (fraction, flag, note)."""
+    limit = max(1, round(cpu_seconds))
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    resource.setrlimit(resource.RLIMIT_CPU, (int(used.ru_utime + used.ru_stime) + limit, resource.RLIM_INFINITY))
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # the student's prints go nowhere: they never count
     os.dup2(devnull, 2)
-    from otter.test_files.exception_test import ExceptionTestFile
 
     env: dict = {"__name__": "__main__"}
     filename = "<your solution cell>"
@@ -112,7 +118,6 @@ def _run_one(setup: str, source: str, name: str, test_path: str, conn) -> None:
     if origin:
         conn.send((0.0, f"{name}: {origin}", ""))
         return
-    test = ExceptionTestFile.from_file(test_path)
     try:
         test.run(env)
     except BaseException as error:  # noqa: BLE001 - exit() inside a test case
@@ -123,7 +128,7 @@ def _run_one(setup: str, source: str, name: str, test_path: str, conn) -> None:
     conn.send((fraction, "", f"failed private case(s): {', '.join(failed)}" if failed else ""))
 
 
-def grade_exercise(setup: str, source: str | None, name: str, test_path: Path, timeout: float) -> Result:
+def grade_exercise(setup: str, source: str | None, name: str, test, timeout: float) -> Result:
     if source is None:
         return Result(note=f"{name}: no cell defines it")
     try:
@@ -133,22 +138,28 @@ def grade_exercise(setup: str, source: str | None, name: str, test_path: Path, t
         return Result(note=f"{name}: syntax error on line {error.lineno}")
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_run_one, args=(setup, source, name, str(test_path), send), daemon=True)
+    child = context.Process(target=_run_one, args=(setup, source, name, test, timeout, send), daemon=True)
     child.start()
     send.close()
-    ready = receive.poll(timeout)
-    outcome = receive.recv() if ready else None
+    ready = receive.poll(timeout * WALL_FACTOR)
+    try:
+        outcome = receive.recv() if ready else None
+    except EOFError:  # the child died without a word
+        outcome = None
     if child.is_alive():
         child.kill()
     child.join()
     if outcome is None:
-        why = f"did not finish within {timeout:.0f} s" if not ready else "its process died"
+        if not ready or child.exitcode == -signal.SIGXCPU:
+            why = f"did not finish within {timeout:.0f} s of CPU time (an endless loop?)"
+        else:
+            why = f"its process died (exit code {child.exitcode})"
         return Result(note=f"{name}: {why}")
     points, flag, note = outcome
     return Result(points=points, flag=flag, note=f"{name}: {note}" if note else "")
 
 
-def grade_notebook(path: Path, assignment: dict, tests: Path, timeout: float) -> Grade:
+def grade_notebook(path: Path, assignment: dict, tests: dict, timeout: float) -> Grade:
     grade = Grade(path.stem)
     try:
         nb = nbformat.read(path, as_version=4)
@@ -158,7 +169,7 @@ def grade_notebook(path: Path, assignment: dict, tests: Path, timeout: float) ->
         return grade
     for exercise in assignment["exercises"]:
         name = exercise["name"]
-        result = grade_exercise(assignment["setup"], solution_cell(nb, name), name, tests / f"{name}.py", timeout)
+        result = grade_exercise(assignment["setup"], solution_cell(nb, name), name, tests[name], timeout)
         result.points = round(result.points * exercise["points"], 2)  # the test file's score is a fraction
         grade.results[name] = result
     return grade
@@ -183,9 +194,12 @@ def grade_folder(submissions: Path, autograder: Path, out: Path, timeout: float 
     paths = sorted(submissions.glob("*.ipynb"))
     if not paths:
         raise SystemExit(f"no .ipynb files in {submissions}: nothing to grade")
+    from otter.test_files.exception_test import ExceptionTestFile
+
     exec(compile(assignment["setup"], "<assignment set-up>", "exec"), {})  # imported once, before the forks
-    import otter.test_files.exception_test  # noqa: F401
-    grades = [grade_notebook(p, assignment, autograder / "tests", timeout) for p in paths]
+    tests = {e["name"]: ExceptionTestFile.from_file(str(autograder / "tests" / f"{e['name']}.py"))
+             for e in assignment["exercises"]}
+    grades = [grade_notebook(p, assignment, tests, timeout) for p in paths]
     write_csv(grades, assignment, out)
     return grades
 
@@ -195,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("submissions", type=Path, help="a folder of submitted notebooks, one per student")
     parser.add_argument("--autograder", type=Path, required=True, help="the chapter's folder from assign.py")
     parser.add_argument("--out", type=Path, default=Path("grades.csv"))
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per exercise")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="CPU seconds per exercise")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     grades = grade_folder(args.submissions, args.autograder, args.out, args.timeout)

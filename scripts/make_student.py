@@ -85,6 +85,9 @@ def instruction(markdown: str, limit: int = 120) -> str:
     ``markdown`` is the cell above the solution; when it holds more (the summary, several exercises),
     the instructions start at its last paragraph that opens with a label ("**2. ...", "Exercise 2 ...").
     """
+    headings = list(EXERCISE_HEADING.finditer(markdown))
+    if headings:  # the book's format: the instructions follow the last "### Exercise N." heading
+        markdown = markdown[headings[-1].end():]
     paragraphs = re.split(r"\n\s*\n", markdown)
     labelled = [i for i, paragraph in enumerate(paragraphs) if EXERCISE_LABEL.match(paragraph)]
     markdown = "\n\n".join(paragraphs[labelled[-1]:]) if labelled else markdown

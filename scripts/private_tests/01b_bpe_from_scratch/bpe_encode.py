@@ -5,14 +5,15 @@ from gpt_from_scratch.bpe import BPETokenizer
 
 name = "bpe_encode"
 points = 1
-TRAIN = ("Now is the winter of our discontent made glorious summer by this sun of York. "
-         "Ça va? Ünïcödé: Straße, résumé, 日本語, 😀. ") * 4
+TRAIN = ("Shall I compare thee to a summer's day? Thou art more lovely and more temperate: rough winds "
+         "do shake the darling buds of May, and summer's lease hath all too short a date. "
+         "Ça va? Straße, résumé, naïveté, 日本語, 😀. ") * 2
 TOKENIZER = BPETokenizer.train(TRAIN, 320)
 
 
 @test_case(hidden=True)
 def english(bpe_encode):
-    text = "the winter of our discontent, made glorious"
+    text = "rough winds do shake the darling buds"  # the latest-learned merge first gives other ids
     assert list(bpe_encode(text, dict(TOKENIZER.merges))) == TOKENIZER.encode_ordinary(text)
 
 
