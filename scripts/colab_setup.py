@@ -48,12 +48,14 @@ def cell_source(config: dict | None = None) -> str:
     config = config or settings()
     name, version = config["name"], config["version"]
     if config["install"] == "git-tag":
-        where = f"the tag v{version} of {config['url']}"
         install = (f'    source = "{git_source(config)}"\n'
                    f'    %pip install --quiet "{name}[notebooks] @ {{source}}"\n')
+        failed = (f'            f"could not install {name} {version} from {{source}}: check that the "\n'
+                  f'            "runtime has internet access and that this tag exists") from None')
     else:
-        where = f"version {version} on PyPI"
         install = f'    %pip install --quiet "{name}[notebooks]=={version}"\n'
+        failed = (f'            "could not install {name} {version}: check that the runtime has "\n'
+                  f'            "internet access and that this version is on PyPI") from None')
     return (
         "# Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).\n"
         "# Written by scripts/colab_setup.py from _config.yml and pyproject.toml.\n"
@@ -65,8 +67,7 @@ def cell_source(config: dict | None = None) -> str:
         "        import gpt_from_scratch\n"
         "    except ImportError:\n"
         "        raise RuntimeError(\n"
-        f'            "could not install {name} {version}: check that the runtime has internet "\n'
-        f'            "access and that {where} exists") from None'
+        f"{failed}"
     )
 
 

@@ -29,10 +29,18 @@
 
 # %% tags=["colab-setup"]
 # Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
+# Written by scripts/colab_setup.py from _config.yml and pyproject.toml.
 try:
     import gpt_from_scratch
 except ImportError:
-    %pip install --quiet "gpt-from-scratch-book[notebooks] @ git+https://github.com/gpt-from-scratch/gpt-from-scratch"
+    source = "git+https://github.com/gpt-from-scratch/gpt-from-scratch@v0.1.0"
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ {source}"
+    try:
+        import gpt_from_scratch
+    except ImportError:
+        raise RuntimeError(
+            f"could not install gpt-from-scratch-book 0.1.0 from {source}: check that the "
+            "runtime has internet access and that this tag exists") from None
 
 # %%
 import time
