@@ -26,6 +26,11 @@ help:
 	@echo "make browser-test  build the book, then check every page in headless Chromium (screenshots in _build/screenshots)"
 	@echo "make notebooks   re-execute the chapters whose text twin or package changed (commit the outputs)"
 	@echo "make benchmarks  speed benchmarks (never part of the tests)"
+	@echo "make student     student copies of every chapter into _build/student"
+	@echo "make assign      per chapter: the hand-in notebook and the grader's material, into _build/assign"
+	@echo "make grade CHAPTER=04 SUBMISSIONS=dir   grade a folder of notebooks -> _build/grades/04_*.csv"
+	@echo "make package     build the wheel and sdist into _build/dist and check them with twine"
+	@echo "make test-student  run every untouched full student copy top to bottom (minutes)"
 
 # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
 $(STAMP): requirements.txt pyproject.toml
@@ -75,6 +80,33 @@ benchmarks: $(STAMP)
 # Student copies for handing out: solution cells become stubs, exercise outputs are cleared.
 student: $(STAMP)
 	$(PY) scripts/make_student.py --out _build/student
+
+# Every untouched full student copy runs top to bottom (nbval, lax: no cell may raise). The fast
+# static half of this and the hand-in notebooks run in `make test` (tests/test_student.py, test_grading.py).
+.PHONY: test-student assign grade package
+test-student: student
+	cp nbval_sanitize.cfg _build/student/
+	cd _build/student && ../../$(PY) -m pytest --nbval-lax --nbval-current-env \
+		--nbval-cell-timeout=600 -p no:cacheprovider -q *.ipynb
+
+# Per chapter: the notebook students hand in and the grader's material (points, private tests).
+assign: $(STAMP)
+	$(PY) scripts/assign.py --out _build/assign
+
+# Grade a folder of submitted notebooks: make grade CHAPTER=04 SUBMISSIONS=path/to/folder
+CHAPTER ?=
+SUBMISSIONS ?=
+grade: assign
+	@test -n "$(CHAPTER)" -a -d "$(SUBMISSIONS)" || { echo "usage: make grade CHAPTER=04 SUBMISSIONS=folder"; exit 2; }
+	chapter=$$(basename $$(ls -d _build/assign/$(CHAPTER)_*)) && \
+	$(PY) scripts/grade.py "$(SUBMISSIONS)" --autograder _build/assign/$$chapter/autograder \
+		--out _build/grades/$$chapter.csv
+
+# The package as published: wheel and sdist, checked by twine (metadata, README rendering).
+package: $(STAMP)
+	rm -rf _build/dist
+	$(PY) -m build --outdir _build/dist . >/dev/null
+	$(BIN)/twine check --strict _build/dist/*
 
 # Colab rehearsal (minutes, run by CI apart from `make test`): a fresh venv with only torch, the package
 # installed from this checkout through pyproject.toml, then these chapters run under nbval in it.
