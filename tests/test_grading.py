@@ -197,7 +197,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         for h in range(self.n_heads):
             c = slice(h, None, self.n_heads)  # strided columns: not head h's block
             heads.append(scaled_dot_product_attention(q[..., c], k[..., c], v[..., c], mask)[0])
-        return self.c_proj(torch.cat(heads, dim=-1))''', 0.0),  # the loop case checks the values too
+        return self.c_proj(torch.cat(heads, dim=-1))''', 1 / 3),  # right with one head only  # the loop case checks the values too
         ('''class LoopedMultiHeadAttention(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
