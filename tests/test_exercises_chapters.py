@@ -238,3 +238,28 @@ def test_exit_and_endless_loops_are_one_line_reports(check, capsys, monkeypatch)
 
     fails(check, forever, capsys, "did not return within")
     fails(check, lambda *args: exit(1), capsys, "called exit(1)")
+
+
+# ---------------------------------------------------------------------------------------------- 3
+class LayerNormModule(nn.Module):
+    def __init__(self, D, eps=1e-5, start=torch.ones, library=False):
+        super().__init__()
+        self.eps, self.library = eps, library
+        self.weight, self.bias = nn.Parameter(start(D)), nn.Parameter(torch.zeros(D))
+
+    def forward(self, x):
+        if self.library:
+            return torch.nn.functional.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+        centred = x - x.mean(-1, keepdim=True)
+        return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight + self.bias
+
+
+def test_layer_norm_module(capsys):
+    passes(ex.check_layer_norm, LayerNormModule, capsys)
+    fails(ex.check_layer_norm, lambda D, eps: LayerNormModule(D, eps, start=torch.randn), capsys)  # not a class
+    Random = type("Random", (LayerNormModule,), {"__init__": lambda self, D, eps=1e-5:
+                                                 LayerNormModule.__init__(self, D, eps, start=torch.randn)})
+    fails(ex.check_layer_norm, Random, capsys, "γ starts at ones")
+    Library = type("Library", (LayerNormModule,), {"__init__": lambda self, D, eps=1e-5:
+                                                   LayerNormModule.__init__(self, D, eps, library=True)})
+    fails(ex.check_layer_norm, Library, capsys, "rules out")
