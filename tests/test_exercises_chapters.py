@@ -263,3 +263,15 @@ def test_layer_norm_module(capsys):
     Library = type("Library", (LayerNormModule,), {"__init__": lambda self, D, eps=1e-5:
                                                    LayerNormModule.__init__(self, D, eps, library=True)})
     fails(ex.check_layer_norm, Library, capsys, "rules out")
+
+
+class ReshapeComprehension(Looped):
+    def forward(self, x):  # vectorized: the comprehension only reshapes, it is no loop over the heads
+        B, T, D = x.shape
+        q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in self.c_attn(x).split(D, dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+def test_a_reshaping_comprehension_is_not_a_loop_over_heads(capsys):
+    fails(ex.check_multi_head_attention, ReshapeComprehension, capsys, "no loop over the heads")

@@ -150,7 +150,8 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         ('''def causal_mask_arange(T):
     return torch.ones(T, T, dtype=torch.bool).tril()  # the forbidden tril''', 0.5),
         ('''def causal_mask_arange(T):
-    return (torch.arange(T)[None, :] <= torch.arange(T)[:, None]).long()  # not bool''', 0.0),
+    return (torch.arange(T)[None, :] <= torch.arange(T)[:, None]).long()  # not bool''', 0.5),
+        # (the no-tril case checks the rule and the values: torch.equal ignores the dtype)
     ],
     "einsum_attention": [
         ('''def einsum_attention(q, k, v, mask=None):

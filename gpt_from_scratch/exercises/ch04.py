@@ -170,13 +170,26 @@ LOOP = "run the heads one at a time, in a Python loop over the heads"
 
 
 def _loops(method) -> bool | None:
-    """Whether ``method``'s source has a for loop or a comprehension (None when the source is unknown)."""
+    """Whether ``method``'s source computes attention inside a loop (a ``for``, ``while`` or comprehension
+    whose body calls a softmax, an attention, ``einsum`` or a matrix product); None when the source is
+    unknown. A comprehension that only reshapes q, k and v is not a loop over the heads."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
     except (OSError, TypeError, SyntaxError):
         return None
     loops = (ast.For, ast.While, ast.ListComp, ast.GeneratorExp)
-    return any(isinstance(node, loops) for node in ast.walk(tree))
+    words = ("softmax", "attention", "einsum", "matmul", "bmm")
+
+    def attends(node: ast.AST) -> bool:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            return True
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            return any(word in name for word in words)
+        return False
+
+    return any(isinstance(loop, loops) and any(attends(n) for n in ast.walk(loop)) for loop in ast.walk(tree))
 
 
 def check_multi_head_attention(candidate, require_loop: bool = True) -> bool:
