@@ -86,8 +86,8 @@ student: $(STAMP)
 .PHONY: test-student assign grade package
 test-student: student
 	cp nbval_sanitize.cfg _build/student/
-	cd _build/student && ../../$(PY) -m pytest --nbval-lax --nbval-current-env \
-		--nbval-cell-timeout=600 -p no:cacheprovider -q *.ipynb
+	cd _build/student && $(abspath $(PY)) -m pytest --nbval-lax --nbval-current-env \
+		--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout=600 -p no:cacheprovider -q *.ipynb
 
 # Per chapter: the notebook students hand in and the grader's material (points, private tests).
 assign: $(STAMP)

@@ -13,7 +13,8 @@ In a student copy:
   a cell that is not plain Python becomes a single ``raise``. The tag
   ``solution`` becomes ``exercise`` and tags that hide the cell in the book are removed;
 - every code cell of the exercises section (from the first heading containing "Exercise" or the
-  first solution cell, whichever comes first) loses its outputs, so neither solutions nor predict-then-run answers show;
+  first solution cell, whichever comes first) loses its outputs, so neither solutions nor predict-then-run
+  answers show, and its ``nbval-check-output`` tag (nothing is left to compare);
 - a cell tagged ``answer`` (the teacher's answer to a predict-then-run or explain exercise) becomes
   an empty markdown cell "**Your answer:**" for the student to write in;
 - an "Answers" admonition in the prose (```` ```{admonition} Answers ````, folded in the book) is
@@ -42,6 +43,7 @@ YOUR_ANSWER = "**Your answer:**\n\n"
 # The book's one exercise format: "### Exercise 3. Top-p without sorting (implement)".
 EXERCISE_HEADING = re.compile(r"^###\s+Exercise\s+(?P<number>\d+)\.\s+(?P<title>.+?)\s+"
                               r"\((?P<kind>implement|predict, then run|explain)\)\s*$", re.MULTILINE)
+NBVAL_CHECK = "nbval-check-output"
 HIDING_TAGS = {"hide-input", "hide-cell", "hide-output", "remove-input", "remove-cell", "remove-output"}
 EXERCISES_HEADING = re.compile(r"^\s{0,3}#{1,6}\s.*\bexercises?\b", re.IGNORECASE | re.MULTILINE)
 DEFAULT_INSTRUCTION = "write this exercise's solution (see the instructions above)"
@@ -225,6 +227,8 @@ def make_student(nb):
         if solution or (start is not None and index >= start):
             cell.outputs = []
             cell.execution_count = None
+            if NBVAL_CHECK in tags(cell):  # no output left to compare with
+                cell.metadata["tags"] = [t for t in tags(cell) if t != NBVAL_CHECK]
     nbformat.validate(nb)
     return nb
 

@@ -312,6 +312,8 @@ def test_no_solution_in_the_student_copys_prose_or_outputs(path):
             for line in body:
                 assert line not in text, f"{path.name}: {line!r} survives in the student copy"
     assert all(not c.get("outputs") for c in student.cells[start:] if c.cell_type == "code")
+    assert not [c for c in student.cells[start:] if make_student.NBVAL_CHECK in c.metadata.get("tags", [])], (
+        "a cleared cell still asks nbval to compare its output (make test-student would fail)")
 
 
 def test_the_first_chapters_full_student_copy_runs_top_to_bottom():
