@@ -127,11 +127,11 @@ def assignment_notebook(chapter_nb, assignment: Assignment):
         block = next((b for b in blocks if any(defines(c, exercise.name) for c in b)), None)
         if block is None:
             raise SystemExit(f"{assignment.chapter}: no exercise cell defines {exercise.name}")
-        cells += [copy_cell(c) for c in block if c.cell_type == "markdown" or defines(c, exercise.name)
-                  or exercise.check in c.source]
-        heading = make_student.EXERCISE_HEADING.search(block[0].source)
-        cells[-len([c for c in block if c.cell_type == "markdown" or defines(c, exercise.name)
-                    or exercise.check in c.source])].source = block[0].source[heading.start():]
+        kept = [copy_cell(c) for c in block if c.cell_type == "markdown" or defines(c, exercise.name)
+                or exercise.check in c.source]
+        heading = make_student.EXERCISE_HEADING.search(kept[0].source)
+        kept[0].source = kept[0].source[heading.start():]  # not the summary that may share the cell
+        cells += kept
     nb = nbformat.v4.new_notebook(cells=cells, metadata=chapter_nb.metadata)
     nbformat.validate(nb)
     return nb

@@ -397,3 +397,17 @@ def test_a_crash_of_the_grader_leaves_the_old_csv(tmp_path):
     with pytest.raises(SystemExit, match="nothing to grade"):
         grade.grade_folder(tmp_path / "empty", tmp_path, out)
     assert out.read_text() == "student,total\nold,1\n"
+
+
+def test_untouched_hand_in_notebooks_run_top_to_bottom(tmp_path):
+    """Every chapter's hand-in notebook, as handed out, in a fresh kernel: no cell raises, and each check
+    says "not implemented yet"."""
+    from nbclient import NotebookClient
+
+    for chapter, assignment in assign.ASSIGNMENTS.items():
+        folder = assign.write_assignment(assignment, tmp_path)
+        nb = nbformat.read(folder / "student" / f"{chapter}_assignment.ipynb", as_version=4)
+        NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False).execute()
+        printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+        assert printed.count("not implemented yet") == len(assignment.exercises), f"{chapter}:\n{printed}"
+        assert "✅" not in printed and "Traceback" not in printed
