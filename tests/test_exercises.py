@@ -194,7 +194,7 @@ def test_sinusoidal_references_pass(capsys):
     from gpt_from_scratch.embeddings import sinusoidal_positional_encoding
 
     assert_passes(ex.check_sinusoidal_positional_encoding, sinusoidal_positional_encoding, capsys)
-    assert_passes(ex.check_sinusoidal_positional_encoding, sinusoid, capsys)
+    assert_passes(partial(ex.check_sinusoidal_positional_encoding, whole_tensor=False), sinusoid, capsys)  # loops
 
 
 def halves(T, D):

@@ -275,3 +275,21 @@ class ReshapeComprehension(Looped):
 
 def test_a_reshaping_comprehension_is_not_a_loop_over_heads(capsys):
     fails(ex.check_multi_head_attention, ReshapeComprehension, capsys, "no loop over the heads")
+
+
+# ---------------------------------------------------------------------------------------------- 2
+def looped_table(T, D):
+    pe = torch.zeros(T, D)
+    for p in range(T):
+        for i in range(D // 2):
+            pe[p, 2 * i] = math.sin(p / 10000 ** (2 * i / D))
+            pe[p, 2 * i + 1] = math.cos(p / 10000 ** (2 * i / D))
+    return pe
+
+
+def test_sinusoidal_table_without_loops(capsys):
+    from gpt_from_scratch.embeddings import sinusoidal_positional_encoding
+
+    passes(ex.check_sinusoidal_positional_encoding, sinusoidal_positional_encoding, capsys)
+    fails(ex.check_sinusoidal_positional_encoding, looped_table, capsys, "loops in Python")
+    assert ex.check_sinusoidal_positional_encoding(looped_table, whole_tensor=False)

@@ -113,11 +113,12 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
     pe[:, 0::2], pe[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
     return pe.float()''', 0.0),
         ('''def sinusoidal_table(T, D):
-    position = torch.arange(T, dtype=torch.float64)[:, None]
-    frequency = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    pe = torch.zeros(T, D, dtype=torch.float64)
-    pe[:, 0::2], pe[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
-    return pe  # float64''', 0.0),
+    pe = torch.zeros(T, D)
+    for p in range(T):  # right values, but the loop the exercise rules out
+        for i in range(D // 2):
+            pe[p, 2 * i] = math.sin(p / 10000 ** (2 * i / D))
+            pe[p, 2 * i + 1] = math.cos(p / 10000 ** (2 * i / D))
+    return pe''', 2 / 3),
     ],
     "LayerNormModule": [
         ('''class LayerNormModule(torch.nn.Module):

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .core import (_Case, _call, _compare_values, _require_tensor, _run_cases)
+from .core import _Case, _Mismatch, _call, _compare_values, _python_loops, _require_tensor, _run_cases
 
 __all__ = ["check_sinusoidal_positional_encoding"]
 
@@ -24,9 +24,12 @@ def _sinusoid_table(T: int, D: int, pair_exponent: bool = True, swap: bool = Fal
     return torch.stack([first, second], dim=2).reshape(T, D)  # interleaved: (T, D/2, 2) -> (T, D)
 
 
-def check_sinusoidal_positional_encoding(candidate) -> bool:
+def check_sinusoidal_positional_encoding(candidate, whole_tensor: bool = True) -> bool:
     """Check ``candidate(T, D)`` -> Tensor (T, D) in the default float dtype: the Transformer's table
-    ``P[t, 2i] = sin(t / 10000^(2i/D))``, ``P[t, 2i+1] = cos(t / 10000^(2i/D))``."""
+    ``P[t, 2i] = sin(t / 10000^(2i/D))``, ``P[t, 2i+1] = cos(t / 10000^(2i/D))``.
+
+    Chapter 2's exercise computes it with whole-tensor operations: unless ``whole_tensor`` is False, a
+    function whose source has a Python loop fails (after the values are checked)."""
     sizes = [(6, 8), (50, 32), (1, 2), (20, 128)]
 
     def make(T: int, D: int) -> Callable[[], None]:
@@ -51,4 +54,12 @@ def check_sinusoidal_positional_encoding(candidate) -> bool:
 
     cases = [_Case(f"T={T}, D={D}", make(T, D), "the function is called as candidate(T, D) with two ints")
              for T, D in sizes]
+    if whole_tensor:
+
+        def no_loop() -> None:
+            if _python_loops(candidate):
+                raise _Mismatch("your function loops in Python",
+                                hint="compute every position at once: torch.arange(T)[:, None] times the (D/2,) "
+                                     "frequencies broadcasts to (T, D/2)")
+        cases.append(_Case("the source of the function", no_loop))
     return _run_cases("check_sinusoidal_positional_encoding", cases)

@@ -7,9 +7,12 @@ short report, and prints one success line or the first failure with a hint.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
 import os
 import random
+import textwrap
 import signal
 import sysconfig
 import threading
@@ -246,6 +249,17 @@ def _compare_values(got: Tensor, expected: Tensor, atol: float, rtol: float,
 
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def _python_loops(fn) -> bool | None:
+    """Whether ``fn``'s source has a Python loop (``for``, ``while`` or a comprehension); None when its
+    source cannot be read (a builtin, a lambda typed at a prompt without a file)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    loops = (ast.For, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    return any(isinstance(node, loops) for node in ast.walk(tree))
 
 
 def _short(value, limit: int = 60) -> str:
