@@ -45,7 +45,7 @@ tiktoken_gpt2 = gpt2_encoding()
 print(f"Tiny Shakespeare: {len(text):,} characters")
 
 # %% [markdown]
-# ## Text is bytes
+# ## 1b.1 Text is bytes
 #
 # {ref}`ch-tokens` weighed two extremes: a character vocabulary built from Shakespeare cannot encode an
 # emoji it never saw, while bytes cover every text but make sequences long. A byte-level tokenizer takes
@@ -77,7 +77,7 @@ pd.DataFrame({
 # for words: **find the most frequent pair of adjacent tokens, give it a new id, replace every occurrence,
 # repeat.** Each repetition adds one token to the vocabulary and shortens the text.
 #
-# ## Counting pairs, merging the most frequent
+# ## 1b.2 Counting pairs, merging the most frequent
 #
 # We train on the tiny corpus of {cite}`sennrich2016bpe`'s own example: the words *low*, *lower*, *newest*
 # and *widest*, five, two, six and three times.
@@ -167,7 +167,7 @@ pd.DataFrame(rows, columns=["new id", "merged pair", "count", "new token", "toke
 # on every combination of a word with what happens to follow it: `dog.`, `dog!`, `dog?`, `dog,` would
 # each get a token, which is the very example {cite}`radford2019language` gives.
 #
-# ## Pre-tokenization: GPT-2's regex
+# ## 1b.3 Pre-tokenization: GPT-2's regex
 #
 # GPT-2's fix is to cut the text into chunks first, with a regular expression, and to count and merge
 # only *inside* chunks. Here is the pattern (tiktoken's spelling of it, which splits identically to the
@@ -210,7 +210,7 @@ print("most frequent:", corpus_chunks.most_common(8))
 # %% [markdown]
 # Of 297,833 chunks only 15,057 are different: each distinct chunk occurs 19.8 times on average.
 #
-# ## The training loop
+# ## 1b.4 The training loop
 #
 # Here is the whole trainer. It is the loop above, run on the distinct chunks with their counts as weights:
 
@@ -273,7 +273,7 @@ for word in [" lowest", " newer", " wider", " 🤖"]:
     assert tiny_tok.decode(word_ids) == word
 
 # %% [markdown]
-# ## GPT-2's merges
+# ## 1b.5 GPT-2's merges
 #
 # OpenAI trained GPT-2's tokenizer on web text and kept 50,000 merges, published as two files:
 # `vocab.bpe`, the merges in the order they were learned, and `encoder.json`, the id of every token.
@@ -348,7 +348,7 @@ word_steps
 # uses the token just made was learned after the merge that made it. So `i + ol` (rank 1413) waits for
 # `o + l` (rank 93). The last merge, `an + us`, is rank 40885: rare endings are learned late.
 #
-# ## The proof: identical to tiktoken
+# ## 1b.6 The proof: identical to tiktoken
 #
 # tiktoken runs the same algorithm in Rust. Our pure-Python encoder must give the same ids on every
 # character of Tiny Shakespeare; ids are integers, so `assert_close` demands exact equality:
@@ -407,7 +407,7 @@ print("allowed:  ", gpt2_bpe.encode(doc, allowed_special="all"))
 print("ordinary: ", gpt2_bpe.encode_ordinary(doc))
 
 # %% [markdown]
-# ## Fast enough: a cache per chunk
+# ## 1b.7 Fast enough: a cache per chunk
 #
 # Pure Python is slow at the inner loop, but it rarely has to run it: text repeats itself. Tiny
 # Shakespeare's chunks repeat so much (the counts above) that `BPETokenizer` runs BPE once per *distinct*
@@ -434,7 +434,7 @@ print(f"ours, empty cache:              {t_cold:.3f} s  ({t_cold / t_tiktoken:.1
 print(f"ours, cache already filled:     {t_warm:.3f} s  ({t_warm / t_tiktoken:.1f}x tiktoken)")
 
 # %% [markdown]
-# ## Vocabulary size versus compression
+# ## 1b.8 Vocabulary size versus compression
 #
 # How much does each merge buy? We train on the training part of Tiny Shakespeare (the first 90%, as in
 # {ref}`ch-tokens`) and measure **characters per token** on the validation part, text the tokenizer has

@@ -42,7 +42,7 @@ V = enc.n_vocab  # GPT-2's vocabulary size
 print(f"V = {V:,}")
 
 # %% [markdown]
-# ## Token embeddings: a lookup table
+# ## 2.1 Token embeddings: a lookup table
 #
 # A token id is a name, not a quantity: token 8421 is not "more" than token 356. So we do not feed
 # the ids themselves to the network. Instead we keep a table `wte` ("word token embedding", GPT-2's
@@ -93,7 +93,7 @@ print("distinct token ids in the line:", sorted(set(idx.tolist())))
 wte.weight.grad = None
 
 # %% [markdown]
-# ## Why position matters
+# ## 2.2 Why position matters
 #
 # Token embeddings alone say *what* each token is, not *where* it is. Anything that treats the tokens
 # as a set cannot tell two sentences with the same words apart. The simplest such summary is the mean
@@ -132,7 +132,7 @@ print("' dog' gets the same output in both sentences:", torch.allclose(ya[dog_a]
 # embedding: $x_p = \text{wte}[\text{token}_p] + P[p]$. Adding (rather than concatenating) keeps the
 # width at $D$; the network learns to read both signals out of the sum.
 #
-# ## What a positional code must do
+# ## 2.3 What a positional code must do
 #
 # Two obvious candidates fail, and *how* they fail tells us what we need.
 #
@@ -210,7 +210,7 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# ## Sinusoidal encoding, by hand
+# ## 2.4 Sinusoidal encoding, by hand
 #
 # The original Transformer {cite}`vaswani2017attention` answers with sines and cosines. Pair up the
 # dimensions, $(0, 1), (2, 3), \ldots$; pair $i$ gets the angular frequency
@@ -307,7 +307,7 @@ print(f"longest wavelength  {wavelength[-1]:,.1f} (2π·10000^((D-2)/D) = {2 * m
 print(f"ratio between neighbours: {ratios.min():.6f} to {ratios.max():.6f}; 10000^(2/D) = {10000 ** (2 / D):.6f}")
 
 # %% [markdown]
-# ## Deeper: distance and rotation
+# ## 2.5 Deeper: distance and rotation
 #
 # Two facts make the sinusoidal code more than a list of distinct labels. First, the dot product of
 # two codes depends only on how far apart the positions are. Each pair contributes
@@ -387,7 +387,7 @@ for k in (1, 5, 37):
 # further: instead of adding $P$ to the input once, they rotate the queries and keys of every attention
 # layer by these same angles.
 #
-# ## Learned position embeddings (GPT-2)
+# ## 2.6 Learned position embeddings (GPT-2)
 #
 # GPT-2 does not use the sinusoids. Like its token table, its position table `wpe` is an ordinary
 # learned parameter: one trainable vector per position, 1,024 positions of 768 numbers for GPT-2 small,
@@ -433,7 +433,7 @@ except ValueError as error:
 # sequences. GPT-2 has a fixed context of 1,024 tokens, so extrapolation is moot, and a learned table
 # is the simplest thing that works.
 #
-# ## Embedding scale
+# ## 2.7 Embedding scale
 #
 # The sum $\text{wte}[t] + P[p]$ is only a good sum if neither term dwarfs the other. The original
 # Transformer multiplies its token embeddings by $\sqrt{D}$ before adding the sinusoids; GPT-2 does no
