@@ -111,8 +111,12 @@ const headings = [...main.querySelectorAll('h1, h2, h3, h4, h5, h6')].map(h => N
 const links = [...document.querySelectorAll('a[href]')].map(a => a.href);
 const math = document.querySelectorAll('mjx-container').length;
 const outputs = [...main.querySelectorAll('div.cell_output')].map(o => o.innerText.trim());
+const citations = [...main.querySelectorAll('span.bibtex-citation a')].map(a => a.innerText.trim());
+const references = [...main.querySelectorAll('div.citation')].map(c => ({
+  label: c.querySelector('.label')?.innerText.replace(/^\\[|\\]$/g, '').trim() || '',
+  link: !!c.querySelector('a.reference.external')}));
 return {images, headings, links, math, text: main.innerText, mathjax: typeof MathJax !== 'undefined',
-        outputs, html: main.innerHTML.includes('NBVAL')};
+        outputs, citations, references, html: main.innerHTML.includes('NBVAL')};
 """
 
 # What a reader sees at the current window width: boxes wider than their content, lost spaces,
@@ -269,6 +273,23 @@ def check_navigation(driver, url: str, width: int, contents: bool) -> list[str]:
     return problems
 
 
+# Works with no online copy to link to (the References page links every other entry).
+NO_ONLINE_COPY = {"Gage, 1994", "Zipf, 1949"}
+
+
+def check_references(labels: dict[str, bool], citations: set[str]) -> list[str]:
+    """The References page reads like the citations ("Vaswani et al., 2017") and links each work."""
+    problems = []
+    for label, linked in sorted(labels.items()):
+        if not re.fullmatch(r".+, \d{4}[a-z]?", label):
+            problems.append(f"reference label {label!r} is not in the citations' style (Author et al., year)")
+        if not linked and label not in NO_ONLINE_COPY:
+            problems.append(f"reference [{label}] has no link")
+    for citation in sorted(citations - set(labels)):
+        problems.append(f"citation [{citation}] has no entry with that label on the References page")
+    return problems
+
+
 def check_internal_links(base: str, links: set[str]) -> list[str]:
     problems = []
     for link in sorted(links):
@@ -289,18 +310,27 @@ def main() -> int:
     start = time.perf_counter()
     server, base = serve(HTML)
     driver = browser()
-    failures, internal = 0, set()
+    failures, internal, citations, references = 0, set(), set(), {}
     try:
         chosen = sys.argv[1:]
         for page in [page for page in toc_pages() if not chosen or page in chosen]:
             problems, facts = check_page(driver, base, page, repository_url())
             internal |= {urldefrag(link)[0] for link in facts["links"] if link.startswith(base)}
+            citations |= set(facts["citations"])
+            references |= {entry["label"]: entry["link"] for entry in facts["references"]}
             status = "ok  " if not problems else "FAIL"
             print(f"{status} {page}: {len(facts['images'])} images, {facts['math']} formulas")
             for problem in problems:
                 print(f"     - {problem}")
             failures += bool(problems)
         link_problems = [] if chosen else check_internal_links(base, internal)
+        if not chosen:
+            reference_problems = check_references(references, citations)
+            print(f"{'ok  ' if not reference_problems else 'FAIL'} {len(references)} references, "
+                  f"{len(citations)} distinct citations")
+            for problem in reference_problems:
+                print(f"     - {problem}")
+            failures += bool(reference_problems)
         print(f"{'ok  ' if not link_problems else 'FAIL'} {len(internal)} internal links")
         for problem in link_problems:
             print(f"     - {problem}")

@@ -38,7 +38,9 @@ from gpt_from_scratch.bpe import BPETokenizer
 from gpt_from_scratch.data import load_tiny_shakespeare, split_text
 from gpt_from_scratch.tokenizer import GPT2_PATTERN, gpt2_encoding, gpt2_files
 from gpt_from_scratch.utils import seed_everything
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 
+set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
 text = load_tiny_shakespeare()
 tiktoken_gpt2 = gpt2_encoding()
@@ -134,7 +136,8 @@ print(merge_pair([1, 1, 1], (1, 1), 9), "  <- an id already merged is not used t
 # Our two functions are the ones the package uses; a quick check on random ids before we rely on them:
 
 # %%
-random_ids = torch.randint(0, 4, (2000,), generator=generator).tolist()  # few values, many repeated pairs
+# Few values, many repeated pairs:
+random_ids = torch.randint(0, 4, (2000,), generator=generator).tolist()
 assert get_pair_counts(random_ids) == bpe.pair_counts(random_ids)
 for pair in [(0, 0), (1, 2), (3, 3)]:
     assert merge_pair(random_ids, pair, 99) == bpe.merge(random_ids, pair, 99)
@@ -146,7 +149,8 @@ print("get_pair_counts and merge_pair equal gpt_from_scratch.bpe.pair_counts and
 # %% tags=["nbval-check-output"]
 def show(token_ids, vocab):
     """Token ids as readable text, a space shown as '␣'."""
-    return "".join(vocab[i].decode("utf-8", errors="replace") for i in token_ids).replace(" ", "␣")
+    text = "".join(vocab[i].decode("utf-8", errors="replace") for i in token_ids)
+    return text.replace(" ", "␣")
 
 
 vocab = {i: bytes([i]) for i in range(256)}
@@ -159,7 +163,8 @@ for new_id in range(256, 266):
     ids = merge_pair(ids, best, new_id)
     pair_text = f"{show([best[0]], vocab)} + {show([best[1]], vocab)}"
     rows.append((new_id, pair_text, top, show([new_id], vocab), len(ids)))
-pd.DataFrame(rows, columns=["new id", "merged pair", "count", "new token", "tokens in the text"])
+columns = ["new id", "merged pair", "count", "new token", "tokens in the text"]
+pd.DataFrame(rows, columns=columns)
 
 # %% [markdown]
 # The text shrank from 94 tokens to 27, but look at tokens 258 and 265: `est␣` glues a word to the space
@@ -183,8 +188,8 @@ pd.DataFrame(rows, columns=["new id", "merged pair", "count", "new token", "toke
 # | `\s+(?!\S)` | a run of whitespace, except its last character when a non-space character follows |
 # | `\s` | a single whitespace character that is left over |
 #
-# The space usually goes *with the word that follows*: ` world` is one chunk, so GPT-2 learns the tokens
-# ` the` and `the` separately. Let us see the chunks of a sentence built to hit every rule:
+# The space usually goes *with the word that follows*: `␣world` is one chunk, so GPT-2 learns the tokens
+# `␣the` and `the` separately. Let us see the chunks of a sentence built to hit every rule:
 
 # %% tags=["nbval-check-output"]
 sentence = "Hello world! I'm fine,  don't   worry... 2024 tokens, I'LL see\n\n\n"
@@ -218,7 +223,8 @@ print("most frequent:", corpus_chunks.most_common(8))
 def train_bpe(text, vocab_size):
     """Learn vocab_size - 256 merges from `text`; return them and a table of each step."""
     chunk_counts = Counter(regex.findall(GPT2_PATTERN, text))
-    words = {chunk: list(chunk.encode("utf-8")) for chunk in chunk_counts}  # each chunk as a list of ids
+    # Each chunk as a list of ids:
+    words = {chunk: list(chunk.encode("utf-8")) for chunk in chunk_counts}
     vocab = {i: bytes([i]) for i in range(256)}
     merges, steps = {}, []
     for new_id in range(256, vocab_size):
@@ -242,7 +248,7 @@ tiny_merges, tiny_steps = train_bpe(tiny, 266)
 tiny_steps
 
 # %% [markdown]
-# The same text, and this time every token stays inside a word: `est`, ` low`, ` newest`, and no token
+# The same text, and this time every token stays inside a word: `est`, `␣low`, `␣newest`, and no token
 # holds a space at its end. The package's `BPETokenizer.train` learns the same merges. It is faster on
 # large texts because after each merge it re-counts only the chunks that contained the merged pair, and
 # finds the most frequent pair with a heap instead of a scan; we check it here on the tiny text and on the
@@ -295,7 +301,7 @@ for rank, line in enumerate(merge_lines[1:9]):
 # %% [markdown]
 # Bytes 0 to 32 (controls, then the space) come first among the 68, so they become U+0100 to U+0120:
 # the space is `Ġ` and the newline `Ċ`. The first merges of `vocab.bpe` now read: space + `t`, space + `a`,
-# `h` + `e`, and at rank 6 ` t` + `he`, the word ` the`.
+# `h` + `e`, and at rank 6 `␣t` + `he`, the word `␣the`.
 #
 # `BPETokenizer.from_gpt2()` reads both files, translates every token back to bytes, and keeps GPT-2's
 # ids: the merge on the $r$-th line after the `#version` header (counting from 0) has **rank** $r$ and
@@ -308,12 +314,13 @@ gpt2_bpe = BPETokenizer.from_gpt2()
 print(gpt2_bpe)
 for ch in ["!", "A", " ", "\n"]:
     print(f"byte {ord(ch):3} {ch!r:5} -> id {gpt2_bpe.byte_ids[ord(ch)]}")
-print("rank 0 creates token 256:", gpt2_bpe.vocab[256], "| rank 6 creates token 262:", gpt2_bpe.vocab[262])
+print("rank 0 creates token 256:", gpt2_bpe.vocab[256],
+      "| rank 6 creates token 262:", gpt2_bpe.vocab[262])
 
 # %% [markdown]
 # To encode a chunk, start from its bytes and apply, among the adjacent pairs present, the one with the
 # lowest rank, the one GPT-2 learned first; repeat until no adjacent pair is a known merge. Here is
-# that loop, written out for ` Coriolanus`, the hero of the play Tiny Shakespeare opens with
+# that loop, written out for `␣Coriolanus`, the hero of the play Tiny Shakespeare opens with
 # (tokens are written GPT-2's way, with `Ġ` for the space):
 
 # %% tags=["nbval-check-output"]
@@ -332,8 +339,8 @@ def encode_chunk_steps(chunk):
             break
         pair = min(known, key=gpt2_bpe.ranks.get)  # learned first = lowest rank
         ids = merge_pair(ids, pair, gpt2_bpe.merges[pair])
-        steps.append((gpt2_bpe.ranks[pair], f"{as_gpt2_text(pair[0])} + {as_gpt2_text(pair[1])}",
-                      " ".join(as_gpt2_text(i) for i in ids)))
+        merged = f"{as_gpt2_text(pair[0])} + {as_gpt2_text(pair[1])}"
+        steps.append((gpt2_bpe.ranks[pair], merged, " ".join(as_gpt2_text(i) for i in ids)))
     return ids, pd.DataFrame(steps, columns=["rank", "merged pair", "tokens"])
 
 
@@ -343,7 +350,7 @@ print("ids:", word_ids)
 word_steps
 
 # %% [markdown]
-# Eleven bytes, eight merges, three tokens: ` Cor`, `iol`, `anus`. The ranks only go up, and they must:
+# Eleven bytes, eight merges, three tokens: `␣Cor`, `iol`, `anus`. The ranks only go up, and they must:
 # each step takes the lowest rank present, so the pairs it leaves behind rank higher, and a pair that
 # uses the token just made was learned after the merge that made it. So `i + ol` (rank 1413) waits for
 # `o + l` (rank 93). The last merge, `an + us`, is rank 40885: rare endings are learned late.
@@ -358,7 +365,8 @@ ours = gpt2_bpe.encode(text)
 theirs = tiktoken_gpt2.encode(text)
 torch.testing.assert_close(torch.tensor(ours), torch.tensor(theirs))
 assert gpt2_bpe.decode(ours) == text
-print(f"identical ids on the whole corpus: {len(ours):,} tokens for {len(text):,} characters "
+print(f"identical ids on the whole corpus: {len(ours):,} tokens "
+      f"for {len(text):,} characters "
       f"({len(text) / len(ours):.3f} characters per token)")
 
 # %% [markdown]
@@ -401,7 +409,8 @@ try:
 except ValueError as err:
     print("ValueError:", err)
 for allowed in ["all", {"<|endoftext|>"}]:
-    assert gpt2_bpe.encode(doc, allowed_special=allowed) == tiktoken_gpt2.encode(doc, allowed_special=allowed)
+    ours_ids = gpt2_bpe.encode(doc, allowed_special=allowed)
+    assert ours_ids == tiktoken_gpt2.encode(doc, allowed_special=allowed)
 assert gpt2_bpe.encode_ordinary(doc) == tiktoken_gpt2.encode_ordinary(doc)
 print("allowed:  ", gpt2_bpe.encode(doc, allowed_special="all"))
 print("ordinary: ", gpt2_bpe.encode_ordinary(doc))
@@ -430,8 +439,8 @@ t_tiktoken = median_time(lambda: tiktoken_gpt2.encode(text))
 t_cold = median_time(lambda: gpt2_bpe.encode(text), setup=gpt2_bpe.clear_cache)
 t_warm = median_time(lambda: gpt2_bpe.encode(text))
 print(f"tiktoken (Rust):                {t_tiktoken:.3f} s")
-print(f"ours, empty cache:              {t_cold:.3f} s  ({t_cold / t_tiktoken:.1f}x tiktoken)")
-print(f"ours, cache already filled:     {t_warm:.3f} s  ({t_warm / t_tiktoken:.1f}x tiktoken)")
+for name, t in [("ours, empty cache:", t_cold), ("ours, cache already filled:", t_warm)]:
+    print(f"{name:<31} {t:.3f} s  ({t / t_tiktoken:.1f}x tiktoken)")
 
 # %% [markdown]
 # ## 1b.8 Vocabulary size versus compression
@@ -451,7 +460,10 @@ print(f"trained {len(tok_2048.merges):,} merges on {len(train_text):,} character
 
 # %%
 def first_merges(tok, vocab_size):
-    """The tokenizer that training to `vocab_size` would have produced: the first merges of a bigger one."""
+    """The tokenizer that training to `vocab_size` would have produced.
+
+    That is the first merges of a bigger one.
+    """
     return BPETokenizer(dict(list(tok.merges.items())[: vocab_size - 256]))
 
 
@@ -466,15 +478,18 @@ for V in vocab_sizes:
     rows.append(("ours", V, n_tokens, len(val_text) / n_tokens))
 n_tokens = len(gpt2_bpe.encode(val_text))
 rows.append(("GPT-2", gpt2_bpe.vocab_size, n_tokens, len(val_text) / n_tokens))
-compression = pd.DataFrame(rows, columns=["tokenizer", "vocab size", "validation tokens", "characters per token"])
+columns = ["tokenizer", "vocab size", "validation tokens", "characters per token"]
+compression = pd.DataFrame(rows, columns=columns)
 compression.round(3)
 
 # %% mystnb={"figure": {"caption": "Characters per token on the validation text of Tiny Shakespeare, for byte-level BPE tokenizers trained on the training text with 256 to 2,048 tokens, and for GPT-2's 50,257-token tokenizer trained on web text.", "name": "fig-bpe-compression"}, "image": {"alt": "A line rising steeply from 1.0 character per token at 256 tokens and flattening towards 2,048 tokens, with a separate star for GPT-2 at 50,257 tokens, higher still."}}
 ours_rows = compression[compression["tokenizer"] == "ours"]
 gpt2_row = compression[compression["tokenizer"] == "GPT-2"]
 fig, ax = plt.subplots(figsize=(7, 4))
-ax.plot(ours_rows["vocab size"], ours_rows["characters per token"], "o-", label="ours, trained on Tiny Shakespeare")
-ax.plot(gpt2_row["vocab size"], gpt2_row["characters per token"], "*", markersize=14, label="GPT-2 (web text)")
+ax.plot(ours_rows["vocab size"], ours_rows["characters per token"], "o-",
+        label="ours, trained on Tiny Shakespeare")
+ax.plot(gpt2_row["vocab size"], gpt2_row["characters per token"], "*", markersize=14,
+        label="GPT-2 (web text)")
 ax.set_xscale("log", base=2)
 ax.set_xticks([256, 512, 1024, 2048, 4096, 8192, 16384, 50257])
 ax.set_xticklabels(["256", "512", "1k", "2k", "4k", "8k", "16k", "50,257"])
@@ -494,11 +509,12 @@ plt.show()
 
 # %% tags=["nbval-check-output"]
 print("last merges:   ", [tok_2048.vocab[i].decode() for i in range(2038, 2048)])
-print("longest tokens:", sorted((tok_2048.vocab[i].decode() for i in tok_2048.merges.values()), key=len)[-6:])
+learned = (tok_2048.vocab[i].decode() for i in tok_2048.merges.values())
+print("longest tokens:", sorted(learned, key=len)[-6:])
 
 # %% [markdown]
-# Late merges are ordinary word pieces (` canst`, ` hearts`). The longest tokens are names: a speaker
-# label opens every speech (`NORTHUMBERLAND`) and characters are named in the verse (` Bolingbroke`),
+# Late merges are ordinary word pieces (`␣canst`, `␣hearts`). The longest tokens are names: a speaker
+# label opens every speech (`NORTHUMBERLAND`) and characters are named in the verse (`␣Bolingbroke`),
 # often enough to earn a token of their own.
 #
 # ## Summary

@@ -144,9 +144,10 @@ print("row sums:", weights.sum(dim=-1))
 #
 # The score of query $t$ for key $s$ is the dot product $q_t \cdot k_s$: large when they point the same
 # way. A database returns the value whose key matches exactly; attention returns a *blend* of all values,
-# weighted by the softmax of the scores:
+# weighted by the softmax of the scores. Stack the queries, keys and values of all tokens as the rows
+# of matrices $q$, $k$ and $v$ (as the code names them; the capital $V$ is the vocabulary size):
 #
-# $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right) V .$$
+# $$\operatorname{attention}(q, k, v) = \operatorname{softmax}\!\left(\frac{q k^\top}{\sqrt{d_k}}\right) v .$$
 #
 # Here is that formula written out as a function, the chapter's own build of attention (section 4.5
 # explains the $\sqrt{d_k}$). It works on any leading dimensions, and the number of queries may differ from the number
