@@ -203,6 +203,7 @@ def compare_attention(
     annotate: bool | None = None,
     cmap: str = "viridis",
     panel_size: float = 3.3,
+    ncols: int | None = None,
 ):
     """Attention maps side by side, on one colour scale with one shared colour bar.
 
@@ -216,9 +217,11 @@ def compare_attention(
         annotate: write each weight (two decimals) in its cell; default when every map has at most 12 keys.
         cmap: the colour map.
         panel_size: width and height of one map, in inches.
+        ncols: maps per row; more maps wrap onto further rows. The default puts as many in a row
+            as fit in 9.5 inches, the widest figure whose labels stay legible in the book.
 
     Returns:
-        The ``Figure``: one axes per map, then one colour-bar axes.
+        The ``Figure``: one axes per map (row by row), then one colour-bar axes.
     """
     import matplotlib.pyplot as plt
 
@@ -239,18 +242,25 @@ def compare_attention(
     if annotate is None:
         annotate = all(a.shape[1] <= 12 for a in arrays)
 
-    fig, axes = plt.subplots(1, len(arrays), squeeze=False, layout="constrained",
-                             figsize=(panel_size * len(arrays) + 1.2, panel_size))
-    for n, (ax, a, title, labels) in enumerate(zip(axes[0], arrays, titles, tokens)):
+    if ncols is None:
+        ncols = max(1, int((9.5 - 1.2) // panel_size))
+    ncols = max(1, min(ncols, len(arrays)))
+    nrows = -(-len(arrays) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
+                             figsize=(panel_size * ncols + 1.2, panel_size * nrows))
+    for ax in axes.flat[len(arrays):]:
+        ax.remove()  # empty places in the last row
+    for n, (ax, a, title, labels) in enumerate(zip(axes.flat, arrays, titles, tokens)):
         attention_heatmap(a, labels, ax=ax, title=title, cmap=cmap, vmin=0.0, vmax=vmax, colorbar=False)
-        if n > 0:
-            ax.set_ylabel("")  # said once, on the left
+        if n % ncols:
+            ax.set_ylabel("")  # said once per row, on the left
         if annotate:
             for i, j in zip(*np.nonzero(a >= 0.005)):
                 text = f"{a[i, j]:.2f}".removeprefix("0")  # ".37"; "1.00" stays
                 ax.text(j, i, text, ha="center", va="center", fontsize=LABEL_PT - 2,
                         color="black" if a[i, j] > 0.6 * vmax else "white")
-    fig.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.8, label="attention weight")
+    drawn = list(axes.flat[: len(arrays)])
+    fig.colorbar(drawn[0].images[0], ax=drawn, shrink=0.8, label="attention weight")
     return fig
 
 

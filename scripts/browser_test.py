@@ -116,7 +116,12 @@ const references = [...main.querySelectorAll('div.citation')].map(c => ({
   label: c.querySelector('.label')?.innerText.replace(/^\\[|\\]$/g, '').trim() || '',
   link: !!c.querySelector('a.reference.external')}));
 return {images, headings, links, math, text: main.innerText, mathjax: typeof MathJax !== 'undefined',
-        outputs, citations, references, html: main.innerHTML.includes('NBVAL')};
+        outputs, citations, references, html: main.innerHTML.includes('NBVAL'),
+        title: main.querySelector('h1')?.textContent.replace(/#$/, '').trim() || '',
+        sections: [...main.querySelectorAll('article h2')].map(h => h.textContent.replace(/#$/, '').trim()),
+        figureNumbers: [...main.querySelectorAll('figcaption .caption-number')]
+          .map(s => s.textContent.trim()),
+        paragraphs: [...main.querySelectorAll('p, figcaption, li')].map(p => p.innerText)};
 """
 
 # What a reader sees at the current window width: boxes wider than their content, lost spaces,
@@ -181,6 +186,10 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
     if stray:
         problems.append(f"{stray} output box(es) that only say True (a checker's return value)")
     problems += check_layout(driver, page, WIDE)
+    problems += check_numbering(facts)
+    for text in facts["paragraphs"]:
+        if not balanced_quotes(text):
+            problems.append(f"unbalanced or wrong-way quotes: {text[:80]!r}")
     previous = 0
     for level in facts["headings"]:
         if previous and level > previous + 1:
@@ -194,6 +203,8 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
             problems.append(f"no Colab button pointing at {colab}")
         if not any(link.endswith("_sources/" + notebook) for link in facts["links"]):
             problems.append(f"no download button for {notebook}")
+        if not any(link.rstrip("/") == repo for link in facts["links"]):
+            problems.append(f"no repository button pointing at {repo}")
     problems += check_navigation(driver, url, WIDE, contents=False)
     driver.set_window_size(PHONE, 900)
     driver.get(url)
@@ -203,6 +214,37 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
     problems += check_navigation(driver, url, PHONE, contents=page.startswith("notebooks/"))
     driver.set_window_size(WIDE, 1600)
     return problems, facts
+
+
+def check_numbering(facts) -> list[str]:
+    """A chapter ("4. Attention") numbers its sections 4.1, 4.2 ... and its figures Fig. 4.1 ..."""
+    match = re.match(r"(\d+[a-z]?)\.\s", facts["title"])
+    if not match:
+        return []
+    chapter, problems = match.group(1), []
+    for section in facts["sections"]:
+        if section not in ("Summary", "Exercises") and not section.startswith(f"{chapter}."):
+            problems.append(f"section {section!r} is not numbered {chapter}.N")
+    for number in facts["figureNumbers"]:
+        if not number.startswith(f"Fig. {chapter}."):
+            problems.append(f"figure numbered {number!r}, not Fig. {chapter}.N")
+    return problems
+
+
+def balanced_quotes(text: str) -> bool:
+    """Curly double quotes open and close in turn: a wrong-way “ (smartquotes turning the closing
+    quote of ``"It is the "`` into an opening one) leaves two openings in a row."""
+    is_open = False
+    for char in text:
+        if char == "“":
+            if is_open:
+                return False
+            is_open = True
+        elif char == "”":
+            if not is_open:
+                return False
+            is_open = False
+    return not is_open
 
 
 def png_dpi(url: str) -> float | None:
@@ -249,6 +291,10 @@ def check_layout(driver, page: str, width: int) -> list[str]:
 def check_navigation(driver, url: str, width: int, contents: bool) -> list[str]:
     """Click the ☰ button (and the contents button) like a reader and see the navigation change."""
     problems = []
+    driver.get(url)
+    time.sleep(0.3)
+    if not any(b.is_displayed() for b in driver.find_elements(By.CSS_SELECTOR, "button.search-button__button")):
+        problems.append(f"at {width} px no visible search button")
     toggles = [("☰ (chapter list)", "button.primary-toggle", "chapters")]
     if contents:
         toggles.append(("contents", "button.secondary-toggle", "contents"))

@@ -155,7 +155,7 @@ print("top_k_by_hand equals gpt_from_scratch.generate.top_k_filter")
 # %% [markdown]
 # The package's `top_k_filter` also checks its input (`k` must be an integer $\ge 1$) and keeps every token
 # tied with the $k$-th largest logit, the convention of nanoGPT and Hugging Face. Its weakness is that $k$ is
-# the same everywhere. After "It is the " many characters are plausible; in the middle of a word, often only
+# the same everywhere. After “It is the␣” many characters are plausible; in the middle of a word, often only
 # one is. A fixed $k$ is too many in the second case and maybe too few in the first.
 #
 # ## 7.4 Top-p (nucleus) sampling
@@ -214,7 +214,7 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# After "It is the " the most likely character has probability 0.11 and the nucleus of $p = 0.9$ holds 18
+# After “It is the␣” the most likely character has probability 0.11 and the nucleus of $p = 0.9$ holds 18
 # characters. After "What say" the model puts 0.78 on a space and 3 characters reach 0.9. A fixed top-k of 10
 # would cut off 8 plausible continuations in the first case and let in 7 extra long shots in the second;
 # top-p follows the model's own confidence. Both filters can be combined: the package applies
