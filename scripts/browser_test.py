@@ -10,6 +10,9 @@ Serves ``_build/html`` on 127.0.0.1, opens every page of the table of contents i
 - every internal link answered by the local server;
 - heading levels never skip a level;
 - no test scaffolding: no ``NBVAL`` text, no output box that only says ``True``;
+- one output box per print sequence (streams merged), balanced curly quotes;
+- chapters number their sections (4.1, 4.2 ...) and their figures (Fig. 4.1 ...); the References
+  page labels entries like the citations ("Vaswani et al., 2017") and links them;
 - inline code keeps its spaces (GPT-2's token ``" the"`` must not read ``"the"``);
 - at 1280 px: no code line and no output wider than its box, the page itself no wider than the window;
   every figure crisp on a 2x screen (SVG, or a PNG with at least 2 pixels per CSS px);
@@ -117,6 +120,7 @@ const references = [...main.querySelectorAll('div.citation')].map(c => ({
   link: !!c.querySelector('a.reference.external')}));
 return {images, headings, links, math, text: main.innerText, mathjax: typeof MathJax !== 'undefined',
         outputs, citations, references, html: main.innerHTML.includes('NBVAL'),
+        splitStreams: main.querySelectorAll('div.output.stream + div.output.stream').length,
         title: main.querySelector('h1')?.textContent.replace(/#$/, '').trim() || '',
         sections: [...main.querySelectorAll('article h2')].map(h => h.textContent.replace(/#$/, '').trim()),
         figureNumbers: [...main.querySelectorAll('figcaption .caption-number')]
@@ -182,6 +186,8 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
         problems.append("raw TeX left in the page: MathJax did not render it")
     if "NBVAL" in facts["text"] or facts["html"]:
         problems.append("test scaffolding shows: NBVAL in the page")
+    if facts["splitStreams"]:
+        problems.append(f"{facts['splitStreams']} print sequences split into several output boxes")
     stray = sum(output == "True" for output in facts["outputs"])
     if stray:
         problems.append(f"{stray} output box(es) that only say True (a checker's return value)")

@@ -44,6 +44,7 @@ from collections import Counter
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import regex
 import tiktoken
@@ -68,7 +69,6 @@ from gpt_from_scratch.tokenizer import (
     hf_gpt2_tokenizer,
 )
 from gpt_from_scratch.utils import seed_everything
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)

@@ -29,6 +29,7 @@ import time
 from collections import Counter
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import pandas as pd
 import regex  # like `re`, but knows Unicode classes such as \p{L} (any letter)
 import torch
@@ -38,7 +39,6 @@ from gpt_from_scratch.bpe import BPETokenizer
 from gpt_from_scratch.data import load_tiny_shakespeare, split_text
 from gpt_from_scratch.tokenizer import GPT2_PATTERN, gpt2_encoding, gpt2_files
 from gpt_from_scratch.utils import seed_everything
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)

@@ -27,6 +27,7 @@ except ImportError:
 import math
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -34,7 +35,6 @@ from torch import nn
 from gpt_from_scratch.data import load_tiny_shakespeare
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 seed_everything(1337)

@@ -23,12 +23,12 @@ except ImportError:
 import math
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from gpt_from_scratch.utils import seed_everything
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 _ = seed_everything(1337)

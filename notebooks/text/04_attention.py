@@ -44,6 +44,7 @@ import math
 import time
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -54,7 +55,6 @@ from gpt_from_scratch.data import get_batch, load_tiny_shakespeare
 from gpt_from_scratch.plotting import attention_heatmap, token_labels
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)

@@ -42,6 +42,7 @@ except ImportError:
 import math
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -53,7 +54,6 @@ from gpt_from_scratch.data import get_batch, load_tiny_shakespeare
 from gpt_from_scratch.layernorm import LayerNorm
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)

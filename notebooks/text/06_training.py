@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import pandas as pd
 import torch
@@ -74,7 +75,6 @@ from gpt_from_scratch.train import (
     train,
 )
 from gpt_from_scratch.utils import default_device, seed_everything
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)

@@ -38,6 +38,7 @@ except ImportError:
 import time
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import torch
 from torch.testing import assert_close
@@ -46,7 +47,6 @@ from gpt_from_scratch.generate import generate, top_k_filter, top_p_filter
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.train import book_model, book_model_path, load_checkpoint
 from gpt_from_scratch.utils import seed_everything
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
