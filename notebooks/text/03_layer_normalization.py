@@ -311,8 +311,9 @@ print(f"BatchNorm: token 0 with one neighbour vs in the full batch, "
 # %% [markdown]
 # ## 3.5 Where the normalization goes: post-LN and pre-LN
 #
-# A transformer block has two *branches*, attention and a feed-forward network (MLP), each added to the
-# residual stream. The normalization can sit in two places:
+# A transformer block has two *branches*, attention (Chapter 4) and a feed-forward network
+# (Chapter 5), and adds the output of each to the residual stream. The normalization can sit in two
+# places:
 #
 # - **post-LN**, the original Transformer {cite}`vaswani2017attention`: add the branch, then normalize the
 #   sum, `x = ln(x + f(x))`;
@@ -322,9 +323,8 @@ print(f"BatchNorm: token 0 with one neighbour vs in the full batch, "
 #   additional layer normalization was added after the final self-attention block".
 #
 # Some tutorials, the articles this book grew from among them, show a post-LN block and call it GPT-2's.
-# It is not. A transformer block has two branches, attention (Chapter 4) and a feed-forward network
-# (Chapter 5), but where the normalization goes does not depend on what a branch computes. So this
-# chapter studies a simpler residual stack: each block has one branch, a small feed-forward network
+# It is not. Where the normalization goes does not depend on what a branch computes, so this chapter
+# studies a simpler residual stack: each block has one branch, a small feed-forward network
 # (a linear map to $4D$ features, GELU, a linear map back to $D$), added to the stream with or without
 # a LayerNorm.
 
