@@ -415,7 +415,7 @@ ax0.set_title("|mean| of the residual stream")
 ax1.set_title("standard deviation of the residual stream")
 for ax in (ax0, ax1):
     ax.set_xlabel("layer")
-    ax.legend()
+ax1.legend()  # one legend, where it covers no curve
 plt.show()
 
 # %% tags=["nbval-check-output"]
