@@ -23,7 +23,7 @@ NOTEBOOKS := $(patsubst notebooks/text/%.py,notebooks/%.ipynb,$(NOTEBOOK_SOURCES
 help:
 	@echo "make test        set up .venv, run pytest, nbval over every notebook, twin sync check"
 	@echo "make book        set up .venv, build the HTML book from the committed notebooks into _build/html"
-	@echo "make browser-test  build the book, then check every page in headless Chromium (screenshots in _build/screenshots)"
+	@echo "make browser-test  build the book, check every page in headless Chromium at 1280 and 390 px (screenshots in _build/screenshots)"
 	@echo "make notebooks   re-execute the chapters whose text twin or package changed (commit the outputs)"
 	@echo "make benchmarks  speed benchmarks (never part of the tests)"
 	@echo "make student     student copies of every chapter into _build/student"

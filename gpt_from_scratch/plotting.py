@@ -11,6 +11,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+# Every token label of a heatmap is at least this size, in points. The book shows a figure of
+# width W inches in a content column of about 700 CSS px at 1280 px, so a heatmap up to
+# 9.5 inches wide keeps its labels at least 9 CSS px tall (checked by scripts/browser_test.py).
+LABEL_PT = 10
+
 
 def token_labels(ids: Sequence[int] | torch.Tensor, encoding) -> list[str]:
     """Decode each token id on its own and make whitespace visible: ``" the"`` -> ``"␣the"``, ``"\\n"`` -> ``"↵"``.
@@ -33,7 +38,8 @@ def attention_heatmap(
     vmin: float | None = None,
     vmax: float | None = None,
     colorbar: bool = True,
-    fontsize: float = 8,
+    colorbar_label: str | None = None,
+    fontsize: float = LABEL_PT,
 ):
     """Draw a ``(T_q, T_k)`` attention matrix: rows are queries, columns are keys.
 
@@ -47,7 +53,8 @@ def attention_heatmap(
         query_tokens: labels of the rows, when they differ from the keys' (cross-attention).
         cmap, vmin, vmax: colour map and its limits (pass ``vmin=0, vmax=1`` to compare weight maps).
         colorbar: add a colour bar beside the axes.
-        fontsize: size of the tick labels.
+        colorbar_label: what the colours mean, written along the colour bar.
+        fontsize: size of the tick labels, in points.
 
     Returns:
         The ``Axes`` drawn on.
@@ -85,7 +92,7 @@ def attention_heatmap(
     if title:
         ax.set_title(title)
     if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=colorbar_label)
     return ax
 
 
@@ -174,15 +181,16 @@ def attention_grid(
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
-                ax.set_title(f"head {head}", fontsize=8)
+                ax.set_title(f"head {head}", fontsize=LABEL_PT)
             if c == 0:
-                ax.set_ylabel(f"layer {layer}", fontsize=8)
+                ax.set_ylabel(f"layer {layer}", fontsize=LABEL_PT)
     if tokens is not None and T_k <= 16:
         corner = axes[-1, 0]
-        corner.set_xticks(range(T_k), tokens, rotation=90, fontsize=6)
-        corner.set_yticks(range(T_q), list(tokens)[T_k - T_q:], fontsize=6)
+        corner.set_xticks(range(T_k), tokens, rotation=90, fontsize=LABEL_PT)
+        corner.set_yticks(range(T_q), list(tokens)[T_k - T_q:], fontsize=LABEL_PT)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
-    fig.suptitle(title or "Attention maps, layers × heads\n(rows: queries, columns: keys)", fontsize=9)
+    fig.suptitle(title or "Attention maps, layers × heads\n(rows: queries, columns: keys)",
+                 fontsize=LABEL_PT)
     return fig
 
 
@@ -195,6 +203,7 @@ def compare_attention(
     annotate: bool | None = None,
     cmap: str = "viridis",
     panel_size: float = 3.3,
+    ncols: int | None = None,
 ):
     """Attention maps side by side, on one colour scale with one shared colour bar.
 
@@ -208,9 +217,11 @@ def compare_attention(
         annotate: write each weight (two decimals) in its cell; default when every map has at most 12 keys.
         cmap: the colour map.
         panel_size: width and height of one map, in inches.
+        ncols: maps per row; more maps wrap onto further rows. The default puts as many in a row
+            as fit in 9.5 inches, the widest figure whose labels stay legible in the book.
 
     Returns:
-        The ``Figure``: one axes per map, then one colour-bar axes.
+        The ``Figure``: one axes per map (row by row), then one colour-bar axes.
     """
     import matplotlib.pyplot as plt
 
@@ -231,18 +242,25 @@ def compare_attention(
     if annotate is None:
         annotate = all(a.shape[1] <= 12 for a in arrays)
 
-    fig, axes = plt.subplots(1, len(arrays), squeeze=False, layout="constrained",
-                             figsize=(panel_size * len(arrays) + 1.2, panel_size))
-    for n, (ax, a, title, labels) in enumerate(zip(axes[0], arrays, titles, tokens)):
+    if ncols is None:
+        ncols = max(1, int((9.5 - 1.2) // panel_size))
+    ncols = max(1, min(ncols, len(arrays)))
+    nrows = -(-len(arrays) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
+                             figsize=(panel_size * ncols + 1.2, panel_size * nrows))
+    for ax in axes.flat[len(arrays):]:
+        ax.remove()  # empty places in the last row
+    for n, (ax, a, title, labels) in enumerate(zip(axes.flat, arrays, titles, tokens)):
         attention_heatmap(a, labels, ax=ax, title=title, cmap=cmap, vmin=0.0, vmax=vmax, colorbar=False)
-        if n > 0:
-            ax.set_ylabel("")  # said once, on the left
+        if n % ncols:
+            ax.set_ylabel("")  # said once per row, on the left
         if annotate:
             for i, j in zip(*np.nonzero(a >= 0.005)):
                 text = f"{a[i, j]:.2f}".removeprefix("0")  # ".37"; "1.00" stays
-                ax.text(j, i, text, ha="center", va="center", fontsize=6,
+                ax.text(j, i, text, ha="center", va="center", fontsize=LABEL_PT - 2,
                         color="black" if a[i, j] > 0.6 * vmax else "white")
-    fig.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.8, label="attention weight")
+    drawn = list(axes.flat[: len(arrays)])
+    fig.colorbar(drawn[0].images[0], ax=drawn, shrink=0.8, label="attention weight")
     return fig
 
 

@@ -8,9 +8,23 @@ Serves ``_build/html`` on 127.0.0.1, opens every page of the table of contents i
 - formulas rendered by the vendored MathJax (no raw ``\\(`` or ``$$`` left in the text);
 - chapter pages: a Colab button and a download button that point at this chapter's notebook;
 - every internal link answered by the local server;
-- heading levels never skip a level.
+- heading levels never skip a level;
+- no test scaffolding: no ``NBVAL`` text, no output box that only says ``True``;
+- one output box per print sequence (streams merged), balanced curly quotes;
+- chapters number their sections (4.1, 4.2 ...) and their figures (Fig. 4.1 ...); the References
+  page labels entries like the citations ("Vaswani et al., 2017") and links them;
+- inline code keeps its spaces (GPT-2's token ``" the"`` must not read ``"the"``);
+- at 1280 px: no code line and no output wider than its box, the page itself no wider than the window;
+  every figure crisp on a 2x screen (SVG, or a PNG with at least 2 pixels per CSS px);
+  the token labels of every heatmap at least 9 CSS px tall;
+- the ☰ button opens and closes the chapter list, and the contents button the page's sections,
+  at 1280 px and at 390 px (pydata-sphinx-theme#2451 made both do nothing);
+- at 390 px (a phone): the page never scrolls sideways, and heatmap labels stay at least 9 CSS px
+  (a wide heatmap scrolls inside its own box at full size).
 
-A screenshot of each page goes to ``_build/screenshots/``. Run it with ``make browser-test``.
+A screenshot of each page at both widths goes to ``_build/screenshots/`` (``name.png`` at 1280 px,
+``name-390.png`` at 390 px). Run it with ``make browser-test``; ``python scripts/browser_test.py PAGE ...``
+checks only the pages named (e.g. ``notebooks/04_attention``), without the link check.
 """
 
 from __future__ import annotations
@@ -29,9 +43,18 @@ from urllib.parse import urldefrag, urljoin, urlparse
 
 import yaml
 from selenium import webdriver
+from selenium.webdriver.common.by import By
 from selenium.webdriver.chrome.service import Service
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from gpt_from_scratch.plotting import LABEL_PT  # noqa: E402  (the smallest label of a heatmap, in points)
+
+WIDE, PHONE = 1280, 390
+MIN_LABEL_PX = 9  # the smallest legible label, in CSS px
+# Heatmaps are the figures named fig-...heatmap..., fig-...-grid or fig-...-maps (their labels are
+# drawn at LABEL_PT or larger).
+HEATMAP = re.compile(r"heatmap|-grid$|-maps$")
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_FLAGS = [
@@ -90,13 +113,56 @@ const main = document.querySelector('main') || document.body;
 const headings = [...main.querySelectorAll('h1, h2, h3, h4, h5, h6')].map(h => Number(h.tagName[1]));
 const links = [...document.querySelectorAll('a[href]')].map(a => a.href);
 const math = document.querySelectorAll('mjx-container').length;
-return {images, headings, links, math, text: main.innerText, mathjax: typeof MathJax !== 'undefined'};
+const outputs = [...main.querySelectorAll('div.cell_output')].map(o => o.innerText.trim());
+const citations = [...main.querySelectorAll('span.bibtex-citation a')].map(a => a.innerText.trim());
+const references = [...main.querySelectorAll('div.citation')].map(c => ({
+  label: c.querySelector('.label')?.innerText.replace(/^\\[|\\]$/g, '').trim() || '',
+  link: !!c.querySelector('a.reference.external')}));
+return {images, headings, links, math, text: main.innerText, mathjax: typeof MathJax !== 'undefined',
+        outputs, citations, references, html: main.innerHTML.includes('NBVAL'),
+        splitStreams: main.querySelectorAll('div.output.stream + div.output.stream').length,
+        title: main.querySelector('h1')?.textContent.replace(/#$/, '').trim() || '',
+        sections: [...main.querySelectorAll('article h2')].map(h => h.textContent.replace(/#$/, '').trim()),
+        figureNumbers: [...main.querySelectorAll('figcaption .caption-number')]
+          .map(s => s.textContent.trim()),
+        paragraphs: [...main.querySelectorAll('p, figcaption, li')].map(p => p.innerText)};
+"""
+
+# What a reader sees at the current window width: boxes wider than their content, lost spaces,
+# every figure's size as drawn and as stored.
+LAYOUT_FACTS = """
+const main = document.querySelector('main') || document.body;
+const clipped = sel => [...main.querySelectorAll(sel)]
+  .filter(e => e.scrollWidth > e.clientWidth + 1)
+  .map(e => ({width: e.scrollWidth - e.clientWidth,
+               text: e.textContent.split('\\n').reduce((a, b) => (b.length > a.length ? b : a)).slice(0, 70)}));
+const lostSpaces = [...main.querySelectorAll('code')]
+  .filter(c => /^\\s|\\s$/.test(c.textContent) && c.innerText !== c.textContent)
+  .map(c => JSON.stringify(c.textContent));
+const figures = [...main.querySelectorAll('img')].filter(img => img.naturalWidth > 0).map(img => ({
+  src: img.currentSrc, natural: img.naturalWidth, shown: img.getBoundingClientRect().width,
+  figure: img.closest('figure')?.id || ''}));
+return {code: clipped('div.cell_input pre'), outputs: clipped('div.cell_output pre'),
+        page: document.documentElement.scrollWidth, window: document.documentElement.clientWidth,
+        lostSpaces, figures};
+"""
+
+# How many links of the chapter list (primary sidebar) and of the page's contents (secondary sidebar)
+# a reader can see right now.
+VISIBLE_NAVIGATION = """
+const visible = sel => [...document.querySelectorAll(sel)].filter(e => {
+  const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+  return r.width > 0 && r.height > 0 && r.right > 0 && r.left < innerWidth && r.top < innerHeight
+    && s.visibility !== 'hidden';
+}).length;
+return {chapters: visible('nav.bd-docs-nav a'), contents: visible('.bd-toc-nav a, nav.page-toc a')};
 """
 
 
 def check_page(driver, base: str, page: str, repo: str) -> list[str]:
     problems = []
     url = urljoin(base, page + ".html")
+    driver.set_window_size(WIDE, 1600)
     driver.get(url)
     driver.execute_async_script(
         "const done = arguments[arguments.length - 1];"
@@ -118,6 +184,18 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
             problems.append(f"image without alt text or caption: {image['src']}")
     if re.search(r"\\\(|\\\[|\$\$", facts["text"]):
         problems.append("raw TeX left in the page: MathJax did not render it")
+    if "NBVAL" in facts["text"] or facts["html"]:
+        problems.append("test scaffolding shows: NBVAL in the page")
+    if facts["splitStreams"]:
+        problems.append(f"{facts['splitStreams']} print sequences split into several output boxes")
+    stray = sum(output == "True" for output in facts["outputs"])
+    if stray:
+        problems.append(f"{stray} output box(es) that only say True (a checker's return value)")
+    problems += check_layout(driver, page, WIDE)
+    problems += check_numbering(facts)
+    for text in facts["paragraphs"]:
+        if not balanced_quotes(text):
+            problems.append(f"unbalanced or wrong-way quotes: {text[:80]!r}")
     previous = 0
     for level in facts["headings"]:
         if previous and level > previous + 1:
@@ -131,7 +209,137 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
             problems.append(f"no Colab button pointing at {colab}")
         if not any(link.endswith("_sources/" + notebook) for link in facts["links"]):
             problems.append(f"no download button for {notebook}")
+        if not any(link.rstrip("/") == repo for link in facts["links"]):
+            problems.append(f"no repository button pointing at {repo}")
+    problems += check_navigation(driver, url, WIDE, contents=False)
+    driver.set_window_size(PHONE, 900)
+    driver.get(url)
+    time.sleep(0.3)
+    problems += check_layout(driver, page, PHONE)
+    driver.save_screenshot(str(SHOTS / (page.replace("/", "__") + f"-{PHONE}.png")))
+    problems += check_navigation(driver, url, PHONE, contents=page.startswith("notebooks/"))
+    driver.set_window_size(WIDE, 1600)
     return problems, facts
+
+
+def check_numbering(facts) -> list[str]:
+    """A chapter ("4. Attention") numbers its sections 4.1, 4.2 ... and its figures Fig. 4.1 ..."""
+    match = re.match(r"(\d+[a-z]?)\.\s", facts["title"])
+    if not match:
+        return []
+    chapter, problems = match.group(1), []
+    for section in facts["sections"]:
+        if section not in ("Summary", "Exercises") and not section.startswith(f"{chapter}."):
+            problems.append(f"section {section!r} is not numbered {chapter}.N")
+    for number in facts["figureNumbers"]:
+        if not number.startswith(f"Fig. {chapter}."):
+            problems.append(f"figure numbered {number!r}, not Fig. {chapter}.N")
+    return problems
+
+
+def balanced_quotes(text: str) -> bool:
+    """Curly double quotes open and close in turn: a wrong-way “ (smartquotes turning the closing
+    quote of ``"It is the "`` into an opening one) leaves two openings in a row."""
+    is_open = False
+    for char in text:
+        if char == "“":
+            if is_open:
+                return False
+            is_open = True
+        elif char == "”":
+            if not is_open:
+                return False
+            is_open = False
+    return not is_open
+
+
+def png_dpi(url: str) -> float | None:
+    """The resolution matplotlib wrote into a PNG's pHYs chunk, in dots per inch (None if absent)."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        data = response.read()
+    at = data.find(b"pHYs")
+    if at < 0:
+        return None
+    x_per_metre = int.from_bytes(data[at + 4:at + 8], "big")
+    return x_per_metre * 0.0254 if data[at + 12] == 1 else None
+
+
+def check_layout(driver, page: str, width: int) -> list[str]:
+    """Clipped code and outputs (1280 px), a page wider than the window, lost spaces, figures."""
+    facts = driver.execute_script(LAYOUT_FACTS)
+    problems = []
+    if facts["page"] > facts["window"]:
+        problems.append(f"at {width} px the page scrolls sideways ({facts['page']} > {facts['window']} px)")
+    if width == WIDE:
+        for kind in ("code", "outputs"):
+            for box in facts[kind]:
+                problems.append(f"{kind} clipped by {box['width']} px at {width} px: {box['text']!r}")
+        for text in facts["lostSpaces"]:
+            problems.append(f"inline code {text} loses its leading or trailing space")
+    for figure in facts["figures"]:
+        name = figure["figure"] or figure["src"].rsplit("/", 1)[-1]
+        svg = figure["src"].endswith(".svg")
+        if width == WIDE and not svg and figure["natural"] < 2 * figure["shown"] - 1:
+            problems.append(f"figure {name} is blurry on a 2x screen: {figure['natural']} px stored, "
+                            f"{figure['shown']:.0f} CSS px shown (use retina PNG or SVG)")
+        if HEATMAP.search(figure["figure"]) and not svg:
+            dpi = png_dpi(figure["src"])
+            if dpi is None:
+                problems.append(f"heatmap {name}: no dpi in the PNG, its label size is unknown")
+                continue
+            label_px = LABEL_PT / 72 * dpi * figure["shown"] / figure["natural"]
+            if label_px < MIN_LABEL_PX:
+                problems.append(f"heatmap {name}: labels {label_px:.1f} CSS px tall at {width} px "
+                                f"(at least {MIN_LABEL_PX}: draw it narrower or let it scroll)")
+    return problems
+
+
+def check_navigation(driver, url: str, width: int, contents: bool) -> list[str]:
+    """Click the ☰ button (and the contents button) like a reader and see the navigation change."""
+    problems = []
+    driver.get(url)
+    time.sleep(0.3)
+    if not any(b.is_displayed() for b in driver.find_elements(By.CSS_SELECTOR, "button.search-button__button")):
+        problems.append(f"at {width} px no visible search button")
+    toggles = [("☰ (chapter list)", "button.primary-toggle", "chapters")]
+    if contents:
+        toggles.append(("contents", "button.secondary-toggle", "contents"))
+    for name, selector, what in toggles:
+        driver.get(url)
+        time.sleep(0.3)
+        before = driver.execute_script(VISIBLE_NAVIGATION)[what]
+        buttons = [b for b in driver.find_elements(By.CSS_SELECTOR, selector) if b.is_displayed()]
+        if not buttons:
+            problems.append(f"at {width} px no visible {name} button")
+            continue
+        buttons[0].click()
+        time.sleep(0.6)
+        after = driver.execute_script(VISIBLE_NAVIGATION)[what]
+        # Wide: the chapter list is open and the button closes it. Phone: closed, and the button opens it.
+        opened, closed = (after > 0 and before == 0), (before > 0 and after == 0)
+        if not (opened or closed):
+            problems.append(f"at {width} px the {name} button does nothing "
+                            f"({before} links visible before the click, {after} after)")
+        elif width == PHONE and not opened:
+            problems.append(f"at {width} px the {name} button does not open the navigation")
+    return problems
+
+
+# Works with no online copy to link to (the References page links every other entry).
+NO_ONLINE_COPY = {"Gage, 1994", "Zipf, 1949"}
+
+
+def check_references(labels: dict[str, bool], citations: set[str]) -> list[str]:
+    """The References page reads like the citations ("Vaswani et al., 2017") and links each work."""
+    problems = []
+    for label, linked in sorted(labels.items()):
+        if not re.fullmatch(r".+, \d{4}[a-z]?", label):
+            problems.append(f"reference label {label!r} is not in the citations' style (Author et al., year)")
+        if not linked and label not in NO_ONLINE_COPY:
+            problems.append(f"reference [{label}] has no link")
+    for citation in sorted(citations - set(labels)):
+        problems.append(f"citation [{citation}] has no entry with that label on the References page")
+    return problems
 
 
 def check_internal_links(base: str, links: set[str]) -> list[str]:
@@ -154,17 +362,27 @@ def main() -> int:
     start = time.perf_counter()
     server, base = serve(HTML)
     driver = browser()
-    failures, internal = 0, set()
+    failures, internal, citations, references = 0, set(), set(), {}
     try:
-        for page in toc_pages():
+        chosen = sys.argv[1:]
+        for page in [page for page in toc_pages() if not chosen or page in chosen]:
             problems, facts = check_page(driver, base, page, repository_url())
             internal |= {urldefrag(link)[0] for link in facts["links"] if link.startswith(base)}
+            citations |= set(facts["citations"])
+            references |= {entry["label"]: entry["link"] for entry in facts["references"]}
             status = "ok  " if not problems else "FAIL"
             print(f"{status} {page}: {len(facts['images'])} images, {facts['math']} formulas")
             for problem in problems:
                 print(f"     - {problem}")
             failures += bool(problems)
-        link_problems = check_internal_links(base, internal)
+        link_problems = [] if chosen else check_internal_links(base, internal)
+        if not chosen:
+            reference_problems = check_references(references, citations)
+            print(f"{'ok  ' if not reference_problems else 'FAIL'} {len(references)} references, "
+                  f"{len(citations)} distinct citations")
+            for problem in reference_problems:
+                print(f"     - {problem}")
+            failures += bool(reference_problems)
         print(f"{'ok  ' if not link_problems else 'FAIL'} {len(internal)} internal links")
         for problem in link_problems:
             print(f"     - {problem}")

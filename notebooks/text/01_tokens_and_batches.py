@@ -52,6 +52,7 @@ from collections import Counter
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import regex
 import tiktoken
@@ -69,11 +70,17 @@ from gpt_from_scratch.data import (
     split_text,
     write_tokens,
 )
-from gpt_from_scratch.tokenizer import GPT2_PATTERN, CharTokenizer, gpt2_encoding, hf_gpt2_tokenizer
+from gpt_from_scratch.tokenizer import (
+    GPT2_PATTERN,
+    CharTokenizer,
+    gpt2_encoding,
+    hf_gpt2_tokenizer,
+)
 from gpt_from_scratch.utils import seed_everything
 
+set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
-torch.set_printoptions(linewidth=120)
+torch.set_printoptions(linewidth=88)  # tensors printed to the width of the page
 
 # %% [markdown]
 # ## 1.1 The corpus: Tiny Shakespeare
@@ -210,15 +217,17 @@ print(tiktoken.list_encoding_names())
 # %% tags=["nbval-check-output"]
 enc = gpt2_encoding()
 print(f"{enc.name}: n_vocab = {enc.n_vocab:,}, <|endoftext|> = {enc.eot_token}")
-token_bytes = [enc.decode_single_token_bytes(i) for i in range(enc.eot_token)]  # every non-special token
+# Every non-special token:
+token_bytes = [enc.decode_single_token_bytes(i) for i in range(enc.eot_token)]
 single = sum(len(b) == 1 for b in token_bytes)
-print(f"{single} single-byte tokens + {len(token_bytes) - single:,} merged tokens + 1 special token")
+merged = len(token_bytes) - single
+print(f"{single} single-byte tokens + {merged:,} merged tokens + 1 special token")
 print("the first merges, tokens 256 to 267:", token_bytes[256:268])
 
 # %% [markdown]
 # Token ids follow the order in which the merges were learned, so the first merges show what was most
 # frequent in GPT-2's training text: a space and a `t`, a space and an `a`, `h` and `e`, and already at
-# id 262 a space and `the` (built from the earlier ` t` and `he`).
+# id 262 a space and `the` (built from the earlier `␣t`, where ␣ marks the space, and `he`).
 
 # %% [markdown]
 # ## 1.6 Encoding and decoding
@@ -261,11 +270,13 @@ print(repr(chr(256 + ord(" "))), repr(chr(256 + ord("\n"))))
 # and rarer words break into pieces. A few examples worth predicting before you read them:
 
 # %% tags=["nbval-check-output"]
-for s in ["hello", " hello", "Hello", " HELLO", " Citizen", "Citizen", "citizen", " unsubstantial", "1234567",
-          "naïve", "👍", "<|endoftext|>"]:
+examples = ["hello", " hello", "Hello", " HELLO", " Citizen", "Citizen", "citizen",
+            " unsubstantial", "1234567", "naïve", "👍", "<|endoftext|>"]
+for s in examples:
     pieces = [enc.decode_single_token_bytes(i) for i in enc.encode_ordinary(s)]
     print(f"{s!r:18} -> {enc.encode_ordinary(s)!s:28} {pieces}")
-print("the emoji's first token, decoded alone:", repr(enc.decode(enc.encode_ordinary("👍")[:1])))
+first_token = enc.encode_ordinary("👍")[:1]
+print("the emoji's first token, decoded alone:", repr(enc.decode(first_token)))
 
 # %% [markdown]
 # Some pieces are not even whole characters: the emoji's four bytes are split over tokens, and decoding one
@@ -293,10 +304,11 @@ t0 = time.perf_counter()
 tokens = enc.encode_ordinary(text)
 seconds = time.perf_counter() - t0
 n_bytes = len(text.encode("utf-8"))
-print(f"characters: {len(char_ids):>9,} tokens  ({len(text) / len(char_ids):.2f} characters per token)")
-print(f"UTF-8 bytes: {n_bytes:>8,} tokens  ({len(text) / n_bytes:.2f} characters per token)")
-print(f"GPT-2 BPE:  {len(tokens):>9,} tokens  ({len(text) / len(tokens):.2f} characters per token)")
-print(f"a context of 1,024 GPT-2 tokens holds about {1024 * len(text) / len(tokens):,.0f} characters")
+for name, n in [("characters:", len(char_ids)), ("UTF-8 bytes:", n_bytes),
+                ("GPT-2 BPE:", len(tokens))]:
+    print(f"{name:<12} {n:>9,} tokens  ({len(text) / n:.2f} characters per token)")
+per_context = 1024 * len(text) / len(tokens)
+print(f"a context of 1,024 GPT-2 tokens holds about {per_context:,.0f} characters")
 
 # %%
 print(f"tiktoken encoded the corpus in {seconds * 1000:.0f} ms")
@@ -312,15 +324,18 @@ print(f"tiktoken encoded the corpus in {seconds * 1000:.0f} ms")
 samples = {
     "Shakespeare": text,
     "modern English": (
-        "Language models are trained to predict the next token of a text. Given enough data and "
-        "compute, this simple objective teaches them grammar, facts about the world and a surprising "
-        "amount of reasoning. Before any of that can happen, the text must be split into tokens."
+        "Language models are trained to predict the next token of a text. Given enough "
+        "data and compute, this simple objective teaches them grammar, facts about the "
+        "world and a surprising amount of reasoning. Before any of that can happen, the "
+        "text must be split into tokens."
     ),
     "Python": inspect.getsource(get_batch),
     "digits": "".join(str(n) for n in range(1000, 1300)),
     "Chinese": "学而时习之，不亦说乎？有朋自远方来，不亦乐乎？人不知而不愠，不亦君子乎？",
 }
-chars_per_token = {name: len(s) / len(enc.encode_ordinary(s)) for name, s in samples.items()}
+chars_per_token = {
+    name: len(s) / len(enc.encode_ordinary(s)) for name, s in samples.items()
+}
 for name, ratio in chars_per_token.items():
     print(f"{name:15} {ratio:.2f} characters per token")
 
@@ -350,7 +365,8 @@ plt.show()
 
 # %% tags=["nbval-check-output"]
 freq = Counter(tokens)
-print(f"distinct tokens used: {len(freq):,} of {enc.n_vocab:,} ({len(freq) / enc.n_vocab:.1%}); "
+print(f"distinct tokens used: {len(freq):,} of {enc.n_vocab:,} "
+      f"({len(freq) / enc.n_vocab:.1%}); "
       f"never used: {enc.n_vocab - len(freq):,}")
 print("most frequent:")
 for i, n in freq.most_common(10):
@@ -361,11 +377,13 @@ top4 = sum(n for _, n in freq.most_common(4))
 print(f"the four most frequent tokens together: {top4 / len(tokens):.1%} of the corpus")
 ranked = np.array(sorted(freq.values(), reverse=True))  # occurrences, most frequent first
 ranks = np.arange(1, len(ranked) + 1)
-slope = np.polyfit(np.log(ranks[:1000]), np.log(ranked[:1000]), 1)[0]  # straight-line fit on log-log axes
+# A straight-line fit on log-log axes:
+slope = np.polyfit(np.log(ranks[:1000]), np.log(ranked[:1000]), 1)[0]
 print(f"log(frequency) against log(rank), 1,000 most frequent tokens: slope {slope:.2f}")
-lengths = np.array([len(enc.decode([i])) for i in tokens])  # characters per token, for every token
-print(f"token length: mean {lengths.mean():.2f} characters, {(lengths == 1).mean():.1%} of tokens are "
-      f"a single character, longest {lengths.max()}")
+lengths = np.array([len(enc.decode([i])) for i in tokens])  # characters of every token
+print(f"token length: mean {lengths.mean():.2f} characters, "
+      f"{(lengths == 1).mean():.1%} of tokens are a single character, "
+      f"longest {lengths.max()}")
 
 # %% mystnb={"figure": {"caption": "Left: token frequency against frequency rank in Tiny Shakespeare (log-log), close to Zipf's law; the dashed line has slope -1. Right: how many characters each token of the corpus spans.", "name": "fig-tokens-zipf"}, "image": {"alt": "Left: a falling curve on log-log axes from about 40,000 occurrences at rank 1 down to single occurrences from about rank 8,000 on, lying almost on a dashed line of slope minus one up to rank 1,000 and dropping below it in the tail. Right: a histogram of token lengths in characters with a tall bar at 1 character, a second hump from 2 to 5 characters, and a tail that fades out past 10."}}
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
@@ -429,7 +447,8 @@ with tempfile.TemporaryDirectory() as tmp:
     np.array(train_ids, dtype=np.uint16).tofile(path)
     mapped = np.memmap(path, dtype=np.uint16, mode="r")
     print(f"{path.name}: {path.stat().st_size:,} bytes = 2 x {len(mapped):,} tokens")
-    print(type(mapped).__name__, mapped.dtype, mapped[:4], f"(largest uint16: {np.iinfo(np.uint16).max:,})")
+    print(type(mapped).__name__, mapped.dtype, mapped[:4],
+          f"(largest uint16: {np.iinfo(np.uint16).max:,})")
     # the package's write_tokens / read_tokens give the same bytes and the same array
     write_tokens(train_ids, Path(tmp) / "package.bin")
     assert (Path(tmp) / "package.bin").read_bytes() == path.read_bytes()
@@ -459,8 +478,10 @@ except ValueError as err:
 paths = prepare_tokens(enc)
 train_data, val_data = read_tokens(paths["train"]), read_tokens(paths["val"])
 for split, path in paths.items():
-    print(f"{split}: <cache_dir>/{path.relative_to(cache_dir()).as_posix()}, {path.stat().st_size:,} bytes")
-print(f"train_data: {type(train_data).__name__} of {len(train_data):,} {train_data.dtype} tokens")
+    where = path.relative_to(cache_dir()).as_posix()
+    print(f"{split}: <cache_dir>/{where}, {path.stat().st_size:,} bytes")
+print(f"train_data: {type(train_data).__name__} of {len(train_data):,} "
+      f"{train_data.dtype} tokens")
 print(f"val_data:   {type(val_data).__name__} of {len(val_data):,} {val_data.dtype} tokens")
 assert train_data.tolist() == train_ids and val_data.tolist() == val_ids
 
@@ -495,13 +516,15 @@ for t in range(block_size):
 
 # %%
 def get_batch_by_hand(data, batch_size, block_size, generator=None):
-    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)
+    # (B,) start positions:
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
     index = starts[:, None] + torch.arange(block_size + 1)  # (B, T + 1)
     chunk = torch.from_numpy(data[index.numpy()].astype(np.int64))  # (B, T + 1)
     return chunk[:, :-1], chunk[:, 1:]  # x, y: (B, T) each
 
 
-x_hand, y_hand = get_batch_by_hand(train_data, 4, 8, generator=torch.Generator().manual_seed(1337))
+g = torch.Generator().manual_seed(1337)
+x_hand, y_hand = get_batch_by_hand(train_data, 4, 8, generator=g)
 x, y = get_batch(train_data, 4, 8, generator=torch.Generator().manual_seed(1337))
 assert_close(x_hand, x)
 assert_close(y_hand, y)
@@ -536,7 +559,8 @@ g = torch.Generator().manual_seed(0)
 t0 = time.perf_counter()
 for _ in range(1000):
     get_batch(train_data, 32, 256, generator=g)
-print(f"get_batch(B=32, T=256) from the memmap: {(time.perf_counter() - t0) / 1000 * 1e6:.0f} µs per batch")
+per_batch = (time.perf_counter() - t0) / 1000
+print(f"get_batch(B=32, T=256) from the memmap: {per_batch * 1e6:.0f} µs per batch")
 
 # %% [markdown]
 # ## 1.13 The last start index
@@ -565,7 +589,8 @@ print("highest start =", len(tiny) - 4 - 1, "= len(data) - block_size - 1")
 
 # %% tags=["nbval-check-output"]
 s = 6
-print("slices:      x =", tiny[s : s + 4].tolist(), " y =", tiny[s + 1 : s + 1 + 4].tolist(), "<- only 3 targets")
+print("slices:      x =", tiny[s : s + 4].tolist(),
+      " y =", tiny[s + 1 : s + 1 + 4].tolist(), "<- only 3 targets")
 try:
     tiny[s + np.arange(4 + 1)]  # the same window as an index array, as get_batch gathers it
 except IndexError as err:
@@ -586,13 +611,16 @@ except IndexError as err:
 # %% tags=["nbval-check-output"]
 dataset = TokenDataset(train_data, block_size=16)
 print(f"{len(dataset):,} windows = {len(train_data):,} tokens - block_size")
-# get_batch's rows above are items of the dataset: its starts are the first draws of the same generator
-starts = torch.randint(len(train_data) - 16, (B,), generator=torch.Generator().manual_seed(1337))
+# get_batch's rows above are items of the dataset: its starts are the first draws
+# of the same generator
+g = torch.Generator().manual_seed(1337)
+starts = torch.randint(len(train_data) - 16, (B,), generator=g)
 print("the batch above started at", starts.tolist())
 for b, s in enumerate(starts.tolist()):
     xi, yi = dataset[s]
     assert torch.equal(xi, x[b]) and torch.equal(yi, y[b])
-loader = DataLoader(dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(1337))
+g = torch.Generator().manual_seed(1337)
+loader = DataLoader(dataset, batch_size=4, shuffle=True, generator=g)
 xb, yb = next(iter(loader))
 print("DataLoader batch:", tuple(xb.shape), tuple(yb.shape), xb.dtype)
 assert torch.equal(xb[:, 1:], yb[:, :-1])
@@ -612,7 +640,8 @@ assert torch.equal(xb[:, 1:], yb[:, :-1])
 # %% tags=["nbval-check-output"]
 char_train = torch.tensor(char_tok.encode(train_text))
 char_val = torch.tensor(char_tok.encode(val_text))
-print(f"characters: train {len(char_train):,}, val {len(char_val):,}, vocab {char_tok.vocab_size}")
+print(f"characters: train {len(char_train):,}, val {len(char_val):,}, "
+      f"vocab {char_tok.vocab_size}")
 xc, yc = get_batch(char_train, 2, 32, generator=torch.Generator().manual_seed(1337))
 for b in range(2):
     print(f"x[{b}]: {char_tok.decode(xc[b])!r}")

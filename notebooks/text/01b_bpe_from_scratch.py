@@ -37,6 +37,7 @@ import time
 from collections import Counter
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import pandas as pd
 import regex  # like `re`, but knows Unicode classes such as \p{L} (any letter)
 import torch
@@ -47,13 +48,14 @@ from gpt_from_scratch.data import load_tiny_shakespeare, split_text
 from gpt_from_scratch.tokenizer import GPT2_PATTERN, gpt2_encoding, gpt2_files
 from gpt_from_scratch.utils import seed_everything
 
+set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
 text = load_tiny_shakespeare()
 tiktoken_gpt2 = gpt2_encoding()
 print(f"Tiny Shakespeare: {len(text):,} characters")
 
 # %% [markdown]
-# ## Text is bytes
+# ## 1b.1 Text is bytes
 #
 # {ref}`ch-tokens` weighed two extremes: a character vocabulary built from Shakespeare cannot encode an
 # emoji it never saw, while bytes cover every text but make sequences long. A byte-level tokenizer takes
@@ -85,7 +87,7 @@ pd.DataFrame({
 # for words: **find the most frequent pair of adjacent tokens, give it a new id, replace every occurrence,
 # repeat.** Each repetition adds one token to the vocabulary and shortens the text.
 #
-# ## Counting pairs, merging the most frequent
+# ## 1b.2 Counting pairs, merging the most frequent
 #
 # We train on the tiny corpus of {cite}`sennrich2016bpe`'s own example: the words *low*, *lower*, *newest*
 # and *widest*, five, two, six and three times.
@@ -142,7 +144,8 @@ print(merge_pair([1, 1, 1], (1, 1), 9), "  <- an id already merged is not used t
 # Our two functions are the ones the package uses; a quick check on random ids before we rely on them:
 
 # %%
-random_ids = torch.randint(0, 4, (2000,), generator=generator).tolist()  # few values, many repeated pairs
+# Few values, many repeated pairs:
+random_ids = torch.randint(0, 4, (2000,), generator=generator).tolist()
 assert get_pair_counts(random_ids) == bpe.pair_counts(random_ids)
 for pair in [(0, 0), (1, 2), (3, 3)]:
     assert merge_pair(random_ids, pair, 99) == bpe.merge(random_ids, pair, 99)
@@ -154,7 +157,8 @@ print("get_pair_counts and merge_pair equal gpt_from_scratch.bpe.pair_counts and
 # %% tags=["nbval-check-output"]
 def show(token_ids, vocab):
     """Token ids as readable text, a space shown as '␣'."""
-    return "".join(vocab[i].decode("utf-8", errors="replace") for i in token_ids).replace(" ", "␣")
+    text = "".join(vocab[i].decode("utf-8", errors="replace") for i in token_ids)
+    return text.replace(" ", "␣")
 
 
 vocab = {i: bytes([i]) for i in range(256)}
@@ -167,7 +171,8 @@ for new_id in range(256, 266):
     ids = merge_pair(ids, best, new_id)
     pair_text = f"{show([best[0]], vocab)} + {show([best[1]], vocab)}"
     rows.append((new_id, pair_text, top, show([new_id], vocab), len(ids)))
-pd.DataFrame(rows, columns=["new id", "merged pair", "count", "new token", "tokens in the text"])
+columns = ["new id", "merged pair", "count", "new token", "tokens in the text"]
+pd.DataFrame(rows, columns=columns)
 
 # %% [markdown]
 # The text shrank from 94 tokens to 27, but look at tokens 258 and 265: `est␣` glues a word to the space
@@ -175,7 +180,7 @@ pd.DataFrame(rows, columns=["new id", "merged pair", "count", "new token", "toke
 # on every combination of a word with what happens to follow it: `dog.`, `dog!`, `dog?`, `dog,` would
 # each get a token, which is the very example {cite}`radford2019language` gives.
 #
-# ## Pre-tokenization: GPT-2's regex
+# ## 1b.3 Pre-tokenization: GPT-2's regex
 #
 # GPT-2's fix is to cut the text into chunks first, with a regular expression, and to count and merge
 # only *inside* chunks. Here is the pattern (tiktoken's spelling of it, which splits identically to the
@@ -191,8 +196,8 @@ pd.DataFrame(rows, columns=["new id", "merged pair", "count", "new token", "toke
 # | `\s+(?!\S)` | a run of whitespace, except its last character when a non-space character follows |
 # | `\s` | a single whitespace character that is left over |
 #
-# The space usually goes *with the word that follows*: ` world` is one chunk, so GPT-2 learns the tokens
-# ` the` and `the` separately. Let us see the chunks of a sentence built to hit every rule:
+# The space usually goes *with the word that follows*: `␣world` is one chunk, so GPT-2 learns the tokens
+# `␣the` and `the` separately. Let us see the chunks of a sentence built to hit every rule:
 
 # %% tags=["nbval-check-output"]
 sentence = "Hello world! I'm fine,  don't   worry... 2024 tokens, I'LL see\n\n\n"
@@ -218,7 +223,7 @@ print("most frequent:", corpus_chunks.most_common(8))
 # %% [markdown]
 # Of 297,833 chunks only 15,057 are different: each distinct chunk occurs 19.8 times on average.
 #
-# ## The training loop
+# ## 1b.4 The training loop
 #
 # Here is the whole trainer. It is the loop above, run on the distinct chunks with their counts as weights:
 
@@ -226,7 +231,8 @@ print("most frequent:", corpus_chunks.most_common(8))
 def train_bpe(text, vocab_size):
     """Learn vocab_size - 256 merges from `text`; return them and a table of each step."""
     chunk_counts = Counter(regex.findall(GPT2_PATTERN, text))
-    words = {chunk: list(chunk.encode("utf-8")) for chunk in chunk_counts}  # each chunk as a list of ids
+    # Each chunk as a list of ids:
+    words = {chunk: list(chunk.encode("utf-8")) for chunk in chunk_counts}
     vocab = {i: bytes([i]) for i in range(256)}
     merges, steps = {}, []
     for new_id in range(256, vocab_size):
@@ -250,7 +256,7 @@ tiny_merges, tiny_steps = train_bpe(tiny, 266)
 tiny_steps
 
 # %% [markdown]
-# The same text, and this time every token stays inside a word: `est`, ` low`, ` newest`, and no token
+# The same text, and this time every token stays inside a word: `est`, `␣low`, `␣newest`, and no token
 # holds a space at its end. The package's `BPETokenizer.train` learns the same merges. It is faster on
 # large texts because after each merge it re-counts only the chunks that contained the merged pair, and
 # finds the most frequent pair with a heap instead of a scan; we check it here on the tiny text and on the
@@ -281,7 +287,7 @@ for word in [" lowest", " newer", " wider", " 🤖"]:
     assert tiny_tok.decode(word_ids) == word
 
 # %% [markdown]
-# ## GPT-2's merges
+# ## 1b.5 GPT-2's merges
 #
 # OpenAI trained GPT-2's tokenizer on web text and kept 50,000 merges, published as two files:
 # `vocab.bpe`, the merges in the order they were learned, and `encoder.json`, the id of every token.
@@ -303,7 +309,7 @@ for rank, line in enumerate(merge_lines[1:9]):
 # %% [markdown]
 # Bytes 0 to 32 (controls, then the space) come first among the 68, so they become U+0100 to U+0120:
 # the space is `Ġ` and the newline `Ċ`. The first merges of `vocab.bpe` now read: space + `t`, space + `a`,
-# `h` + `e`, and at rank 6 ` t` + `he`, the word ` the`.
+# `h` + `e`, and at rank 6 `␣t` + `he`, the word `␣the`.
 #
 # `BPETokenizer.from_gpt2()` reads both files, translates every token back to bytes, and keeps GPT-2's
 # ids: the merge on the $r$-th line after the `#version` header (counting from 0) has **rank** $r$ and
@@ -316,12 +322,13 @@ gpt2_bpe = BPETokenizer.from_gpt2()
 print(gpt2_bpe)
 for ch in ["!", "A", " ", "\n"]:
     print(f"byte {ord(ch):3} {ch!r:5} -> id {gpt2_bpe.byte_ids[ord(ch)]}")
-print("rank 0 creates token 256:", gpt2_bpe.vocab[256], "| rank 6 creates token 262:", gpt2_bpe.vocab[262])
+print("rank 0 creates token 256:", gpt2_bpe.vocab[256],
+      "| rank 6 creates token 262:", gpt2_bpe.vocab[262])
 
 # %% [markdown]
 # To encode a chunk, start from its bytes and apply, among the adjacent pairs present, the one with the
 # lowest rank, the one GPT-2 learned first; repeat until no adjacent pair is a known merge. Here is
-# that loop, written out for ` Coriolanus`, the hero of the play Tiny Shakespeare opens with
+# that loop, written out for `␣Coriolanus`, the hero of the play Tiny Shakespeare opens with
 # (tokens are written GPT-2's way, with `Ġ` for the space):
 
 # %% tags=["nbval-check-output"]
@@ -340,8 +347,8 @@ def encode_chunk_steps(chunk):
             break
         pair = min(known, key=gpt2_bpe.ranks.get)  # learned first = lowest rank
         ids = merge_pair(ids, pair, gpt2_bpe.merges[pair])
-        steps.append((gpt2_bpe.ranks[pair], f"{as_gpt2_text(pair[0])} + {as_gpt2_text(pair[1])}",
-                      " ".join(as_gpt2_text(i) for i in ids)))
+        merged = f"{as_gpt2_text(pair[0])} + {as_gpt2_text(pair[1])}"
+        steps.append((gpt2_bpe.ranks[pair], merged, " ".join(as_gpt2_text(i) for i in ids)))
     return ids, pd.DataFrame(steps, columns=["rank", "merged pair", "tokens"])
 
 
@@ -351,12 +358,12 @@ print("ids:", word_ids)
 word_steps
 
 # %% [markdown]
-# Eleven bytes, eight merges, three tokens: ` Cor`, `iol`, `anus`. The ranks only go up, and they must:
+# Eleven bytes, eight merges, three tokens: `␣Cor`, `iol`, `anus`. The ranks only go up, and they must:
 # each step takes the lowest rank present, so the pairs it leaves behind rank higher, and a pair that
 # uses the token just made was learned after the merge that made it. So `i + ol` (rank 1413) waits for
 # `o + l` (rank 93). The last merge, `an + us`, is rank 40885: rare endings are learned late.
 #
-# ## The proof: identical to tiktoken
+# ## 1b.6 The proof: identical to tiktoken
 #
 # tiktoken runs the same algorithm in Rust. Our pure-Python encoder must give the same ids on every
 # character of Tiny Shakespeare; ids are integers, so `assert_close` demands exact equality:
@@ -366,7 +373,8 @@ ours = gpt2_bpe.encode(text)
 theirs = tiktoken_gpt2.encode(text)
 torch.testing.assert_close(torch.tensor(ours), torch.tensor(theirs))
 assert gpt2_bpe.decode(ours) == text
-print(f"identical ids on the whole corpus: {len(ours):,} tokens for {len(text):,} characters "
+print(f"identical ids on the whole corpus: {len(ours):,} tokens "
+      f"for {len(text):,} characters "
       f"({len(text) / len(ours):.3f} characters per token)")
 
 # %% [markdown]
@@ -409,13 +417,14 @@ try:
 except ValueError as err:
     print("ValueError:", err)
 for allowed in ["all", {"<|endoftext|>"}]:
-    assert gpt2_bpe.encode(doc, allowed_special=allowed) == tiktoken_gpt2.encode(doc, allowed_special=allowed)
+    ours_ids = gpt2_bpe.encode(doc, allowed_special=allowed)
+    assert ours_ids == tiktoken_gpt2.encode(doc, allowed_special=allowed)
 assert gpt2_bpe.encode_ordinary(doc) == tiktoken_gpt2.encode_ordinary(doc)
 print("allowed:  ", gpt2_bpe.encode(doc, allowed_special="all"))
 print("ordinary: ", gpt2_bpe.encode_ordinary(doc))
 
 # %% [markdown]
-# ## Fast enough: a cache per chunk
+# ## 1b.7 Fast enough: a cache per chunk
 #
 # Pure Python is slow at the inner loop, but it rarely has to run it: text repeats itself. Tiny
 # Shakespeare's chunks repeat so much (the counts above) that `BPETokenizer` runs BPE once per *distinct*
@@ -438,11 +447,11 @@ t_tiktoken = median_time(lambda: tiktoken_gpt2.encode(text))
 t_cold = median_time(lambda: gpt2_bpe.encode(text), setup=gpt2_bpe.clear_cache)
 t_warm = median_time(lambda: gpt2_bpe.encode(text))
 print(f"tiktoken (Rust):                {t_tiktoken:.3f} s")
-print(f"ours, empty cache:              {t_cold:.3f} s  ({t_cold / t_tiktoken:.1f}x tiktoken)")
-print(f"ours, cache already filled:     {t_warm:.3f} s  ({t_warm / t_tiktoken:.1f}x tiktoken)")
+for name, t in [("ours, empty cache:", t_cold), ("ours, cache already filled:", t_warm)]:
+    print(f"{name:<31} {t:.3f} s  ({t / t_tiktoken:.1f}x tiktoken)")
 
 # %% [markdown]
-# ## Vocabulary size versus compression
+# ## 1b.8 Vocabulary size versus compression
 #
 # How much does each merge buy? We train on the training part of Tiny Shakespeare (the first 90%, as in
 # {ref}`ch-tokens`) and measure **characters per token** on the validation part, text the tokenizer has
@@ -459,7 +468,10 @@ print(f"trained {len(tok_2048.merges):,} merges on {len(train_text):,} character
 
 # %%
 def first_merges(tok, vocab_size):
-    """The tokenizer that training to `vocab_size` would have produced: the first merges of a bigger one."""
+    """The tokenizer that training to `vocab_size` would have produced.
+
+    That is the first merges of a bigger one.
+    """
     return BPETokenizer(dict(list(tok.merges.items())[: vocab_size - 256]))
 
 
@@ -474,15 +486,18 @@ for V in vocab_sizes:
     rows.append(("ours", V, n_tokens, len(val_text) / n_tokens))
 n_tokens = len(gpt2_bpe.encode(val_text))
 rows.append(("GPT-2", gpt2_bpe.vocab_size, n_tokens, len(val_text) / n_tokens))
-compression = pd.DataFrame(rows, columns=["tokenizer", "vocab size", "validation tokens", "characters per token"])
+columns = ["tokenizer", "vocab size", "validation tokens", "characters per token"]
+compression = pd.DataFrame(rows, columns=columns)
 compression.round(3)
 
 # %% mystnb={"figure": {"caption": "Characters per token on the validation text of Tiny Shakespeare, for byte-level BPE tokenizers trained on the training text with 256 to 2,048 tokens, and for GPT-2's 50,257-token tokenizer trained on web text.", "name": "fig-bpe-compression"}, "image": {"alt": "A line rising steeply from 1.0 character per token at 256 tokens and flattening towards 2,048 tokens, with a separate star for GPT-2 at 50,257 tokens, higher still."}}
 ours_rows = compression[compression["tokenizer"] == "ours"]
 gpt2_row = compression[compression["tokenizer"] == "GPT-2"]
 fig, ax = plt.subplots(figsize=(7, 4))
-ax.plot(ours_rows["vocab size"], ours_rows["characters per token"], "o-", label="ours, trained on Tiny Shakespeare")
-ax.plot(gpt2_row["vocab size"], gpt2_row["characters per token"], "*", markersize=14, label="GPT-2 (web text)")
+ax.plot(ours_rows["vocab size"], ours_rows["characters per token"], "o-",
+        label="ours, trained on Tiny Shakespeare")
+ax.plot(gpt2_row["vocab size"], gpt2_row["characters per token"], "*", markersize=14,
+        label="GPT-2 (web text)")
 ax.set_xscale("log", base=2)
 ax.set_xticks([256, 512, 1024, 2048, 4096, 8192, 16384, 50257])
 ax.set_xticklabels(["256", "512", "1k", "2k", "4k", "8k", "16k", "50,257"])
@@ -502,11 +517,12 @@ plt.show()
 
 # %% tags=["nbval-check-output"]
 print("last merges:   ", [tok_2048.vocab[i].decode() for i in range(2038, 2048)])
-print("longest tokens:", sorted((tok_2048.vocab[i].decode() for i in tok_2048.merges.values()), key=len)[-6:])
+learned = (tok_2048.vocab[i].decode() for i in tok_2048.merges.values())
+print("longest tokens:", sorted(learned, key=len)[-6:])
 
 # %% [markdown]
-# Late merges are ordinary word pieces (` canst`, ` hearts`). The longest tokens are names: a speaker
-# label opens every speech (`NORTHUMBERLAND`) and characters are named in the verse (` Bolingbroke`),
+# Late merges are ordinary word pieces (`␣canst`, `␣hearts`). The longest tokens are names: a speaker
+# label opens every speech (`NORTHUMBERLAND`) and characters are named in the verse (`␣Bolingbroke`),
 # often enough to earn a token of their own.
 #
 # ## Summary

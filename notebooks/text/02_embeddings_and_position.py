@@ -35,6 +35,7 @@ except ImportError:
 import math
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -43,6 +44,7 @@ from gpt_from_scratch.data import load_tiny_shakespeare
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
 
+set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 seed_everything(1337)
 text = load_tiny_shakespeare()
 enc = gpt2_encoding()
@@ -50,7 +52,7 @@ V = enc.n_vocab  # GPT-2's vocabulary size
 print(f"V = {V:,}")
 
 # %% [markdown]
-# ## Token embeddings: a lookup table
+# ## 2.1 Token embeddings: a lookup table
 #
 # A token id is a name, not a quantity: token 8421 is not "more" than token 356. So we do not feed
 # the ids themselves to the network. Instead we keep a table `wte` ("word token embedding", GPT-2's
@@ -66,7 +68,8 @@ D = 64  # a small width for this chapter's pictures; GPT-2 small uses D = 768
 g = torch.Generator().manual_seed(0)
 wte = nn.Embedding(V, D)  # the token embedding table, weight of shape (V, D)
 with torch.no_grad():
-    wte.weight.copy_(torch.randn(V, D, generator=g))  # nn.Embedding's default init, N(0, 1), reproducibly
+    # nn.Embedding's default init, N(0, 1), made reproducible:
+    wte.weight.copy_(torch.randn(V, D, generator=g))
 
 line = text.splitlines()[1]
 idx = torch.tensor(enc.encode(line))  # (T,)
@@ -101,7 +104,7 @@ print("distinct token ids in the line:", sorted(set(idx.tolist())))
 wte.weight.grad = None
 
 # %% [markdown]
-# ## Why position matters
+# ## 2.2 Why position matters
 #
 # Token embeddings alone say *what* each token is, not *where* it is. Anything that treats the tokens
 # as a set cannot tell two sentences with the same words apart. The simplest such summary is the mean
@@ -133,14 +136,15 @@ def attend(x):
 with torch.no_grad():
     ya, yb = attend(xa), attend(xb)
 dog_a, dog_b = 1, 4  # " dog" is token 1 of sentence a and token 4 of sentence b
-print("' dog' gets the same output in both sentences:", torch.allclose(ya[dog_a], yb[dog_b], atol=1e-6, rtol=0))
+print("' dog' gets the same output in both sentences:",
+      torch.allclose(ya[dog_a], yb[dog_b], atol=1e-6, rtol=0))
 
 # %% [markdown]
 # The fix is to give every position $p$ a vector $P[p]$ of the same width $D$ and add it to the token
 # embedding: $x_p = \text{wte}[\text{token}_p] + P[p]$. Adding (rather than concatenating) keeps the
 # width at $D$; the network learns to read both signals out of the sum.
 #
-# ## What a positional code must do
+# ## 2.3 What a positional code must do
 #
 # Two obvious candidates fail, and *how* they fail tells us what we need.
 #
@@ -170,11 +174,14 @@ for p in (1, 10, 100, 1000):
 # embeddings; put both at the same position and they become almost the same vector.
 
 # %% tags=["nbval-check-output"]
-dog, man = wte.weight[enc.encode(" dog")[0]].detach(), wte.weight[enc.encode(" man")[0]].detach()
-print(f"cosine(' dog', ' man') with no position:      {F.cosine_similarity(dog, man, dim=0):+.3f}")
+dog = wte.weight[enc.encode(" dog")[0]].detach()
+man = wte.weight[enc.encode(" man")[0]].detach()
+cosine = F.cosine_similarity(dog, man, dim=0)
+print(f"cosine(' dog', ' man') with no position:      {cosine:+.3f}")
 for p in (10, 100, 1000):
     code = raw_index(p + 1)[p]
-    print(f"cosine(' dog', ' man') both at position {p:>4}: {F.cosine_similarity(dog + code, man + code, dim=0):+.3f}")
+    cosine = F.cosine_similarity(dog + code, man + code, dim=0)
+    print(f"cosine(' dog', ' man') both at position {p:>4}: {cosine:+.3f}")
 
 # %% [markdown]
 # **The index divided by the length**, $P[p] = p / (T-1)$, stays in $[0, 1]$, so it cannot drown
@@ -183,7 +190,8 @@ for p in (10, 100, 1000):
 # %% tags=["nbval-check-output"]
 p = 5
 for T in (10, 50, 1024):
-    print(f"position {p} in a sequence of {T:>4} tokens: code {index_over_length(T)[p, 0]:.4f}, "
+    print(f"position {p} in a sequence of {T:>4} tokens: "
+          f"code {index_over_length(T)[p, 0]:.4f}, "
           f"gap to the next position {1 / (T - 1):.4f}")
 
 # %% [markdown]
@@ -208,7 +216,8 @@ positions = torch.arange(1, 1024)
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.plot(positions, raw_index(1024)[1:].norm(dim=1), label="raw index p")
 ax.plot(positions, index_over_length(1024)[1:].norm(dim=1), label="p / (T − 1), T = 1,024")
-ax.plot(positions, sinusoidal_positional_encoding(1024, D)[1:].norm(dim=1), label="sinusoidal (next section)")
+ax.plot(positions, sinusoidal_positional_encoding(1024, D)[1:].norm(dim=1),
+        label="sinusoidal (next section)")
 ax.axhline(token_norm, color="black", linestyle="--", label="token embedding norm")
 ax.set_yscale("log")
 ax.set_xlabel("position p")
@@ -218,7 +227,7 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# ## Sinusoidal encoding, by hand
+# ## 2.4 Sinusoidal encoding, by hand
 #
 # The original Transformer {cite}`vaswani2017attention` answers with sines and cosines. Pair up the
 # dimensions, $(0, 1), (2, 3), \ldots$; pair $i$ gets the angular frequency
@@ -235,7 +244,7 @@ plt.show()
 
 # %% tags=["nbval-check-output"]
 def sinusoidal_by_hand(T, D, base=10000.0):
-    """P[p, 2i] = sin(p / base^(2i/D)), P[p, 2i+1] = cos(p / base^(2i/D)), one number at a time."""
+    """P[p, 2i] = sin(p / base^(2i/D)), P[p, 2i+1] = cos(p / base^(2i/D)), one at a time."""
     pe = torch.zeros(T, D, dtype=torch.float64)
     for p in range(T):
         for i in range(D // 2):
@@ -256,7 +265,8 @@ print(pe4.numpy().round(4))
 
 # %% tags=["nbval-check-output"]
 torch.testing.assert_close(sinusoidal_positional_encoding(6, 4), pe4.float())
-torch.testing.assert_close(sinusoidal_positional_encoding(128, 64, dtype=torch.float64), sinusoidal_by_hand(128, 64))
+torch.testing.assert_close(sinusoidal_positional_encoding(128, 64, dtype=torch.float64),
+                           sinusoidal_by_hand(128, 64))
 print("first row for D = 4:", sinusoidal_positional_encoding(6, 4)[0].tolist())
 try:
     sinusoidal_positional_encoding(6, 5)
@@ -292,7 +302,8 @@ fig, axes = plt.subplots(4, 1, figsize=(7, 5), sharex=True, sharey=True)
 for ax, j in zip(axes, (0, 8, 16, 24)):
     ax.plot(pe[:, j])
     ax.set_ylabel(f"P[p, {j}]")
-    ax.set_title(f"dimension {j}: wavelength {2 * math.pi * 10000 ** (j / D):.1f} positions", fontsize=9)
+    period = 2 * math.pi * 10000 ** (j / D)
+    ax.set_title(f"dimension {j}: wavelength {period:.1f} positions", fontsize=9)
 axes[-1].set_xlabel("position p")
 fig.suptitle("Even dimensions are sines of ever lower frequency")
 fig.tight_layout()
@@ -306,16 +317,19 @@ plt.show()
 
 # %% tags=["nbval-check-output"]
 pe64 = sinusoidal_positional_encoding(2, D, dtype=torch.float64)
-omega = torch.atan2(pe64[1, 0::2], pe64[1, 1::2])  # the angle at position 1 is the frequency w_i
+# The angle at position 1 is the frequency w_i:
+omega = torch.atan2(pe64[1, 0::2], pe64[1, 1::2])
 wavelength = 2 * math.pi / omega  # (D/2,)
 ratios = wavelength[1:] / wavelength[:-1]
 print(f"shortest wavelength {wavelength[0]:.4f} (2π = {2 * math.pi:.4f})")
-print(f"longest wavelength  {wavelength[-1]:,.1f} (2π·10000^((D-2)/D) = {2 * math.pi * 10000 ** ((D - 2) / D):,.1f}, "
+longest = 2 * math.pi * 10000 ** ((D - 2) / D)
+print(f"longest wavelength  {wavelength[-1]:,.1f} (2π·10000^((D-2)/D) = {longest:,.1f}, "
       f"2π·10000 = {2 * math.pi * 10000:,.1f})")
-print(f"ratio between neighbours: {ratios.min():.6f} to {ratios.max():.6f}; 10000^(2/D) = {10000 ** (2 / D):.6f}")
+print(f"ratio between neighbours: {ratios.min():.6f} to {ratios.max():.6f}; "
+      f"10000^(2/D) = {10000 ** (2 / D):.6f}")
 
 # %% [markdown]
-# ## Deeper: distance and rotation
+# ## 2.5 Deeper: distance and rotation
 #
 # Two facts make the sinusoidal code more than a list of distinct labels. First, the dot product of
 # two codes depends only on how far apart the positions are. Each pair contributes
@@ -354,10 +368,14 @@ plt.show()
 # %% tags=["nbval-check-output"]
 pe_exact = sinusoidal_positional_encoding(T_plot, D, dtype=torch.float64)  # (T, D)
 S = pe_exact @ pe_exact.T  # (T, T)
-spread = max((torch.diagonal(S, k).max() - torch.diagonal(S, k).min()).item() for k in range(-T_plot + 1, T_plot))
+spread = max(
+    (torch.diagonal(S, k).max() - torch.diagonal(S, k).min()).item()
+    for k in range(-T_plot + 1, T_plot)
+)
 print(f"P[p]·P[p] = {S[0, 0]:.4f} = D/2 for every p")
 print("largest spread along any diagonal of P·Pᵀ is below 1e-12:", spread < 1e-12)
-print(f"P[p]·P[p+1] = {S[0, 1]:.4f}, P[p]·P[p+10] = {S[0, 10]:.4f}, P[p]·P[p+100] = {S[0, 100]:.4f}")
+print(f"P[p]·P[p+1] = {S[0, 1]:.4f}, P[p]·P[p+10] = {S[0, 10]:.4f}, "
+      f"P[p]·P[p+100] = {S[0, 100]:.4f}")
 
 # %% [markdown]
 # Second, moving $k$ positions forward is one fixed linear map. From the angle-addition formulas,
@@ -376,18 +394,20 @@ print(f"P[p]·P[p+1] = {S[0, 1]:.4f}, P[p]·P[p+10] = {S[0, 10]:.4f}, P[p]·P[p+
 
 # %% tags=["nbval-check-output"]
 def rotation(k, D, base=10000.0):
-    """R_k: one 2×2 rotation by k·w_i per frequency pair, so that P[p + k] = R_k P[p] for every p."""
+    """R_k: a 2×2 rotation by k·w_i per frequency pair: P[p + k] = R_k P[p] for every p."""
     R = torch.zeros(D, D, dtype=torch.float64)
     for i in range(D // 2):
         angle = k / base ** (2 * i / D)
         c, s = math.cos(angle), math.sin(angle)
-        R[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+        pair = slice(2 * i, 2 * i + 2)
+        R[pair, pair] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
     return R
 
 
 for k in (1, 5, 37):
     R = rotation(k, D)  # (D, D)
-    error = (pe_exact[: T_plot - k] @ R.T - pe_exact[k:]).abs().max().item()  # rows: R_k P[p] vs P[p + k]
+    # Row p: R_k P[p] against P[p + k]
+    error = (pe_exact[: T_plot - k] @ R.T - pe_exact[k:]).abs().max().item()
     print(f"k = {k:>2}: max |R_k P[p] - P[p+k]| over all p is below 1e-12: {error < 1e-12}")
 
 # %% [markdown]
@@ -395,7 +415,7 @@ for k in (1, 5, 37):
 # further: instead of adding $P$ to the input once, they rotate the queries and keys of every attention
 # layer by these same angles.
 #
-# ## Learned position embeddings (GPT-2)
+# ## 2.6 Learned position embeddings (GPT-2)
 #
 # GPT-2 does not use the sinusoids. Like its token table, its position table `wpe` is an ordinary
 # learned parameter: one trainable vector per position, 1,024 positions of 768 numbers for GPT-2 small,
@@ -411,14 +431,20 @@ for k in (1, 5, 37):
 # loading into a model with a different context length).
 
 # %% tags=["nbval-check-output"]
-from gpt_from_scratch.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from gpt_from_scratch.embeddings import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+)
 
 torch.manual_seed(0)
 wpe = LearnedPositionalEmbedding(context_length=1024, D=768)  # GPT-2 small's table
 sinusoidal = SinusoidalPositionalEncoding(context_length=1024, D=768)
-print("wpe.weight:", tuple(wpe.weight.shape), f"{wpe.weight.numel():,} parameters, std {wpe.weight.std():.4f}")
-print("state dict keys: learned", list(wpe.state_dict()), "| sinusoidal", list(sinusoidal.state_dict()))
-print("sinusoidal buffers:", [(name, tuple(buffer.shape)) for name, buffer in sinusoidal.named_buffers()])
+print("wpe.weight:", tuple(wpe.weight.shape),
+      f"{wpe.weight.numel():,} parameters, std {wpe.weight.std():.4f}")
+print("state dict keys: learned", list(wpe.state_dict()),
+      "| sinusoidal", list(sinusoidal.state_dict()))
+print("sinusoidal buffers:",
+      [(name, tuple(buffer.shape)) for name, buffer in sinusoidal.named_buffers()])
 
 # %% [markdown]
 # In the model, the token vectors $(B, T, D)$ and the position vectors $(T, D)$ are simply added;
@@ -441,7 +467,7 @@ except ValueError as error:
 # sequences. GPT-2 has a fixed context of 1,024 tokens, so extrapolation is moot, and a learned table
 # is the simplest thing that works.
 #
-# ## Embedding scale
+# ## 2.7 Embedding scale
 #
 # The sum $\text{wte}[t] + P[p]$ is only a good sum if neither term dwarfs the other. The original
 # Transformer multiplies its token embeddings by $\sqrt{D}$ before adding the sinusoids; GPT-2 does no
@@ -454,13 +480,16 @@ tables = {
     "nn.Embedding default, N(0, 1)": torch.randn(4096, D_gpt2, generator=g),
     "GPT-2 init, N(0, 0.02²)": 0.02 * torch.randn(4096, D_gpt2, generator=g),
     "N(0, 1/D)": torch.randn(4096, D_gpt2, generator=g) / math.sqrt(D_gpt2),
-    "N(0, 1/D), times √D": torch.randn(4096, D_gpt2, generator=g) / math.sqrt(D_gpt2) * math.sqrt(D_gpt2),
+    "N(0, 1/D), times √D": (
+        torch.randn(4096, D_gpt2, generator=g) / math.sqrt(D_gpt2) * math.sqrt(D_gpt2)
+    ),
     "sinusoidal code, 1,024 positions": sinusoidal_positional_encoding(1024, D_gpt2),
 }
 for name, table in tables.items():
     print(f"{name:<34} mean row norm {table.norm(dim=1).mean():7.3f}")
 norms = {name: table.norm(dim=1).mean() for name, table in tables.items()}
-print(f"nn.Embedding default / GPT-2 init: {norms['nn.Embedding default, N(0, 1)'] / norms['GPT-2 init, N(0, 0.02²)']:.1f} times")
+ratio = norms["nn.Embedding default, N(0, 1)"] / norms["GPT-2 init, N(0, 0.02²)"]
+print(f"nn.Embedding default / GPT-2 init: {ratio:.1f} times")
 
 # %% [markdown]
 # A row of $D$ independent $\mathcal{N}(0, \sigma^2)$ numbers has norm close to $\sigma\sqrt{D}$, and the

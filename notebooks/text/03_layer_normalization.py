@@ -9,9 +9,8 @@
 #
 # This chapter builds LayerNorm by hand and checks it against PyTorch's, fixes a common slip in how
 # $\epsilon$ is added, contrasts it with BatchNorm, and then measures what normalization does in a deep
-# stack: how the activations and the gradients behave with the normalization after the residual
-# addition (the original Transformer) or before it (GPT-2), and why GPT-2 also shrinks some of its
-# initial weights by $1/\sqrt{2L}$.
+# residual stack: how the activations and the gradients behave with the normalization after the
+# residual addition (the original Transformer) or before it (GPT-2).
 
 # %% tags=["colab-setup"]
 # Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
@@ -32,16 +31,18 @@ except ImportError:
 import math
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from gpt_from_scratch.utils import seed_everything
 
+set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 _ = seed_everything(1337)
 
 # %% [markdown]
-# ## Mean and variance of each token
+# ## 3.1 Mean and variance of each token
 #
 # LayerNorm works on one token at a time. For the vector $x \in \mathbb{R}^D$ of one token it computes
 #
@@ -58,12 +59,13 @@ _ = seed_everything(1337)
 # %% tags=["nbval-check-output"]
 B, T, D = 2, 3, 8
 g = torch.Generator().manual_seed(0)
-offset = torch.tensor([[0.0, 5.0, -3.0], [10.0, 0.5, 1.0]])[..., None]  # (B, T, 1): one offset per token
-scale = torch.tensor([[1.0, 0.1, 4.0], [2.0, 30.0, 1.0]])[..., None]  # (B, T, 1): one spread per token
+# (B, T, 1) each: one offset and one spread per token
+offset = torch.tensor([[0.0, 5.0, -3.0], [10.0, 0.5, 1.0]])[..., None]
+scale = torch.tensor([[1.0, 0.1, 4.0], [2.0, 30.0, 1.0]])[..., None]
 x = offset + scale * torch.randn(B, T, D, generator=g)  # (B, T, D)
 
 mean = x.mean(dim=-1, keepdim=True)  # (B, T, 1): one mean per token, over its D features
-var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # (B, T, 1): biased variance, divides by D
+var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # (B, T, 1): biased, divides by D
 print("mean per token:\n", mean.squeeze(-1).numpy().round(3))
 print("variance per token:\n", var.squeeze(-1).numpy().round(3))
 
@@ -77,7 +79,8 @@ print("variance per token:\n", var.squeeze(-1).numpy().round(3))
 biased = x.var(dim=-1, unbiased=False, keepdim=True)  # divide by D
 unbiased = x.var(dim=-1, keepdim=True)  # torch's default: divide by D - 1
 torch.testing.assert_close(biased, var)
-print(f"unbiased / biased = {(unbiased / biased).mean():.6f}; D / (D - 1) = {D / (D - 1):.6f}")
+print(f"unbiased / biased = {(unbiased / biased).mean():.6f}; "
+      f"D / (D - 1) = {D / (D - 1):.6f}")
 
 # %% [markdown]
 # LayerNorm uses the biased variance: it is not estimating anything, just measuring the spread of these
@@ -96,13 +99,16 @@ def layer_norm_by_hand(x, eps=1e-5):
 
 
 x_hat = layer_norm_by_hand(x)
-print("every normalized token has mean 0 (up to float32 rounding):", x_hat.mean(dim=-1).abs().max().item() < 1e-4)
-print("biased variance of each normalized token:\n", x_hat.var(dim=-1, unbiased=False).numpy().round(4))
+print("every normalized token has mean 0 (up to float32 rounding):",
+      x_hat.mean(dim=-1).abs().max().item() < 1e-4)
+print("biased variance of each normalized token:\n",
+      x_hat.var(dim=-1, unbiased=False).numpy().round(4))
 
 reference = nn.LayerNorm(D)  # γ = 1, β = 0 at initialization
 torch.testing.assert_close(layer_norm_by_hand(x), reference(x))
 with_unbiased = (x - mean) / torch.sqrt(unbiased + eps)
-print(f"with the unbiased variance instead: max |difference| {(with_unbiased - reference(x)).abs().max():.3f}")
+difference = (with_unbiased - reference(x)).abs().max()
+print(f"with the unbiased variance instead: max |difference| {difference:.3f}")
 
 # %% [markdown]
 # Every token now has mean 0 and variance 1, except one whose variance came out as 0.9981. That token
@@ -110,7 +116,7 @@ print(f"with the unbiased variance instead: max |difference| {(with_unbiased - r
 # negligible next to it: $0.005 / (0.005 + 0.00001) \approx 0.998$. Keep that in mind; it is the
 # subject of the next section but one. The version with the unbiased variance is off by up to 0.132.
 #
-# ## Learnable scale and shift
+# ## 3.2 Learnable scale and shift
 #
 # Forcing every token to mean 0 and variance 1 throws information away, and a layer may need some
 # features large and others small. So LayerNorm ends with a learned elementwise scale $\gamma$ and
@@ -135,12 +141,15 @@ print(f"with the unbiased variance instead: max |difference| {(with_unbiased - r
 # %% tags=["nbval-check-output"]
 from gpt_from_scratch.layernorm import LayerNorm
 
-torch.testing.assert_close(LayerNorm(D, elementwise_affine=False, fast=False)(x), layer_norm_by_hand(x))  # written out
-torch.testing.assert_close(LayerNorm(D, elementwise_affine=False)(x), layer_norm_by_hand(x))  # fused kernel
+written_out = LayerNorm(D, elementwise_affine=False, fast=False)
+fused = LayerNorm(D, elementwise_affine=False)  # fast=True, the default: PyTorch's kernel
+torch.testing.assert_close(written_out(x), layer_norm_by_hand(x))
+torch.testing.assert_close(fused(x), layer_norm_by_hand(x))
 ln = LayerNorm(D)
 print(ln)
 print({name: tuple(p.shape) for name, p in ln.named_parameters()})
-print("same state dict keys as nn.LayerNorm:", list(ln.state_dict()) == list(nn.LayerNorm(D).state_dict()))
+print("same state dict keys as nn.LayerNorm:",
+      list(ln.state_dict()) == list(nn.LayerNorm(D).state_dict()))
 
 # %% tags=["nbval-check-output"]
 reference = nn.LayerNorm(D)
@@ -171,7 +180,7 @@ print("written out and fused: outputs and all three gradients match nn.LayerNorm
 # variance, the rows the next section is about.)
 
 # %% [markdown]
-# ## A common slip: dividing by std + eps
+# ## 3.3 A common slip: dividing by std + eps
 #
 # Many tutorials, including the articles this book grew from, write the normalization as
 # $(x - \mu) / (\sigma + \epsilon)$: $\epsilon$ added to the standard deviation instead of to the
@@ -188,8 +197,11 @@ def layer_norm_std_plus_eps(x, eps=1e-5):
 
 
 stds = torch.logspace(-4, 2, 61, dtype=torch.float64)
-z = torch.randn(64, 768, generator=torch.Generator().manual_seed(1), dtype=torch.float64)  # 64 tokens, D = 768
-errors = torch.stack([(layer_norm_std_plus_eps(s * z) - layer_norm_by_hand(s * z)).abs().max() for s in stds])
+# 64 tokens, D = 768:
+z = torch.randn(64, 768, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+errors = torch.stack([
+    (layer_norm_std_plus_eps(s * z) - layer_norm_by_hand(s * z)).abs().max() for s in stds
+])
 
 # %% mystnb={"figure": {"caption": "Largest difference between (x − μ)/(σ + ε) and the correct (x − μ)/√(σ² + ε), for rows of D = 768 numbers with standard deviation σ, ε = 10⁻⁵. At σ = 1 they agree to about 2·10⁻⁵; at and below √ε (dashed) they disagree by about 1 or more. The dip at σ = 0.5 is where the two small corrections, ε/σ and ε/(2σ²), happen to cancel.", "name": "fig-std-plus-eps"}, "image": {"alt": "Log-log plot of max absolute error against input standard deviation from 1e-4 to 1e2. The error is about 4 at the left, falls steeply past the dashed line at sigma about 0.003, dips sharply near sigma 0.5, and then declines slowly from about 2e-5 at sigma 1 to 4e-7 at sigma 100."}}
 fig, ax = plt.subplots(figsize=(7, 4))
@@ -214,12 +226,14 @@ for s in (1e-4, 1e-3, math.sqrt(eps), 1e-2, 0.1, 1.0, 100.0):
 # and shrinks it; the slipped version blows the noise up to unit size:
 
 # %% tags=["nbval-check-output"]
-row = 3.0 + 1e-4 * torch.randn(1, 768, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+noise = torch.randn(1, 768, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+row = 3.0 + 1e-4 * noise
 print(f"near-constant row: mean {row.mean():.4f}, std {row.std(unbiased=False):.1e}")
 print(f"std of the output: correct {layer_norm_by_hand(row).std(unbiased=False):.4f}, "
       f"std + eps {layer_norm_std_plus_eps(row).std(unbiased=False):.4f}")
 sigma = row.std(unbiased=False)
-print(f"1 / (σ + ε) = {1 / (sigma + eps):,.0f};  1 / √(σ² + ε) = {1 / math.sqrt(sigma**2 + eps):,.0f};  "
+print(f"1 / (σ + ε) = {1 / (sigma + eps):,.0f};  "
+      f"1 / √(σ² + ε) = {1 / math.sqrt(sigma**2 + eps):,.0f};  "
       f"1 / √ε = {1 / math.sqrt(eps):,.0f}")
 
 # %% [markdown]
@@ -229,7 +243,7 @@ print(f"1 / (σ + ε) = {1 / (sigma + eps):,.0f};  1 / √(σ² + ε) = {1 / mat
 # was trained with: GPT-2 puts $\epsilon$ inside the square root, so loading its weights into the slipped
 # version changes its outputs exactly on such rows.
 #
-# ## LayerNorm versus BatchNorm
+# ## 3.4 LayerNorm versus BatchNorm
 #
 # BatchNorm {cite}`ioffe2015batch`, the normalization of convolutional networks, uses the same formula
 # along the other axis: one mean and variance **per feature**, computed over all the tokens of the
@@ -239,16 +253,21 @@ print(f"1 / (σ + ε) = {1 / (sigma + eps):,.0f};  1 / √(σ² + ε) = {1 / mat
 # %%
 n_tokens, n_features = 12, 16
 g = torch.Generator().manual_seed(3)
-token_spread = torch.linspace(0.5, 4.0, n_tokens)[:, None]  # (tokens, 1): each token has its own scale
-feature_offset = torch.linspace(-3.0, 3.0, n_features)[None, :]  # (1, features): each feature its own offset
-acts = feature_offset + token_spread * torch.randn(n_tokens, n_features, generator=g)  # (tokens, features)
+# Each token has its own scale, (tokens, 1); each feature its own offset, (1, features).
+token_spread = torch.linspace(0.5, 4.0, n_tokens)[:, None]
+feature_offset = torch.linspace(-3.0, 3.0, n_features)[None, :]
+noise = torch.randn(n_tokens, n_features, generator=g)
+acts = feature_offset + token_spread * noise  # (tokens, features)
 
-after_ln = LayerNorm(n_features, elementwise_affine=False)(acts)  # statistics per row (token)
-after_bn = nn.BatchNorm1d(n_features, affine=False)(acts)  # statistics per column (feature), over the batch
+# Statistics per row (token), and per column (feature) over the batch:
+after_ln = LayerNorm(n_features, elementwise_affine=False)(acts)
+after_bn = nn.BatchNorm1d(n_features, affine=False)(acts)
 
 # %% mystnb={"figure": {"caption": "The same activations (12 tokens × 16 features) before normalization, after LayerNorm (each row, one token, rescaled on its own) and after BatchNorm (each column, one feature, rescaled across the tokens). LayerNorm keeps the feature offsets visible as a left-to-right gradient; BatchNorm removes them but keeps the tokens' different spreads.", "name": "fig-layernorm-vs-batchnorm"}, "image": {"alt": "Three heatmaps, tokens on the vertical axis and features on the horizontal axis. The input runs from blue on the left to red on the right, with the lower rows much more contrasted. After LayerNorm every row has similar contrast and the blue-to-red trend remains. After BatchNorm the trend is gone, and the lower rows still have stronger colours than the upper ones."}}
 fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), sharey=True)
-for ax, (title, values) in zip(axes, [("input", acts), ("LayerNorm: each row", after_ln), ("BatchNorm: each column", after_bn)]):
+panels = [("input", acts), ("LayerNorm: each row", after_ln),
+          ("BatchNorm: each column", after_bn)]
+for ax, (title, values) in zip(axes, panels):
     im = ax.imshow(values.detach(), cmap="RdBu_r", vmin=-4, vmax=4)
     ax.set_title(title)
     ax.set_xlabel("feature")
@@ -263,13 +282,17 @@ plt.show()
 
 # %% tags=["nbval-check-output"]
 def describe(name, values):
-    """Print the range of the row (token) and column (feature) means and standard deviations."""
+    """Print the ranges of the row (token) and column (feature) means and std deviations."""
 
     def span(t):
-        return "[" + ", ".join(f"{round(v.item(), 2) + 0.0:.2f}" for v in (t.min(), t.max())) + "]"  # + 0.0: no "-0.00"
+        # + 0.0 turns -0.0 into 0.0: no "-0.00"
+        low, high = (round(v.item(), 2) + 0.0 for v in (t.min(), t.max()))
+        return f"[{low:.2f}, {high:.2f}]"
 
-    print(f"{name:<10} row means {span(values.mean(dim=1))}, row stds {span(values.std(dim=1, unbiased=False))}; "
-          f"column means {span(values.mean(dim=0))}, column stds {span(values.std(dim=0, unbiased=False))}")
+    print(f"{name:<10} row means    {span(values.mean(dim=1))}, "
+          f"row stds    {span(values.std(dim=1, unbiased=False))}")
+    print(f"{'':<10} column means {span(values.mean(dim=0))}, "
+          f"column stds {span(values.std(dim=0, unbiased=False))}")
 
 
 with torch.no_grad():
@@ -286,15 +309,19 @@ with torch.no_grad():
 # %% tags=["nbval-check-output"]
 with torch.no_grad():
     ln_alone = LayerNorm(n_features, elementwise_affine=False)(acts[:1])
-    bn_alone = nn.BatchNorm1d(n_features, affine=False)(acts[:2])[:1]  # BatchNorm needs 2+ rows in training mode
-print("LayerNorm: token 0 normalized alone equals token 0 in the batch:", torch.allclose(ln_alone, after_ln[:1], atol=1e-6))
-print(f"BatchNorm: token 0 with one neighbour vs in the full batch, max difference {(bn_alone - after_bn[:1]).abs().max():.2f}")
+    # BatchNorm needs 2+ rows in training mode:
+    bn_alone = nn.BatchNorm1d(n_features, affine=False)(acts[:2])[:1]
+print("LayerNorm: token 0 normalized alone equals token 0 in the batch:",
+      torch.allclose(ln_alone, after_ln[:1], atol=1e-6))
+print(f"BatchNorm: token 0 with one neighbour vs in the full batch, "
+      f"max difference {(bn_alone - after_bn[:1]).abs().max():.2f}")
 
 # %% [markdown]
-# ## Where the normalization goes: post-LN and pre-LN
+# ## 3.5 Where the normalization goes: post-LN and pre-LN
 #
-# A transformer block has two *branches*, attention and a feed-forward network (MLP), each added to the
-# residual stream. The normalization can sit in two places:
+# A transformer block has two *branches*, attention (Chapter 4) and a feed-forward network
+# (Chapter 5), and adds the output of each to the residual stream. The normalization can sit in two
+# places:
 #
 # - **post-LN**, the original Transformer {cite}`vaswani2017attention`: add the branch, then normalize the
 #   sum, `x = ln(x + f(x))`;
@@ -304,44 +331,26 @@ print(f"BatchNorm: token 0 with one neighbour vs in the full batch, max differen
 #   additional layer normalization was added after the final self-attention block".
 #
 # Some tutorials, the articles this book grew from among them, show a post-LN block and call it GPT-2's.
-# It is not. Here are both, side by side, with GPT-2's names (`ln_1`, `attn`, `ln_2`, `mlp`). Attention is
-# the subject of Chapter 4 ({ref}`ch-attention`); to study the variance we use a stand-in with its two
-# weight matrices (`c_attn` for the values, `c_proj` for the output) but without the mixing across tokens.
+# It is not. Where the normalization goes does not depend on what a branch computes, so this chapter
+# studies a simpler residual stack: each block has one branch, a small feed-forward network
+# (a linear map to $4D$ features, GELU, a linear map back to $D$), added to the stream with or without
+# a LayerNorm.
 
 # %%
-class MLP(nn.Module):
-    """The feed-forward branch: Linear(D, 4D) -> GELU -> Linear(4D, D)."""
-
-    def __init__(self, D):
-        super().__init__()
-        self.c_fc = nn.Linear(D, 4 * D)
-        self.c_proj = nn.Linear(4 * D, D)
-
-    def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x)))
-
-
-class MixStandIn(nn.Module):
-    """A stand-in for attention's value and output projections (Chapter 4 adds the mixing over tokens)."""
-
-    def __init__(self, D):
-        super().__init__()
-        self.c_attn = nn.Linear(D, D)
-        self.c_proj = nn.Linear(D, D)
-
-    def forward(self, x):
-        return self.c_proj(self.c_attn(x))
+def feed_forward(D):
+    """One residual branch: Linear(D, 4D) -> GELU -> Linear(4D, D)."""
+    return nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
 
 
 class NoNormBlock(nn.Module):
+    """x + f(x): nothing is normalized."""
+
     def __init__(self, D):
         super().__init__()
-        self.attn, self.mlp = MixStandIn(D), MLP(D)
+        self.ff = feed_forward(D)
 
     def forward(self, x):
-        x = x + self.attn(x)
-        x = x + self.mlp(x)
-        return x
+        return x + self.ff(x)
 
 
 class PostLNBlock(NoNormBlock):
@@ -349,34 +358,29 @@ class PostLNBlock(NoNormBlock):
 
     def __init__(self, D):
         super().__init__(D)
-        self.ln_1, self.ln_2 = LayerNorm(D), LayerNorm(D)
+        self.ln = LayerNorm(D)
 
     def forward(self, x):
-        x = self.ln_1(x + self.attn(x))
-        x = self.ln_2(x + self.mlp(x))
-        return x
+        return self.ln(x + self.ff(x))
 
 
 class PreLNBlock(PostLNBlock):
-    """GPT-2: normalize the branch's input; the residual stream x itself is never normalized."""
+    """GPT-2: normalize the branch's input; the stream x itself is never normalized."""
 
     def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        x = x + self.mlp(self.ln_2(x))
-        return x
+        return x + self.ff(self.ln(x))
 
 
 # %%
-def make_stack(block, L, D, generator, std=None, proj_std=None):
-    """L blocks with N(0, std²) weights (default std = 1/√fan_in), zero biases; c_proj weights get proj_std if given."""
+def make_stack(block, L, D, generator):
+    """L blocks, N(0, 1/fan_in) weights, zero biases (LayerNorms keep gamma=1, beta=0)."""
     blocks = nn.ModuleList([block(D) for _ in range(L)])
     with torch.no_grad():
         for name, p in blocks.named_parameters():
-            if name.endswith("bias") and "ln" not in name:
+            if name.endswith("bias") and ".ln." not in name:
                 p.zero_()
-            elif "ln" not in name:
-                sigma = (proj_std if proj_std is not None and "c_proj" in name else std) or 1 / math.sqrt(p.shape[1])
-                p.copy_(sigma * torch.randn(p.shape, generator=generator))
+            elif ".ln." not in name:
+                p.copy_(torch.randn(p.shape, generator=generator) / math.sqrt(p.shape[1]))
     return blocks
 
 
@@ -389,26 +393,29 @@ def run_stack(blocks, x):
 
 
 # %% [markdown]
-# ## Variance through a deep stack
+# ## 3.6 Variance through a deep stack
 #
-# Stack $L = 48$ blocks of width $D = 128$, initialize every weight from $\mathcal{N}(0, 1/\text{fan-in})$
-# (a standard choice that keeps a single linear layer's output variance equal to its input's), feed in
-# 64 tokens of unit variance, and record the mean and the standard deviation of the residual stream
-# after every block.
+# Stack $L = 48$ blocks of width $D = 128$ (as deep as GPT-2 XL), initialize every weight from
+# $\mathcal{N}(0, 1/\text{fan-in})$ (a standard choice that keeps a single linear layer's output variance
+# equal to its input's), feed in 64 tokens of unit variance, and record the mean and the standard
+# deviation of the residual stream after every block.
 
 # %%
 D, L, N = 128, 48, 64
-x0 = torch.randn(N, D, generator=torch.Generator().manual_seed(4))  # N tokens of unit variance
+x0 = torch.randn(N, D, generator=torch.Generator().manual_seed(4))  # N tokens, variance 1
+placements = [("no normalization", NoNormBlock), ("post-LN", PostLNBlock),
+              ("pre-LN", PreLNBlock)]
 stats = {}
 with torch.no_grad():
-    for name, block in [("no normalization", NoNormBlock), ("post-LN", PostLNBlock), ("pre-LN", PreLNBlock)]:
+    for name, block in placements:
         stream = run_stack(make_stack(block, L, D, torch.Generator().manual_seed(5)), x0)
-        stats[name] = (torch.stack([h.mean().abs() for h in stream]), torch.stack([h.std() for h in stream]))
+        means = torch.stack([h.mean().abs() for h in stream])
+        stats[name] = (means, torch.stack([h.std() for h in stream]))
 
-# %% mystnb={"figure": {"caption": "Absolute mean (left) and standard deviation (right) of the residual stream after each of 48 random blocks (D = 128, weights N(0, 1/fan-in)). Without normalization the stream grows geometrically; post-LN pins it to mean 0 (up to float32 rounding, about 1e-9; exact zeros sit on the bottom edge) and std 1 after every block; pre-LN lets it grow slowly, since each block adds a branch of bounded size.", "name": "fig-depth-variance"}, "image": {"alt": "Two log-scale line plots against layer 0 to 48. Without normalization both climb steadily, the absolute mean to about 1e10 and the standard deviation to about 4e11. Post-LN stays at standard deviation 1 with a mean near 1e-9. Pre-LN's standard deviation rises gently from 1 to about 8.5 and its mean stays below 1."}}
-fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
+# %% mystnb={"figure": {"caption": "Absolute mean (left) and standard deviation (right) of the residual stream after each of 48 random residual blocks (D = 128, weights N(0, 1/fan-in)). Without normalization the stream grows geometrically; post-LN pins it to mean 0 (up to float32 rounding; exact zeros sit on the bottom edge) and std 1 after every block; pre-LN lets it grow slowly, since each block adds a branch of bounded size.", "name": "fig-depth-variance"}, "image": {"alt": "Two log-scale line plots against layer 0 to 48. Without normalization both the absolute mean and the standard deviation climb steadily by many orders of magnitude. Post-LN stays at standard deviation 1 with a mean near float32 rounding. Pre-LN's standard deviation rises gently and its mean stays small."}}
+fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 4))
 for name, (means, stds_) in stats.items():
-    ax0.plot(means.clamp_min(1e-10), label=name)  # exact zeros drawn at 1e-10, the bottom edge
+    ax0.plot(means.clamp_min(1e-10), label=name)  # exact zeros drawn at 1e-10, the bottom
     ax1.plot(stds_, label=name)
 ax0.set_yscale("log")
 ax1.set_yscale("log")
@@ -416,37 +423,28 @@ ax0.set_title("|mean| of the residual stream")
 ax1.set_title("standard deviation of the residual stream")
 for ax in (ax0, ax1):
     ax.set_xlabel("layer")
-    ax.legend()
+ax1.legend()  # one legend, where it covers no curve
 plt.show()
 
 # %% tags=["nbval-check-output"]
 for name, (means, stds_) in stats.items():
-    print(f"{name:<17} std after layer 1: {stds_[1]:9.3g}, layer 12: {stds_[12]:9.3g}, layer 48: {stds_[48]:9.3g}")
-variance_factor = (stats["no normalization"][1][L] / stats["no normalization"][1][0]) ** (2 / L)
+    print(f"{name:<17} std after layer 1: {stds_[1]:9.3g}, "
+          f"layer 12: {stds_[12]:9.3g}, layer 48: {stds_[48]:9.3g}")
+no_norm_std = stats["no normalization"][1]
+variance_factor = (no_norm_std[L] / no_norm_std[0]) ** (2 / L)
 print(f"no normalization: the variance grows by a factor {variance_factor:.2f} per block")
-with torch.no_grad():  # the same stack again, one branch at a time
-    h, attn_factors, mlp_factors = x0, [], []
-    for block in make_stack(NoNormBlock, L, D, torch.Generator().manual_seed(5)):
-        h_attn = h + block.attn(h)
-        h_next = h_attn + block.mlp(h_attn)
-        attn_factors.append(h_attn.var() / h.var())
-        mlp_factors.append(h_next.var() / h_attn.var())
-        h = h_next
-geometric_mean = lambda factors: torch.stack(factors).log().mean().exp()
-print(f"  of which x + attn(x): x {geometric_mean(attn_factors):.2f}, then x + mlp(x): x {geometric_mean(mlp_factors):.2f}")
 
 # %% [markdown]
-# Without normalization each block multiplies the variance of the stream by about 3, so after 48 blocks
-# the standard deviation is astronomically large. The 3 comes from the two branches: the attention
-# stand-in returns a vector as large as its input and unrelated to it, so adding it doubles the variance
-# (2.01); the MLP's GELU discards most of the negative half of its input, so its branch is smaller and
-# adding it multiplies the variance by 1.51. Post-LN brings it back to 1 after every block. Pre-LN never
-# normalizes the stream itself, but each branch sees a normalized input, so each adds a vector of
-# bounded size: the variance grows by a roughly constant amount per block, and the standard deviation
-# like $\sqrt{L}$, from 4.34 after 12 blocks to 8.46 after 48 (four times the depth, about twice the
-# size).
+# Without normalization each block multiplies the variance of the stream by about 1.52, so after 48
+# blocks the standard deviation is astronomically large. The branch returns a vector unrelated to its
+# input, with about half its variance (the GELU discards most of the negative half of what it is
+# given), and adding it to the stream adds that variance. Post-LN brings the stream back to 1 after
+# every block. Pre-LN never normalizes the stream itself, but each branch sees a
+# normalized input, so each adds a vector of bounded size: the variance grows by a roughly constant
+# amount per block, and the standard deviation like $\sqrt{L}$, from 2.48 after 12 blocks to 4.72 after
+# 48 (four times the depth, about twice the size).
 #
-# ## Gradients at initialization
+# ## 3.7 Gradients at initialization
 #
 # The forward pass looks safe for both placements. Xiong et al. {cite}`xiong2020layer` looked at the
 # backward pass and found the difference that matters for training: at initialization, the gradient of
@@ -455,31 +453,31 @@ print(f"  of which x + attn(x): x {geometric_mean(attn_factors):.2f}, then x + m
 # learning rate, make the first updates large enough to derail training, which is why post-LN
 # Transformers need a *learning-rate warm-up* and pre-LN ones train well without it.
 #
-# We measure the gradient of each layer's `mlp.c_proj` weight (the second matrix of the feed-forward
-# branch, the weight in Xiong et al.'s analysis) for a fixed random linear function of the output.
+# We measure the gradient of each block's output weight (the second matrix of the feed-forward branch,
+# `ff[-1]`, the weight in Xiong et al.'s analysis) for a fixed random linear function of the output.
 
 # %%
-def c_proj_grad_norms(block, depth, ln_f=None, seed=5):
-    """Gradient norm of every layer's mlp.c_proj weight for a fixed random readout of the stack's output."""
+def branch_grad_norms(block, depth, ln_f=None, seed=5):
+    """Gradient norm of every block's ff[-1].weight, for a fixed random readout."""
     blocks = make_stack(block, depth, D, torch.Generator().manual_seed(seed))
     out = run_stack(blocks, x0)[-1]
     if ln_f is not None:
         out = ln_f(out)  # GPT-2 normalizes the stream once more before the output layer
     loss = (out * readout).sum() / N
     loss.backward()
-    return torch.stack([b.mlp.c_proj.weight.grad.norm() for b in blocks])
+    return torch.stack([b.ff[-1].weight.grad.norm() for b in blocks])
 
 
 readout = torch.randn(N, D, generator=torch.Generator().manual_seed(6))
-grad_post = c_proj_grad_norms(PostLNBlock, L)
-grad_pre = c_proj_grad_norms(PreLNBlock, L, ln_f=LayerNorm(D))
+grad_post = branch_grad_norms(PostLNBlock, L)
+grad_pre = branch_grad_norms(PreLNBlock, L, ln_f=LayerNorm(D))
 
-# %% mystnb={"figure": {"caption": "Norm of the gradient of each layer's mlp.c_proj weight at initialization, 48 blocks, D = 128. The post-LN gradients are several times larger than the pre-LN ones at every layer, and the gap is widest at the output end.", "name": "fig-gradients-per-layer"}, "image": {"alt": "Line plot of gradient norm against layer 1 to 48. The post-LN curve is noisy, between about 32 and 41 for the first 20 layers and falling to about 17 at layer 48. The pre-LN curve is smooth, falling from about 14 at layer 1 to 2.5 at layer 48."}}
+# %% mystnb={"figure": {"caption": "Norm of the gradient of each block's output weight (ff[-1]) at initialization, 48 residual blocks, D = 128. The post-LN gradients are larger than the pre-LN ones, and the gap is widest at the output end.", "name": "fig-gradients-per-layer"}, "image": {"alt": "Line plot of gradient norm against layer 1 to 48 for post-LN and for pre-LN with a final LayerNorm. At the output end the post-LN curve stays well above the pre-LN curve."}}
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.plot(range(1, L + 1), grad_post, label="post-LN")
 ax.plot(range(1, L + 1), grad_pre, label="pre-LN (with final ln_f)")
 ax.set_xlabel("layer")
-ax.set_ylabel("‖∂loss/∂W‖ of mlp.c_proj")
+ax.set_ylabel("‖∂loss/∂W‖ of ff[-1]")
 ax.set_title(f"Gradient norms at initialization, L = {L}, D = {D}")
 ax.set_ylim(bottom=0)
 ax.legend()
@@ -488,73 +486,34 @@ plt.show()
 # %% tags=["nbval-check-output"]
 print(f"post-LN: first layer {grad_post[0]:.2f}, last layer {grad_post[-1]:.2f}")
 print(f"pre-LN:  first layer {grad_pre[0]:.2f}, last layer {grad_pre[-1]:.2f}")
-last_layer = {depth: (c_proj_grad_norms(PostLNBlock, depth)[-1], c_proj_grad_norms(PreLNBlock, depth, ln_f=LayerNorm(D))[-1])
-              for depth in (6, 12, 24)}
+last_layer = {}
+for depth in (6, 12, 24):
+    post = branch_grad_norms(PostLNBlock, depth)[-1]
+    pre = branch_grad_norms(PreLNBlock, depth, ln_f=LayerNorm(D))[-1]
+    last_layer[depth] = (post, pre)
 last_layer[L] = (grad_post[-1], grad_pre[-1])  # already computed above
 for depth, (post, pre) in last_layer.items():
-    print(f"L = {depth:>2}: last-layer gradient post-LN {post:.2f}, pre-LN {pre:.2f}, ratio {post / pre:.2f}")
-print(f"pre-LN, from L = 6 to L = 48: the last-layer gradient shrinks by {last_layer[6][1] / last_layer[48][1]:.2f} "
+    print(f"L = {depth:>2}: last-layer gradient post-LN {post:.2f}, pre-LN {pre:.2f}, "
+          f"ratio {post / pre:.2f}")
+shrink = last_layer[6][1] / last_layer[48][1]
+print(f"pre-LN, from L = 6 to L = 48: the last-layer gradient shrinks by {shrink:.2f} "
       f"(√8 = {math.sqrt(8):.2f})")
 
 # %% [markdown]
-# The last-layer gradient of the post-LN stack stays at about 17.5 whatever the depth, while pre-LN's
-# falls from 6.57 at 6 layers to 2.49 at 48, a factor 2.64 for 8 times the depth ($\sqrt{8} \approx 2.83$):
-# the $1/\sqrt{L}$ of Xiong et al.'s analysis. The reason is visible in the forward pass: pre-LN's final
-# `ln_f` divides by the standard deviation of the stream, which grows like $\sqrt{L}$.
+# The last-layer gradient of the post-LN stack stays near 17 to 18 whatever the depth, while
+# pre-LN's falls from 11.51 at 6 layers to 4.44 at 48, a factor 2.59 for 8 times the depth
+# ($\sqrt{8} \approx 2.83$): the $1/\sqrt{L}$ of Xiong et al.'s analysis. The reason is visible in the
+# forward pass: pre-LN's final `ln_f` divides by the standard deviation of the stream, which grows like
+# $\sqrt{L}$.
 #
 # One honest caveat. Xiong et al.'s experiments on real Transformers also show post-LN gradients
-# *growing* from the input layers to the output layers. In this toy stack they do the opposite (35.04 at
-# the first layer, 17.49 at the last): the layer-by-layer shape depends on the initialization and on what
-# the branches compute. The comparison that carries over is the one at the output end.
-#
-# ## GPT-2's scaled residual projections
+# *growing* from the input layers to the output layers. In this toy stack they do the opposite (21.83 at
+# the first layer, 16.99 at the last): the layer-by-layer shape depends on the initialization and on
+# what the branches compute. The comparison that carries over is the one at the output end.
 #
 # Pre-LN has its own weak spot, which the variance plot already showed: the stream grows, because every
-# branch adds to it and nothing ever scales it down. GPT-2 counters this at initialization. Its paper
-# says "we scale the weights of residual layers at initialization by a factor of $1/\sqrt{N}$ where $N$ is
-# the number of residual layers" {cite}`radford2019language`. Each block has two residual branches, so
-# nanoGPT {cite}`karpathy2023nanogpt` (and this book's model, Chapter 5, {ref}`ch-gpt`) initializes the
-# matrix that writes into the stream, `c_proj`, from $\mathcal{N}(0, (0.02/\sqrt{2L})^2)$ instead of
-# $\mathcal{N}(0, 0.02^2)$. If each of the $2L$ branches adds independent noise of variance $v$, the
-# stream's variance grows by $2Lv$; shrinking each $v$ by $2L$ makes the total independent of depth.
-#
-# The experiment uses GPT-2's initialization everywhere: weights from $\mathcal{N}(0, 0.02^2)$, and an
-# input stream that is the sum of two $\mathcal{N}(0, 0.02^2)$ embeddings, like `wte` + `wpe`.
-
-# %%
-def residual_std(L, scaled):
-    """Std of the residual stream after each layer of a pre-LN stack with GPT-2's initialization."""
-    proj_std = 0.02 / math.sqrt(2 * L) if scaled else 0.02
-    blocks = make_stack(PreLNBlock, L, D, torch.Generator().manual_seed(7), std=0.02, proj_std=proj_std)
-    g = torch.Generator().manual_seed(8)
-    x = 0.02 * torch.randn(N, D, generator=g) + 0.02 * torch.randn(N, D, generator=g)  # wte + wpe at GPT-2's init
-    return torch.stack([h.std() for h in run_stack(blocks, x)])
-
-
-with torch.no_grad():
-    growth = {(depth, scaled): residual_std(depth, scaled) for depth in (6, 12, 24, 48) for scaled in (False, True)}
-
-# %% mystnb={"figure": {"caption": "Standard deviation of the residual stream through a 48-block pre-LN stack with GPT-2's initialization (D = 128). With every weight from N(0, 0.02²) the stream keeps growing; with GPT-2's 0.02/√(2L) for the c_proj weights it ends at about twice its input, and the printout below shows the same factor at every depth.", "name": "fig-residual-scaling"}, "image": {"alt": "Line plot of residual-stream standard deviation against layer 0 to 48. The unscaled curve rises from about 0.03 to about 0.52, fast at first then like a square root. The scaled curve rises gently from about 0.03 to about 0.06."}}
-fig, ax = plt.subplots(figsize=(7, 4))
-ax.plot(growth[(48, False)], label="c_proj ~ N(0, 0.02²)")
-ax.plot(growth[(48, True)], label="c_proj ~ N(0, (0.02/√(2L))²)")
-ax.set_xlabel("layer")
-ax.set_ylabel("std of the residual stream")
-ax.set_title("Pre-LN stack, GPT-2 initialization, L = 48")
-ax.legend()
-plt.show()
-
-# %% tags=["nbval-check-output"]
-for depth in (6, 12, 24, 48):
-    plain, scaled = growth[(depth, False)], growth[(depth, True)]
-    print(f"L = {depth:>2}: output std / input std: plain {plain[-1] / plain[0]:5.2f}, scaled {scaled[-1] / scaled[0]:5.2f}")
-
-# %% [markdown]
-# Without the scaling, the stream's final standard deviation grows like $\sqrt{L}$: from 6.45 times its
-# input at 6 layers to 18.22 times at 48. With it, the growth is about 2.1 times at every depth. (The
-# growth itself is large because GPT-2 starts the stream small: its embeddings have standard deviation
-# 0.02.) The blocks can still learn larger weights, but training starts from a stream whose size does not
-# depend on how deep the model is.
+# branch adds to it and nothing ever scales it down. GPT-2 counters it at initialization by shrinking the
+# weights that write into the stream; section 5.5 ({ref}`ch-gpt`) measures that on the real model.
 #
 # ## Summary
 #
@@ -570,8 +529,8 @@ for depth in (6, 12, 24, 48):
 # - In a deep residual stack, no normalization lets activations explode; post-LN pins every layer to unit
 #   variance but keeps the output-side gradients large (hence warm-up); pre-LN, GPT-2's choice, lets the
 #   stream grow like $\sqrt{L}$ and gives gradients that shrink like $1/\sqrt{L}$ at the output end.
-# - GPT-2 initializes the residual projections with $0.02/\sqrt{2L}$, so the stream's size at
-#   initialization does not depend on depth.
+# - Pre-LN's stream grows with depth; Chapter 5 (section 5.5) shows GPT-2's remedy, a scaled
+#   initialization of the weights that write into the stream.
 #
 # With embeddings (Chapter 2) and normalization in hand, Chapter 4 ({ref}`ch-attention`) builds the
 # branch that lets tokens look at each other.

@@ -29,7 +29,7 @@
 # 6. the causal mask on a real batch of Tiny Shakespeare;
 # 7. many heads in parallel: GPT-2's `MultiHeadAttention`;
 # 8. why attention needs positions;
-# 9. what attention costs, and the KV cache;
+# 9. what attention costs, and the mask that a KV cache (Chapter 7) needs;
 # 10. attention as message passing, and its three uses in the Transformer.
 
 # %% tags=["colab-setup"]
@@ -52,6 +52,7 @@ import math
 import time
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -63,6 +64,7 @@ from gpt_from_scratch.plotting import attention_heatmap, token_labels
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
 
+set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
 torch.set_printoptions(precision=3, sci_mode=False)
 
@@ -129,7 +131,8 @@ print("softmax of masked zeros equals W:", torch.allclose(W3, W))
 # for every input:
 
 # %% tags=["nbval-check-output"]
-data_scores = torch.randn(T, T, generator=generator) * 2  # stand-in for scores computed from the data
+# A stand-in for scores computed from the data:
+data_scores = torch.randn(T, T, generator=generator) * 2
 weights = torch.softmax(data_scores.masked_fill(~mask, float("-inf")), dim=-1)
 print(weights)
 print("row sums:", weights.sum(dim=-1))
@@ -149,9 +152,10 @@ print("row sums:", weights.sum(dim=-1))
 #
 # The score of query $t$ for key $s$ is the dot product $q_t \cdot k_s$: large when they point the same
 # way. A database returns the value whose key matches exactly; attention returns a *blend* of all values,
-# weighted by the softmax of the scores:
+# weighted by the softmax of the scores. Stack the queries, keys and values of all tokens as the rows
+# of matrices $q$, $k$ and $v$ (as the code names them; the capital $V$ is the vocabulary size):
 #
-# $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right) V .$$
+# $$\operatorname{attention}(q, k, v) = \operatorname{softmax}\!\left(\frac{q k^\top}{\sqrt{d_k}}\right) v .$$
 #
 # Here is that formula written out as a function, the chapter's own build of attention (section 4.5
 # explains the $\sqrt{d_k}$). It works on any leading dimensions, and the number of queries may differ from the number
@@ -159,7 +163,9 @@ print("row sums:", weights.sum(dim=-1))
 
 # %%
 def attention(q, k, v, mask=None):
-    """softmax(q kᵀ / sqrt(d_k)) v for q: (..., T_q, d_k), k: (..., T_k, d_k), v: (..., T_k, d_v).
+    """softmax(q kᵀ / sqrt(d_k)) v.
+
+    q: (..., T_q, d_k), k: (..., T_k, d_k), v: (..., T_k, d_v).
 
     mask: boolean, broadcastable to (..., T_q, T_k), True = may attend.
     """
@@ -185,10 +191,12 @@ query = keys[3:4].clone()  # (1, d_k): exactly key 3
 out, w = attention(query, keys, values)
 scaled_scores = (query @ keys.T)[0] / math.sqrt(d_k)  # (8,)
 others = scaled_scores[torch.arange(n_keys) != 3]
-print(f"scaled scores: key 3 {scaled_scores[3]:.2f}, the other keys {others.min():.2f} to {others.max():.2f}")
+print(f"scaled scores: key 3 {scaled_scores[3]:.2f}, "
+      f"the other keys {others.min():.2f} to {others.max():.2f}")
 print("weights:", w[0])
 print(f"weight on key 3: {w[0, 3]:.4f}")
-print(f"|output - value 3| / |value 3| = {(out[0] - values[3]).norm() / values[3].norm():.4f}")
+relative_error = (out[0] - values[3]).norm() / values[3].norm()
+print(f"|output - value 3| / |value 3| = {relative_error:.4f}")
 
 # %% [markdown]
 # Key 3 scores 10.60 against at most 1.63 for the others, so it gets a weight of 0.9998, and the output
@@ -215,7 +223,8 @@ for mask_ in (None, m):
     assert_close(ours, package)
     assert_close(ours_w, package_w)
     assert_close(ours, fused)
-    print(f"mask={'yes' if mask_ is not None else 'no '}  max |ours - torch| = {(ours - fused).abs().max():.1e}")
+    which = "yes" if mask_ is not None else "no "
+    print(f"mask={which}  max |ours - torch| = {(ours - fused).abs().max():.1e}")
 
 assert_close(torch.tril(torch.ones(7, 7, dtype=torch.bool)), causal_mask(7))
 
@@ -271,9 +280,13 @@ plt.show()
 
 # %%
 def softmax_jacobian_norm(p):
-    """Frobenius norm of diag(p) - p pᵀ for each row p (..., n): how much gradient the softmax passes on."""
+    """Frobenius norm of diag(p) - p pᵀ for each row p (..., n).
+
+    How much gradient the softmax passes on.
+    """
     s2 = (p**2).sum(-1)
-    return (s2 - 2 * (p**3).sum(-1) + s2**2).clamp_min(0).sqrt()  # clamp: rounding can dip below 0
+    # clamp: rounding can dip below 0
+    return (s2 - 2 * (p**3).sum(-1) + s2**2).clamp_min(0).sqrt()
 
 
 # Check the closed form against autograd once.
@@ -295,7 +308,8 @@ for c, label in [(1.0, "scaled, c = 1"), (math.sqrt(512), "unscaled, c = sqrt(51
     entropy = -(p * p.clamp_min(1e-30).log()).sum(-1).mean()
     print(
         f"{label:24s} entropy {entropy:.3f} nats (uniform: ln 64 = {math.log(64):.3f}), "
-        f"largest weight {p.max(-1).values.mean():.3f}, softmax gradient norm {softmax_jacobian_norm(p).mean():.4f}, "
+        f"largest weight {p.max(-1).values.mean():.3f}, "
+        f"softmax gradient norm {softmax_jacobian_norm(p).mean():.4f}, "
         f"rows with a weight > 0.99: {(p.max(-1).values > 0.99).float().mean():.1%}"
     )
 print(f"the gradient norm peaks at c = {factors[int(np.argmax(grads))]:.2f}")
@@ -310,7 +324,8 @@ ax2.semilogx(factors, grads, color="tab:red", label="softmax gradient norm")
 ax2.set_ylabel("‖diag(p) − ppᵀ‖ (gradient size)", color="tab:red")
 for c, name in [(1.0, "scaled"), (math.sqrt(512), "unscaled, d_k = 512")]:
     ax1.axvline(c, color="grey", linestyle="--")
-    ax1.text(c * 1.08, 0.3, name, color="grey")
+    ax1.text(c * 1.1, 0.5, name, color="grey", rotation=90, va="center",
+             transform=ax1.get_xaxis_transform())  # beside its line, clear of the ticks
 ax1.set_title("Large scores saturate the softmax")
 fig.tight_layout()
 plt.show()
@@ -344,8 +359,11 @@ def attention_weights(x, dim):
 
 
 right, wrong = attention_weights(x_demo, dim=-1), attention_weights(x_demo, dim=0)
-print("softmax over keys (dim=-1):  row sums", right.sum(1), "\n                             column sums", right.sum(0))
-print("softmax over queries (dim=0): row sums", wrong.sum(1), "\n                             column sums", wrong.sum(0))
+indent = "\n" + " " * 29
+print("softmax over keys (dim=-1):  row sums", right.sum(1),
+      indent + "column sums", right.sum(0))
+print("softmax over queries (dim=0): row sums", wrong.sum(1),
+      indent + "column sums", wrong.sum(0))
 
 # %% [markdown]
 # With the wrong axis, query 0's weights add up to 0.160 (its output shrinks) and the last query's to 2.816
@@ -356,7 +374,7 @@ print("softmax over queries (dim=0): row sums", wrong.sum(1), "\n               
 
 # %% tags=["nbval-check-output"]
 def future_leak(dim):
-    """For each output position t: the largest |d output_t / d x_s| over later positions s > t."""
+    """For each output position t: the largest |d output_t / d x_s| over later s > t."""
     xs = x_demo.clone().requires_grad_(True)
     out = attention_weights(xs, dim) @ (xs @ w_v)  # (T, D)
     leaks = []
@@ -369,12 +387,14 @@ def future_leak(dim):
 print("softmax over keys    (dim=-1):", " ".join(f"{v:.4f}" for v in future_leak(-1)))
 print("softmax over queries (dim=0) :", " ".join(f"{v:.4f}" for v in future_leak(0)))
 
-# %% mystnb={"figure": {"caption": "The same masked scores normalized over the keys (left, correct: each row sums to 1) and over the queries (right, the slip: each column sums to 1).", "name": "fig-attention-wrong-axis"}, "image": {"alt": "Two lower-triangular heatmaps. On the left the first row is a single bright cell of weight 1. On the right the last column holds a single bright cell of weight 1 and the first row is dim."}}
-fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+# %% mystnb={"figure": {"caption": "The same masked scores normalized over the keys (left, correct: each row sums to 1) and over the queries (right, the slip: each column sums to 1).", "name": "fig-attention-wrong-axis-heatmaps"}, "image": {"alt": "Two lower-triangular heatmaps. On the left the first row is a single bright cell of weight 1. On the right the last column holds a single bright cell of weight 1 and the first row is dim."}}
+fig, axes = plt.subplots(1, 2, figsize=(9, 4), layout="constrained")
 labels = [f"t={t}" for t in range(T_demo)]
-attention_heatmap(right, labels, ax=axes[0], title="softmax(dim=-1): rows sum to 1", vmin=0, vmax=1)
-attention_heatmap(wrong, labels, ax=axes[1], title="softmax(dim=0): columns sum to 1", vmin=0, vmax=1)
-fig.tight_layout()
+attention_heatmap(right, labels, ax=axes[0], title="softmax(dim=-1): rows sum to 1",
+                  vmin=0, vmax=1, colorbar=False)
+attention_heatmap(wrong, labels, ax=axes[1], title="softmax(dim=0): columns sum to 1",
+                  vmin=0, vmax=1, colorbar=False)
+fig.colorbar(axes[0].images[0], ax=axes, shrink=0.8, label="attention weight")
 plt.show()
 
 # %% [markdown]
@@ -394,9 +414,9 @@ plt.show()
 
 # %%
 enc = gpt2_encoding()
-tokens = torch.tensor(enc.encode_ordinary(load_tiny_shakespeare()))  # the whole corpus, (N,)
+tokens = torch.tensor(enc.encode_ordinary(load_tiny_shakespeare()))  # the corpus, (N,)
 T = 12
-xb, _ = get_batch(tokens, batch_size=2, block_size=T, generator=generator)  # (B, T) token ids
+xb, _ = get_batch(tokens, batch_size=2, block_size=T, generator=generator)  # (B, T) ids
 for row in xb:
     print(repr(enc.decode(row.tolist())))
 
@@ -407,16 +427,18 @@ with torch.no_grad():
     h = embedding(xb)  # (B, T, D)
     q, k, v = h @ W_q, h @ W_k, h @ W_v  # (B, T, d_k) each
     mask = causal_mask(T)  # (T, T)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(d_k)).masked_fill(~mask, float("-inf"))  # (B, T, T)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, T, T)
+    scores = scores.masked_fill(~mask, float("-inf"))
     out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, T, d_k), (B, T, T)
 labels = token_labels(xb[0], enc)
 
-# %% mystnb={"figure": {"caption": "One head of causal attention on a Tiny Shakespeare sequence (random, untrained weights). Left: the mask, True (yellow) where a query may attend. Middle: the scaled scores with the future set to minus infinity (grey). Right: the softmax of each row. Spaces are shown as ␣ and newlines as ↵.", "name": "fig-attention-causal-heatmaps"}, "image": {"alt": "Three 12 by 12 heatmaps with the decoded GPT-2 tokens of the sequence on both axes. The mask is a lower triangle. The scores are finite on and below the diagonal and grey above. The weights are zero above the diagonal; the first row puts all its weight on the first token and later rows spread their weight over more tokens."}}
-fig, axes = plt.subplots(1, 3, figsize=(14, 4.8))
-attention_heatmap(mask.float(), labels, ax=axes[0], title="mask (True = may attend)", colorbar=False)
-attention_heatmap(scores[0], labels, ax=axes[1], title="scores q·k/√d_k, future = −∞")
-attention_heatmap(weights[0], labels, ax=axes[2], title="weights = softmax(scores)", vmin=0, vmax=1)
-fig.tight_layout()
+# %% mystnb={"figure": {"caption": "One head of causal attention on a Tiny Shakespeare sequence (random, untrained weights). Left: the scaled scores, with the future masked to minus infinity (grey: the mask's False entries). Right: the softmax of each row. Spaces are shown as ␣ and newlines as ↵.", "name": "fig-attention-causal-heatmaps"}, "image": {"alt": "Two 12 by 12 heatmaps with the decoded GPT-2 tokens of the sequence on both axes, each with a colour bar. The scores are finite on and below the diagonal and grey above, where the mask forbids attending. The weights are zero above the diagonal; the first row puts all its weight on the first token and later rows spread their weight over more tokens."}}
+fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.8), layout="constrained")
+attention_heatmap(scores[0], labels, ax=axes[0], title="scores q·k/√d_k, future = −∞",
+                  colorbar_label="score")
+attention_heatmap(weights[0], labels, ax=axes[1], title="weights = softmax(scores)",
+                  vmin=0, vmax=1, colorbar_label="attention weight")
+axes[1].set_ylabel("")
 plt.show()
 
 # %% tags=["nbval-check-output"]
@@ -472,15 +494,18 @@ class CausalSelfAttention(nn.Module):
         B, T, D = x.shape
         q, k, v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
         # (B, T, D) -> (B, T, H, d_k) -> (B, H, T, d_k)
-        q, k, v = (t.view(B, T, self.n_heads, self.d_head).transpose(1, 2) for t in (q, k, v))
-        y, weights = attention(q, k, v, causal_mask(T, device=x.device))  # (B, H, T, d_k), (B, H, T, T)
-        y = y.transpose(1, 2).contiguous().view(B, T, D)  # (B, H, T, d_k) -> (B, T, H, d_k) -> (B, T, D)
+        H, d_k = self.n_heads, self.d_head
+        q, k, v = (t.view(B, T, H, d_k).transpose(1, 2) for t in (q, k, v))
+        # y: (B, H, T, d_k), weights: (B, H, T, T)
+        y, weights = attention(q, k, v, causal_mask(T, device=x.device))
+        # (B, H, T, d_k) -> (B, T, H, d_k) -> (B, T, D): the heads side by side
+        y = y.transpose(1, 2).contiguous().view(B, T, D)
         return self.c_proj(y), weights
 
 
 # %% [markdown]
 # The package's `MultiHeadAttention` adds GPT-2's two dropouts (on the weights and on the output), a KV
-# cache (section 4.9) and a `fast` switch to PyTorch's fused kernel. With the same weights it computes the
+# cache (section 7.7) and a `fast` switch to PyTorch's fused kernel. With the same weights it computes the
 # same function:
 
 # %%
@@ -497,8 +522,8 @@ y_ours, w_ours = ours(x)
 y_package, w_package = mha(x, return_weights=True)
 assert_close(y_ours, y_package)
 assert_close(w_ours, w_package)
-print("x", tuple(x.shape), "-> heads", tuple(mha.split_heads(x).shape), "-> y", tuple(y_package.shape),
-      "| weights", tuple(w_package.shape))
+print("x", tuple(x.shape), "-> heads", tuple(mha.split_heads(x).shape),
+      "-> y", tuple(y_package.shape), "| weights", tuple(w_package.shape))
 
 # %% [markdown]
 # "Parallel subspaces" is literal. Head $h$ reads only rows $h d_k \ldots (h+1) d_k - 1$ of the query, key and
@@ -509,45 +534,48 @@ print("x", tuple(x.shape), "-> heads", tuple(mha.split_heads(x).shape), "-> y", 
 h_idx, d_head = 2, mha.d_head
 rows = slice(h_idx * d_head, (h_idx + 1) * d_head)
 W_qkv, b_qkv = mha.c_attn.weight, mha.c_attn.bias  # (3D, D), (3D,)
-q2, k2, v2 = (x @ W_qkv[i * 64 :][rows].T + b_qkv[i * 64 :][rows] for i in range(3))  # (B, T, d_k) each
+# (B, T, d_k) each:
+q2, k2, v2 = (x @ W_qkv[i * 64 :][rows].T + b_qkv[i * 64 :][rows] for i in range(3))
 y2, w2 = scaled_dot_product_attention(q2, k2, v2, causal_mask(T))
 assert_close(w2, w_package[:, h_idx])
-print("head 2 on its own == head 2 inside the layer:", torch.allclose(w2, w_package[:, h_idx], atol=1e-6))
+print("head 2 on its own == head 2 inside the layer:",
+      torch.allclose(w2, w_package[:, h_idx], atol=1e-6))
 
 # %% [markdown]
-# Each head computes its own weights. Below, the 4 heads of a freshly initialised layer on the two sequences
-# of the Tiny Shakespeare batch (embedded by the random table above). Training will give these patterns
+# Each head computes its own weights. Below, the 4 heads of a freshly initialised layer on the first
+# sequence of the Tiny Shakespeare batch (embedded by the random table above); the printout after the
+# figure measures both sequences. Training will give these patterns
 # meaning; {ref}`ch-gpt2-weights` shows what GPT-2's trained heads do.
 
-# %% mystnb={"figure": {"caption": "The attention weights of the 4 heads (columns) of a randomly initialised MultiHeadAttention on the 2 sequences of a Tiny Shakespeare batch (rows), on one colour scale from 0 (dark) to 1 (yellow). Every map is lower-triangular; at initialisation each row is close to a plain average of the visible tokens.", "name": "fig-attention-heads-grid"}, "image": {"alt": "A grid of 8 small heatmaps, 2 rows for the sequences and 4 columns for the heads, each labelled with the sequence's GPT-2 tokens. All are zero above the diagonal; the first row of each is one bright cell and the later rows fade into nearly even, dark shades."}}
+# %% mystnb={"figure": {"caption": "The attention weights of the 4 heads of a randomly initialised MultiHeadAttention on the first sequence of a Tiny Shakespeare batch, on one colour scale from 0 (dark) to 1 (yellow). Every map is lower-triangular; at initialisation each row is close to a plain average of the visible tokens.", "name": "fig-attention-heads-grid"}, "image": {"alt": "A 2 by 2 grid of heatmaps, one per head, each labelled with the sequence's GPT-2 tokens, and one colour bar from 0 to 1. All are zero above the diagonal; the first row of each is one bright cell and the later rows fade into nearly even, dark shades."}}
 torch.manual_seed(1)
 layer = MultiHeadAttention(d_model=D, n_heads=4).eval()
 with torch.no_grad():
     _, head_weights = layer(embedding(xb), return_weights=True)  # (B, H, T, T)
-fig, axes = plt.subplots(2, 4, figsize=(14, 7.5))
-for b in range(2):
-    seq_labels = token_labels(xb[b], enc)
-    for hh in range(4):
-        attention_heatmap(head_weights[b, hh], seq_labels, ax=axes[b, hh], title=f"sequence {b}, head {hh}",
-                          vmin=0, vmax=1, colorbar=False, fontsize=7)
-        if hh:
-            axes[b, hh].set_ylabel("")
-        if b == 0:
-            axes[b, hh].set_xlabel("")
-fig.tight_layout()
+fig, axes = plt.subplots(2, 2, figsize=(9, 9), layout="constrained")
+for hh, ax in enumerate(axes.flat):
+    attention_heatmap(head_weights[0, hh], labels, ax=ax, title=f"head {hh}",
+                      vmin=0, vmax=1, colorbar=False)
+    if hh % 2:
+        ax.set_ylabel("")
+    if hh < 2:
+        ax.set_xlabel("")
+fig.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.6, label="attention weight")
 plt.show()
 
 # %% tags=["nbval-check-output"]
 last = head_weights[:, :, -1]  # (B, H, T): the last query of each sequence, in each head
 entropy = -(last * last.log()).sum(-1)  # (B, H)
-print(f"entropy of the last query's weights (nats), uniform over {T} tokens = ln {T} = {math.log(T):.3f}:")
+print(f"entropy of the last query's weights (nats), "
+      f"uniform over {T} tokens = ln {T} = {math.log(T):.3f}:")
 for b in range(2):
-    print(f"  sequence {b}:", " ".join(f"head {hh} {entropy[b, hh]:.3f}" for hh in range(4)))
+    heads = " ".join(f"head {hh} {entropy[b, hh]:.3f}" for hh in range(4))
+    print(f"  sequence {b}:", heads)
 
 # %% [markdown]
 # At initialisation the rows are close to plain averages: the last query's entropies, 2.439 to 2.475 nats,
-# are all near the 2.485 nats of a uniform row. `nn.Linear`'s default initialisation makes queries and keys small, so the
-# scores are small and the softmax is nearly flat: the layer starts as the bag of words of section 4.1 and
+# are all near the 2.485 nats of a uniform row. `nn.Linear`'s default initialisation makes queries
+# and keys small, so the scores are small and the softmax is nearly flat: the layer starts as the bag of words of section 4.1 and
 # training sharpens it.
 
 # %% [markdown]
@@ -578,11 +606,13 @@ print(f"max |fast - written out| = {(y_fast - y_written).abs().max():.2e}")
 # %%
 x = torch.randn(1, 8, 64, generator=generator)  # (B, T, D)
 perm = torch.randperm(8, generator=generator)
-project = lambda x: [mha.split_heads(t) for t in mha.c_attn(x).split(64, dim=2)]  # 3 x (B, H, T, d_k)
+# x -> 3 x (B, H, T, d_k)
+project = lambda x: [mha.split_heads(t) for t in mha.c_attn(x).split(64, dim=2)]
 out, _ = scaled_dot_product_attention(*project(x))  # no mask
 out_perm, _ = scaled_dot_product_attention(*project(x[:, perm]))
 assert_close(out_perm, out[:, :, perm])
-print("permute inputs -> outputs permuted the same way:", torch.allclose(out_perm, out[:, :, perm], atol=1e-6))
+print("permute inputs -> outputs permuted the same way:",
+      torch.allclose(out_perm, out[:, :, perm], atol=1e-6))
 
 # %% [markdown]
 # The causal mask breaks the symmetry only partly: position $t$ sees the *set* of tokens $0..t$, but not
@@ -596,13 +626,16 @@ from gpt_from_scratch.embeddings import sinusoidal_positional_encoding
 a = torch.tensor(enc.encode(" The dog bit the man."))
 b_ = torch.tensor(enc.encode(" The man bit the dog."))
 print(token_labels(a, enc), token_labels(b_, enc))
-assert sorted(a.tolist()) == sorted(b_.tolist()) and a[-1] == b_[-1]  # same tokens, same last token
+# Same tokens, same last token:
+assert sorted(a.tolist()) == sorted(b_.tolist()) and a[-1] == b_[-1]
 
 pe = sinusoidal_positional_encoding(len(a), D)  # (T, D)
 with torch.no_grad():
     for name, add in [("without positions", 0), ("with positions   ", pe)]:
-        ya, yb = layer((embedding(a) + add)[None]), layer((embedding(b_) + add)[None])  # (1, T, D) each
-        print(f"{name}: |last output, sentence 1 - sentence 2| = {(ya[0, -1] - yb[0, -1]).abs().max():.4f}")
+        ya = layer((embedding(a) + add)[None])  # (1, T, D)
+        yb = layer((embedding(b_) + add)[None])  # (1, T, D)
+        gap = (ya[0, -1] - yb[0, -1]).abs().max()
+        print(f"{name}: |last output, sentence 1 - sentence 2| = {gap:.4f}")
 
 # %% [markdown]
 # Without positions the two last outputs agree (0.0000, up to float rounding); adding the sinusoidal position
@@ -652,26 +685,32 @@ cost = {"written out": {"time": [], "memory": []}, "fused": {"time": [], "memory
 threads = torch.get_num_threads()
 torch.set_num_threads(1)  # one thread: steadier timings on a shared machine
 for T_ in Ts:
-    qkv = [torch.randn(1, 4, T_, 16, generator=generator) for _ in range(3)]  # (B, H, T, d_k) each
+    # (B, H, T, d_k) each:
+    qkv = [torch.randn(1, 4, T_, 16, generator=generator) for _ in range(3)]
     for name, fn in [("written out", written), ("fused", fused)]:
         cost[name]["memory"].append(saved_for_backward(fn, *qkv))
         with torch.no_grad():
-            cost[name]["time"].append(best_time(lambda: fn(*qkv), repeats=5 if T_ < 1024 else 2))
+            repeats = 5 if T_ < 1024 else 2
+            cost[name]["time"].append(best_time(lambda: fn(*qkv), repeats=repeats))
 torch.set_num_threads(threads)
 for name in cost:
     print(f"{name:12s} time (ms):", " ".join(f"{t * 1e3:.2f}" for t in cost[name]["time"]))
 
 # %% tags=["nbval-check-output"]
 for name in cost:
-    print(f"{name:12s} saved for backward (MiB):", " ".join(f"{m / 2**20:.2f}" for m in cost[name]["memory"]))
-growth = [cost["written out"]["memory"][i + 1] / cost["written out"]["memory"][i] for i in range(len(Ts) - 1)]
+    mib = " ".join(f"{m / 2**20:.2f}" for m in cost[name]["memory"])
+    print(f"{name:12s} saved for backward (MiB):", mib)
+memory = cost["written out"]["memory"]
+growth = [memory[i + 1] / memory[i] for i in range(len(Ts) - 1)]
 print("written-out memory ratio per doubling of T:", " ".join(f"{g:.2f}" for g in growth))
-print(f"one (B=1, H=4, T=2048, T=2048) float32 weight tensor: {4 * 2048 * 2048 * 4 / 2**20:.0f} MiB")
+weight_mib = 4 * 2048 * 2048 * 4 / 2**20
+print(f"one (B=1, H=4, T=2048, T=2048) float32 weight tensor: {weight_mib:.0f} MiB")
 
 # %% mystnb={"figure": {"caption": "Cost of one attention call against sequence length T on log-log axes (B = 1, H = 4, d_k = 16, CPU). Dashed lines show slopes 1 and 2. The written-out path's memory grows as T squared; the fused kernel keeps only O(T).", "name": "fig-attention-cost"}, "image": {"alt": "Two log-log plots against T from 64 to 2048. Left, time: the written-out path rises steeply at large T, the fused kernel stays lower. Right, memory saved for backward: the written-out path follows the slope-2 guide line, the fused kernel runs parallel to the slope-1 line, far below it."}}
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
 Ts_arr = np.array(Ts, dtype=float)
-for ax, key, unit, scale in [(axes[0], "time", "ms", 1e3), (axes[1], "memory", "MiB", 1 / 2**20)]:
+panels = [(axes[0], "time", "ms", 1e3), (axes[1], "memory", "MiB", 1 / 2**20)]
+for ax, key, unit, scale in panels:
     for name, marker in [("written out", "o"), ("fused", "s")]:
         ax.loglog(Ts, np.array(cost[name][key]) * scale, marker=marker, label=name)
     ref = np.array(cost["written out"][key]) * scale
@@ -694,30 +733,18 @@ plt.show()
 # {cite}`dao2022flashattention`. Its time still grows like $T^2$ at large $T$, since every query still meets
 # every key. The timings above depend on the machine; the memory does not.
 #
-# ### Reusing the past: the KV cache
+# ### Looking ahead: reusing the past
 #
-# When a model generates text ({ref}`ch-generation`), it runs once per new token. Without care, step $t$
-# recomputes the keys and values of all $t$ earlier tokens, which have not changed. A **KV cache**
-# {cite}`pope2023kvcache` keeps them: each step computes the query, key and value of the new token only,
-# appends the key and value to the cache, and attends over everything cached. The queries of old tokens are
-# never needed again, so they are not cached. The mask needs care: with $P$ cached positions, new query $i$
-# is position $P + i$ and may see keys $0 \ldots P + i$, the last rows of the full causal mask.
+# When a model generates text, it runs once per new token, and the keys and values of the earlier tokens
+# do not change. Section 7.7 ({ref}`ch-generation`) keeps them in a **KV cache** and feeds the model only
+# the newest token. Attention needs one thing for that, and it belongs here: a mask for new queries
+# that come after $P$ cached positions. New query $i$ is position $P + i$ and may see keys
+# $0 \ldots P + i$, the last rows of the full causal mask:
 
 # %%
-from gpt_from_scratch.attention import KVCache
-
-print(causal_mask(2, n_past=3).int())  # 2 new queries after 3 cached positions: the last 2 rows of causal_mask(5)
-
-x = torch.randn(2, 10, 64, generator=generator)  # (B, T, D)
-with torch.no_grad():
-    full = mha(x)  # one pass over all 10 tokens
-    cache = KVCache()
-    steps = [mha(x[:, :6], kv_cache=cache)]  # "prefill": the prompt, 6 tokens at once
-    for t in range(6, 10):
-        steps.append(mha(x[:, t : t + 1], kv_cache=cache))  # then one token at a time
-assert_close(torch.cat(steps, dim=1), full)
-print(f"cached positions: {len(cache)}, keys {tuple(cache.keys.shape)}; "
-      f"max |cached - full| = {(torch.cat(steps, dim=1) - full).abs().max():.1e}")
+# 2 new queries after 3 cached positions: the last 2 rows of causal_mask(5)
+print(causal_mask(2, n_past=3).int())
+assert torch.equal(causal_mask(2, n_past=3), causal_mask(5)[3:])
 
 # %% [markdown]
 # ## 4.10 Attention as message passing
@@ -742,8 +769,8 @@ print(f"cached positions: {len(cache)}, keys {tuple(cache.keys.shape)}; "
 # `scaled_dot_product_attention` allows $T_q \ne T_k$:
 
 # %%
-decoder_states = torch.randn(1, 3, 16, generator=generator)  # 3 target tokens, (B, T_q, d_k)
-encoder_states = torch.randn(1, 7, 16, generator=generator)  # 7 source tokens, (B, T_k, d_k)
+decoder_states = torch.randn(1, 3, 16, generator=generator)  # 3 targets, (B, T_q, d_k)
+encoder_states = torch.randn(1, 7, 16, generator=generator)  # 7 sources, (B, T_k, d_k)
 out, w = scaled_dot_product_attention(decoder_states, encoder_states, encoder_states)
 print("cross-attention: output", tuple(out.shape), "weights", tuple(w.shape))
 

@@ -50,6 +50,7 @@ except ImportError:
 import math
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -62,6 +63,7 @@ from gpt_from_scratch.layernorm import LayerNorm
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
 
+set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
 
 # %% [markdown]
@@ -78,7 +80,7 @@ generator = seed_everything(1337)
 
 # %%
 class MLP(nn.Module):
-    """GPT-2's feed-forward network, written out: D -> d_ff -> D, applied to each token separately."""
+    """GPT-2's feed-forward network, written out: D -> d_ff -> D, on each token alone."""
 
     def __init__(self, D, d_ff, dropout=0.0):
         super().__init__()
@@ -88,7 +90,8 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):  # (B, T, D)
-        return self.dropout(self.c_proj(self.act(self.c_fc(x))))  # (B, T, d_ff) in between; (B, T, D) out
+        # (B, T, d_ff) in between; (B, T, D) out
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
 
 
 # %% [markdown]
@@ -106,7 +109,8 @@ assert_close(y, one_at_a_time)
 perm = torch.randperm(T, generator=generator)
 assert_close(mlp(x[:, perm]), y[:, perm])
 print("token by token == all at once:", torch.allclose(y, one_at_a_time, atol=1e-6))
-print("shuffle in -> same shuffle out:", torch.allclose(mlp(x[:, perm]), y[:, perm], atol=1e-6))
+print("shuffle in -> same shuffle out:",
+      torch.allclose(mlp(x[:, perm]), y[:, perm], atol=1e-6))
 
 # %% [markdown]
 # The package's `FeedForward` is this module, built from a `GPTConfig` (section 5.3 introduces it). Same
@@ -130,11 +134,13 @@ print(package_mlp)
 
 # %% tags=["nbval-check-output"]
 D_small = 768  # GPT-2 small
-attention_params = (D_small * 3 * D_small + 3 * D_small) + (D_small * D_small + D_small)  # c_attn + c_proj
-mlp_params = (D_small * 4 * D_small + 4 * D_small) + (4 * D_small * D_small + D_small)  # c_fc + c_proj
+# c_attn + c_proj, then c_fc + c_proj:
+attention_params = (D_small * 3 * D_small + 3 * D_small) + (D_small * D_small + D_small)
+mlp_params = (D_small * 4 * D_small + 4 * D_small) + (4 * D_small * D_small + D_small)
 print(f"attention: {attention_params:,} parameters")
 print(f"MLP:       {mlp_params:,} parameters")
-print(f"the MLP holds {mlp_params / (attention_params + mlp_params):.1%} of a block's weight matrices and biases")
+share = mlp_params / (attention_params + mlp_params)
+print(f"the MLP holds {share:.1%} of a block's weight matrices and biases")
 
 # %% [markdown]
 # Two thirds of every block is MLP. One useful picture {cite}`geva2021transformer`: each of the $4D$
@@ -160,7 +166,8 @@ gelu_exact = F.gelu(grid)
 gelu_tanh = F.gelu(grid, approximate="tanh")
 relu = F.relu(grid)
 gap = (gelu_exact - gelu_tanh).abs()
-print(f"largest |GELU - GELU_tanh| on [-5, 5]: {gap.max():.2e} at x = {grid[gap.argmax()]:+.3f}")
+print(f"largest |GELU - GELU_tanh| on [-5, 5]: {gap.max():.2e} "
+      f"at x = {grid[gap.argmax()]:+.3f}")
 print(f"GELU's minimum: {gelu_exact.min():.4f} at x = {grid[gelu_exact.argmin()]:+.4f}")
 
 # %% mystnb={"figure": {"caption": "Left: ReLU, exact GELU and GPT-2's tanh approximation; the two GELUs overlap at this scale. Right: their difference, below 5e-4 everywhere.", "name": "fig-gpt-gelu"}, "image": {"alt": "Left, three activation curves between x = -4 and 4: ReLU is a hinge at zero, both GELU curves dip slightly below zero for negative x and then follow the line y = x. Right, the difference between exact and tanh GELU wiggles between about -0.0005 (near x = plus or minus 2.7) and +0.00025, and vanishes at 0 and far from it."}}
@@ -204,9 +211,11 @@ from gpt_from_scratch.model import GPT
 def gradient_at_each_block(residual, n_layers=48):
     """Norm of d(loss)/d(input of block l) for l = 0 .. n_layers - 1, at initialization."""
     torch.manual_seed(0)
-    config = GPTConfig.from_preset("tiny", vocab_size=256, d_model=64, n_heads=4, n_layers=n_layers)
+    config = GPTConfig.from_preset("tiny", vocab_size=256, d_model=64, n_heads=4,
+                                   n_layers=n_layers)
     model = GPT(config)
-    idx = torch.randint(0, 256, (4, config.context_length), generator=torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, 256, (4, config.context_length), generator=g)
     x = model.wte(idx) + model.wpe(idx.size(1))  # (B, T, D): the embeddings
     inputs = []
     for block in model.blocks:
@@ -226,21 +235,26 @@ with_residual = gradient_at_each_block(residual=True)
 without_residual = gradient_at_each_block(residual=False)
 
 # %% tags=["nbval-check-output"]
-print(f"with residuals:    gradient norm at the embeddings {with_residual[0]:.2f}, at the last block {with_residual[-1]:.2f}")
+print(f"with residuals:    gradient norm at the embeddings {with_residual[0]:.2f}, "
+      f"at the last block {with_residual[-1]:.2f}")
 print(f"without residuals: gradient norm at the last block {without_residual[-1]:.2f}")
-print(f"without residuals: at the embeddings it is below 1e-6: {bool(without_residual[0] < 1e-6)}")
+print(f"without residuals: at the embeddings it is below 1e-6: "
+      f"{bool(without_residual[0] < 1e-6)}")
 
 # %%
-per_block = (without_residual[-1] / without_residual[0]) ** (1 / (len(without_residual) - 1))
+n_steps = len(without_residual) - 1
+per_block = (without_residual[-1] / without_residual[0]) ** (1 / n_steps)
 print(f"without residuals, at the embeddings: {without_residual[0]:.1e}, "
       f"{with_residual[0] / without_residual[0]:.1e} times less than with them")
-print(f"without residuals, the gradient shrinks by a factor {per_block:.2f} per block on average")
+print(f"without residuals, the gradient shrinks by a factor {per_block:.2f} per block "
+      "on average")
 
 # %% mystnb={"figure": {"caption": "Gradient norm at the input of each of 48 GPT-2 blocks at initialization, with the residual connections (GPT-2) and with the same weights but no residual additions. Log scale.", "name": "fig-gpt-residual-gradients"}, "image": {"alt": "Two lines against the block index from 0 to 47 on a logarithmic y axis. With residuals the line is nearly flat, between about 0.57 and 0.71. Without residuals it rises steadily from about 5e-10 at block 0 to about 2 at block 47."}}
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.semilogy(with_residual, label="x + f(x)  (GPT-2)")
 ax.semilogy(without_residual, label="f(x)  (no residual)")
-ax.set(xlabel="block (0 = next to the embeddings)", ylabel="gradient norm at the block's input",
+ax.set(xlabel="block (0 = next to the embeddings)",
+       ylabel="gradient norm at the block's input",
        title="The residual stream carries the gradient down")
 ax.legend()
 plt.show()
@@ -297,7 +311,8 @@ inline_block.load_state_dict(block.state_dict())
 
 x = torch.randn(2, config.context_length, config.d_model, generator=generator)  # (B, T, D)
 assert_close(inline_block(x), block(x))
-print("inline PreLNBlock == package Block:", torch.allclose(inline_block(x), block(x), atol=1e-6))
+print("inline PreLNBlock == package Block:",
+      torch.allclose(inline_block(x), block(x), atol=1e-6))
 
 # %% [markdown]
 # ### The post-LN slip
@@ -316,7 +331,8 @@ def post_ln_block(block, x):
 
 with torch.no_grad():
     pre, post = block(x), post_ln_block(block, x)
-print(f"max |pre-LN - post-LN| = {(pre - post).abs().max():.2f}, for outputs of typical size {pre.abs().mean():.2f}")
+print(f"max |pre-LN - post-LN| = {(pre - post).abs().max():.2f}, "
+      f"for outputs of typical size {pre.abs().mean():.2f}")
 
 # %% [markdown]
 # The largest difference, 6.79, is several times the outputs' typical size of 1.80. Note also where the
@@ -350,8 +366,10 @@ with torch.no_grad():
     logits_by_hand = model.lm_head(model.ln_f(h))  # (B, T, V)
     logits, loss = model(idx)
 assert_close(logits_by_hand, logits)
-print("idx:", tuple(idx.shape), "-> hidden:", tuple(h.shape), "-> logits:", tuple(logits.shape))
-print("by hand == model(idx):", torch.allclose(logits_by_hand, logits), "| loss without targets:", loss)
+print("idx:", tuple(idx.shape), "-> hidden:", tuple(h.shape),
+      "-> logits:", tuple(logits.shape))
+print("by hand == model(idx):", torch.allclose(logits_by_hand, logits),
+      "| loss without targets:", loss)
 
 # %% [markdown]
 # With `targets` (the next tokens, shape $(B, T)$), `forward` also returns the mean cross-entropy, which
@@ -371,9 +389,10 @@ with torch.device("meta"):  # shapes only, no memory: section 5.6 explains
     gpt2_small = GPT(GPTConfig.from_preset("gpt2"))
     gpt2_small_untied = GPT(GPTConfig.from_preset("gpt2", tie_weights=False))
 saved = gpt2_small_untied.num_parameters() - gpt2_small.num_parameters()
-print(f"GPT-2 small: {gpt2_small.num_parameters():,} parameters tied, {gpt2_small_untied.num_parameters():,} untied")
-print(f"tying saves V x D = 50,257 x 768 = {saved:,} parameters: {saved / gpt2_small_untied.num_parameters():.1%} of "
-      f"the untied model, {saved / gpt2_small.num_parameters():.1%} of the tied one")
+tied, untied_count = gpt2_small.num_parameters(), gpt2_small_untied.num_parameters()
+print(f"GPT-2 small: {tied:,} parameters tied, {untied_count:,} untied")
+print(f"tying saves V x D = 50,257 x 768 = {saved:,} parameters: "
+      f"{saved / untied_count:.1%} of the untied model, {saved / tied:.1%} of the tied one")
 
 # %% [markdown]
 # In training, the shared matrix receives gradient from both places it is used, summed. Check it: an untied
@@ -382,7 +401,7 @@ print(f"tying saves V x D = 50,257 x 768 = {saved:,} parameters: {saved / gpt2_s
 
 # %% tags=["nbval-check-output"]
 untied = GPT(GPTConfig.from_preset("tiny", tie_weights=False)).eval()
-untied.load_state_dict(model.state_dict())  # lm_head.weight gets the same values as wte.weight
+untied.load_state_dict(model.state_dict())  # lm_head.weight gets wte.weight's values
 targets = torch.randint(0, 50_257, (2, 8), generator=generator)
 model.zero_grad()
 model(idx, targets)[1].backward()
@@ -398,6 +417,9 @@ print(f"parameters: tied {model.num_parameters():,}, untied {untied.num_paramete
 #
 # ## 5.5 Initialization and the residual scaling
 #
+# Chapter 3 ({ref}`ch-layernorm`) showed the weak spot of pre-LN: nothing ever scales the residual
+# stream down, so it grows with depth. GPT-2 counters it at initialization.
+#
 # GPT-2 draws every weight matrix and both embedding tables from $\mathcal{N}(0, 0.02^2)$, sets biases to 0
 # and LayerNorms to $\gamma = 1, \beta = 0$. One twist: the two output projections that write into the
 # residual stream, `attn.c_proj` and `mlp.c_proj`, start with standard deviation $0.02 / \sqrt{2L}$. Why?
@@ -406,11 +428,16 @@ print(f"parameters: tied {model.num_parameters():,}, untied {untied.num_paramete
 # the total the same, however deep the model is.
 
 # %% tags=["nbval-check-output"]
-fresh = GPT(GPTConfig.from_preset("tiny", d_model=256, n_heads=4, n_layers=12, vocab_size=1000))
-print(f"c_fc.weight std:   {fresh.blocks[0].mlp.c_fc.weight.std():.4f}   (0.02)")
-print(f"c_proj.weight std: {fresh.blocks[0].mlp.c_proj.weight.std():.4f}   (0.02 / sqrt(2 * 12) = {0.02 / math.sqrt(24):.4f})")
+fresh_config = GPTConfig.from_preset("tiny", d_model=256, n_heads=4, n_layers=12,
+                                    vocab_size=1000)
+fresh = GPT(fresh_config)
+block0 = fresh.blocks[0]
+print(f"c_fc.weight std:   {block0.mlp.c_fc.weight.std():.4f}   (0.02)")
+print(f"c_proj.weight std: {block0.mlp.c_proj.weight.std():.4f}   "
+      f"(0.02 / sqrt(2 * 12) = {0.02 / math.sqrt(24):.4f})")
 print(f"wte.weight std:    {fresh.wte.weight.std():.4f}   (0.02)")
-print(f"ln_1: gamma all 1: {bool((fresh.blocks[0].ln_1.weight == 1).all())}, beta all 0: {bool((fresh.blocks[0].ln_1.bias == 0).all())}")
+print(f"ln_1: gamma all 1: {bool((block0.ln_1.weight == 1).all())}, "
+      f"beta all 0: {bool((block0.ln_1.bias == 0).all())}")
 
 # %% [markdown]
 # The measurement: the standard deviation of the residual stream after each block of a 48-block model at
@@ -419,7 +446,8 @@ print(f"ln_1: gamma all 1: {bool((fresh.blocks[0].ln_1.weight == 1).all())}, bet
 # %%
 def stream_std(scaled, n_layers=48):
     torch.manual_seed(0)
-    config = GPTConfig.from_preset("tiny", vocab_size=512, d_model=128, n_heads=4, n_layers=n_layers, context_length=32)
+    config = GPTConfig.from_preset("tiny", vocab_size=512, d_model=128, n_heads=4,
+                                   n_layers=n_layers, context_length=32)
     model = GPT(config).eval()
     if not scaled:
         for name, param in model.named_parameters():
@@ -440,13 +468,15 @@ std_scaled, std_plain = stream_std(scaled=True), stream_std(scaled=False)
 
 # %% tags=["nbval-check-output"]
 print(f"embeddings:        std {std_scaled[0]:.3f}")
-print(f"after 48 blocks:   std {std_scaled[-1]:.3f} with GPT-2's scaling, {std_plain[-1]:.3f} without")
+print(f"after 48 blocks:   std {std_scaled[-1]:.3f} with GPT-2's scaling, "
+      f"{std_plain[-1]:.3f} without")
 
 # %% mystnb={"figure": {"caption": "Standard deviation of the residual stream after each of 48 blocks at initialization (D = 128), with GPT-2's 0.02 / sqrt(2L) scaling of the output projections and with plain 0.02.", "name": "fig-gpt-residual-scaling"}, "image": {"alt": "Two rising curves against the number of blocks from 0 to 48. Without the scaling the standard deviation climbs steeply, to about 0.5 after 48 blocks. With the scaling it rises slowly from 0.03 to about 0.05."}}
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.plot(std_plain, label="c_proj std 0.02")
 ax.plot(std_scaled, label="c_proj std 0.02 / sqrt(2L)  (GPT-2)")
-ax.set(xlabel="blocks applied", ylabel="std of the residual stream", title="Residual scaling keeps the stream small")
+ax.set(xlabel="blocks applied", ylabel="std of the residual stream",
+       title="Residual scaling keeps the stream small")
 ax.legend()
 plt.show()
 
@@ -464,13 +494,15 @@ plt.show()
 # %% tags=["nbval-check-output"]
 def count_by_hand(V, T_max, D, L, d_ff=None, tied=True):
     d_ff = d_ff or 4 * D
-    per_block = 2 * 2 * D + (D * 3 * D + 3 * D) + (D * D + D) + (D * d_ff + d_ff) + (d_ff * D + D)
+    layer_norms, attention = 2 * 2 * D, (D * 3 * D + 3 * D) + (D * D + D)
+    per_block = layer_norms + attention + (D * d_ff + d_ff) + (d_ff * D + D)
     return V * D + T_max * D + L * per_block + 2 * D + (0 if tied else V * D)
 
 
 by_hand = count_by_hand(V=50_257, T_max=1_024, D=768, L=12)
 print(f"by hand:          {by_hand:,}")
-print(f"num_parameters(): {gpt2_small.num_parameters():,}   (the meta-device model of section 5.4)")
+print(f"num_parameters(): {gpt2_small.num_parameters():,}   "
+      "(the meta-device model of section 5.4)")
 
 # %% [markdown]
 # The third way is `torchinfo`'s summary, which lists every module (on the meta device it needs no memory
@@ -482,7 +514,8 @@ from torchinfo import summary
 stats = summary(gpt2_small, depth=1, verbose=0)
 print(stats)
 shared = gpt2_small.lm_head.weight.numel()
-print(f"torchinfo total - the tied matrix counted a second time: {stats.total_params - shared:,}")
+print(f"torchinfo total - the tied matrix counted a second time: "
+      f"{stats.total_params - shared:,}")
 assert by_hand == gpt2_small.num_parameters() == stats.total_params - shared
 
 # %% [markdown]
@@ -500,8 +533,10 @@ for name in ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]:
     c = GPTConfig.from_preset(name)
     with torch.device("meta"):
         m = GPT(c)
-    assert m.num_parameters() == count_by_hand(c.vocab_size, c.context_length, c.d_model, c.n_layers)
-    rows.append({"preset": name, "L": c.n_layers, "D": c.d_model, "H": c.n_heads, "d_k": c.d_head,
+    counted = count_by_hand(c.vocab_size, c.context_length, c.d_model, c.n_layers)
+    assert m.num_parameters() == counted
+    rows.append({"preset": name, "L": c.n_layers, "D": c.d_model, "H": c.n_heads,
+                 "d_k": c.d_head,
                  "d_ff": c.d_ff, "parameters": f"{m.num_parameters():,}",
                  "non-embedding": f"{m.num_parameters(exclude_embeddings=True):,}",
                  "wte share": f"{m.wte.weight.numel() / m.num_parameters():.1%}"})
@@ -548,8 +583,9 @@ print("  activation:", gpt2_block.mlp.act)
 from gpt_from_scratch.embeddings import sinusoidal_positional_encoding
 
 D_small = 768
-e = 0.02 * torch.randn(1, 64, D_small, generator=generator)  # (1, T, D): 64 token embeddings at GPT-2's init
-wpe = 0.02 * torch.randn(64, D_small, generator=generator)  # (T, D): GPT-2's learned positions at init
+# 64 token embeddings (1, T, D) and GPT-2's learned positions (T, D), at GPT-2's init:
+e = 0.02 * torch.randn(1, 64, D_small, generator=generator)
+wpe = 0.02 * torch.randn(64, D_small, generator=generator)
 P = sinusoidal_positional_encoding(64, D_small)  # (T, D): the original's fixed positions
 rms = lambda t: t.pow(2).mean().sqrt().item()  # the typical size of an entry
 print("original Transformer: x = wte(idx) * sqrt(D) + P   (P fixed sinusoids)")
@@ -592,12 +628,14 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 transformers.logging.set_verbosity_error()
 torch.manual_seed(0)
-hf_config = GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=64, attn_implementation="eager")
+hf_config = GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=64,
+                       attn_implementation="eager")
 hf_model = GPT2LMHeadModel(hf_config).eval()
 with torch.no_grad():
     for name, p in hf_model.named_parameters():
         noise = torch.randn(p.shape, generator=generator)
-        p.copy_(1 + 0.2 * noise if "ln_" in name and name.endswith("weight") else 0.1 * noise)
+        is_gamma = "ln_" in name and name.endswith("weight")
+        p.copy_(1 + 0.2 * noise if is_gamma else 0.1 * noise)
 ours = GPT.from_hf(hf_model)
 print(ours.config)
 
@@ -610,12 +648,14 @@ print(ours.config)
 enc = gpt2_encoding()
 text = load_tiny_shakespeare()
 data = torch.tensor(enc.encode_ordinary(text), dtype=torch.long)
-xb, yb = get_batch(data, batch_size=4, block_size=64, generator=torch.Generator().manual_seed(1337))
+g = torch.Generator().manual_seed(1337)
+xb, yb = get_batch(data, batch_size=4, block_size=64, generator=g)
 print(f"{len(data):,} GPT-2 tokens; batch {tuple(xb.shape)}")
 
 with torch.no_grad():
     hf_out = hf_model(xb, labels=xb)
-    shifted = torch.cat([xb[:, 1:], torch.full_like(xb[:, :1], -100)], dim=1)  # the next token; -100: ignore
+    # The next token; -100 (ignored) where there is none:
+    shifted = torch.cat([xb[:, 1:], torch.full_like(xb[:, :1], -100)], dim=1)
     our_logits, our_loss = ours(xb, shifted)
 max_diff = (our_logits - hf_out.logits).abs().max().item()
 print(f"max |logits - HF logits| = {max_diff:.1e}")
@@ -673,10 +713,12 @@ print("exported model == our model: True")
 # %% tags=["nbval-check-output"]
 print(f"ln(V) = ln(50257) = {math.log(50_257):.4f}")
 torch.manual_seed(0)
-tiny = GPT(GPTConfig.from_preset("tiny", context_length=64)).eval()  # GPT-2's vocabulary, D = 32
+# GPT-2's vocabulary, D = 32:
+tiny = GPT(GPTConfig.from_preset("tiny", context_length=64)).eval()
 with torch.no_grad():
     logits, loss = tiny(xb, yb)
-print(f"tiny model (D = 32): loss {loss:.4f}, logits std {logits.std():.3f} (0.02 * sqrt(32) = {0.02 * math.sqrt(32):.3f})")
+print(f"tiny model (D = 32): loss {loss:.4f}, logits std {logits.std():.3f} "
+      f"(0.02 * sqrt(32) = {0.02 * math.sqrt(32):.3f})")
 
 # %% [markdown]
 # The untrained loss is 10.8232, within 0.002 of $\ln V = 10.8249$, and the logits' spread is the predicted
@@ -688,11 +730,14 @@ print(f"tiny model (D = 32): loss {loss:.4f}, logits std {logits.std():.3f} (0.0
 
 # %% tags=["nbval-check-output"]
 torch.manual_seed(0)
-wide = GPT(GPTConfig.from_preset("gpt2", n_layers=2, dropout=0.0)).eval()  # D = 768, 2 blocks
+# D = 768, 2 blocks:
+wide = GPT(GPTConfig.from_preset("gpt2", n_layers=2, dropout=0.0)).eval()
 with torch.no_grad():
     logits, loss = wide(xb, yb)
 sigma = 0.02 * math.sqrt(768)
-print(f"D = 768: loss {loss:.2f}, logits std {logits.std():.2f}; ln V + sigma^2 / 2 = {math.log(50_257) + sigma**2 / 2:.2f}")
+expected = math.log(50_257) + sigma**2 / 2
+print(f"D = 768: loss {loss:.2f}, logits std {logits.std():.2f}; "
+      f"ln V + sigma^2 / 2 = {expected:.2f}")
 del wide
 
 # %% [markdown]

@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import pandas as pd
 import torch
@@ -68,16 +69,28 @@ from gpt_from_scratch.data import get_batch
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.layernorm import LayerNorm
 from gpt_from_scratch.model import GPT, GPTConfig
-from gpt_from_scratch.train import (RECIPES, TrainConfig, book_model, book_model_path, bpe_level_data,
-                                    char_level_data, estimate_loss, load_checkpoint, lr_at, make_optimizer,
-                                    train)
+from gpt_from_scratch.train import (
+    RECIPES,
+    TrainConfig,
+    book_model,
+    book_model_path,
+    bpe_level_data,
+    char_level_data,
+    estimate_loss,
+    load_checkpoint,
+    lr_at,
+    make_optimizer,
+    train,
+)
 from gpt_from_scratch.utils import default_device, seed_everything
 
+set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
 
-# FULL_RUN = False: every run below is sized for 2 CPU cores (the whole chapter takes a few minutes).
-# FULL_RUN = True (on a GPU): the ladder of section 6.4 trains 10 times longer, and section 6.5 also trains
-# nanoGPT's GPU configuration (6 layers, 6 heads, 384 dims, context 256, dropout 0.2, batch 64, 5,000 steps).
+# FULL_RUN = False: every run below is sized for 2 CPU cores (the whole chapter takes
+# a few minutes). FULL_RUN = True (on a GPU): the ladder of section 6.4 trains 10 times
+# longer, and section 6.5 also trains nanoGPT's GPU configuration (6 layers, 6 heads,
+# 384 dims, context 256, dropout 0.2, batch 64, 5,000 steps).
 FULL_RUN = False
 DEVICE = default_device() if FULL_RUN else "cpu"
 
@@ -90,7 +103,8 @@ DEVICE = default_device() if FULL_RUN else "cpu"
 
 # %% tags=["nbval-check-output"]
 train_ids, val_ids, tokenizer = char_level_data()
-print(f"{len(train_ids):,} training and {len(val_ids):,} validation tokens, vocabulary {tokenizer.vocab_size}")
+print(f"{len(train_ids):,} training and {len(val_ids):,} validation tokens, "
+      f"vocabulary {tokenizer.vocab_size}")
 print(repr(tokenizer.decode(train_ids[:60])))
 
 # %% [markdown]
@@ -106,16 +120,19 @@ print(repr(tokenizer.decode(train_ids[:60])))
 
 # %% tags=["nbval-check-output"]
 torch.manual_seed(1337)
-model = GPT(GPTConfig.from_preset("shakespeare-char"))  # Chapter 5's GPT, 4 layers, 128 dims
-x, y = get_batch(train_ids, batch_size=4, block_size=8, generator=torch.Generator().manual_seed(0))
+model = GPT(GPTConfig.from_preset("shakespeare-char"))  # Chapter 5's GPT: 4 layers, D = 128
+g = torch.Generator().manual_seed(0)
+x, y = get_batch(train_ids, batch_size=4, block_size=8, generator=g)
 logits, loss = model(x, y)  # (B, T, V), scalar
 print("x", tuple(x.shape), " y", tuple(y.shape), " logits", tuple(logits.shape))
 
 log_probs = torch.log_softmax(logits, dim=-1)  # (B, T, V)
-picked = log_probs.gather(-1, y[..., None])[..., 0]  # (B, T): log-probability of the true next token
+# (B, T): the log-probability of the true next token
+picked = log_probs.gather(-1, y[..., None])[..., 0]
 by_hand = -picked.mean()  # average over all B * T = 32 positions
 assert_close(by_hand, loss)
-assert_close(by_hand, F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1)))  # (B*T, V) vs (B*T,)
+# logits (B*T, V) against targets (B*T,):
+assert_close(by_hand, F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1)))
 print(f"loss of the untrained model {loss.item():.4f}; ln 65 = {math.log(65):.4f}")
 
 # %% [markdown]
@@ -132,8 +149,10 @@ print(f"loss of the untrained model {loss.item():.4f}; ln 65 = {math.log(65):.4f
 
 # %% tags=["nbval-check-output"]
 V = tokenizer.vocab_size
-pairs = torch.from_numpy(train_ids[:-1].astype(np.int64) * V + train_ids[1:].astype(np.int64))
-counts = torch.bincount(pairs, minlength=V * V).view(V, V).double() + 1.0  # (V, V): row = previous char
+ids = train_ids.astype(np.int64)
+pairs = torch.from_numpy(ids[:-1] * V + ids[1:])
+# (V, V): row = previous character
+counts = torch.bincount(pairs, minlength=V * V).view(V, V).double() + 1.0
 bigram_log_probs = torch.log(counts / counts.sum(dim=1, keepdim=True))  # (V, V)
 
 
@@ -162,18 +181,20 @@ print(f"bigram table: train loss {bigram_loss(train_ids):.4f}, val loss {bigram_
 
 # %%
 def param_groups(model, weight_decay):
-    """AdamW groups: weight decay on matrices (>= 2 dimensions), none on biases and LayerNorm parameters."""
+    """AdamW groups: decay the matrices (>= 2 dimensions), not biases or LayerNorms."""
     params = list(model.parameters())  # a tied matrix (wte = lm_head) appears once
     return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
 ours = [[p.shape for p in g["params"]] for g in param_groups(model, 0.1)]
-package = [[p.shape for p in g["params"]] for g in make_optimizer(model, TrainConfig()).param_groups]
+package_groups = make_optimizer(model, TrainConfig()).param_groups
+package = [[p.shape for p in g["params"]] for g in package_groups]
 assert ours == package
-print(f"decayed: {sum(p.numel() for p in param_groups(model, 0.1)[0]['params']):,} numbers in "
-      f"{len(ours[0])} matrices; not decayed: {sum(p.numel() for p in param_groups(model, 0.1)[1]['params']):,} "
-      f"in {len(ours[1])} vectors")
+groups = param_groups(model, 0.1)
+decayed, not_decayed = (sum(p.numel() for p in g["params"]) for g in groups)
+print(f"decayed: {decayed:,} numbers in {len(ours[0])} matrices; "
+      f"not decayed: {not_decayed:,} in {len(ours[1])} vectors")
 
 # %% [markdown]
 # **A learning-rate schedule.** At the start the weights are random and Adam's running averages are empty:
@@ -189,13 +210,19 @@ def lr_schedule(step, cfg):
     if step >= decay_iters:  # after the decay: the floor
         return cfg.min_lr
     progress = (step - cfg.warmup_iters) / (decay_iters - cfg.warmup_iters)  # 0 -> 1
-    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))  # 1 -> 0
+    return cfg.min_lr + cosine * (cfg.learning_rate - cfg.min_lr)
 
 
-char_cfg = TrainConfig(**RECIPES["shakespeare-char"].train)  # the settings of the book's character model
+# The settings of the book's character model:
+char_cfg = TrainConfig(**RECIPES["shakespeare-char"].train)
 steps = range(char_cfg.max_iters + 200)
-assert_close(torch.tensor([lr_schedule(s, char_cfg) for s in steps]), torch.tensor([lr_at(s, char_cfg) for s in steps]))
-print(char_cfg)
+assert_close(torch.tensor([lr_schedule(s, char_cfg) for s in steps]),
+             torch.tensor([lr_at(s, char_cfg) for s in steps]))
+print("TrainConfig(")
+for field in dataclasses.fields(char_cfg):
+    print(f"    {field.name}={getattr(char_cfg, field.name)!r},")
+print(")")
 
 # %% mystnb={"figure": {"caption": "The learning rate of the book's character model: 100 steps of linear warm-up to 1e-3, then a half cosine down to 1e-4 at step 1,000.", "name": "fig-training-lr"}, "image": {"alt": "A curve that rises in a straight line from near 0 to 0.001 over the first 100 steps, then falls smoothly like half a cosine wave to 0.0001 at step 1000, and stays flat after that."}}
 fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -215,8 +242,9 @@ plt.show()
 
 # %%
 def train_by_hand(model, train_ids, cfg):
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
-                                  betas=(cfg.beta1, cfg.beta2))
+    groups = param_groups(model, cfg.weight_decay)
+    betas = (cfg.beta1, cfg.beta2)
+    optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=betas)
     block_size = cfg.block_size or model.config.context_length
     losses = []
     model.train()
@@ -224,7 +252,8 @@ def train_by_hand(model, train_ids, cfg):
         for group in optimizer.param_groups:
             group["lr"] = lr_schedule(step, cfg)
         batch_generator = torch.Generator().manual_seed(cfg.seed + step)
-        x, y = get_batch(train_ids, cfg.batch_size, block_size, batch_generator)  # (B, T) each
+        # (B, T) each:
+        x, y = get_batch(train_ids, cfg.batch_size, block_size, batch_generator)
         torch.manual_seed(cfg.seed + step)  # this step's dropout masks
         logits, loss = model(x, y)  # (B, T, V), mean cross-entropy over B * T positions
         optimizer.zero_grad(set_to_none=True)
@@ -235,13 +264,16 @@ def train_by_hand(model, train_ids, cfg):
     return losses
 
 
-short = dataclasses.replace(char_cfg, max_iters=40, warmup_iters=10, eval_interval=40, progress=False)
+short = dataclasses.replace(char_cfg, max_iters=40, warmup_iters=10, eval_interval=40,
+                            progress=False)
 torch.manual_seed(0)
-by_hand_losses = train_by_hand(GPT(GPTConfig.from_preset("shakespeare-char")), train_ids, short)
+fresh_model = GPT(GPTConfig.from_preset("shakespeare-char"))
+by_hand_losses = train_by_hand(fresh_model, train_ids, short)
 torch.manual_seed(0)
 history = train(GPT(GPTConfig.from_preset("shakespeare-char")), train_ids, val_ids, short)
 assert_close(torch.tensor(by_hand_losses), torch.tensor(history.loss))
-print(f"40 steps by hand and with gpt_from_scratch.train: the same losses, {by_hand_losses[0]:.4f} -> "
+print(f"40 steps by hand and with gpt_from_scratch.train: the same losses, "
+      f"{by_hand_losses[0]:.4f} -> "
       f"{by_hand_losses[-1]:.4f}")
 
 # %% [markdown]
@@ -270,14 +302,17 @@ print(f"40 steps by hand and with gpt_from_scratch.train: the same losses, {by_h
 
 # %%
 class RungBlock(nn.Module):
-    """Attention, then optionally a feed-forward network; residual connections and pre-LN optional."""
+    """Attention, then optionally a feed-forward network; residuals and pre-LN optional."""
 
     def __init__(self, D, n_heads, mlp, residual, layernorm):
         super().__init__()
         self.ln_1 = LayerNorm(D) if layernorm else nn.Identity()
         self.attn = MultiHeadAttention(D, n_heads)
         self.ln_2 = LayerNorm(D) if layernorm else nn.Identity()
-        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(approximate="tanh"), nn.Linear(4 * D, D)) if mlp else None
+        self.mlp = None
+        if mlp:
+            gelu = nn.GELU(approximate="tanh")
+            self.mlp = nn.Sequential(nn.Linear(D, 4 * D), gelu, nn.Linear(4 * D, D))
         self.residual = residual
 
     def forward(self, x):  # (B, T, D) -> (B, T, D)
@@ -290,19 +325,25 @@ class RungBlock(nn.Module):
 
 
 class Rung(nn.Module):
-    """A language model made of RungBlocks: forward(idx, targets) -> (logits, loss), like GPT."""
+    """A language model of RungBlocks: forward(idx, targets) -> (logits, loss), like GPT."""
 
-    def __init__(self, V, T, D=64, n_layers=1, n_heads=1, mlp=False, residual=False, layernorm=False):
+    def __init__(self, V, T, D=64, n_layers=1, n_heads=1, mlp=False, residual=False,
+                 layernorm=False):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(V, D), nn.Embedding(T, D)
-        self.blocks = nn.Sequential(*[RungBlock(D, n_heads, mlp, residual, layernorm) for _ in range(n_layers)])
+        self.blocks = nn.Sequential(
+            *[RungBlock(D, n_heads, mlp, residual, layernorm) for _ in range(n_layers)]
+        )
         self.ln_f = LayerNorm(D) if layernorm else nn.Identity()
         self.lm_head = nn.Linear(D, V)
 
     def forward(self, idx, targets=None):  # idx (B, T)
-        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))  # (B, T, D)
+        positions = torch.arange(idx.size(1), device=idx.device)
+        x = self.wte(idx) + self.wpe(positions)  # (B, T, D)
         logits = self.lm_head(self.ln_f(self.blocks(x)))  # (B, T, V)
-        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss
 
 
@@ -315,9 +356,10 @@ RUNGS = {
     "+ LayerNorm": dict(n_layers=4, n_heads=4, mlp=True, residual=True, layernorm=True),
 }
 LADDER_STEPS = 3000 if FULL_RUN else 300
-ladder_cfg = TrainConfig(max_iters=LADDER_STEPS, batch_size=16, block_size=32, learning_rate=3e-3, min_lr=3e-4,
-                         warmup_iters=LADDER_STEPS // 10, eval_interval=LADDER_STEPS // 6, eval_iters=10,
-                         device=DEVICE, progress=False)
+ladder_cfg = TrainConfig(max_iters=LADDER_STEPS, batch_size=16, block_size=32,
+                         learning_rate=3e-3, min_lr=3e-4, warmup_iters=LADDER_STEPS // 10,
+                         eval_interval=LADDER_STEPS // 6, eval_iters=10, device=DEVICE,
+                         progress=False)
 print(ladder_cfg)
 
 # %% [markdown]
@@ -330,14 +372,20 @@ ladder, ladder_params, ladder_final = {}, {}, {}
 start = time.perf_counter()
 for name, options in (RUNGS | {"scaled up": None}).items():
     torch.manual_seed(0)
-    rung = Rung(V, 32, **options) if options else GPT(GPTConfig.from_preset("shakespeare-char"))
+    if options:
+        rung = Rung(V, 32, **options)
+    else:
+        rung = GPT(GPTConfig.from_preset("shakespeare-char"))
     ladder[name] = train(rung, train_ids, val_ids, ladder_cfg)
     ladder_params[name] = sum(p.numel() for p in rung.parameters())
-    ladder_final[name] = estimate_loss(rung, {"val": val_ids}, 16, 32, eval_iters=40, seed=1, device=DEVICE)["val"]
+    losses = estimate_loss(rung, {"val": val_ids}, 16, 32, eval_iters=40, seed=1,
+                           device=DEVICE)
+    ladder_final[name] = losses["val"]
 print(f"the ladder took {time.perf_counter() - start:.0f} s")
 
 # %% tags=["nbval-check-output"]
-table = pd.DataFrame({"parameters": ladder_params, "val loss": {n: round(v, 2) for n, v in ladder_final.items()}})
+val_losses = {name: round(loss, 2) for name, loss in ladder_final.items()}
+table = pd.DataFrame({"parameters": ladder_params, "val loss": val_losses})
 table.loc["bigram table (6.2)"] = [V * V, round(bigram_val, 2)]
 table
 
@@ -346,7 +394,8 @@ fig, ax = plt.subplots(figsize=(7, 4))
 for name, h in ladder.items():
     ax.plot(h.eval_step, h.val_loss, marker=".", label=name)
 ax.axhline(bigram_val, color="black", linestyle="--", linewidth=1, label="bigram table")
-ax.set(xlabel="step", ylabel="validation loss (nats per character)", title="The build-up ladder, equal budgets",
+ax.set(xlabel="step", ylabel="validation loss (nats per character)",
+       title="The build-up ladder, equal budgets",
        ylim=(2.0, 4.6))
 ax.legend(fontsize=8, loc="upper right")
 plt.show()
@@ -389,19 +438,24 @@ print(f"ready in {time.perf_counter() - start:.1f} s")
 # %% tags=["nbval-check-output"]
 seen = char_cfg.max_iters * char_cfg.batch_size * char_model.config.context_length
 c = char_model.config
-print(f"{c.n_layers} layers, {c.n_heads} heads, D = {c.d_model}, context {c.context_length}: "
+print(f"{c.n_layers} layers, {c.n_heads} heads, D = {c.d_model}, "
+      f"context {c.context_length}: "
       f"{char_model.num_parameters():,} parameters")
-print(f"{seen:,} characters drawn, {seen / len(train_ids):.1f} passes over the training text")
-for step, tr, va in zip(char_history.eval_step, char_history.train_loss, char_history.val_loss):
+passes = seen / len(train_ids)
+print(f"{seen:,} characters drawn, {passes:.1f} passes over the training text")
+hist = char_history
+for step, tr, va in zip(hist.eval_step, hist.train_loss, hist.val_loss):
     print(f"step {step:5d}  train {tr:.2f}  val {va:.2f}")
 
 # %% mystnb={"figure": {"caption": "Training the book's character model: the loss of every mini-batch (light), and the train and validation losses estimated every 250 steps.", "name": "fig-training-char-curves"}, "image": {"alt": "A noisy light curve of mini-batch losses falling from about 4.2 quickly to 2.5 within 300 steps, then slowly to about 2.05 by step 1000. The train and validation estimates follow it closely, the validation points slightly above the training points at the end."}}
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.plot(char_history.step, char_history.loss, color="lightgray", label="mini-batch loss")
-ax.plot(char_history.eval_step, char_history.train_loss, marker="o", label="train (estimate)")
-ax.plot(char_history.eval_step, char_history.val_loss, marker="o", label="validation (estimate)")
+hist = char_history
+ax.plot(hist.eval_step, hist.train_loss, marker="o", label="train (estimate)")
+ax.plot(hist.eval_step, hist.val_loss, marker="o", label="validation (estimate)")
 ax.axhline(bigram_val, color="black", linestyle="--", linewidth=1, label="bigram table")
-ax.set(xlabel="step", ylabel="loss (nats per character)", title="The book's character model", ylim=(1.4, 4.3))
+ax.set(xlabel="step", ylabel="loss (nats per character)",
+       title="The book's character model", ylim=(1.4, 4.3))
 ax.legend()
 plt.show()
 
@@ -419,7 +473,8 @@ plt.show()
 
 # %% tags=["nbval-check-output"]
 prompt = torch.tensor([char_tokenizer.encode("ROMEO:")])  # (1, T)
-sample = generate(char_model, prompt, max_new_tokens=300, generator=torch.Generator().manual_seed(1337))
+sample = generate(char_model, prompt, max_new_tokens=300,
+                  generator=torch.Generator().manual_seed(1337))
 print(char_tokenizer.decode(sample[0].tolist()))
 
 # %% [markdown]
@@ -439,8 +494,10 @@ if FULL_RUN:
     torch.manual_seed(1337)
     full_model = GPT(GPTConfig(**full.model))
     start = time.perf_counter()
-    full_history = train(full_model, train_ids, val_ids, TrainConfig(**full.train, device=DEVICE))
-    print(f"{time.perf_counter() - start:.0f} s on {DEVICE}: val loss {full_history.val_loss[-1]:.4f}")
+    full_cfg = TrainConfig(**full.train, device=DEVICE)
+    full_history = train(full_model, train_ids, val_ids, full_cfg)
+    print(f"{time.perf_counter() - start:.0f} s on {DEVICE}: "
+          f"val loss {full_history.val_loss[-1]:.4f}")
 
 # %% [markdown]
 # ## 6.6 Overfitting and dropout
@@ -452,10 +509,12 @@ if FULL_RUN:
 
 # %%
 small_train = train_ids[:2_000]
-overfit_cfg = TrainConfig(max_iters=300, batch_size=8, learning_rate=1e-3, min_lr=1e-4, warmup_iters=30,
-                          eval_interval=50, eval_iters=5, device=DEVICE, progress=False)
+overfit_cfg = TrainConfig(max_iters=300, batch_size=8, learning_rate=1e-3, min_lr=1e-4,
+                          warmup_iters=30, eval_interval=50, eval_iters=5, device=DEVICE,
+                          progress=False)
 seen = overfit_cfg.max_iters * overfit_cfg.batch_size * 64
-print(f"{seen:,} characters drawn from a text of {len(small_train):,}: about {seen / len(small_train):.0f} passes")
+print(f"{seen:,} characters drawn from a text of {len(small_train):,}: "
+      f"about {seen / len(small_train):.0f} passes")
 overfit = {}
 for dropout in (0.0, 0.2):
     torch.manual_seed(0)
@@ -465,7 +524,8 @@ for dropout in (0.0, 0.2):
 # %% tags=["nbval-check-output"]
 for dropout, h in overfit.items():
     best = int(np.argmin(h.val_loss))
-    print(f"dropout {dropout}: lowest val loss {h.val_loss[best]:.2f} at step {h.eval_step[best]}; "
+    print(f"dropout {dropout}: lowest val loss {h.val_loss[best]:.2f} "
+          f"at step {h.eval_step[best]}; "
           f"at the end train {h.train_loss[-1]:.2f}, val {h.val_loss[-1]:.2f}")
 
 # %% mystnb={"figure": {"caption": "The book's model trained on only 2,000 characters. Without dropout (left) the training loss keeps falling while the validation loss turns back up: overfitting. With dropout 0.2 (right) the gap opens more slowly.", "name": "fig-training-overfit"}, "image": {"alt": "Two panels of loss against step. Left, without dropout: the training curve falls steadily; the validation curve falls, reaches a minimum and then rises, so the two curves separate widely. Right, with dropout 0.2: the training curve falls more slowly and the validation curve stays lower at the end than on the left."}}
@@ -503,10 +563,14 @@ bpe_config = GPTConfig(**RECIPES["shakespeare-bpe"].model)
 torch.manual_seed(0)
 bpe_net = GPT(bpe_config)
 embedding = bpe_net.wte.weight.numel()
-print(f"{bpe_net.num_parameters():,} parameters, of which the {bpe_config.vocab_size:,} x {bpe_config.d_model} "
-      f"token embedding (tied with the output layer) is {embedding:,} ({embedding / bpe_net.num_parameters():.0%})")
+n_params = bpe_net.num_parameters()
+print(f"{n_params:,} parameters, of which the "
+      f"{bpe_config.vocab_size:,} x {bpe_config.d_model} "
+      f"token embedding (tied with the output layer) is {embedding:,} "
+      f"({embedding / n_params:.0%})")
 L, D = bpe_config.n_layers, bpe_config.d_model
-print(f"multiply-adds per token: blocks about 12 L D^2 = {12 * L * D**2:,}, output layer D V = "
+print(f"multiply-adds per token: blocks about 12 L D^2 = {12 * L * D**2:,}, "
+      "output layer D V = "
       f"{D * bpe_config.vocab_size:,}")
 
 # %% [markdown]
@@ -517,8 +581,9 @@ print(f"multiply-adds per token: blocks about 12 L D^2 = {12 * L * D**2:,}, outp
 # training step shows the share:
 
 # %%
-xb, yb = get_batch(bpe_train, 8, 64, generator=torch.Generator().manual_seed(0))  # (8, 64) each
-hidden = torch.randn(8, 64, bpe_config.d_model, requires_grad=True)  # what the blocks would hand over
+xb, yb = get_batch(bpe_train, 8, 64, generator=torch.Generator().manual_seed(0))  # (8, 64)
+# What the blocks would hand over:
+hidden = torch.randn(8, 64, bpe_config.d_model, requires_grad=True)
 
 
 def whole_step():
@@ -542,7 +607,8 @@ def median_seconds(fn, repeats=5):
 
 
 t_all, t_out = median_seconds(whole_step), median_seconds(output_layer_only)
-print(f"forward + backward of a batch of 8 x 64 tokens: {1000 * t_all:.0f} ms, of which the output layer "
+print(f"forward + backward of a batch of 8 x 64 tokens: {1000 * t_all:.0f} ms, "
+      "of which the output layer "
       f"{1000 * t_out:.0f} ms ({t_out / t_all:.0%})")
 
 # %% [markdown]
@@ -565,12 +631,15 @@ chars_per_token = len(val_ids) / len(bpe_val)
 bpe_cfg = TrainConfig(**RECIPES["shakespeare-bpe"].train)
 drawn = bpe_cfg.max_iters * bpe_cfg.batch_size * bpe_config.context_length
 print(f"{bpe_cfg.max_iters} steps of {bpe_cfg.batch_size} windows: {drawn:,} tokens drawn, "
-      f"{drawn / len(bpe_train):.0%} of the training tokens, about {drawn * chars_per_token:,.0f} characters")
-for step, tr, va in zip(bpe_history.eval_step, bpe_history.train_loss, bpe_history.val_loss):
+      f"{drawn / len(bpe_train):.0%} of the training tokens, "
+      f"about {drawn * chars_per_token:,.0f} characters")
+hist = bpe_history
+for step, tr, va in zip(hist.eval_step, hist.train_loss, hist.val_loss):
     print(f"step {step:4d}  train {tr:.2f}  val {va:.2f}")
 bpe_final = bpe_history.val_loss[-1]
-print(f"per character: BPE model {bpe_final / chars_per_token:.2f} nats, character model "
-      f"{char_history.val_loss[-1]:.2f} nats, bigram table {bigram_val:.2f} nats (ln 50257 = {math.log(50257):.2f})")
+print(f"per character: BPE model {bpe_final / chars_per_token:.2f} nats, "
+      f"character model {char_history.val_loss[-1]:.2f} nats, "
+      f"bigram table {bigram_val:.2f} nats (ln 50257 = {math.log(50257):.2f})")
 
 # %% [markdown]
 # After 100 steps the validation loss is 6.16 nats per token, still falling fast. The two models' losses are
@@ -583,7 +652,8 @@ print(f"per character: BPE model {bpe_final / chars_per_token:.2f} nats, charact
 
 # %% tags=["nbval-check-output"]
 prompt = torch.tensor([bpe_encoding.encode("ROMEO:")])  # (1, T)
-sample = generate(bpe_model, prompt, max_new_tokens=60, generator=torch.Generator().manual_seed(1337))
+sample = generate(bpe_model, prompt, max_new_tokens=60,
+                  generator=torch.Generator().manual_seed(1337))
 print(bpe_encoding.decode(sample[0].tolist()))
 
 # %% [markdown]
@@ -605,14 +675,16 @@ print(bpe_encoding.decode(sample[0].tolist()))
 # to train longer.)
 
 # %% tags=["nbval-check-output"]
-tiny = dict(vocab_size=65, context_length=32, d_model=32, n_layers=2, n_heads=2, dropout=0.1)
-resume_cfg = TrainConfig(max_iters=40, lr_decay_iters=40, batch_size=8, warmup_iters=5, eval_interval=20,
-                         eval_iters=2, progress=False)
+tiny = dict(vocab_size=65, context_length=32, d_model=32, n_layers=2, n_heads=2,
+            dropout=0.1)
+resume_cfg = TrainConfig(max_iters=40, lr_decay_iters=40, batch_size=8, warmup_iters=5,
+                         eval_interval=20, eval_iters=2, progress=False)
 torch.manual_seed(0)
 uninterrupted = train(GPT(GPTConfig(**tiny)), train_ids, val_ids, resume_cfg)
 with tempfile.TemporaryDirectory() as folder:
     torch.manual_seed(0)
-    stopped = dataclasses.replace(resume_cfg, max_iters=20)  # stops at step 20, same schedule (lr_decay_iters=40)
+    # Stops at step 20, with the same schedule (lr_decay_iters=40):
+    stopped = dataclasses.replace(resume_cfg, max_iters=20)
     train(GPT(GPTConfig(**tiny)), train_ids, val_ids, stopped, out_dir=folder)
     print(sorted(p.name for p in Path(folder).iterdir()))
     fresh = GPT(GPTConfig(**tiny))  # any weights: they all come from the checkpoint

@@ -46,6 +46,7 @@ except ImportError:
 import time
 
 import matplotlib.pyplot as plt
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import torch
 from torch.testing import assert_close
@@ -55,6 +56,7 @@ from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.train import book_model, book_model_path, load_checkpoint
 from gpt_from_scratch.utils import seed_everything
 
+set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
 
 # %% [markdown]
@@ -65,7 +67,8 @@ generator = seed_everything(1337)
 # %%
 model, tokenizer = book_model("shakespeare-char")
 T_max = model.config.context_length
-print(f"{model.num_parameters():,} parameters, context {T_max} characters, vocabulary {tokenizer.vocab_size}")
+print(f"{model.num_parameters():,} parameters, context {T_max} characters, "
+      f"vocabulary {tokenizer.vocab_size}")
 
 # %% [markdown]
 # ## 7.1 One step: from logits to a token
@@ -81,7 +84,8 @@ with torch.no_grad():
 last = logits[0, -1]  # (V,): scores for the character after "It is the "
 probs = torch.softmax(last, dim=-1)  # (V,)
 top = torch.topk(probs, 10)
-print(" ".join(f"{tokenizer.decode([i])!r}:{p:.2f}" for p, i in zip(top.values.tolist(), top.indices.tolist())))
+pairs = zip(top.values.tolist(), top.indices.tolist())
+print(" ".join(f"{tokenizer.decode([i])!r}:{p:.2f}" for p, i in pairs))
 
 # %% [markdown]
 # Two ways to choose. **Greedy** decoding takes the most likely token, here the top of that list, every time. It
@@ -125,7 +129,7 @@ for t, p in tempered.items():
     print(f"temperature {t}: top token {p.max():.2f}, entropy {entropy:.2f} nats "
           f"(uniform over 65: {np.log(65):.2f})")
 
-# %% mystnb={"figure": {"caption": "The model's next-character probabilities after \"It is the \" at temperatures 0.5, 1 and 2, for the 15 characters most likely at temperature 1.", "name": "fig-generation-temperature"}, "image": {"alt": "Three bar charts side by side over the same 15 characters, t, s, m, a and so on. At temperature 0.5 the bar for t reaches about 0.23, well above the next one at about 0.13; at temperature 1 the bars decrease gradually from about 0.11; at temperature 2 they are nearly even, all between about 0.03 and 0.06."}}
+# %% mystnb={"figure": {"caption": "The model's next-character probabilities after “It is the␣” (␣ is the space) at temperatures 0.5, 1 and 2, for the 15 characters most likely at temperature 1.", "name": "fig-generation-temperature"}, "image": {"alt": "Three bar charts side by side over the same 15 characters, t, s, m, a and so on. At temperature 0.5 the bar for t reaches about 0.23, well above the next one at about 0.13; at temperature 1 the bars decrease gradually from about 0.11; at temperature 2 they are nearly even, all between about 0.03 and 0.06."}}
 order = torch.argsort(probs, descending=True)[:15]
 labels = [repr(tokenizer.decode([i]))[1:-1] or "?" for i in order.tolist()]
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), sharey=True)
@@ -159,7 +163,7 @@ print("top_k_by_hand equals gpt_from_scratch.generate.top_k_filter")
 # %% [markdown]
 # The package's `top_k_filter` also checks its input (`k` must be an integer $\ge 1$) and keeps every token
 # tied with the $k$-th largest logit, the convention of nanoGPT and Hugging Face. Its weakness is that $k$ is
-# the same everywhere. After "It is the " many characters are plausible; in the middle of a word, often only
+# the same everywhere. After “It is the␣” many characters are plausible; in the middle of a word, often only
 # one is. A fixed $k$ is too many in the second case and maybe too few in the first.
 #
 # ## 7.4 Top-p (nucleus) sampling
@@ -172,9 +176,11 @@ print("top_k_by_hand equals gpt_from_scratch.generate.top_k_filter")
 def top_p_by_hand(logits, p):
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (..., V)
     sorted_probs = torch.softmax(sorted_logits, dim=-1)
-    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # probability of the tokens ranked above
+    # The probability of the tokens ranked above each token:
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
     remove = mass_before >= p  # the tokens ranked above already reach p
-    remove_in_place = torch.zeros_like(remove).scatter(-1, order, remove)  # back to vocabulary order
+    # Back to vocabulary order:
+    remove_in_place = torch.zeros_like(remove).scatter(-1, order, remove)
     return logits.masked_fill(remove_in_place, float("-inf"))
 
 
@@ -190,7 +196,8 @@ print("top_p_by_hand equals gpt_from_scratch.generate.top_p_filter")
 # a space).
 
 # %% tags=["nbval-check-output"]
-contexts = {"after 'It is the '": context, "after 'What say'": "KING RICHARD III:\nWhat say"}
+contexts = {"after 'It is the '": context,
+            "after 'What say'": "KING RICHARD III:\nWhat say"}
 cumulative = {}
 for name, text in contexts.items():
     with torch.no_grad():
@@ -199,7 +206,8 @@ for name, text in contexts.items():
     cumulative[name] = torch.cumsum(sorted_probs, dim=0)
     kept = {p: int((top_p_filter(z, p) > float("-inf")).sum()) for p in (0.5, 0.9, 0.99)}
     top_char = tokenizer.decode([int(z.argmax())])
-    print(f"{name}: top token {top_char!r} with {sorted_probs[0]:.2f}; tokens kept at p = 0.5, 0.9, 0.99: "
+    print(f"{name}: top token {top_char!r} with {sorted_probs[0]:.2f}; "
+          "tokens kept at p = 0.5, 0.9, 0.99: "
           f"{kept[0.5]}, {kept[0.9]}, {kept[0.99]}")
 
 # %% mystnb={"figure": {"caption": "Cumulative probability of the next character, most likely first, for two contexts. Top-p with p = 0.9 keeps the characters up to where each curve crosses the dashed line.", "name": "fig-generation-top-p"}, "image": {"alt": "Two rising step curves against the rank of the character, from 1 to 30. The curve for the context ending in 'What say' starts at about 0.78 and crosses the dashed line at 0.9 at rank 3. The curve for the context ending in a space starts at about 0.11, rises gradually and crosses 0.9 only at rank 18."}}
@@ -207,13 +215,14 @@ fig, ax = plt.subplots(figsize=(7, 3.8))
 for name, c in cumulative.items():
     ax.step(range(1, 31), c[:30].numpy(), where="mid", marker=".", label=name)
 ax.axhline(0.9, color="gray", linestyle="--", linewidth=1, label="p = 0.9")
-ax.set(xlabel="rank of the next character (most likely first)", ylabel="cumulative probability",
+ax.set(xlabel="rank of the next character (most likely first)",
+       ylabel="cumulative probability",
        title="Top-p keeps as many tokens as the model needs", ylim=(0, 1.02))
 ax.legend()
 plt.show()
 
 # %% [markdown]
-# After "It is the " the most likely character has probability 0.11 and the nucleus of $p = 0.9$ holds 18
+# After “It is the␣” the most likely character has probability 0.11 and the nucleus of $p = 0.9$ holds 18
 # characters. After "What say" the model puts 0.78 on a space and 3 characters reach 0.9. A fixed top-k of 10
 # would cut off 8 plausible continuations in the first case and let in 7 extra long shots in the second;
 # top-p follows the model's own confidence. Both filters can be combined: the package applies
@@ -227,11 +236,13 @@ plt.show()
 
 # %%
 @torch.no_grad()
-def generate_by_hand(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
+def generate_by_hand(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
+                     generator=None):
     model.eval()
     for _ in range(max_new_tokens):
         logits, _ = model(idx[:, -model.config.context_length:])  # (B, T, V)
-        logits = logits[:, -1, :] / temperature  # (B, V): only the last position predicts the next token
+        # (B, V): only the last position predicts the next token
+        logits = logits[:, -1, :] / temperature
         if top_k is not None:
             logits = top_k_filter(logits, top_k)
         if top_p is not None:
@@ -243,10 +254,13 @@ def generate_by_hand(model, idx, max_new_tokens, temperature=1.0, top_k=None, to
 
 
 settings = dict(temperature=0.8, top_k=20, top_p=0.95)
-by_hand = generate_by_hand(model, prompt, 100, generator=torch.Generator().manual_seed(2), **settings)
-package = generate(model, prompt, 100, use_cache=False, generator=torch.Generator().manual_seed(2), **settings)
+by_hand = generate_by_hand(model, prompt, 100, generator=torch.Generator().manual_seed(2),
+                           **settings)
+package = generate(model, prompt, 100, use_cache=False,
+                   generator=torch.Generator().manual_seed(2), **settings)
 assert torch.equal(by_hand, package)
-print("generate_by_hand and gpt_from_scratch.generate (use_cache=False) give the same 100 characters")
+print("generate_by_hand and gpt_from_scratch.generate (use_cache=False) "
+      "give the same 100 characters")
 
 # %% [markdown]
 # The package's `generate` adds input checks (a temperature $\le 0$, $k < 1$ or $p$ outside $(0, 1]$ raise an
@@ -258,7 +272,8 @@ print("generate_by_hand and gpt_from_scratch.generate (use_cache=False) give the
 # %% tags=["nbval-check-output"]
 for options in ({"temperature": 0.5}, {"temperature": 1.0}, {"temperature": 1.5},
                 {"temperature": 1.0, "top_k": 5}, {"temperature": 1.0, "top_p": 0.8}):
-    out = generate(model, prompt, 150, generator=torch.Generator().manual_seed(3), **options)
+    g = torch.Generator().manual_seed(3)
+    out = generate(model, prompt, 150, generator=g, **options)
     print(f"--- {options} ---")
     print(tokenizer.decode(out[0, prompt.size(1):].tolist()))
 
@@ -276,7 +291,8 @@ bpe_model, encoding = book_model("shakespeare-bpe")
 bpe_loss = load_checkpoint(book_model_path("shakespeare-bpe")).history.val_loss[-1]
 print(f"validation loss {bpe_loss:.2f} nats per token")
 bpe_prompt = torch.tensor([encoding.encode("ROMEO:\n")])  # (1, T)
-out = generate(bpe_model, bpe_prompt, 60, temperature=0.8, top_k=50, generator=torch.Generator().manual_seed(3))
+out = generate(bpe_model, bpe_prompt, 60, temperature=0.8, top_k=50,
+               generator=torch.Generator().manual_seed(3))
 print(encoding.decode(out[0].tolist()))
 
 # %% [markdown]
@@ -293,14 +309,17 @@ from IPython.display import display
 
 def sample_text(temperature=0.8, top_k=0, top_p=0.95, seed=1337, n=300):
     out = generate(model, prompt, n, temperature=temperature, top_k=top_k or None,
-                   top_p=top_p if top_p < 1 else None, generator=torch.Generator().manual_seed(seed))
+                   top_p=top_p if top_p < 1 else None,
+                   generator=torch.Generator().manual_seed(seed))
     return tokenizer.decode(out[0].tolist())
 
 
 sliders = {
-    "temperature": widgets.FloatSlider(value=0.8, min=0.1, max=2.0, step=0.05, description="temperature"),
+    "temperature": widgets.FloatSlider(value=0.8, min=0.1, max=2.0, step=0.05,
+                                       description="temperature"),
     "top_k": widgets.IntSlider(value=0, min=0, max=65, description="top-k"),
-    "top_p": widgets.FloatSlider(value=0.95, min=0.05, max=1.0, step=0.05, description="top-p"),
+    "top_p": widgets.FloatSlider(value=0.95, min=0.05, max=1.0, step=0.05,
+                                 description="top-p"),
     "seed": widgets.IntText(value=1337, description="seed"),
 }
 for s in sliders.values():
@@ -316,7 +335,8 @@ def regenerate(change=None):
 
 for s in sliders.values():
     s.observe(regenerate, names="value")
-display(widgets.VBox([widgets.HBox(list(sliders.values())[:2]), widgets.HBox(list(sliders.values())[2:]),
+controls = list(sliders.values())
+display(widgets.VBox([widgets.HBox(controls[:2]), widgets.HBox(controls[2:]),
                       panel_output]))
 print(sample_text())
 
@@ -327,8 +347,9 @@ print(sample_text())
 # token 101, on tokens 0 to 100, recomputing everything it computed a moment earlier. Only the new token is new.
 #
 # **Why the old work can be reused.** Inside each attention layer, token $t$ contributes a key $k_t$ and a
-# value $v_t$ that depend only on tokens $0 \ldots t$ (the causal mask, {ref}`ch-attention`), so appending
-# tokens never changes them. To predict the next token, the model needs the new token's query, key and value
+# value $v_t$ that depend only on tokens $0 \ldots t$ (the causal mask, {ref}`ch-attention`; its rows
+# for new queries after $P$ cached positions are the `causal_mask(T, n_past=P)` of section 4.9), so
+# appending tokens never changes them. To predict the next token, the model needs the new token's query, key and value
 # in every layer, and the keys and values of all earlier positions, which it already computed. The **KV cache**
 # {cite}`pope2023kvcache` stores them: one `KVCache` per layer holds the keys and values of shape
 # $(B, H, P, d_k)$ of the $P$ positions seen so far, in buffers allocated ahead (appending with `torch.cat`
@@ -340,11 +361,15 @@ tokens = torch.tensor([tokenizer.encode(context)])[:, -T_max:]  # (1, T)
 with torch.no_grad():
     full, _ = model(tokens)  # (1, T, V): every position from scratch
     cache = model.new_kv_cache()  # one empty KVCache per layer
-    prefill, _ = model(tokens[:, :-1], kv_cache=cache)  # all but the last token; fills the cache
-    step, _ = model(tokens[:, -1:], kv_cache=cache)  # (1, 1, V): the last token alone, at position T - 1
+    # All but the last token: fills the cache
+    prefill, _ = model(tokens[:, :-1], kv_cache=cache)
+    # (1, 1, V): the last token alone, at position T - 1
+    step, _ = model(tokens[:, -1:], kv_cache=cache)
 assert_close(step[:, -1], full[:, -1])
-print(f"cached positions per layer: {len(cache[0])}; keys of layer 0: {tuple(cache[0].keys.shape)} = (B, H, P, d_k)")
-print(f"largest difference between the cached and the full logits: {(step[:, -1] - full[:, -1]).abs().max():.1e}")
+print(f"cached positions per layer: {len(cache[0])}; "
+      f"keys of layer 0: {tuple(cache[0].keys.shape)} = (B, H, P, d_k)")
+print(f"largest difference between the cached and the full logits: "
+      f"{(step[:, -1] - full[:, -1]).abs().max():.1e}")
 
 # %% [markdown]
 # The difference is float rounding: the same sums, added in a different order. With the cache the generation
@@ -354,7 +379,8 @@ print(f"largest difference between the cached and the full logits: {(step[:, -1]
 @torch.no_grad()
 def generate_cached_by_hand(model, idx, max_new_tokens, generator=None):
     """Sampling at temperature 1 with a KV cache, while the sequence fits in the context."""
-    assert idx.size(1) + max_new_tokens <= model.config.context_length, "see below for longer sequences"
+    fits = idx.size(1) + max_new_tokens <= model.config.context_length
+    assert fits, "see below for longer sequences"
     model.eval()
     cache = model.new_kv_cache()
     logits, _ = model(idx, kv_cache=cache)  # prefill: (B, T, V)
@@ -367,8 +393,10 @@ def generate_cached_by_hand(model, idx, max_new_tokens, generator=None):
 
 
 short_prompt = prompt[:, :4]
-cached = generate_cached_by_hand(model, short_prompt, 60, generator=torch.Generator().manual_seed(4))
-uncached = generate(model, short_prompt, 60, use_cache=False, generator=torch.Generator().manual_seed(4))
+cached = generate_cached_by_hand(model, short_prompt, 60,
+                                 generator=torch.Generator().manual_seed(4))
+uncached = generate(model, short_prompt, 60, use_cache=False,
+                    generator=torch.Generator().manual_seed(4))
 assert torch.equal(cached, uncached)
 print("with and without the cache: the same 60 sampled characters")
 
@@ -383,9 +411,12 @@ print("with and without the cache: the same 60 sampled characters")
 
 # %% tags=["nbval-check-output"]
 for options in ({"greedy": True}, {"temperature": 0.9, "top_p": 0.9}):
-    slow = generate(model, prompt, 200, use_cache=False, generator=torch.Generator().manual_seed(5), **options)
-    fast = generate(model, prompt, 200, use_cache=True, generator=torch.Generator().manual_seed(5), **options)
-    print(f"{options}: 200 tokens, {prompt.size(1) + 200 - T_max} of them past the context, identical: "
+    slow = generate(model, prompt, 200, use_cache=False,
+                    generator=torch.Generator().manual_seed(5), **options)
+    fast = generate(model, prompt, 200, use_cache=True,
+                    generator=torch.Generator().manual_seed(5), **options)
+    past = prompt.size(1) + 200 - T_max
+    print(f"{options}: 200 tokens, {past} of them past the context, identical: "
           f"{torch.equal(slow, fast)}")
 
 # %% [markdown]
@@ -400,14 +431,17 @@ def kv_cache_bytes(n_layers, batch, positions, d_model, bytes_per_number=4):
 cache = model.new_kv_cache()
 with torch.no_grad():
     model(torch.tensor([tokenizer.encode(context)])[:, -T_max:], kv_cache=cache)
-measured = sum(c.keys.numel() * c.keys.element_size() + c.values.numel() * c.values.element_size() for c in cache)
+measured = sum(c.keys.numel() * c.keys.element_size()
+               + c.values.numel() * c.values.element_size() for c in cache)
 c = model.config
-print(f"measured {measured:,} bytes; formula {kv_cache_bytes(c.n_layers, 1, len(cache[0]), c.d_model):,} bytes; "
+formula = kv_cache_bytes(c.n_layers, 1, len(cache[0]), c.d_model)
+print(f"measured {measured:,} bytes; formula {formula:,} bytes; "
       f"the weights take {model.num_parameters() * 4:,} bytes")
 for name in ("gpt2", "gpt2-xl"):
     g = GPTConfig.from_preset(name)
     size = kv_cache_bytes(g.n_layers, 1, g.context_length, g.d_model)
-    print(f"{name}: {size / 2**20:,.0f} MiB per sequence of {g.context_length} tokens in float32")
+    print(f"{name}: {size / 2**20:,.0f} MiB per sequence of {g.context_length} tokens "
+          "in float32")
 
 # %% [markdown]
 # The formula and the measurement agree: 2 (keys and values) x 4 layers x 64 positions x 128 numbers x
@@ -435,8 +469,10 @@ long_model = GPT(GPTConfig.from_preset("shakespeare-char", context_length=512)).
 long_prompt = torch.randint(65, (1, 64), generator=torch.Generator().manual_seed(6))
 for name, m, p, n in (("book model, context 64", model, prompt, 56),
                       ("context-512 model", long_model, long_prompt, 192)):
-    with_cache, without = tokens_per_second(m, p, n, True), tokens_per_second(m, p, n, False)
-    print(f"{name}: {with_cache:,.0f} tokens/s with the cache, {without:,.0f} without ({with_cache / without:.1f}x)")
+    with_cache = tokens_per_second(m, p, n, True)
+    without = tokens_per_second(m, p, n, False)
+    print(f"{name}: {with_cache:,.0f} tokens/s with the cache, {without:,.0f} without "
+          f"({with_cache / without:.1f}x)")
 
 # %% [markdown]
 # The cache wins more on the longer context. Without it, the step that produces token $P$ processes all $P$

@@ -1,0 +1,37 @@
+"""The page checks of scripts/browser_test.py catch the problems of issue #15 they guard against."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("selenium")
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "browser_test.py"
+spec = importlib.util.spec_from_file_location("browser_test", SCRIPT)
+browser_test = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(browser_test)
+
+
+def test_wrong_way_quote_is_caught():
+    assert browser_test.balanced_quotes("after “It is the␣” the most likely")
+    assert not browser_test.balanced_quotes("after “It is the “ the most likely")  # smartquotes slip
+    assert not browser_test.balanced_quotes("an unclosed “quote")
+
+
+def test_unnumbered_sections_and_book_wide_figure_numbers_are_caught():
+    good = {"title": "3. Layer normalization", "sections": ["3.1 Mean", "Summary", "Exercises"],
+            "figureNumbers": ["Fig. 3.1", "Fig. 3.2"]}
+    assert browser_test.check_numbering(good) == []
+    bad = {"title": "1b. Byte-pair encoding", "sections": ["Text is bytes"],
+           "figureNumbers": ["Fig. 3"]}
+    assert len(browser_test.check_numbering(bad)) == 2
+    assert browser_test.check_numbering({"title": "References", "sections": ["x"],
+                                         "figureNumbers": []}) == []
+
+
+def test_reference_labels_must_read_like_the_citations_and_link():
+    labels = {"Vaswani et al., 2017": True, "Zipf, 1949": False}
+    assert browser_test.check_references(labels, {"Vaswani et al., 2017"}) == []
+    problems = browser_test.check_references({"VSP+17": True, "Ba et al., 2016": False},
+                                             {"Vaswani et al., 2017"})
+    assert len(problems) == 3  # alpha label, no link, citation without an entry
