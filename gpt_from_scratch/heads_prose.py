@@ -43,12 +43,12 @@ def loaded_text(real: bool, name: str, n_params: int, info: dict | None = None) 
             "measured elsewhere.")
 
 
-def parity_text(max_diff: float, same_argmax: bool, n_positions: int, real: bool) -> str:
+def parity_text(max_diff: float, same_greedy: bool, n_greedy: int, real: bool) -> str:
     """The parity claim, as measured on whichever weights section 8.3 compared."""
     on = "OpenAI's GPT-2 small weights" if real else "a randomly initialised GPT-2-shaped model"
-    same = "the same" if same_argmax else "**not** the same"
+    same = "the same" if same_greedy else "**not** the same"
     return (f"On {on}, our `GPT` and transformers' `GPT2LMHeadModel` differ by at most {max_diff:.1e} in "
-            f"any logit, and their most likely next token is {same} at all {n_positions} positions.")
+            f"any logit, and their {n_greedy} greedy tokens are {same}.")
 
 
 def losses_text(losses: dict[str, float], ln_v: float) -> str:

@@ -94,7 +94,7 @@ def test_parity_is_tiny_for_the_same_weights_and_large_for_others():
     hf = _small_hf()
     idx = torch.randint(0, 97, (2, 10), generator=torch.Generator().manual_seed(0))
     same = heads.parity(GPT.from_hf(hf), hf, idx)
-    assert same.max_logit_diff < 1e-4 and same.max_attention_diff < 1e-5 and same.same_argmax
+    assert same.max_logit_diff < 1e-4 and same.max_attention_diff < 1e-5 and same.same_greedy
     other = heads.parity(GPT.from_hf(_small_hf(seed=1)), hf, idx)
     assert other.max_logit_diff > 1e-3 and other.max_attention_diff > 1e-3
 
@@ -234,7 +234,8 @@ def test_loaded_losses_parity_samples_and_recipe_texts():
                 train_seconds=61.2, device="cpu", threads=2, val_loss=5.123)
     offline = prose.loaded_text(False, "the offline model", 3_300_000, info)
     assert "not available" in offline and "300 steps in 61 s" in offline and "5.12" in offline
-    assert "differ by at most 1.2e-05" in prose.parity_text(1.23e-5, True, 12, True)
+    assert "at most 1.2e-05 in any logit, and their 12 greedy tokens are the same" in prose.parity_text(
+        1.23e-5, True, 12, True)
     assert "**not** the same" in prose.parity_text(1.0, False, 12, False)
     losses = prose.losses_text({"a": 6.2, "b": 5.1}, 10.82)
     assert "The lowest is b's" in losses and "6.20" in losses and "10.82" in losses
