@@ -121,8 +121,8 @@ class GPT2Reference:
 
 
 GPT2_REFERENCE = GPT2Reference(
-    source=("measured elsewhere with GPT-2 small (`openai-community/gpt2`, Hugging Face transformers, "
-            "eager attention), not on this machine"),
+    source=("`openai-community/gpt2` with Hugging Face transformers and eager attention, measured "
+            "elsewhere, not on this machine"),
     pronoun_sentence="The girl and the boy walked home. She",
     pronoun_head=(5, 10),
     pronoun_tokens=("The", "␣girl", "␣and", "␣the", "␣boy", "␣walked", "␣home", ".", "␣She"),

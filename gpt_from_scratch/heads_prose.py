@@ -26,7 +26,7 @@ def _head(layer: int, head: int) -> str:
 
 
 def _elsewhere(text: str) -> str:
-    return f"**GPT-2 small, {_REF.source}:** {text}"
+    return f"**GPT-2 small** ({_REF.source}): {text}"
 
 
 def loaded_text(real: bool, name: str, n_params: int, info: dict | None = None) -> str:
@@ -36,7 +36,8 @@ def loaded_text(real: bool, name: str, n_params: int, info: dict | None = None) 
                 "parameters), and each one compares its numbers with the published ones.")
     how = "" if info is None else (
         f" It trained for {info['settings']['train']['max_iters']:,} steps in {info['train_seconds']:.0f} s "
-        f"on the machine that first ran this chapter (validation loss {info['val_loss']:.2f}).")
+        f"on the machine that first ran this chapter, which estimated its validation loss at "
+        f"{info['val_loss']:.2f}.")
     return (f"GPT-2's weights are not available here (the message above says why). Every analysis below runs on **{name}** "
             f"({n_params:,} parameters) instead, a small GPT trained on Tiny Shakespeare with every window "
             f"starting with `<|endoftext|>`.{how} Beside each analysis stands what GPT-2 small shows, "
