@@ -243,3 +243,24 @@ def test_loaded_losses_parity_samples_and_recipe_texts():
     assert "agree at 2 of 4 positions" in samples
     recipe = prose.offline_recipe_text(info, 0.31, 0.62, 0.059, 0.036)
     assert _numbers(recipe)[-4:] == [0.31, 0.059, 0.62, 0.036] and "61 s" in recipe
+
+
+def test_offline_model_trains_once_then_loads_the_same_weights(tmp_path, monkeypatch):
+    import dataclasses
+
+    from gpt_from_scratch import offline_model as om
+
+    monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path))
+    tiny = dataclasses.replace(om.OFFLINE_RECIPES["shakespeare-bpe-heads"],
+                               model=om._SMALL | dict(d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=9),
+                               train=dict(max_iters=2, batch_size=2, warmup_iters=1, eval_interval=2, eval_iters=1))
+    monkeypatch.setitem(om.OFFLINE_RECIPES, "shakespeare-bpe-heads", tiny)
+    first, info = om.offline_model(device="cpu")
+    assert info["recipe"] == "shakespeare-bpe-heads" and info["settings"]["train"]["max_iters"] == 2
+    assert (om.offline_model_path() / "checkpoint.json").is_file() and not first.training
+    again, info_again = om.offline_model(device="cpu")
+    assert info_again == info
+    torch.testing.assert_close(again.state_dict(), first.state_dict())
+    changed = dataclasses.replace(tiny, train=tiny.train | dict(max_iters=3))
+    monkeypatch.setitem(om.OFFLINE_RECIPES, "shakespeare-bpe-heads", changed)
+    assert om.offline_model(device="cpu")[1]["settings"]["train"]["max_iters"] == 3  # retrained
