@@ -264,3 +264,22 @@ def test_offline_model_trains_once_then_loads_the_same_weights(tmp_path, monkeyp
     changed = dataclasses.replace(tiny, train=tiny.train | dict(max_iters=3))
     monkeypatch.setitem(om.OFFLINE_RECIPES, "shakespeare-bpe-heads", changed)
     assert om.offline_model(device="cpu")[1]["settings"]["train"]["max_iters"] == 3  # retrained
+
+
+def test_head_scores_heatmap_annotates_every_head_and_rejects_bad_scores():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpt_from_scratch.plotting import head_scores_heatmap
+
+    scores = torch.tensor([[0.1, 0.9, 0.5], [0.0, 0.25, 1.0]])
+    fig = head_scores_heatmap(scores, "title", "label")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts == [f"{v:.2f}" for v in scores.flatten().tolist()]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="finite"):
+        head_scores_heatmap(torch.tensor([[float("nan")]]), "t", "l")
+    with pytest.raises(ValueError, match="layers, heads"):
+        head_scores_heatmap(torch.ones(3), "t", "l")
