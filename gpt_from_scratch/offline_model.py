@@ -3,7 +3,7 @@
 A small GPT on GPT-2 tokens of Tiny Shakespeare, trained like Chapter 6's models with one change:
 every training window starts with ``<|endoftext|>``, as each of GPT-2's training documents does
 (``DocumentStart``). A token that opens every window and carries no information is where trained
-heads learn to park the attention they do not need: an attention sink {Xiao et al. 2023}.
+heads learn to park the attention they do not need: an attention sink (Xiao et al., 2024).
 
 ``offline_model()`` trains it once from seed 1337 and caches it in ``offline_model_path()`` (like
 ``book_model``); ``offline_model(full=True)`` is a larger run for a GPU.
