@@ -16,6 +16,9 @@ module              chapter
 ``generate``        7  Generating text
 ``exercises``       every chapter's exercises: ``check_*`` functions
 ``plotting``        8  Real GPT-2 weights and what the heads attend to
+``heads``           8  head scores (sinks, previous-token heads), GPT-2's published figures
+``heads_prose``     8  the chapter's sentences, written from the loaded model's numbers
+``offline_model``   8  the small model analysed when GPT-2's weights are unavailable
 ==================  =========================================================
 
 Modules are imported lazily, so ``import gpt_from_scratch`` stays fast.

@@ -390,6 +390,12 @@ class GPT(nn.Module):
                     f"TRANSFORMERS_OFFLINE): the weights need a network connection once (then they are cached), "
                     f"or pass a local directory written by save_pretrained"
                 ) from None
+            if (why := _hub_unreachable()) is not None:  # fail in seconds, not after minutes of retries
+                raise WeightsUnavailableError(
+                    f"the {name} weights are not in the Hugging Face cache and the hub cannot be reached ({why}): "
+                    f"the weights need a network connection once (then they are cached), or pass a local "
+                    f"directory written by save_pretrained"
+                ) from None
             try:
                 hf_model = GPT2LMHeadModel.from_pretrained(name, **hf_kwargs)
             except OSError as err:
@@ -427,6 +433,19 @@ def _natural(key: str) -> list:
 def _offline() -> bool:
     truthy = {"1", "ON", "YES", "TRUE"}
     return any(os.environ.get(v, "").upper() in truthy for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub does not answer one HEAD request within ``timeout`` seconds, or ``None``
+    when it answers (any HTTP status). Uses huggingface_hub's own session, so its proxies and endpoint
+    (``HF_ENDPOINT``) apply."""
+    from huggingface_hub import constants, get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout)
+    except Exception as err:  # noqa: BLE001 - any failure to get an answer means: unreachable
+        return f"{constants.ENDPOINT}: {type(err).__name__}: {err}"
+    return None
 
 
 def _settings_from_shapes(hf: dict[str, Tensor], overrides: dict) -> dict:

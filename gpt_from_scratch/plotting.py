@@ -327,3 +327,35 @@ def attention_lines(
         ax.set_title(f"head {h}", fontsize=9, color=colour)
     fig.suptitle(title or "Attention: query tokens (left) to the keys they attend to (right)", fontsize=10)
     return fig
+
+
+def head_scores_heatmap(scores, title: str, label: str):
+    """Chapter 8: one number per head (e.g. a sink or previous-token score), as a layers x heads heatmap
+    with every cell annotated, on a fixed colour scale from 0 to 1.
+
+    Args:
+        scores: an ``(L, H)`` tensor or array of values in [0, 1].
+        title: the figure's title.
+        label: the colour bar's label.
+
+    Returns:
+        The ``Figure``.
+    """
+    import matplotlib.pyplot as plt
+
+    array = _as_array(scores)
+    if array.ndim != 2 or not np.isfinite(array).all():
+        raise ValueError(f"scores must be a finite (layers, heads) array, got shape {array.shape}")
+    L, H = array.shape
+    fig, ax = plt.subplots(figsize=(min(0.55 * H + 2.5, 9), 0.45 * L + 1.5), layout="constrained")
+    image = ax.imshow(array, cmap="magma", vmin=0.0, vmax=1.0)
+    for (l, h), value in np.ndenumerate(array):
+        ax.text(h, l, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                color="black" if value > 0.6 else "white")
+    ax.set_xticks(range(H))
+    ax.set_yticks(range(L))
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(image, ax=ax, label=label)
+    return fig

@@ -16,24 +16,30 @@
 # (ch-gpt2-weights)=
 # # 8. Real GPT-2 weights and what the heads attend to
 #
-# Chapters 1 to 7 built GPT-2 from its parts and trained a small one on Tiny Shakespeare. This chapter puts
-# OpenAI's own GPT-2 small {cite}`radford2019language` into the same `GPT` class and looks inside it:
+# Chapters 1 to 7 built GPT-2 from its parts and trained a small one on Tiny Shakespeare.
+# This chapter puts OpenAI's own GPT-2 small {cite}`radford2019language` into the same `GPT`
+# class and looks inside:
 #
 # 1. counting its parameters from first principles;
-# 2. mapping OpenAI's checkpoint onto our parameter names, and proving both implementations compute the same numbers;
-# 3. loading the weights (or, without a network, falling back to your own model);
+# 2. loading the weights, or, without a network, a small model trained to have the same
+#    kinds of heads;
+# 3. proving that our `GPT` computes what transformers' `GPT2LMHeadModel` computes, on those
+#    weights;
 # 4. validation loss and generations, next to the model you trained in {ref}`ch-training`;
 # 5. reading attention maps out of the model, and checking one by hand;
 # 6. pronouns, and a classic probe of learned gender bias;
-# 7. two kinds of heads that trained transformers are known for: attention sinks and previous-token heads;
+# 7. two kinds of heads that trained transformers are known for: attention sinks and
+#    previous-token heads;
 # 8. interactive views with bertviz {cite}`vig2019bertviz`.
 #
 # ```{note}
-# **Without a network.** GPT-2's weights download from the Hugging Face hub the first time (then they are
-# cached). Where the hub cannot be reached, as on the machine that builds this book, section 8.3 says so,
-# sets `REAL_GPT2 = False`, and every later cell analyses the model you trained in {ref}`ch-training`
-# instead. The code is the same either way: every number and figure on this page belongs to the model that
-# section 8.3 reports. Run the chapter in Colab to see GPT-2's.
+# **With or without a network.** GPT-2's weights download from the Hugging Face hub the
+# first time (then they are cached). Where the hub cannot be reached, as on the machine that
+# builds this book, section 8.2 says so within seconds and the chapter analyses *the offline
+# model* instead: a small GPT on GPT-2's tokens, trained (once, then cached) so that it
+# grows the heads this chapter looks for. Every sentence about the analysed model is written
+# from its numbers, and beside each analysis stands what GPT-2 small shows, measured
+# elsewhere. Run the chapter in Colab to see GPT-2 itself.
 # ```
 
 # %% tags=["colab-setup"]
@@ -53,21 +59,22 @@ except ImportError:
 
 # %%
 import math
-import os
-import re
-import socket
 import sys
-from unittest import mock
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from IPython.display import Markdown, display
 from torch.testing import assert_close
 
+from gpt_from_scratch import heads
+from gpt_from_scratch import heads_prose as prose
 from gpt_from_scratch.data import prepare_tokens, read_tokens
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig, WeightsUnavailableError
-from gpt_from_scratch.plotting import attention_grid, attention_lines, compare_attention, token_labels
+from gpt_from_scratch.offline_model import EOT, offline_model
+from gpt_from_scratch.plotting import (attention_grid, attention_lines, compare_attention,
+                                       head_scores_heatmap, token_labels)
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.train import book_model
 from gpt_from_scratch.utils import seed_everything
@@ -80,32 +87,33 @@ enc = gpt2_encoding()
 # ## 8.1 What we are about to load: GPT-2's parameters, counted by hand
 #
 # Every parameter of GPT-2 sits in a matrix or a vector whose shape follows from five sizes
-# ({doc}`/book/notation`): the vocabulary $V$, the context $T_{\max}$, the width $D$, the number of blocks $L$
-# and the feed-forward width $d_{ff} = 4D$. A block holds
+# ({doc}`/book/notation`): the vocabulary $V$, the context $T_{\max}$, the width $D$, the
+# number of blocks $L$ and the feed-forward width $d_{ff} = 4D$. A block holds
 #
-# - attention: `c_attn`, a $D \times 3D$ matrix and $3D$ biases (queries, keys and values at once), and
-#   `c_proj`, $D \times D$ and $D$: together $4D^2 + 4D$;
-# - the MLP: `c_fc`, $D \times 4D$ and $4D$, and `c_proj`, $4D \times D$ and $D$: together $8D^2 + 5D$;
+# - attention: `c_attn`, a $D \times 3D$ matrix and $3D$ biases (queries, keys and values at
+#   once), and `c_proj`, $D \times D$ and $D$: together $4D^2 + 4D$;
+# - the MLP: `c_fc`, $D \times 4D$ and $4D$, and `c_proj`, $4D \times D$ and $D$: together
+#   $8D^2 + 5D$;
 # - two LayerNorms, each a gain $\gamma$ and a shift $\beta$ of $D$ numbers: $4D$.
 #
-# That is $12D^2 + 13D$ per block. Around the blocks: the token and position embeddings, $VD + T_{\max}D$,
-# and the final LayerNorm, $2D$. The output layer is tied to the token embedding {cite}`press2017tying`: it is
-# the same matrix, so it adds nothing.
+# That is $12D^2 + 13D$ per block. Around the blocks: the token and position embeddings, $VD
+# + T_{\max}D$, and the final LayerNorm, $2D$. The output layer is tied to the token
+# embedding {cite}`press2017tying`: it is the same matrix, so it adds nothing.
 
 # %% tags=["nbval-check-output"]
-def count_gpt_parameters(V: int, T_max: int, D: int, L: int, d_ff: int | None = None, tied: bool = True) -> dict:
-    """GPT-2's parameters by part, from the shapes of its matrices and vectors (weights and biases)."""
+def count_gpt_parameters(V: int, T_max: int, D: int, L: int, d_ff: int | None = None,
+                         tied: bool = True) -> dict:
+    """GPT-2's parameters by part, from the shapes of its matrices and vectors."""
     d_ff = 4 * D if d_ff is None else d_ff
     parts = {
         "token embeddings wte (V x D)": V * D,
         "position embeddings wpe (T_max x D)": T_max * D,
     }
-    attention = (D * 3 * D + 3 * D) + (D * D + D)  # c_attn: D -> 3D (q, k, v); c_proj: D -> D
+    attention = (D * 3 * D + 3 * D) + (D * D + D)  # c_attn: D -> 3D (q, k, v)
     mlp = (D * d_ff + d_ff) + (d_ff * D + D)  # c_fc: D -> d_ff; c_proj: d_ff -> D
     layer_norms = 2 * 2 * D  # ln_1 and ln_2, each a gain and a shift of D numbers
-    parts[f"{L} blocks x (attention {attention:,} + MLP {mlp:,} + LayerNorms {layer_norms:,})"] = L * (
-        attention + mlp + layer_norms
-    )
+    block = f"attention {attention:,} + MLP {mlp:,} + LayerNorms {layer_norms:,}"
+    parts[f"{L} blocks x ({block})"] = L * (attention + mlp + layer_norms)
     parts["final LayerNorm ln_f (2 x D)"] = 2 * D
     parts["lm_head (D x V)"] = 0 if tied else V * D  # tied: it *is* wte, counted once
     return parts
@@ -113,25 +121,29 @@ def count_gpt_parameters(V: int, T_max: int, D: int, L: int, d_ff: int | None = 
 
 def sizes(config: GPTConfig) -> tuple:
     """(V, T_max, D, L, d_ff) of a configuration."""
-    return config.vocab_size, config.context_length, config.d_model, config.n_layers, config.d_ff
+    c = config
+    return c.vocab_size, c.context_length, c.d_model, c.n_layers, c.d_ff
 
 
-parts = count_gpt_parameters(*sizes(GPTConfig.from_preset("gpt2")))
+gpt2_config = GPTConfig.from_preset("gpt2")
+parts = count_gpt_parameters(*sizes(gpt2_config))
 for name, n in parts.items():
     print(f"{name:<66} {n:>13,}")
 total = sum(parts.values())
-untied = sum(count_gpt_parameters(*sizes(GPTConfig.from_preset("gpt2")), tied=False).values())
+untied = sum(count_gpt_parameters(*sizes(gpt2_config), tied=False).values())
 print(f"{'total, head tied to wte (GPT-2)':<66} {total:>13,}")
 print(f"{'total with an untied head':<66} {untied:>13,}")
 print(f"in float32: {total * 4 / 1e6:.1f} MB")
 
 # %% [markdown]
-# GPT-2 small holds 124,439,808 numbers, the "124M" of its usual name; an untied output layer would add
-# another $V \times D$ = 38,597,376. To check the formula, build the models themselves on PyTorch's `meta`
-# device, where tensors have shapes but no storage: even GPT-2 XL "builds" instantly and takes no memory.
+# GPT-2 small holds 124,439,808 numbers, the "124M" of its usual name; an untied output
+# layer would add another $V \times D$ = 38,597,376. To check the formula, build the models
+# themselves on PyTorch's `meta` device, where tensors have shapes but no storage: even
+# GPT-2 XL "builds" instantly and takes no memory.
 
 # %% tags=["nbval-check-output"]
-# The check: build each model on the "meta" device (shapes only, no memory) and count what PyTorch holds.
+# The check: build each model on the "meta" device (shapes only, no memory), count what
+# PyTorch holds.
 for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
     for tied in (True, False):
         config = GPTConfig.from_preset(preset, tie_weights=tied)
@@ -142,177 +154,158 @@ for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
         print(f"{preset:<12} {'tied' if tied else 'untied':<7} {by_formula:>14,}")
 
 # %% [markdown]
-# The formula and PyTorch agree for all four sizes of the GPT-2 family, tied and untied. From now on,
-# `model.num_parameters()` counts for us.
+# The formula and PyTorch agree for all four sizes of the GPT-2 family, tied and untied.
+# From now on, `model.num_parameters()` counts for us.
 #
-# ## 8.2 From OpenAI's checkpoint to our `GPT`
+# ## 8.2 Loading GPT-2, or the offline model
 #
-# OpenAI released GPT-2 as TensorFlow checkpoints; today everyone loads the conversion that Hugging Face's
-# `transformers` library publishes, `GPT2LMHeadModel`. Its names differ from ours in two harmless ways and
-# one that matters: every name starts with `transformer.`, the blocks are called `h.0`, `h.1`, ..., and the
-# four large matrices of each block are stored as `Conv1D` weights of shape (in, out), the transpose of
-# `nn.Linear`'s (out, in). The hub is not needed to see this: a randomly initialised `GPT2LMHeadModel` has
-# exactly GPT-2's layout. Here is block 0 of a small one, and our names for the same parameters:
+# Section 5.8 of {ref}`ch-gpt` showed how OpenAI's checkpoint, as transformers stores it,
+# maps onto our `GPT`: drop the `transformer.` prefix, rename `h.N` to `blocks.N`, transpose
+# the four `Conv1D` matrices. `GPT.from_hf` does it for a model in memory, and
+# `GPT.from_pretrained("gpt2")` for the hub's checkpoints: it looks in the local Hugging
+# Face cache first, then asks the hub whether it answers at all (in at most 3 seconds)
+# before downloading. When the weights can be neither found nor downloaded it raises
+# `WeightsUnavailableError`, and this chapter turns to the offline model.
+#
+# The offline model is Chapter 6's recipe on GPT-2's tokens with one change, taken from how
+# GPT-2 was trained: every training window starts with `<|endoftext|>`, the token that
+# separates GPT-2's documents. A token that opens every window and says nothing about what
+# follows is where a trained head can park the attention it does not need; section 8.8
+# measures whether it does. The offline model reads every text of this chapter the same way,
+# after an `<|endoftext|>`; GPT-2 reads them as they are, as in the published measurements.
+# `model` is whichever was loaded; `REAL_GPT2` says which.
+
+# %%
+try:
+    gpt2 = GPT.from_pretrained("gpt2")
+    REAL_GPT2 = True
+except WeightsUnavailableError as err:
+    gpt2, REAL_GPT2 = None, False
+    print(f"The real GPT-2 weights are unavailable on this machine:\n  {err}")
+
+mine, _ = book_model("shakespeare-bpe", progress=False)  # Chapter 6's BPE-level model
+if REAL_GPT2:
+    model, offline_info, MODEL_NAME = gpt2, None, "GPT-2 small"
+else:
+    model, offline_info = offline_model()  # trains once, then loads from the cache
+    MODEL_NAME = "the offline model"
+START = [] if REAL_GPT2 else [EOT]  # the offline model reads every text after <|endoftext|>
+cfg = model.config
+print(f"REAL_GPT2 = {REAL_GPT2}: analysing {MODEL_NAME}, {cfg.n_layers} layers x "
+      f"{cfg.n_heads} heads, D = {cfg.d_model}, context {cfg.context_length}, "
+      f"{model.num_parameters():,} parameters")
+
+# %% tags=["remove-input"]
+display(Markdown(prose.loaded_text(REAL_GPT2, MODEL_NAME, model.num_parameters(),
+                                   offline_info)))
+
+# %% [markdown]
+# ## 8.3 The same numbers as transformers
+#
+# Parity is a measurement: run our `GPT` and transformers' `GPT2LMHeadModel` on the same
+# tokens with the same weights, and compare their logits, their attention weights
+# (transformers returns those with `output_attentions=True`, given its written-out "eager"
+# attention) and 20 greedy tokens from each, as {ref}`ch-gpt` did on random weights. With
+# GPT-2 loaded, the weights are OpenAI's; without it, a randomly initialised
+# `GPT2LMHeadModel` has exactly GPT-2's layout, only smaller.
 
 # %%
 from transformers import GPT2Config, GPT2LMHeadModel
 
-torch.manual_seed(0)
-hf_small = GPT2LMHeadModel(GPT2Config(
-    vocab_size=enc.n_vocab, n_positions=64, n_embd=64, n_layer=2, n_head=4, attn_implementation="eager",
-)).eval()
-ours_small = GPT(GPTConfig(vocab_size=enc.n_vocab, context_length=64, d_model=64, n_layers=2, n_heads=4))
-hf_state, our_state = hf_small.state_dict(), ours_small.state_dict()
-for hf_name in [k for k in hf_state if ".h.0." in k]:
-    print(f"{hf_name:<38} {str(tuple(hf_state[hf_name].shape)):<11}")
-print([k for k in our_state if k.startswith("blocks.0.")])
-
-# %% [markdown]
-# Same names up to the prefix, same order. The shapes are the catch: `c_attn.weight` is stored as
-# $(D, 3D)$ where our `nn.Linear` holds $(3D, D)$. For the rectangular matrices a forgotten transpose fails
-# loudly at loading; the square attention `c_proj` ($D \times D$) would load without complaint and compute
-# nonsense. The whole conversion is three rules:
-
-# %%
-CONV1D = re.compile(r"blocks\.\d+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight")
-
-
-def convert_hf_state_dict(hf_state: dict) -> dict:
-    """Hugging Face GPT-2 names and layouts -> ours: drop "transformer.", h.N -> blocks.N, transpose Conv1D."""
-    converted = {}
-    for key, tensor in hf_state.items():
-        name = re.sub(r"^h\.", "blocks.", key.removeprefix("transformer."))
-        converted[name] = tensor.t() if CONV1D.fullmatch(name) else tensor  # Conv1D (in, out) -> Linear (out, in)
-    return converted
-
-
-ours_small.eval()
-print(ours_small.load_state_dict(convert_hf_state_dict(hf_state)))  # strict: every name and shape must match
-
-# %% [markdown]
-# Now the proof that the two implementations are the same function: the same logits, the same attention
-# weights in every layer (transformers returns them with `output_attentions=True`, given its written-out
-# "eager" attention), and the same result as the package's `GPT.from_hf`, which does this conversion with
-# checks and clear errors on top.
+if REAL_GPT2:  # the checkpoint from_pretrained just found in the cache
+    theirs = GPT2LMHeadModel.from_pretrained("gpt2", attn_implementation="eager").eval()
+else:
+    torch.manual_seed(0)
+    theirs = GPT2LMHeadModel(GPT2Config(
+        vocab_size=enc.n_vocab, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+        attn_implementation="eager",
+    )).eval()
+ours = gpt2 if REAL_GPT2 else GPT.from_hf(theirs)
+idx = torch.tensor([enc.encode("To be, or not to be, that is the question:")])  # (1, T)
+parity = heads.parity(ours, theirs, idx)
 
 # %% tags=["nbval-check-output"]
-idx = torch.tensor([enc.encode("To be, or not to be, that is the question:")])  # (1, T)
-with torch.no_grad():
-    hf_out = hf_small(idx, output_attentions=True)
-logits, _ = ours_small(idx)
-assert_close(logits, hf_out.logits, rtol=1e-4, atol=1e-4)
-for ours, theirs in zip(ours_small.attention_maps(idx), hf_out.attentions):
-    assert_close(ours, theirs)
-assert_close(GPT.from_hf(hf_small).state_dict(), ours_small.state_dict())
-print("same logits and attention maps as transformers' GPT2LMHeadModel:", tuple(logits.shape))
-print("the package's GPT.from_hf does the same conversion: identical state dicts")
+print(f"largest logit difference below 1e-4: {parity.max_logit_diff < 1e-4}")
+print(f"the same {parity.n_greedy} greedy tokens: {parity.same_greedy}")
+print(f"largest attention-weight difference below 1e-5: {parity.max_attention_diff < 1e-5}")
 
-# %% [markdown]
-# From here on the package does the loading: `GPT.from_hf(hf_model)` for a model in memory, and
-# `GPT.from_pretrained(name)` for the hub's `"gpt2"`, `"gpt2-medium"`, `"gpt2-large"` and `"gpt2-xl"`, or for a
-# folder written by `save_pretrained`.
-#
-# ## 8.3 Loading GPT-2, or what to do without a network
-#
-# `GPT.from_pretrained("gpt2")` first looks in the local Hugging Face cache, then downloads. Without a
-# network the download retries for a long time before giving up, so the cell first asks, in at most 3 seconds,
-# whether the hub answers at all; if not, it turns on transformers' offline mode for the call, and
-# `from_pretrained` only looks in the cache. Either way a failure raises `WeightsUnavailableError` with an
-# explanation, and the chapter carries on with your own model from {ref}`ch-training` (the BPE-level one,
-# which reads the same GPT-2 tokens). `model` is whichever was loaded; `REAL_GPT2` says which.
-
-# %%
-def hub_reachable(host: str = "huggingface.co", port: int = 443, timeout: float = 3.0) -> bool:
-    """Can this machine open a connection to the Hugging Face hub? (Answers in at most ``timeout`` seconds.)"""
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
-# Without a network, offline mode makes from_pretrained look in the local cache only, instead of
-# retrying the download again and again before giving up.
-offline = {} if hub_reachable() else {"HF_HUB_OFFLINE": "1"}
-try:
-    with mock.patch.dict(os.environ, offline):
-        gpt2 = GPT.from_pretrained("gpt2")
-    REAL_GPT2 = True
-except WeightsUnavailableError as err:
-    gpt2, REAL_GPT2 = None, False
-    print(f"The real GPT-2 weights are unavailable on this machine.\n  ({err})\n"
-          "Every analysis below runs on the model you trained in Chapter 6 instead.")
-
-mine, _ = book_model("shakespeare-bpe", progress=False)  # Chapter 6's BPE-level model (trains once, then cached)
-model = gpt2 if REAL_GPT2 else mine
-MODEL_NAME = "GPT-2 small" if REAL_GPT2 else "the Chapter 6 model"
-cfg = model.config
-print(f"REAL_GPT2 = {REAL_GPT2}: analysing {MODEL_NAME}, {cfg.n_layers} layers x {cfg.n_heads} heads, "
-      f"D = {cfg.d_model}, context {cfg.context_length}, {model.num_parameters():,} parameters")
+# %% tags=["remove-input"]
+display(Markdown(prose.parity_text(parity.max_logit_diff, parity.same_greedy,
+                                   parity.n_greedy, REAL_GPT2)))
 
 # %% [markdown]
 # ## 8.4 Validation loss and a few generations
 #
-# Both models score the same 64 windows of 64 tokens, spread evenly over the validation text (the last 10% of
-# Tiny Shakespeare, which the Chapter 6 model never trained on). 64 tokens is the Chapter 6 model's whole
-# context; GPT-2 could read 1,024, so this comparison handicaps it. GPT-2 never trained on Tiny Shakespeare as
-# such: it learned English from 8 million web pages {cite}`radford2019language`. A loss of $\ell$ nats per
-# token means the model is, on average, as unsure as a uniform choice among $e^{\ell}$ tokens, its
-# *perplexity*; guessing uniformly over the vocabulary scores $\ln V$.
+# The models score the same 64 windows of 64 tokens, spread evenly over the validation text
+# (the last 10% of Tiny Shakespeare, which the small models never trained on). 64 tokens is
+# the small models' whole context; GPT-2 could read 1,024, so this comparison handicaps it.
+# GPT-2 never trained on Tiny Shakespeare as such: it learned English from 8 million web
+# pages {cite}`radford2019language`. A loss of $\ell$ nats per token means the model is, on
+# average, as unsure as a uniform choice among $e^{\ell}$ tokens, its *perplexity*; guessing
+# uniformly over the vocabulary scores $\ln V$.
 
 # %%
 val = read_tokens(prepare_tokens(enc)["val"])
 T_EVAL, N_WINDOWS = 64, 64  # the same 64 windows of 64 tokens for every model
 starts = np.linspace(0, len(val) - T_EVAL - 1, N_WINDOWS).astype(int)
-windows = torch.from_numpy(np.stack([val[s: s + T_EVAL + 1] for s in starts]).astype(np.int64))  # (64, 65)
+windows = np.stack([val[s: s + T_EVAL + 1] for s in starts]).astype(np.int64)  # (64, 65)
+windows = torch.from_numpy(windows)
 x_val, y_val = windows[:, :-1], windows[:, 1:]  # (B, T) each
 
 
 @torch.no_grad()
 def validation_loss(model: GPT) -> float:
-    """Mean cross-entropy (nats per token) over the fixed validation windows, in batches of 16."""
+    """Mean cross-entropy (nats per token) over the fixed validation windows."""
     losses = [model(x, y)[1] for x, y in zip(x_val.split(16), y_val.split(16))]
     return torch.stack(losses).mean().item()
 
 
-models = {"Chapter 6 model": mine} | ({"GPT-2 small": gpt2} if REAL_GPT2 else {})
+models = {"the Chapter 6 model": mine, MODEL_NAME: model}
 
 # %% tags=["nbval-check-output"]
 print(f"{N_WINDOWS} windows x {T_EVAL} tokens = {x_val.numel():,} validation tokens scored")
 print(f"uniform guess over {enc.n_vocab:,} tokens: ln V = {math.log(enc.n_vocab):.2f} nats")
-for name, m in models.items():
-    loss = validation_loss(m)
-    print(f"{name:<16} validation loss {loss:.2f} nats/token (perplexity {math.exp(loss):.0f})")
+losses = {name: validation_loss(m) for name, m in models.items()}
+for name, loss in losses.items():
+    print(f"{name:<20} validation loss {loss:.2f} nats/token "
+          f"(perplexity {math.exp(loss):.0f})")
+
+# %% tags=["remove-input"]
+display(Markdown(prose.losses_text(losses, math.log(enc.n_vocab))))
 
 # %% [markdown]
 # Samples, with top-$k$ = 50 ({ref}`ch-generation`) and a fixed seed:
 
 # %%
 sample_prompts = ["ROMEO:\nI", "The girl and the boy walked home."]
+continuations = {}
 for name, m in models.items():
+    start = START if m is model else []
     for prompt in sample_prompts:
-        idx = torch.tensor([enc.encode(prompt)])
-        out = generate(m, idx, max_new_tokens=30, top_k=50, generator=torch.Generator().manual_seed(1337))
-        print(f"--- {name}, prompt {prompt!r}\n{enc.decode(out[0].tolist())}\n")
+        idx = torch.tensor([start + enc.encode(prompt)])
+        out = generate(m, idx, max_new_tokens=30, top_k=50,
+                       generator=torch.Generator().manual_seed(1337))
+        continuations.setdefault(name, []).append(out[0, idx.shape[1]:].tolist())
+        text = enc.decode(out[0, len(start):].tolist())
+        print(f"--- {name}, prompt {prompt!r}\n{text}\n")
+
+# %% tags=["remove-input"]
+display(Markdown(prose.samples_text(continuations)))
 
 # %% [markdown]
-# The Chapter 6 model has picked up Shakespeare's most frequent tokens, its line breaks and its short lines,
-# but not grammar. And after the prompt its two samples run in step: both continue with "and.", and from
-# there to the end the two samples are identical, line for line. With the same seed, its choices barely
-# depend on the prompt, a sign of how little it uses its context. With GPT-2 loaded, its samples follow in
-# the same cell.
-#
 # ## 8.5 Attention maps, read out of the weights
 #
-# `model.attention_maps(idx)` runs the model once and returns every layer's attention weights $A$: a list of
-# $L$ tensors of shape $(B, H, T, T)$, the format transformers uses. Row $t$ of a head's map is how query $t$
-# shares its attention over keys $0 \dots t$ ({ref}`ch-attention`). To be sure the maps are the model's
-# real weights, compute layer 0 by hand from the parameters: embeddings, `ln_1`, queries and keys from
-# `c_attn`, then $\operatorname{softmax}(QK^\top / \sqrt{d_k})$ with the future masked.
+# `model.attention_maps(idx)` runs the model once and returns every layer's attention
+# weights $A$: a list of $L$ tensors of shape $(B, H, T, T)$, the format transformers uses.
+# Row $t$ of a head's map is how query $t$ shares its attention over keys $0 \dots t$
+# ({ref}`ch-attention`). To be sure the maps are the model's real weights, compute layer 0
+# by hand from the parameters: embeddings, `ln_1`, queries and keys from `c_attn`, then
+# $\operatorname{softmax}(QK^\top / \sqrt{d_k})$ with the future masked.
 
 # %%
 def encode(text: str) -> torch.Tensor:
-    return torch.tensor([enc.encode(text)])  # (1, T)
+    """(1, T) token ids of ``text``; after <|endoftext|> for the offline model."""
+    return torch.tensor([START + enc.encode(text)])
 
 
 idx = encode("The girl and the boy walked home. She")
@@ -329,64 +322,71 @@ with torch.no_grad():
     q = q.view(B, T, H, d_k).transpose(1, 2)  # (B, H, T, d_k)
     k = k.view(B, T, H, d_k).transpose(1, 2)  # (B, H, T, d_k)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, H, T, T)
-    future = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)  # (T, T): True above the diagonal
+    future = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)  # (T, T): True = future
     A0 = scores.masked_fill(future, float("-inf")).softmax(dim=-1)  # (B, H, T, T)
 assert_close(A0, maps[0])
 
 # %% tags=["nbval-check-output"]
-print(f"{len(maps)} maps of shape {tuple(maps[0].shape)} (B, H, T, T); layer 0 by hand matches")
-print("every row sums to 1:", all(torch.allclose(A.sum(-1), torch.ones(B, H, T)) for A in maps))
+print(f"{len(maps)} maps of shape {tuple(maps[0].shape)} (B, H, T, T); layer 0 by hand "
+      "matches")
+print("every row sums to 1:",
+      all(torch.allclose(A.sum(-1), torch.ones(B, H, T)) for A in maps))
 print("largest weight on a future token:", max(A[..., future].max().item() for A in maps))
 
 # %% [markdown]
-# Layer 0 by hand matches, the rows are probability distributions, and nothing looks ahead. Here is every
-# head at once, with `attention_grid` from `gpt_from_scratch.plotting`, all on one colour scale:
+# Layer 0 by hand matches, the rows are probability distributions, and nothing looks ahead.
+# Here is every head at once, with `attention_grid` from `gpt_from_scratch.plotting`, all on
+# one colour scale. Two patterns are worth looking for; sections 8.8 and 8.9 measure them: a
+# bright first column all the way down (an *attention sink*) and a bright line just below
+# the diagonal (a *previous-token head*). The bright top-left corner of every map is no
+# pattern: query 0 can only attend to itself.
 
-# %% mystnb={"figure": {"caption": "Every head of the loaded model on one sentence: one small map per layer (rows) and head (columns), all on one colour scale from 0 to 1. Within a map, row t is where query t puts its attention; the future (above the diagonal) is always 0.", "name": "fig-attention-grid"}, "image": {"alt": "A grid of small triangular heatmaps, one per layer and head, showing the attention weights of each head on the sentence 'The girl and the boy walked home. She'."}}
-fig = attention_grid(maps, tokens, title=f"{MODEL_NAME}: every head", cell_size=min(0.9, 8 / cfg.n_heads))
+# %% mystnb={"figure": {"caption": "Every head of the analysed model on one sentence: one small map per layer (rows) and head (columns), all on one colour scale from 0 to 1. Within a map, row t is where query t puts its attention; the future (above the diagonal) is always 0.", "name": "fig-attention-grid"}, "image": {"alt": "A grid of small triangular heatmaps, one per layer and head, showing the attention weights of each head on the sentence 'The girl and the boy walked home. She'."}}
+fig = attention_grid(maps, tokens, title=f"{MODEL_NAME}: every head",
+                     cell_size=min(0.9, 8 / cfg.n_heads))
 plt.show()
 
 # %% [markdown]
-# Most heads of the Chapter 6 model spread their attention over many earlier tokens: close to the plain
-# average of the past that {ref}`ch-attention` started from. The bright columns in layers 1 and 2 are the
-# exception: in heads 0 and 3 of layer 1 and head 3 of layer 2, the queries " boy", " walked" and " home" put
-# almost all their weight on one earlier token, " the". The bright top-left corner of every map is no
-# pattern: query 0 can only attend to itself, and query 1 has just two keys. With GPT-2 loaded, the grid holds
-# 144 heads; look for
-# the two patterns that sections 8.8 and 8.9 measure: a bright first column all the way down (an attention
-# sink) and a bright line just below the diagonal (a previous-token head).
-#
 # ## 8.6 She and He
 #
-# To predict what follows "The girl and the boy walked home. She", a model does well to know who "She" is,
-# and bertviz {cite}`vig2019bertviz` was made to look for heads in which a pronoun attends to the noun it
-# refers to. The cell below compares the last row of a head's map, where the pronoun looks, between "... She"
-# and "... He". With GPT-2 loaded it uses one head fixed in advance, layer 5, head 10 (counting from 0); with
-# the Chapter 6 model, which has only 4 layers, it picks the head whose last row changes most
-# between the two sentences (the total variation distance, half the summed absolute difference: 0 for
-# identical rows, 1 for rows with nothing in common), and says so.
+# To predict what follows "The girl and the boy walked home. She", a model does well to know
+# who "She" is, and bertviz {cite}`vig2019bertviz` was made to look for heads in which a
+# pronoun attends to the noun it refers to. The cell below compares the last row of a head's
+# map, where the pronoun looks, between "... She" and "... He". With GPT-2 loaded it uses
+# the head of the published measurement, layer 5, head 10 (counting from 0, as transformers
+# does); another model has no such head fixed in advance, so the cell picks the head whose
+# last row changes most between the two sentences (the total variation distance, half the
+# summed absolute difference: 0 for identical rows, 1 for rows with nothing in common).
 
 # %%
-she, he = encode("The girl and the boy walked home. She"), encode("The girl and the boy walked home. He")
+she = encode("The girl and the boy walked home. She")
+he = encode("The girl and the boy walked home. He")
 maps_she, maps_he = model.attention_maps(she), model.attention_maps(he)
-last_she = torch.stack([A[0, :, -1] for A in maps_she])  # (L, H, T): where the pronoun looks, per head
+last_she = torch.stack([A[0, :, -1] for A in maps_she])  # (L, H, T): where "She" looks
 last_he = torch.stack([A[0, :, -1] for A in maps_he])  # (L, H, T)
-change = 0.5 * (last_she - last_he).abs().sum(-1)  # (L, H): total variation distance, 0 .. 1
+change = 0.5 * (last_she - last_he).abs().sum(-1)  # (L, H): total variation, 0 .. 1
 if REAL_GPT2:
-    layer, head = 5, 10
-    why = "a head of GPT-2 small fixed in advance"
+    layer, head = heads.GPT2_REFERENCE.pronoun_head
+    why = "the head of the published measurement"
 else:
     layer, head = divmod(int(change.argmax()), cfg.n_heads)
     why = "the head whose last row changes most between She and He"
-rank = int((change > change[layer, head]).sum()) + 1
 
 # %%
 print(f"layer {layer}, head {head}: {why}")
-print(f"total variation between the two last rows: {change[layer, head]:.3f} (rank {rank} of {change.numel()} heads)")
+print(f"total variation between the two last rows: {change[layer, head]:.3f}")
 labels = token_labels(she[0], enc)[:-1] + ["She/He"]
-print(f"{'':>8}" + "".join(f"{t:>8}" for t in labels))
+print(f"{'':>8}" + "".join(f"{t.replace('<|endoftext|>', '<|eot|>'):>8}" for t in labels))
 print(f"{'She ->':>8}" + "".join(f"{w:>8.3f}" for w in last_she[layer, head].tolist()))
 print(f"{'He ->':>8}" + "".join(f"{w:>8.3f}" for w in last_he[layer, head].tolist()))
+published = heads.GPT2_REFERENCE.pronoun_row
+print(f"{'GPT-2':>8}" + " " * 8 * (len(labels) - len(published))
+      + "".join(f"{w:>8.3f}" for w in published) + "   (She, measured elsewhere)")
+
+# %% tags=["remove-input"]
+display(Markdown(prose.pronoun_text(
+    MODEL_NAME, layer, head, token_labels(she[0], enc), last_she[layer, head].tolist(),
+    last_he[layer, head].tolist(), REAL_GPT2)))
 
 # %% mystnb={"figure": {"caption": "One head on the two sentences, on one colour scale. The last row is where the pronoun looks; every earlier row is identical in both, since a query cannot see the tokens after it.", "name": "fig-she-he"}, "image": {"alt": "Two triangular attention heatmaps side by side with a shared colour bar, for the sentences ending in She and in He, with each weight written in its cell."}}
 fig = compare_attention(
@@ -397,38 +397,37 @@ fig = compare_attention(
 plt.show()
 
 # %% [markdown]
-# In the run that built this page the chosen head is in layer 0, and a layer-0 head cannot know who "She"
-# is: its queries and keys come from token and position embeddings alone, so each token is scored on its
-# own, not in context. Neither pronoun singles out " girl" or " boy": "She" gives them 0.082 and 0.085, "He"
-# 0.093 and 0.090. Both put their largest weight on " the", which is also where the two rows differ most
-# (0.201 against 0.179). Elsewhere they differ by at most 0.016, and in all, even the head that changes most
-# moves only 0.050 of its attention. Choosing the head that changes most is not the same
-# as finding a head that resolves pronouns. With GPT-2 loaded, read the two printed rows for layer 5,
-# head 10: does "She" favour " girl" and "He" favour " boy"?
+# Choosing the head that changes most, as the cell does for any model but GPT-2, is not the
+# same as finding a head that resolves pronouns. A head in layer 0 could not even know who
+# "She" is: its queries and keys come from token and position embeddings alone, so each
+# token is scored on its own, not in context.
 #
 # ## 8.7 The doctor and the nurse: attention and learned bias
 #
-# Vig's paper on bertviz {cite}`vig2019bertviz` used a sharper pair: "The doctor asked the nurse a question.
-# She" and "... He". The sentence does not say who "She" is, so where a head sends the pronoun shows what the
-# model has *learned* to associate, and the paper found a GPT-2 head that sent "She" to "nurse" and "He" to
-# "doctor": occupational stereotypes from its training text. First the attention of the head chosen above:
+# Vig's paper on bertviz {cite}`vig2019bertviz` used a sharper pair: "The doctor asked the
+# nurse a question. She" and "... He". The sentence does not say who "She" is, so where a
+# head sends the pronoun shows what the model has *learned* to associate. First the
+# attention of the head chosen above:
 
 # %%
-print(f"attention of the pronoun (layer {layer}, head {head}):")
+bias_weights = {}
 for pronoun in ("She", "He"):
-    ids = encode(f"The doctor asked the nurse a question. {pronoun}")
+    ids = encode(heads.GPT2_REFERENCE.bias_sentence.format(pronoun=pronoun))
     row = model.attention_maps(ids)[layer][0, head, -1]  # (T,)
     labels = token_labels(ids[0], enc)
-    print(f"  {pronoun:>3} -> doctor {row[labels.index('␣doctor')]:.3f}   nurse {row[labels.index('␣nurse')]:.3f}")
+    bias_weights[pronoun] = {w: row[labels.index(w)].item() for w in ("␣doctor", "␣nurse")}
+    print(f"{pronoun:>3} -> doctor {bias_weights[pronoun]['␣doctor']:.3f}   "
+          f"nurse {bias_weights[pronoun]['␣nurse']:.3f}   (layer {layer}, head {head})")
 
+# %% tags=["remove-input"]
+display(Markdown(prose.bias_attention_text(MODEL_NAME, layer, head, bias_weights,
+                                           REAL_GPT2)))
 
 # %% [markdown]
-# After "She" and after "He" alike, the head chosen above gives " nurse" a little more weight than " doctor"
-# (0.093 and 0.098 against 0.058 and 0.067): unlike the head in Vig's paper, it treats the two pronouns the
-# same way. In any case attention shows where a head looks, not what the model concludes. The model's
-# conclusion is its next-token distribution: how likely is " he" or " she" to come next after an occupation?
-# Swapping the two occupations shows whether the prediction follows them. For a baseline, count the two words
-# in the text the Chapter 6 model learned from.
+# Attention shows where a head looks, not what the model concludes. The model's conclusion
+# is its next-token distribution: how likely is " he" or " she" to come next after an
+# occupation? Swapping the two occupations shows whether the prediction follows them. For a
+# baseline, count the two words in the text the small models learned from.
 
 # %%
 @torch.no_grad()
@@ -447,10 +446,12 @@ prompts = [
     "The doctor said that",
     "The nurse said that",
 ]
+ratios = {}
 print(f"{MODEL_NAME}:")
 print(f"{'prompt':<48} {'P( he)':>8} {'P( she)':>8} {'he/she':>7}")
 for prompt in prompts:
     p_he, p_she = next_token_probs(model, prompt, [" he", " she"])
+    ratios[prompt] = p_he / p_she
     print(f"{prompt:<48} {p_he:>8.4f} {p_she:>8.4f} {p_he / p_she:>7.1f}")
 
 train_ids = read_tokens(prepare_tokens(enc)["train"])
@@ -458,135 +459,136 @@ n_he, n_she = (int((train_ids == enc.encode(w)[0]).sum()) for w in (" he", " she
 print(f"\nTiny Shakespeare's training split: ' he' {n_he:,} times, ' she' {n_she:,} times "
       f"(ratio {n_he / n_she:.1f})")
 
+# %% tags=["remove-input"]
+display(Markdown(prose.bias_probs_text(MODEL_NAME, ratios, n_he / n_she)))
+
 # %% [markdown]
-# The Chapter 6 model's answer ignores the occupations: swapping doctor and nurse leaves $P(\text{" he"})$ and
-# $P(\text{" she"})$ almost unchanged. It prefers " he" by a ratio of 2.1 to 2.7, the same way as, though less
-# strongly than, the two words in its training text (3.4). Its "bias" leans with the base rate of
-# Shakespeare's pronouns, " he" more than three times as often as " she". That is the simplest learned bias,
-# and the first baseline to check a model against. A model trained on web text learns the base rates of web
-# text, and on top of them associations such as occupation and gender; {cite}`vig2020causal` measured those
-# in GPT-2. With GPT-2 loaded, the table shows whether its ratio moves when the two occupations swap places.
+# The simplest learned bias is a base rate: Shakespeare writes " he" far more often than
+# " she", and a model trained on his plays can learn that rate without any link to
+# occupations; compare its ratios with the corpus's. A model trained on web text learns the
+# base rates of web text, and on top of them associations such as occupation and gender;
+# {cite}`vig2020causal` measured those in GPT-2.
 #
 # ## 8.8 Attention sinks: the first token
 #
-# Every row of an attention map must sum to 1, even when a head has nothing useful to read. Trained
-# transformers solve this with an *attention sink*: they park the spare attention on the first token, which
-# every query can see. {cite}`xiao2024sinks` found that large language models put a surprising share of their
-# attention there whatever that token is, and that a sliding window of context which drops the first tokens
-# makes the model's perplexity explode.
+# Every row of an attention map must sum to 1, even when a head has nothing useful to read.
+# Trained transformers solve this with an *attention sink*: they park the spare attention on
+# the first token, which every query can see. {cite}`xiao2024sinks` found that large
+# language models put a surprising share of their attention there whatever that token is,
+# and that a sliding window of context which drops the first tokens makes the model's
+# perplexity explode.
 #
-# The measurement: run 16 validation windows of 64 tokens through the model and, for each layer and head,
-# average the weight that queries $t = 1, \dots, T-1$ put on position 0 (query 0 has no choice). The windows
-# start mid-text, so position 0 holds an ordinary token. The baseline is a head that spreads its attention
-# evenly: query $t$ gives $1/(t+1)$ to each key.
+# The measurement: run 16 validation windows through the model (after `<|endoftext|>` for
+# the offline model, as it was trained) and, for each layer and head, average the weight
+# that queries $t = 8, \dots, T-1$ put on position 0; early queries have few tokens to
+# choose from. The baseline is a head that spreads its attention evenly: query $t$ gives
+# $1/(t+1)$ to each key.
 
 # %%
-x_batch = x_val[:16]  # (16, 64): windows that start mid-text, so position 0 is an ordinary token
+x_batch = torch.cat([torch.tensor([START] * 16, dtype=torch.long).view(16, len(START)),
+                     x_val[:16, :cfg.context_length - len(START)]], dim=1)  # (16, 64)
 batch_maps = torch.stack(model.attention_maps(x_batch))  # (L, B, H, T, T)
 T = x_batch.shape[1]
-first_share = batch_maps[..., 1:, 0].mean(dim=(1, 3))  # (L, H): mean weight on position 0, queries 1 .. T-1
-uniform_share = (1.0 / torch.arange(2, T + 1)).mean().item()  # what a head spreading evenly would give
-
-
-def plot_head_scores(scores: torch.Tensor, title: str, label: str):
-    """A layers x heads heatmap of one number per head, each cell annotated."""
-    L, H = scores.shape
-    fig, ax = plt.subplots(figsize=(min(0.55 * H + 2.5, 9), 0.45 * L + 1.5))
-    image = ax.imshow(scores, cmap="magma", vmin=0.0, vmax=1.0)
-    for (l, h), value in np.ndenumerate(scores.numpy()):
-        ax.text(h, l, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                color="black" if value > 0.6 else "white")
-    ax.set_xticks(range(H))
-    ax.set_yticks(range(L))
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_title(title, fontsize=10)
-    fig.colorbar(image, ax=ax, label=label)
-    return fig
-
+first_share = heads.sink_scores(batch_maps)  # (L, H): mean A[t, 0], t = 8 .. T-1
+sink_baseline = heads.uniform_share(T, start=heads.SINK_FROM)  # a head spreading evenly
 
 # %%
-print(f"uniform attention would put {uniform_share:.3f} on position 0 (mean of 1/(t+1), t = 1 .. {T - 1})")
+print(f"uniform attention would put {sink_baseline:.3f} on position 0 "
+      f"(mean of 1/(t+1), t = {heads.SINK_FROM} .. {T - 1})")
 for l in range(cfg.n_layers):
     print(f"layer {l:>2}: mean share on position 0 = {first_share[l].mean():.3f}, "
           f"largest head {first_share[l].max():.3f} (head {first_share[l].argmax()})")
 
-# %% mystnb={"figure": {"caption": "Share of attention on the first token, per layer and head, averaged over queries 1 to 63 of 16 validation windows. A head attending evenly would score the uniform baseline printed above; an attention sink scores close to 1.", "name": "fig-sinks"}, "image": {"alt": "A heatmap with layers as rows and heads as columns; each cell is annotated with the head's mean attention weight on position 0."}}
-fig = plot_head_scores(first_share, f"{MODEL_NAME}: share of attention on the first token", "mean weight on position 0")
+# %% tags=["remove-input"]
+display(Markdown(prose.sink_text(MODEL_NAME, first_share, sink_baseline)))
+
+# %% mystnb={"figure": {"caption": "Share of attention on the first token, per layer and head, averaged over queries 8 to 63 of 16 validation windows. A head attending evenly would score the uniform baseline printed above; an attention sink scores close to 1.", "name": "fig-sinks"}, "image": {"alt": "A heatmap with layers as rows and heads as columns; each cell is annotated with the head's mean attention weight on position 0."}}
+fig = head_scores_heatmap(first_share,
+                          f"{MODEL_NAME}: share of attention on the first token",
+                          "mean weight on position 0")
 plt.show()
 
 # %% [markdown]
-# The Chapter 6 model has no attention sink: every layer's share of attention on position 0 stays close to
-# the uniform baseline. Sinks are learned, and a few minutes of training on 64-token windows have not made
-# one. With GPT-2 loaded, compare its heatmap with the same baseline: heads far above it are sinks.
-#
 # ## 8.9 Previous-token heads
 #
-# A *previous-token head* sends each query to the token just before it: its maps are a bright line under the
-# diagonal. It copies "what came before me" into each position: the first half of the two-head *induction
-# circuit* that {cite}`olsson2022induction` found behind much of in-context learning (exercise 3 measures the
-# second half, the induction head). Its score is the mean weight on position $t-1$, averaged like the sink
-# share, with the same uniform baseline.
+# A *previous-token head* sends each query to the token just before it: its maps are a
+# bright line under the diagonal. It copies "what came before me" into each position: the
+# first half of the two-head *induction circuit* that {cite}`olsson2022induction` found
+# behind much of in-context learning (exercise 3 measures the second half, the induction
+# head). Its score is the mean weight on position $t-1$ over the queries $t = 1, \dots, T-1$
+# of the same windows; a head attending evenly scores the mean of $1/(t+1)$.
 
 # %%
-prev_score = batch_maps.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, 3))  # (L, H): mean A[t, t-1]
-top = prev_score.flatten().topk(3).indices
-top_heads = [divmod(int(i), cfg.n_heads) for i in top]
-print(f"uniform attention would put {uniform_share:.3f} on position t-1 as well")
+prev_score = heads.previous_token_scores(batch_maps)  # (L, H): mean A[t, t-1]
+prev_baseline = heads.uniform_share(T)
+top_heads = heads.best_heads(prev_score, 3)
+
+# %%
+print(f"uniform attention would put {prev_baseline:.3f} on position t-1")
 for l, h in top_heads:
     print(f"layer {l}, head {h}: mean weight on the previous token {prev_score[l, h]:.3f}")
 
+# %% tags=["remove-input"]
+display(Markdown(prose.previous_token_text(MODEL_NAME, prev_score, prev_baseline,
+                                           REAL_GPT2)))
+
 # %% mystnb={"figure": {"caption": "Mean attention weight on the previous token, per layer and head, over the same 16 validation windows. A previous-token head scores close to 1.", "name": "fig-prev-token"}, "image": {"alt": "A heatmap with layers as rows and heads as columns; each cell is annotated with the head's mean attention weight on the token just before the query."}}
-fig = plot_head_scores(prev_score, f"{MODEL_NAME}: mean weight on the previous token", "mean A[t, t-1]")
+fig = head_scores_heatmap(prev_score, f"{MODEL_NAME}: mean weight on the previous token",
+                          "mean A[t, t-1]")
 plt.show()
 
 # %% [markdown]
 # The three best-scoring heads, on the first line of the play:
 
-# %% mystnb={"figure": {"caption": "The three heads with the highest previous-token scores, on one sentence, on one colour scale from 0 to 1. A perfect previous-token head would draw a bright line just below the diagonal.", "name": "fig-prev-token-maps"}, "image": {"alt": "Three triangular attention heatmaps side by side with a shared colour bar, one for each of the three heads with the highest previous-token score."}}
+# %% mystnb={"figure": {"caption": "The three heads with the highest previous-token scores, on one sentence, on one colour scale from 0 to 1. A previous-token head draws a bright line just below the diagonal; a sink, a bright first column.", "name": "fig-prev-token-maps"}, "image": {"alt": "Three triangular attention heatmaps side by side with a shared colour bar, one for each of the three heads with the highest previous-token score."}}
 idx = encode("First Citizen:\nBefore we proceed any further, hear me speak.")
 top_maps = model.attention_maps(idx)
-fig = compare_attention([top_maps[l][0, h] for l, h in top_heads], [f"layer {l}, head {h}" for l, h in top_heads],
+fig = compare_attention([top_maps[l][0, h] for l, h in top_heads],
+                        [f"layer {l}, head {h}" for l, h in top_heads],
                         token_labels(idx[0], enc), vmax=1.0, annotate=False)
 plt.show()
 
 # %% [markdown]
-# The Chapter 6 model has no previous-token head either: its best scores are barely above the baseline. In
-# the run that built this page, the maps of its top three heads show where the attention they do concentrate
-# goes: to one or two early tokens, here the colon and the newline after "First Citizen", not to the
-# token just before. {cite}`olsson2022induction` saw induction heads form abruptly, early in training, in what
-# they call a phase change; the book's small model, trained for minutes on a CPU, has not got there. With
-# GPT-2 loaded, the heatmap and the three maps show its best previous-token heads.
+# {cite}`olsson2022induction` saw induction heads form abruptly, early in training, in what
+# they call a phase change, and the previous-token heads they rely on form before them. Both
+# kinds of head are learned, not built in. The offline model was trained on windows that
+# start with `<|endoftext|>`, so that a sink had a token to form on, and only for as many
+# steps as a chapter can afford on a laptop CPU; the closing note gives its recipe, its
+# training time and both scores, and `offline_model(full=True)` trains the larger model of
+# the issue's GPU measurements, where both kinds of head grow further.
 #
 # ## 8.10 Interactive views with bertviz
 #
-# bertviz {cite}`vig2019bertviz` draws attention interactively: `head_view` shows one layer as lines from each
-# token to the tokens it attends to (hover over a token, pick heads by colour), `model_view` shows every
-# layer and head at once. It takes exactly what `attention_maps` returns, a sequence of $(1, H, T, T)$ tensors,
-# one per layer (the format of transformers' `output_attentions`), plus the token strings. Its views load
-# their JavaScript libraries from the internet, and they do not display on this static page, so the cell
-# builds them and shows them only when `SHOW_BERTVIZ` is true (by default on Colab; set it to `True` in
-# Jupyter).
+# bertviz {cite}`vig2019bertviz` draws attention interactively: `head_view` shows one layer
+# as lines from each token to the tokens it attends to (hover over a token, pick heads by
+# colour), `model_view` shows every layer and head at once. It takes exactly what
+# `attention_maps` returns, a sequence of $(1, H, T, T)$ tensors, one per layer (the format
+# of transformers' `output_attentions`), plus the token strings: any model's attention,
+# GPT-2's or the offline model's. Its views load their JavaScript libraries from the
+# internet and do not display on this static page, so the cell builds them and shows them
+# only when `SHOW_BERTVIZ` is true (by default on Colab; set it to `True` in Jupyter).
 
 # %%
 from bertviz import head_view, model_view
 
-SHOW_BERTVIZ = "google.colab" in sys.modules  # set True in Jupyter to see the interactive views
+SHOW_BERTVIZ = "google.colab" in sys.modules  # True in Jupyter: the interactive views
 
 ids = encode("The doctor asked the nurse a question. She")
 labels = token_labels(ids[0], enc)
-attention = tuple(model.attention_maps(ids))  # bertviz's format: one (1, H, T, T) tensor per layer
+attention = tuple(model.attention_maps(ids))  # bertviz's format: L tensors (1, H, T, T)
 head_html = head_view(attention, labels, layer=layer, heads=[head], html_action="return")
 model_html = model_view(attention, labels, html_action="return")
-print(f"head_view: {len(head_html.data):,} characters of HTML and JavaScript; model_view: {len(model_html.data):,}")
+print(f"head_view: {len(head_html.data):,} characters of HTML and JavaScript; "
+      f"model_view: {len(model_html.data):,}")
 if SHOW_BERTVIZ:
     display(head_html)
     display(model_html)
 
 # %% [markdown]
-# For this page, `attention_lines` from `gpt_from_scratch.plotting` draws the head view as a static figure:
-# every head of the chosen layer, each line from a query token (left) to a key token (right) as opaque as its
-# weight.
+# For this page, `attention_lines` from `gpt_from_scratch.plotting` draws what the head view
+# shows as a static figure: every head of the chosen layer, each line from a query token
+# (left) to a key token (right) as opaque as its weight. The model view's grid of every
+# layer and head is the `attention_grid` of section 8.5.
 
 # %% mystnb={"figure": {"caption": "A static head view of the layer chosen in section 8.6, on the doctor and nurse sentence: one panel per head, a line from each query token (left) to each key token (right), as opaque as its attention weight.", "name": "fig-head-view"}, "image": {"alt": "Panels side by side, one per attention head, each listing the tokens of 'The doctor asked the nurse a question. She' twice, in two columns, joined by lines whose opacity is the attention weight."}}
 fig = attention_lines(attention[layer][0], labels, title=f"{MODEL_NAME}, layer {layer}")
@@ -595,19 +597,30 @@ plt.show()
 # %% [markdown]
 # ## Summary
 #
-# - GPT-2 small holds 124,439,808 parameters: $12D^2 + 13D$ per block, the token and position embeddings, a
-#   final LayerNorm, and an output layer tied to the token embedding (163,037,184 untied).
-# - OpenAI's checkpoint, as transformers stores it, maps onto our `GPT` by three rules: drop `transformer.`,
-#   rename `h.N` to `blocks.N`, transpose the four `Conv1D` matrices. Then both compute the same logits and the
-#   same attention weights. `GPT.from_pretrained("gpt2")` does it all, and fails with a clear
-#   `WeightsUnavailableError` when the weights can be neither found nor downloaded.
-# - `model.attention_maps(idx)` returns $L$ tensors of shape $(B, H, T, T)$, transformers' format, ready for
-#   plots and for bertviz; layer 0 computed by hand from the weights matches it.
-# - A head's map shows where it looks, not what the model concludes. Measure conclusions on the outputs
-#   (next-token probabilities) and test a head's role by intervening (exercise 4).
-# - Attention sinks and previous-token heads are measurable, one number per head against the baseline of a
-#   head that attends evenly; they are learned, so a model trained briefly need not have them.
-#
+# - GPT-2 small holds 124,439,808 parameters: $12D^2 + 13D$ per block, the token and
+#   position embeddings, a final LayerNorm, and an output layer tied to the token embedding
+#   (163,037,184 untied).
+# - `GPT.from_pretrained("gpt2")` loads OpenAI's weights through the conversion of
+#   {ref}`ch-gpt`, and fails within seconds with a clear `WeightsUnavailableError` when they
+#   can be neither found nor downloaded. Parity with transformers is measured: the largest
+#   logit difference and whether the most likely tokens agree, on the weights loaded.
+# - `model.attention_maps(idx)` returns $L$ tensors of shape $(B, H, T, T)$, transformers'
+#   format, ready for plots and for bertviz; layer 0 computed by hand from the weights
+#   matches it.
+# - A head's map shows where it looks, not what the model concludes. Measure conclusions on
+#   the outputs (next-token probabilities) and test a head's role by intervening (exercise
+#   4).
+# - Attention sinks and previous-token heads are measurable, one number per head against the
+#   baseline of a head that attends evenly. They are learned: a sink needs a first token
+#   worth parking on, such as the `<|endoftext|>` that starts GPT-2's documents.
+
+# %% tags=["remove-input"]
+if offline_info is not None:
+    display(Markdown(prose.offline_recipe_text(
+        offline_info, prev_score.max().item(), first_share.max().item(), prev_baseline,
+        sink_baseline)))
+
+# %% [markdown]
 # ## Exercises
 #
 # ### Exercise 1. Scores at any offset (implement)

@@ -1,0 +1,184 @@
+"""Chapter 8 — the chapter's sentences about the loaded model, written from its numbers.
+
+Each function takes the numbers a cell computed and returns Markdown, which the chapter shows with
+``IPython.display.Markdown`` in a cell tagged ``remove-input``: the same text renders in the book and
+in Colab, and stays true whichever model ran (GPT-2 small, or the offline model). Numbers are written
+with 3 decimals, as the cells print them. The text is plain Markdown (Colab renders no MyST roles),
+so citations are written out; the chapter's own cells cite them with ``{cite}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import Tensor
+
+from .heads import GPT2_REFERENCE, agreement, best_heads, compare_with_reference
+
+SINK_HEAD = 0.5  # a head whose mean weight on the first token is above this is called a sink
+CLEAR = 3.0  # a score at least this many times the uniform baseline is "clearly" above it
+
+_REF = GPT2_REFERENCE
+
+
+def _head(layer: int, head: int) -> str:
+    return f"layer {layer}, head {head}"
+
+
+def _elsewhere(text: str) -> str:
+    return f"**GPT-2 small** ({_REF.source}): {text}"
+
+
+def loaded_text(real: bool, name: str, n_params: int, info: dict | None = None) -> str:
+    """What section 8.2 loaded, and so what every later number on the page belongs to."""
+    if real:
+        return (f"OpenAI's weights loaded: every analysis below runs on **{name}** ({n_params:,} "
+                "parameters), and each one compares its numbers with the published ones.")
+    how = "" if info is None else (
+        f" It trained for {info['settings']['train']['max_iters']:,} steps in {info['train_seconds']:.0f} s "
+        f"on the machine that first ran this chapter, which estimated its validation loss at "
+        f"{info['val_loss']:.2f}.")
+    return (f"GPT-2's weights are not available here (the message above says why). Every analysis below runs on **{name}** "
+            f"({n_params:,} parameters) instead, a small GPT trained on Tiny Shakespeare with every window "
+            f"starting with `<|endoftext|>`.{how} Beside each analysis stands what GPT-2 small shows, "
+            "measured elsewhere.")
+
+
+def parity_text(max_diff: float, same_greedy: bool, n_greedy: int, real: bool) -> str:
+    """The parity claim, as measured on whichever weights section 8.3 compared."""
+    on = "OpenAI's GPT-2 small weights" if real else "a randomly initialised GPT-2-shaped model"
+    same = "the same" if same_greedy else "**not** the same"
+    return (f"On {on}, our `GPT` and transformers' `GPT2LMHeadModel` differ by at most {max_diff:.1e} in "
+            f"any logit, and their {n_greedy} greedy tokens are {same}.")
+
+
+def losses_text(losses: dict[str, float], ln_v: float) -> str:
+    """The validation losses of section 8.4, against a uniform guess."""
+    parts = [f"{name} scores {loss:.2f} nats per token (perplexity {2.718281828 ** loss:,.0f})"
+             for name, loss in losses.items()]
+    best = min(losses, key=losses.get)
+    return (f"{'; '.join(parts)}, against {ln_v:.2f} for a uniform guess. The lowest is {best}'s.")
+
+
+def samples_text(continuations: dict[str, list[list[int]]]) -> str:
+    """Section 8.4: how much each model's two sampled continuations (same seed, two prompts) share.
+
+    A model that uses its context continues two different prompts differently; one that barely reads
+    it makes the same choices from the same random numbers.
+    """
+    sentences = []
+    for name, (first, second) in continuations.items():
+        same = sum(a == b for a, b in zip(first, second))
+        sentences.append(f"{name}'s two continuations agree at {same} of {len(first)} positions")
+    return ("With the same seed, " + "; ".join(sentences) + ". A model that reads its prompt continues "
+            "two different prompts differently; one that barely reads it repeats the choices that the same "
+            "random numbers give.")
+
+
+def pronoun_text(name: str, layer: int, head: int, tokens: Sequence[str], row_she: Sequence[float],
+                 row_he: Sequence[float], real: bool) -> str:
+    """Section 8.6: where the pronoun looks in the chosen head, beside GPT-2's layer 5, head 10."""
+    girl, boy = tokens.index("␣girl"), tokens.index("␣boy")
+    ref = dict(zip(_REF.pronoun_tokens, _REF.pronoun_row))
+    ref_girl, ref_boy = ref["␣girl"], ref["␣boy"]
+    text = (f"In {name}'s {_head(layer, head)}, \"She\" gives \" girl\" {row_she[girl]:.3f} and \" boy\" "
+            f"{row_she[boy]:.3f}; \"He\" gives them {row_he[girl]:.3f} and {row_he[boy]:.3f}. The first "
+            f"token takes {row_she[0]:.3f} after \"She\". ")
+    if row_she[girl] > row_she[boy] and row_he[boy] > row_he[girl]:
+        text += "Each pronoun favours the noun of its gender. "
+    else:
+        text += "The two pronouns do not each favour the noun of their gender. "
+    text += "\n\n" + _elsewhere(
+        f"{_head(*_REF.pronoun_head)} gives \" girl\" {ref_girl:.3f} and \" boy\" {ref_boy:.3f} after "
+        f"\"She\", and {_REF.pronoun_row[0]:.3f} to the first token (Vig, 2019).")
+    if real and (layer, head) == _REF.pronoun_head:
+        diff = compare_with_reference(row_she)
+        text += (f" Recomputed here, the row differs from the published one by at most {diff:.4f}: they "
+                 f"{agreement(diff)}.")
+    return text
+
+
+def bias_attention_text(name: str, layer: int, head: int, weights: dict[str, dict[str, float]],
+                        real: bool) -> str:
+    """Section 8.7: where "She" and "He" look in "The doctor asked the nurse a question. She/He"."""
+    sentences, matches = [], 0
+    for pronoun, w in weights.items():
+        top = max(w, key=w.get)
+        matches += top == _REF.bias_targets[pronoun]
+        sentences.append(f"\"{pronoun}\" gives \" doctor\" {w['␣doctor']:.3f} and \" nurse\" "
+                         f"{w['␣nurse']:.3f}")
+    text = f"In {name}'s {_head(layer, head)}, " + "; ".join(sentences) + ". "
+    if matches == len(weights):
+        text += "As in GPT-2, \"She\" looks most at \" nurse\" and \"He\" at \" doctor\"."
+    else:
+        text += "Unlike GPT-2, the two pronouns do not split between the two occupations that way."
+    text += "\n\n" + _elsewhere(
+        f"in {_head(*_REF.pronoun_head)}, \"She\" attends most to \" nurse\" and \"He\" to \" doctor\": "
+        "an occupational stereotype from its training text (Vig, 2019).")
+    if real:
+        text += f" Recomputed here, {matches} of {len(weights)} pronouns follow it."
+    return text
+
+
+def bias_probs_text(name: str, ratios: dict[str, float], corpus_ratio: float | None) -> str:
+    """Section 8.7: does P(" he") / P(" she") move when doctor and nurse swap places?"""
+    low, high = min(ratios.values()), max(ratios.values())
+    pairs = list(ratios.values())
+    moves = max(abs(pairs[0] - pairs[1]), abs(pairs[2] - pairs[3])) if len(pairs) == 4 else high - low
+    text = (f"{name} prefers \" he\" to \" she\" by a ratio between {low:.1f} and {high:.1f}; swapping the "
+            f"two occupations moves the ratio by at most {moves:.1f}. ")
+    if corpus_ratio is not None:
+        text += f"In Tiny Shakespeare's training split the ratio of the two words is {corpus_ratio:.1f}."
+    return text
+
+
+def sink_text(name: str, scores: Tensor, baseline: float) -> str:
+    """Section 8.8: how many heads are sinks, beside GPT-2's many."""
+    (l, h), = best_heads(scores, 1)
+    n_sinks, total = int((scores > SINK_HEAD).sum()), scores.numel()
+    best = scores[l, h].item()
+    text = (f"In {name}, {n_sinks} of {total} heads put more than half of their attention on the first "
+            f"token; the strongest, {_head(l, h)}, puts {best:.3f} there, {best / baseline:.1f} times the "
+            f"uniform baseline of {baseline:.3f}. ")
+    if n_sinks:
+        text += "That is an attention sink."
+    elif best >= CLEAR * baseline:
+        text += "That is a sink in the making: clearly above the baseline, not yet most of the attention."
+    else:
+        text += "There is no attention sink: every head stays close to the baseline."
+    return text + "\n\n" + _elsewhere(
+        "many heads put most of their attention on the first token, whatever it is; "
+        "Vig and Belinkov (2019) saw it in GPT-2, and Xiao et al. (2024) in every large language "
+        "model they measured.")
+
+
+def previous_token_text(name: str, scores: Tensor, baseline: float, real: bool) -> str:
+    """Section 8.9: the best previous-token head, beside GPT-2's layer 4, head 11."""
+    (l, h), = best_heads(scores, 1)
+    best = scores[l, h].item()
+    clear = "clearly above" if best >= CLEAR * baseline else "not far above"
+    text = (f"In {name}, the best previous-token head is {_head(l, h)}: {best:.3f} of its attention goes to "
+            f"the token just before, {best / baseline:.1f} times the uniform baseline of {baseline:.3f}, "
+            f"{clear} it.")
+    text += "\n\n" + _elsewhere(
+        f"{_head(*_REF.previous_token_head)} is a previous-token head, the first half of the induction "
+        "circuits of Olsson et al. (2022).")
+    if real:
+        rl, rh = _REF.previous_token_head
+        rank = int((scores > scores[rl, rh]).sum()) + 1
+        text += (f" Recomputed here, it scores {scores[rl, rh].item():.3f}, rank {rank} of "
+                 f"{scores.numel()} heads.")
+    return text
+
+
+def offline_recipe_text(info: dict, prev_best: float, sink_best: float, prev_base: float,
+                        sink_base: float) -> str:
+    """The closing note: how the offline model was made, and what its heads show."""
+    m, t = info["settings"]["model"], info["settings"]["train"]
+    return (f"The offline model ({info['recipe']}): {m['n_layers']} layers, {m['n_heads']} heads, "
+            f"D = {m['d_model']}, context {m['context_length']}, GPT-2's tokenizer; {t['max_iters']:,} "
+            f"steps of batch {t['batch_size']} at learning rate {t['learning_rate']:g}, every window "
+            f"starting with `<|endoftext|>`, from seed 1337. Training took {info['train_seconds']:.0f} s "
+            f"({info['device']}, {info['threads']} threads) and reached a validation loss of "
+            f"{info['val_loss']:.2f}. Its best previous-token head scores {prev_best:.3f} (baseline "
+            f"{prev_base:.3f}) and its strongest sink {sink_best:.3f} (baseline {sink_base:.3f}).")
