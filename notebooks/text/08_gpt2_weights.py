@@ -657,14 +657,14 @@ check_offset_scores(offset_scores);
 # :class: dropdown
 # Compare the two numbers of each layer. If the large share belonged to the token, it would
 # vanish with that token; if it belongs to the position, it reappears on whatever token now
-# comes first. Xiao et al. (2024) found the latter in large models: the sink is the first
-# position, whatever its token. A model without sinks, like the Chapter 6 model, has nothing
-# to move: its shares stay near the uniform baseline before and after the shift.
+# comes first. {cite}`xiao2024sinks` found the latter in large models: the sink is the
+# first position, whatever its token. A model whose shares sit near the uniform baseline
+# printed in section 8.8 has no sink, and nothing to move.
 # ```
 
 # %%
-shifted_maps = torch.stack(model.attention_maps(x_batch[:, 1:]))  # (L, B, H, T-1, T-1)
-shifted_share = shifted_maps[..., 1:, 0].mean(dim=(1, 3))  # (L, H)
+shifted_maps = model.attention_maps(x_batch[:, 1:])  # L tensors (B, H, T-1, T-1)
+shifted_share = heads.sink_scores(shifted_maps)  # (L, H): as first_share, queries t >= 8
 for l in range(cfg.n_layers):
     before, after = first_share[l].mean(), shifted_share[l].mean()
     print(f"layer {l}: share on position 0 {before:.3f} -> {after:.3f} after the shift")
@@ -722,10 +722,10 @@ for i in induction.flatten().topk(3).indices:
 # :class: dropdown
 # If silencing the head barely changes the he/she ratio, the model does not need that head
 # for this prediction, however striking its map: other heads, or the MLPs, carry the
-# information. Here the ratio moves only a little for the two "asked ... because" prompts,
-# while after "said that" it jumps (see the printed ratios): the same head matters far more
-# for some predictions than for others, which is why one attention map is never the whole
-# story.
+# information. A large change says the head's output feeds this prediction, but not that it
+# carries *gender*: silencing a head can damage whatever else it passes on. Careful causal
+# analyses therefore compare many interventions, not one. Either way, where the head looks
+# and what the model does with it are different questions.
 # ```
 
 # %%
