@@ -1,0 +1,267 @@
+"""Chapter 6 — checkpoints: a folder that a crash at any moment leaves loadable.
+
+A checkpoint folder holds ``checkpoint.json`` (the description: configs, step, history, and the
+SHA-256 of every other file) and one version folder ``v<step>-<random>/`` with the tensors:
+``model.safetensors`` (weights) and ``optimizer.safetensors`` (AdamW state; no pickle anywhere).
+
+Saving writes a *new* version folder, flushes it to disk, then replaces ``checkpoint.json`` in one
+atomic rename (``os.replace``), the commit point: before it the old JSON names the old, untouched
+files; after it the new JSON names the new, complete ones. Only then are older versions deleted.
+So a save interrupted at any moment leaves the previous or the new checkpoint, never a mix.
+Folders written before version folders existed (the tensors beside ``checkpoint.json``) still load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from .model import GPT, GPTConfig
+from .utils import _umask, atomic_path, check_int, fsync_dir, sha256_file
+
+CHECKPOINT_FORMAT = "gpt_from_scratch.checkpoint/1"
+MODEL_FILE, OPTIMIZER_FILE, META_FILE = "model.safetensors", "optimizer.safetensors", "checkpoint.json"
+MAX_META_BYTES = 64 << 20  # checkpoint.json holds configs and a history: megabytes at most
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that cannot be loaded: truncated, tampered with, or not a checkpoint."""
+
+
+@dataclass
+class Checkpoint:
+    """What ``load_checkpoint`` returns."""
+
+    model: GPT  # in eval mode, on the requested device
+    step: int  # optimizer steps taken
+    train_config: object | None  # a train.TrainConfig
+    optimizer_state: dict | None  # ready for ``optimizer.load_state_dict`` (an optimizer from ``make_optimizer``)
+    history: object | None  # a train.History
+    extra: dict  # whatever JSON-able dict was passed to ``save_checkpoint``
+
+
+def _unique_tensors(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Split a state dict into tensors stored once and ``{alias: name}`` for tensors sharing memory.
+
+    safetensors refuses to save two names for one tensor, which tied weights are (``lm_head.weight`` is
+    ``wte.weight``): the alias is recorded and re-tied on load.
+    """
+    tensors, aliases, seen = {}, {}, {}
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
+        if key in seen:
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+            tensors[name] = tensor.detach().contiguous().cpu()
+    return tensors, aliases
+
+
+def _check_finite(tensors: dict[str, torch.Tensor], what: str) -> None:
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise FloatingPointError(
+                f"not saving: {what} {name!r} holds nan or inf, and writing it would replace a good "
+                "checkpoint with a broken one. Training diverged: lower the learning rate and train again"
+            )
+
+
+def _optimizer_tensors(model: GPT, optimizer: torch.optim.Optimizer) -> tuple[dict, list]:
+    """AdamW's state as ``{"<param name>.<slot>": tensor}``, and its param groups with names for ids."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    state = optimizer.state_dict()
+    tensors = {f"{order[i]}.{key}": value.detach().contiguous().cpu()
+               for i, per_param in state["state"].items() for key, value in per_param.items()}
+    groups = [{k: v for k, v in group.items() if k != "params"} | {"params": [order[i] for i in group["params"]]}
+              for group in state["param_groups"]]
+    return tensors, groups
+
+
+def save_checkpoint(path: str | os.PathLike, model: GPT, step: int = 0, train_config=None,
+                    optimizer: torch.optim.Optimizer | None = None, history=None,
+                    extra: dict | None = None) -> Path:
+    """Write a checkpoint folder ``path``: weights, optimizer state (if given) and a JSON description.
+
+    Crash-safe (see the module docstring): interrupted at any moment, the folder still loads as the
+    previous checkpoint or the new one. Weights or optimizer state holding nan or inf raise a
+    ``FloatingPointError`` before anything is written. Files get the usual mode (0666 minus the umask).
+    """
+    path = Path(path)
+    step = check_int("save_checkpoint", "step", step, minimum=0)
+    weights, tied = _unique_tensors(model.state_dict())
+    _check_finite(weights, "the weight")
+    opt_tensors, groups = _optimizer_tensors(model, optimizer) if optimizer is not None else ({}, None)
+    _check_finite(opt_tensors, "the optimizer state")
+    path.mkdir(parents=True, exist_ok=True)
+    version = f"v{step}-{secrets.token_hex(4)}"
+    folder = path / version
+    folder.mkdir(mode=0o777 & ~_umask())
+    files = {MODEL_FILE: weights} | ({OPTIMIZER_FILE: opt_tensors} if optimizer is not None else {})
+    hashes = {}
+    for name, tensors in files.items():
+        with atomic_path(folder / name) as tmp:
+            save_file(tensors, tmp)
+        hashes[name] = sha256_file(folder / name)
+    fsync_dir(path)  # the version folder's own entry
+    meta = {
+        "format": CHECKPOINT_FORMAT,
+        "step": step,
+        "model_config": dataclasses.asdict(model.config),
+        "train_config": dataclasses.asdict(train_config) if train_config is not None else None,
+        "tied": tied,
+        "optimizer": {"param_groups": groups} if optimizer is not None else None,
+        "history": dataclasses.asdict(history) if history is not None else None,
+        "extra": extra or {},
+        "torch_version": torch.__version__,
+        "version": version,
+        "files": hashes,
+    }
+    with atomic_path(path / META_FILE) as tmp:  # the commit point
+        tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    _remove_stale(path, keep=version)
+    return path
+
+
+_VERSION = re.compile(r"v\d+-[0-9a-f]{8}")
+
+
+def _remove_stale(path: Path, keep: str) -> None:
+    """Delete version folders other than ``keep``, tensors of the older flat layout, and the temporary
+    files of interrupted saves."""
+    for entry in path.iterdir():
+        if entry.is_dir() and _VERSION.fullmatch(entry.name) and entry.name != keep:
+            shutil.rmtree(entry, ignore_errors=True)
+        elif entry.name in (MODEL_FILE, OPTIMIZER_FILE) or (
+                entry.name.startswith(f".{META_FILE}.") and entry.name.endswith(".tmp")):
+            entry.unlink(missing_ok=True)
+
+
+def _read_meta(path: Path) -> dict:
+    """checkpoint.json, checked for the fields ``load_checkpoint`` needs; a CheckpointError otherwise."""
+    meta_path = path / META_FILE
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}: {META_FILE} is missing (write one with save_checkpoint)")
+    size = meta_path.stat().st_size
+    if size > MAX_META_BYTES:
+        raise CheckpointError(f"{meta_path} is {size:,} bytes, more than a checkpoint description can be "
+                              f"({MAX_META_BYTES:,}): it is not a checkpoint.json")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{meta_path} is not valid JSON ({err}): the file is truncated or damaged. "
+                              "Delete the folder and save (or train) again") from None
+    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise CheckpointError(f"{meta_path} has format {found!r}, expected {CHECKPOINT_FORMAT!r}")
+    kinds = {"step": int, "model_config": dict, "tied": dict, "files": dict, "extra": dict,
+             "train_config": (dict, type(None)), "optimizer": (dict, type(None)), "history": (dict, type(None))}
+    for key, kind in kinds.items():
+        if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+            raise CheckpointError(f"{meta_path}: field {key!r} is {meta.get(key)!r:.80}, not a valid value: "
+                                  "the file was edited or damaged. Delete the folder and save again")
+    version = meta.setdefault("version", "")  # "": the flat layout of older checkpoints
+    if not (version == "" or isinstance(version, str) and _VERSION.fullmatch(version)):
+        raise CheckpointError(f"{meta_path}: field 'version' is {version!r}, not a version folder's name")
+    return meta
+
+
+def checkpoint_files(path: str | os.PathLike) -> dict[str, Path]:
+    """The files of the checkpoint in folder ``path`` now: ``{"checkpoint.json": ..., "model.safetensors":
+    ..., "optimizer.safetensors": ...}`` (the last only when it holds an optimizer state)."""
+    path = Path(path)
+    meta = _read_meta(path)
+    return {META_FILE: path / META_FILE} | {name: path / meta["version"] / name for name in meta["files"]}
+
+
+def _config_from(meta_path: Path, fields: dict, cls):
+    try:
+        return cls(**fields)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{meta_path}: its {cls.__name__} is not valid ({err})") from None
+
+
+def _check_shapes(folder: Path, config: GPTConfig, tied: dict, meta_path: Path) -> None:
+    """Compare the stored tensor shapes with the model ``config`` describes, before allocating it."""
+    with torch.device("meta"):
+        expected = {name: tuple(t.shape) for name, t in GPT(config).state_dict().items() if name not in tied}
+    with safe_open(folder / MODEL_FILE, framework="pt") as f:
+        stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    if stored != expected:
+        wrong = sorted(set(stored.items()) ^ set(expected.items()))[:2]
+        raise CheckpointError(f"{meta_path} describes a model ({config}) whose weights are not the ones "
+                              f"stored in {MODEL_FILE} (first differences: {wrong}): the description was "
+                              "edited or damaged. Delete the folder and save again")
+
+
+def _optimizer_state(folder: Path, groups: list, device: str) -> dict:
+    """The dict ``optimizer.load_state_dict`` takes, equal to the ``state_dict()`` that was saved."""
+    tensors = load_file(folder / OPTIMIZER_FILE, device=device)
+    order = [name for group in groups for name in group["params"]]
+    index = {name: i for i, name in enumerate(order)}
+    state = {}
+    for key, value in tensors.items():
+        name, _, slot = key.rpartition(".")
+        state.setdefault(index[name], {})[slot] = value
+    for per_param in state.values():  # AdamW keeps "step" on the CPU unless it is capturable or fused
+        if "step" in per_param and not (groups[0].get("capturable") or groups[0].get("fused")):
+            per_param["step"] = per_param["step"].cpu()
+    # JSON has no tuples: betas (and any other tuple setting) come back as lists
+    groups = [{k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in group.items()}
+              | {"params": [index[name] for name in group["params"]]} for group in groups]
+    return {"state": dict(sorted(state.items())), "param_groups": groups}
+
+
+def load_checkpoint(path: str | os.PathLike, device: str = "cpu") -> Checkpoint:
+    """Read a folder written by ``save_checkpoint``, verifying every file's SHA-256 first.
+
+    Rebuilds the model from the stored ``GPTConfig`` (after checking that the stored tensors have its
+    shapes, so a damaged description cannot make it allocate a huge model), loads the weights
+    (re-tying tied ones, strictly) and returns a ``Checkpoint``. A damaged folder raises a
+    ``CheckpointError`` (a ValueError) saying what is wrong.
+    """
+    from .train import History, TrainConfig
+
+    path = Path(path)
+    meta = _read_meta(path)
+    meta_path = path / META_FILE
+    folder = path / meta["version"]
+    for name, expected in meta["files"].items():
+        if name not in (MODEL_FILE, OPTIMIZER_FILE):
+            raise CheckpointError(f"{meta_path} lists an unknown file {name!r}")
+        actual = sha256_file(folder / name) if (folder / name).is_file() else "missing"
+        if actual != expected:
+            raise CheckpointError(
+                f"{folder / name} does not match {META_FILE} (sha256 {actual}, expected {expected}): the checkpoint "
+                "was changed or its saving was interrupted. Delete the folder and save (or train) again."
+            )
+    if MODEL_FILE not in meta["files"] or (meta["optimizer"] is not None) != (OPTIMIZER_FILE in meta["files"]):
+        raise CheckpointError(f"{meta_path} does not list the files its checkpoint needs: it was edited")
+    config = _config_from(meta_path, meta["model_config"], GPTConfig)
+    _check_shapes(folder, config, meta["tied"], meta_path)
+    model = GPT(config)
+    state = load_file(folder / MODEL_FILE)
+    try:
+        for alias, name in meta["tied"].items():
+            state[alias] = state[name]
+        model.load_state_dict(state, strict=True)
+        optimizer_state = None
+        if meta["optimizer"] is not None:
+            optimizer_state = _optimizer_state(folder, meta["optimizer"]["param_groups"], device)
+    except (KeyError, TypeError, RuntimeError) as err:
+        raise CheckpointError(f"{meta_path} does not match its tensors ({err!r:.200}): it was edited. "
+                              "Delete the folder and save again") from None
+    model.to(device).eval()
+    train_config = _config_from(meta_path, meta["train_config"], TrainConfig) if meta["train_config"] else None
+    history = _config_from(meta_path, meta["history"], History) if meta["history"] is not None else None
+    return Checkpoint(model, meta["step"], train_config, optimizer_state, history, meta["extra"])
