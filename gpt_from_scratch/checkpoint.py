@@ -79,7 +79,11 @@ def _check_finite(tensors: dict[str, torch.Tensor], what: str) -> None:
 def _optimizer_tensors(model: GPT, optimizer: torch.optim.Optimizer) -> tuple[dict, list]:
     """AdamW's state as ``{"<param name>.<slot>": tensor}``, and its param groups with names for ids."""
     names = {id(p): n for n, p in model.named_parameters()}
-    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not all(id(p) in names for p in params):
+        raise ValueError("the optimizer updates tensors that are not this model's parameters: pass the "
+                         "optimizer that trains this model (make_optimizer(model, ...))")
+    order = [names[id(p)] for p in params]
     state = optimizer.state_dict()
     tensors = {f"{order[i]}.{key}": value.detach().contiguous().cpu()
                for i, per_param in state["state"].items() for key, value in per_param.items()}
@@ -192,16 +196,27 @@ def _config_from(meta_path: Path, fields: dict, cls):
 
 
 def _check_shapes(folder: Path, config: GPTConfig, tied: dict, meta_path: Path) -> None:
-    """Compare the stored tensor shapes with the model ``config`` describes, before allocating it."""
-    with torch.device("meta"):
-        expected = {name: tuple(t.shape) for name, t in GPT(config).state_dict().items() if name not in tied}
+    """Compare the stored tensor shapes with the model ``config`` describes, before allocating it.
+
+    The layer count is checked first, then one layer built on the meta device (shapes, no memory)
+    gives every expected shape: a description asking for a huge model costs nothing to refuse.
+    """
     with safe_open(folder / MODEL_FILE, framework="pt") as f:
         stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    layers = {int(m.group(1)) for name in stored if (m := re.match(r"blocks\.(\d+)\.", name))}
+    expected = None
+    if layers == set(range(config.n_layers)):
+        with torch.device("meta"):
+            one = GPT(dataclasses.replace(config, n_layers=1)).state_dict()
+        expected = {re.sub(r"^blocks\.0\.", f"blocks.{i}.", name): tuple(t.shape)
+                    for i in range(config.n_layers) for name, t in one.items()
+                    if i == 0 or name.startswith("blocks.0.")}
+        expected = {name: shape for name, shape in expected.items() if name not in tied}
     if stored != expected:
-        wrong = sorted(set(stored.items()) ^ set(expected.items()))[:2]
+        wrong = sorted(set(stored.items()) ^ set((expected or {}).items()))[:2]
         raise CheckpointError(f"{meta_path} describes a model ({config}) whose weights are not the ones "
-                              f"stored in {MODEL_FILE} (first differences: {wrong}): the description was "
-                              "edited or damaged. Delete the folder and save again")
+                              f"stored in {MODEL_FILE} ({len(layers)} layers stored; first differences: "
+                              f"{wrong}): the description was edited or damaged. Delete the folder and save again")
 
 
 def _optimizer_state(folder: Path, groups: list, device: str) -> dict:

@@ -55,9 +55,9 @@ class GPTConfig:
     activation: str = "gelu_tanh"
 
     def __post_init__(self) -> None:
-        if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
         for name in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads", "d_ff"):
+            if name == "d_ff" and self.d_ff is None:
+                self.d_ff = 4 * self.d_model
             setattr(self, name, check_int("GPTConfig", name, getattr(self, name), minimum=1))
         for name in ("bias", "tie_weights"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
@@ -230,7 +230,7 @@ class GPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         if targets is None:
             return logits, None
-        targets = _token_ids("targets", targets)
+        targets = _token_ids("targets", targets).long()  # cross_entropy takes int64 targets only
         if targets.shape != idx.shape:
             raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
         if not torch.compiler.is_compiling():

@@ -21,10 +21,11 @@ import time
 import tomllib
 from pathlib import Path
 
-import jupytext
-import nbformat
 import pytest
-import yaml
+
+jupytext = pytest.importorskip("jupytext", reason="the chapter checks need jupytext (pip install jupytext)")
+nbformat = pytest.importorskip("nbformat", reason="the chapter checks need nbformat (pip install nbformat)")
+yaml = pytest.importorskip("yaml", reason="reading _config.yml needs PyYAML (pip install pyyaml)")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
