@@ -26,6 +26,7 @@ help:
 	@echo "make browser-test  build the book, then check every page in headless Chromium (screenshots in _build/screenshots)"
 	@echo "make notebooks   re-execute the chapters whose text twin or package changed (commit the outputs)"
 	@echo "make benchmarks  speed benchmarks (never part of the tests)"
+	@echo "make test-oldest the unit tests and chapters 1 and 4 with the oldest versions pyproject.toml allows"
 
 # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
 $(STAMP): requirements.txt pyproject.toml
@@ -82,6 +83,22 @@ COLAB_CHAPTERS ?= 01 04
 .PHONY: test-colab
 test-colab: $(STAMP)
 	GPT_FROM_SCRATCH_TEST_COLAB="$(COLAB_CHAPTERS)" $(PY) -m pytest -p no:cacheprovider -rs tests/test_colab.py
+
+# The oldest versions pyproject.toml's ranges allow (requirements-oldest.txt), in a venv of their own:
+# the unit tests, then chapters 1 and 4 under nbval. Measured: about 8 minutes to install (torch 2.4.0
+# comes from PyPI as the CUDA build with its nvidia-* packages, about 3 GB), then the tests.
+OLDEST_VENV ?= _build/venv-oldest
+OLDEST_CHAPTERS ?= notebooks/01_tokens_and_batches.ipynb notebooks/04_attention.ipynb
+.PHONY: test-oldest
+test-oldest:
+	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet -r requirements-oldest.txt
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(OLDEST_VENV)/bin/python -c "import torch, transformers, numpy; \
+		print('oldest: torch', torch.__version__, 'transformers', transformers.__version__, 'numpy', numpy.__version__)"
+	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/python -m pytest -p no:cacheprovider tests --ignore=tests/test_colab.py
+	$(OLDEST_VENV)/bin/python -m pytest --nbval-lax --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
+		--nbval-cell-timeout=600 -p no:cacheprovider $(OLDEST_CHAPTERS)
 
 clean:
 	rm -rf _build .pytest_cache
