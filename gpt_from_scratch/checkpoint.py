@@ -1,14 +1,17 @@
 """Chapter 6 — checkpoints: a folder that a crash at any moment leaves loadable.
 
-A checkpoint folder holds ``checkpoint.json`` (the description: configs, step, history, and the
-SHA-256 of every other file) and one version folder ``v<step>-<random>/`` with the tensors:
-``model.safetensors`` (weights) and ``optimizer.safetensors`` (AdamW state; no pickle anywhere).
+A checkpoint folder holds ``model.safetensors`` (weights), ``optimizer.safetensors`` (AdamW state; no
+pickle anywhere) and ``checkpoint.json`` (configs, step, history, and the SHA-256 of the other files).
 
-Saving writes a *new* version folder, flushes it to disk, then replaces ``checkpoint.json`` in one
-atomic rename (``os.replace``), the commit point: before it the old JSON names the old, untouched
-files; after it the new JSON names the new, complete ones. Only then are older versions deleted.
-So a save interrupted at any moment leaves the previous or the new checkpoint, never a mix.
-Folders written before version folders existed (the tensors beside ``checkpoint.json``) still load.
+Three files cannot be replaced in one step, so saving goes through a staging folder ``.next``:
+1. write the new tensor files into ``.next`` and flush them to disk;
+2. replace ``checkpoint.json`` by one that names ``.next`` (``os.replace``: atomic, the commit point);
+3. move the files from ``.next`` over the old ones, then replace ``checkpoint.json`` again, naming the
+   folder itself, and remove ``.next``.
+Before step 2 the old description names the old, untouched files; after it the new description names
+the new files, and ``load_checkpoint`` finds each one in ``.next`` or, once moved, beside the JSON
+(the SHA-256 tells them apart). A save first finishes the moves a crash interrupted. So a save
+interrupted at any moment leaves the previous or the new checkpoint, never a mix.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import dataclasses
 import json
 import os
 import re
-import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +29,11 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from .model import GPT, GPTConfig
-from .utils import _umask, atomic_path, check_int, fsync_dir, sha256_file
+from .utils import atomic_path, check_int, fsync_dir, sha256_file
 
 CHECKPOINT_FORMAT = "gpt_from_scratch.checkpoint/1"
 MODEL_FILE, OPTIMIZER_FILE, META_FILE = "model.safetensors", "optimizer.safetensors", "checkpoint.json"
+STAGING = ".next"  # where a save writes its files before the commit point
 MAX_META_BYTES = 64 << 20  # checkpoint.json holds configs and a history: megabytes at most
 
 
@@ -108,16 +111,14 @@ def save_checkpoint(path: str | os.PathLike, model: GPT, step: int = 0, train_co
     opt_tensors, groups = _optimizer_tensors(model, optimizer) if optimizer is not None else ({}, None)
     _check_finite(opt_tensors, "the optimizer state")
     path.mkdir(parents=True, exist_ok=True)
-    version = f"v{step}-{secrets.token_hex(4)}"
-    folder = path / version
-    folder.mkdir(mode=0o777 & ~_umask())
+    _finish_interrupted_save(path)
     files = {MODEL_FILE: weights} | ({OPTIMIZER_FILE: opt_tensors} if optimizer is not None else {})
     hashes = {}
-    for name, tensors in files.items():
-        with atomic_path(folder / name) as tmp:
+    for name, tensors in files.items():  # 1. the new files, in the staging folder
+        with atomic_path(path / STAGING / name) as tmp:
             save_file(tensors, tmp)
-        hashes[name] = sha256_file(folder / name)
-    fsync_dir(path)  # the version folder's own entry
+        hashes[name] = sha256_file(path / STAGING / name)
+    fsync_dir(path)
     meta = {
         "format": CHECKPOINT_FORMAT,
         "step": step,
@@ -128,27 +129,37 @@ def save_checkpoint(path: str | os.PathLike, model: GPT, step: int = 0, train_co
         "history": dataclasses.asdict(history) if history is not None else None,
         "extra": extra or {},
         "torch_version": torch.__version__,
-        "version": version,
         "files": hashes,
     }
-    with atomic_path(path / META_FILE) as tmp:  # the commit point
-        tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    _remove_stale(path, keep=version)
+    _write_meta(path, meta | {"staging": STAGING})  # 2. the commit point
+    _finish_interrupted_save(path)  # 3.
     return path
 
 
-_VERSION = re.compile(r"v\d+-[0-9a-f]{8}")
+def _write_meta(path: Path, meta: dict) -> None:
+    with atomic_path(path / META_FILE) as tmp:
+        tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
 
 
-def _remove_stale(path: Path, keep: str) -> None:
-    """Delete version folders other than ``keep``, tensors of the older flat layout, and the temporary
-    files of interrupted saves."""
-    for entry in path.iterdir():
-        if entry.is_dir() and _VERSION.fullmatch(entry.name) and entry.name != keep:
-            shutil.rmtree(entry, ignore_errors=True)
-        elif entry.name in (MODEL_FILE, OPTIMIZER_FILE) or (
-                entry.name.startswith(f".{META_FILE}.") and entry.name.endswith(".tmp")):
-            entry.unlink(missing_ok=True)
+def _finish_interrupted_save(path: Path) -> None:
+    """Step 3 of a save (see the module docstring); on a committed folder, clear what a crash left."""
+    try:
+        meta = _read_meta(path) if (path / META_FILE).is_file() else {}
+    except CheckpointError:
+        meta = {}  # nothing loadable to keep: the new save replaces it
+    staging = path / STAGING
+    if meta.get("staging") == STAGING:  # committed: the new files are in .next or already moved
+        for name in meta["files"]:
+            if (staging / name).is_file():
+                os.replace(staging / name, path / name)
+        fsync_dir(path)
+        stale = [name for name in (MODEL_FILE, OPTIMIZER_FILE) if name not in meta["files"]]
+        for name in stale:  # a checkpoint without an optimizer replaced one with it
+            (path / name).unlink(missing_ok=True)
+        _write_meta(path, {k: v for k, v in meta.items() if k != "staging"})
+    shutil.rmtree(staging, ignore_errors=True)  # not named by checkpoint.json: an unfinished step 1
+    for entry in path.glob(f".{META_FILE}.*.tmp"):  # temporary files of interrupted writes
+        entry.unlink(missing_ok=True)
 
 
 def _read_meta(path: Path) -> dict:
@@ -174,18 +185,38 @@ def _read_meta(path: Path) -> dict:
         if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
             raise CheckpointError(f"{meta_path}: field {key!r} is {meta.get(key)!r:.80}, not a valid value: "
                                   "the file was edited or damaged. Delete the folder and save again")
-    version = meta.setdefault("version", "")  # "": the flat layout of older checkpoints
-    if not (version == "" or isinstance(version, str) and _VERSION.fullmatch(version)):
-        raise CheckpointError(f"{meta_path}: field 'version' is {version!r}, not a version folder's name")
+    if meta.get("staging", STAGING) != STAGING:
+        raise CheckpointError(f"{meta_path}: field 'staging' is {meta['staging']!r}, expected {STAGING!r}")
     return meta
 
 
+def _locate(path: Path, meta: dict) -> dict[str, Path]:
+    """Where each file ``checkpoint.json`` lists is now, checked against its SHA-256."""
+    found = {}
+    for name, expected in meta["files"].items():
+        if name not in (MODEL_FILE, OPTIMIZER_FILE):
+            raise CheckpointError(f"{path / META_FILE} lists an unknown file {name!r}")
+        places = ([path / STAGING / name] if meta.get("staging") else []) + [path / name]
+        actual = "missing"
+        for place in places:
+            if place.is_file():
+                actual = sha256_file(place)
+                if actual == expected:
+                    found[name] = place
+                    break
+        if name not in found:
+            raise CheckpointError(
+                f"{path / name} does not match {META_FILE} (sha256 {actual}, expected {expected}): the checkpoint "
+                "was changed or its saving was interrupted. Delete the folder and save (or train) again."
+            )
+    return found
+
+
 def checkpoint_files(path: str | os.PathLike) -> dict[str, Path]:
-    """The files of the checkpoint in folder ``path`` now: ``{"checkpoint.json": ..., "model.safetensors":
-    ..., "optimizer.safetensors": ...}`` (the last only when it holds an optimizer state)."""
+    """The files of the checkpoint in folder ``path``, verified: ``{"checkpoint.json": ...,
+    "model.safetensors": ..., "optimizer.safetensors": ...}`` (the last only with an optimizer state)."""
     path = Path(path)
-    meta = _read_meta(path)
-    return {META_FILE: path / META_FILE} | {name: path / meta["version"] / name for name in meta["files"]}
+    return {META_FILE: path / META_FILE} | _locate(path, _read_meta(path))
 
 
 def _config_from(meta_path: Path, fields: dict, cls):
@@ -195,13 +226,13 @@ def _config_from(meta_path: Path, fields: dict, cls):
         raise CheckpointError(f"{meta_path}: its {cls.__name__} is not valid ({err})") from None
 
 
-def _check_shapes(folder: Path, config: GPTConfig, tied: dict, meta_path: Path) -> None:
+def _check_shapes(weights: Path, config: GPTConfig, tied: dict, meta_path: Path) -> None:
     """Compare the stored tensor shapes with the model ``config`` describes, before allocating it.
 
     The layer count is checked first, then one layer built on the meta device (shapes, no memory)
     gives every expected shape: a description asking for a huge model costs nothing to refuse.
     """
-    with safe_open(folder / MODEL_FILE, framework="pt") as f:
+    with safe_open(weights, framework="pt") as f:
         stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
     layers = {int(m.group(1)) for name in stored if (m := re.match(r"blocks\.(\d+)\.", name))}
     expected = None
@@ -219,9 +250,9 @@ def _check_shapes(folder: Path, config: GPTConfig, tied: dict, meta_path: Path) 
                               f"{wrong}): the description was edited or damaged. Delete the folder and save again")
 
 
-def _optimizer_state(folder: Path, groups: list, device: str) -> dict:
+def _optimizer_state(file: Path, groups: list, device: str) -> dict:
     """The dict ``optimizer.load_state_dict`` takes, equal to the ``state_dict()`` that was saved."""
-    tensors = load_file(folder / OPTIMIZER_FILE, device=device)
+    tensors = load_file(file, device=device)
     order = [name for group in groups for name in group["params"]]
     index = {name: i for i, name in enumerate(order)}
     state = {}
@@ -250,29 +281,20 @@ def load_checkpoint(path: str | os.PathLike, device: str = "cpu") -> Checkpoint:
     path = Path(path)
     meta = _read_meta(path)
     meta_path = path / META_FILE
-    folder = path / meta["version"]
-    for name, expected in meta["files"].items():
-        if name not in (MODEL_FILE, OPTIMIZER_FILE):
-            raise CheckpointError(f"{meta_path} lists an unknown file {name!r}")
-        actual = sha256_file(folder / name) if (folder / name).is_file() else "missing"
-        if actual != expected:
-            raise CheckpointError(
-                f"{folder / name} does not match {META_FILE} (sha256 {actual}, expected {expected}): the checkpoint "
-                "was changed or its saving was interrupted. Delete the folder and save (or train) again."
-            )
+    files = _locate(path, meta)
     if MODEL_FILE not in meta["files"] or (meta["optimizer"] is not None) != (OPTIMIZER_FILE in meta["files"]):
         raise CheckpointError(f"{meta_path} does not list the files its checkpoint needs: it was edited")
     config = _config_from(meta_path, meta["model_config"], GPTConfig)
-    _check_shapes(folder, config, meta["tied"], meta_path)
+    _check_shapes(files[MODEL_FILE], config, meta["tied"], meta_path)
     model = GPT(config)
-    state = load_file(folder / MODEL_FILE)
+    state = load_file(files[MODEL_FILE])
     try:
         for alias, name in meta["tied"].items():
             state[alias] = state[name]
         model.load_state_dict(state, strict=True)
         optimizer_state = None
         if meta["optimizer"] is not None:
-            optimizer_state = _optimizer_state(folder, meta["optimizer"]["param_groups"], device)
+            optimizer_state = _optimizer_state(files[OPTIMIZER_FILE], meta["optimizer"]["param_groups"], device)
     except (KeyError, TypeError, RuntimeError) as err:
         raise CheckpointError(f"{meta_path} does not match its tensors ({err!r:.200}): it was edited. "
                               "Delete the folder and save again") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -83,6 +84,8 @@ def hf_gpt2_tokenizer():
     from transformers import GPT2Tokenizer
 
     files = gpt2_files()
+    if "vocab_file" in inspect.signature(GPT2Tokenizer.__init__).parameters:  # transformers 4: file paths
+        return GPT2Tokenizer(vocab_file=str(files["encoder.json"]), merges_file=str(files["vocab.bpe"]))
     vocab = json.loads(files["encoder.json"].read_text(encoding="utf-8"))
     lines = files["vocab.bpe"].read_text(encoding="utf-8").split("\n")[1:-1]  # drop the "#version" line
     merges = [tuple(line.split()) for line in lines]

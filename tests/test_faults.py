@@ -84,19 +84,32 @@ def test_a_save_failing_between_its_files_keeps_the_previous_checkpoint(tmp_path
     assert load_checkpoint(tmp_path).step == 1
 
 
-def test_older_flat_checkpoints_still_load(tmp_path):
-    """Folders written before version folders existed: the tensors beside checkpoint.json."""
+def test_a_save_interrupted_after_its_commit_point_loads_as_the_new_one(tmp_path, monkeypatch):
+    from gpt_from_scratch import checkpoint
+
     model = _model()
-    save_checkpoint(tmp_path, model, 3)
-    files = checkpoint_files(tmp_path)
-    meta = json.loads(files["checkpoint.json"].read_text())
-    files["model.safetensors"].rename(tmp_path / "model.safetensors")
-    del meta["version"]
-    files["checkpoint.json"].write_text(json.dumps(meta))
-    ckpt = load_checkpoint(tmp_path)
-    assert ckpt.step == 3 and torch.equal(ckpt.model.wte.weight, model.wte.weight)
-    save_checkpoint(tmp_path, model, 4)  # a new save replaces the flat files
-    assert not (tmp_path / "model.safetensors").exists() and load_checkpoint(tmp_path).step == 4
+    optimizer = make_optimizer(model, TrainConfig())
+    save_checkpoint(tmp_path, model, 1, optimizer=optimizer)
+    moves, real_replace = [], os.replace
+
+    def crash_on_the_second_move(src, dst):
+        if Path(src).parent.name == ".next" and Path(dst).parent == tmp_path:  # step 3's moves
+            moves.append(src)
+            if len(moves) == 2:
+                raise OSError("killed")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(checkpoint.os, "replace", crash_on_the_second_move)
+    with pytest.raises(OSError, match="killed"):
+        save_checkpoint(tmp_path, model, 2, optimizer=optimizer)
+    monkeypatch.setattr(checkpoint.os, "replace", real_replace)
+    files = checkpoint_files(tmp_path)  # one file moved, one still staged
+    assert {p.parent.name for p in files.values()} == {tmp_path.name, ".next"}
+    assert load_checkpoint(tmp_path).step == 2
+    save_checkpoint(tmp_path, model, 3, optimizer=optimizer)  # finishes the interrupted moves first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.json", "model.safetensors",
+                                                          "optimizer.safetensors"]
+    assert load_checkpoint(tmp_path).step == 3
 
 
 def test_divergence_stops_at_once_and_keeps_the_good_checkpoint(tmp_path):
@@ -141,8 +154,6 @@ def test_checkpoint_files_honour_the_umask(tmp_path, umask):
         os.umask(old)
     for path in checkpoint_files(tmp_path / "ckpt").values():
         assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path.name
-    version = checkpoint_files(tmp_path / "ckpt")["model.safetensors"].parent
-    assert version.stat().st_mode & 0o777 == 0o777 & ~umask
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
@@ -161,7 +172,7 @@ def _damage(path: Path, edit) -> None:
     (lambda text: text.replace('"d_model": 32', '"d_model": 1000000'), r"weights are not the ones stored"),
     (lambda text: text.replace('"n_layers": 1', '"n_layers": 100000'), r"weights are not the ones stored"),
     (lambda text: text.replace('"n_heads": 2', '"n_heads": "2"'), r"GPTConfig is not valid.*n_heads"),
-    (lambda text: text.replace('"version": "v', '"version": "../v'), r"field 'version'"),
+    (lambda text: text.replace('"step": 1', '"staging": "..", "step": 1'), r"field 'staging'"),
 ])
 def test_a_damaged_checkpoint_json_is_refused_before_allocating(tmp_path, edit, message):
     save_checkpoint(tmp_path, _model(), 1, train_config=_fast())
