@@ -122,6 +122,7 @@ def estimate_loss(model: torch.nn.Module, splits: dict, batch_size: int = 12, bl
     split) is scored on the same windows: two estimates differ only because the model changed.
     The model is evaluated in ``eval()`` mode (no dropout) and put back in its previous mode.
     """
+    eval_iters = check_int("estimate_loss", "eval_iters", eval_iters, minimum=1)
     block_size = _block_size(model, block_size)
     was_training = model.training
     model.eval()

@@ -419,6 +419,13 @@ def test_trainconfig_refuses_impossible_settings(overrides, message):
         TrainConfig(**overrides)
 
 
+def test_estimate_loss_needs_at_least_one_batch():
+    from gpt_from_scratch.train import estimate_loss
+
+    with pytest.raises(ValueError, match=r"estimate_loss.eval_iters=0 must be a positive int"):
+        estimate_loss(_model(), {"val": _tokens()}, eval_iters=0)
+
+
 def test_a_block_size_longer_than_the_context_is_named():
     data = _tokens()
     with pytest.raises(ValueError, match=r"TrainConfig.block_size=32 is longer than the model's "
