@@ -85,7 +85,8 @@ def hf_gpt2_tokenizer():
 
     files = gpt2_files()
     if "vocab_file" in inspect.signature(GPT2Tokenizer.__init__).parameters:  # transformers 4: file paths
-        return GPT2Tokenizer(vocab_file=str(files["encoder.json"]), merges_file=str(files["vocab.bpe"]))
+        return GPT2Tokenizer(vocab_file=str(files["encoder.json"]), merges_file=str(files["vocab.bpe"]),
+                             clean_up_tokenization_spaces=False)  # transformers 5's default, and no warning
     vocab = json.loads(files["encoder.json"].read_text(encoding="utf-8"))
     lines = files["vocab.bpe"].read_text(encoding="utf-8").split("\n")[1:-1]  # drop the "#version" line
     merges = [tuple(line.split()) for line in lines]
