@@ -12,7 +12,10 @@ module              chapter
 ``layernorm``       3  Layer normalization
 ``attention``       4  Attention
 ``model``           5  The full GPT
-``train``           6  Training on Tiny Shakespeare
+``train``           6  Training on Tiny Shakespeare (the loop; re-exports the next three)
+``checkpoint``      6  Crash-safe checkpoints (safetensors + JSON)
+``recipes``         6  The data at two levels and the book's two models
+``cli``             6  ``python -m gpt_from_scratch.train`` and ``torchrun``
 ``generate``        7  Generating text
 ``exercises``       every chapter's exercises: ``check_*`` functions
 ``plotting``        8  Real GPT-2 weights and what the heads attend to

@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Literal
 
 import regex
@@ -25,6 +25,16 @@ from .tokenizer import ENDOFTEXT, ENDOFTEXT_ID, GPT2_PATTERN, gpt2_files
 Pair = tuple[int, int]
 
 _GPT2_SPLITTER = regex.compile(GPT2_PATTERN)
+# A place between a non-space character and a whitespace character. Every alternative of
+# GPT2_PATTERN ends there (a space may only start a chunk, and the one look-ahead, (?!\S), belongs to
+# runs of whitespace), and the chunks after it do not depend on the text before it. (?r): backwards.
+_SAFE_CUT = regex.compile(r"(?r)(?<=\S)(?=\s)")
+
+
+def _alternation(tokens: Collection[str]) -> str:
+    """A regex matching any of ``tokens``, the longest first (as tiktoken): with ``<|a|>`` and
+    ``<|a|><|a|>`` both special, the text ``<|a|><|a|>`` is the second token, whatever the hash seed."""
+    return "|".join(regex.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t)))
 
 
 def pretokenize(text: str) -> list[str]:
@@ -257,17 +267,9 @@ class BPETokenizer:
 
         Unlike tiktoken, naming a special token this tokenizer does not have raises ``ValueError``.
         """
-        specials = set(self.special_tokens)
-        allowed = specials if allowed_special == "all" else set(allowed_special)
-        disallowed = specials - allowed if disallowed_special == "all" else set(disallowed_special)
-        unknown = (allowed | disallowed) - specials
-        if unknown:
-            raise ValueError(
-                f"{sorted(unknown)} are not special tokens of this tokenizer, whose special tokens are "
-                f"{sorted(specials)}: pass only those"
-            )
+        allowed, disallowed = self._special_sets(allowed_special, disallowed_special)
         if disallowed:
-            found = regex.search("|".join(regex.escape(t) for t in disallowed), text)
+            found = regex.search(_alternation(disallowed), text)
             if found:
                 raise ValueError(
                     f"the text contains the special token {found.group()!r} at character {found.start()}: pass "
@@ -277,13 +279,59 @@ class BPETokenizer:
         if not allowed:
             return self.encode_ordinary(text)
         ids: list[int] = []
-        splitter = regex.compile("(" + "|".join(regex.escape(t) for t in allowed) + ")")
+        splitter = regex.compile("(" + _alternation(allowed) + ")")
         for n, piece in enumerate(splitter.split(text)):  # text, special, text, special, ..., text
             if n % 2:
                 ids.append(self.special_tokens[piece])
             elif piece:
                 ids.extend(self.encode_ordinary(piece))
         return ids
+
+    def _special_sets(self, allowed_special, disallowed_special) -> tuple[set[str], set[str]]:
+        """The special tokens ``encode`` turns into ids, and those it refuses, checked."""
+        specials = set(self.special_tokens)
+        allowed = specials if allowed_special == "all" else set(allowed_special)
+        disallowed = specials - allowed if disallowed_special == "all" else set(disallowed_special)
+        unknown = (allowed | disallowed) - specials
+        if unknown:
+            raise ValueError(
+                f"{sorted(unknown)} are not special tokens of this tokenizer, whose special tokens are "
+                f"{sorted(specials)}: pass only those"
+            )
+        return allowed, disallowed
+
+    def encode_iterable(
+        self,
+        texts: Iterable[str],
+        *,
+        allowed_special: Literal["all"] | Collection[str] = frozenset(),
+        disallowed_special: Literal["all"] | Collection[str] = "all",
+    ) -> Iterator[int]:
+        """Encode a stream of strings (an open text file, a generator of lines) lazily, one id at a time.
+
+        The ids are exactly ``encode("".join(texts), ...)``'s, but only a little text is held at once:
+        the stream is cut where no chunk or special token can straddle the cut: between a non-space
+        character and a whitespace character (at the end of a word). Memory therefore grows with the
+        longest stretch of text without such a place, not with the whole input. Special tokens must not
+        contain whitespace (GPT-2's ``<|endoftext|>`` does not).
+        """
+        self._special_sets(allowed_special, disallowed_special)  # fail before reading anything
+        if any(regex.search(r"\s", token) for token in self.special_tokens):
+            raise ValueError("encode_iterable cannot stream special tokens that contain whitespace: "
+                             "use encode on the whole text")
+        options = dict(allowed_special=allowed_special, disallowed_special=disallowed_special)
+        pending = ""
+        for text in texts:
+            if not isinstance(text, str):
+                raise ValueError(f"encode_iterable expects strings, got a {type(text).__name__}: "
+                                 "open files in text mode (open(path, encoding='utf-8'))")
+            pending += text
+            cut = _SAFE_CUT.search(pending)  # the last safe place (the pattern searches backwards)
+            if cut is not None and cut.start() > 0:
+                yield from self.encode(pending[:cut.start()], **options)
+                pending = pending[cut.start():]
+        if pending:
+            yield from self.encode(pending, **options)
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The bytes the ids stand for, concatenated."""

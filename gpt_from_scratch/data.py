@@ -138,7 +138,17 @@ def write_tokens(ids, path: str | os.PathLike) -> Path:
 
 
 def read_tokens(path: str | os.PathLike) -> np.memmap:
-    """Map a ``uint16`` token file into memory without reading it: pages load as batches touch them."""
+    """Map a ``uint16`` token file into memory without reading it: pages load as batches touch them.
+
+    A file whose size is not a whole number of tokens (2 bytes each), or that is empty, raises a
+    ValueError: it was cut short or is not a token file.
+    """
+    size = Path(path).stat().st_size
+    if size == 0 or size % 2:
+        raise ValueError(
+            f"{path} has {size:,} bytes, not a positive multiple of 2 (uint16 token ids): it was cut short or "
+            "is not a token file. Delete it and write it again (write_tokens or prepare_tokens)"
+        )
     return np.memmap(path, dtype=np.uint16, mode="r")
 
 

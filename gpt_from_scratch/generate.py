@@ -2,12 +2,16 @@
 and a KV cache that gives exactly the tokens of the slow path, faster.
 
 ``generate`` turns a model's next-token logits into text one token at a time. Each step's logits
-go through, in this order: temperature, ``top_k_filter``, ``top_p_filter``, softmax, then one draw
-(or the arg-max when ``greedy``). The filters return logits with the removed entries set to
-``-inf``, so the softmax gives them probability exactly 0.
+go through, in this order: temperature (a finite number > 0), ``top_k_filter``, ``top_p_filter``,
+softmax, then one draw (or the arg-max when ``greedy``). The filters return logits with the removed
+entries set to ``-inf``, so the softmax gives them probability exactly 0. Logits holding nan (or
++inf, or only -inf) raise a ``ValueError``.
 """
 
 from __future__ import annotations
+
+import math
+import numbers
 
 import torch
 from torch import Tensor
@@ -55,15 +59,27 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
 def _check_options(temperature, top_k, top_p, greedy, max_new_tokens) -> None:
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if not greedy and not temperature > 0:
+    if not greedy and (isinstance(temperature, bool) or not isinstance(temperature, numbers.Real)
+                       or not 0 < temperature < math.inf):
         raise ValueError(
-            f"temperature must be > 0, got {temperature!r}: for the single most likely token at every "
-            "step (the limit temperature -> 0) pass greedy=True"
+            f"temperature must be a finite number > 0, got {temperature!r}: for the single most likely token "
+            "at every step (the limit temperature -> 0) pass greedy=True"
         )
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}: pass top_k=None to keep every token")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r}: pass top_p=None to keep every token")
+
+
+def _check_logits(logits: Tensor) -> None:
+    """Logits the softmax can use: no nan, no +inf, and at least one entry > -inf in every row."""
+    broken = logits.isnan().any(-1) | (logits == math.inf).any(-1) | (logits == -math.inf).all(-1)  # (B,)
+    if broken.any():
+        row = int(broken.nonzero()[0, 0])
+        raise ValueError(
+            f"the logits are not finite (row {row} of {logits.shape[0]} holds nan or inf): the model's "
+            "weights or inputs are broken; check them with torch.isfinite(p).all() for each parameter p"
+        )
 
 
 def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
@@ -72,8 +88,10 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
 
     ``greedy`` takes the arg-max (temperature and the filters cannot change it, so they are skipped).
     Otherwise: divide by ``temperature``, apply ``top_k_filter`` then ``top_p_filter``, softmax, and draw
-    with ``torch.multinomial`` using ``generator``.
+    with ``torch.multinomial`` using ``generator``. Logits with a nan, a +inf, or no finite entry
+    in a row raise a ``ValueError`` (a model whose weights or inputs are broken).
     """
+    _check_logits(logits)
     if greedy:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
     logits = logits.float() / temperature  # (B, V)
@@ -116,12 +134,19 @@ def generate(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, 
         use_cache: use the KV cache (same tokens, faster).
         generator: a ``torch.Generator`` for the draws, for reproducible samples.
     """
-    if not isinstance(idx, Tensor) or idx.dim() != 2 or idx.size(1) < 1:
-        shape = tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__
+    if not isinstance(idx, Tensor):
         raise ValueError(
-            f"idx must be a (B, T) tensor of token ids with T >= 1, got {shape}: "
+            f"idx must be a (B, T) torch.Tensor of token ids, got a {type(idx).__name__}: "
+            "pass torch.tensor([ids]) for one prompt"
+        )
+    if idx.dim() != 2 or idx.size(1) < 1:
+        raise ValueError(
+            f"idx must be a (B, T) tensor of token ids with T >= 1, got {tuple(idx.shape)}: "
             "for a single prompt pass idx[None] (shape (1, T))"
         )
+    if idx.dtype == torch.bool or idx.is_floating_point() or idx.is_complex():
+        raise ValueError(f"idx must hold integer token ids, got {idx.dtype}: e.g. idx.long() if the values are whole")
+    idx = idx.long()  # the new tokens are int64, and torch.cat needs one dtype
     _check_options(temperature, top_k, top_p, greedy, max_new_tokens)
     T_max = model.config.context_length
     was_training = model.training

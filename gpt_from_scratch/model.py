@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -22,6 +23,7 @@ from torch import Tensor, nn
 from .attention import KVCache, MultiHeadAttention
 from .embeddings import LearnedPositionalEmbedding
 from .layernorm import LayerNorm
+from .utils import check_float, check_int
 
 ACTIVATIONS = {
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # GPT-2's (Hugging Face calls it "gelu_new")
@@ -53,23 +55,23 @@ class GPTConfig:
     activation: str = "gelu_tanh"
 
     def __post_init__(self) -> None:
-        if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
         for name in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads", "d_ff"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name}={value!r} must be a positive int")
+            if name == "d_ff" and self.d_ff is None:
+                self.d_ff = 4 * self.d_model
+            setattr(self, name, check_int("GPTConfig", name, getattr(self, name), minimum=1))
+        for name in ("bias", "tie_weights"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"GPTConfig.{name}={getattr(self, name)!r} must be True or False")
+            setattr(self, name, bool(getattr(self, name)))
+        self.dropout = check_float("GPTConfig", "dropout", self.dropout, 0.0, 1.0)
+        self.layer_norm_eps = check_float("GPTConfig", "layer_norm_eps", self.layer_norm_eps, 0.0, low_open=True)
         if self.d_model % self.n_heads:
             divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0]
             raise ValueError(
                 f"n_heads={self.n_heads} does not divide d_model={self.d_model}: each head gets d_model / n_heads "
                 f"features, so choose n_heads among {divisors[:12]}{' ...' if len(divisors) > 12 else ''}"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout={self.dropout!r} must be in [0, 1): it is the probability of zeroing a value")
-        if not self.layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps={self.layer_norm_eps!r} must be > 0 (GPT-2 uses 1e-5)")
-        if self.activation not in ACTIVATIONS:
+        if not isinstance(self.activation, str) or self.activation not in ACTIVATIONS:
             raise ValueError(f"activation={self.activation!r} is unknown: choose one of {sorted(ACTIVATIONS)}")
 
     @property
@@ -181,10 +183,7 @@ class GPT(nn.Module):
 
     def _embed(self, idx: Tensor, start: int = 0) -> Tensor:
         """Token plus position embeddings of ``idx`` (B, T) at positions ``start ..``, then dropout: (B, T, D)."""
-        if idx.dim() != 2 or idx.dtype == torch.bool or idx.is_floating_point() or idx.is_complex():
-            raise ValueError(
-                f"idx must be integer token ids of shape (B, T), got {idx.dtype} of shape {tuple(idx.shape)}"
-            )
+        idx = _token_ids("idx", idx)
         B, T = idx.shape
         if T == 0:
             raise ValueError("idx has no tokens (T = 0): pass at least one token per sequence")
@@ -231,8 +230,20 @@ class GPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         if targets is None:
             return logits, None
+        targets = _token_ids("targets", targets).long()  # cross_entropy takes int64 targets only
         if targets.shape != idx.shape:
             raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
+        if not torch.compiler.is_compiling():
+            V = self.config.vocab_size
+            ignored = targets == -100
+            bad, none_left = (((targets < 0) & ~ignored) | (targets >= V)).any(), ignored.all()
+            if bad or none_left:
+                raise ValueError(
+                    f"targets must be token ids in [0, {V}) or -100 (ignored), got values in "
+                    f"[{int(targets.min())}, {int(targets.max())}]" if bad else
+                    "every target is -100 (ignored), so the mean loss would be 0 / 0 = nan: give at least "
+                    "one target, or skip this batch"
+                )
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
         return logits, loss
 
@@ -404,6 +415,23 @@ class GPT(nn.Module):
                     f"connection once (then they are cached), or pass a local directory written by save_pretrained"
                 ) from err
         return cls.from_hf(hf_model)
+
+
+def _token_ids(name: str, ids) -> Tensor:
+    """``ids`` as an int64 (B, T) tensor, or a ValueError naming what is wrong and the fix."""
+    if not isinstance(ids, Tensor):
+        raise ValueError(
+            f"{name} must be a torch.Tensor of token ids of shape (B, T), got a {type(ids).__name__}: "
+            f"pass torch.tensor([ids]) (one sequence) or torch.as_tensor(array)"
+        )
+    if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+        raise ValueError(
+            f"{name} must hold integer token ids, got {ids.dtype}: ids are whole numbers (tokenizer "
+            f"output), e.g. {name}.long() if the values are whole"
+        )
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, T), got {tuple(ids.shape)}: for one sequence use {name}[None]")
+    return ids if ids.dtype in (torch.int64, torch.int32) else ids.long()  # uint8, int16, ...: embeddings need int64
 
 
 class WeightsUnavailableError(OSError):

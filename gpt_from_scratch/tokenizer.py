@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -61,15 +62,14 @@ def gpt2_encoding():
     ``encode("First Citizen:") == [5962, 22307, 25]``.
     """
     import tiktoken
-    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
-    files = gpt2_files()
-    ranks = data_gym_to_mergeable_bpe_ranks(
-        vocab_bpe_file=str(files["vocab.bpe"]),
-        encoder_json_file=str(files["encoder.json"]),
-        vocab_bpe_hash=GPT2_FILE_SHA256["vocab.bpe"],
-        encoder_json_hash=GPT2_FILE_SHA256["encoder.json"],
-    )
+    from .bpe import bytes_to_unicode
+
+    # encoder.json writes each token's bytes with GPT-2's printable characters; its ids are the merge
+    # ranks tiktoken wants (tiktoken's own loader checks exactly that, but needs blobfile on tiktoken < 0.8)
+    byte_of = {char: byte for byte, char in bytes_to_unicode().items()}
+    encoder = json.loads(gpt2_files()["encoder.json"].read_text(encoding="utf-8"))
+    ranks = {bytes(byte_of[c] for c in token): i for token, i in encoder.items() if token != ENDOFTEXT}
     return tiktoken.Encoding(
         name="gpt2",
         pat_str=GPT2_PATTERN,
@@ -84,6 +84,9 @@ def hf_gpt2_tokenizer():
     from transformers import GPT2Tokenizer
 
     files = gpt2_files()
+    if "vocab_file" in inspect.signature(GPT2Tokenizer.__init__).parameters:  # transformers 4: file paths
+        return GPT2Tokenizer(vocab_file=str(files["encoder.json"]), merges_file=str(files["vocab.bpe"]),
+                             clean_up_tokenization_spaces=False)  # transformers 5's default, and no warning
     vocab = json.loads(files["encoder.json"].read_text(encoding="utf-8"))
     lines = files["vocab.bpe"].read_text(encoding="utf-8").split("\n")[1:-1]  # drop the "#version" line
     merges = [tuple(line.split()) for line in lines]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import math
+import numbers
 import os
 import random
 import tempfile
@@ -48,12 +50,35 @@ def set_deterministic(enabled: bool = True) -> None:
         torch.backends.cudnn.deterministic = enabled
 
 
+def _umask() -> int:
+    """The process's umask (os.umask can only be read by setting it, so it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename or a new entry in folder ``path`` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; move it onto ``path`` only if the block succeeds.
 
-    Readers never see a half-written file: a crash leaves the old file (or none) in place.
-    Used for downloads (Chapter 1) and checkpoints (Chapter 6).
+    Readers never see a half-written file: a crash leaves the old file (or none) in place. The new
+    file is flushed to disk (``fsync``) before the rename, and the rename after it, so a power cut
+    cannot leave an empty file either. It gets the mode a plain ``open(path, "w")`` would (0666 minus
+    the umask), not ``mkstemp``'s 0600. Used for downloads (Chapter 1) and checkpoints (Chapter 6).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,10 +86,52 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def check_int(owner: str, name: str, value, minimum: int | None = None, optional: bool = False) -> int | None:
+    """``value`` as a Python int (NumPy integers accepted), else a ValueError naming ``owner.name``.
+
+    ``owner`` is the class being built (``"GPTConfig"``); ``optional`` allows None. Chapters 5 and 6.
+    """
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        hint = f"pass {name}={int(value)}" if isinstance(value, float) and value.is_integer() else (
+            f"pass a whole number, e.g. {name}=4")
+        raise ValueError(f"{owner}.{name}={value!r} must be an int ({type(value).__name__} given): {hint}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        rule = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"{owner}.{name}={value} must be {rule}")
+    return value
+
+
+def check_float(owner: str, name: str, value, low: float | None = None, high: float | None = None,
+                low_open: bool = False, high_open: bool = True, optional: bool = False) -> float | None:
+    """``value`` as a finite Python float within ``[low, high)`` (ends as set by ``*_open``), else a
+    ValueError naming ``owner.name``, the rule and the fix. Ints and NumPy numbers are accepted."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        hint = f"{name}={value.strip()}" if isinstance(value, str) else f"{name}=0.1"
+        raise ValueError(f"{owner}.{name}={value!r} must be a number ({type(value).__name__} given): "
+                         f"pass e.g. {hint}")
+    value = float(value)
+    below = low is not None and (value <= low if low_open else value < low)
+    above = high is not None and (value >= high if high_open else value > high)
+    if not math.isfinite(value) or below or above:
+        span = (f"{'(' if low_open or low is None else '['}{'-inf' if low is None else f'{low:g}'}, "
+                f"{'inf' if high is None else f'{high:g}'}{')' if high_open or high is None else ']'}")
+        raise ValueError(f"{owner}.{name}={value!r} must be in {span}, a finite number")
+    return value
 
 
 def sha256_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:

@@ -13,6 +13,7 @@ the one that was there before.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -22,12 +23,11 @@ import time
 import tomllib
 from pathlib import Path
 
-import importlib.util
-
-import jupytext
-import nbformat
 import pytest
-import yaml
+
+jupytext = pytest.importorskip("jupytext", reason="the chapter checks need jupytext (pip install jupytext)")
+nbformat = pytest.importorskip("nbformat", reason="the chapter checks need nbformat (pip install nbformat)")
+yaml = pytest.importorskip("yaml", reason="reading _config.yml needs PyYAML (pip install pyyaml)")
 
 _spec = importlib.util.spec_from_file_location("colab_setup", Path(__file__).resolve().parent.parent / "scripts"
                                                / "colab_setup.py")

@@ -59,7 +59,7 @@ def test_both_ranks_end_with_the_same_weights(tmp_path):
 def test_command_line_under_torchrun(tmp_path):
     args = ["-m", "gpt_from_scratch.train", "--preset", "shakespeare-char", "--max-iters", "4", "--n-layers", "1",
             "--d-model", "32", "--n-heads", "2", "--batch-size", "2", "--eval-interval", "2", "--eval-iters", "1",
-            "--progress", "false", "--out", str(tmp_path / "ckpt")]
+            "--progress", "false", "--device", "cpu", "--out", str(tmp_path / "ckpt")]  # CPU even with a GPU
     result = _torchrun(args, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "2 processes, weights identical on every rank: True" in result.stdout

@@ -221,8 +221,8 @@ def test_generate_in_training_mode_still_turns_dropout_off():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"temperature": 0.0}, "temperature must be > 0"),
-    ({"temperature": -1.0}, "temperature must be > 0"),
+    ({"temperature": 0.0}, "temperature must be a finite number > 0"),
+    ({"temperature": -1.0}, "temperature must be a finite number > 0"),
     ({"top_k": 0}, "top_k must be an integer >= 1"),
     ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
     ({"top_p": 1.01}, r"top_p must be in \(0, 1\]"),

@@ -55,8 +55,8 @@ def test_matches_nn_layernorm_outputs_and_gradients(shape, affine, bias, fast):
     torch.testing.assert_close(y, y_ref, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(dx, dx_ref, atol=1e-6, rtol=1e-6)
     assert grads.keys() == grads_ref.keys()
-    for name in grads:
-        torch.testing.assert_close(grads[name], grads_ref[name], atol=1e-6, rtol=1e-6)
+    for name in grads:  # sums over the B * T rows, whose order differs between PyTorch versions
+        torch.testing.assert_close(grads[name], grads_ref[name], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("fast", [False, True])

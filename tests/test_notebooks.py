@@ -7,8 +7,9 @@ top-to-bottom run (cells executed in order, none skipped).
 import re
 from pathlib import Path
 
-import jupytext
 import pytest
+
+jupytext = pytest.importorskip("jupytext", reason="the notebook checks need jupytext (pip install jupytext)")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -1,0 +1,304 @@
+"""Chapter 6 — checkpoints: a folder that a crash at any moment leaves loadable.
+
+A checkpoint folder holds ``model.safetensors`` (weights), ``optimizer.safetensors`` (AdamW state; no
+pickle anywhere) and ``checkpoint.json`` (configs, step, history, and the SHA-256 of the other files).
+
+Three files cannot be replaced in one step, so saving goes through a staging folder ``.next``:
+1. write the new tensor files into ``.next`` and flush them to disk;
+2. replace ``checkpoint.json`` by one that names ``.next`` (``os.replace``: atomic, the commit point);
+3. move the files from ``.next`` over the old ones, then replace ``checkpoint.json`` again, naming the
+   folder itself, and remove ``.next``.
+Before step 2 the old description names the old, untouched files; after it the new description names
+the new files, and ``load_checkpoint`` finds each one in ``.next`` or, once moved, beside the JSON
+(the SHA-256 tells them apart). A save first finishes the moves a crash interrupted. So a save
+interrupted at any moment leaves the previous or the new checkpoint, never a mix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from .model import GPT, GPTConfig
+from .utils import atomic_path, check_int, fsync_dir, sha256_file
+
+CHECKPOINT_FORMAT = "gpt_from_scratch.checkpoint/1"
+MODEL_FILE, OPTIMIZER_FILE, META_FILE = "model.safetensors", "optimizer.safetensors", "checkpoint.json"
+STAGING = ".next"  # where a save writes its files before the commit point
+MAX_META_BYTES = 64 << 20  # checkpoint.json holds configs and a history: megabytes at most
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that cannot be loaded: truncated, tampered with, or not a checkpoint."""
+
+
+@dataclass
+class Checkpoint:
+    """What ``load_checkpoint`` returns."""
+
+    model: GPT  # in eval mode, on the requested device
+    step: int  # optimizer steps taken
+    train_config: object | None  # a train.TrainConfig
+    optimizer_state: dict | None  # ready for ``optimizer.load_state_dict`` (an optimizer from ``make_optimizer``)
+    history: object | None  # a train.History
+    extra: dict  # whatever JSON-able dict was passed to ``save_checkpoint``
+
+
+def _unique_tensors(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Split a state dict into tensors stored once and ``{alias: name}`` for tensors sharing memory.
+
+    safetensors refuses to save two names for one tensor, which tied weights are (``lm_head.weight`` is
+    ``wte.weight``): the alias is recorded and re-tied on load.
+    """
+    tensors, aliases, seen = {}, {}, {}
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
+        if key in seen:
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+            tensors[name] = tensor.detach().contiguous().cpu()
+    return tensors, aliases
+
+
+def _check_finite(tensors: dict[str, torch.Tensor], what: str) -> None:
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise FloatingPointError(
+                f"not saving: {what} {name!r} holds nan or inf, and writing it would replace a good "
+                "checkpoint with a broken one. Training diverged: lower the learning rate and train again"
+            )
+
+
+def _optimizer_tensors(model: GPT, optimizer: torch.optim.Optimizer) -> tuple[dict, list]:
+    """AdamW's state as ``{"<param name>.<slot>": tensor}``, and its param groups with names for ids."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not all(id(p) in names for p in params):
+        raise ValueError("the optimizer updates tensors that are not this model's parameters: pass the "
+                         "optimizer that trains this model (make_optimizer(model, ...))")
+    order = [names[id(p)] for p in params]
+    state = optimizer.state_dict()
+    tensors = {f"{order[i]}.{key}": value.detach().contiguous().cpu()
+               for i, per_param in state["state"].items() for key, value in per_param.items()}
+    groups = [{k: v for k, v in group.items() if k != "params"} | {"params": [order[i] for i in group["params"]]}
+              for group in state["param_groups"]]
+    return tensors, groups
+
+
+def save_checkpoint(path: str | os.PathLike, model: GPT, step: int = 0, train_config=None,
+                    optimizer: torch.optim.Optimizer | None = None, history=None,
+                    extra: dict | None = None) -> Path:
+    """Write a checkpoint folder ``path``: weights, optimizer state (if given) and a JSON description.
+
+    Crash-safe (see the module docstring): interrupted at any moment, the folder still loads as the
+    previous checkpoint or the new one. Weights or optimizer state holding nan or inf raise a
+    ``FloatingPointError`` before anything is written. Files get the usual mode (0666 minus the umask).
+    """
+    path = Path(path)
+    step = check_int("save_checkpoint", "step", step, minimum=0)
+    weights, tied = _unique_tensors(model.state_dict())
+    _check_finite(weights, "the weight")
+    opt_tensors, groups = _optimizer_tensors(model, optimizer) if optimizer is not None else ({}, None)
+    _check_finite(opt_tensors, "the optimizer state")
+    path.mkdir(parents=True, exist_ok=True)
+    _finish_interrupted_save(path)
+    files = {MODEL_FILE: weights} | ({OPTIMIZER_FILE: opt_tensors} if optimizer is not None else {})
+    hashes = {}
+    for name, tensors in files.items():  # 1. the new files, in the staging folder
+        with atomic_path(path / STAGING / name) as tmp:
+            save_file(tensors, tmp)
+        hashes[name] = sha256_file(path / STAGING / name)
+    fsync_dir(path)
+    meta = {
+        "format": CHECKPOINT_FORMAT,
+        "step": step,
+        "model_config": dataclasses.asdict(model.config),
+        "train_config": dataclasses.asdict(train_config) if train_config is not None else None,
+        "tied": tied,
+        "optimizer": {"param_groups": groups} if optimizer is not None else None,
+        "history": dataclasses.asdict(history) if history is not None else None,
+        "extra": extra or {},
+        "torch_version": torch.__version__,
+        "files": hashes,
+    }
+    _write_meta(path, meta | {"staging": STAGING})  # 2. the commit point
+    _finish_interrupted_save(path)  # 3.
+    return path
+
+
+def _write_meta(path: Path, meta: dict) -> None:
+    with atomic_path(path / META_FILE) as tmp:
+        tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+
+
+def _finish_interrupted_save(path: Path) -> None:
+    """Step 3 of a save (see the module docstring); on a committed folder, clear what a crash left."""
+    try:
+        meta = _read_meta(path) if (path / META_FILE).is_file() else {}
+    except CheckpointError:
+        meta = {}  # nothing loadable to keep: the new save replaces it
+    staging = path / STAGING
+    if meta.get("staging") == STAGING:  # committed: the new files are in .next or already moved
+        for name in meta["files"]:
+            if (staging / name).is_file():
+                os.replace(staging / name, path / name)
+        fsync_dir(path)
+        stale = [name for name in (MODEL_FILE, OPTIMIZER_FILE) if name not in meta["files"]]
+        for name in stale:  # a checkpoint without an optimizer replaced one with it
+            (path / name).unlink(missing_ok=True)
+        _write_meta(path, {k: v for k, v in meta.items() if k != "staging"})
+    shutil.rmtree(staging, ignore_errors=True)  # not named by checkpoint.json: an unfinished step 1
+    for entry in path.glob(f".{META_FILE}.*.tmp"):  # temporary files of interrupted writes
+        entry.unlink(missing_ok=True)
+
+
+def _read_meta(path: Path) -> dict:
+    """checkpoint.json, checked for the fields ``load_checkpoint`` needs; a CheckpointError otherwise."""
+    meta_path = path / META_FILE
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}: {META_FILE} is missing (write one with save_checkpoint)")
+    size = meta_path.stat().st_size
+    if size > MAX_META_BYTES:
+        raise CheckpointError(f"{meta_path} is {size:,} bytes, more than a checkpoint description can be "
+                              f"({MAX_META_BYTES:,}): it is not a checkpoint.json")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{meta_path} is not valid JSON ({err}): the file is truncated or damaged. "
+                              "Delete the folder and save (or train) again") from None
+    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise CheckpointError(f"{meta_path} has format {found!r}, expected {CHECKPOINT_FORMAT!r}")
+    kinds = {"step": int, "model_config": dict, "tied": dict, "files": dict, "extra": dict,
+             "train_config": (dict, type(None)), "optimizer": (dict, type(None)), "history": (dict, type(None))}
+    for key, kind in kinds.items():
+        if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+            raise CheckpointError(f"{meta_path}: field {key!r} is {meta.get(key)!r:.80}, not a valid value: "
+                                  "the file was edited or damaged. Delete the folder and save again")
+    if meta.get("staging", STAGING) != STAGING:
+        raise CheckpointError(f"{meta_path}: field 'staging' is {meta['staging']!r}, expected {STAGING!r}")
+    return meta
+
+
+def _locate(path: Path, meta: dict) -> dict[str, Path]:
+    """Where each file ``checkpoint.json`` lists is now, checked against its SHA-256."""
+    found = {}
+    for name, expected in meta["files"].items():
+        if name not in (MODEL_FILE, OPTIMIZER_FILE):
+            raise CheckpointError(f"{path / META_FILE} lists an unknown file {name!r}")
+        places = ([path / STAGING / name] if meta.get("staging") else []) + [path / name]
+        actual = "missing"
+        for place in places:
+            if place.is_file():
+                actual = sha256_file(place)
+                if actual == expected:
+                    found[name] = place
+                    break
+        if name not in found:
+            raise CheckpointError(
+                f"{path / name} does not match {META_FILE} (sha256 {actual}, expected {expected}): the checkpoint "
+                "was changed or its saving was interrupted. Delete the folder and save (or train) again."
+            )
+    return found
+
+
+def checkpoint_files(path: str | os.PathLike) -> dict[str, Path]:
+    """The files of the checkpoint in folder ``path``, verified: ``{"checkpoint.json": ...,
+    "model.safetensors": ..., "optimizer.safetensors": ...}`` (the last only with an optimizer state)."""
+    path = Path(path)
+    return {META_FILE: path / META_FILE} | _locate(path, _read_meta(path))
+
+
+def _config_from(meta_path: Path, fields: dict, cls):
+    try:
+        return cls(**fields)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{meta_path}: its {cls.__name__} is not valid ({err})") from None
+
+
+def _check_shapes(weights: Path, config: GPTConfig, tied: dict, meta_path: Path) -> None:
+    """Compare the stored tensor shapes with the model ``config`` describes, before allocating it.
+
+    The layer count is checked first, then one layer built on the meta device (shapes, no memory)
+    gives every expected shape: a description asking for a huge model costs nothing to refuse.
+    """
+    with safe_open(weights, framework="pt") as f:
+        stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    layers = {int(m.group(1)) for name in stored if (m := re.match(r"blocks\.(\d+)\.", name))}
+    expected = None
+    if layers == set(range(config.n_layers)):
+        with torch.device("meta"):
+            one = GPT(dataclasses.replace(config, n_layers=1)).state_dict()
+        expected = {re.sub(r"^blocks\.0\.", f"blocks.{i}.", name): tuple(t.shape)
+                    for i in range(config.n_layers) for name, t in one.items()
+                    if i == 0 or name.startswith("blocks.0.")}
+        expected = {name: shape for name, shape in expected.items() if name not in tied}
+    if stored != expected:
+        wrong = sorted(set(stored.items()) ^ set((expected or {}).items()))[:2]
+        raise CheckpointError(f"{meta_path} describes a model ({config}) whose weights are not the ones "
+                              f"stored in {MODEL_FILE} ({len(layers)} layers stored; first differences: "
+                              f"{wrong}): the description was edited or damaged. Delete the folder and save again")
+
+
+def _optimizer_state(file: Path, groups: list, device: str) -> dict:
+    """The dict ``optimizer.load_state_dict`` takes, equal to the ``state_dict()`` that was saved."""
+    tensors = load_file(file, device=device)
+    order = [name for group in groups for name in group["params"]]
+    index = {name: i for i, name in enumerate(order)}
+    state = {}
+    for key, value in tensors.items():
+        name, _, slot = key.rpartition(".")
+        state.setdefault(index[name], {})[slot] = value
+    for per_param in state.values():  # AdamW keeps "step" on the CPU unless it is capturable or fused
+        if "step" in per_param and not (groups[0].get("capturable") or groups[0].get("fused")):
+            per_param["step"] = per_param["step"].cpu()
+    # JSON has no tuples: betas (and any other tuple setting) come back as lists
+    groups = [{k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in group.items()}
+              | {"params": [index[name] for name in group["params"]]} for group in groups]
+    return {"state": dict(sorted(state.items())), "param_groups": groups}
+
+
+def load_checkpoint(path: str | os.PathLike, device: str = "cpu") -> Checkpoint:
+    """Read a folder written by ``save_checkpoint``, verifying every file's SHA-256 first.
+
+    Rebuilds the model from the stored ``GPTConfig`` (after checking that the stored tensors have its
+    shapes, so a damaged description cannot make it allocate a huge model), loads the weights
+    (re-tying tied ones, strictly) and returns a ``Checkpoint``. A damaged folder raises a
+    ``CheckpointError`` (a ValueError) saying what is wrong.
+    """
+    from .train import History, TrainConfig
+
+    path = Path(path)
+    meta = _read_meta(path)
+    meta_path = path / META_FILE
+    files = _locate(path, meta)
+    if MODEL_FILE not in meta["files"] or (meta["optimizer"] is not None) != (OPTIMIZER_FILE in meta["files"]):
+        raise CheckpointError(f"{meta_path} does not list the files its checkpoint needs: it was edited")
+    config = _config_from(meta_path, meta["model_config"], GPTConfig)
+    _check_shapes(files[MODEL_FILE], config, meta["tied"], meta_path)
+    model = GPT(config)
+    state = load_file(files[MODEL_FILE])
+    try:
+        for alias, name in meta["tied"].items():
+            state[alias] = state[name]
+        model.load_state_dict(state, strict=True)
+        optimizer_state = None
+        if meta["optimizer"] is not None:
+            optimizer_state = _optimizer_state(files[OPTIMIZER_FILE], meta["optimizer"]["param_groups"], device)
+    except (KeyError, TypeError, RuntimeError) as err:
+        raise CheckpointError(f"{meta_path} does not match its tensors ({err!r:.200}): it was edited. "
+                              "Delete the folder and save again") from None
+    model.to(device).eval()
+    train_config = _config_from(meta_path, meta["train_config"], TrainConfig) if meta["train_config"] else None
+    history = _config_from(meta_path, meta["history"], History) if meta["history"] is not None else None
+    return Checkpoint(model, meta["step"], train_config, optimizer_state, history, meta["extra"])

@@ -1,0 +1,120 @@
+"""Chapter 6 — the data at two levels and the two models the book trains (``book_model``).
+
+``char_level_data`` and ``bpe_level_data`` give Tiny Shakespeare's training and validation ids;
+``RECIPES`` holds the settings of each model the book trains; ``book_model`` loads one from its
+checkpoint in the cache, or trains and saves it. Every name here is also importable from
+``gpt_from_scratch.train``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checkpoint import META_FILE, load_checkpoint, save_checkpoint
+from .data import cache_dir, load_tiny_shakespeare, prepare_tokens, read_tokens, split_text
+from .model import GPT, GPTConfig
+from .tokenizer import CharTokenizer, gpt2_encoding
+
+
+def char_level_data(text: str | None = None) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
+    """Character-level Tiny Shakespeare: ``(train_ids, val_ids, tokenizer)``.
+
+    The vocabulary is every character of the whole corpus (65); the first 90% is for training
+    (1,003,854 tokens), the rest for validation (111,540). Ids are ``uint16`` NumPy arrays.
+    """
+    text = load_tiny_shakespeare() if text is None else text
+    tokenizer = CharTokenizer(text)
+    train_text, val_text = split_text(text, 0.9)
+    train_ids = np.array(tokenizer.encode(train_text), dtype=np.uint16)
+    val_ids = np.array(tokenizer.encode(val_text), dtype=np.uint16)
+    return train_ids, val_ids, tokenizer
+
+
+def bpe_level_data(text: str | None = None):
+    """GPT-2-BPE-level Tiny Shakespeare: ``(train_ids, val_ids, encoding)`` (301,966 and 36,059 tokens).
+
+    The ids come from ``prepare_tokens`` (memory-mapped ``uint16`` files in the cache); ``encoding`` is
+    the tiktoken GPT-2 encoding (``encode_ordinary`` / ``decode``).
+    """
+    encoding = gpt2_encoding()
+    paths = prepare_tokens(encoding, text=text)
+    return read_tokens(paths["train"]), read_tokens(paths["val"]), encoding
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A model the book trains: its data level, architecture and training settings."""
+
+    data: str  # "char" or "bpe"
+    model: dict  # GPTConfig fields
+    train: dict  # TrainConfig fields that differ from the defaults
+
+
+_CHAR = dataclasses.asdict(GPTConfig.from_preset("shakespeare-char"))  # 4 layers, 4 heads, 128 dims, context 64
+RECIPES = {
+    # nanoGPT's CPU run for Shakespeare-char (batch 12, block 64, lr 1e-3 -> 1e-4), 1,000 steps instead of
+    # 2,000 so that Chapter 6 runs in under 5 minutes on 2 CPU cores (benchmarks/bench_train.py runs the 2,000).
+    "shakespeare-char": Recipe("char", _CHAR, dict(max_iters=1000, batch_size=12, eval_interval=250, eval_iters=20)),
+    # The same network on GPT-2 tokens: its 50,257-way output layer is most of the work, hence fewer steps.
+    "shakespeare-bpe": Recipe("bpe", _CHAR | {"vocab_size": 50_257},
+                              dict(max_iters=100, batch_size=8, warmup_iters=10, eval_interval=25, eval_iters=5)),
+    # nanoGPT's GPU run for Shakespeare-char (6 layers, 6 heads, 384 dims, context 256, dropout 0.2): for a GPU.
+    "shakespeare-char-full": Recipe("char", _CHAR | dict(context_length=256, d_model=384, n_layers=6, n_heads=6,
+                                                         d_ff=1536, dropout=0.2),
+                                    dict(max_iters=5000, batch_size=64, eval_interval=250, eval_iters=200)),
+}
+BOOK_MODELS = ("shakespeare-char", "shakespeare-bpe")  # what book_model returns
+
+
+def load_data(level: str):
+    """``char_level_data()`` for ``"char"``, ``bpe_level_data()`` for ``"bpe"``."""
+    if level == "char":
+        return char_level_data()
+    if level == "bpe":
+        return bpe_level_data()
+    raise ValueError(f"unknown data level {level!r}: use 'char' or 'bpe'")
+
+
+def book_model_path(name: str) -> Path:
+    """Where ``book_model(name)`` keeps its checkpoint: ``cache_dir() / "checkpoints" / name``."""
+    if name not in BOOK_MODELS:
+        raise ValueError(f"unknown book model {name!r}: choose one of {', '.join(BOOK_MODELS)}")
+    return cache_dir() / "checkpoints" / name
+
+
+def book_model(name: str, progress: bool = True):
+    """One of the two models Chapter 6 trains, ``"shakespeare-char"`` or ``"shakespeare-bpe"``.
+
+    Returns ``(model, tokenizer)``: the ``GPT`` in eval mode on the CPU, and what decodes its ids
+    (a ``CharTokenizer``, or the tiktoken GPT-2 encoding), both with ``.encode(text)`` and ``.decode(ids)``.
+
+    The checkpoint in ``book_model_path(name)`` is loaded (and verified) when it exists and was made with
+    the book's current settings; otherwise the model is trained from seed 1337 with ``RECIPES[name]``
+    and saved there. Training is deterministic, so both routes give the same weights on one machine
+    (other CPUs or PyTorch versions may differ in the last bits). Its ``History`` is
+    ``load_checkpoint(book_model_path(name)).history``.
+    """
+    from .train import TrainConfig, train  # the loop imports this module's names for re-export
+
+    path = book_model_path(name)  # checks the name
+    recipe = RECIPES[name]
+    train_ids, val_ids, tokenizer = load_data(recipe.data)
+    cfg = TrainConfig(**recipe.train, progress=progress)
+    if (path / META_FILE).is_file():
+        try:
+            ckpt = load_checkpoint(path)
+            if ckpt.extra.get("recipe") == dataclasses.asdict(recipe):
+                return ckpt.model, tokenizer
+        except (ValueError, KeyError, TypeError, OSError) as err:
+            warnings.warn(f"retraining {name}: its cached checkpoint could not be used ({err})", stacklevel=2)
+    torch.manual_seed(cfg.seed)
+    model = GPT(GPTConfig(**recipe.model))
+    history = train(model, train_ids, val_ids, cfg)
+    save_checkpoint(path, model, cfg.max_iters, cfg, history=history, extra={"recipe": dataclasses.asdict(recipe)})
+    return model.eval(), tokenizer
