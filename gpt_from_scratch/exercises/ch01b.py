@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import regex
 
-from ..bpe import BPETokenizer
+from ..bpe import BPETokenizer, merge
 from ..tokenizer import GPT2_PATTERN
 from .core import _Case, _Mismatch, _call, _describe, _run_cases, _short
 
@@ -27,7 +27,7 @@ def _bpe_variants(text: str, merges: dict) -> list[tuple[list[int], str]]:
                 if not known:
                     break
                 best = pick(known)
-                ids = _merge(ids, best, merges[best])
+                ids = merge(ids, best, merges[best])
             out.extend(ids)
         return out
 
@@ -45,18 +45,6 @@ def _bpe_variants(text: str, merges: dict) -> list[tuple[list[int], str]]:
         (encode(chunks, utf8, lambda known: max(known, key=merges.get)),
          "apply the earliest-learned merge (the lowest new id), not the latest"),
     ]
-
-
-def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
 
 
 def check_bpe_encode(candidate) -> bool:
