@@ -121,11 +121,18 @@ test-colab: $(STAMP)
 # comes from PyPI as the CUDA build with its nvidia-* packages, about 3 GB), then the tests.
 OLDEST_VENV ?= _build/venv-oldest
 OLDEST_CHAPTERS ?= notebooks/01_tokens_and_batches.ipynb notebooks/04_attention.ipynb
-.PHONY: test-oldest
-test-oldest: _build/nbval_sanitize_oldest.cfg
+OLDEST_STAMP := $(OLDEST_VENV)/.installed
+.PHONY: oldest-venv test-oldest
+$(OLDEST_STAMP): requirements-oldest.txt pyproject.toml
 	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install --quiet -r requirements-oldest.txt
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+# The install alone (mostly downloading): CI starts it in the background while the other tests run.
+oldest-venv: $(OLDEST_STAMP)
+
+test-oldest: $(OLDEST_STAMP) _build/nbval_sanitize_oldest.cfg
 	$(OLDEST_VENV)/bin/python -c "import torch, transformers, numpy; \
 		print('oldest: torch', torch.__version__, 'transformers', transformers.__version__, 'numpy', numpy.__version__)"
 	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/python -m pytest -p no:cacheprovider tests --ignore=tests/test_colab.py
