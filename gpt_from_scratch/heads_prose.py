@@ -125,8 +125,10 @@ def bias_probs_text(name: str, ratios: dict[str, float], corpus_ratio: float | N
     low, high = min(ratios.values()), max(ratios.values())
     pairs = list(ratios.values())
     moves = max(abs(pairs[0] - pairs[1]), abs(pairs[2] - pairs[3])) if len(pairs) == 4 else high - low
+    swap = (f"moves the ratio by at most {moves:.1f}" if round(moves, 1) > 0
+            else "leaves the ratio unchanged to one decimal")
     text = (f"{name} prefers \" he\" to \" she\" by a ratio between {low:.1f} and {high:.1f}; swapping the "
-            f"two occupations moves the ratio by at most {moves:.1f}. ")
+            f"two occupations {swap}. ")
     if corpus_ratio is not None:
         text += f"In Tiny Shakespeare's training split the ratio of the two words is {corpus_ratio:.1f}."
     return text
