@@ -595,7 +595,7 @@ with torch.no_grad():
 # %% [markdown]
 # ### Exercise 3. Four times deeper (predict, then run)
 #
-# The pre-LN stack's standard deviation reached 8.46 after 48 blocks. Predict it after 192
+# The pre-LN stack's standard deviation reached 4.72 after 48 blocks. Predict it after 192
 # blocks, then run the cell after the answer.
 
 # %% [markdown] tags=["answer"]
@@ -604,8 +604,9 @@ with torch.no_grad():
 # In a pre-LN stack every block adds a branch computed from a normalized input, so each
 # addition has about the same size and the variances add up: the standard deviation grows
 # like $\sqrt{L}$. Four times the depth gives about twice the standard deviation of 48
-# blocks, as the printout shows. GPT-2's $1/\sqrt{2L}$ scaling of `c_proj` shrinks each
-# addition so that the sum stays of the same size at every depth.
+# blocks, as the printout shows. GPT-2 scales down the last layer of every branch by
+# $1/\sqrt{2L}$ (section 5.5, {ref}`ch-gpt`), so that the sum stays of the same size at every
+# depth.
 # ```
 
 # %%

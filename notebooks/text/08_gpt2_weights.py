@@ -300,7 +300,7 @@ display(Markdown(prose.samples_text(continuations)))
 # Row $t$ of a head's map is how query $t$ shares its attention over keys $0 \dots t$
 # ({ref}`ch-attention`). To be sure the maps are the model's real weights, compute layer 0
 # by hand from the parameters: embeddings, `ln_1`, queries and keys from `c_attn`, then
-# $\operatorname{softmax}(QK^\top / \sqrt{d_k})$ with the future masked.
+# $\operatorname{softmax}(q k^\top / \sqrt{d_k})$ with the future masked.
 
 # %%
 def encode(text: str) -> torch.Tensor:
