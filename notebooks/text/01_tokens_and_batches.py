@@ -728,17 +728,23 @@ check_get_batch(get_batch_stacked);
 # ### Exercise 3. Tokens and starts (predict, then run)
 #
 # Without running anything, predict: (a) how many GPT-2 tokens `" Romeo"`, `"Romeo"` and `"
-# ROMEO"` take; (b) the largest start `get_batch` can return for `len(data) = 1000` and
-# `block_size = 256`. Write your predictions in the answer cell, then run the cell after it.
+# ROMEO"` take; (b) `get_batch` draws 20,000 windows of `block_size = 256` from
+# `len(data) = 1000` tokens. Will the largest start among them be the last valid start, or
+# stop short of it? Estimate how likely a miss is rather than quoting section 1.13. Write
+# your predictions in the answer cell, then run the cell after it.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
 # (a) A name that is frequent in web text with its leading space is one token; without the
 # space, or in capitals, it is rarer and is cut into pieces, so `" Romeo"` takes the fewest
-# tokens and the other two more (the cell prints the counts). (b) The starts come from
-# `randint(len(data) - block_size)`, whose bound is exclusive: the largest is $1000 - 256 -
-# 1 = 743$, the last start whose target window still exists.
+# tokens and the other two more (the cell prints the counts). (b) The valid starts are $0
+# \ldots 1000 - 256 - 1 = 743$: 744 equally likely values, so each draw hits 743 with
+# probability $1/744$, and missing it in all 20,000 draws has probability
+# $(743/744)^{20\,000} \approx e^{-27}$, practically never. The largest start drawn is
+# therefore the last valid one, 743, as the cell prints. (The same count says why the
+# bounds of section 1.13 matter: with 20,000 draws, even a start that is wrong once in 744
+# shows up.)
 # ```
 
 # %%
@@ -749,24 +755,26 @@ many_x, _ = get_batch(np.arange(1000), 20_000, 256, generator=g)
 print("largest start drawn in 20,000 windows:", int(many_x[:, 0].max()))
 
 # %% [markdown]
-# ### Exercise 4. Why token files (explain)
+# ### Exercise 4. A file with no header (explain)
 #
-# A teammate proposes to skip the `.bin` files: encode the corpus into one `int64` tensor,
-# `torch.save` it, and `torch.load` it at the start of every training run. For Tiny
-# Shakespeare that works. Explain what breaks, and why, for a corpus of tens of billions of
-# tokens, and what `uint16` and `np.memmap` each change. Which of the two stops working for
-# `tiktoken`'s `cl100k_base`, whose name says it has about 100k tokens?
+# `train.bin` is 603,932 bytes and nothing else: no header says how to read them. One
+# teammate maps it with `np.memmap(path, dtype=np.int16)`, another with `dtype=np.uint32`.
+# What does each get back (how many ids, what values), and does either fail silently in
+# training? Then the reverse: a `cl100k_base` corpus (about 100k tokens) is written as
+# `uint32`, as `write_tokens` asks, and read back as `uint16`. What happens?
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# `torch.load` reads the whole tensor into memory: at 8 bytes per token, tens of billions of
-# tokens are hundreds of gigabytes, more than the machine's memory, and every run pays the
-# full read before the first step. `uint16` cuts the size by four (2 bytes per token),
-# because every GPT-2 id is below $2^{16} = 65{,}536$; `np.memmap` stops loading altogether:
-# the operating system reads only the pages a batch touches, so memory use no longer grows
-# with the corpus. `uint16` is the one that breaks for `cl100k_base`: ids up to about
-# 100,000 do not fit in 16 bits, so those files need `uint32`.
+# `int16` reads the same 301,966 ids, but every id from $2^{15}$ up, such as 36103 and
+# 42012 in the batch of section 1.12, comes back negative ($\text{id} - 2^{16}$): the
+# embedding lookup then raises an index error, loud if puzzling. `uint32` reads the bytes
+# four at a time: half as many ids, each fusing two neighbouring tokens into $a + 2^{16} b$,
+# almost always far above 50,256, so the lookup fails too. The reverse case is the
+# dangerous one: a `uint32` file read as `uint16` gives twice as many ids, alternately the
+# low 16 bits of a token and its high bits (0 or 1); all are valid ids, so training runs
+# without an error on garbage. The dtype belongs with the file (nanoGPT fixes it to `uint16`
+# in its code), and checking the largest id read against the vocabulary is cheap insurance.
 # ```
 
 # %% [markdown]

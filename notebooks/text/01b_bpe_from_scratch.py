@@ -545,19 +545,22 @@ print("longest tokens:", sorted(learned, key=len)[-6:])
 #
 # ### Exercise 1. Whose text, whose tokenizer (predict, then run)
 #
-# Our 2,048-token tokenizer was trained on Shakespeare; GPT-2's 50,257 on web text. On a
-# passage of Shakespeare it did not see, and on a sentence of modern English, which of the
-# two needs fewer tokens, and by how much? Write down a guess for the four
-# characters-per-token numbers, then run the cell after the answer.
+# Our 2,048-token tokenizer was trained on Shakespeare; GPT-2's 50,257 on web text. Section
+# 1b.8 compared them on Shakespeare's validation text. Now take a sentence of modern English
+# (a startup, investors, a smartphone app): how does each tokenizer's characters-per-token
+# rate move from Shakespeare to it, up, down or flat, and why? Write down a guess for the
+# four characters-per-token numbers, then run the cell after the answer.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# GPT-2 needs fewer tokens on both, and on modern English far fewer than ours (compare the
-# printed rates). Ours keeps its Shakespeare rate only thanks to short common words (" the",
-# " on", " new"); "startup", "emailed" and "investors" never occurred in its training text,
-# so it spells them from short pieces. A tokenizer compresses best the kind of text it was
-# trained on, one reason each new model family trains its own.
+# GPT-2's rate jumps, from 3.23 on the Shakespeare passage to 5.38 on the modern sentence:
+# this is the kind of text it was trained on, and its vocabulary holds most of these words
+# whole. Ours does not drop, as one might guess, but stays flat at 2.58: it holds its rate
+# thanks to short common words (" the", " on", " new"), while "startup", "emailed" and
+# "investors", which never occurred in its training text, are spelled from short pieces (the
+# last line prints them). A tokenizer compresses best the kind of text it was trained on,
+# one reason each new model family trains its own.
 # ```
 
 # %%
@@ -573,21 +576,21 @@ print([tok_2048.vocab[i].decode() for i in tok_2048.encode(modern)][:16])
 # ### Exercise 2. Cutting the merge list (explain)
 #
 # The chapter trained one tokenizer to 2,048 tokens and *cut its merge list* to get the
-# 512-token one, and checked that this equals training to 512 directly. Why is that true?
-# Which change to `train_bpe` would break it: (a) breaking ties by the largest ids instead
-# of the smallest, (b) choosing among the tied pairs at random, (c) stopping when no pair
-# occurs more than once? The cell after the answer checks the prefix property once more, on
-# two small sizes.
+# 512-token one, and checked that this equals training to 512 directly, because training
+# is greedy. Is greed enough? Which change to `train_bpe` would break the prefix property:
+# (a) breaking ties by the largest ids instead of the smallest, (b) choosing among the tied
+# pairs at random, (c) stopping when no pair occurs more than once? The cell after the
+# answer checks the prefix property once more, on two small sizes.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# Training is greedy and deterministic: merge $k$ depends only on the text and on merges $0
-# \ldots k-1$, never on how many merges will follow. So whatever the target size, the first
-# $k$ steps are the same computation. (a) keeps that: a different but fixed rule still gives
-# the same first $k$ merges for every target size. (b) breaks it: two runs can pick
-# different pairs at a tie, and from then on everything differs. (c) only stops the loop
-# earlier; the merges it does learn are still a prefix.
+# Greed is not enough on its own; training must also be deterministic: merge $k$ depends
+# only on the text and on merges $0 \ldots k-1$, never on how many merges will follow. So
+# whatever the target size, the first $k$ steps are the same computation. (a) keeps that: a
+# different but fixed rule still gives the same first $k$ merges for every target size. (b)
+# breaks it: two runs can pick different pairs at a tie, and from then on everything
+# differs. (c) only stops the loop earlier; the merges it does learn are still a prefix.
 # ```
 
 # %%

@@ -550,21 +550,25 @@ from gpt_from_scratch.exercises import check_sinusoidal_positional_encoding
 check_sinusoidal_positional_encoding(sinusoidal_table);
 
 # %% [markdown]
-# ### Exercise 2. Dot products of positions (predict, then run)
+# ### Exercise 2. Distances between positions (predict, then run)
 #
-# For $D = 64$, which is larger: $P[100] \cdot P[101]$ or $P[100] \cdot P[110]$? And what is
-# $P[100] \cdot P[100]$? Does $P[0] \cdot P[10]$ give the same value as $P[100] \cdot
-# P[110]$? Why? Write your answers down, then run the cell after the answer.
+# Section 2.5 measured dot products of positions. Think of the codes as points instead: for
+# $D = 64$, predict the squared distances $\lVert P[100] - P[101] \rVert^2$ and $\lVert
+# P[100] - P[110] \rVert^2$, and say whether $\lVert P[0] - P[10] \rVert^2$ is the same as
+# the second, using only what the chapter showed about norms and offsets. Write your answers
+# down, then run the cell after the answer: it prints dot products; turn them into
+# distances.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# Each pair of dimensions contributes $\sin a \sin b + \cos a \cos b = \cos(a - b)$, so
-# $P[p] \cdot P[q] = \sum_i \cos((p - q)\,\omega_i)$ depends only on the offset $p - q$.
-# Hence $P[100] \cdot P[100] = D/2 = 32$ (every term is $\cos 0 = 1$), $P[0] \cdot P[10] =
-# P[100] \cdot P[110]$ exactly, and the offset of 1 gives the larger product: its angles
-# $\omega_i$ are ten times smaller than those of the offset of 10, so more of the cosines
-# stay close to 1.
+# Expand the square: $\lVert P[p] - P[q] \rVert^2 = \lVert P[p] \rVert^2 + \lVert P[q]
+# \rVert^2 - 2\,P[p] \cdot P[q]$. Every code has the same squared norm, $D/2 = 32$ (the cell
+# prints $P[100] \cdot P[100] = 32.0000$), and the dot product depends only on $p - q$, so
+# the distance does too: $\lVert P[0] - P[10] \rVert^2 = \lVert P[100] - P[110] \rVert^2$
+# exactly. With the printed products, the offset of 1 gives $2\,(32 - 30.9168) \approx 2.17$
+# and the offset of 10 gives $2\,(32 - 21.0516) \approx 21.90$: all codes lie on one sphere,
+# and neighbouring positions are close points on it, distant positions far ones.
 # ```
 
 # %%
@@ -615,18 +619,22 @@ print(f"cosine(' dog', ' man'): no position {alone:+.3f}; both at 1000 {both:+.3
 # ```
 
 # %% [markdown]
-# ### Exercise 5. A code that moves (explain)
+# ### Exercise 5. A code that stands still (explain)
 #
-# The scheme $P[p] = p / (T - 1)$ gives every position a different code within one sequence.
-# Describe what goes wrong when a model generates text token by token, $T$ growing by one at
-# each step.
+# Section 2.3 showed why $P[p] = p / (T - 1)$ fails when $T$ grows during generation. A
+# colleague fixes it: always divide by the context length, $P[p] = p / 1023$, whatever the
+# length of the text. Codes no longer move. What is still wrong with this code, measured
+# against the two requirements of section 2.3 and against the sinusoids?
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# Every code depends on $T$, so each new token changes the code of every earlier token: the
-# same token at the same position reads differently at every step, and the newest token
-# always gets the code 1, so the model cannot tell how far into the text it is. Everything
-# computed for the earlier tokens must be recomputed at each step (no cache can be kept),
-# and the model sees at generation codes it never saw in training, where $T$ was fixed.
+# Requirement 2 is now met, and formally so is the third: moving $k$ positions adds the same
+# vector $\frac{k}{1023}(1, \ldots, 1)$. What remains wrong is scale and shape. Neighbours
+# are 0.0010 apart in every dimension (the printed gap for a 1,024-token text), so the codes
+# of positions 5 (0.0049) and 6 differ by a vector of norm $0.0010 \sqrt{64} \approx 0.008$,
+# next to token embeddings of norm 7.97: the model must read position from a tiny change
+# along one single direction, $(1, \ldots, 1)$, where the sinusoids spread it over $D/2 =
+# 32$ frequencies, the fast ones separating nearby positions clearly. And 1023 hard-codes
+# the context length: a model with a longer context gets a different code at every position.
 # ```

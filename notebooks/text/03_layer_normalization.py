@@ -569,18 +569,22 @@ check_layer_norm(LayerNormModule);
 # ### Exercise 2. What LayerNorm forgets (predict, then run)
 #
 # Without the affine part, how does `LayerNorm(D)` map $3x + 7$ compared with $x$? And $-x$?
-# And $10^{-4} x$, for a row $x$ of standard deviation 1? Write your three answers down,
-# then run the cell after the answer.
+# And $10^{-4} x$, for a row $x$ of standard deviation 1: is its output still a multiple of
+# the output of $x$, and if so by what factor? (Section 3.3 took a near-constant row; here
+# the whole row is scaled down.) Write your three answers down, then run the cell after the
+# answer.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# $3x + 7$ gives the same output as $x$: the mean removes the shift and the division by the
-# standard deviation removes the positive scale. $-x$ gives minus the output of $x$: the
-# sign survives. $10^{-4} x$ has variance $10^{-8}$, far below $\epsilon = 10^{-5}$, so the
-# denominator is about $\sqrt{\epsilon}$ instead of the standard deviation: the output is
-# the centred input times about $10^{-4} / \sqrt{10^{-5}} \approx 0.03$, not a normalized
-# row.
+# $3x + 7$ gives the same output as $x$ (up to float32 rounding): the mean removes the shift
+# and the division by the standard deviation removes the positive scale. $-x$ gives exactly
+# minus the output of $x$: the sign survives. $10^{-4} x$ is centred to $10^{-4}(x - \mu)$
+# and divided by $\sqrt{10^{-8}\sigma^2 + \epsilon}$, one number for the whole row, so its
+# output is still a multiple of the output of $x$; but the variance $10^{-8}$ is far below
+# $\epsilon = 10^{-5}$, so the factor is about $10^{-4} / \sqrt{10^{-5}} \approx 0.03$, not
+# 1: the output std the cell prints, 0.0332. Below $\sqrt{\epsilon}$ LayerNorm is no longer
+# scale-invariant; it shrinks the row instead of normalizing it.
 # ```
 
 # %%
@@ -595,18 +599,23 @@ with torch.no_grad():
 # %% [markdown]
 # ### Exercise 3. Four times deeper (predict, then run)
 #
-# The pre-LN stack's standard deviation reached 4.72 after 48 blocks. Predict it after 192
-# blocks, then run the cell after the answer.
+# After 48 blocks, the stream of the stack without normalization had a standard deviation of
+# $2.48 \times 10^4$, and already 10.5 after 12 blocks; the pre-LN stack's was 4.72 after
+# 48. How deep must the pre-LN stack be before its stream is as large as the unnormalized
+# one after 12 blocks? Predict, then run the cell after the answer, which goes to 192
+# blocks.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# In a pre-LN stack every block adds a branch computed from a normalized input, so each
-# addition has about the same size and the variances add up: the standard deviation grows
-# like $\sqrt{L}$. Four times the depth gives about twice the standard deviation of 48
-# blocks, as the printout shows. GPT-2 scales down the last layer of every branch by
-# $1/\sqrt{2L}$ (section 5.5, {ref}`ch-gpt`), so that the sum stays of the same size at every
-# depth.
+# In a pre-LN stack every block adds a branch computed from a normalized input, so the
+# variances add up and the standard deviation grows like $\sqrt{L}$. Reaching 10.5 from 4.72
+# at 48 blocks takes $(10.5 / 4.72)^2 \approx 4.9$ times the depth, about 240 blocks. The
+# cell agrees: 192 blocks, four times 48, give 9.80, a little more than twice 4.72 but still
+# short of 10.5. Without normalization the variance is multiplied by 1.52 at every block,
+# so the same 10.5 came after 12 blocks: a geometric growth against a square root. GPT-2
+# scales down the last layer of every branch by $1/\sqrt{2L}$ (section 5.5, {ref}`ch-gpt`),
+# so that the sum stays of the same size at every depth.
 # ```
 
 # %%
@@ -617,21 +626,24 @@ print(f"std after 48 blocks: {deep[48].std():.2f}; after 192 blocks: {deep[192].
 # %% [markdown]
 # ### Exercise 4. BatchNorm at generation time (explain)
 #
-# A model is trained with BatchNorm in place of LayerNorm. At generation time it processes
-# one sequence, one new token at a time. What does BatchNorm compute in training mode on
-# that single token, and why does `model.eval()` not fully solve the problem?
+# A model is trained with BatchNorm in place of LayerNorm, on batches of $B$ sequences of
+# $T$ tokens, normalizing each feature over all $B \times T$ tokens. Section 3.4 showed that
+# a token's output then depends on the other tokens of the batch. Which of them matter to a
+# model trained to predict the *next* token, and why is that a problem already in training,
+# before any generation? What would training mode compute on a batch of one token?
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# In training mode BatchNorm normalizes each feature over the batch: a batch of one token
-# has mean equal to the token itself and variance 0, so every feature becomes $(x - x) /
-# \sqrt{0 + \epsilon} = 0$ and the output is $\beta$, whatever the token. `model.eval()`
-# switches to the running averages collected in training, which avoids that collapse, but
-# those statistics were gathered over whole batches of many sequences and positions (future
-# tokens included): at generation the model sees its features normalized with numbers that
-# do not describe the one sequence in front of it, so training and generation still compute
-# different functions.
+# The batch statistics include the later positions of the token's own sequence, so the
+# output at position $t$ depends, through the mean and variance of each feature, on tokens
+# after $t$: a channel from the future that a language model must not have. Training can
+# learn to use it, and the training loss then promises what the model cannot deliver when it
+# generates, where those tokens do not exist yet. On a batch of one token each feature has
+# mean the token itself and variance 0, so every feature becomes $(x - x) / \sqrt{0 +
+# \epsilon} = 0$ and the output is $\beta$, whatever the token. `model.eval()` switches to
+# running averages, which removes both problems but computes a different function from the
+# one trained.
 # ```
 
 # %% [markdown]

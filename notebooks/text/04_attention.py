@@ -905,8 +905,10 @@ for t, (ta, tb) in enumerate(zip(token_labels(a, enc), token_labels(b_, enc))):
 # (a) Why does a KV cache store the keys and values of past tokens, but not their queries?
 # (b) Why could an encoder (attention without a mask) not reuse its cache this way when a
 # new token arrives? (c) The package's attention returns weights of 0 for a query whose mask
-# row is all False, where the formula gives NaN. Where could such a row come from in
-# practice?
+# row is all False, where the formula gives NaN. Can a causal mask alone produce such a row?
+# Now batch sequences of different lengths by padding the short ones and masking the padding
+# as keys: with the padding at the end of each short sequence, and with it at the start,
+# which queries, if any, end up with an empty row?
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
@@ -914,7 +916,11 @@ for t, (ta, tb) in enumerate(zip(token_labels(a, enc), token_labels(b_, enc))):
 # (a) A past query was only needed to compute its own token's output, which is already done;
 # a new token's output needs its own query and everyone's keys and values. (b) Without a
 # mask, every old token attends to the new one too, so every old output changes and must be
-# recomputed: nothing can be reused. (c) From padding: when sequences of different lengths
-# share a batch, the padding positions are masked as keys, and a padding query with a causal
-# mask or a fully padded row may have no key left to see.
+# recomputed: nothing can be reused. (c) Never from a causal mask alone: query $t$ always
+# sees key $t$, itself, on the diagonal. Padding at the end is harmless too: a padding query
+# there still sees the real tokens before it. Padding at the start (left padding, common
+# when generating for a batch, so that every sequence ends in the same column) gives every
+# padding query an empty row: under the causal mask it may only see the keys up to itself,
+# which are all padding. Their outputs are thrown away, but a NaN there would not stay put:
+# in the next layer it sits in the values, and $0 \times \text{NaN}$ is NaN.
 # ```

@@ -768,15 +768,19 @@ del wide
 # ### Exercise 1. Count by hand (predict, then run)
 #
 # Using the formula of section 5.6, how many parameters does GPT-2 medium ($L = 24$, $D =
-# 1024$) have with an *untied* output layer? Write your number down, then run the cell after
-# the answer.
+# 1024$) have with an *untied* output layer? And what share of that untied model sits in its
+# two $V \times D$ matrices, `wte` and `lm_head`, against the 14.5% that `wte` takes in the
+# tied model? Write your numbers down, then run the cell after the answer.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# The tied model's count from the formula, plus one more $V \times D$ matrix for the
-# separate output layer: $50{,}257 \times 1{,}024 = 51{,}463{,}168$ extra parameters. The
-# cell builds the model on the meta device (no memory used) and prints the total.
+# The tied model's count, 354,823,168, plus one more $V \times D$ matrix for the separate
+# output layer: $50{,}257 \times 1{,}024 = 51{,}463{,}168$ extra parameters, 406,286,336 in
+# all, the number the cell prints (it builds the model on the meta device, using no memory).
+# The two vocabulary matrices then hold $2 \times 51{,}463{,}168$ of them, about 25%:
+# untying nearly doubles what the vocabulary costs, and the smaller the model, the larger
+# that share.
 # ```
 
 # %%
@@ -817,17 +821,22 @@ check_parallel_block(ParallelBlock);
 # ### Exercise 3. Untie (predict, then run)
 #
 # Build `GPTConfig.from_preset("tiny", context_length=64, tie_weights=False)` with the same
-# seed as section 5.9. Will the untrained loss on `xb, yb` change much? By how many
-# parameters does the model grow? Write your answers down, then run the cell after the
-# answer.
+# seed as section 5.9, where the tied model's untrained loss was 10.8232. Will the untied
+# loss change much, and will it move towards $\ln V$ or away from it? Section 5.4 counted
+# what untying adds (3,242,432 parameters untied against 1,634,208 tied): what share of the
+# untied tiny model is vocabulary, and what does that say about tiny models? Write your
+# answers down, then run the cell after the answer.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# The loss barely moves: an untrained output layer, tied or not, holds small random vectors
-# of the same scale, so the logits are as uninformative as before and the loss stays near
-# $\ln V$. The model grows by one $V \times D$ matrix, $50{,}257 \times 32 = 1{,}608{,}224$
-# parameters for the tiny preset, which is most of its size.
+# The loss barely moves, 10.8242 against 10.8232, both within 0.002 of $\ln V = 10.8249$: an
+# untrained output layer, tied or not, holds small random vectors of the same scale, so the
+# logits are as uninformative as before, and which side of $\ln V$ they land on is chance.
+# The model grows by one $V \times D$ matrix, $50{,}257 \times 32 = 1{,}608{,}224$
+# parameters, as the cell prints. Untied, the two vocabulary matrices hold $2 \times
+# 1{,}608{,}224$ of the 3,242,432 parameters, over 99%: at $D = 32$ the "model" is almost
+# all lookup table, and the blocks that should learn the language are a rounding error.
 # ```
 
 # %%
@@ -866,20 +875,28 @@ del xl_wide
 # %% [markdown]
 # ### Exercise 5. Scales and ties (explain)
 #
-# (a) Why does scaling `c_proj` by $1/\sqrt{2L}$ use $2L$ and not $L$? (b) Why does GPT-2
-# need no $\sqrt{D}$ factor on its embeddings? (c) With tied weights, the logit of token $v$
-# is $h \cdot e_v$. What does that suggest about the logit an untrained model gives to the
-# *current* input token?
+# (a) GPT-2 scales `c_proj` by $1/\sqrt{2L}$. In a model of $L$ parallel blocks (exercise
+# 2), one LayerNorm and one residual addition per block, should the factor become
+# $1/\sqrt{L}$? (b) Section 5.7 balanced $\sqrt{D}$-scaled token embeddings (0.556 at $D =
+# 768$) against sinusoids of size 0.707. Keep GPT-2's initialization, $\mathcal{N}(0,
+# 0.02^2)$, and that recipe: does the balance hold at GPT-2 XL's width, $D = 1600$, and at
+# $D = 64$? What would make it hold at every width? (c) With tied weights, the logit of
+# token $v$ is $h \cdot e_v$. What does that suggest about the logit an untrained model
+# gives to the *current* input token?
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# (a) Each block writes into the residual stream twice, once from attention and once from
-# the MLP: $2L$ additions in all. (b) Its positions are learned and initialized at the same
-# scale as the token embeddings (0.02), so neither drowns the other; the $\sqrt{D}$ in the
-# original Transformer balanced the token embeddings against fixed sinusoids of typical size
-# 0.7. (c) The stream still contains the token's own embedding $e_v$, so $h$ points partly
-# along $e_v$ and $h \cdot e_v$ tends to be larger than the other logits: an untrained tied
-# model leans towards repeating its input, more so when the blocks' additions are small
-# compared with the embeddings.
+# (a) No. What counts is how many random vectors are added to the stream, not how many
+# additions are written: a parallel block adds attention's output and the MLP's, two vectors
+# per block, $2L$ in all, so the factor stays $1/\sqrt{2L}$. (b) The scaled embeddings have
+# size $0.02\sqrt{D}$, which grows with the width while the sinusoids stay at 0.707: $0.02
+# \times 40 = 0.8$ at $D = 1600$, now above them, and $0.02 \times 8 = 0.16$ at $D = 64$,
+# where the positions dominate by more than four to one. It holds at every width only if the
+# embeddings are initialized with standard deviation $1/\sqrt{D}$, as in the original
+# Transformer, so that $\sqrt{D}$ brings them to size 1; GPT-2 avoids the question by
+# learning its positions at 0.02 too. (c) The stream still contains the token's own
+# embedding $e_v$, so $h$ points partly along $e_v$ and $h \cdot e_v$ tends to be larger
+# than the other logits: an untrained tied model leans towards repeating its input, more so
+# when the blocks' additions are small compared with the embeddings.
 # ```

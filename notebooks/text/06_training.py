@@ -729,16 +729,23 @@ print(f"final val loss {resumed.val_loss[-1]:.4f} and {uninterrupted.val_loss[-1
 #
 # ### Exercise 1. Two reference losses (predict, then run)
 #
-# An untrained GPT with GPT-2's vocabulary starts at what loss? And what loss would a model
-# have that puts probability 1/2 on the right token every time? Write your answers down,
-# then run the cell after the answer.
+# An untrained GPT with GPT-2's vocabulary starts near $\ln V$ nats per *token*. Section 6.7
+# compared models per *character*: is the untrained BPE model, counted per character of the
+# validation text, better or worse than the untrained character model's $\ln 65 = 4.17$?
+# And a model that puts probability 1/2 on the right token every time: what does it score
+# per token and per character? Write your answers down, then run the cell after the answer.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# An untrained model spreads its probability about evenly over the vocabulary: $-\ln(1/V) =
-# \ln 50{,}257 \approx 10.82$ nats. Probability 1/2 on the right token every time gives
-# $-\ln(1/2) = \ln 2 \approx 0.69$ nats.
+# Per token, the untrained model pays $\ln 50{,}257 \approx 10.82$ nats; the validation text
+# has 3.09 characters per token, so that is about $10.82 / 3.09 \approx 3.50$ nats per
+# character, *better* than the character model's 4.17 before any training. A uniform guess
+# over tokens is not a uniform guess over characters: every token is a string that occurs in
+# real text, so the vocabulary itself already knows something about English. Probability
+# 1/2 every time gives $-\ln(1/2) = \ln 2 \approx 0.69$ nats per token, about $0.69 / 3.09
+# \approx 0.22$ per character: the same confidence is worth far less per character when each
+# token covers three of them.
 # ```
 
 # %%
@@ -780,11 +787,12 @@ check_cross_entropy(cross_entropy_by_hand);
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# The ladder's own settings end lowest, the higher rate with warm-up a little higher, and
-# the higher rate without warm-up far higher (see the printed losses). Its first steps at
-# the full rate, on random weights and with Adam's running averages still empty, throw the
-# model into a poor region it has not left by step 100. Without clipping as well, it ends
-# higher still.
+# The ladder's own settings end lowest (2.56), the higher rate with warm-up a little higher
+# (2.67), and the higher rate without warm-up far higher (3.14). Its first steps at the full
+# rate, on random weights and with Adam's running averages still empty, throw the model into
+# a poor region it has not left by step 100. Clipping is what limits those first steps; with
+# `grad_clip=0.0` nothing does, so expect the run without warm-up to suffer most (measure
+# it: the cell does not).
 # ```
 
 # %% tags=["nbval-check-output"]
@@ -802,17 +810,24 @@ for name, changes in runs.items():
     print(f"{name}: {h.val_loss[-1]:.2f}")
 
 # %% [markdown]
-# ### Exercise 4. Weight decay everywhere (explain)
+# ### Exercise 4. Weight decay and unused tokens (explain)
 #
-# What would weight decay do to a LayerNorm gain $\gamma$ if it were decayed like the
-# matrices? Why is an embedding matrix decayed?
+# In the BPE model of section 6.7 the tied token embedding is 6,432,896 of the 7,234,432
+# parameters, and many of its 50,257 rows belong to tokens that never occur in Tiny
+# Shakespeare. Which gradient do those rows receive, if any, and what does Adam do with it?
+# What does weight decay add, and what would those rows become without it?
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# Decay pulls $\gamma$ towards 0, shrinking every normalized feature: it fights the
-# normalization for no benefit. An embedding row is a learned vector like any weight matrix;
-# decay keeps rarely seen tokens' rows small.
+# As inputs they receive nothing: no batch ever looks them up. As rows of the tied output
+# layer they receive a gradient at every position, always the same push, "lower this
+# logit", since they are never the target. Adam divides by the running size of the gradient,
+# so even a tiny but consistent push moves them by about the full learning rate at every
+# step. Without decay nothing pulls back, and the rows drift ever further along that push,
+# their norms growing with training. Decoupled decay shrinks every row by $\text{lr} \times
+# \lambda$ of itself at each step, a force towards zero that grows with the row, so the rows
+# of unused tokens settle at a bounded size instead of drifting.
 # ```
 
 # %% [markdown]

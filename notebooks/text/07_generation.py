@@ -565,30 +565,49 @@ print("identical to greedy:", torch.equal(cold, greedy),
 # %% [markdown]
 # ### Exercise 4. The size of a KV cache (explain)
 #
-# How many GiB does the KV cache of GPT-2 XL take for a batch of 8 sequences of 1,024 tokens
-# in bfloat16 (2 bytes per number)? Compare with the 1.56 billion parameters in bfloat16.
+# Section 7.7 found 600 MiB of cache per 1,024-token sequence for GPT-2 XL in float32. (a)
+# Serving it in bfloat16 (2 bytes per number, weights too: 1.56 billion parameters), how
+# many full-length sequences can run at once before the cache is larger than the weights?
+# (b) GPT-2 XL has 25 heads. A variant with *grouped-query attention* keeps 25 query heads
+# but only 5 key and value heads, each shared by 5 query heads. What does that change in the
+# cache, and in the formula of section 7.7?
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# Keys and values (2) for each of 48 layers, 8 sequences, 1,024 positions and 1,600
-# features, 2 bytes each: $2 \times 48 \times 8 \times 1024 \times 1600 \times 2$ bytes $=
-# 2.34$ GiB; the weights take $1.56 \times 10^9 \times 2$ bytes $\approx 2.9$ GiB. At long
-# contexts and large batches the cache outgrows the model.
+# (a) In bfloat16 a sequence's cache is half of 600 MiB, 300 MiB; the weights take $1.56
+# \times 10^9 \times 2$ bytes, about 2.9 GiB, just under ten such caches: nine sequences fit
+# below the weights, and at ten the cache already outweighs the model. At serving batch
+# sizes the cache, not the model, fills the memory. (b) Only the keys and values are stored,
+# and now there are 5 heads of them instead of 25: the cache is five times smaller, 60 MiB
+# per sequence in bfloat16. In the formula, $D$ (all the heads' keys side by side) becomes
+# $5 \times d_k$, a fifth of $D$; the queries, computed afresh at every step, are untouched.
+# Each group of 5 query heads reads the same keys and values, which costs some quality and
+# buys batch size.
 # ```
 
 # %% [markdown]
-# ### Exercise 5. Decoding, caches and queries (explain)
+# ### Exercise 5. Decoding and caches (explain)
 #
-# (a) Why can the cache not be reused once the sequence is longer than the context, for
-# GPT-2? (b) Top-k with $k = 1$ and top-p with a very small $p$ both reduce to which
-# decoding method? (c) Why does the KV cache store keys and values but not queries?
+# (a) Section 7.7 says that models with rotary position embeddings (section 2.5) can keep a
+# sliding window of cached keys past the context, where GPT-2 must prefill again. What is it
+# about rotary embeddings that allows this, and is the result then exactly what running the
+# model on the last `context_length` tokens would give? (b) Top-k with $k = 1$ and top-p
+# with a very small $p$ both reduce to which decoding method? (c) The package applies
+# temperature before top-k and top-p. Does a temperature of 0.5 change which tokens top-k
+# keeps? Which tokens top-p keeps?
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# (a) GPT-2 adds a learned embedding of each token's absolute position; when the window
-# slides, every token's position changes, and with it every key and value in every layer.
-# (b) Greedy decoding (up to ties). (c) A query is used once, by its own position, at the
-# step that produces it; keys and values are read again by every later query.
+# (a) With rotary embeddings nothing is added to the input: each layer rotates queries and
+# keys by angles proportional to their positions, so a query-key score depends only on the
+# offset between the two. When the window slides, the offsets between the kept tokens do not
+# change, and neither does any cached key's relation to a new query (implementations store
+# keys with their original angles and give new queries their true positions). It is not
+# exactly the recomputed window, though: the cached keys and values of the upper layers were
+# computed while tokens now out of the window were still visible, so they still carry a
+# trace of them. (b) Greedy decoding (up to ties). (c) Top-k keeps the same tokens: dividing
+# by $\tau$ never changes the order of the logits. Top-p keeps fewer, or as many: at $\tau =
+# 0.5$ the likely tokens get likelier, so fewer of them reach the mass $p$.
 # ```
