@@ -648,25 +648,18 @@ check_offset_scores(offset_scores);
 # ### Exercise 2. Is the sink a token or a position? (predict, then run)
 #
 # Drop the first token of every window (`x_batch[:, 1:]`) so that the token that used to be
-# second now comes first. {cite}`xiao2024sinks` report that in large models the sink stays
-# on position 0 whatever token sits there. The offline model was trained on windows that
-# all begin with `<|endoftext|>`. Before running the cell after the answer, predict for
-# *this* model: will the share on position 0 stay, fall back to the uniform baseline, or
-# fall part of the way? What would a model have to see in training to learn a sink that
-# belongs to the position and not to a token?
+# second now comes first. Before running the cell after the answer: will the large share of
+# attention stay with the token that used to be first (now gone), or move to whatever token
+# sits at position 0?
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# In training, the offline model never saw position 0 without `<|endoftext|>` on it, so
-# nothing told it whether its sink belonged to the token or to the position; both cues
-# always came together, and it may lean on either. In the committed run it leans on the
-# token but not only: layer 0's share falls from 0.157 to 0.064, still above the uniform
-# baseline of section 8.8 (0.036), so part of the sink stays with position 0. To learn a
-# sink of the position, a model must see varied first tokens, as in windows cut anywhere
-# from a stream of text: then only the position is constant, and that is what the sink
-# attaches to. If the shares sit near the baseline before the shift, as in a model with no
-# sink, there is nothing to move.
+# Compare the two numbers of each layer. If the large share belonged to the token, it would
+# vanish with that token; if it belongs to the position, it reappears on whatever token now
+# comes first. {cite}`xiao2024sinks` found the latter in large models: the sink is the
+# first position, whatever its token. A model whose shares sit near the uniform baseline
+# printed in section 8.8 has no sink, and nothing to move.
 # ```
 
 # %%
@@ -684,9 +677,8 @@ for l in range(cfg.n_layers):
 # it. The cell after the answer feeds a batch of random token sequences of length $n$, each
 # repeated twice (length $2n$), and scores each head by its mean weight from each position
 # $t$ of the second copy ($t \geq n$) to key $t - n + 1$. Before running it: can a model of
-# a single layer have an induction head, and why? What is the fewest layers it takes? And
-# given the offline model's best previous-token score (section 8.9), what do you expect its
-# induction scores to look like next to the uniform baseline?
+# a single layer have an induction head, and why? What is the fewest layers it takes, and
+# what should the scores look like in a model whose previous-token heads are weak?
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
@@ -694,13 +686,11 @@ for l in range(cfg.n_layers):
 # One layer is not enough. In the second copy, query "A" must find the position of "B",
 # whose key in one layer is built only from "B" itself and its position: nothing there says
 # "A came before me". A previous-token head in an earlier layer writes that into B's
-# residual stream; only then can a later head match its query "A" against it. So at least
-# two layers, the induction head above the previous-token head. The offline model has two,
-# but its best previous-token head is weak (0.086 against a baseline of 0.059), so it has
-# little to build on: in the committed run its best induction scores, 0.033 and 0.029, sit
-# at the uniform baseline of 0.028, and the best of them is in layer 0, where no induction
-# head can be. No induction heads to speak of; larger, longer-trained models show clear
-# ones.
+# residual stream; only then can a later head match its query "A" against it. So it takes
+# at least two layers, the induction head above the previous-token head. A model whose best
+# previous-token score sits near its baseline (section 8.9) has little to build on: its best
+# induction scores stay near the uniform baseline printed first, and a best score in layer
+# 0 cannot be an induction head. Larger, longer-trained models show clear ones.
 # ```
 
 # %%
