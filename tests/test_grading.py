@@ -15,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="the notebook checks need nbformat (pip install nbformat)")
 
 ROOT = Path(__file__).resolve().parent.parent
 
