@@ -9,7 +9,6 @@ from pathlib import Path
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
-NOT_IN_OLDEST_JOB = {"bertviz"}  # optional; its one test skips without it (see requirements-oldest.txt)
 
 
 def _lower_bounds() -> dict[str, str]:
@@ -32,8 +31,6 @@ def _pins() -> dict[str, str]:
 def test_the_oldest_job_pins_every_lower_bound_of_pyproject():
     pins, bounds = _pins(), _lower_bounds()
     for name, version in bounds.items():
-        if name in NOT_IN_OLDEST_JOB:
-            continue
         assert name in pins and Version(pins[name]) == Version(version), (
             f"pyproject.toml says {name}>={version}, but requirements-oldest.txt pins {name}=={pins.get(name)}: "
             "make the two agree, so that make test-oldest tests what the range promises"
