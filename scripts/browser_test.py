@@ -114,7 +114,8 @@ const headings = [...main.querySelectorAll('h1, h2, h3, h4, h5, h6')].map(h => N
 const links = [...document.querySelectorAll('a[href]')].map(a => a.href);
 const math = document.querySelectorAll('mjx-container').length;
 const outputs = [...main.querySelectorAll('div.cell_output')].map(o => o.innerText.trim());
-const citations = [...main.querySelectorAll('span.bibtex-citation a')].map(a => a.innerText.trim());
+// textContent, not innerText: a citation inside a folded answer is hidden, and innerText is empty then.
+const citations = [...main.querySelectorAll('span.bibtex-citation a')].map(a => a.textContent.trim());
 const references = [...main.querySelectorAll('div.citation')].map(c => ({
   label: c.querySelector('.label')?.innerText.replace(/^\\[|\\]$/g, '').trim() || '',
   link: !!c.querySelector('a.reference.external')}));

@@ -557,7 +557,8 @@ class LayerNormModule(nn.Module):
     def forward(self, x):  # (..., D)
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
         var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # (..., 1), biased
-        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias  # (..., D)
+        # (..., D)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
 
 
 # %%

@@ -764,7 +764,7 @@ print(f"probability 1/2 every time: {math.log(2):.2f} nats")
 
 # %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 def cross_entropy_by_hand(logits, targets):
-    z = logits - logits.max(dim=-1, keepdim=True).values  # (B, T, V): the largest is now 0
+    z = logits - logits.max(dim=-1, keepdim=True).values  # (B, T, V): largest is 0
     log_sum_exp = torch.log(torch.exp(z).sum(dim=-1))  # (B, T)
     target_logit = z.gather(-1, targets[..., None])[..., 0]  # (B, T)
     return (log_sum_exp - target_logit).mean()

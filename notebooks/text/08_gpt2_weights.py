@@ -65,6 +65,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from IPython.display import Markdown, display
+from matplotlib_inline.backend_inline import set_matplotlib_formats
 from torch.testing import assert_close
 
 from gpt_from_scratch import heads
@@ -79,6 +80,7 @@ from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.train import book_model
 from gpt_from_scratch.utils import seed_everything
 
+set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
 torch.set_printoptions(precision=3, sci_mode=False)
 enc = gpt2_encoding()
