@@ -60,6 +60,7 @@ import torch
 from torch.testing import assert_close
 from torch.utils.data import DataLoader
 
+from gpt_from_scratch.bpe import bytes_to_unicode
 from gpt_from_scratch.data import (
     TokenDataset,
     cache_dir,
@@ -202,11 +203,15 @@ print(regex.findall(GPT2_PATTERN, "First Citizen:\nWe'll hear 1,234 words   more
 
 # %% [markdown]
 # The next chapter, {ref}`ch-bpe`, builds BPE from scratch: learning merges, applying them, and loading
-# GPT-2's own 50,000. Here we use the fast implementation, OpenAI's `tiktoken`. It names its encodings
-# after the models that use them:
+# GPT-2's own 50,000. Here we use the fast implementation, OpenAI's `tiktoken`. Its encodings have their
+# own names, which are not model names: `gpt2` is GPT-2's, and the others (`r50k_base`, `p50k_base`,
+# `cl100k_base`, `o200k_base`, ...) are named after their vocabulary size, roughly 50k, 100k or 200k
+# tokens. `tiktoken.encoding_name_for_model` maps a model to its encoding:
 
 # %%
 print(tiktoken.list_encoding_names())
+for model_name in ["gpt2", "davinci", "text-davinci-003", "gpt-4", "gpt-4o"]:
+    print(f"{model_name:>16} -> {tiktoken.encoding_name_for_model(model_name)}")
 
 # %% [markdown]
 # `tiktoken.get_encoding("gpt2")` downloads GPT-2's two files, `encoder.json` and `vocab.bpe`, on first
@@ -259,12 +264,27 @@ for i in ids[:12]:
 hf_tok = hf_gpt2_tokenizer()
 print(hf_tok.tokenize(opening)[:12])
 print("same ids as tiktoken:", hf_tok(opening)["input_ids"] == ids)
-print(repr(chr(256 + ord(" "))), repr(chr(256 + ord("\n"))))
 
 # %% [markdown]
-# `Ġ` is not a special symbol: GPT-2 stores tokens as text, and it writes each byte that would not print
-# (space, newline, control codes) as a character from U+0100 up. The space, byte 32, becomes `chr(256 + 32)`
-# = `Ġ`; the newline, byte 10, becomes `Ċ`. {ref}`ch-bpe` builds this map.
+# `Ġ` is not a special symbol: GPT-2 stores tokens as text, and it writes each byte as a visible
+# character. The 188 printable bytes (`!` to `~`, `¡` to `¬`, `®` to `ÿ`) stand for themselves; the 68
+# others (controls, the space, DEL, the non-breaking and soft hyphens...) take, **in byte order**, the
+# characters U+0100, U+0101, ... So `chr(256 + byte)` is right only for bytes 0 to 32, which come first
+# among the 68: the space, byte 32, becomes `chr(256 + 32)` = `Ġ` and the newline, byte 10, `Ċ`; but
+# byte 127 is the 34th unprintable byte and becomes `chr(256 + 33)`. `bytes_to_unicode` is GPT-2's map
+# ({ref}`ch-bpe` builds it):
+
+# %% tags=["nbval-check-output"]
+byte_chars = bytes_to_unicode()
+kept = [b for b, c in byte_chars.items() if c == chr(b)]
+moved = [b for b in byte_chars if b not in kept]
+print(f"{len(kept)} bytes are their own character, {len(moved)} are moved to U+0100 on")
+rule_holds = [b for b in moved if byte_chars[b] == chr(256 + b)]
+print(f"chr(256 + byte) holds for bytes {rule_holds[0]}..{rule_holds[-1]} only")
+for b in [ord(" "), ord("\n"), 127, 160, 173]:
+    print(f"byte {b:3} -> {byte_chars[b]!r} = chr(256 + {ord(byte_chars[b]) - 256})")
+
+# %% [markdown]
 #
 # The same word can therefore be several different tokens, depending on case and on the space before it,
 # and rarer words break into pieces. A few examples worth predicting before you read them:
@@ -707,11 +727,13 @@ check_char_tokenizer(SortedCharTokenizer);
 # Write `get_batch_stacked(data, batch_size, block_size, generator=None)` the way nanoGPT
 # does it: draw the starts with `torch.randint`, then build `x` and `y` with a list
 # comprehension of slices and `torch.stack`, instead of one fancy index. `data` is a 1-D
-# `LongTensor`; return `(x, y)`, both `int64` of shape $(B, T)$.
+# `LongTensor`; return `(x, y)`, both `int64` of shape $(B, T)$, where each row of `y` is the
+# window starting one token later in `data` than the row of `x`, as in section 1.11: `y[:, t]`
+# is the token after `x[:, t]`, so `y[:, :-1]` equals `x[:, 1:]` (`x` shifted one to the left).
 
 # %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 def get_batch_stacked(data, batch_size, block_size, generator=None):
-    """Random (x, y) windows of a 1-D token tensor, y one token to the right of x."""
+    """Random (x, y) windows of a 1-D token tensor; y starts one token later in data."""
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
     # starts: (B,)
     x = torch.stack([data[s : s + block_size] for s in starts.tolist()])  # (B, T)

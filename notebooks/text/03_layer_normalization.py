@@ -451,7 +451,10 @@ print(f"no normalization: the variance grows by a factor {variance_factor:.2f} p
 # the last layer's weights in a post-LN Transformer does **not** shrink as the network gets deeper, while
 # in a pre-LN Transformer it shrinks like $1/\sqrt{L}$. Large gradients near the output, with a normal
 # learning rate, make the first updates large enough to derail training, which is why post-LN
-# Transformers need a *learning-rate warm-up* and pre-LN ones train well without it.
+# Transformers need a *learning-rate warm-up*. Pre-LN ones tolerate its absence far better: at the
+# learning rates of the original Transformer, Xiong et al. trained them without warm-up. That does not
+# make warm-up useless at any learning rate: Chapter 6's Exercise 3 trains a pre-LN model at a high
+# learning rate, $10^{-2}$, where it still helps.
 #
 # We measure the gradient of each block's output weight (the second matrix of the feed-forward branch,
 # `ff[-1]`, the weight in Xiong et al.'s analysis) for a fixed random linear function of the output.
@@ -527,7 +530,8 @@ print(f"pre-LN, from L = 6 to L = 48: the last-layer gradient shrinks by {shrink
 # - BatchNorm normalizes each feature across the batch; LayerNorm each token on its own, so it behaves
 #   the same in training and in generation, with any batch size.
 # - In a deep residual stack, no normalization lets activations explode; post-LN pins every layer to unit
-#   variance but keeps the output-side gradients large (hence warm-up); pre-LN, GPT-2's choice, lets the
+#   variance but keeps the output-side gradients large (hence warm-up, which pre-LN needs far less of,
+#   though it still helps at high learning rates); pre-LN, GPT-2's choice, lets the
 #   stream grow like $\sqrt{L}$ and gives gradients that shrink like $1/\sqrt{L}$ at the output end.
 # - Pre-LN's stream grows with depth; Chapter 5 (section 5.5) shows GPT-2's remedy, a scaled
 #   initialization of the weights that write into the stream.

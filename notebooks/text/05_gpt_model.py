@@ -338,8 +338,11 @@ print(f"max |pre-LN - post-LN| = {(pre - post).abs().max():.2f}, "
 # The largest difference, 6.79, is several times the outputs' typical size of 1.80. Note also where the
 # normalization ends up: a post-LN block's output is always a LayerNorm's output, while a pre-LN block
 # leaves the residual stream alone and only normalizes the *copies* it feeds to its sublayers. The stream is a clean sum of every sublayer's
-# contribution, which keeps the identity path of section 5.2 intact and lets deep pre-LN models train
-# without the careful warm-up post-LN needs {cite}`xiong2020layer`. The price: nothing normalizes the stream
+# contribution, which keeps the identity path of section 5.2 intact. It is why pre-LN models tolerate
+# the absence of the learning-rate warm-up post-LN needs: Xiong et al. trained them without it at the
+# original Transformer's learning rates {cite}`xiong2020layer`. At a high learning rate warm-up still
+# helps: Chapter 6's Exercise 3 trains a pre-LN model at $10^{-2}$ with and without it. The price:
+# nothing normalizes the stream
 # at the end, so GPT-2 adds one final LayerNorm, `ln_f`, before the output layer.
 #
 # ### The whole model
@@ -594,11 +597,12 @@ print("GPT-2:                x = wte(idx) + wpe[:T]        (wpe learned, a Param
 print(f"  rms of wte: {rms(e):.3f}, rms of wpe: {rms(wpe):.3f}")
 
 # %% [markdown]
-# The original paper multiplies the embeddings by $\sqrt{D}$ so that tokens are not drowned by the
-# sinusoids, whose entries have a root-mean-square size of $1/\sqrt{2} \approx 0.707$ (half sines, half
-# cosines); scaled, the token embeddings at GPT-2's initialization would be 0.556. GPT-2's positions are
-# learned and initialized like the token embeddings, both at 0.02, so there is nothing to rebalance and no
-# scaling.
+# The original paper multiplies the embeddings by $\sqrt{D}$ in one sentence and gives no reason
+# {cite}`vaswani2017attention`. What the cell shows is its effect on sizes: the sinusoids' entries have a
+# root-mean-square size of $1/\sqrt{2} \approx 0.707$ (half sines, half cosines), and token embeddings at
+# GPT-2's initialization scaled by $\sqrt{D}$ would be 0.556, of the same order, where unscaled they would
+# be 0.02. GPT-2's positions are learned and initialized like the token embeddings, both at 0.02, so the
+# two are already the same size, and GPT-2 does not scale.
 #
 # Where the dropout sits in our model, module by module:
 
@@ -666,7 +670,8 @@ print(f"logits equal to within 1e-5: {max_diff <= 1e-5}")
 print(f"loss: ours {our_loss:.4f}, Hugging Face {hf_out.loss:.4f}")
 
 # %% [markdown]
-# The logits agree to within $6 \times 10^{-6}$, float32 rounding, and so do the losses. Generation then has to agree too: 30 greedy tokens (always the most
+# The logits agree to within $10^{-5}$ (the largest difference is printed above: float32 rounding), and
+# so do the losses. Generation then has to agree too: 30 greedy tokens (always the most
 # likely next token) from each model, with the simplest possible loop.
 
 # %% tags=["nbval-check-output"]
