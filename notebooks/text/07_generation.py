@@ -24,7 +24,8 @@
 # 1. greedy decoding and sampling;
 # 2. temperature, which sharpens or flattens the distribution;
 # 3. top-k and top-p (nucleus) filtering, which cut off the unreliable tail;
-# 4. the generation loop, and samples from the book's two models, with an interactive panel;
+# 4. the generation loop, samples from the book's two models, prompts of different lengths in one
+#    batch (padding masks), and an interactive panel;
 # 5. the KV cache: why it gives exactly the same tokens, what it costs in memory and what it saves in time.
 
 # %% tags=["colab-setup"]
@@ -296,6 +297,59 @@ out = generate(bpe_model, bpe_prompt, 60, temperature=0.8, top_k=50,
 print(encoding.decode(out[0].tolist()))
 
 # %% [markdown]
+# ### Prompts of different lengths in one batch: padding masks
+#
+# `generate` extends every row of a $(B, T)$ tensor, so all prompts must have the same length. Real prompts
+# do not, and a tensor must be rectangular: the short ones are **padded** with a filler id. For generation
+# the pads go on the **left**, so that every row's last column is its newest token, the one whose logits
+# pick the next token. Two things then keep the pads from changing anything:
+#
+# - an **attention mask** (True = real token), combined with the causal mask, so no query reads a pad:
+#   query $t$ of row $b$ may read key $s$ when $s \le t$ *and* $s$ is real. The mask becomes
+#   $(B, 1, T, T)$, one per row, where the causal mask alone was one $(T, T)$ for all;
+# - **position ids that skip the pads**: a prompt's first real token gets position 0, as it would alone,
+#   instead of the index of its column.
+#
+# `gpt_from_scratch.padding` does both with the model's own modules (`padded_forward`), and
+# `generate_padded` runs the loop. Three prompts for the character model, left-padded with id 0 (any id
+# will do: the mask hides it), shown as `·`:
+
+# %% tags=["nbval-check-output"]
+from gpt_from_scratch.padding import generate_padded, left_pad, position_ids
+
+texts = ["ROMEO:\n", "KING RICHARD III:\nWhat says", "JULIET:\nO Romeo"]
+prompts = [tokenizer.encode(t) for t in texts]
+padded, attention_mask = left_pad(prompts, pad_id=0)  # (B, T) each
+print("idx:", tuple(padded.shape))
+for row, real in zip(padded.tolist(), attention_mask.tolist()):
+    shown = "".join(tokenizer.decode([i]) if r else "·" for i, r in zip(row, real))
+    print(f"  {shown.replace(chr(10), '↵')}   mask: {''.join(str(int(r)) for r in real)}")
+print("position ids of the last 8 columns:\n", position_ids(attention_mask)[:, -8:])
+
+# %% [markdown]
+# Greedy decoding of the three at once, checked against each prompt run alone through `generate`, and
+# against the same padded batch fed to `generate`, which knows nothing of the mask or the positions:
+
+# %% tags=["nbval-check-output"]
+n_new = 30
+batched = generate_padded(model, prompts, n_new, greedy=True)  # one list of ids per prompt
+alone = [generate(model, torch.tensor([p]), n_new, greedy=True)[0].tolist()
+         for p in prompts]
+unmasked = generate(model, padded, n_new, greedy=True)[:, padded.size(1):]  # (B, n_new)
+for b, ids in enumerate(prompts):
+    new_tokens = batched[b][len(ids):]
+    print(f"prompt {b}: batch == alone: {batched[b] == alone[b]}; "
+          f"unmasked == alone: {unmasked[b].tolist() == new_tokens}")
+    print(f"  masked:   {tokenizer.decode(new_tokens)!r}")
+    print(f"  unmasked: {tokenizer.decode(unmasked[b].tolist())!r}")
+
+# %% [markdown]
+# With the masks, every prompt gets exactly the tokens it gets alone. The longest prompt has no pads, so
+# it is the same either way; the two padded prompts, fed without the masks, read the pads as text and
+# start at the wrong positions, and their continuations change. The package's tests check
+# `padded_forward` against Hugging Face's `GPT2LMHeadModel` given the same attention mask and position
+# ids, and `generate_padded` against its `generate` with left padding.
+#
 # ## 7.6 Try it yourself
 #
 # In a running notebook, the panel below regenerates a sample whenever you move a slider (top-k 0 means no
@@ -493,6 +547,9 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 # - The **KV cache** stores every layer's keys and values: each step then processes one token instead of the
 #   whole sequence, with the same result up to float rounding. It costs $2LBTD$ numbers of memory. With learned
 #   absolute positions it is rebuilt when the window slides past the context length.
+# - Prompts of different lengths share a batch when **padded on the left**, with an attention mask combined
+#   with the causal mask and position ids that skip the pads: each prompt then gets exactly the tokens it
+#   gets alone (section 7.5).
 #
 # ## Exercises
 #
