@@ -21,13 +21,13 @@
 # two, the feed-forward network and the residual connections, and assembles GPT-2 {cite}`radford2019language`.
 # By the end, our model gives the same logits as Hugging Face's `GPT2LMHeadModel` for the same weights.
 #
-# 1. the position-wise feed-forward network, and its GELU;
-# 2. residual connections, the gradient highway;
-# 3. the pre-LN block, built from Chapters 2–4, then the whole model;
+# 1. the position-wise feed-forward network, its GELU, and where a block's non-linearities are;
+# 2. residual connections: the gradient highway, blocks that start as the identity, positions carried up;
+# 3. the pre-LN block, built from Chapters 2–4, then the whole model and its diagram;
 # 4. weight tying;
 # 5. GPT-2's initialization and its residual scaling;
 # 6. counting parameters three ways, and the GPT-2 family;
-# 7. every difference from the original Transformer;
+# 7. every difference from the original Transformer, and from GPT-1 to GPT-2 and GPT-3;
 # 8. parity with Hugging Face;
 # 9. the untrained model on a real batch: a loss of about $\ln 50257$.
 
@@ -190,6 +190,67 @@ plt.show()
 # the same one, which is why the package keeps GPT-2's choice (`activation="gelu_tanh"`) as the default
 # and offers `"gelu"` and `"relu"` for experiments.
 #
+# ### 5.1.3 Where is the non-linearity?
+#
+# Everything in a block is a matrix product except three things: the softmax that turns attention
+# scores into weights (Chapter 4), the FFN's GELU, and the LayerNorms. Take the first two away and
+# see what is left. The toy stack below has $L = 3$ residual blocks of one attention head and an FFN,
+# no LayerNorm and no biases; the switches replace the softmax by the fixed running average of section
+# 4.2 and the GELU by the identity. A function $f$ is linear when $f(2a - 3b) = 2f(a) - 3f(b)$; the cell
+# prints how far each variant is from that, relative to the size of its outputs (in float64):
+
+# %% tags=["nbval-check-output"]
+T_toy, D_toy, L_toy = 5, 8, 3
+g64 = torch.Generator().manual_seed(0)
+toy_layers = [  # w_q, w_k, w_v (D, D), w_1 (D, 4D), w_2 (4D, D) per block
+    [torch.randn(n_in, n_out, generator=g64, dtype=torch.float64) / math.sqrt(n_in)
+     for n_in, n_out in [(D_toy, D_toy)] * 3 + [(D_toy, 4 * D_toy), (4 * D_toy, D_toy)]]
+    for _ in range(L_toy)
+]
+causal = torch.ones(T_toy, T_toy, dtype=torch.bool).tril()
+
+
+def toy_stack(x, softmax=True, gelu=True):
+    """L_toy residual blocks (one head, an FFN), no LayerNorm: (T, D) -> (T, D)."""
+    for w_q, w_k, w_v, w_1, w_2 in toy_layers:
+        if softmax:
+            scores = (x @ w_q) @ (x @ w_k).T / math.sqrt(D_toy)  # (T, T)
+            weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        else:  # fixed weights, whatever x is: the running average of section 4.2
+            weights = (causal / causal.sum(-1, keepdim=True)).to(x.dtype)  # (T, T)
+        x = x + weights @ (x @ w_v)  # (T, D)
+        hidden = x @ w_1  # (T, 4D)
+        x = x + (F.gelu(hidden) if gelu else hidden) @ w_2  # (T, D)
+    return x
+
+
+a, b = (torch.randn(T_toy, D_toy, generator=g64, dtype=torch.float64) for _ in range(2))
+for softmax, gelu in [(True, True), (True, False), (False, True), (False, False)]:
+    f = lambda x: toy_stack(x, softmax, gelu)
+    gap = (f(2 * a - 3 * b) - (2 * f(a) - 3 * f(b))).abs().max() / f(a).abs().max()
+    size = f"{gap:.0e}" if gap > 1e-12 else "below 1e-12"
+    print(f"softmax {str(softmax):5s} GELU {str(gelu):5s}: |f(2a - 3b) - (2f(a) - 3f(b))| "
+          f"= {size} of the outputs' size")
+
+# %% [markdown]
+# With either non-linearity the stack is far from linear. Without both it is linear to float64
+# rounding, and a linear map of a $(T, D)$ input is one $TD 	imes TD$ matrix: three blocks, or three
+# hundred, collapse into a single matrix $M$, no more expressive than one linear layer over the whole
+# sequence. We read $M$ off as the Jacobian and check that it *is* the stack:
+
+# %% tags=["nbval-check-output"]
+flat_stack = lambda v: toy_stack(v.view(T_toy, D_toy), softmax=False, gelu=False).flatten()
+origin = torch.zeros(T_toy * D_toy, dtype=torch.float64)
+M = torch.autograd.functional.jacobian(flat_stack, origin)  # (T D, T D)
+x_new = torch.randn(T_toy * D_toy, generator=g64, dtype=torch.float64)
+print("M:", tuple(M.shape), "| max |M x - stack(x)| below 1e-12:",
+      bool((M @ x_new - flat_stack(x_new)).abs().max() < 1e-12))
+
+# %% [markdown]
+# (Dropping the softmax but keeping data-dependent weights, the raw scores $q k^\top$, would not give a
+# linear map either: the output would be a cubic polynomial of $x$. The softmax is what makes the weights
+# a normalized average.)
+#
 # ## 5.2 Residual connections: a gradient highway
 #
 # A block does not replace its input; it *adds* to it: $x \leftarrow x + f(x)$. The running sum is the
@@ -265,6 +326,90 @@ plt.show()
 # block on the way down, and reaches the embeddings at $4.6 \times 10^{-10}$, 1.5 billion times less: the lower
 # layers would not learn. (Attention without residuals has a second problem: stacked averages make all
 # tokens alike, the "rank collapse" of {cite}`dong2021attention`.)
+#
+# ### A block can start as the identity
+#
+# The $x +$ has a second gift, in the forward pass. Each branch writes into the stream through one last
+# linear layer, `c_proj`; set those to zero and the block computes $x + 0 = x$, whatever its other
+# weights are:
+
+# %% tags=["nbval-check-output"]
+identity_model = GPT(GPTConfig.from_preset("tiny", vocab_size=256, d_model=64, n_heads=4))
+identity_block = identity_model.blocks[0]
+with torch.no_grad():
+    for branch in (identity_block.attn, identity_block.mlp):
+        branch.c_proj.weight.zero_()
+        branch.c_proj.bias.zero_()
+    x_in = torch.randn(2, 16, 64, generator=generator)  # (B, T, D)
+    print("block(x) == x:", torch.equal(identity_block(x_in), x_in))
+
+# %% [markdown]
+# So a network of $L + 1$ residual blocks can compute everything a network of $L$ blocks can: give the
+# extra block zero output projections. In the language of He et al. {cite}`he2016deep`, the function
+# classes are **nested**: adding a block enlarges the set of functions the network can represent instead
+# of replacing it by a different set, so the best fit available can only improve, and the extra block
+# only has to learn a *correction* to the identity, which is easy to start from. Without the $x +$, a
+# block that does nothing has to pass its input through a LayerNorm, which discards each vector's mean
+# and scale, so it cannot even represent the identity exactly. GPT-2's initialization (section 5.5) starts the output
+# projections small, close to this identity.
+#
+# ### Residuals carry the positions forward
+#
+# The position embeddings enter once, at the bottom. Does the position survive to the upper blocks?
+# We ask a **linear probe**: a least-squares map from a hidden vector to a one-hot guess of its
+# position $t$, fitted on the hidden states of 64 random-token sequences of $T = 32$ and scored on 64
+# others. The model is untrained (random blocks, 8 of them), run with and without the residual
+# additions; a probe that guesses at random scores $1/32 = 3.1\%$.
+
+# %% tags=["nbval-check-output"]
+torch.manual_seed(0)
+probe_model = GPT(GPTConfig.from_preset("tiny", vocab_size=256, d_model=64, n_heads=4,
+                                        n_layers=8, context_length=32)).eval()
+
+
+def hidden_states(idx, residual):
+    """The stream after the embeddings and after each block: n_layers + 1 of (B, T, D)."""
+    x = probe_model.wte(idx) + probe_model.wpe(idx.size(1))  # (B, T, D)
+    states = [x]
+    for block in probe_model.blocks:
+        if residual:
+            x = block(x)
+        else:  # the same sublayers, no "x +"
+            x = block.mlp(block.ln_2(block.attn(block.ln_1(x))))
+        states.append(x)
+    return states
+
+
+def position_probe_accuracy(train, test):
+    """Fit a least-squares one-hot probe of position on train (B, T, D); score on test."""
+    T = train.size(1)
+
+    def features(h):  # (B * T, D + 1): the hidden vector and a constant
+        h = h.double().flatten(0, 1)  # float64 for a steadier fit
+        return torch.cat([h, torch.ones(len(h), 1, dtype=h.dtype)], dim=1)
+
+    # (B * T, T): row b * T + t is the one-hot of position t
+    one_hot = torch.eye(T, dtype=torch.float64).repeat(train.size(0), 1)
+    probe = torch.linalg.lstsq(features(train), one_hot).solution  # (D + 1, T)
+    guess = (features(test) @ probe).argmax(dim=1)
+    return (guess == torch.arange(T).repeat(test.size(0))).float().mean().item()
+
+
+g_probe = torch.Generator().manual_seed(1)
+fit_idx, test_idx = (torch.randint(0, 256, (64, 32), generator=g_probe) for _ in range(2))
+with torch.no_grad():
+    for residual in (True, False):
+        scores = [position_probe_accuracy(h_fit, h_test) for h_fit, h_test in
+                  zip(hidden_states(fit_idx, residual), hidden_states(test_idx, residual))]
+        name = "with residuals   " if residual else "without residuals"
+        print(f"{name} position found after 0..8 blocks:",
+              " ".join(f"{s:.0%}" for s in scores))
+
+# %% [markdown]
+# With residuals the probe reads the position off every layer almost perfectly: each block only *adds*
+# to the stream, so the position vector added at the bottom is still there at the top. Without them,
+# each block's output is a fresh function of its input, and the position fades within a couple of blocks
+# to nearly the 3% of guessing: whatever a later block needs to know about order, it must be told again.
 #
 # ## 5.3 The pre-LN block, then the whole model
 #
@@ -355,6 +500,19 @@ print(f"max |pre-LN - post-LN| = {(pre - post).abs().max():.2f}, "
 torch.manual_seed(0)
 model = GPT(GPTConfig.from_preset("tiny")).eval()
 print(model)
+
+# %% [markdown]
+# The same tree as a picture. `draw_gpt` reads every box from a model's modules (their names and sizes,
+# and whether `lm_head` shares `wte`'s weight), so the figure cannot drift from the code; given a
+# `GPTConfig`, it builds the model on PyTorch's `meta` device, which allocates no memory. Here it draws
+# GPT-2 small. (Tools like `torchview` draw the traced graph of every operation, but need Graphviz's
+# `dot` program installed besides Python; the module tree is all we need here.)
+
+# %% mystnb={"figure": {"caption": "GPT-2 small drawn from its modules: token and position embeddings are added, then 12 pre-LN blocks each read a LayerNorm'd copy of the residual stream into attention and into the MLP and add the result back; a final LayerNorm and the head tied to the token embeddings give the logits.", "name": "fig-gpt-architecture"}, "image": {"alt": "A vertical flow chart. Token ids feed two boxes, wte (Embedding 50,257 by 768) and wpe (positions 1,024 by 768), whose outputs meet at a plus sign, then dropout. A dashed frame marked 'times 12 blocks' contains a thick vertical residual stream on the left; from it, one branch goes through ln_1 and attention (12 causal heads of 64, c_attn 768 to 2,304, c_proj 768 to 768) and is added back at a plus sign, a second through ln_2 and the MLP (c_fc 768 to 3,072, GELU tanh, c_proj 3,072 to 768) and is added back. Below the frame: ln_f, then lm_head 768 to 50,257, tied to wte, then the logits."}}
+from gpt_from_scratch.diagram import draw_gpt
+
+draw_gpt(GPTConfig.from_preset("gpt2"))
+plt.show()
 
 # %% [markdown]
 # The forward pass, step by step with the model's own modules, equals `model(idx)`:
@@ -617,6 +775,37 @@ for name, module in dropout_model.named_modules():
 # `mlp.dropout` on each sublayer's output just before the residual addition. All are active only in
 # training mode. The GPT-2 presets keep `dropout=0.1`, the value in GPT-2's published configuration; the
 # small CPU presets use 0.
+#
+# ### From GPT-1 to GPT-2, and GPT-3
+#
+# GPT-2 itself changed little from GPT-1 {cite}`radford2018improving`; its paper lists the changes in
+# one paragraph {cite}`radford2019language`. The table puts them side by side, with the values of our
+# `GPTConfig()` where the config holds them:
+
+# %% tags=["nbval-check-output"]
+gpt2_config = GPTConfig()  # GPT-2 small
+n_residual = 2 * gpt2_config.n_layers  # two residual branches per block
+gpt_changes = pd.DataFrame(
+    [
+        ("context length", "512", "1,024", f"{gpt2_config.context_length:,}"),
+        ("vocabulary", "40,478 BPE", "50,257 byte-level BPE",
+         f"{gpt2_config.vocab_size:,}"),
+        ("batch size (sequences)", "64", "512", "set in training"),
+        ("LayerNorm", "post-LN", "pre-LN", "pre-LN (Block)"),
+        ("final LayerNorm", "none", "added", "ln_f"),
+        ("residual projections' init", "N(0, 0.02²)", "× 1/√N", f"× 1/√{n_residual}"),
+    ],
+    columns=["change", "GPT-1", "GPT-2", "our GPTConfig()"],
+).set_index("change")
+print(gpt_changes.to_string())
+
+# %% [markdown]
+# $N$ is the number of residual layers: GPT-2's paper writes $1/\sqrt{N}$, and its code, like ours,
+# counts two per block (attention and MLP), as section 5.5 showed. GPT-3 {cite}`brown2020language`
+# keeps GPT-2's architecture, initialization and pre-normalization, with one change: its layers
+# alternate dense attention with *locally banded sparse* attention, in which a token attends only to a
+# band of nearby positions, as in the Sparse Transformer {cite}`child2019sparse`. The rest is scale:
+# 96 layers, $D = 12{,}288$, a context of 2,048 tokens and 175 billion parameters for the largest.
 #
 # ## 5.8 Parity with Hugging Face
 #
@@ -899,7 +1088,7 @@ del xl_wide
 # \times 40 = 0.8$ at $D = 1600$, now above them, and $0.02 \times 8 = 0.16$ at $D = 64$,
 # where the positions dominate by more than four to one. It holds at every width only if the
 # embeddings are initialized with standard deviation $1/\sqrt{D}$, as in the original
-# Transformer, so that $\sqrt{D}$ brings them to size 1; GPT-2 avoids the question by
+# Transformer's reference code (Tensor2Tensor), so that $\sqrt{D}$ brings them to size 1; GPT-2 avoids the question by
 # learning its positions at 0.02 too. (c) The stream still contains the token's own
 # embedding $e_v$, so $h$ points partly along $e_v$ and $h \cdot e_v$ tends to be larger
 # than the other logits: an untrained tied model leans towards repeating its input, more so
