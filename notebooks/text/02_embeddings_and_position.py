@@ -329,6 +329,40 @@ print(f"ratio between neighbours: {ratios.min():.6f} to {ratios.max():.6f}; "
       f"10000^(2/D) = {10000 ** (2 / D):.6f}")
 
 # %% [markdown]
+# ### Interleaved or concatenated
+#
+# The paper's formula interleaves: dimension $2i$ is the sine of frequency $\omega_i$, dimension $2i + 1$
+# its cosine. Many implementations (the Transformer's own reference code, Tensor2Tensor, among them)
+# concatenate instead: all $D/2$ sines first, then all $D/2$ cosines. The two tables hold the same
+# numbers in a different order of dimensions, so one is a column permutation of the other. Since a
+# model's first layer multiplies the position vector by a learned matrix, permuting that matrix's rows
+# the same way gives exactly the same model: the choice does not matter. The cell builds the
+# concatenated table, then the permutation that interleaves it, and checks that they are equal:
+
+# %% tags=["nbval-check-output"]
+def sinusoidal_concatenated(T, D, base=10000.0):
+    """Per position: the D/2 sines sin(p w_i), then the D/2 cosines cos(p w_i)."""
+    omega = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
+    angles = torch.arange(T, dtype=torch.float64)[:, None] * omega  # (T, D/2)
+    return torch.cat([angles.sin(), angles.cos()], dim=1)  # (T, D)
+
+
+pe_cat = sinusoidal_concatenated(128, D)  # (T, D)
+pe_interleaved = sinusoidal_positional_encoding(128, D, dtype=torch.float64)  # (T, D)
+half = torch.arange(D // 2)
+perm = torch.stack([half, half + D // 2], dim=1).flatten()  # [0, D/2, 1, D/2 + 1, ...]
+print("perm[:8]:", perm[:8].tolist())
+torch.testing.assert_close(pe_cat[:, perm], pe_interleaved)
+print("concatenated[:, perm] == interleaved:",
+      torch.allclose(pe_cat[:, perm], pe_interleaved, atol=1e-12))
+print("same dot products P·Pᵀ:",
+      torch.allclose(pe_cat @ pe_cat.T, pe_interleaved @ pe_interleaved.T, atol=1e-9))
+print("but not the same table:", not torch.allclose(pe_cat, pe_interleaved))
+
+# %% [markdown]
+# Everything that follows, distances and rotations included, holds for both layouts, since permuting
+# dimensions changes no dot product.
+#
 # ## 2.5 Deeper: distance and rotation
 #
 # Two facts make the sinusoidal code more than a list of distinct labels. First, the dot product of

@@ -27,9 +27,10 @@
 # 4. queries, keys and values;
 # 5. why the scores are divided by $\sqrt{d_k}$, and what goes wrong with the softmax on the wrong axis;
 # 6. the causal mask on a real batch of Tiny Shakespeare;
-# 7. many heads in parallel: GPT-2's `MultiHeadAttention`;
+# 7. many heads in parallel: GPT-2's `MultiHeadAttention`, and why several heads;
 # 8. why attention needs positions;
-# 9. what attention costs, and the mask that a KV cache (Chapter 7) needs;
+# 9. what attention costs, against recurrence and convolution, and the mask that a KV cache
+#    (Chapter 7) needs;
 # 10. attention as message passing, and its three uses in the Transformer.
 
 # %% tags=["colab-setup"]
@@ -543,6 +544,21 @@ print("head 2 on its own == head 2 inside the layer:",
       torch.allclose(w2, w_package[:, h_idx], atol=1e-6))
 
 # %% [markdown]
+# The batch dimension is different from the head dimension in one way: heads are mixed by `c_proj`,
+# but **batch elements never communicate**. Every matrix product acts on each sequence of the batch on
+# its own, so changing one sequence leaves the outputs of all the others untouched, to the last bit:
+
+# %% tags=["nbval-check-output"]
+x_batch = torch.randn(3, T, 64, generator=generator)  # (B, T, D)
+x_changed = x_batch.clone()
+x_changed[1] = torch.randn(T, 64, generator=generator)  # replace sequence 1 only
+with torch.no_grad():
+    y_batch, y_changed = mha(x_batch), mha(x_changed)  # (B, T, D) each
+for b in range(3):
+    print(f"sequence {b}: max |change in output| = "
+          f"{(y_batch[b] - y_changed[b]).abs().max():.4f}")
+
+# %% [markdown]
 # Each head computes its own weights. Below, the 4 heads of a freshly initialised layer on the first
 # sequence of the Tiny Shakespeare batch (embedded by the random table above); the printout after the
 # figure measures both sequences. Training will give these patterns
@@ -578,6 +594,61 @@ for b in range(2):
 # are all near the 2.485 nats of a uniform row. `nn.Linear`'s default initialisation makes queries
 # and keys small, so the scores are small and the softmax is nearly flat: the layer starts as the bag of words of section 4.1 and
 # training sharpens it.
+
+# ### Two heads, two relations
+#
+# Why several heads rather than one wide one? Because one softmax row is *one* weighted average: a
+# query that must find two different things has to split its weight between them. A small example,
+# with the weights set by hand so that we know what each head looks for. The sequence is
+# `a b c a b d a c`; each token's vector is a one-hot of its position next to a one-hot of its letter
+# ($D = 8 + 4$). Head "previous" asks, from position $t$, for the key of position $t - 1$; head "same
+# letter" asks for keys with its own letter. The queries are scaled by $c = 20$ so the softmax is sharp:
+
+# %% tags=["nbval-check-output"]
+letters = "a b c a b d a c".split()
+alphabet = sorted(set(letters))  # ['a', 'b', 'c', 'd']
+n_pos, n_letters = len(letters), len(alphabet)
+x_toy = torch.cat([torch.eye(n_pos),  # position one-hot
+                   torch.eye(n_letters)[[alphabet.index(c) for c in letters]]], dim=1)
+position_part, letter_part = slice(0, n_pos), slice(n_pos, n_pos + n_letters)
+
+
+def projection(rows, cols, matrix):
+    """A (D, D) weight that maps the features `rows` of a token to the features `cols`."""
+    w = torch.zeros(n_pos + n_letters, n_pos + n_letters)
+    w[rows, cols] = matrix
+    return w
+
+
+c = 20.0
+one_back = c * torch.diag(torch.ones(n_pos - 1), diagonal=-1)  # position t asks for t - 1
+heads = {
+    "previous": (projection(position_part, position_part, one_back),  # w_q
+                 projection(position_part, position_part, torch.eye(n_pos))),  # w_k
+    "same letter": (projection(letter_part, letter_part, c * torch.eye(n_letters)),
+                    projection(letter_part, letter_part, torch.eye(n_letters))),
+}
+toy_mask = causal_mask(n_pos)
+for name, (w_q, w_k) in heads.items():
+    _, w_toy = scaled_dot_product_attention(x_toy @ w_q, x_toy @ w_k, x_toy, toy_mask)
+    picks = [" ".join(str(s) for s in range(t + 1) if w_toy[t, s] > 0.2)
+             for t in range(n_pos)]
+    print(f"{name:12s} keys read by each query t = 0..7:", " | ".join(picks))
+w_q_sum = sum(w_q for w_q, _ in heads.values())
+w_k_sum = sum(w_k for _, w_k in heads.values())
+_, w_one = scaled_dot_product_attention(x_toy @ w_q_sum, x_toy @ w_k_sum, x_toy, toy_mask)
+print("one head asked for both: weight on t - 1 =",
+      " ".join(f"{w_one[t, t - 1]:.2f}" for t in range(1, n_pos)))
+
+# %% [markdown]
+# Each query is "what am I looking for" (position $t - 1$; my own letter), each key "what do I contain"
+# (my position; my letter), and the value is what is handed over: with `x_toy` as values, head
+# "previous" copies the previous token's letter into position $t$, and head "same letter" averages the
+# positions where this letter occurred before. The two relations come out clean in separate heads
+# (query 6, an `a`, reads 0, 3 and 6 in one head and 5 in the other). One head asked for both splits its
+# weight: the previous token gets between a quarter and a half of it, and the output blends the two
+# answers. $H$ heads of width $D / H$ cost the same as one head of width $D$ and
+# can ask $H$ such questions at once.
 
 # %% [markdown]
 # ### The written-out path and the fused kernel
@@ -733,6 +804,78 @@ plt.show()
 # keeping a running maximum and sum for the softmax, the idea behind FlashAttention
 # {cite}`dao2022flashattention`. Its time still grows like $T^2$ at large $T$, since every query still meets
 # every key. The timings above depend on the machine; the memory does not.
+#
+# ### Attention, recurrence, convolution
+#
+# Before Transformers, sequence models mixed positions with recurrent layers (an RNN carries a state
+# $h_t = f(h_{t-1}, x_t)$ from token to token) or convolutions (each layer mixes a window of $k$
+# neighbours). Vaswani et al. compared the three by the cost of one layer, the number of operations
+# that must run one after another, and the longest path a signal travels between two positions
+# {cite}`vaswani2017attention`:
+#
+# | layer | complexity per layer | sequential operations | maximum path length |
+# |---|---|---|---|
+# | self-attention | $O(T^2 D)$ | $O(1)$ | $O(1)$ |
+# | recurrent | $O(T D^2)$ | $O(T)$ | $O(T)$ |
+# | convolutional (kernel $k$) | $O(k T D^2)$ | $O(1)$ | $O(\log_k T)$ |
+#
+# Attention links any two positions in one step and has no step-by-step dependency: all $T$ positions
+# are computed at once, by a few large matrix products. An RNN cannot compute $h_t$ before $h_{t-1}$, so
+# it takes $T$ steps whatever the hardware. We time a forward pass of one layer of width $D = 64$ on one
+# CPU thread: `nn.RNN` (its loop over time runs in C++), the same recurrence as a Python loop of
+# `nn.RNNCell`, one step per token, and `MultiHeadAttention` with its four projections. Timings depend on
+# the machine (and were taken on a shared one); they are not checked.
+
+# %%
+D_seq = 64
+torch.manual_seed(0)
+rnn, rnn_cell = nn.RNN(D_seq, D_seq, batch_first=True), nn.RNNCell(D_seq, D_seq)
+self_attention = MultiHeadAttention(D_seq, n_heads=4).eval()
+
+
+def rnn_cell_loop(x):
+    """The recurrence written out: T dependent steps, each waiting for the previous one."""
+    h = torch.zeros(x.size(0), D_seq)  # (B, D)
+    for t in range(x.size(1)):
+        h = rnn_cell(x[:, t], h)  # (B, D): needs h from step t - 1
+    return h
+
+
+threads = torch.get_num_threads()
+torch.set_num_threads(1)
+print(f"{'T':>5} {'nn.RNN':>9} {'RNNCell loop':>13} {'attention':>10}",
+      f"{'RNN / attention':>16}")
+with torch.no_grad():
+    for T_ in [64, 256, 1024]:
+        x_seq = torch.randn(1, T_, D_seq, generator=generator)  # (B, T, D)
+        t_rnn = best_time(lambda: rnn(x_seq))
+        t_loop = best_time(lambda: rnn_cell_loop(x_seq), repeats=2)
+        t_att = best_time(lambda: self_attention(x_seq))
+        print(f"{T_:5d} {t_rnn * 1e3:7.2f}ms {t_loop * 1e3:11.2f}ms {t_att * 1e3:8.2f}ms "
+              f"{t_rnn / t_att:15.1f}x")
+torch.set_num_threads(threads)
+
+# %% [markdown]
+# The last column compares the two layers on the machine that ran this page. What does not depend on the
+# machine: attention spends its work in a few large matrix products, which a CPU (and far more a GPU)
+# runs efficiently in parallel, while the recurrence is a chain of $T$ small products, each waiting for
+# the one before, and the Python loop adds the overhead of $T$ separate calls. But attention's *work*
+# grows as $T^2$, the RNN's as $T$: per layer, attention's
+# scores and weighted sums cost about $T^2 D$ multiply-adds against the recurrence's $T D^2$, so
+# attention does more arithmetic as soon as $T > D$. The ratio $T / D$ for a few settings:
+
+# %% tags=["nbval-check-output"]
+for T_, D_ in [(64, 64), (1024, 64), (1024, 768), (8192, 768)]:
+    ratio = (T_ * T_ * D_) / (T_ * D_ * D_)
+    more = "attention" if ratio > 1 else "recurrence" if ratio < 1 else "neither"
+    print(f"T = {T_:5d}, D = {D_:3d}: T²D / TD² = {ratio:6.2f} -> {more} does more work")
+
+# %% [markdown]
+# GPT-2 small ($T = 1{,}024$, $D = 768$) sits just above the break-even point; long contexts (the last
+# line) are where attention's quadratic cost bites, and where the memory-saving kernels above, sparse
+# attention (section 5.7 mentions GPT-3's) and recurrent-style alternatives come back into play. On
+# parallel hardware, what attention buys is its constant number of sequential steps: all $T$ positions
+# of a training sequence are computed at once, where an RNN must take $T$ steps in a row.
 #
 # ### Looking ahead: reusing the past
 #
