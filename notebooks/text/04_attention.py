@@ -643,8 +643,8 @@ print("one head asked for both: weight on t - 1 =",
 # %% [markdown]
 # Each query is "what am I looking for" (position $t - 1$; my own letter), each key "what do I contain"
 # (my position; my letter), and the value is what is handed over: with `x_toy` as values, head
-# "previous" copies the previous token's letter into position $t$, and head "same letter" averages the
-# positions where this letter occurred before. The two relations come out clean in separate heads
+# "previous" hands position $t$ the vector of token $t - 1$, so its letter, and head "same letter" the
+# average of the one-hot positions where this letter occurred so far. The two relations come out clean in separate heads
 # (query 6, an `a`, reads 0, 3 and 6 in one head and 5 in the other). One head asked for both splits its
 # weight: the previous token gets between a quarter and a half of it, and the output blends the two
 # answers. $H$ heads of width $D / H$ cost the same as one head of width $D$ and
