@@ -76,11 +76,13 @@ def ladder_text(results: list[dict], unigram: float, bigram_table: tuple[float, 
             line = f"- {name} goes the other way ({change})"
             if not apart:
                 line += ", but the seeds' ranges overlap, so this run cannot tell the two rungs apart"
-            elif after["name"] in spread and before["name"] in spread:
-                line += (f", and well above the unigram loss ({unigram:.2f}), so it does use its input, "
-                         f"but less: its predictions differ from their own average by "
-                         f"{spread[after['name']]:.2f} nats (KL), against "
-                         f"{spread[before['name']]:.2f} for the rung before")
+            else:
+                line += (f", below the unigram loss ({unigram:.2f}), so it does use its input" if m1 < unigram
+                         else f", above even the unigram loss ({unigram:.2f})")
+                if after["name"] in spread and before["name"] in spread:
+                    s1, s0 = spread[after["name"]], spread[before["name"]]
+                    line += (f"{', but less' if s1 < s0 else ''}: its predictions differ from their own "
+                             f"average by {s1:.2f} nats (KL), against {s0:.2f} for the rung before")
             lines.append(line + ".")
         elif round(m1, 2) == round(m0, 2):
             lines.append(f"- {name} leaves the loss where it was ({change}).")
@@ -101,8 +103,8 @@ def ladder_text(results: list[dict], unigram: float, bigram_table: tuple[float, 
     else:
         compare += f"{'higher' if above else 'lower or equal'} for every rung it reports: "
         compare += ", ".join(above or below)
-    compare += (": these runs took fewer steps than the lecture's (the table's first column), and the loss "
-                "was still falling." if shorter and above else ".")
+    compare += (": these runs took fewer steps than the lecture's (the table's first column)." if shorter
+                and above else ".")
     train_table, val_table = bigram_table
     best = min(results, key=lambda r: mean_std(r["val"])[0])
     best_val = mean_std(best["val"])[0]

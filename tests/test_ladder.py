@@ -171,15 +171,20 @@ def test_ladder_text_says_which_rungs_go_the_other_way_and_why():
     assert "goes the other way" in lines[1] and "unigram loss (3.31)" in lines[1] and "0.004" in lines[1]
     assert "goes the other way" in lines[3] and "cannot tell" in lines[3]
     assert lines[4] == "- **deeper** leaves the loss where it was (2.35 → 2.35)."
-    assert "goes the other way" in lines[5] and "0.20 nats (KL), against 0.80" in lines[5]
+    assert lines[5] == ("- **wider** goes the other way (2.35 → 2.91), below the unigram loss (3.31), so it "
+                        "does use its input, but less: its predictions differ from their own average by "
+                        "0.20 nats (KL), against 0.80 for the rung before.")
     assert "higher for every rung it reports" in text and "residual (+0.25)" in text
     assert "fewer steps" in text and "**residual** does (2.33)" in text
 
 
 def test_ladder_text_when_no_rung_beats_the_table():
-    results = [_result("a", [2.7, 2.8], 2.5), _result("b", [2.6, 2.65], 2.4, 5000, 5000)]
+    results = [_result("a", [2.7, 2.8], 2.5, 5000, 5000), _result("b", [2.6, 2.65], 2.4, 5000, 5000)]
     text = ladder_text(results, unigram=3.3, bigram_table=(2.45, 2.48))
     assert "No rung beats it" in text and "lowers the loss (2.75 → 2.62)" in text
+    assert "fewer steps" not in text  # both took all the lecture's steps
+    worse = ladder_text([_result("a", [2.5, 2.51]), _result("b", [3.6, 3.61])], 3.3, (2.45, 2.48))
+    assert "above even the unigram loss (3.30)" in worse and "use its input" not in worse
 
 
 def test_frame_and_mean_std():
