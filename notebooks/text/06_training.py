@@ -23,8 +23,10 @@
 #
 # 1. the data at the character level, and the loss: cross-entropy over all $B \times T$ positions;
 # 2. two reference points: the untrained model ($\ln 65$) and the best a bigram table can do;
-# 3. the training loop written out: AdamW, a warm-up then cosine learning rate, gradient clipping;
-# 4. the build-up ladder: from a single attention head to the full GPT, each rung trained the same way;
+# 3. the training loop written out: AdamW, a warm-up then cosine learning rate, gradient clipping; what makes
+#    two runs identical; how batches reach a GPU;
+# 4. the build-up ladder of Karpathy's lecture, from a bigram model to a GPT, rerun with his settings and put
+#    beside his numbers;
 # 5. the character model the book uses from now on, and its loss curves;
 # 6. overfitting, and dropout;
 # 7. the same model on GPT-2's tokens, and why a 50,257-word vocabulary makes CPU training slow;
@@ -50,7 +52,9 @@ except ImportError:
 
 # %%
 import dataclasses
+import inspect
 import math
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -58,16 +62,26 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
-import pandas as pd
 import torch
 import torch.nn.functional as F
-from torch import nn
+from IPython.display import Markdown
 from torch.testing import assert_close
 
-from gpt_from_scratch.attention import MultiHeadAttention
 from gpt_from_scratch.data import get_batch
 from gpt_from_scratch.generate import generate
-from gpt_from_scratch.layernorm import LayerNorm
+from gpt_from_scratch.ladder import (
+    BIGRAM,
+    BIGRAM_PUBLISHED,
+    FINAL,
+    FINAL_CONFIG,
+    RUNGS,
+    BigramModel,
+    LadderConfig,
+    LadderModel,
+    train_rung,
+    unigram_loss,
+)
+from gpt_from_scratch.ladder_prose import ladder_frame, ladder_text, prediction_spread
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.train import (
     RECIPES,
@@ -76,20 +90,20 @@ from gpt_from_scratch.train import (
     book_model_path,
     bpe_level_data,
     char_level_data,
-    estimate_loss,
     load_checkpoint,
     lr_at,
     make_optimizer,
     train,
 )
-from gpt_from_scratch.utils import default_device, seed_everything
+from gpt_from_scratch.utils import default_device, seed_everything, set_deterministic
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
 
 # FULL_RUN = False: every run below is sized for 2 CPU cores (the whole chapter takes
-# a few minutes). FULL_RUN = True (on a GPU): the ladder of section 6.4 trains 10 times
-# longer, and section 6.5 also trains nanoGPT's GPU configuration (6 layers, 6 heads,
+# a few minutes). FULL_RUN = True (on a GPU): the ladder of section 6.4 takes all the
+# lecture's steps with 3 seeds and adds its scaled-up model, section 6.3 measures copies
+# to the GPU, and section 6.5 also trains nanoGPT's GPU configuration (6 layers, 6 heads,
 # 384 dims, context 256, dropout 0.2, batch 64, 5,000 steps).
 FULL_RUN = False
 DEVICE = default_device() if FULL_RUN else "cpu"
@@ -161,12 +175,20 @@ def bigram_loss(ids):
     return -bigram_log_probs[ids[:-1], ids[1:]].mean().item()
 
 
-bigram_val = bigram_loss(val_ids)
-print(f"bigram table: train loss {bigram_loss(train_ids):.4f}, val loss {bigram_val:.4f}")
+bigram_train, bigram_val = bigram_loss(train_ids), bigram_loss(val_ids)
+print(f"bigram table: train loss {bigram_train:.4f}, val loss {bigram_val:.4f}")
+unigram_val = unigram_loss(train_ids, val_ids, V)  # the characters' frequencies, no context
+print(f"unigram (frequencies only): val loss {unigram_val:.4f}")
 
 # %% [markdown]
-# The table is a fine baseline: a model that cannot see further back than one character cannot beat it
-# on average. Everything a transformer gains below this line comes from reading the context.
+# On the *training* text no model that sees only the previous character can beat the table: counting is the
+# maximum-likelihood fit (up to the one pseudo-count per pair), the lowest training loss such a model can
+# have. On *validation* text that guarantee is gone, for it too: the table was fitted to other text, and a
+# model that reads more context can do better there. Section 6.4 measures which models do.
+#
+# One step further down is the **unigram** loss: predict every character with its frequency in the training
+# text, whatever came before. A model that scores exactly this has learned nothing from its input; keep the
+# number in mind, it comes back in section 6.4.
 #
 # ## 6.3 The training loop
 #
@@ -283,146 +305,200 @@ print(f"40 steps by hand and with gpt_from_scratch.train: the same losses, "
 # progress bar; and it returns the `History` (every step's loss and learning rate, every estimate) for
 # plotting. From here on we use it.
 #
-# ## 6.4 The build-up ladder
-#
-# Chapters 4 and 5 added the parts of a transformer one at a time. Which of them matter, and how much? We train
-# a sequence of models, each one rung up from the last, with **the same budget**: the same batches, the same
-# number of steps, the same schedule:
-#
-# 1. **single head**: token and position embeddings, one causal attention head ($D = 64$), the output layer;
-# 2. **multi-head**: the same 64 dimensions split into 4 heads of 16;
-# 3. **+ feed-forward**: a 4-times-wide MLP after attention;
-# 4. **4 blocks**: four such blocks stacked, *without* residual connections;
-# 5. **+ residual**: the same four blocks with `x + attn(x)` and `x + mlp(x)`;
-# 6. **+ LayerNorm**: pre-LN, as in GPT-2, plus the final `ln_f`: the GPT architecture at $D = 64$;
-# 7. **scaled up**: the book's GPT, $D = 128$ (the `shakespeare-char` preset of {ref}`ch-gpt`).
-#
-# One small class covers rungs 1 to 6, built from the package's attention and LayerNorm. (Rungs 1 to 6 use
-# PyTorch's default initialization; the scaled-up rung is the package's `GPT` with GPT-2's.)
+# **Reproducibility.** Both runs above gave the same losses because everything random in them was seeded.
+# `seed_everything` (from `gpt_from_scratch.utils`, used at the top of every chapter) seeds Python's
+# `random`, NumPy's global generator and PyTorch's (`torch.manual_seed`, which seeds every GPU as well), and
+# returns a fresh `torch.Generator` seeded the same way for functions that take one:
 
 # %%
-class RungBlock(nn.Module):
-    """Attention, then optionally a feed-forward network; residuals and pre-LN optional."""
-
-    def __init__(self, D, n_heads, mlp, residual, layernorm):
-        super().__init__()
-        self.ln_1 = LayerNorm(D) if layernorm else nn.Identity()
-        self.attn = MultiHeadAttention(D, n_heads)
-        self.ln_2 = LayerNorm(D) if layernorm else nn.Identity()
-        self.mlp = None
-        if mlp:
-            gelu = nn.GELU(approximate="tanh")
-            self.mlp = nn.Sequential(nn.Linear(D, 4 * D), gelu, nn.Linear(4 * D, D))
-        self.residual = residual
-
-    def forward(self, x):  # (B, T, D) -> (B, T, D)
-        a = self.attn(self.ln_1(x))
-        x = x + a if self.residual else a
-        if self.mlp is not None:
-            m = self.mlp(self.ln_2(x))
-            x = x + m if self.residual else m
-        return x
-
-
-class Rung(nn.Module):
-    """A language model of RungBlocks: forward(idx, targets) -> (logits, loss), like GPT."""
-
-    def __init__(self, V, T, D=64, n_layers=1, n_heads=1, mlp=False, residual=False,
-                 layernorm=False):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(V, D), nn.Embedding(T, D)
-        self.blocks = nn.Sequential(
-            *[RungBlock(D, n_heads, mlp, residual, layernorm) for _ in range(n_layers)]
-        )
-        self.ln_f = LayerNorm(D) if layernorm else nn.Identity()
-        self.lm_head = nn.Linear(D, V)
-
-    def forward(self, idx, targets=None):  # idx (B, T)
-        positions = torch.arange(idx.size(1), device=idx.device)
-        x = self.wte(idx) + self.wpe(positions)  # (B, T, D)
-        logits = self.lm_head(self.ln_f(self.blocks(x)))  # (B, T, V)
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-        return logits, loss
-
-
-RUNGS = {
-    "single head": dict(n_layers=1, n_heads=1),
-    "multi-head": dict(n_layers=1, n_heads=4),
-    "+ feed-forward": dict(n_layers=1, n_heads=4, mlp=True),
-    "4 blocks": dict(n_layers=4, n_heads=4, mlp=True),
-    "+ residual": dict(n_layers=4, n_heads=4, mlp=True, residual=True),
-    "+ LayerNorm": dict(n_layers=4, n_heads=4, mlp=True, residual=True, layernorm=True),
-}
-LADDER_STEPS = 3000 if FULL_RUN else 300
-ladder_cfg = TrainConfig(max_iters=LADDER_STEPS, batch_size=16, block_size=32,
-                         learning_rate=3e-3, min_lr=3e-4, warmup_iters=LADDER_STEPS // 10,
-                         eval_interval=LADDER_STEPS // 6, eval_iters=10, device=DEVICE,
-                         progress=False)
-print(ladder_cfg)
+print(inspect.getsource(seed_everything))
 
 # %% [markdown]
-# Every rung: 300 steps of 16 windows of 32 characters (153,600 characters, a seventh of the training
-# text), learning rate 3e-3 with warm-up and cosine decay. The final validation loss is estimated on 40
-# batches. This cell takes about a minute on 2 CPU cores.
-
-# %%
-ladder, ladder_params, ladder_final = {}, {}, {}
-start = time.perf_counter()
-for name, options in (RUNGS | {"scaled up": None}).items():
-    torch.manual_seed(0)
-    if options:
-        rung = Rung(V, 32, **options)
-    else:
-        rung = GPT(GPTConfig.from_preset("shakespeare-char"))
-    ladder[name] = train(rung, train_ids, val_ids, ladder_cfg)
-    ladder_params[name] = sum(p.numel() for p in rung.parameters())
-    losses = estimate_loss(rung, {"val": val_ids}, 16, 32, eval_iters=40, seed=1,
-                           device=DEVICE)
-    ladder_final[name] = losses["val"]
-print(f"the ladder took {time.perf_counter() - start:.0f} s")
+# `train` draws the weights' initial values from PyTorch's global generator (when the model is built) and
+# each step's batch from a generator seeded with `seed + step`. Same seed, same numbers; another seed,
+# other numbers:
 
 # %% tags=["nbval-check-output"]
-val_losses = {name: round(loss, 2) for name, loss in ladder_final.items()}
-table = pd.DataFrame({"parameters": ladder_params, "val loss": val_losses})
-table.loc["bigram table (6.2)"] = [V * V, round(bigram_val, 2)]
-table
+def twenty_steps(seed):
+    seed_everything(seed)  # the initial weights
+    net = GPT(GPTConfig(vocab_size=V, context_length=32, d_model=32, n_layers=2, n_heads=2))
+    cfg = TrainConfig(max_iters=20, batch_size=8, warmup_iters=2, eval_interval=20,
+                      eval_iters=2, seed=seed, progress=False)  # seed: the batches
+    return train(net, train_ids, val_ids, cfg).loss
 
-# %% mystnb={"figure": {"caption": "Validation loss during training for every rung of the ladder, all with the same batches and schedule. The dashed line is the bigram table.", "name": "fig-training-ladder"}, "image": {"alt": "Seven descending curves of validation loss against training step, from about 4.2 at step 0. The curve for four blocks without residual connections stays flat near 3.35. The three one-block curves end just above the dashed bigram line at about 2.5, between 2.5 and 2.65. The residual, LayerNorm and scaled-up models cross below it after about 150 steps and end lowest, between 2.25 and 2.35."}}
-fig, ax = plt.subplots(figsize=(7, 4))
-for name, h in ladder.items():
-    ax.plot(h.eval_step, h.val_loss, marker=".", label=name)
-ax.axhline(bigram_val, color="black", linestyle="--", linewidth=1, label="bigram table")
-ax.set(xlabel="step", ylabel="validation loss (nats per character)",
-       title="The build-up ladder, equal budgets",
-       ylim=(2.0, 4.6))
-ax.legend(fontsize=8, loc="upper right")
-plt.show()
+
+first, again, other = twenty_steps(0), twenty_steps(0), twenty_steps(1)
+print("seed 0 twice, all 20 losses bit for bit equal:", first == again)
+print("seed 0 vs seed 1, equal losses:", sum(a == b for a, b in zip(first, other)), "of 20")
+print(f"last loss: {first[-1]:.6f} (seed 0), {other[-1]:.6f} (seed 1)")
 
 # %% [markdown]
-# Read the table from the top. With 300 steps each, the three one-block rungs (2.62, 2.57, 2.52) do not yet
-# beat the bigram table (2.48), which counted pairs over the whole training text: 300 steps of 512 characters
-# are too few to learn even the pair statistics well, let alone use the context. Still, each part helps:
-# splitting the one head into four costs no parameters (27,073 in both) and lowers the loss, and the
-# feed-forward network lowers it again.
+# Seeds are not the whole story on a GPU. Some CUDA kernels add up many numbers in whatever order the threads
+# finish (`index_add_`, `scatter_add_`, the backward pass of `nn.Embedding`, where a row used at many
+# positions receives the sum of their gradients), and floating-point addition is not associative, so the last
+# bits change from run to run; over thousands of steps two runs drift apart. cuBLAS, which computes matrix
+# products, is reproducible only with a fixed workspace configuration when several streams are in use.
+# `set_deterministic` (also in `utils`) asks for both: `torch.use_deterministic_algorithms(True)` makes
+# PyTorch choose a deterministic kernel wherever it has one and complain where it has none (here with a
+# warning, `warn_only=True`, rather than an error), and the environment variable
+# `CUBLAS_WORKSPACE_CONFIG=:4096:8` (eight workspace buffers of 4,096 KiB) is what cuBLAS needs; it must be
+# set before the first CUDA matrix product. Deterministic kernels are often slower. On a CPU the kernels
+# these runs use are deterministic already (the two runs above agreed bit for bit), so the call changes
+# nothing here; with
+# `FULL_RUN` on a GPU the cell also sums a million numbers into ten slots twice with `index_add_`, without and
+# with deterministic algorithms, and prints whether the two sums agree bit for bit.
+
+# %%
+set_deterministic(True)
+print("deterministic algorithms:", torch.are_deterministic_algorithms_enabled(),
+      "| only warn:", torch.is_deterministic_algorithms_warn_only_enabled(),
+      "| CUBLAS_WORKSPACE_CONFIG =", os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+if torch.cuda.is_available() and FULL_RUN:
+    values = torch.randn(1_000_000, device="cuda")
+    slots = torch.randint(0, 10, (1_000_000,), device="cuda")
+    for deterministic in (False, True):
+        torch.use_deterministic_algorithms(deterministic)
+        sums = [torch.zeros(10, device="cuda").index_add_(0, slots, values)
+                for _ in range(2)]
+        print(f"deterministic={deterministic}: two sums equal bit for bit:",
+              torch.equal(*sums))
+set_deterministic(False)  # back to the fast kernels for the rest of the chapter
+
+# %% [markdown]
+# **Getting batches to the GPU.** `get_batch` draws a batch on the CPU, and on a GPU it must then be copied
+# across. A copy from ordinary (*pageable*) memory takes two hops: the driver first copies the data into a
+# page-locked buffer, and the GPU reads it from there. `tensor.pin_memory()` puts the tensor in page-locked
+# memory itself, which saves the first hop, and only from pinned memory can the copy be asynchronous:
+# `.to(device, non_blocking=True)` returns at once, and the copy overlaps with what Python does next (the
+# GPU's queue still runs it before any kernel that reads the batch). `get_batch` does this whenever the
+# device is a GPU; a `DataLoader` does the same with `pin_memory=True`, and its `num_workers` processes prepare
+# the next batches while the current one trains. On a CPU there is nothing to copy: the batch already is
+# where the model is, and `.to("cpu")` returns the very same tensor. With `FULL_RUN` on a GPU the cell times
+# copies of 64 MiB both ways, and how long the asynchronous call takes to return.
+
+# %%
+lines = inspect.getsource(get_batch).splitlines()
+print("\n".join(line for line in lines if "pin_memory" in line or "chunk.to(" in line))
+batch = torch.zeros(64, 256, dtype=torch.int64)  # (B, T): a batch of the full-size run
+print("CUDA available:", torch.cuda.is_available(),
+      "| batch.to('cpu') is batch:", batch.to("cpu") is batch)
+if torch.cuda.is_available() and FULL_RUN:
+    def copy_ms(tensor, non_blocking=False, repeats=20):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            tensor.to("cuda", non_blocking=non_blocking)
+        torch.cuda.synchronize()
+        return 1000 * (time.perf_counter() - start) / repeats
+
+    pageable = torch.zeros(8 * 2**20, dtype=torch.int64)  # 64 MiB
+    pinned = pageable.pin_memory()
+    for name, tensor in (("pageable", pageable), ("pinned", pinned)):
+        ms = copy_ms(tensor)
+        print(f"{name}: {ms:.2f} ms per 64 MiB copy, {64 / 1024 / (ms / 1000):.1f} GiB/s")
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    on_gpu = pinned.to("cuda", non_blocking=True)
+    returned = time.perf_counter() - start
+    torch.cuda.synchronize()
+    print(f"non_blocking=True returned after {1000 * returned:.3f} ms, "
+          f"the copy was done after {1000 * (time.perf_counter() - start):.2f} ms")
+
+# %% [markdown]
+# ## 6.4 The build-up ladder
 #
-# Stacking four blocks **without residual connections** is a disaster: the loss stalls at 3.34, worse than one
-# block. The signal and its gradient must pass through every attention and MLP in turn, and at initialization
-# each of them scrambles it ({ref}`ch-gpt` measured the gradients of a deep stack without residuals). The same
-# four blocks **with** residual connections reach 2.24, the best of the ladder: each block only adds a
-# correction to a stream that carries the embeddings straight through.
+# Chapters 4 and 5 added the parts of a transformer one at a time. Which of them matter, and how much?
+# Karpathy's lecture "Let's build GPT" {cite}`karpathy2023letsbuild` climbs that ladder on this very data and
+# reports the validation loss of each rung, so we climb it again with his settings and put our numbers beside
+# his. The first rung is a **bigram model**: a $65 \times 65$ table of logits whose row for the current
+# character scores the next one, like the counted table of section 6.2 but trained by gradient descent
+# (batch 32, block 8, learning rate $10^{-2}$, 3,000 steps). Every later rung has token and position
+# embeddings of $D = 32$ dimensions and an output layer, and trains with batch 32, block 8 and learning rate
+# $10^{-3}$ for 5,000 steps:
 #
-# **LayerNorm** does not pay for itself here (2.35): four blocks and 300 steps are too few for activations to
-# drift out of range, which is the problem it solves ({ref}`ch-layernorm`) in deeper networks and longer runs.
-# Every GPT uses it; at this size it costs a little. Finally, **scaling up** to the book's model, with four times
-# the parameters, gives 2.28: a larger model needs more steps before its size pays off, which is what the next
-# section gives it.
+# 1. **one head of 32**: one causal attention head between the embeddings and the output layer;
+# 2. **4 heads of 8**: the same 32 dimensions split into four heads, their outputs concatenated;
+# 3. **+ feed-forward**: a `Linear(32, 32)` and a ReLU after attention, applied to each position on its own;
+# 4. **3 blocks, no residual**: three such blocks in a row (the lecture stacks them before it adds residual
+#    connections, and reports no number for this step);
+# 5. **+ residual, projections, 4x FFN**: `x + attn(x)` and `x + mlp(x)`, with an output projection after
+#    the heads and after a feed-forward network now four times wider, as in GPT-2;
+# 6. **+ pre-LN LayerNorm**: before attention and before the feed-forward network in each block, and before
+#    the output layer.
+#
+# The lecture then scales the last rung up (6 layers, 6 heads, $D = 384$, context 256, dropout 0.2, batch 64,
+# learning rate $3 \times 10^{-4}$, 5,000 steps) and reports about 1.48 on a GPU; that rung runs here with
+# `FULL_RUN = True`. The lecture's loop is plain: AdamW with PyTorch's defaults at a constant learning rate,
+# no warm-up, no clipping, and the loss is the mean over 200 batches at the end. `gpt_from_scratch.ladder`
+# builds every rung from the package's `MultiHeadAttention`, `FeedForward` and `LayerNorm`, leaving out
+# what the rung does not have yet (the heads' output projection is an `nn.Identity` until rung 5), with
+# PyTorch's default initialization and an untied output layer as in the lecture (its published `gpt.py`
+# later added GPT-2's initialization); `train_rung` runs the lecture's loop. Rung 3, for instance:
+
+# %%
+print(LadderModel(V, RUNGS[2]))
+
+# %% [markdown]
+# **The budget.** The lecture's ladder is 3,000 + 6 × 5,000 steps per seed, and a step of a three-block rung
+# takes milliseconds on a CPU (the cell below prints each rung's time): with 3 seeds, far more than the few
+# minutes this whole chapter may take on 2 CPU cores. So on a CPU every rung trains for an eighth of the
+# lecture's steps; `FULL_RUN = True` runs all of them, and adds the scaled-up rung. Either way every rung
+# trains with 3 seeds (the scaled-up one with one: it takes minutes on a GPU), to show how much a result
+# moves from seed to seed: fewer steps rather than fewer seeds, because a difference between two rungs means
+# little until we know how far a rung moves with the seed alone. Each rung is scored once, at the end,
+# on 200 validation batches as in the lecture (the same 200 for every rung of a seed). The cell prints each
+# rung's time.
+
+# %%
+STEP_FRACTION = 1 if FULL_RUN else 8  # on a CPU, an eighth of the lecture's steps
+SEEDS = [0, 1, 2]
+probe, _ = get_batch(val_ids, 32, 8, generator=torch.Generator().manual_seed(0))  # (32, 8)
+ladder = [(None, BIGRAM)] + [(rung, LadderConfig()) for rung in RUNGS]
+if FULL_RUN:
+    ladder.append((FINAL, FINAL_CONFIG))
+results, spread = [], {}
+for rung, cfg in ladder:
+    name = "bigram (trained)" if rung is None else rung.name
+    steps = cfg.max_iters // STEP_FRACTION
+    losses, start = [], time.perf_counter()
+    for seed in SEEDS[:1] if rung is FINAL else SEEDS:
+        torch.manual_seed(seed)  # the initial weights
+        net = BigramModel(V) if rung is None else LadderModel(V, rung, cfg)
+        losses.append(train_rung(net, train_ids, val_ids, cfg, seed, DEVICE, steps))
+    # How much the last seed's predictions depend on the input (KL from their mean, nats):
+    spread[name] = prediction_spread(net, probe.to(DEVICE))
+    published = BIGRAM_PUBLISHED if rung is None else rung.published
+    results.append(dict(name=name, steps=steps, published_steps=cfg.max_iters,
+                        published=published, val=losses))
+    print(f"{name}: {len(losses)} x {steps:,} steps in {time.perf_counter() - start:.1f} s")
+
+# %% [markdown]
+# The validation losses, the lecture's beside ours (the mean ± standard deviation over the seeds, then each
+# seed's):
+
+# %% tags=["nbval-check-output"]
+ladder_frame(results)
+
+# %% tags=["remove-input"]
+Markdown(ladder_text(results, unigram_val, (bigram_train, bigram_val), spread))
+
+# %% [markdown]
+# Two measurements stand behind those sentences. The **unigram loss** of section 6.2 is what a model scores
+# that predicts the training text's character frequencies whatever its input, so a rung that lands on it has
+# learned those frequencies and nothing else. The **prediction spread** (`prediction_spread`, the last seed of each rung, on one
+# validation batch) measures how far a rung's predictions move with what it reads: the mean KL divergence
+# between each position's predicted distribution and their average, 0 for a model whose output never
+# changes. Without residual connections the embeddings reach the output only through every attention and
+# feed-forward layer in turn, and the spread shows how much of the input still arrives; with them, each block
+# adds to a stream that carries the embeddings straight through ({ref}`ch-gpt` measured the gradients of a
+# deep stack with and without them). On a CPU the runs are an eighth as long as the lecture's; with
+# `FULL_RUN = True` they are as long, and the comparison is like for like.
 
 # %% [markdown]
 # ## 6.5 The book's character model
 #
-# The model later chapters use is the scaled-up rung trained properly, with the settings printed in section 6.3:
+# The model later chapters use is Chapter 5's GPT (the `shakespeare-char` preset), with the settings printed in
+# section 6.3:
 # nanoGPT's CPU configuration for Shakespeare-char (batch 12, learning rate $10^{-3}$ decaying to $10^{-4}$, no
 # dropout), stopped at 1,000 steps instead of nanoGPT's 2,000 so that this chapter runs in under 5 minutes on
 # 2 CPU cores. `book_model` trains it once, with a fixed seed, and saves it in your cache folder (the cell prints
@@ -574,11 +650,13 @@ print(f"multiply-adds per token: blocks about 12 L D^2 = {12 * L * D**2:,}, "
       f"{D * bpe_config.vocab_size:,}")
 
 # %% [markdown]
-# The embedding table costs nothing to *use* at the input (a row lookup per token), but tied to the output
-# layer it becomes a $128 \times 50{,}257$ matrix product for every position, followed by a softmax over 50,257
-# entries, forwards and backwards: for every token, eight times the multiply-adds of all four blocks together
-# (the count printed above: $4D^2$ for attention's projections and $8D^2$ for the MLP, per block). Timing one
-# training step shows the share:
+# The embedding table costs nothing to *use* at the input (a row lookup per token). The output layer is
+# another matter: it maps every position's $D = 128$ numbers to 50,257 logits, a $128 \times 50{,}257$ matrix
+# product followed by a softmax over 50,257 entries, forwards and backwards. That cost comes from the size of
+# the vocabulary, not from the weight tying: tying only makes the output layer reuse the embedding's matrix
+# instead of having its own, and an untied model would do the same product. Per token it is eight times the
+# multiply-adds of all four blocks together (the count printed above: $4D^2$ for attention's projections and
+# $8D^2$ for the MLP, per block). Timing one training step shows the share:
 
 # %%
 xb, yb = get_batch(bpe_train, 8, 64, generator=torch.Generator().manual_seed(0))  # (8, 64)
@@ -713,11 +791,17 @@ print(f"final val loss {resumed.val_loss[-1]:.4f} and {uninterrupted.val_loss[-1
 #
 # - A language model's loss is the cross-entropy of its next-token predictions, averaged over all $B \times T$
 #   positions of a batch; an untrained GPT starts near $\ln V$ (4.17 for 65 characters).
-# - A bigram table (2.48 nats per character) is the bar to clear: anything lower comes from the context.
+# - A counted bigram table scores 2.48 nats per character on validation text. On the training text nothing
+#   that sees only the previous character can beat it; on validation text a model with context can. A loss
+#   equal to the unigram loss (3.35) means the output ignores the input.
+# - Same seed, same numbers: `seed_everything` seeds every generator; on a GPU, deterministic kernels
+#   (`torch.use_deterministic_algorithms`, `CUBLAS_WORKSPACE_CONFIG`) are needed too. Pinned memory saves
+#   the copy of a batch to the GPU a staging hop, and lets `non_blocking=True` run it asynchronously.
 # - The loop: AdamW with weight decay on matrices only, linear warm-up then cosine decay, gradient clipping at 1.
 #   `estimate_loss` scores fixed batches of both splits; `train` records a `History`.
-# - The ladder: multi-head attention and the MLP help; stacking blocks only works with residual connections;
-#   LayerNorm is for depth and long runs; a bigger model needs more steps to pay off.
+# - Karpathy's ladder, rerun with his settings and 3 seeds: the table of section 6.4 puts every rung beside
+#   his number, and the sentences under it say, from the measured losses, which rungs help and which go the
+#   other way.
 # - On a CPU, 1,000 steps bring the book's character model to 2.10 nats per character on validation, and 100
 #   steps bring the same network on GPT-2's tokens to 1.99 nats per character.
 # - Overfitting shows as a validation loss that rises while the training loss falls; dropout slows it.
@@ -778,17 +862,17 @@ check_cross_entropy(cross_entropy_by_hand);
 # %% [markdown]
 # ### Exercise 3. Warm-up (predict, then run)
 #
-# The cell after the answer trains the scaled-up rung of section 6.4 for the first 100 of
-# its 300 steps with a learning rate of $10^{-2}$ instead of $3 \times 10^{-3}$, once with
-# the ladder's 30 warm-up steps and once without any. Predict the order of the three
-# validation losses at step 100 (these two and the ladder's own). Then try `grad_clip=0.0`
-# too.
+# The cell after the answer trains the book's character model (the `shakespeare-char`
+# preset) for the first 100 steps of a 300-step schedule: batches of 16 windows of 32
+# characters, a learning rate of $3 \times 10^{-3}$ after 30 warm-up steps. Then it trains it
+# again with $10^{-2}$ instead, once with the 30 warm-up steps and once without any. Predict
+# the order of the three validation losses at step 100. Then try `grad_clip=0.0` too.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# The ladder's own settings end lowest (2.56), the higher rate with warm-up a little higher
-# (2.67), and the higher rate without warm-up far higher (3.14). Its first steps at the full
+# The first settings end lowest (2.56), the higher rate with warm-up a little higher
+# (2.66), and the higher rate without warm-up far higher (3.15). Its first steps at the full
 # rate, on random weights and with Adam's running averages still empty, throw the model into
 # a poor region it has not left by step 100. Clipping is what limits those first steps; with
 # `grad_clip=0.0` nothing does, so expect the run without warm-up to suffer most (measure
@@ -796,17 +880,16 @@ check_cross_entropy(cross_entropy_by_hand);
 # ```
 
 # %% tags=["nbval-check-output"]
-STEPS = LADDER_STEPS // 3  # the first third of the ladder's steps, on the ladder's schedule
-scaled = ladder["scaled up"]
-ladder_loss = scaled.val_loss[scaled.eval_step.index(STEPS)]
-print(f"ladder settings (lr 3e-3, warm-up 30): {ladder_loss:.2f}")
+warm_cfg = TrainConfig(max_iters=100, lr_decay_iters=300, batch_size=16, block_size=32,
+                       learning_rate=3e-3, min_lr=3e-4, warmup_iters=30, eval_interval=50,
+                       eval_iters=10, device=DEVICE, progress=False)
 high = dict(learning_rate=1e-2, min_lr=1e-3)
-runs = {"lr 1e-2, warm-up 30": high, "lr 1e-2, no warm-up": {**high, "warmup_iters": 0}}
+runs = {"lr 3e-3, warm-up 30": {}, "lr 1e-2, warm-up 30": high,
+        "lr 1e-2, no warm-up": {**high, "warmup_iters": 0}}
 for name, changes in runs.items():
-    cfg = dataclasses.replace(ladder_cfg, max_iters=STEPS,
-                              lr_decay_iters=ladder_cfg.max_iters, **changes)
     torch.manual_seed(0)
-    h = train(GPT(GPTConfig.from_preset("shakespeare-char")), train_ids, val_ids, cfg)
+    net = GPT(GPTConfig.from_preset("shakespeare-char"))
+    h = train(net, train_ids, val_ids, dataclasses.replace(warm_cfg, **changes))
     print(f"{name}: {h.val_loss[-1]:.2f}")
 
 # %% [markdown]
