@@ -113,6 +113,14 @@ class History:
         """The last validation estimate (after the last step)."""
         return self.val_loss[-1] if self.val_loss else None
 
+    def summary(self, best_dir: str | None = None) -> str:
+        """One line: the best validation loss, its step (and ``best_dir``, where it is saved), the final one."""
+        if not self.val_loss:
+            return "no validation estimate yet"
+        where = f" (weights in {best_dir})" if best_dir else ""
+        return (f"best val loss {self.best_val_loss:.4f} at step {self.best_step:,}{where}; "
+                f"final val loss {self.final_val_loss:.4f} at step {self.eval_step[-1]:,}")
+
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """The learning rate of step ``step``: linear warm-up to ``learning_rate``, cosine decay to ``min_lr``.

@@ -100,6 +100,8 @@ def test_training_keeps_the_weights_of_the_lowest_validation_loss(char_data, mon
     _scripted_val_losses(monkeypatch, [3.0, 2.0, 2.5])  # at steps 0, 3, 6: the best after step 3
     history, model = _run(char_data, lr_decay_iters=6)
     assert (history.best_step, history.best_val_loss, history.final_val_loss) == (3, 2.0, 2.5)
+    assert history.summary("runs/x/best") == ("best val loss 2.0000 at step 3 (weights in runs/x/best); "
+                                              "final val loss 2.5000 at step 6")
     _scripted_val_losses(monkeypatch, [3.0, 2.0])
     _, at_step_3 = _run(char_data, lr_decay_iters=6, max_iters=3)
     for (name, a), (_, b) in zip(model.state_dict().items(), at_step_3.state_dict().items()):
