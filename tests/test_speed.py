@@ -145,3 +145,60 @@ def test_a_resumed_run_keeps_the_best_weights_from_before_the_resume(char_data, 
     assert history.best_step == 3 and history.eval_step == [0, 3, 6, 9]
     for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items()):
         assert torch.equal(a, b), name
+
+
+# ---------------------------------------------------------------------------------------------- generation
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from gpt_from_scratch.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    return GPT(GPTConfig(**TINY)).eval()
+
+
+PROMPT = torch.randint(65, (2, 5), generator=torch.Generator().manual_seed(1))
+# 30 new tokens after 5 with a context of 16: the cache fills up and restarts, twice
+
+
+@pytest.mark.parametrize("fast", [dict(static_cache=True), dict(compile=True)], ids=["static", "compiled"])
+def test_static_cache_and_compiled_step_give_the_tokens_of_the_eager_path(tiny_model, fast):
+    from gpt_from_scratch.generate import generate
+
+    greedy = generate(tiny_model, PROMPT, 30, greedy=True)
+    assert torch.equal(generate(tiny_model, PROMPT, 30, greedy=True, **fast), greedy)
+    sampled = generate(tiny_model, PROMPT, 30, top_k=10, generator=torch.Generator().manual_seed(3))
+    again = generate(tiny_model, PROMPT, 30, top_k=10, generator=torch.Generator().manual_seed(3), **fast)
+    assert torch.equal(again, sampled)
+    assert not torch.equal(sampled, greedy)  # the draws really were random
+
+
+def test_static_decoder_logits_match_the_model(tiny_model):
+    from gpt_from_scratch.fast import StaticDecoder
+
+    decoder = StaticDecoder(tiny_model, B=2)
+    with torch.no_grad():
+        full = tiny_model(PROMPT)[0]  # (B, T, V)
+        prefill = decoder(PROMPT[:, :3], decoder.positions[:3])  # (B, 3, V)
+        steps = [decoder(PROMPT[:, t : t + 1], decoder.positions[t : t + 1]) for t in range(3, 5)]
+    torch.testing.assert_close(torch.cat([prefill, *steps], dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(static_cache=True, use_cache=False), "ways of using the KV cache"),
+    (dict(compile="yes"), "compile must be True or False, got 'yes'"),
+    (dict(static_cache=1), "static_cache must be True or False"),
+])
+def test_bad_fast_generation_options_are_refused(tiny_model, settings, message):
+    from gpt_from_scratch.generate import generate
+
+    with pytest.raises(ValueError, match=message):
+        generate(tiny_model, PROMPT, 2, greedy=True, **settings)
+
+
+def test_static_cache_checks_token_ids(tiny_model):
+    from gpt_from_scratch.generate import generate
+
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 65\)"):
+        generate(tiny_model, PROMPT + 100, 2, greedy=True, static_cache=True)
