@@ -202,3 +202,33 @@ def test_static_cache_checks_token_ids(tiny_model):
 
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 65\)"):
         generate(tiny_model, PROMPT + 100, 2, greedy=True, static_cache=True)
+
+
+# ---------------------------------------------------------------------------------------------- chapter 7's prose
+
+
+def test_speedups_prose_says_faster_slower_or_the_same_as_the_numbers_do():
+    from gpt_from_scratch.speedups import speedups_prose
+
+    text = speedups_prose({"fused AdamW": (0.2, 0.1), "bf16 autocast": (0.1, 0.9), "SDPA": (0.1, 0.102)}, "cpu")
+    assert "fused AdamW: 100.0 ms against 200.0 ms, 2.0x faster" in text
+    assert "bf16 autocast: 900.0 ms against 100.0 ms, slower (9.0x the time)" in text
+    assert "SDPA: 102.0 ms against 100.0 ms, about as fast (within 5%)" in text
+    assert "bf16 autocast did not help on this cpu" in text and "SDPA did not help" not in text
+    assert "did not help" not in speedups_prose({"compile": (0.3, 0.1)}, "cuda")
+
+
+def test_bandwidth_prose_is_the_weights_over_the_bandwidth():
+    from gpt_from_scratch.speedups import bandwidth_prose
+
+    text = bandwidth_prose(124_000_000, 4, 10e9, 5.0, "cpu")  # 496 MB at 10 GB/s: 20.2 tokens/s at most
+    assert "496 MB at 4 bytes each" in text and "about 20.2 tokens/s" in text and "25% of that limit" in text
+
+
+def test_measurements_run_on_the_cpu(tiny_model):
+    from gpt_from_scratch.speedups import copy_bandwidth, decode_rate, step_time
+
+    x = torch.randint(65, (2, 16))
+    assert step_time(GPT(GPTConfig(**TINY)), x, x, precision="bf16", fused=True, repeats=1) > 0
+    assert decode_rate(tiny_model, PROMPT[:1], 4, repeats=1, static_cache=True) > 0
+    assert copy_bandwidth(n_bytes=1 << 20) > 0
