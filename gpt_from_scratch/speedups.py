@@ -80,12 +80,18 @@ def speedups_prose(rows: dict[str, tuple[float, float]], device: str) -> str:
     parts = [f"{name}: {after * 1e3:.1f} ms against {before * 1e3:.1f} ms, {_ratio_words(before, after)}"
              for name, (before, after) in rows.items()]
     slower = [name for name, (before, after) in rows.items() if before / after <= 0.95]
-    text = f"Measured in this run on the {device}: " + "; ".join(parts) + "."
+    where = _where(device)
+    text = f"Measured in this run on the {where}: " + "; ".join(parts) + "."
     if slower:
-        text += (f" Not every technique pays everywhere: {', '.join(slower)} did not help on this {device}"
-                 + (" (a CPU without bfloat16 matrix units converts the numbers back and forth; on a GPU's "
-                    "tensor cores bf16 is the largest single gain)." if device == "cpu" else "."))
+        text += f" Not every technique pays everywhere: {', '.join(slower)} did not help on this {where}."
+        if device == "cpu" and any("bf16" in name for name in slower):
+            text += (" On this CPU, converting to and from bfloat16 costs more than the narrower numbers save; "
+                     "on a GPU, bf16 products run on the tensor cores (the FULL_RUN branch measures it).")
     return text
+
+
+def _where(device: str) -> str:
+    return "CPU" if torch.device(device).type == "cpu" else f"GPU ({device})"
 
 
 def bandwidth_prose(n_params: int, bytes_per_param: int, bandwidth: float, rate: float, device: str) -> str:
@@ -93,6 +99,6 @@ def bandwidth_prose(n_params: int, bytes_per_param: int, bandwidth: float, rate:
     weight_bytes = n_params * bytes_per_param
     limit = bandwidth / weight_bytes
     return (f"Each new token reads all {n_params / 1e6:.0f} million weights, {weight_bytes / 1e6:.0f} MB at "
-            f"{bytes_per_param} bytes each. A copy on this {device} moved {bandwidth / 1e9:.1f} GB/s, so no "
+            f"{bytes_per_param} bytes each. A copy on this {_where(device)} moved {bandwidth / 1e9:.1f} GB/s, so no "
             f"batch-1 decoder can exceed about {limit:,.1f} tokens/s here; ours reached {rate:,.1f}, "
             f"{rate / limit:.0%} of that limit.")

@@ -214,7 +214,8 @@ def test_speedups_prose_says_faster_slower_or_the_same_as_the_numbers_do():
     assert "fused AdamW: 100.0 ms against 200.0 ms, 2.0x faster" in text
     assert "bf16 autocast: 900.0 ms against 100.0 ms, slower (9.0x the time)" in text
     assert "SDPA: 102.0 ms against 100.0 ms, about as fast (within 5%)" in text
-    assert "bf16 autocast did not help on this cpu" in text and "SDPA did not help" not in text
+    assert "bf16 autocast did not help on this CPU" in text and "SDPA did not help" not in text
+    assert "costs more than the narrower numbers save" in text
     assert "did not help" not in speedups_prose({"compile": (0.3, 0.1)}, "cuda")
 
 

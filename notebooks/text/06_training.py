@@ -679,7 +679,10 @@ print(bpe_encoding.decode(sample[0].tolist()))
 # Python objects, so loading a checkpoint can never run code. It also refuses to store one tensor under two
 # names, which is what tied weights are: `save_checkpoint` stores `wte.weight` once, records that
 # `lm_head.weight` is the same tensor, and `load_checkpoint` ties them again. Each file is written to a
-# temporary name and renamed into place, so a crash never leaves half a file.
+# temporary name and renamed into place, so a crash never leaves half a file. Beside them, `train` writes
+# the subfolder `best`, a checkpoint of the weights with the lowest validation loss so far (without the
+# optimizer), and by default ends with those weights (`keep_best`): a model trained past the point where
+# it starts to overfit is not the one you want to keep.
 #
 # Because each step's batch and dropout masks depend only on `(seed, step)`, a run stopped at step 20 and
 # resumed from its checkpoint takes exactly the steps an uninterrupted run would. One thing must not change
