@@ -601,9 +601,8 @@ Markdown(bandwidth_prose(n_weights, 4, bandwidth, gpt2_rate, FAST_DEVICE))
 
 # %% [markdown]
 # On an H100 the same arithmetic (the last line of the cell's output) allows thousands of tokens per second,
-# twice as many in bf16, whose weights are half the bytes. An eager decoding loop on a GPU reaches only a few
-# percent of that: it is bound by kernel launches, not by memory, and CUDA graphs remove most of that
-# overhead.
+# twice as many in bf16, whose weights are half the bytes. An eager decoding loop on a GPU stays far below
+# that limit: it is bound by kernel launches, not by memory, and CUDA graphs remove most of that overhead.
 # `python -m benchmarks generate --device cuda` measures all of this on a GPU, against transformers'
 # `generate`, and `python -m benchmarks train --device cuda` the training step against transformers'.
 
