@@ -805,7 +805,7 @@ check_cross_entropy(cross_entropy_by_hand);
 # ```{admonition} Answer
 # :class: dropdown
 # The ladder's own settings end lowest (2.56), the higher rate with warm-up a little higher
-# (2.67), and the higher rate without warm-up far higher (3.14). Its first steps at the full
+# (2.66), and the higher rate without warm-up far higher (3.15). Its first steps at the full
 # rate, on random weights and with Adam's running averages still empty, throw the model into
 # a poor region it has not left by step 100. Clipping is what limits those first steps; with
 # `grad_clip=0.0` nothing does, so expect the run without warm-up to suffer most (measure
