@@ -1,11 +1,20 @@
-"""Run every benchmark: ``python -m benchmarks [name ...]`` (names as in ``benchmarks/bench_<name>.py``)."""
+"""Run every benchmark: ``python -m benchmarks [name ...] [--device cuda]`` (names as in ``benchmarks/bench_<name>.py``).
 
+``--device cuda`` runs the training and generation benchmarks on the GPU (mixed precision, torch.compile,
+CUDA graphs, ours against transformers in the same process); the default is the CPU.
+"""
+
+import argparse
 import runpy
 import sys
 from pathlib import Path
 
 here = Path(__file__).parent
-names = sys.argv[1:] or sorted(p.stem.removeprefix("bench_") for p in here.glob("bench_*.py"))
+parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+parser.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
+parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where train and generate run")
+args, _ = parser.parse_known_args()
+names = args.names or sorted(p.stem.removeprefix("bench_") for p in here.glob("bench_*.py"))
 for name in names:
     print(f"\n=== benchmarks/bench_{name}.py", flush=True)
     runpy.run_path(str(here / f"bench_{name}.py"), run_name="__main__")

@@ -12,7 +12,14 @@
    its loss estimates included, from the global generator). The book's loop draws its batches from
    per-step seeds instead (so that a resumed run is exact), hence other batches and a different loss.
 
+With ``--device cuda`` (issue 21): nanoGPT's GPU Shakespeare-char shape (6 layers, 6 heads, 384 dims, block
+256, batch 64, dropout 0.2): one training step of ours and of transformers' in fp32 (TF32), bf16 autocast, and
+bf16 + ``torch.compile``, same process; the whole ``train`` loop's time per step (batch sampling, no host sync);
+and ``--only full``: the ``shakespeare-char-full`` recipe end to end (bf16 + compile), best and final val loss
+(bar: best <= 1.47, nanoGPT's 1.4697).
+
     python -m benchmarks train                      # all three (about six minutes on 2 cores)
+    python -m benchmarks train --device cuda        # the GPU speed table, then the full run
     python -m benchmarks.bench_train --iters 200    # a quick look
     python -m benchmarks.bench_train --only loss --seeds 1,2,3,4    # the spread of the loss over seeds
 """
@@ -20,6 +27,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 
@@ -38,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--bias", action="store_true", help="loss runs with the book's preset (biases, tanh GELU)")
     parser.add_argument("--seeds", type=lambda text: [int(x) for x in text.split(",")], default=[1337],
                         help="seeds of the loss runs, comma-separated (default 1337, nanoGPT's); several give a summary")
-    parser.add_argument("--only", choices=["speed", "loss", "replay"], help="run one part only")
+    parser.add_argument("--only", choices=["speed", "loss", "replay", "full"], help="run one part only")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (default) or cuda")
     return parser.parse_known_args(argv)[0]  # `python -m benchmarks train` leaves its own name in argv
 
 
@@ -179,8 +188,109 @@ def speed_run(steps: int, rounds: int) -> None:
     print(f"  ratio ours / transformers: {ratio:.2f} (bar >= 1.0: {'met' if ratio >= 1.0 else 'NOT met'})")
 
 
+def cuda_speed_run(steps: int) -> None:
+    """One training step on the GPU: ours vs transformers, fp32 (TF32) / bf16 / bf16 + compile."""
+    from transformers import GPT2LMHeadModel
+
+    from gpt_from_scratch.data import get_batch
+    from gpt_from_scratch.model import GPT, GPTConfig
+    from gpt_from_scratch.precision import autocast
+    from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, make_optimizer
+
+    torch.set_float32_matmul_precision("high")
+    recipe = RECIPES["shakespeare-char-full"]
+    cfg = TrainConfig(**recipe.train, device="cuda")
+    train_ids, _, _ = char_level_data()
+    T = recipe.model["context_length"]
+    print(f"GPU speed, {torch.cuda.get_device_name()}: one training step, batch {cfg.batch_size} x block {T}, "
+          f"6 layers, 384 dims (nanoGPT's Shakespeare-char GPU run); median of 3 rounds of {steps} steps")
+    x, y = get_batch(train_ids, cfg.batch_size, T, torch.Generator().manual_seed(1), "cuda")
+    results = {}
+    for precision, compiled in (("fp32", False), ("bf16", False), ("bf16", True)):
+        torch.manual_seed(0)
+        ours = GPT(GPTConfig(**recipe.model)).cuda().train()
+        theirs = GPT2LMHeadModel(ours.to_hf_config())
+        theirs.load_state_dict(ours.to_hf_state_dict())
+        theirs = theirs.cuda().train()
+        label = precision + (" + compile" if compiled else "")
+        for name, model, logits_of in (("ours", ours, lambda m, x: m(x)[0]),
+                                       ("transformers", theirs, lambda m, x: m(x).logits)):
+            optimizer = make_optimizer(model, cfg)
+            net = torch.compile(model) if compiled else model
+
+            def step():
+                with autocast(precision, "cuda"):
+                    logits = logits_of(net, x)  # (B, T, V)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                optimizer.step()
+
+            for _ in range(10):  # warm-up (and compilation)
+                step()
+            rounds = []
+            for _ in range(3):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    step()
+                torch.cuda.synchronize()
+                rounds.append((time.perf_counter() - t0) / steps)
+            results[label, name] = statistics.median(rounds)
+        print(f"  {label:16s} ours {1000 * results[label, 'ours']:6.2f} ms, transformers "
+              f"{1000 * results[label, 'transformers']:6.2f} ms: ours {results[label, 'transformers'] / results[label, 'ours']:.2f}x "
+              "as fast (bar >= 1.0)")
+
+
+def cuda_loop_run(steps: int = 300) -> None:
+    """The whole ``train`` loop per step on the GPU (batches drawn on the host, losses read every 250 steps)."""
+    from gpt_from_scratch.model import GPT, GPTConfig
+    from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, train
+
+    recipe = RECIPES["shakespeare-char-full"]
+    train_ids, val_ids, _ = char_level_data()
+    for precision, compiled in (("fp32", False), ("bf16", False), ("bf16", True)):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**recipe.model))
+        cfg = TrainConfig(**recipe.train | dict(max_iters=steps + 20, eval_interval=10_000, eval_iters=1),
+                          device="cuda", precision=precision, compile=compiled, progress=False)
+        train(model, train_ids, val_ids, TrainConfig(**dataclasses.asdict(cfg) | dict(max_iters=20)))  # warm-up
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        train(model, train_ids, val_ids, cfg)
+        torch.cuda.synchronize()
+        print(f"  train() loop, {precision}{' + compile' if compiled else ''}: "
+              f"{1000 * (time.perf_counter() - t0) / cfg.max_iters:.2f} ms/step (compilation included once)")
+
+
+def cuda_full_run() -> None:
+    """The ``shakespeare-char-full`` recipe end to end on the GPU, bf16 + compile: time, best and final loss."""
+    from gpt_from_scratch.model import GPT, GPTConfig
+    from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, train
+
+    recipe = RECIPES["shakespeare-char-full"]
+    train_ids, val_ids, _ = char_level_data()
+    torch.manual_seed(1337)
+    model = GPT(GPTConfig(**recipe.model))
+    cfg = TrainConfig(**recipe.train, device="cuda", compile=True, progress=False)
+    t0 = time.perf_counter()
+    history = train(model, train_ids, val_ids, cfg)
+    print(f"full run ({cfg.max_iters} steps, precision {cfg.precision}, compile): {time.perf_counter() - t0:.0f} s "
+          f"with compilation; {history.summary()}")
+    print(f"  bar: best val loss <= 1.47 (nanoGPT 1.4697): {'met' if history.best_val_loss <= 1.47 else 'NOT met'}")
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.device == "cuda":
+        print(f"torch {torch.__version__}")
+        if args.only in (None, "speed"):
+            cuda_speed_run(args.steps)
+            cuda_loop_run()
+        if args.only in (None, "full"):
+            cuda_full_run()
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")

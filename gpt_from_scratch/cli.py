@@ -17,7 +17,7 @@ import torch.distributed as dist
 from .checkpoint import load_checkpoint
 from .model import GPT, GPTConfig
 from .recipes import RECIPES, load_data
-from .train import TrainConfig, _world, train
+from .train import BEST_DIR, TrainConfig, _world, train
 from .utils import default_device
 
 
@@ -33,6 +33,7 @@ def _parse_args(argv=None) -> argparse.Namespace:
               "model": parser.add_argument_group("model (GPTConfig fields)")}
     groups["train"].add_argument("--lr", "--learning-rate", dest="learning_rate", type=float, metavar="LR")
     fields = [(f.name, "train") for f in dataclasses.fields(TrainConfig) if f.name != "learning_rate"]
+    # --precision fp32|bf16|fp16|auto, --compile true|false (default: true on a GPU), --keep-best true|false
     fields += [(name, "model") for name in RECIPES["shakespeare-char"].model]
     for name, kind in fields:
         groups[kind].add_argument("--" + name.replace("_", "-"), dest=name, metavar=name.upper())
@@ -93,6 +94,8 @@ def main(argv=None) -> None:
             torch.cuda.set_device(train_kw["device"])
     elif args.device is None:
         train_kw["device"] = default_device()  # the command line uses a GPU when there is one
+    if args.compile is None and torch.device(train_kw["device"]).type == "cuda":
+        train_kw["compile"] = True  # the fastest setting on a GPU (precision "auto" picks bf16 or fp16 there)
     rank, world = _world()
     cfg = TrainConfig(**train_kw)
     train_ids, val_ids, _ = load_data(recipe.data)
@@ -116,5 +119,6 @@ def main(argv=None) -> None:
         print(f"{args.preset}: {model.num_parameters():,} parameters on {cfg.device}")
         for step, train_loss, val_loss in zip(history.eval_step, history.train_loss, history.val_loss):
             print(f"step {step:6d}: train loss {train_loss:.4f}, val loss {val_loss:.4f}")
+        print(history.summary(os.path.join(args.out, BEST_DIR) if args.out else None))
         tokens = (cfg.max_iters - done_before) * cfg.batch_size * (cfg.block_size or model.config.context_length)
         print(f"{seconds:.1f} s, {tokens * world / seconds:,.0f} tokens/s" + (f"; checkpoint in {args.out}" if args.out else ""))

@@ -106,7 +106,7 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
 @torch.no_grad()
 def generate(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None, greedy: bool = False, use_cache: bool = True,
-             generator: torch.Generator | None = None) -> Tensor:
+             generator: torch.Generator | None = None, static_cache: bool = False, compile: bool = False) -> Tensor:
     """Extend each row of ``idx`` (token ids, shape ``(B, T)``) by ``max_new_tokens`` tokens.
 
     Returns a LongTensor of shape ``(B, T + max_new_tokens)`` whose first ``T`` columns are ``idx``.
@@ -133,6 +133,10 @@ def generate(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, 
         greedy: always take the most likely token (deterministic; ignores temperature, top_k, top_p).
         use_cache: use the KV cache (same tokens, faster).
         generator: a ``torch.Generator`` for the draws, for reproducible samples.
+        static_cache: keep the keys and values in buffers of fixed size (``fast.StaticDecoder``, Chapter 7's
+            last section): same tokens; needs a ``GPT``.
+        compile: also compile the decoding step (``torch.compile``; CUDA graphs on a GPU). Implies
+            ``static_cache``. The first call compiles (seconds to a minute); later calls reuse it.
     """
     if not isinstance(idx, Tensor):
         raise ValueError(
@@ -152,6 +156,15 @@ def generate(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, 
     was_training = model.training
     model.eval()
     try:
+        if static_cache or compile:
+            from .fast import check_fast_options, generate_static
+
+            check_fast_options(model, use_cache, static_cache, compile)
+
+            def pick(logits: Tensor) -> Tensor:
+                return next_token(logits, temperature, top_k, top_p, greedy, generator)
+
+            return generate_static(model, idx, max_new_tokens, pick, compile=compile)
         cache = None
         for _ in range(max_new_tokens):
             if not use_cache:

@@ -20,6 +20,7 @@ from .checkpoint import META_FILE, load_checkpoint, save_checkpoint
 from .data import cache_dir, load_tiny_shakespeare, prepare_tokens, read_tokens, split_text
 from .model import GPT, GPTConfig
 from .tokenizer import CharTokenizer, gpt2_encoding
+from .utils import default_device
 
 
 def char_level_data(text: str | None = None) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
@@ -68,8 +69,17 @@ RECIPES = {
     "shakespeare-char-full": Recipe("char", _CHAR | dict(context_length=256, d_model=384, n_layers=6, n_heads=6,
                                                          d_ff=1536, dropout=0.2),
                                     dict(max_iters=5000, batch_size=64, eval_interval=250, eval_iters=200)),
+    # The BPE model at that GPU size, for FULL_RUN (book_model(..., full=True)); not run on the CPU. Sized by
+    # reasoning, not yet measured: 302k training tokens are 37 steps of 32 x 256 tokens, so 2,000 steps are
+    # ~54 epochs, past the point where the validation loss turns up (keep_best keeps the best). The 50,257-way
+    # output layer costs ~1 TFLOP per step: about 20 ms on an H100, so a minute or two with the estimates.
+    "shakespeare-bpe-full": Recipe("bpe", _CHAR | dict(vocab_size=50_257, context_length=256, d_model=384,
+                                                       n_layers=6, n_heads=6, d_ff=1536, dropout=0.2),
+                                   dict(max_iters=2000, batch_size=32, learning_rate=6e-4, min_lr=6e-5,
+                                        eval_interval=100, eval_iters=50)),
 }
 BOOK_MODELS = ("shakespeare-char", "shakespeare-bpe")  # what book_model returns
+FULL = "-full"  # book_model(name, full=True) uses RECIPES[name + FULL], on the GPU
 
 
 def load_data(level: str):
@@ -81,15 +91,22 @@ def load_data(level: str):
     raise ValueError(f"unknown data level {level!r}: use 'char' or 'bpe'")
 
 
-def book_model_path(name: str) -> Path:
-    """Where ``book_model(name)`` keeps its checkpoint: ``cache_dir() / "checkpoints" / name``."""
+def book_model_path(name: str, full: bool = False) -> Path:
+    """Where ``book_model(name, full)`` keeps its checkpoint: ``cache_dir() / "checkpoints" / name``
+    (with ``full``, ``name + "-full"``)."""
     if name not in BOOK_MODELS:
         raise ValueError(f"unknown book model {name!r}: choose one of {', '.join(BOOK_MODELS)}")
-    return cache_dir() / "checkpoints" / name
+    if full and name + FULL not in RECIPES:
+        raise ValueError(f"book model {name!r} has no full-size recipe: use full=False")
+    return cache_dir() / "checkpoints" / (name + FULL if full else name)
 
 
-def book_model(name: str, progress: bool = True):
+def book_model(name: str, progress: bool = True, full: bool = False):
     """One of the two models Chapter 6 trains, ``"shakespeare-char"`` or ``"shakespeare-bpe"``.
+
+    ``full=True`` (the chapters' ``FULL_RUN``) uses the GPU-sized recipe ``RECIPES[name + "-full"]``
+    instead, trained on ``default_device()`` in its fastest exact-enough setting (``precision="auto"``,
+    ``torch.compile`` on a GPU), and kept apart (``book_model_path(name, full=True)``).
 
     Returns ``(model, tokenizer)``: the ``GPT`` in eval mode on the CPU, and what decodes its ids
     (a ``CharTokenizer``, or the tiktoken GPT-2 encoding), both with ``.encode(text)`` and ``.decode(ids)``.
@@ -102,10 +119,11 @@ def book_model(name: str, progress: bool = True):
     """
     from .train import TrainConfig, train  # the loop imports this module's names for re-export
 
-    path = book_model_path(name)  # checks the name
-    recipe = RECIPES[name]
+    path = book_model_path(name, full)  # checks the name
+    recipe = RECIPES[name + FULL if full else name]
     train_ids, val_ids, tokenizer = load_data(recipe.data)
-    cfg = TrainConfig(**recipe.train, progress=progress)
+    device = default_device() if full else "cpu"
+    cfg = TrainConfig(**recipe.train, progress=progress, device=device, compile=full and device == "cuda")
     if (path / META_FILE).is_file():
         try:
             ckpt = load_checkpoint(path)
@@ -115,6 +133,7 @@ def book_model(name: str, progress: bool = True):
             warnings.warn(f"retraining {name}: its cached checkpoint could not be used ({err})", stacklevel=2)
     torch.manual_seed(cfg.seed)
     model = GPT(GPTConfig(**recipe.model))
-    history = train(model, train_ids, val_ids, cfg)
-    save_checkpoint(path, model, cfg.max_iters, cfg, history=history, extra={"recipe": dataclasses.asdict(recipe)})
-    return model.eval(), tokenizer
+    history = train(model, train_ids, val_ids, cfg)  # ends with the best weights (keep_best)
+    save_checkpoint(path, model, history.best_step, cfg, history=history,
+                    extra={"recipe": dataclasses.asdict(recipe)})
+    return model.cpu().eval(), tokenizer

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -27,6 +28,7 @@ from .checkpoint import (  # noqa: F401  (re-exported: chapters import them from
 )
 from .data import get_batch
 from .model import GPT
+from .precision import autocast, check_precision, grad_scaler, resolve_precision
 from .recipes import (  # noqa: F401  (re-exported)
     BOOK_MODELS, RECIPES, Recipe, book_model, book_model_path, bpe_level_data, char_level_data, load_data,
 )
@@ -57,6 +59,9 @@ class TrainConfig:
     checkpoint_interval: int = 0  # save every this many steps (0: only at the end); needs out_dir
     seed: int = 1337
     device: str = "cpu"
+    precision: str = "auto"  # "fp32", "bf16", "fp16" or "auto" (GPU: bf16, else fp16; CPU: fp32); see precision
+    compile: bool = False  # torch.compile the model (the command line turns it on on a GPU)
+    keep_best: bool = True  # end with the weights of the lowest validation loss estimate (as nanoGPT keeps)
     progress: bool = True  # show a tqdm progress bar
 
     def __post_init__(self) -> None:
@@ -71,6 +76,10 @@ class TrainConfig:
             setattr(self, name, check_float("TrainConfig", name, getattr(self, name), low, high))
         if not isinstance(self.device, str):
             raise ValueError(f"TrainConfig.device={self.device!r} must be a string such as 'cpu' or 'cuda'")
+        self.precision = check_precision(self.precision)
+        for name in ("compile", "keep_best"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} must be True or False")
 
 
 @dataclass
@@ -83,6 +92,34 @@ class History:
     eval_step: list[int] = field(default_factory=list)  # steps completed when the losses were estimated
     train_loss: list[float] = field(default_factory=list)  # estimated loss on the training split
     val_loss: list[float] = field(default_factory=list)  # estimated loss on the validation split
+
+    @property
+    def best_index(self) -> int | None:
+        """Index of the lowest validation estimate (the first one on ties); None before any estimate."""
+        return min(range(len(self.val_loss)), key=self.val_loss.__getitem__) if self.val_loss else None
+
+    @property
+    def best_val_loss(self) -> float | None:
+        """The lowest validation estimate: the loss of the weights ``train`` keeps (``keep_best``)."""
+        return None if self.best_index is None else self.val_loss[self.best_index]
+
+    @property
+    def best_step(self) -> int | None:
+        """The step after which the lowest validation estimate was made."""
+        return None if self.best_index is None else self.eval_step[self.best_index]
+
+    @property
+    def final_val_loss(self) -> float | None:
+        """The last validation estimate (after the last step)."""
+        return self.val_loss[-1] if self.val_loss else None
+
+    def summary(self, best_dir: str | None = None) -> str:
+        """One line: the best validation loss, its step (and ``best_dir``, where it is saved), the final one."""
+        if not self.val_loss:
+            return "no validation estimate yet"
+        where = f" (weights in {best_dir})" if best_dir else ""
+        return (f"best val loss {self.best_val_loss:.4f} at step {self.best_step:,}{where}; "
+                f"final val loss {self.final_val_loss:.4f} at step {self.eval_step[-1]:,}")
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -115,12 +152,14 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Adam
 
 @torch.no_grad()
 def estimate_loss(model: torch.nn.Module, splits: dict, batch_size: int = 12, block_size: int | None = None,
-                  eval_iters: int = 20, seed: int = 0, device: str = "cpu") -> dict[str, float]:
+                  eval_iters: int = 20, seed: int = 0, device: str = "cpu",
+                  precision: str = "fp32") -> dict[str, float]:
     """Mean loss over ``eval_iters`` batches of each split in ``splits`` (name -> token array).
 
     The batches come from a fresh ``torch.Generator`` seeded with ``seed``, so every call (and every
     split) is scored on the same windows: two estimates differ only because the model changed.
-    The model is evaluated in ``eval()`` mode (no dropout) and put back in its previous mode.
+    The model is evaluated in ``eval()`` mode (no dropout) and put back in its previous mode; the
+    forward passes run in ``precision`` (``"fp32"``, ``"bf16"`` or ``"fp16"``: see ``precision``).
     """
     eval_iters = check_int("estimate_loss", "eval_iters", eval_iters, minimum=1)
     block_size = _block_size(model, block_size)
@@ -129,8 +168,11 @@ def estimate_loss(model: torch.nn.Module, splits: dict, batch_size: int = 12, bl
     out = {}
     for name, data in splits.items():
         generator = torch.Generator().manual_seed(seed)
-        losses = [model(*get_batch(data, batch_size, block_size, generator, device))[1].item()
-                  for _ in range(eval_iters)]
+        losses = []
+        for _ in range(eval_iters):
+            x, y = get_batch(data, batch_size, block_size, generator, device)
+            with autocast(precision, device):
+                losses.append(model(x, y)[1].item())
         out[name] = sum(losses) / len(losses)
     model.train(was_training)
     return out
@@ -163,13 +205,28 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
-def _check_finite(what: str, value: float, step: int, lr: float) -> None:
+def _check_finite(what: str, value: float, step: int, lr: float, seen_at: int | None = None) -> None:
+    """A ``TrainingDivergedError`` when ``value`` is nan or inf. ``seen_at``: the step at which a value
+    read back late (from a GPU, see ``train``) was checked; the weights are then already broken."""
     if not math.isfinite(value):
+        kept = ("The weights before this step are kept (no checkpoint was written)." if seen_at is None else
+                f"The losses are read from the GPU every eval_interval steps, so this was seen at step {seen_at} "
+                "and the weights are no longer finite; the last checkpoint written is intact.")
         raise TrainingDivergedError(
-            f"training diverged at step {step}: the {what} is {value} at learning rate {lr:.3g}. The weights "
-            f"before this step are kept (no checkpoint was written). Lower learning_rate (e.g. {lr / 10:.3g}), "
-            "lengthen warmup_iters, or keep grad_clip > 0"
+            f"training diverged at step {step}: the {what} is {value} at learning rate {lr:.3g}. {kept} Lower "
+            f"learning_rate (e.g. {lr / 10:.3g}), lengthen warmup_iters, or keep grad_clip > 0"
         )
+
+
+BEST_DIR = "best"  # train(out_dir=...) keeps the weights of the lowest validation loss in out_dir / BEST_DIR
+
+
+def _best_weights(out_dir, step: int, device: str) -> dict | None:
+    """The weights saved in ``out_dir / BEST_DIR`` if they are those of ``step`` (for a resumed run)."""
+    if out_dir is None or not (Path(out_dir) / BEST_DIR / META_FILE).is_file():
+        return None
+    ckpt = load_checkpoint(Path(out_dir) / BEST_DIR, device=device)
+    return ckpt.model.state_dict() if ckpt.step == step else None
 
 
 def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.PathLike | None = None,
@@ -180,24 +237,35 @@ def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.
     (then set ``cfg.block_size``; checkpoints need a ``GPT``). It is left in eval mode.
 
     Every ``cfg.eval_interval`` steps, and after the last one, ``estimate_loss`` scores both splits.
-    With ``out_dir``, a checkpoint is written there at the end (and every ``cfg.checkpoint_interval``
-    steps); ``resume=True`` first loads the checkpoint in ``out_dir`` (weights, optimizer state, step,
-    history) and continues up to ``cfg.max_iters``. Step ``s`` draws its batch and its dropout masks
-    from seeds derived from ``(cfg.seed, rank, s)``, so a resumed run takes exactly the steps an
-    uninterrupted one would.
+    With ``cfg.keep_best`` (the default) the model ends with the weights of the lowest validation
+    estimate (``History.best_step``; usually the last one, unless the model overfits), as nanoGPT keeps
+    its best checkpoint. With ``out_dir``, a checkpoint of the last step (weights and optimizer, to
+    resume from) is written there at the end (and every ``cfg.checkpoint_interval`` steps), and the best
+    weights in ``out_dir / "best"`` whenever the validation loss improves. ``resume=True`` first loads
+    the checkpoint in ``out_dir`` (weights, optimizer state, step, history) and continues up to
+    ``cfg.max_iters``. Step ``s`` draws its batch and its dropout masks from seeds derived from
+    ``(cfg.seed, rank, s)``, so a resumed run takes exactly the steps an uninterrupted one would.
+
+    Speed (Chapter 7's last section): ``cfg.precision`` runs the forward passes under autocast
+    (``precision``), ``cfg.compile`` compiles the model with ``torch.compile``, AdamW is fused on a
+    GPU, float32 matrix products use TF32 there (``torch.set_float32_matmul_precision("high")``), the
+    next batch is drawn while the GPU computes, and on a GPU the losses are read back (and checked
+    for nan) only every ``eval_interval`` steps, not after every step: reading one waits for the GPU.
 
     Under ``torchrun`` (``torch.distributed`` initialised) the model is wrapped in
     ``DistributedDataParallel``: each process draws its own batches, gradients are averaged, and only
-    rank 0 shows progress and writes checkpoints. On a GPU, float32 matrix products use TF32
-    (``torch.set_float32_matmul_precision("high")``).
+    rank 0 shows progress and writes checkpoints.
     """
     rank, world = _world()
     device = cfg.device
-    if torch.device(device).type == "cuda":
+    precision = resolve_precision(cfg.precision, device)
+    on_gpu = torch.device(device).type == "cuda"
+    if on_gpu:
         torch.set_float32_matmul_precision("high")  # TF32 matrix products on recent GPUs, as nanoGPT does
     block_size = _block_size(model, cfg.block_size)
     model.to(device)
     optimizer = make_optimizer(model, cfg)
+    scaler = grad_scaler(precision, device)  # fp16 only
     history, start = History(), 0
     if resume:
         if out_dir is None:
@@ -210,54 +278,101 @@ def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.
             raise ValueError(f"the checkpoint in {out_dir} has no optimizer state, so it cannot be resumed exactly")
         optimizer.load_state_dict(ckpt.optimizer_state)
         history, start = ckpt.history or History(), ckpt.step
-    net = model
+    best = None  # a copy of the best weights so far, when they are not the model's current ones
+    if resume and history.best_step is not None and history.best_step < start:
+        best = _best_weights(out_dir, history.best_step, device)
+    compiled = torch.compile(model) if cfg.compile else model
+    net = compiled
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        net = DistributedDataParallel(model, device_ids=[torch.device(device).index] if "cuda" in device else None)
+        net = DistributedDataParallel(compiled, device_ids=[torch.device(device).index] if on_gpu else None)
+    pending = []  # (step, lr, loss, gradient norm or None): on a GPU, read back at the next flush()
+
+    def flush() -> None:
+        if not pending:
+            return
+        values = torch.stack([v for _, _, loss, norm in pending for v in (loss, loss if norm is None else norm)])
+        values = values.float().tolist()  # one wait for the GPU
+        seen_at = pending[-1][0] if on_gpu else None  # None: checked before the optimizer step
+        for i, (step, lr, _, norm) in enumerate(pending):
+            _check_finite("loss", values[2 * i], step, lr, seen_at)
+            if norm is not None:
+                _check_finite("gradient norm", values[2 * i + 1], step, lr, seen_at)
+            history.step.append(step)
+            history.loss.append(values[2 * i])
+            history.lr.append(lr)
+        pending.clear()
 
     def evaluate(step: int) -> None:
+        nonlocal best
+        flush()
         if history.eval_step and history.eval_step[-1] == step:
             return  # already estimated (a resumed run starts where the last estimate was made)
-        losses = estimate_loss(model, {"train": train_data, "val": val_data}, cfg.batch_size, block_size,
-                               cfg.eval_iters, seed=cfg.seed, device=device)
+        losses = estimate_loss(compiled, {"train": train_data, "val": val_data}, cfg.batch_size, block_size,
+                               cfg.eval_iters, seed=cfg.seed, device=device, precision=precision)
+        improved = history.best_val_loss is None or losses["val"] < history.best_val_loss
         history.eval_step.append(step)
         history.train_loss.append(losses["train"])
         history.val_loss.append(losses["val"])
+        if improved and cfg.keep_best:
+            last = step == cfg.max_iters  # the model ends with these weights anyway
+            best = None if last else {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if improved and out_dir is not None and rank == 0:
+            save_checkpoint(Path(out_dir) / BEST_DIR, model, step, cfg, history=history)
         if rank == 0:
             bar.set_postfix(train=f"{losses['train']:.4f}", val=f"{losses['val']:.4f}")
+
+    def batch(step: int):
+        seed = _step_seed(cfg.seed, rank, step)
+        return get_batch(train_data, cfg.batch_size, block_size, torch.Generator().manual_seed(seed), device)
 
     model.train()
     bar = tqdm(range(start, cfg.max_iters), initial=start, total=cfg.max_iters, desc="training",
                disable=not cfg.progress or rank != 0)
+    x, y = batch(start) if start < cfg.max_iters else (None, None)
     for step in bar:
         if step % cfg.eval_interval == 0:
             evaluate(step)
         lr = lr_at(step, cfg)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        seed = _step_seed(cfg.seed, rank, step)
-        x, y = get_batch(train_data, cfg.batch_size, block_size, torch.Generator().manual_seed(seed), device)
-        torch.manual_seed(seed)  # this step's dropout masks
-        _, loss = net(x, y)  # logits (B, T, V), loss: mean cross-entropy over the B * T positions
-        loss_value = loss.item()
-        _check_finite("loss", loss_value, step, lr)
+        torch.manual_seed(_step_seed(cfg.seed, rank, step))  # this step's dropout masks
+        with autocast(precision, device):
+            _, loss = net(x, y)  # logits (B, T, V), loss: mean cross-entropy over the B * T positions
+        if step + 1 < cfg.max_iters:
+            x, y = batch(step + 1)  # the next batch, drawn while the GPU computes (as nanoGPT does)
+        if not on_gpu:  # free on the CPU: check now, before the step can break the weights
+            _check_finite("loss", loss.item(), step, lr)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss if scaler is None else scaler.scale(loss)).backward()
+        norm = None
         if cfg.grad_clip > 0:
+            if scaler is not None:
+                scaler.unscale_(optimizer)  # clip the true gradients; inf ones make the scaler skip the step
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            _check_finite("gradient norm", norm.item(), step, lr)  # before the step: weights stay finite
-        optimizer.step()
-        history.step.append(step)
-        history.loss.append(loss_value)
-        history.lr.append(lr)
+            if scaler is not None:
+                norm = None  # fp16 overflows now and then: the scaler skips those steps and lowers its scale
+            elif not on_gpu:
+                _check_finite("gradient norm", norm.item(), step, lr)  # before the step: weights stay finite
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
+        pending.append((step, lr, loss.detach(), None if norm is None else norm.detach()))
+        if not on_gpu:
+            flush()
         done = step + 1
         if out_dir is not None and rank == 0 and cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0:
+            flush()
             save_checkpoint(out_dir, model, done, cfg, optimizer, history)
     evaluate(cfg.max_iters)
     bar.close()
     if out_dir is not None and rank == 0:
         save_checkpoint(out_dir, model, max(start, cfg.max_iters), cfg, optimizer, history)
+    if cfg.keep_best and best is not None:
+        model.load_state_dict(best)
     model.eval()
     return history
 

@@ -557,12 +557,15 @@ print(char_tokenizer.decode(sample[0].tolist()))
 # ```{admonition} The full-size run (FULL_RUN = True)
 # On a GPU, the next cell trains nanoGPT's GPU configuration for Shakespeare-char, the `shakespeare-char-full`
 # recipe: 6 layers, 6 heads, 384 dimensions, a context of 256 characters, dropout 0.2, batch 64, 5,000 steps,
-# with the losses estimated on 200 batches every 250 steps. The same run from a terminal:
+# with the losses estimated on 200 batches every 250 steps, in bf16 with `torch.compile` (Chapter 7's last
+# section). Such a model overfits before the end, so `train` keeps the weights of the lowest validation loss
+# (`keep_best`, as nanoGPT does): the cell prints that best loss and its step beside the final one. It also
+# trains the BPE model at the same size (`book_model(..., full=True)`). The same run from a terminal:
 # `python -m gpt_from_scratch.train --preset shakespeare-char-full --out runs/char-full`.
 # On 2 CPU cores it would take many hours, so with `FULL_RUN = False` the cell only prints the settings.
 # ```
 
-# %%
+# %% mystnb={"figure": {"caption": "With FULL_RUN = True only: the full-size run's train and validation losses; the dotted line marks the step whose weights train keeps, the lowest validation loss.", "name": "fig-training-full-run"}, "image": {"alt": "Two loss curves against training step falling together, then the validation curve turning up while the training curve keeps falling; a dotted vertical line at the validation minimum."}}
 full = RECIPES["shakespeare-char-full"]
 print("model:", full.model)
 print("training:", full.train)
@@ -570,10 +573,21 @@ if FULL_RUN:
     torch.manual_seed(1337)
     full_model = GPT(GPTConfig(**full.model))
     start = time.perf_counter()
-    full_cfg = TrainConfig(**full.train, device=DEVICE)
+    full_cfg = TrainConfig(**full.train, device=DEVICE, compile=DEVICE == "cuda")
     full_history = train(full_model, train_ids, val_ids, full_cfg)
-    print(f"{time.perf_counter() - start:.0f} s on {DEVICE}: "
-          f"val loss {full_history.val_loss[-1]:.4f}")
+    print(f"{time.perf_counter() - start:.0f} s on {DEVICE}: {full_history.summary()}")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(full_history.eval_step, full_history.val_loss, marker=".", label="validation")
+    ax.plot(full_history.eval_step, full_history.train_loss, marker=".", label="training")
+    ax.axvline(full_history.best_step, color="gray", linestyle=":", label="best (kept)")
+    ax.set(xlabel="step", ylabel="loss (nats)")
+    ax.legend()
+    plt.show()
+    start = time.perf_counter()
+    book_model("shakespeare-bpe", full=True)  # trained once, then cached like the others
+    bpe_full = load_checkpoint(book_model_path("shakespeare-bpe", full=True)).history
+    print(f"BPE model, full size: {time.perf_counter() - start:.0f} s, "
+          f"{bpe_full.summary()}")
 
 # %% [markdown]
 # ## 6.6 Overfitting and dropout
@@ -743,7 +757,10 @@ print(bpe_encoding.decode(sample[0].tolist()))
 # Python objects, so loading a checkpoint can never run code. It also refuses to store one tensor under two
 # names, which is what tied weights are: `save_checkpoint` stores `wte.weight` once, records that
 # `lm_head.weight` is the same tensor, and `load_checkpoint` ties them again. Each file is written to a
-# temporary name and renamed into place, so a crash never leaves half a file.
+# temporary name and renamed into place, so a crash never leaves half a file. Beside them, `train` writes
+# the subfolder `best`, a checkpoint of the weights with the lowest validation loss so far (without the
+# optimizer), and by default ends with those weights (`keep_best`): a model trained past the point where
+# it starts to overfit is not the one you want to keep.
 #
 # Because each step's batch and dropout masks depend only on `(seed, step)`, a run stopped at step 20 and
 # resumed from its checkpoint takes exactly the steps an uninterrupted run would. One thing must not change

@@ -535,6 +535,132 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 # gain is smaller than the saving in arithmetic, because a one-token step spends much of its time in fixed
 # per-call overheads. `benchmarks/bench_generate.py` measures a larger case against Hugging Face's `generate`.
 #
+# ## 7.8 Making training and generation fast
+#
+# Everything so far ran in float32, one operation at a time, as written. On a GPU that leaves most of the
+# hardware idle. Six techniques close the gap; `train` and `generate` offer each as a setting:
+#
+# - **TF32.** On recent NVIDIA GPUs, float32 matrix products can run on the tensor cores with a 10-bit
+#   mantissa (TF32) and float32 range. `train` turns it on for a GPU
+#   (`torch.set_float32_matmul_precision("high")`), as nanoGPT does.
+# - **bf16 autocast.** `torch.autocast` runs the matrix products in bfloat16 (8 bits of exponent like
+#   float32, 7 of mantissa) while the weights, the optimizer and the loss stay float32:
+#   `TrainConfig(precision="bf16")`. On GPUs without bfloat16 (Colab's T4), `precision="fp16"` adds a
+#   gradient scaler, since float16's small range would round small gradients to 0; `"auto"` picks for you
+#   and stays float32 on the CPU.
+# - **Fused AdamW.** One kernel updates every parameter instead of a handful of kernels per tensor
+#   (`make_optimizer` uses it on a GPU).
+# - **Flash attention.** `F.scaled_dot_product_attention` (SDPA, Chapter 4) never materializes the
+#   $(T, T)$ score matrix on a GPU: it computes attention in tiles kept in fast on-chip memory.
+# - **`torch.compile`.** It traces the model into a graph and generates fused kernels: a LayerNorm, a GELU or
+#   a residual addition no longer each read and write the whole activation tensor
+#   (`TrainConfig(compile=True)`).
+# - **A static cache and CUDA graphs.** Decoding one token launches hundreds of small kernels; at batch 1
+#   each finishes faster than the CPU can launch the next. `generate(..., compile=True)` keeps the keys and
+#   values in buffers of fixed size (`fast.StaticDecoder`), so every step has the same shapes and
+#   addresses, and compiles the step with `mode="reduce-overhead"`: on a GPU it is recorded once as a CUDA
+#   graph and replayed with a single launch per token.
+#
+# The next cell measures what it can on this machine, one training step of the character model's shape
+# (on a GPU with `FULL_RUN = True`: nanoGPT's 6-layer, 384-dimension GPU shape, and also TF32 and
+# `torch.compile`). Timings are shown, not checked: they depend on the machine and on what else it does.
+
+# %%
+import pandas as pd
+from IPython.display import Markdown
+
+from gpt_from_scratch.speedups import (bandwidth_prose, copy_bandwidth, decode_rate,
+                                       speedups_prose, step_time)
+from gpt_from_scratch.utils import default_device
+
+FULL_RUN = False  # True on a GPU: the same measurements on CUDA, at larger sizes
+FAST_DEVICE = default_device() if FULL_RUN else "cpu"
+if FAST_DEVICE == "cuda":
+    torch.backends.cuda.matmul.allow_tf32 = False  # measured below: TF32 off, then on
+gpu_shape = dict(context_length=256, d_model=384, n_layers=6, n_heads=6)
+fast_config = GPTConfig.from_preset("shakespeare-char", dropout=0.0,
+                                    **(gpu_shape if FULL_RUN else {}))
+torch.manual_seed(0)
+fast_model = GPT(fast_config).to(FAST_DEVICE)
+B = 64 if FULL_RUN else 8
+x, y = torch.randint(65, (2, B, fast_config.context_length),
+                     generator=torch.Generator().manual_seed(7)).to(FAST_DEVICE)
+base = step_time(fast_model, x, y, repeats=3)
+for block in fast_model.blocks:
+    block.attn.fast = False  # attention written out: the (T, T) scores materialized
+rows = {"SDPA attention": (step_time(fast_model, x, y, repeats=3), base)}
+for block in fast_model.blocks:
+    block.attn.fast = True
+rows["fused AdamW"] = (base, step_time(fast_model, x, y, fused=True, repeats=3))
+rows["bf16 autocast"] = (base, step_time(fast_model, x, y, precision="bf16", repeats=1))
+if FAST_DEVICE == "cuda":
+    torch.backends.cuda.matmul.allow_tf32 = True
+    rows["TF32"] = (base, step_time(fast_model, x, y))
+    rows["bf16 + torch.compile"] = (base, step_time(torch.compile(fast_model), x, y,
+                                                    precision="bf16", fused=True))
+table = {name: {"before (ms)": round(1e3 * a, 1), "after (ms)": round(1e3 * b, 1),
+                "speed-up": round(a / b, 2)} for name, (a, b) in rows.items()}
+print(f"one training step, batch {B} x {fast_config.context_length} tokens, {FAST_DEVICE}")
+print(pd.DataFrame(table).T)
+
+# %% tags=["remove-input"]
+Markdown(speedups_prose(rows, FAST_DEVICE))
+
+# %% [markdown]
+# Generation next: 32 new tokens after a 64-token prompt, greedy, with the KV cache of Section 7.7, the
+# static cache, and the static cache with the compiled step. The first compiled call pays for the
+# compilation (seconds on a CPU); `decode_rate` times later calls. The tokens must not change.
+
+# %%
+fast_model.eval()
+fast_prompt = torch.randint(65, (1, 64), generator=torch.Generator().manual_seed(8))
+fast_prompt = fast_prompt.to(FAST_DEVICE)
+n_new = 32
+rates = {"KV cache": decode_rate(fast_model, fast_prompt, n_new),
+         "static cache": decode_rate(fast_model, fast_prompt, n_new, static_cache=True),
+         "compiled step": decode_rate(fast_model, fast_prompt, n_new, compile=True)}
+for name, rate in rates.items():
+    print(f"{name:14s} {rate:8,.0f} tokens/s")
+same = torch.equal(generate(fast_model, fast_prompt, n_new, greedy=True),
+                   generate(fast_model, fast_prompt, n_new, greedy=True, compile=True))
+print(f"compiled step gives the same tokens: {same}")
+
+# %% tags=["remove-input"]
+per_token = {name: (1 / rates["KV cache"], 1 / rate) for name, rate in rates.items()
+             if name != "KV cache"}
+Markdown(speedups_prose(per_token, FAST_DEVICE))
+
+# %% [markdown]
+# How fast could decoding be? At batch 1, each new token needs every weight of the model once, and the
+# arithmetic per weight is two operations, far less than a processor can do per byte it reads. So the
+# speed limit is the memory bandwidth: tokens per second $\le$ bandwidth / bytes of weights. The next cell
+# measures the bandwidth of a large copy and the decoding speed of GPT-2 small's shape (random weights,
+# 124 million parameters), 8 tokens after 8.
+
+# %%
+gpt2_shape = GPT(GPTConfig(context_length=64, dropout=0.0)).to(FAST_DEVICE).eval()
+bandwidth = copy_bandwidth(FAST_DEVICE)
+small_prompt = torch.randint(50_257, (1, 8), generator=torch.Generator().manual_seed(9))
+gpt2_rate = decode_rate(gpt2_shape, small_prompt.to(FAST_DEVICE), 8, repeats=1,
+                        compile=FAST_DEVICE == "cuda")
+n_weights = gpt2_shape.num_parameters()
+print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s; GPT-2 small shape: {n_weights:,} "
+      f"parameters, {gpt2_rate:.1f} tokens/s")
+H100 = 3.35e12  # bytes/s: NVIDIA's specification for the H100 SXM's memory
+print(f"the limit on an H100: {H100 / (4 * n_weights):,.0f} tokens/s in float32, "
+      f"{H100 / (2 * n_weights):,.0f} in bf16")
+
+# %% tags=["remove-input"]
+Markdown(bandwidth_prose(n_weights, 4, bandwidth, gpt2_rate, FAST_DEVICE))
+
+# %% [markdown]
+# On an H100 the same arithmetic (the last line of the cell's output) allows thousands of tokens per second,
+# twice as many in bf16, whose weights are half the bytes. An eager decoding loop on a GPU stays far below
+# that limit: it is bound by kernel launches, not by memory, and CUDA graphs remove most of that overhead.
+# `python -m benchmarks generate --device cuda` measures all of this on a GPU, against transformers'
+# `generate`, and `python -m benchmarks train --device cuda` the training step against transformers'.
+
+# %% [markdown]
 # ## Summary
 #
 # - A language model gives a distribution over the next token; generating text is choosing from it, one token

@@ -1,0 +1,73 @@
+"""Chapters 6 and 7 — mixed precision: which number format the matrix products run in.
+
+``TrainConfig.precision`` names one of ``PRECISIONS``:
+
+* ``"fp32"``: everything in float32 (on a GPU the matrix products use TF32, ``train`` sets that);
+* ``"bf16"``: ``torch.autocast`` runs the matrix products in bfloat16 (float32's 8 exponent bits,
+  7 mantissa bits), the weights, the optimizer and the loss stay float32; no scaling needed;
+* ``"fp16"``: autocast to float16 (5 exponent bits), whose small range makes small gradients
+  underflow to 0, so the loss is multiplied by a ``torch.amp.GradScaler`` before the backward pass
+  (and the gradients divided back before clipping); for GPUs without bfloat16, such as Colab's T4;
+* ``"auto"``: on a CUDA GPU bf16 where it is supported, else fp16; anywhere else fp32 (so the CPU
+  runs exactly as without this setting).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def check_precision(precision) -> str:
+    """``precision`` if it is one of ``PRECISIONS``, else a ValueError naming the value and the fix."""
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ValueError(
+            f"TrainConfig.precision={precision!r} is not one of {PRECISIONS}: use 'auto' (bf16 or fp16 on a "
+            "GPU, fp32 on the CPU), 'fp32' (exact), 'bf16' (autocast) or 'fp16' (autocast and a gradient scaler)"
+        )
+    return precision
+
+
+def resolve_precision(precision: str, device: str | torch.device) -> str:
+    """The precision ``train`` uses on ``device``: ``"auto"`` becomes ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+
+    ``"auto"``: bf16 on a CUDA GPU that supports it (Ampere and later), fp16 on an older one, fp32
+    anywhere else. An explicit setting is kept, except what the device cannot do: a ValueError says so.
+    """
+    precision = check_precision(precision)
+    kind = torch.device(device).type
+    if precision == "auto":
+        if kind != "cuda":
+            return "fp32"
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if precision == "bf16" and kind == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"precision='bf16' on {device}: this GPU has no bfloat16 support. Use precision='fp16' "
+                         "(with a gradient scaler) or 'auto', which picks it")
+    if precision != "fp32" and kind not in ("cuda", "cpu"):
+        raise ValueError(f"precision={precision!r} is supported on 'cuda' and 'cpu', not on {device!r}: "
+                         "use precision='fp32' there")
+    if precision == "fp16" and kind == "cpu" and not hasattr(torch.amp, "GradScaler"):
+        raise ValueError("precision='fp16' on the CPU needs torch.amp.GradScaler (torch >= 2.3): it is meant "
+                         "for GPUs without bfloat16; on the CPU use 'bf16' or 'fp32'")
+    return precision
+
+
+def autocast(precision: str, device: str | torch.device):
+    """The context the forward pass runs in: ``torch.autocast`` for bf16 and fp16, nothing for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=DTYPES[precision])
+
+
+def grad_scaler(precision: str, device: str | torch.device) -> torch.amp.GradScaler | None:
+    """A ``torch.amp.GradScaler`` for fp16 (None otherwise: bf16 has float32's range, fp32 needs none).
+
+    On the CPU, fp16 autocast is slow (it is emulated): it is there to test the GPU's code path.
+    """
+    if precision != "fp16":
+        return None
+    return torch.amp.GradScaler(torch.device(device).type)

@@ -1,0 +1,104 @@
+"""Chapter 7, last section — measuring what makes training and generation fast, and the sentences that say it.
+
+``step_time`` times one training step (forward, backward, clipping, AdamW) in a given setting;
+``decode_rate`` the tokens per second of ``generate``; ``copy_bandwidth`` the memory bandwidth a copy
+reaches. ``speedups_prose`` and ``bandwidth_prose`` turn the measurements into the chapter's sentences,
+so what the text says (faster, slower) always matches the numbers of the run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from .generate import generate
+from .precision import autocast
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_time(fn, repeats: int = 5, device="cpu") -> float:
+    """Median seconds of ``fn()`` over ``repeats`` calls, after one untimed warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def step_time(model, x, y, precision: str = "fp32", fused: bool | None = None, repeats: int = 5) -> float:
+    """Median seconds of one training step of ``model`` on the batch ``(x, y)`` (B, T), in ``precision``
+    (``"fp32"``, ``"bf16"``, ``"fp16"`` without scaler: for timing only), with fused AdamW or not."""
+    device = x.device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
+
+    def step() -> None:
+        with autocast(precision, device):
+            logits = model(x)[0]  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return median_time(step, repeats, device)
+
+
+def decode_rate(model, prompt, n: int, repeats: int = 3, **options) -> float:
+    """Tokens per second of ``generate(model, prompt, n, greedy=True, **options)`` (median of ``repeats``)."""
+    return n / median_time(lambda: generate(model, prompt, n, greedy=True, **options), repeats, prompt.device)
+
+
+def copy_bandwidth(device="cpu", n_bytes: int = 1 << 28) -> float:
+    """Bytes per second a copy of ``n_bytes`` moves on ``device`` (read once and written once: 2 x n_bytes)."""
+    src = torch.ones(n_bytes // 4, device=device)
+    dst = torch.empty_like(src)
+    return 2 * n_bytes / median_time(lambda: dst.copy_(src), 3, device)
+
+
+def _ratio_words(before: float, after: float) -> str:
+    ratio = before / after
+    if ratio >= 1.05:
+        return f"{ratio:.1f}x faster"
+    if ratio <= 0.95:
+        return f"slower ({1 / ratio:.1f}x the time)"
+    return "about as fast (within 5%)"
+
+
+def speedups_prose(rows: dict[str, tuple[float, float]], device: str) -> str:
+    """One sentence per measured technique: ``rows`` maps a name to ``(seconds before, seconds after)``."""
+    parts = [f"{name}: {after * 1e3:.1f} ms against {before * 1e3:.1f} ms, {_ratio_words(before, after)}"
+             for name, (before, after) in rows.items()]
+    slower = [name for name, (before, after) in rows.items() if before / after <= 0.95]
+    where = _where(device)
+    text = f"Measured in this run on the {where}: " + "; ".join(parts) + "."
+    if slower:
+        text += f" Not every technique pays everywhere: {', '.join(slower)} did not help on this {where}."
+        if device == "cpu" and any("bf16" in name for name in slower):
+            text += (" On this CPU, converting to and from bfloat16 costs more than the narrower numbers save; "
+                     "on a GPU, bf16 products run on the tensor cores (the FULL_RUN branch measures it).")
+    return text
+
+
+def _where(device: str) -> str:
+    return "CPU" if torch.device(device).type == "cpu" else f"GPU ({device})"
+
+
+def bandwidth_prose(n_params: int, bytes_per_param: int, bandwidth: float, rate: float, device: str) -> str:
+    """The batch-1 decoding limit: every token reads every weight, so tokens/s <= bandwidth / weight bytes."""
+    weight_bytes = n_params * bytes_per_param
+    limit = bandwidth / weight_bytes
+    return (f"Each new token reads all {n_params / 1e6:.0f} million weights, {weight_bytes / 1e6:.0f} MB at "
+            f"{bytes_per_param} bytes each. A copy on this {_where(device)} moved {bandwidth / 1e9:.1f} GB/s, so no "
+            f"batch-1 decoder can exceed about {limit:,.1f} tokens/s here; ours reached {rate:,.1f}, "
+            f"{rate / limit:.0%} of that limit.")

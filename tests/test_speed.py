@@ -1,0 +1,235 @@
+"""Chapters 6 and 7, the speed settings: mixed precision, torch.compile and the best checkpoint in
+``train``; the static KV cache and compiled decoding step of ``generate``. All on the CPU, tiny models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gpt_from_scratch import train as train_module
+from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.precision import resolve_precision
+from gpt_from_scratch.train import TrainConfig, char_level_data, load_checkpoint, train
+
+TINY = dict(vocab_size=65, context_length=16, d_model=32, n_layers=2, n_heads=4, dropout=0.0)
+# bf16 keeps 8 bits of mantissa: a relative error of 2^-8 = 0.4% per rounding. On a loss of ~4.2 nats the
+# products' errors mostly average out; 0.02 nats (0.5%) bounds a few steps with a wide margin (seen: 1e-4).
+BF16_TOLERANCE = 0.02
+FP16_TOLERANCE = 0.005  # 11 bits of mantissa: 8x finer than bf16 (seen: 2e-5)
+COMPILE_TOLERANCE = 1e-4  # the same float32 arithmetic, fused and reordered (seen: 5e-7)
+
+
+@pytest.fixture(scope="module")
+def char_data():
+    return char_level_data()
+
+
+def _run(char_data, **settings):
+    train_ids, val_ids, _ = char_data
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY))
+    cfg = TrainConfig(**dict(max_iters=6, batch_size=4, warmup_iters=2, eval_interval=3, eval_iters=2,
+                             progress=False) | settings)
+    return train(model, train_ids, val_ids, cfg), model
+
+
+def _gap(a, b) -> float:
+    return float(np.abs(np.array(a.loss + a.val_loss) - np.array(b.loss + b.val_loss)).max())
+
+
+def test_auto_precision_is_fp32_on_the_cpu_so_cpu_runs_are_unchanged(char_data):
+    assert resolve_precision("auto", "cpu") == "fp32"
+    auto, _ = _run(char_data)
+    fp32, _ = _run(char_data, precision="fp32")
+    assert auto == fp32  # bit for bit
+
+
+def test_bf16_autocast_trains_within_tolerance_of_fp32(char_data):
+    fp32, _ = _run(char_data, precision="fp32")
+    bf16, _ = _run(char_data, precision="bf16")
+    assert 0 < _gap(fp32, bf16) < BF16_TOLERANCE  # > 0: the products really ran in bf16
+
+
+def test_fp16_uses_a_gradient_scaler_and_stays_within_tolerance(char_data, monkeypatch):
+    calls = []
+    step = torch.amp.GradScaler.step
+    monkeypatch.setattr(torch.amp.GradScaler, "step", lambda self, *a, **k: calls.append(1) or step(self, *a, **k))
+    fp32, _ = _run(char_data, precision="fp32")
+    try:
+        fp16, _ = _run(char_data, precision="fp16")
+    except RuntimeError as err:  # an older torch without float16 autocast on the CPU
+        pytest.skip(f"float16 autocast or GradScaler is not available on this CPU build: {err}")
+    assert len(calls) == 6  # every optimizer step went through the scaler
+    assert 0 < _gap(fp32, fp16) < FP16_TOLERANCE
+
+
+def test_compiled_training_matches_eager(char_data):
+    """torch.compile on the CPU (inductor writes C++ and calls the C compiler): a tiny model, a minute or two."""
+    eager, eager_model = _run(char_data, max_iters=3, eval_interval=3)
+    compiled, compiled_model = _run(char_data, max_iters=3, eval_interval=3, compile=True)
+    assert _gap(eager, compiled) < COMPILE_TOLERANCE
+    for (name, a), (_, b) in zip(eager_model.state_dict().items(), compiled_model.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(precision="fp64"), r"precision='fp64' is not one of \('auto', 'fp32', 'bf16', 'fp16'\)"),
+    (dict(precision=None), "precision=None is not one of"),
+    (dict(compile="yes"), "compile='yes' must be True or False"),
+    (dict(keep_best=1), "keep_best=1 must be True or False"),
+])
+def test_bad_speed_settings_are_refused(settings, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**settings)
+
+
+def test_precision_the_device_cannot_do_is_refused():
+    with pytest.raises(ValueError, match="not on 'mps'.*use precision='fp32'"):
+        resolve_precision("bf16", "mps")
+    assert resolve_precision("auto", "mps") == "fp32"
+
+
+def _scripted_val_losses(monkeypatch, values):
+    """Make ``estimate_loss`` report ``values`` as the validation losses, in order (the train loss: 1.0)."""
+    values = iter(values)
+    monkeypatch.setattr(train_module, "estimate_loss", lambda *a, **k: {"train": 1.0, "val": next(values)})
+
+
+def test_training_keeps_the_weights_of_the_lowest_validation_loss(char_data, monkeypatch, tmp_path):
+    _scripted_val_losses(monkeypatch, [3.0, 2.0, 2.5])  # at steps 0, 3, 6: the best after step 3
+    history, model = _run(char_data, lr_decay_iters=6)
+    assert (history.best_step, history.best_val_loss, history.final_val_loss) == (3, 2.0, 2.5)
+    assert history.summary("runs/x/best") == ("best val loss 2.0000 at step 3 (weights in runs/x/best); "
+                                              "final val loss 2.5000 at step 6")
+    _scripted_val_losses(monkeypatch, [3.0, 2.0])
+    _, at_step_3 = _run(char_data, lr_decay_iters=6, max_iters=3)
+    for (name, a), (_, b) in zip(model.state_dict().items(), at_step_3.state_dict().items()):
+        assert torch.equal(a, b), name
+
+    _scripted_val_losses(monkeypatch, [3.0, 2.0, 2.5])
+    train_ids, val_ids, _ = char_data
+    torch.manual_seed(0)
+    cfg = TrainConfig(max_iters=6, batch_size=4, warmup_iters=2, eval_interval=3, eval_iters=2, progress=False)
+    train(GPT(GPTConfig(**TINY)), train_ids, val_ids, cfg, out_dir=tmp_path)
+    best = load_checkpoint(tmp_path / "best")
+    assert best.step == 3 and best.optimizer_state is None
+    for (name, a), (_, b) in zip(model.state_dict().items(), best.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert load_checkpoint(tmp_path).step == 6  # the last step, with its optimizer state: to resume from
+
+
+def test_keep_best_false_ends_with_the_last_weights(char_data, monkeypatch):
+    _scripted_val_losses(monkeypatch, [3.0, 2.0, 2.5])
+    history, model = _run(char_data, keep_best=False)
+    _scripted_val_losses(monkeypatch, [3.0, 2.0, 2.5])
+    _, kept = _run(char_data)
+    assert history.best_step == 3
+    assert not all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), kept.state_dict().values()))
+
+
+def test_a_resumed_run_keeps_the_best_weights_from_before_the_resume(char_data, monkeypatch, tmp_path):
+    train_ids, val_ids, _ = char_data
+    settings = dict(batch_size=4, warmup_iters=2, eval_interval=3, eval_iters=2, lr_decay_iters=9, progress=False)
+    _scripted_val_losses(monkeypatch, [3.0, 2.0, 2.5, 2.6])
+    torch.manual_seed(0)
+    whole = GPT(GPTConfig(**TINY))
+    train(whole, train_ids, val_ids, TrainConfig(max_iters=9, **settings))
+
+    _scripted_val_losses(monkeypatch, [3.0, 2.0, 2.5, 2.6])
+    torch.manual_seed(0)
+    train(GPT(GPTConfig(**TINY)), train_ids, val_ids, TrainConfig(max_iters=6, **settings), out_dir=tmp_path)
+    resumed = GPT(GPTConfig(**TINY))
+    history = train(resumed, train_ids, val_ids, TrainConfig(max_iters=9, **settings), out_dir=tmp_path,
+                    resume=True)
+    assert history.best_step == 3 and history.eval_step == [0, 3, 6, 9]
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+# ---------------------------------------------------------------------------------------------- generation
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from gpt_from_scratch.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    return GPT(GPTConfig(**TINY)).eval()
+
+
+PROMPT = torch.randint(65, (2, 5), generator=torch.Generator().manual_seed(1))
+# 30 new tokens after 5 with a context of 16: the cache fills up and restarts, twice
+
+
+@pytest.mark.parametrize("fast", [dict(static_cache=True), dict(compile=True)], ids=["static", "compiled"])
+def test_static_cache_and_compiled_step_give_the_tokens_of_the_eager_path(tiny_model, fast):
+    from gpt_from_scratch.generate import generate
+
+    greedy = generate(tiny_model, PROMPT, 30, greedy=True)
+    assert torch.equal(generate(tiny_model, PROMPT, 30, greedy=True, **fast), greedy)
+    sampled = generate(tiny_model, PROMPT, 30, top_k=10, generator=torch.Generator().manual_seed(3))
+    again = generate(tiny_model, PROMPT, 30, top_k=10, generator=torch.Generator().manual_seed(3), **fast)
+    assert torch.equal(again, sampled)
+    assert not torch.equal(sampled, greedy)  # the draws really were random
+
+
+def test_static_decoder_logits_match_the_model(tiny_model):
+    from gpt_from_scratch.fast import StaticDecoder
+
+    decoder = StaticDecoder(tiny_model, B=2)
+    with torch.no_grad():
+        full = tiny_model(PROMPT)[0]  # (B, T, V)
+        prefill = decoder(PROMPT[:, :3], decoder.positions[:3])  # (B, 3, V)
+        steps = [decoder(PROMPT[:, t : t + 1], decoder.positions[t : t + 1]) for t in range(3, 5)]
+    torch.testing.assert_close(torch.cat([prefill, *steps], dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(static_cache=True, use_cache=False), "ways of using the KV cache"),
+    (dict(compile="yes"), "compile must be True or False, got 'yes'"),
+    (dict(static_cache=1), "static_cache must be True or False"),
+])
+def test_bad_fast_generation_options_are_refused(tiny_model, settings, message):
+    from gpt_from_scratch.generate import generate
+
+    with pytest.raises(ValueError, match=message):
+        generate(tiny_model, PROMPT, 2, greedy=True, **settings)
+
+
+def test_static_cache_checks_token_ids(tiny_model):
+    from gpt_from_scratch.generate import generate
+
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 65\)"):
+        generate(tiny_model, PROMPT + 100, 2, greedy=True, static_cache=True)
+
+
+# ---------------------------------------------------------------------------------------------- chapter 7's prose
+
+
+def test_speedups_prose_says_faster_slower_or_the_same_as_the_numbers_do():
+    from gpt_from_scratch.speedups import speedups_prose
+
+    text = speedups_prose({"fused AdamW": (0.2, 0.1), "bf16 autocast": (0.1, 0.9), "SDPA": (0.1, 0.102)}, "cpu")
+    assert "fused AdamW: 100.0 ms against 200.0 ms, 2.0x faster" in text
+    assert "bf16 autocast: 900.0 ms against 100.0 ms, slower (9.0x the time)" in text
+    assert "SDPA: 102.0 ms against 100.0 ms, about as fast (within 5%)" in text
+    assert "bf16 autocast did not help on this CPU" in text and "SDPA did not help" not in text
+    assert "costs more than the narrower numbers save" in text
+    assert "did not help" not in speedups_prose({"compile": (0.3, 0.1)}, "cuda")
+
+
+def test_bandwidth_prose_is_the_weights_over_the_bandwidth():
+    from gpt_from_scratch.speedups import bandwidth_prose
+
+    text = bandwidth_prose(124_000_000, 4, 10e9, 5.0, "cpu")  # 496 MB at 10 GB/s: 20.2 tokens/s at most
+    assert "496 MB at 4 bytes each" in text and "about 20.2 tokens/s" in text and "25% of that limit" in text
+
+
+def test_measurements_run_on_the_cpu(tiny_model):
+    from gpt_from_scratch.speedups import copy_bandwidth, decode_rate, step_time
+
+    x = torch.randint(65, (2, 16))
+    assert step_time(GPT(GPTConfig(**TINY)), x, x, precision="bf16", fused=True, repeats=1) > 0
+    assert decode_rate(tiny_model, PROMPT[:1], 4, repeats=1, static_cache=True) > 0
+    assert copy_bandwidth(n_bytes=1 << 20) > 0
