@@ -148,7 +148,7 @@ def test_from_pretrained_fails_fast_when_the_hub_does_not_answer(tmp_path, monke
 def test_hub_check_passes_when_the_hub_answers(monkeypatch):
     import huggingface_hub
 
-    from gpt_from_scratch.model import _hub_unreachable
+    from gpt_from_scratch.hf_weights import _hub_unreachable
 
     class Answers:
         def head(self, url, timeout):
