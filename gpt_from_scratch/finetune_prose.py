@@ -35,11 +35,13 @@ def classification_text(rows: dict[str, dict], majority: float, bag: float) -> s
     if beat:
         text += f"{len(beat)} of the {len(rows)} fine-tuned classifiers beat the bag of tokens ({', '.join(beat)}). "
     else:
-        text += ("None of the fine-tuned classifiers beats the bag of tokens: the features of a model pretrained "
-                 "this briefly say less about who speaks than which words occur. ")
-    if below:
-        text += (f"{', '.join(below)} did not get past the majority baseline: a head reading features that "
-                 f"do not separate the speakers has nothing to learn from.")
+        text += ("None of the fine-tuned classifiers beats the bag of tokens: the features these models learned "
+                 "in pretraining say less about who speaks than which words occur. ")
+    if len(below) == len(rows):
+        text += ("None got past the majority baseline either: a head reading features that do not separate "
+                 "the speakers has nothing to learn from, and a few steps cannot make such features.")
+    elif below:
+        text += f"Not past the majority baseline: {', '.join(below)}."
     return text
 
 

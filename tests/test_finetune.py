@@ -116,9 +116,11 @@ def test_the_prose_follows_the_numbers():
     rows = {"head only": dict(accuracy=0.15, trainable=1_032), "everything": dict(accuracy=0.4, trainable=7_000_000)}
     text = prose.classification_text(rows, majority=0.16, bag=0.3)
     assert "**everything**, at 40.0%" in text and "7,000,000" in text and "1 of the 2" in text
-    assert "head only did not get past the majority baseline" in text
+    assert "Not past the majority baseline: head only." in text
     weak = prose.classification_text({"head only": dict(accuracy=0.2, trainable=10)}, 0.16, 0.3)
-    assert "None of the fine-tuned classifiers beats" in weak
+    assert "None of the fine-tuned classifiers beats" in weak and "either" not in weak
+    lost = prose.classification_text({"head only": dict(accuracy=0.1, trainable=10)}, 0.16, 0.3)
+    assert "None got past the majority baseline either" in lost
     with pytest.raises(ValueError, match="not finite"):
         prose.classification_text({"x": dict(accuracy=float("nan"), trainable=1)}, 0.1, 0.2)
     style = prose.style_text("ROMEO", {"ROMEO": 6.0, "others": 6.1}, {"ROMEO": 5.5, "others": 5.9})
