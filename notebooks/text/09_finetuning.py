@@ -361,7 +361,8 @@ ax.axhline(majority, ls="--", color="grey", label="majority class")
 ax.axhline(bag_acc, ls="--", color="C2", label="bag of tokens")
 ax.set(xscale="log", xlabel="trainable parameters", ylabel="test accuracy",
        title="Speaker classification: accuracy vs trainable parameters")
-ax.legend(loc="lower right", fontsize=8)
+ax.margins(x=0.15)  # room for the labels
+ax.legend(loc="center left", fontsize=8)
 plt.show()
 
 # %% [markdown]
