@@ -22,6 +22,9 @@ module              chapter
 ``heads``           8  head scores (sinks, previous-token heads), GPT-2's published figures
 ``heads_prose``     8  the chapter's sentences, written from the loaded model's numbers
 ``offline_model``   8  the small model analysed when GPT-2's weights are unavailable
+``finetune``        9  Fine-tuning: the speaker-classification task, the classifier head
+``finetune_prose``  9  the chapter's sentences, written from the measured numbers
+``lora``            9  LoRA from scratch: ``LoRALinear``, ``apply_lora``, merge and unmerge
 ==================  =========================================================
 
 Modules are imported lazily, so ``import gpt_from_scratch`` stays fast.

@@ -78,6 +78,8 @@ ASSIGNMENTS = {a.chapter: a for a in [
                 Exercise("top_p_unsorted", 3, "check_top_p_filter"))),
     Assignment("08_gpt2_weights", "import torch",
                (Exercise("offset_scores", 2, "check_offset_scores"),)),
+    Assignment("09_finetuning", "import torch",
+               (Exercise("lora_forward", 2, "check_lora_forward"),)),
 ]}
 
 

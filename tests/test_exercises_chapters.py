@@ -1,4 +1,4 @@
-"""The checks of Chapters 1b, 4 (stated constraints), 5, 6, 7 (min-p, top-p without sorting) and 8:
+"""The checks of Chapters 1b, 4 (stated constraints), 5, 6, 7 (min-p, top-p without sorting), 8 and 9:
 each passes a correct solution and catches at least three typical mistakes, naming them."""
 
 from __future__ import annotations
@@ -228,7 +228,24 @@ def test_offset_scores(capsys):
           "rules out")
 
 
-@pytest.mark.parametrize("check", [ex.check_bpe_encode, ex.check_cross_entropy, ex.check_offset_scores])
+# ---------------------------------------------------------------------------------------------- 9
+def lora_forward(x, weight, bias, A, B, scaling):
+    return x @ weight.T + bias + (x @ A.T @ B.T) * scaling
+
+
+def test_lora_forward(capsys):
+    passes(ex.check_lora_forward, lora_forward, capsys)
+    fails(ex.check_lora_forward, lambda x, w, b, A, B, s: lora_forward(x, w, b, A, B, 1.0), capsys,
+          "multiply the update by scaling")
+    fails(ex.check_lora_forward, lambda x, w, b, A, B, s: lora_forward(x, w, 0 * b, A, B, s), capsys, "bias")
+    fails(ex.check_lora_forward, lambda x, w, b, A, B, s: lora_forward(x, w, b, A, B, s * s), capsys,
+          "scale the update once")
+    fails(ex.check_lora_forward, lambda x, w, b, A, B, s: x @ w.T + b + (x @ B @ A) * s, capsys,
+          "x @ A.T is (..., r)")
+
+
+@pytest.mark.parametrize("check", [ex.check_bpe_encode, ex.check_cross_entropy, ex.check_offset_scores,
+                                   ex.check_lora_forward])
 def test_exit_and_endless_loops_are_one_line_reports(check, capsys, monkeypatch):
     monkeypatch.setattr(ex.core, "CASE_SECONDS", 0.5)
 

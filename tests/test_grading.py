@@ -285,6 +285,14 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         ('''def offset_scores(maps, k):
     return torch.stack(maps).diagonal(-k, -2, -1).mean(dim=(1, 3))  # ruled out''', 0.0),
     ],
+    "lora_forward": [
+        ('''def lora_forward(x, weight, bias, A, B, scaling):
+    return x @ weight.T + bias + x @ A.T @ B.T  # not scaled''', 0.0),
+        ('''def lora_forward(x, weight, bias, A, B, scaling):
+    return x @ weight.T + (x @ A.T @ B.T) * scaling  # no bias''', 0.0),
+        ('''def lora_forward(x, weight, bias, A, B, scaling):
+    return x @ weight.T + bias + (x @ A.T @ B.T) * scaling ** 2  # scaled twice''', 0.0),
+    ],
 }
 # Solutions that are the package's own object (flagged), where the set-up gives a package name to reuse.
 ALIASES = {"bpe_encode": None, "causal_mask_arange": "causal_mask_arange = causal_mask",

@@ -28,6 +28,7 @@ checker                                  candidate
 ``check_top_p_filter``         (ch. 7)   ``top_p_filter(logits, p)`` -> logits, removed entries ``-inf``
 ``check_min_p_filter``         (ch. 7)   ``min_p_filter(logits, min_p)`` -> logits, removed entries ``-inf``
 ``check_offset_scores``        (ch. 8)   ``offset_scores(maps, k)`` -> Tensor (L, H), without ``diagonal``
+``check_lora_forward``         (ch. 9)   ``lora_forward(x, weight, bias, A, B, scaling)`` -> Tensor (..., out)
 =======================================  ===============================================================
 """
 
@@ -40,6 +41,7 @@ from .ch05 import check_parallel_block
 from .ch06 import check_cross_entropy
 from .ch07 import check_min_p_filter, check_top_k_filter, check_top_p_filter
 from .ch08 import check_offset_scores
+from .ch09 import check_lora_forward
 from .core import FAIL_MARK, PASS_MARK
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "check_top_p_filter",
     "check_min_p_filter",
     "check_offset_scores",
+    "check_lora_forward",
     "FAIL_MARK",
     "PASS_MARK",
 ]

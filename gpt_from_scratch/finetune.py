@@ -1,0 +1,249 @@
+"""Chapter 9 — fine-tuning: a speaker-classification task from Tiny Shakespeare, and a classifier.
+
+``parse_speeches`` cuts the play script into ``(speaker, speech)`` pairs; ``speaker_dataset`` keeps the
+most frequent speakers, removes the speaker line and the characters' names from the speeches, encodes
+them and splits them by speech. ``GPTClassifier`` puts a linear head on the last real token's hidden
+state of a ``GPT``; ``set_trainable`` chooses what trains (head only, last blocks, everything) and
+``train_classifier`` / ``accuracy`` train and score it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .model import GPT
+from .utils import check_float, check_int
+
+_SPEAKER_LINE = re.compile(r"([A-Z][A-Za-z' ]*?):")
+NAME_MASK = "NAME"  # what stands in for a character's name inside a speech
+
+
+def parse_speeches(text: str) -> list[tuple[str, str]]:
+    """Tiny Shakespeare as ``(speaker, speech)`` pairs, in order (Chapter 9).
+
+    The corpus is a play script: blocks separated by a blank line, each starting with a line
+    ``NAME:``. The speech is the rest of the block, its lines joined by newlines.
+    """
+    out = []
+    for block in text.split("\n\n"):
+        lines = block.strip("\n").split("\n")
+        match = _SPEAKER_LINE.fullmatch(lines[0])
+        if match and len(lines) > 1:
+            out.append((match[1], "\n".join(lines[1:])))
+    if not out:
+        raise ValueError("no speech found: the text should be a play script whose blocks start with a line 'NAME:'")
+    return out
+
+
+def name_words(speeches: list[tuple[str, str]]) -> set[str]:
+    """The words that are proper names of the play's characters (Chapter 9): each word of a speaker's
+    name, capitalised (``"Romeo"``), that the speeches write in lower case less often than capitalised
+    (so ``"King"`` and ``"First"`` stay: ``"king"`` and ``"first"`` are common words)."""
+    seen = Counter(w for _, s in speeches for w in re.findall(r"[A-Za-z']+", s))
+    words = {w.capitalize() for speaker, _ in speeches for w in speaker.split()}
+    return {w for w in words if len(w) > 1 and seen[w.lower()] < seen[w]}
+
+
+def mask_names(speech: str, names: set[str], mask: str = NAME_MASK) -> str:
+    """``speech`` with each of ``names`` (whole words, also in capitals) replaced by ``mask`` (Chapter 9)."""
+    if not names:
+        return speech
+    pattern = r"\b(" + "|".join(sorted(map(re.escape, names | {n.upper() for n in names}))) + r")\b"
+    return re.sub(pattern, mask, speech)
+
+
+@dataclass
+class Split:
+    """One split of the classification data: token ids (N, T) padded at the end, lengths, labels, texts."""
+
+    ids: Tensor  # (N, T) int64, padded with pad_id after each speech
+    lengths: Tensor  # (N,) real tokens per speech (>= 1)
+    labels: Tensor  # (N,) class index
+    texts: list[str]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def real(self) -> Tensor:
+        """(N, T) True at the speeches' tokens, False at the padding."""
+        return torch.arange(self.ids.shape[1]) < self.lengths[:, None]
+
+
+@dataclass
+class SpeakerData:
+    """Chapter 9's task: which of ``classes`` speaks this (name-masked) speech?"""
+
+    classes: list[str]
+    train: Split
+    val: Split
+    test: Split
+    masked_names: set[str]
+
+    def counts(self) -> dict[str, list[int]]:
+        """Speeches per class in each split: ``{"train": [n_0, n_1, ...], "val": ..., "test": ...}``."""
+        return {name: torch.bincount(s.labels, minlength=len(self.classes)).tolist()
+                for name, s in (("train", self.train), ("val", self.val), ("test", self.test))}
+
+
+def speaker_dataset(text: str, encoding, n_speakers: int = 8, max_tokens: int = 64, val_frac: float = 0.1,
+                    test_frac: float = 0.2, seed: int = 0, pad_id: int = 50_256) -> SpeakerData:
+    """The speeches of the ``n_speakers`` most frequent speakers, split by speech (Chapter 9).
+
+    The speaker line is removed and every character's name (``name_words``) becomes ``NAME``, so that
+    "O Romeo, Romeo!" does not give Juliet away. Each speech keeps its first ``max_tokens`` tokens.
+    Speeches are shuffled with ``seed``, then each class is cut into test, validation and training
+    parts, so all three splits keep the class proportions.
+    """
+    n_speakers = check_int("speaker_dataset", "n_speakers", n_speakers, minimum=2)
+    max_tokens = check_int("speaker_dataset", "max_tokens", max_tokens, minimum=1)
+    val_frac = check_float("speaker_dataset", "val_frac", val_frac, 0.0, 1.0, low_open=True)
+    test_frac = check_float("speaker_dataset", "test_frac", test_frac, 0.0, 1.0, low_open=True)
+    if val_frac + test_frac >= 1:
+        raise ValueError(f"val_frac + test_frac = {val_frac + test_frac:g} leaves nothing to train on: keep it below 1")
+    speeches = parse_speeches(text)
+    counts = Counter(speaker for speaker, _ in speeches)
+    if len(counts) < n_speakers:
+        raise ValueError(f"n_speakers={n_speakers} but the text has only {len(counts)} speakers: choose fewer")
+    classes = [speaker for speaker, _ in counts.most_common(n_speakers)]
+    names = name_words(speeches)
+    g = torch.Generator().manual_seed(seed)
+    parts: dict[str, list[tuple[str, int]]] = {"train": [], "val": [], "test": []}
+    for label, speaker in enumerate(classes):
+        mine = [mask_names(s, names) for who, s in speeches if who == speaker]
+        order = torch.randperm(len(mine), generator=g).tolist()
+        n_test, n_val = round(test_frac * len(mine)), round(val_frac * len(mine))
+        cuts = {"test": order[:n_test], "val": order[n_test:n_test + n_val], "train": order[n_test + n_val:]}
+        for split, indices in cuts.items():
+            parts[split] += [(mine[i], label) for i in indices]
+    splits = {}
+    for split, items in parts.items():
+        order = torch.randperm(len(items), generator=g).tolist()  # mix the classes
+        items = [items[i] for i in order]
+        encoded = [encoding.encode_ordinary(s)[:max_tokens] for s, _ in items]
+        ids = torch.full((len(items), max_tokens), pad_id, dtype=torch.long)
+        for row, tokens in enumerate(encoded):
+            ids[row, :len(tokens)] = torch.tensor(tokens)
+        splits[split] = Split(ids, torch.tensor([max(len(t), 1) for t in encoded]),
+                              torch.tensor([label for _, label in items]), [s for s, _ in items])
+    return SpeakerData(classes, splits["train"], splits["val"], splits["test"], names)
+
+
+def majority_accuracy(data: SpeakerData) -> float:
+    """Test accuracy of always answering the training set's most frequent class (Chapter 9)."""
+    majority = torch.bincount(data.train.labels).argmax()
+    return (data.test.labels == majority).float().mean().item()
+
+
+def bag_of_tokens(split: Split, vocab: Tensor) -> Tensor:
+    """(N, len(vocab)) counts of each token of ``vocab`` in each speech; other tokens and padding are left
+    out (Chapter 9). ``vocab`` is usually the tokens that occur in the training split."""
+    real = split.real()  # (N, T)
+    column = torch.full((int(max(vocab.max(), split.ids.max())) + 1,), -1)
+    column[vocab] = torch.arange(len(vocab))
+    cols = column[split.ids]  # (N, T): -1 where the token is not in vocab
+    keep = real & (cols >= 0)
+    counts = torch.zeros(len(split), len(vocab))
+    counts.scatter_add_(1, cols.clamp(min=0), keep.float())
+    return counts
+
+
+def hidden_states(model: GPT, idx: Tensor) -> Tensor:
+    """(B, T) -> (B, T, D): the final LayerNorm's output, what GPT's ``lm_head`` reads (Chapter 9)."""
+    x = model._embed(idx)  # (B, T, D)
+    for block in model.blocks:
+        x = block(x)
+    return model.ln_f(x)
+
+
+class GPTClassifier(nn.Module):
+    """A ``GPT`` with a linear head on the hidden state of each sequence's last real token (Chapter 9).
+
+    With causal attention, the last token is the only one that has read the whole speech; tokens
+    after it (padding) cannot change it, so sequences padded at the end are classified as if unpadded.
+    """
+
+    def __init__(self, model: GPT, n_classes: int):
+        super().__init__()
+        n_classes = check_int("GPTClassifier", "n_classes", n_classes, minimum=2)
+        self.model = model
+        self.head = nn.Linear(model.config.d_model, n_classes)
+
+    def forward(self, idx: Tensor, lengths: Tensor) -> Tensor:
+        """(B, T) ids and (B,) lengths -> (B, n_classes) logits."""
+        if (lengths < 1).any() or (lengths > idx.shape[1]).any():
+            raise ValueError(f"lengths must be in [1, T={idx.shape[1]}], got values in "
+                             f"[{int(lengths.min())}, {int(lengths.max())}]")
+        h = hidden_states(self.model, idx)  # (B, T, D)
+        last = h[torch.arange(idx.shape[0], device=idx.device), lengths - 1]  # (B, D)
+        return self.head(last)
+
+
+TRAINABLE = ("head", "last", "all")
+
+
+def set_trainable(clf: GPTClassifier, mode: str, n_last: int = 1) -> int:
+    """What trains (Chapter 9): ``"head"`` only; ``"last"``: the last ``n_last`` blocks, the final
+    LayerNorm and the head; ``"all"``: everything. Returns the number of trainable parameters."""
+    if mode not in TRAINABLE:
+        raise ValueError(f"mode={mode!r} is unknown: choose one of {', '.join(TRAINABLE)}")
+    n_last = check_int("set_trainable", "n_last", n_last, minimum=1)
+    for p in clf.parameters():
+        p.requires_grad_(mode == "all")
+    keep = [clf.head]
+    if mode == "last":
+        keep += [*clf.model.blocks[-n_last:], clf.model.ln_f]
+    for module in keep:
+        for p in module.parameters():
+            p.requires_grad_(True)
+    return sum(p.numel() for p in clf.parameters() if p.requires_grad)
+
+
+def train_classifier(clf: nn.Module, split: Split, steps: int, lr: float = 1e-3, batch_size: int = 32,
+                     generator: torch.Generator | None = None) -> list[float]:
+    """AdamW on the trainable parameters, ``steps`` random batches; returns the loss of each step (Chapter 9).
+
+    A non-finite loss stops training with a ``FloatingPointError`` naming the step.
+    """
+    steps = check_int("train_classifier", "steps", steps, minimum=1)
+    lr = check_float("train_classifier", "lr", lr, 0.0, low_open=True)
+    params = [p for p in clf.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("nothing to train: every parameter has requires_grad=False (see set_trainable)")
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    device = params[0].device  # batches go where the model is
+    clf.train()
+    losses = []
+    for step in range(steps):
+        rows = torch.randint(len(split), (min(batch_size, len(split)),), generator=generator)
+        logits = clf(split.ids[rows].to(device), split.lengths[rows].to(device))  # (B, C)
+        loss = F.cross_entropy(logits, split.labels[rows].to(device))
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"the loss is {loss.item()} at step {step}: lower the learning rate (lr={lr:g})")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    clf.eval()
+    return losses
+
+
+@torch.no_grad()
+def predict(clf: nn.Module, split: Split, batch_size: int = 128) -> Tensor:
+    """(N,) predicted classes of a split, on the CPU (Chapter 9)."""
+    clf.eval()
+    device = next(clf.parameters()).device
+    out = [clf(ids.to(device), n.to(device)).argmax(-1).cpu()
+           for ids, n in zip(split.ids.split(batch_size), split.lengths.split(batch_size))]
+    return torch.cat(out)
+
+
+def accuracy(clf: nn.Module, split: Split) -> float:
+    """Share of a split's speeches whose speaker ``clf`` predicts (Chapter 9)."""
+    return (predict(clf, split) == split.labels).float().mean().item()

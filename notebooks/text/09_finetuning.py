@@ -1,0 +1,547 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.17.3
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (ch-finetuning)=
+# # 9. Fine-tuning
+#
+# A pretrained GPT predicts the next token. To make it do something else, start from its
+# weights and train a little more, on the new task: *fine-tuning*. This chapter adapts the
+# BPE model of {ref}`ch-training` (and GPT-2 itself, where its weights can be loaded, as in
+# {ref}`ch-gpt2-weights`) in two ways:
+#
+# 1. a task from the data we have: who is speaking, from the words of a speech alone;
+# 2. a classifier head on the last token, trained three ways: the head only, the last block
+#    and the head, everything;
+# 3. LoRA {cite}`hu2022lora`, written from scratch: a frozen weight plus a trainable
+#    low-rank update, merged into the weight for free inference; Hugging Face `peft`
+#    computes the same numbers on the same weights (a test, `tests/test_lora.py`);
+# 4. LoRA at a few ranks against full fine-tuning: accuracy against trainable parameters;
+# 5. style fine-tuning: a LoRA adapter that makes the language model sound like one
+#    character.
+#
+# Everything runs on 2 CPU cores in a few minutes, with small models and few steps. Set
+# `FULL_RUN = True` in the imports cell on a GPU for longer runs.
+
+# %% tags=["colab-setup"]
+# Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
+# Written by scripts/colab_setup.py from _config.yml and pyproject.toml.
+try:
+    import gpt_from_scratch
+except ImportError:
+    source = "git+https://github.com/gpt-from-scratch/gpt-from-scratch@v0.1.0"
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ {source}"
+    try:
+        import gpt_from_scratch
+    except ImportError:
+        raise RuntimeError(
+            f"could not install gpt-from-scratch-book 0.1.0 from {source}: check that the "
+            "runtime has internet access and that this tag exists") from None
+
+# %%
+import copy
+import math
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+from IPython.display import Markdown, display
+from matplotlib_inline.backend_inline import set_matplotlib_formats
+from torch import nn
+from torch.testing import assert_close
+
+from gpt_from_scratch import finetune_prose as prose
+from gpt_from_scratch.data import get_batch, load_tiny_shakespeare
+from gpt_from_scratch.finetune import (GPTClassifier, accuracy, bag_of_tokens,
+                                       hidden_states, majority_accuracy, set_trainable,
+                                       speaker_dataset, train_classifier)
+from gpt_from_scratch.generate import generate
+from gpt_from_scratch.lora import (LoRALinear, apply_lora, count_trainable, lora_layers,
+                                   merge_lora, unmerge_lora)
+from gpt_from_scratch.model import GPT, WeightsUnavailableError
+from gpt_from_scratch.train import book_model
+from gpt_from_scratch.utils import default_device, seed_everything
+
+set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+generator = seed_everything(1337)
+torch.set_printoptions(precision=3, sci_mode=False)
+
+# FULL_RUN = False: every run is sized for 2 CPU cores. FULL_RUN = True (on a GPU): 10 times
+# the steps, whole speeches up to the model's context, and GPT-2 trained all three ways.
+FULL_RUN = False
+DEVICE = default_device() if FULL_RUN else "cpu"
+STEPS = 600 if FULL_RUN else 60  # optimizer steps of each classifier
+MAX_TOKENS = 64 if FULL_RUN else 32  # each speech's first tokens
+
+# %% [markdown]
+# ## 9.1 A task from the play: who is speaking?
+#
+# Tiny Shakespeare is a play script: every speech starts with a line `NAME:`. That gives a
+# labelled task for free: read a speech, say who speaks it. `speaker_dataset` keeps the 8
+# characters with the most speeches and makes the task honest in two ways:
+#
+# - the speaker line is removed, or the answer would be the first token;
+# - names inside the speeches are masked. Juliet says "O Romeo, Romeo!", Romeo says
+#   "Juliet": a classifier could learn who is *addressed* and answer from that. Each word
+#   of a speaker's name that the play writes capitalised more often than in lower case
+#   ("Romeo", "Hastings", not "King" or "First") becomes `NAME`.
+#
+# Each speaker's speeches are shuffled and cut into 70% training, 10% validation and 20%
+# test, so that every split keeps the class proportions and no speech is in two splits.
+# The speeches keep their first `MAX_TOKENS` GPT-2 tokens.
+
+# %%
+enc_model, encoding = book_model("shakespeare-bpe", progress=False)  # Chapter 6's BPE model
+data = speaker_dataset(load_tiny_shakespeare(), encoding, n_speakers=8,
+                       max_tokens=MAX_TOKENS)
+C = len(data.classes)
+
+# %% tags=["nbval-check-output"]
+counts = data.counts()
+print(f"{'speaker':<18}{'train':>7}{'val':>6}{'test':>6}")
+for c, name in enumerate(data.classes):
+    print(f"{name:<18}{counts['train'][c]:>7}{counts['val'][c]:>6}{counts['test'][c]:>6}")
+print(f"{'total':<18}{sum(counts['train']):>7}{sum(counts['val']):>6}"
+      f"{sum(counts['test']):>6}")
+print(f"{len(data.masked_names)} name words masked, e.g. "
+      f"{', '.join(sorted(data.masked_names)[:6])}")
+
+# %% [markdown]
+# One training speech, as the classifier sees it:
+
+# %%
+print(data.train.texts[0])
+print(f"-> {data.classes[data.train.labels[0]]}")
+
+# %% [markdown]
+# Two baselines say what a result is worth. The *majority* baseline always answers the most
+# frequent speaker of the training set. The *bag of tokens* counts each token of a speech,
+# ignores their order, and learns one weight per token and speaker: multinomial logistic
+# regression, a single `nn.Linear` trained with cross-entropy on the counts.
+
+# %%
+vocab = torch.unique(data.train.ids[data.train.real()])  # the tokens seen in training
+X = {s: bag_of_tokens(getattr(data, s), vocab)  # (N, |V|) counts
+     for s in ("train", "val", "test")}
+torch.manual_seed(0)
+bag_model = nn.Linear(len(vocab), C)
+opt = torch.optim.AdamW(bag_model.parameters(), lr=1e-2, weight_decay=1e-2)
+for step in range(300):  # full batch: the whole training set each step
+    loss = F.cross_entropy(bag_model(X["train"]), data.train.labels)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+with torch.no_grad():
+    bag_acc = (bag_model(X["test"]).argmax(-1) == data.test.labels).float().mean().item()
+majority = majority_accuracy(data)
+
+# %% tags=["nbval-check-output"]
+print(f"majority class ({data.classes[torch.bincount(data.train.labels).argmax()]}): "
+      f"{majority:.1%} of the test speeches")
+print(f"bag of tokens ({len(vocab):,} tokens x {C} speakers): {bag_acc:.1%}")
+
+# %% [markdown]
+# ## 9.2 A classifier head on the last token
+#
+# A GPT reads left to right: with causal attention, only the last token of a speech has
+# seen all of it. The classifier therefore runs the model, takes the final LayerNorm's
+# output at the last *real* token (the hidden state `lm_head` would read), and applies a
+# new `nn.Linear(D, C)`: $C$ logits instead of $V$. Speeches of different lengths are
+# padded at the end; padding comes after the last real token, so causal attention keeps it
+# from changing anything the head reads. By hand, on two speeches:
+
+# %%
+torch.manual_seed(0)
+clf = GPTClassifier(copy.deepcopy(enc_model), C)
+idx, lengths = data.train.ids[:2], data.train.lengths[:2]  # (B, T), (B,)
+with torch.no_grad():
+    x = enc_model.wte(idx) + enc_model.wpe(idx.shape[1])  # (B, T, D)
+    for block in enc_model.blocks:
+        x = block(x)
+    h = enc_model.ln_f(x)  # (B, T, D)
+    last = h[torch.arange(2), lengths - 1]  # (B, D): each speech's last real token
+    logits = clf.head(last)  # (B, C)
+    assert_close(hidden_states(enc_model, idx), h)
+    assert_close(clf(idx, lengths), logits)
+print(f"hidden states {tuple(h.shape)} -> last tokens {tuple(last.shape)} "
+      f"-> logits {tuple(logits.shape)}")
+
+# %% [markdown]
+# What trains is a choice, made with `requires_grad`. `set_trainable` offers three:
+# `"head"` (the $D \times C + C$ numbers of the new layer; the model is a frozen feature
+# extractor), `"last"` (the last block, the final LayerNorm and the head) and `"all"`
+# (every weight, embeddings included). Each run starts from the same pretrained weights and
+# the same head, and sees the same batches.
+
+# %%
+def fine_tune(model: GPT, mode: str, r: int | None = None, lr: float = 1e-3,
+              steps: int = STEPS) -> dict:
+    """Train a fresh classifier on a copy of ``model``: ``mode`` or LoRA of rank ``r``."""
+    torch.manual_seed(0)
+    clf = GPTClassifier(copy.deepcopy(model), C).to(DEVICE)
+    if r is None:
+        set_trainable(clf, mode)
+    else:
+        apply_lora(clf.model, r=r, alpha=2 * r)  # the model frozen, its LoRA matrices and
+    n = count_trainable(clf)  # the head (a separate module) trainable
+    start = time.perf_counter()
+    losses = train_classifier(clf, data.train, steps, lr=lr, batch_size=16,
+                              generator=torch.Generator().manual_seed(0))
+    seconds = time.perf_counter() - start
+    return dict(trainable=n, seconds=seconds, losses=losses,
+                val=accuracy(clf, data.val), accuracy=accuracy(clf, data.test))
+
+
+def show(results: dict) -> None:
+    print(f"{'method':<26}{'trainable':>12}{'val':>8}{'test':>8}  time")
+    for name, r in results.items():  # the time last: its width varies from run to run
+        print(f"{name:<26}{r['trainable']:>12,}{r['val']:>8.1%}{r['accuracy']:>8.1%}"
+              f"  {r['seconds']:.1f} s")
+
+
+results = {
+    "head only": fine_tune(enc_model, "head", lr=1e-2),
+    "last block + head": fine_tune(enc_model, "last", lr=3e-3),
+    "everything": fine_tune(enc_model, "all", lr=1e-3),
+}
+
+# %% tags=["nbval-check-output"]
+print(f"each run: {STEPS} steps of 16 speeches, "
+      f"{STEPS * 16 / len(data.train):.1f} passes over the training set")
+show(results)
+
+# %% [markdown]
+# The head is $D \times C + C$ numbers, the whole model over seven million, most of them
+# the token embedding (section 8.1). Training everything costs the most: each step
+# back-propagates through every block into the embeddings, and the optimizer keeps two
+# running averages for each of those numbers.
+#
+# ## 9.3 LoRA from scratch
+#
+# Full fine-tuning writes a new copy of every weight. LoRA {cite}`hu2022lora` keeps the
+# pretrained weight $W$ ($d_{out} \times d_{in}$) frozen and learns a low-rank update:
+#
+# $$y = W x + b + \frac{\alpha}{r} B A x, \qquad A \in \mathbb{R}^{r \times d_{in}},\;
+# B \in \mathbb{R}^{d_{out} \times r},$$
+#
+# with a rank $r$ much smaller than $d_{in}$ and $d_{out}$: $r (d_{in} + d_{out})$
+# trainable numbers instead of $d_{in} d_{out}$. $A$ starts random and $B$ at zero, so the
+# update $BA$ is zero and the adapted model starts as the pretrained one. $\alpha / r$
+# scales the update so that changing $r$ does not change the learning rate that works.
+# Written out:
+
+# %%
+class MyLoRALinear(nn.Module):
+    def __init__(self, base: nn.Linear, r: int, alpha: float = 1.0):
+        super().__init__()
+        self.base, self.scaling = base, alpha / r
+        for p in base.parameters():
+            p.requires_grad_(False)  # W and b stay as pretrained
+        self.lora_A = nn.Parameter(torch.empty(r, base.in_features))  # (r, in)
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r))  # (out, r): zero
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # as nn.Linear's weights
+
+    def forward(self, x):  # (B, T, in) -> (B, T, out), through (B, T, r)
+        return self.base(x) + (x @ self.lora_A.T @ self.lora_B.T) * self.scaling
+
+
+torch.manual_seed(0)
+linear = nn.Linear(128, 384)
+x = torch.randn(2, 5, 128)  # (B, T, D)
+mine = MyLoRALinear(linear, r=4, alpha=8)
+theirs = LoRALinear(linear, r=4, alpha=8)
+with torch.no_grad():
+    theirs.lora_A.copy_(mine.lora_A)
+    mine.lora_B.normal_()
+    theirs.lora_B.copy_(mine.lora_B)
+assert_close(mine(x), theirs(x))  # the same as the package's LoRALinear
+print(f"trainable: {sum(p.numel() for p in theirs.parameters() if p.requires_grad):,} = "
+      f"r (in + out) = 4 x (128 + 384); the frozen weight has {linear.weight.numel():,}")
+
+# %% [markdown]
+# `apply_lora(model, r, alpha)` freezes a model and wraps each projection of every block
+# (attention's `c_attn` and `c_proj`, the MLP's `c_fc` and `c_proj`) in a `LoRALinear`: the
+# targets, initialization and scaling of Hugging Face `peft` {cite}`mangrulkar2022peft`
+# for GPT-2. Because $B = 0$, the adapted model computes exactly what the pretrained one
+# computed:
+
+# %% tags=["nbval-check-output"]
+lora_model = apply_lora(copy.deepcopy(enc_model), r=4, alpha=8)
+idx = data.val.ids[:4]  # (B, T)
+with torch.no_grad():
+    same = torch.equal(lora_model(idx)[0], enc_model(idx)[0])
+print(f"{len(lora_layers(lora_model))} LoRA layers; logits identical to the pretrained "
+      f"model's: {same}")
+print(f"trainable {count_trainable(lora_model):,} of {enc_model.num_parameters():,}")
+
+# %% [markdown]
+# After training, the update can be folded into the weight, $W \leftarrow W +
+# \frac{\alpha}{r} BA$ (`merge_lora`): the model is again one matrix per projection and
+# costs nothing extra at inference. `unmerge_lora` subtracts it again, to switch adapters.
+# With random $B$ standing in for a trained one:
+
+# %% tags=["nbval-check-output"]
+torch.manual_seed(1)
+for layer in lora_layers(lora_model).values():
+    nn.init.normal_(layer.lora_B, std=0.05)
+before = lora_model.blocks[0].attn.c_attn.base.weight.clone()
+with torch.no_grad():
+    adapted = lora_model(idx)[0]
+    merged = merge_lora(lora_model)(idx)[0]
+    unmerged = unmerge_lora(lora_model)(idx)[0]
+change = (adapted - enc_model(idx)[0]).abs().max()
+print(f"largest logit change from the update: {change:.3f}")
+print(f"merged vs adapted, largest difference below 1e-4: "
+      f"{(merged - adapted).abs().max().item() < 1e-4}")
+restored = lora_model.blocks[0].attn.c_attn.base.weight
+print(f"after unmerge, W back to within 1e-6: "
+      f"{(restored - before).abs().max().item() < 1e-6}")
+
+# %% [markdown]
+# Merging is exact up to float32 rounding. The parity with `peft` is a test: it applies
+# `peft`'s LoRA to a transformers `GPT2LMHeadModel`, ours to a `GPT` holding the same
+# weights (`GPT.from_hf`, {ref}`ch-gpt`), copies the random $A$ and $B$ across, and checks
+# that both have the same number of trainable parameters and the same logits.
+#
+# ## 9.4 LoRA against full fine-tuning
+#
+# The same classifier, with LoRA of rank 1, 4 and 16 in every block plus the head, next to
+# the three runs of section 9.2. LoRA's matrices are small and start at zero, so they take
+# a larger learning rate.
+
+# %%
+for r in (1, 4, 16):
+    results[f"LoRA r={r} + head"] = fine_tune(enc_model, "lora", r=r, lr=1e-2)
+
+# %% [markdown]
+# Where GPT-2's weights can be loaded, the cell below fine-tunes it too, the head alone and
+# with LoRA (rank 8): on a CPU this takes minutes, on a GPU seconds.
+
+# %%
+try:
+    gpt2 = GPT.from_pretrained("gpt2")
+    REAL_GPT2 = True
+except WeightsUnavailableError as err:
+    gpt2, REAL_GPT2 = None, False
+    print(f"The real GPT-2 weights are unavailable on this machine:\n  {err}")
+if REAL_GPT2:
+    results["GPT-2, head only"] = fine_tune(gpt2, "head", lr=1e-2)
+    results["GPT-2, LoRA r=8 + head"] = fine_tune(gpt2, "lora", r=8, lr=3e-3)
+    if FULL_RUN:
+        results["GPT-2, everything"] = fine_tune(gpt2, "all", lr=1e-4)
+
+# %% tags=["nbval-check-output"]
+print(f"{'majority class':<26}{'':>12}{'':>8}{majority:>8.1%}")
+print(f"{'bag of tokens':<26}{len(vocab) * C + C:>12,}{'':>8}{bag_acc:>8.1%}")
+show(results)
+
+# %% tags=["remove-input"]
+display(Markdown(prose.classification_text(results, majority, bag_acc)))
+
+# %% mystnb={"figure": {"caption": "Test accuracy against the number of trainable parameters (log scale) for every fine-tuning run of this chapter; the dashed lines are the two baselines.", "name": "fig-finetune-accuracy"}, "image": {"alt": "A scatter plot, trainable parameters on a logarithmic horizontal axis and test accuracy on the vertical axis, one labelled point per fine-tuning method, and two dashed horizontal lines for the majority and bag-of-tokens baselines."}}
+fig, ax = plt.subplots(figsize=(6.4, 4))
+for name, r in results.items():
+    ax.scatter(r["trainable"], r["accuracy"], color="C3" if "LoRA" in name else "C0")
+    ax.annotate(name, (r["trainable"], r["accuracy"]), fontsize=8,
+                xytext=(4, 4), textcoords="offset points")
+ax.axhline(majority, ls="--", color="grey", label="majority class")
+ax.axhline(bag_acc, ls="--", color="C2", label="bag of tokens")
+ax.set(xscale="log", xlabel="trainable parameters", ylabel="test accuracy",
+       title="Speaker classification: accuracy vs trainable parameters")
+ax.margins(x=0.15)  # room for the labels
+ax.legend(loc="center left", fontsize=8)
+plt.show()
+
+# %% [markdown]
+# Two things limit these numbers, and both are measured rather than assumed. The Chapter 6
+# model trained for 100 steps: its hidden states know little about Shakespeare's
+# characters, and a head can only separate what its features separate. And each run makes
+# few passes over the training set (printed under the first table). On a GPU, `FULL_RUN =
+# True` trains ten times longer and adds GPT-2, whose features were learned from 8 million
+# web pages {cite}`radford2019language`.
+#
+# ## 9.5 Style fine-tuning with LoRA
+#
+# LoRA adapts the language model itself too. Train an adapter of rank 8 on the training
+# speeches of one character with the ordinary next-token loss, and measure the loss on held-
+# out speeches: that character's test speeches, and those of the seven others. An adapter
+# that learned the character's style should help most on the character's own lines.
+
+# %%
+speaker = data.classes[0]
+
+
+def stream(split, keep) -> np.ndarray:
+    """The speeches of ``split`` whose label ``keep`` accepts, as one token sequence."""
+    texts = [t for t, y in zip(split.texts, split.labels.tolist()) if keep(y)]
+    return np.array(encoding.encode_ordinary("\n\n".join(texts)), dtype=np.int64)
+
+
+style_train = stream(data.train, lambda y: y == 0)
+held_out = {speaker: stream(data.test, lambda y: y == 0),
+            "others": stream(data.test, lambda y: y != 0)}
+T_LM = 32
+
+
+@torch.no_grad()
+def lm_loss(model: GPT, ids: np.ndarray, n_windows: int = 24) -> float:
+    """Mean next-token loss over ``n_windows`` windows spread evenly over ``ids``."""
+    starts = np.linspace(0, len(ids) - T_LM - 1, n_windows).astype(int)
+    w = torch.from_numpy(np.stack([ids[s: s + T_LM + 1] for s in starts]))  # (N, T + 1)
+    w = w.to(next(model.parameters()).device)
+    return model(w[:, :-1], w[:, 1:])[1].item()
+
+
+style = apply_lora(copy.deepcopy(enc_model), r=8, alpha=16).to(DEVICE)
+style_before = {k: lm_loss(style, v) for k, v in held_out.items()}
+opt = torch.optim.AdamW([p for p in style.parameters() if p.requires_grad], lr=3e-3)
+g = torch.Generator().manual_seed(0)
+start = time.perf_counter()
+for step in range(400 if FULL_RUN else 40):
+    xb, yb = get_batch(style_train, 8, T_LM, generator=g)  # (B, T) each
+    loss = style(xb.to(DEVICE), yb.to(DEVICE))[1]
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+style_seconds = time.perf_counter() - start
+style.cpu().eval()
+style_after = {k: lm_loss(style, v) for k, v in held_out.items()}
+
+# %% tags=["nbval-check-output"]
+print(f"{len(style_train):,} training tokens of {speaker}; adapter of "
+      f"{count_trainable(style):,} parameters, trained in {style_seconds:.1f} s")
+for k in held_out:
+    print(f"held-out loss, {k:<11} {style_before[k]:.3f} -> {style_after[k]:.3f} "
+          f"({style_after[k] - style_before[k]:+.3f})")
+
+# %% tags=["remove-input"]
+display(Markdown(prose.style_text(speaker, style_before, style_after)))
+
+# %% [markdown]
+# Samples from the same prompt and seed, from the Chapter 6 model and from the adapted one,
+# merged first (`merge_lora`): generation then runs on plain weights.
+
+# %%
+prompt = torch.tensor([encoding.encode_ordinary("My lord,")])  # (1, T)
+merge_lora(style)
+for name, m in (("before (Chapter 6 model)", enc_model), ("after (LoRA, merged)", style)):
+    out = generate(m, prompt, max_new_tokens=40, top_k=50,
+                   generator=torch.Generator().manual_seed(1337))
+    print(f"--- {name}\n{encoding.decode(out[0].tolist())}\n")
+
+# %% [markdown]
+# ## Summary
+#
+# - A labelled task can hide in unlabelled text: the play's speaker lines label every
+#   speech. Remove the label from the input and mask what gives it away (names), and split
+#   by speech before comparing anything with two baselines.
+# - A classifier on a GPT reads the last real token's hidden state, the only position that
+#   has seen the whole input; padding at the end cannot change it.
+# - What trains is a choice made with `requires_grad`: the head, the last blocks, or
+#   everything. The cost grows with the trainable parameters, and so can the accuracy, when
+#   the pretrained features are worth adapting.
+# - LoRA freezes $W$ and learns $\frac{\alpha}{r} BA$ with $B = 0$ at first: the adapted
+#   model starts as the pretrained one, trains a small fraction of its parameters, and
+#   merges into $W$ exactly for inference. Ours equals `peft`'s on the same weights.
+# - An adapter trained on one character's speeches lowers the loss on that character's
+#   held-out lines more than on the others'.
+
+# %% [markdown]
+# ## Exercises
+#
+# ### Exercise 1. The LoRA forward pass (implement)
+#
+# Write `lora_forward(x, weight, bias, A, B, scaling)`: the output of a `LoRALinear` whose
+# frozen layer has `weight` $(d_{out}, d_{in})$ and `bias` $(d_{out},)$, for an input `x` of
+# shape $(\dots, d_{in})$, with $A$ $(r, d_{in})$, $B$ $(d_{out}, r)$ and `scaling`
+# $= \alpha / r$. Compute the update through the $r$-dimensional bottleneck, without
+# forming the $d_{out} \times d_{in}$ matrix $BA$ (that is what `merge` does, once).
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def lora_forward(x, weight, bias, A, B, scaling):
+    return x @ weight.T + bias + (x @ A.T @ B.T) * scaling  # (..., r) in between
+
+
+# %%
+from gpt_from_scratch.exercises import check_lora_forward
+
+check_lora_forward(lora_forward);
+
+# %% [markdown]
+# ### Exercise 2. Counting LoRA's parameters (predict, then run)
+#
+# The Chapter 6 model has $L = 4$ blocks of width $D = 128$ and $d_{ff} = 4D$. Predict how
+# many parameters `apply_lora(model, r=8)` leaves trainable (each wrapped layer adds
+# $r(d_{in} + d_{out})$), and what fraction of the model that is. Then run the cell after
+# the answer.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Per block: `c_attn` $8(D + 3D) = 4{,}096$, attention's `c_proj` $8(D + D) = 2{,}048$,
+# `c_fc` $8(D + 4D) = 5{,}120$ and the MLP's `c_proj` $8(4D + D) = 5{,}120$: $16{,}384$.
+# Four blocks: $65{,}536$, under 1% of the model's parameters, most of which sit in the
+# token embedding that LoRA leaves frozen.
+# ```
+
+# %%
+counted = apply_lora(copy.deepcopy(enc_model), r=8)
+n_lora, n_all = count_trainable(counted), enc_model.num_parameters()
+print(f"trainable with r = 8: {n_lora:,} of {n_all:,} ({n_lora / n_all:.2%})")
+
+# %% [markdown]
+# ### Exercise 3. B = 0 at the start (predict, then run)
+#
+# At initialization $B = 0$, so the update $BA$ is zero. Predict: after one backward pass
+# through a fresh `LoRALinear`, which of `lora_A.grad` and `lora_B.grad` is zero, and why
+# does training still get going? Then run the cell.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# The update is $\frac{\alpha}{r} B (A x)$. Its gradient with respect to $A$ goes through
+# $B$: $\frac{\partial L}{\partial A} = \frac{\alpha}{r} B^\top g\, x^\top$ for the output
+# gradient $g$, which is zero while $B = 0$. The gradient with respect to $B$ is
+# $\frac{\alpha}{r} g\, (A x)^\top$, not zero, because $A$ is random. So the first step
+# moves $B$ only; from then on $B \neq 0$ and $A$ learns too. Had both started at zero,
+# neither would ever move.
+# ```
+
+# %%
+torch.manual_seed(0)
+fresh = LoRALinear(nn.Linear(16, 8), r=2, alpha=4)
+fresh(torch.randn(3, 16)).pow(2).sum().backward()
+print(f"|grad A| = {fresh.lora_A.grad.abs().max():.4f}, "
+      f"|grad B| = {fresh.lora_B.grad.abs().max():.4f}")
+
+# %% [markdown]
+# ### Exercise 4. Why the others' loss moves too (explain)
+#
+# In section 9.5 the adapter trained on one character's speeches only, yet the loss on the
+# other speakers' held-out speeches changed as well. Explain why, and what you would expect
+# with many more training steps.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Much of what one character's speeches teach is shared by every speech of the play: the
+# verse, the archaic words ("thou", "hath"), the punctuation, the masked names. A model
+# pretrained this briefly gains on all of it, so the others' loss falls too, only less.
+# With many more steps the adapter keeps fitting what is particular to the one character,
+# then to its training speeches themselves: the gap widens, and eventually the loss on the
+# others (then on the character's own held-out lines) turns back up, as in the overfitting
+# experiment of {ref}`ch-training`.
+# ```

@@ -1,0 +1,129 @@
+"""Chapter 9's task and classifier: speeches parsed and split without leaks, names masked, the head
+reads the last real token, and set_trainable trains what it says."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpt_from_scratch.finetune import (GPTClassifier, bag_of_tokens, majority_accuracy, mask_names, name_words,
+                                       parse_speeches, set_trainable, speaker_dataset, train_classifier)
+from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.tokenizer import gpt2_encoding
+
+PLAY = "\n\n".join(
+    [f"ROMEO:\nO Juliet, my {i} loves, my lady.\nAnd more." for i in range(10)]
+    + [f"JULIET:\nRomeo, the king {i} is here." for i in range(8)]
+    + [f"FIRST CITIZEN:\nFirst, the first King and Romeo {i}." for i in range(6)]
+    + ["not a speech", "NURSE:\nAnon, anon!"]
+)
+
+
+def test_parse_speeches_drops_the_speaker_line():
+    speeches = parse_speeches(PLAY)
+    assert len(speeches) == 25 and speeches[0] == ("ROMEO", "O Juliet, my 0 loves, my lady.\nAnd more.")
+    with pytest.raises(ValueError, match="no speech"):
+        parse_speeches("just prose\n\nmore prose")
+
+
+def test_names_are_masked_but_common_words_are_not():
+    names = name_words(parse_speeches(PLAY))
+    assert {"Romeo", "Juliet"} <= names and not {"First", "Citizen", "King"} & names
+    assert mask_names("O Romeo, ROMEO! Romeos", names) == "O NAME, NAME! Romeos"
+
+
+def test_speaker_dataset_splits_by_speech_keeps_proportions_and_hides_names():
+    data = speaker_dataset(PLAY, gpt2_encoding(), n_speakers=3, max_tokens=8, val_frac=0.2, test_frac=0.2)
+    assert data.classes == ["ROMEO", "JULIET", "FIRST CITIZEN"]
+    assert data.counts() == {"train": [6, 4, 4], "val": [2, 2, 1], "test": [2, 2, 1]}
+    texts = [t for s in (data.train, data.val, data.test) for t in s.texts]
+    assert len(set(texts)) == len(texts) == 24  # every speech once: no speech in two splits
+    assert not any("Romeo" in t or "Juliet" in t for t in texts)
+    assert data.train.ids.shape == (14, 8) and (data.train.lengths <= 8).all()
+    real = data.train.real()
+    assert (data.train.ids[~real] == 50_256).all()
+    assert majority_accuracy(data) == pytest.approx(2 / 5)
+
+
+@pytest.mark.parametrize("kwargs, message", [(dict(n_speakers=9), "only 4 speakers"),
+                                             (dict(val_frac=0.5, test_frac=0.5), "nothing to train"),
+                                             (dict(max_tokens=0), "positive int")])
+def test_speaker_dataset_refuses_bad_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        speaker_dataset(PLAY, gpt2_encoding(), **kwargs)
+
+
+def test_bag_of_tokens_counts_only_real_tokens_of_the_vocabulary():
+    data = speaker_dataset(PLAY, gpt2_encoding(), n_speakers=3, max_tokens=8)
+    vocab = torch.unique(data.train.ids[data.train.real()])
+    counts = bag_of_tokens(data.train, vocab)
+    assert counts.shape == (len(data.train), len(vocab))
+    torch.testing.assert_close(counts.sum(1), data.train.lengths.float())
+    row = data.train.ids[0, :data.train.lengths[0]]
+    assert counts[0, (vocab[:, None] == row).any(1)].sum() == len(row)
+
+
+def test_the_classifier_reads_the_last_real_token_only():
+    torch.manual_seed(0)
+    clf = GPTClassifier(GPT(GPTConfig.from_preset("tiny")), n_classes=3).eval()
+    idx = torch.randint(0, 1000, (2, 10))
+    padded = idx.clone()
+    padded[0, 6:] = 50_256  # the first sequence has 6 tokens, then padding
+    with torch.no_grad():
+        logits = clf(padded, torch.tensor([6, 10]))
+        alone = clf(idx[:1, :6], torch.tensor([6]))
+    torch.testing.assert_close(logits[:1], alone)
+    with pytest.raises(ValueError, match="lengths"):
+        clf(idx, torch.tensor([0, 3]))
+
+
+def test_set_trainable_counts_and_freezes():
+    model = GPT(GPTConfig.from_preset("tiny"))
+    clf = GPTClassifier(model, n_classes=4)
+    D = model.config.d_model
+    assert set_trainable(clf, "head") == D * 4 + 4
+    block = sum(p.numel() for p in model.blocks[-1].parameters())
+    assert set_trainable(clf, "last") == D * 4 + 4 + block + 2 * D
+    assert set_trainable(clf, "all") == sum(p.numel() for p in clf.parameters())
+    set_trainable(clf, "last")
+    assert not model.blocks[0].ln_1.weight.requires_grad and model.blocks[-1].ln_1.weight.requires_grad
+    with pytest.raises(ValueError, match="unknown"):
+        set_trainable(clf, "lora")
+
+
+def test_training_the_head_learns_a_separable_task():
+    data = speaker_dataset(PLAY, gpt2_encoding(), n_speakers=2, max_tokens=8)
+    torch.manual_seed(0)
+    clf = GPTClassifier(GPT(GPTConfig.from_preset("tiny")), n_classes=2)
+    set_trainable(clf, "all")
+    before = [p.clone() for p in clf.model.parameters()]
+    losses = train_classifier(clf, data.train, steps=40, lr=3e-3, generator=torch.Generator().manual_seed(0))
+    assert losses[-1] < losses[0] * 0.5
+    assert any(not torch.equal(a, b) for a, b in zip(before, clf.model.parameters()))
+    set_trainable(clf, "head")
+    frozen = [p.clone() for p in clf.model.parameters()]
+    train_classifier(clf, data.train, steps=2)
+    assert all(torch.equal(a, b) for a, b in zip(frozen, clf.model.parameters()))
+    with torch.no_grad():
+        clf.head.weight.fill_(float("nan"))
+    with pytest.raises(FloatingPointError, match="step 0"):
+        train_classifier(clf, data.train, steps=1)
+
+
+def test_the_prose_follows_the_numbers():
+    from gpt_from_scratch import finetune_prose as prose
+
+    rows = {"head only": dict(accuracy=0.15, trainable=1_032), "everything": dict(accuracy=0.4, trainable=7_000_000)}
+    text = prose.classification_text(rows, majority=0.16, bag=0.3)
+    assert "**everything**, at 40.0%" in text and "7,000,000" in text and "1 of the 2" in text
+    assert "Not past the majority baseline: head only." in text
+    weak = prose.classification_text({"head only": dict(accuracy=0.2, trainable=10)}, 0.16, 0.3)
+    assert "None of the fine-tuned classifiers beats" in weak and "either" not in weak
+    lost = prose.classification_text({"head only": dict(accuracy=0.1, trainable=10)}, 0.16, 0.3)
+    assert "None got past the majority baseline either" in lost
+    with pytest.raises(ValueError, match="not finite"):
+        prose.classification_text({"x": dict(accuracy=float("nan"), trainable=1)}, 0.1, 0.2)
+    style = prose.style_text("ROMEO", {"ROMEO": 6.0, "others": 6.1}, {"ROMEO": 5.5, "others": 5.9})
+    assert "fell from 6.000 to 5.500" in style and "(-0.500)" in style and "helps most" in style
+    assert "did not single out" in prose.style_text("ROMEO", {"ROMEO": 6.0, "others": 6.1},
+                                                     {"ROMEO": 5.9, "others": 5.5})
