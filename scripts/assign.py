@@ -78,6 +78,10 @@ ASSIGNMENTS = {a.chapter: a for a in [
                 Exercise("top_p_unsorted", 3, "check_top_p_filter"))),
     Assignment("08_gpt2_weights", "import torch",
                (Exercise("offset_scores", 2, "check_offset_scores"),)),
+    Assignment("10_modern_llm", "import torch\nfrom torch import nn",
+               (Exercise("RMSNormModule", 2, "check_rms_norm"),
+                Exercise("rope_interleaved", 3, "check_rope_interleaved"),
+                Exercise("repeat_kv_heads", 2, "check_repeat_kv"))),
 ]}
 
 

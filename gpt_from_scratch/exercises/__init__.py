@@ -28,6 +28,9 @@ checker                                  candidate
 ``check_top_p_filter``         (ch. 7)   ``top_p_filter(logits, p)`` -> logits, removed entries ``-inf``
 ``check_min_p_filter``         (ch. 7)   ``min_p_filter(logits, min_p)`` -> logits, removed entries ``-inf``
 ``check_offset_scores``        (ch. 8)   ``offset_scores(maps, k)`` -> Tensor (L, H), without ``diagonal``
+``check_rms_norm``            (ch. 10)   ``rms_norm(x, weight, eps)`` -> Tensor, or a module class ``RMS(D, eps=...)``
+``check_rope_interleaved``    (ch. 10)   ``rope_interleaved(x, positions, theta)`` -> Tensor, pairs (2i, 2i + 1)
+``check_repeat_kv``           (ch. 10)   ``repeat_kv(x, n_rep)`` -> Tensor, without ``repeat_interleave``
 =======================================  ===============================================================
 """
 
@@ -40,6 +43,7 @@ from .ch05 import check_parallel_block
 from .ch06 import check_cross_entropy
 from .ch07 import check_min_p_filter, check_top_k_filter, check_top_p_filter
 from .ch08 import check_offset_scores
+from .ch10 import check_repeat_kv, check_rms_norm, check_rope_interleaved
 from .core import FAIL_MARK, PASS_MARK
 
 __all__ = [
@@ -57,6 +61,9 @@ __all__ = [
     "check_top_p_filter",
     "check_min_p_filter",
     "check_offset_scores",
+    "check_rms_norm",
+    "check_rope_interleaved",
+    "check_repeat_kv",
     "FAIL_MARK",
     "PASS_MARK",
 ]
