@@ -190,6 +190,19 @@ class Llama(nn.Module):
                              tie_word_embeddings=c.tie_weights, attention_bias=False, mlp_bias=False,
                              hidden_act="silu")
 
+    def to_hf_state_dict(self) -> dict[str, Tensor]:
+        """The weights under transformers' ``LlamaForCausalLM`` names (the inverse of ``from_hf``)."""
+        renames = [("wte.", "model.embed_tokens."), ("ln_f.", "model.norm."), ("blocks.", "model.layers."),
+                   (".ln_1.", ".input_layernorm."), (".ln_2.", ".post_attention_layernorm."),
+                   (".attn.c_proj.", ".self_attn.o_proj."), (".attn.", ".self_attn."),
+                   (".mlp.c_proj.", ".mlp.down_proj.")]
+        out = {}
+        for name, value in self.state_dict().items():
+            for ours, theirs in renames:
+                name = name.replace(ours, theirs)
+            out[name] = value
+        return out
+
     @classmethod
     def from_hf(cls, model_or_state_dict, config: LlamaConfig | None = None) -> Llama:
         """A ``Llama`` holding the weights of a transformers ``LlamaForCausalLM`` (or of its state dict).

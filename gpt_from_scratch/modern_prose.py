@@ -34,13 +34,14 @@ def comparison_text(gpt_val: list[float], llama_val: list[float], gpt_step_s: fl
     if llama_wins in (0, n) and abs(gap) > 2 * spread:
         better, worse = ("Llama-style", "GPT-2-style") if gap > 0 else ("GPT-2-style", "Llama-style")
         text += (f"The {better} model is lower by {abs(gap):.3f} on average and on every seed, more than twice "
-                 f"the seed-to-seed spread: at this scale the difference is real, if small. ")
+                 f"the seed-to-seed spread: at this scale and budget the difference is real. ")
     else:
         text += (f"The gap of the means, {abs(gap):.3f}, is not larger than twice the seed-to-seed spread, and "
                  f"the Llama-style model is lower on {llama_wins} of {n} seeds: at this scale and budget these "
                  "runs cannot tell the two architectures apart. ")
     ratio = llama_step_s / gpt_step_s
     text += (f"Each Llama-style step took {ratio:.2f} times as long as a GPT-2-style one on this machine "
-             f"({'slower' if ratio > 1 else 'faster'}; the rotations and the third MLP matrix are extra small "
-             "operations, which weigh more on a CPU and a small model than on a GPU and a large one).")
+             f"({'slower' if ratio > 1 else 'faster'}): it adds rotations and a third MLP matrix but drops the "
+             "biases, half the key/value projections and the position table, and which weighs more depends "
+             "on the sizes and the hardware.")
     return text

@@ -237,6 +237,9 @@ def test_llama_loss_and_from_state_dict():
         assert_close(loss, hf(idx, labels=idx).loss)  # transformers shifts the labels itself
     again = Llama.from_hf(hf.state_dict(), config=ours.config)
     assert_close(again(idx)[0], ours(idx)[0])
+    round_trip = ours.to_hf_state_dict()
+    assert set(round_trip) == set(hf.state_dict())
+    assert all(torch.equal(round_trip[k], v) for k, v in hf.state_dict().items())
 
 
 def test_llama_from_hf_names_bad_keys_and_needs_a_config():
@@ -296,6 +299,7 @@ def test_llama_weights_run_at_a_longer_context():
 def test_comparison_text_names_a_real_difference_only_when_there_is_one():
     clear = comparison_text([1.90, 1.91, 1.92], [1.80, 1.81, 1.79], 0.010, 0.012, 250)
     assert "Llama-style model is lower by 0.110" in clear and "on every seed" in clear
+    assert "the difference is real" in clear
     assert "1.910 ± 0.010" in clear and "1.20 times as long" in clear and "slower" in clear
     noisy = comparison_text([1.90, 1.95, 1.85], [1.88, 1.97, 1.86], 0.010, 0.009, 250)
     assert "cannot tell the two architectures apart" in noisy and "lower on 1 of 3 seeds" in noisy
