@@ -93,7 +93,7 @@ def test_swiglu_matches_llama_mlp_and_keeps_the_parameter_count():
 def test_rope_matches_transformers(d_head, theta, start):
     H, T = 3, 9
     config = transformers.LlamaConfig(hidden_size=H * d_head, num_attention_heads=H, rope_theta=theta)
-    rotary = modeling_llama.LlamaRotaryEmbedding(config)
+    rotary = modeling_llama.LlamaRotaryEmbedding(config=config)  # a keyword: 4.x took dim first
     q = torch.randn(2, H, T, d_head, generator=_g(7))
     k = torch.randn(2, H, T, d_head, generator=_g(8))
     positions = torch.arange(start, start + T)
