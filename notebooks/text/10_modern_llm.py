@@ -255,7 +255,7 @@ k = torch.randn(B, H, T, d_head, generator=g)
 positions = torch.arange(T)
 cos, sin = rope_cos_sin(positions, d_head)  # (T, d_head) each: the package
 hf_config = HFLlamaConfig(hidden_size=H * d_head, num_attention_heads=H, rope_theta=10000.0)
-rotary = modeling_llama.LlamaRotaryEmbedding(hf_config)
+rotary = modeling_llama.LlamaRotaryEmbedding(config=hf_config)
 hf_cos, hf_sin = rotary(q, positions[None])  # (1, T, d_head) each
 hf_q, hf_k = modeling_llama.apply_rotary_pos_emb(q, k, hf_cos, hf_sin)
 assert_close(cos, hf_cos[0])
