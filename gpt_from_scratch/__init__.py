@@ -9,7 +9,7 @@ module              chapter
 ``tokenizer``       1  Tokens and batches (GPT-2 BPE via tiktoken, characters)
 ``bpe``             1b Byte-pair encoding from scratch (identical to tiktoken)
 ``embeddings``      2  Embeddings and positional encoding
-``layernorm``       3  Layer normalization
+``layernorm``       3  Layer normalization (and Chapter 10's RMSNorm)
 ``attention``       4  Attention
 ``model``           5  The full GPT
 ``train``           6  Training on Tiny Shakespeare (the loop; re-exports the next three)
@@ -25,6 +25,10 @@ module              chapter
 ``finetune``        9  Fine-tuning: the speaker-classification task, the classifier head
 ``finetune_prose``  9  the chapter's sentences, written from the measured numbers
 ``lora``            9  LoRA from scratch: ``LoRALinear``, ``apply_lora``, merge and unmerge
+``rope``            10 Rotary position embeddings (Llama's layout)
+``gqa``             10 Grouped-query attention and the KV cache's size
+``modern``          10 A Llama-style model (RMSNorm, SwiGLU, RoPE, GQA), exact to transformers'
+``modern_prose``    10 the verdict of the GPT-2 versus Llama training comparison
 ==================  =========================================================
 
 Modules are imported lazily, so ``import gpt_from_scratch`` stays fast.

@@ -1,4 +1,4 @@
-"""Chapter 3 — layer normalization, written out.
+"""Chapter 3 — layer normalization, written out (and Chapter 10's RMSNorm, ``RMSNorm``).
 
 ``LayerNorm`` normalizes each token's vector over its trailing dimensions to zero mean and unit
 (biased) variance, then applies a learned scale ``weight`` (γ) and shift ``bias`` (β)::
@@ -91,3 +91,38 @@ class LayerNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, fast={self.fast}"
+
+
+class RMSNorm(nn.Module):
+    """Chapter 10 — root-mean-square normalization (Zhang & Sennrich, 2019), Llama's LayerNorm.
+
+    LayerNorm without the mean and without the shift: each token's vector is divided by its root
+    mean square and scaled by a learned ``weight`` (γ, starting at ones)::
+
+        y = x / sqrt(mean(x ** 2) + eps) * weight
+
+    over the last dimension ``D``. It matches ``torch.nn.RMSNorm(D, eps=eps)`` and transformers'
+    ``LlamaRMSNorm``. ``fast`` (default True) calls the fused ``F.rms_norm``; ``fast=False`` runs
+    the formula written out.
+    """
+
+    def __init__(self, D: int, eps: float = 1e-5, fast: bool = True) -> None:
+        super().__init__()
+        if not isinstance(D, int) or isinstance(D, bool) or D <= 0:
+            raise ValueError(f"D={D!r} must be a positive int: the size of the last dimension")
+        if not eps > 0:
+            raise ValueError(f"eps={eps!r} must be > 0: it keeps sqrt(mean(x**2) + eps) away from zero")
+        self.D, self.eps, self.fast = D, eps, fast
+        self.weight = nn.Parameter(torch.ones(D))  # γ
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Normalize ``x`` of shape (..., D), e.g. (B, T, D); same shape out."""
+        if x.size(-1) != self.D:
+            raise ValueError(f"input of shape {tuple(x.shape)} does not end in D={self.D}: pass (..., {self.D})")
+        if self.fast:
+            return F.rms_norm(x, (self.D,), self.weight, self.eps)  # fused: one pass
+        ms = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1): mean square of each token
+        return x * torch.rsqrt(ms + self.eps) * self.weight  # (..., D)
+
+    def extra_repr(self) -> str:
+        return f"{self.D}, eps={self.eps}, fast={self.fast}"

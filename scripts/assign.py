@@ -80,6 +80,10 @@ ASSIGNMENTS = {a.chapter: a for a in [
                (Exercise("offset_scores", 2, "check_offset_scores"),)),
     Assignment("09_finetuning", "import torch",
                (Exercise("lora_forward", 2, "check_lora_forward"),)),
+    Assignment("10_modern_llm", "import torch\nfrom torch import nn",
+               (Exercise("RMSNormModule", 2, "check_rms_norm"),
+                Exercise("rope_interleaved", 3, "check_rope_interleaved"),
+                Exercise("repeat_kv_heads", 2, "check_repeat_kv"))),
 ]}
 
 

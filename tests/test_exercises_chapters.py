@@ -244,6 +244,72 @@ def test_lora_forward(capsys):
           "x @ A.T is (..., r)")
 
 
+# ---------------------------------------------------------------------------------------------- 10
+class RMSNormModule(nn.Module):
+    def __init__(self, D, eps=1e-5, centre=False, eps_outside=False):
+        super().__init__()
+        self.eps, self.centre, self.eps_outside = eps, centre, eps_outside
+        self.weight = nn.Parameter(torch.ones(D))
+
+    def forward(self, x):
+        if self.centre:
+            x = x - x.mean(-1, keepdim=True)
+        ms = x.pow(2).mean(-1, keepdim=True)
+        scale = 1 / (ms.sqrt() + self.eps) if self.eps_outside else torch.rsqrt(ms + self.eps)
+        return x * scale * self.weight
+
+
+def test_rms_norm(capsys):
+    passes(ex.check_rms_norm, RMSNormModule, capsys)
+    passes(ex.check_rms_norm, lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w, capsys)
+    fails(ex.check_rms_norm, lambda x, w, eps: torch.nn.functional.rms_norm(x, (x.size(-1),), w, eps), capsys,
+          "rules out")
+    fails(ex.check_rms_norm, lambda x, w, eps: torch.nn.functional.layer_norm(x, (x.size(-1),), w, None, eps),
+          capsys, "does not subtract the mean")
+    fails(ex.check_rms_norm, lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps), capsys,
+          "learned scale")
+    fails(ex.check_rms_norm, lambda x, w, eps: x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w, capsys,
+          "not their sum")
+
+    class Outside(RMSNormModule):
+        def __init__(self, D, eps=1e-5):
+            super().__init__(D, eps, eps_outside=True)
+
+    fails(ex.check_rms_norm, Outside, capsys, "inside the square root")
+
+
+def rope_interleaved(x, positions, theta=10000.0, sign=1.0, half_split=False):
+    d = x.size(-1)
+    angles = sign * positions.float()[:, None] * theta ** (-torch.arange(0, d, 2).float() / d)
+    cos, sin = angles.cos(), angles.sin()
+    if half_split:
+        a, b = x[..., : d // 2], x[..., d // 2:]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+
+
+def test_rope_interleaved(capsys):
+    passes(ex.check_rope_interleaved, rope_interleaved, capsys)
+    fails(ex.check_rope_interleaved, lambda x, p, t: rope_interleaved(x, p, t, half_split=True), capsys,
+          "pair neighbours")
+    fails(ex.check_rope_interleaved, lambda x, p, t: rope_interleaved(x, p, t, sign=-1.0), capsys, "other way")
+    fails(ex.check_rope_interleaved, lambda x, p, t: rope_interleaved(x, torch.arange(len(p)), t), capsys,
+          "positions you are given")
+
+
+def test_repeat_kv(capsys):
+    def by_expand(x, n):
+        B, H, T, d = x.shape
+        return x[:, :, None].expand(B, H, n, T, d).reshape(B, H * n, T, d)
+
+    passes(ex.check_repeat_kv, by_expand, capsys)
+    passes(ex.check_repeat_kv, lambda x, n: x[:, torch.arange(x.size(1) * n) // n], capsys)
+    fails(ex.check_repeat_kv, lambda x, n: x.repeat(1, n, 1, 1), capsys, "tiles the whole group")
+    fails(ex.check_repeat_kv, lambda x, n: x.repeat_interleave(n, dim=1), capsys, "rules out")
+    fails(ex.check_repeat_kv, lambda x, n: x.repeat_interleave(n, dim=2), capsys, "rules out")
+
+
 @pytest.mark.parametrize("check", [ex.check_bpe_encode, ex.check_cross_entropy, ex.check_offset_scores,
                                    ex.check_lora_forward])
 def test_exit_and_endless_loops_are_one_line_reports(check, capsys, monkeypatch):

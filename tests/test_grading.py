@@ -293,6 +293,63 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         ('''def lora_forward(x, weight, bias, A, B, scaling):
     return x @ weight.T + bias + (x @ A.T @ B.T) * scaling ** 2  # scaled twice''', 0.0),
     ],
+    "RMSNormModule": [
+        ("""class RMSNormModule(nn.Module):
+    def __init__(self, D, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(D))
+
+    def forward(self, x):
+        x = x - x.mean(-1, keepdim=True)  # centred: that is LayerNorm
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight""", 0.0),
+        ("""class RMSNormModule(nn.Module):
+    def __init__(self, D, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(D))
+
+    def forward(self, x):
+        rms = x.pow(2).mean(-1, keepdim=True).sqrt()
+        return x / (rms + self.eps) * self.weight  # eps outside the root: wrong for a large eps""", 0.5),
+        ("""class RMSNormModule(nn.Module):
+    def __init__(self, D, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(D))
+
+    def forward(self, x):
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)  # weight forgotten""", 0.0),
+    ],
+    "rope_interleaved": [
+        ("""def rope_interleaved(x, positions, theta=10000.0):
+    d = x.size(-1)
+    angles = positions.float()[:, None] * theta ** (-torch.arange(0, d, 2).float() / d)
+    a, b = x[..., : d // 2], x[..., d // 2:]  # half-split pairs, not neighbours
+    return torch.cat([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()], -1)""",
+         0.0),
+        ("""def rope_interleaved(x, positions, theta=10000.0):
+    d, T = x.size(-1), x.size(-2)
+    angles = torch.arange(T).float()[:, None] * theta ** (-torch.arange(0, d, 2).float() / d)  # 0..T-1
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()],
+                       -1).flatten(-2)""", 0.0),
+        ("""def rope_interleaved(x, positions, theta=10000.0):
+    d = x.size(-1)
+    angles = positions.float()[:, None] * 10000.0 ** (-torch.arange(0, d, 2).float() / d)  # fixed theta
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()],
+                       -1).flatten(-2)""", 0.5),
+    ],
+    "repeat_kv_heads": [
+        ("""def repeat_kv_heads(x, n_rep):
+    return x.repeat(1, n_rep, 1, 1)  # tiles the group instead of repeating each head""", 0.0),
+        ("""def repeat_kv_heads(x, n_rep):
+    return x.repeat_interleave(n_rep, dim=1)  # the function the exercise rules out""", 0.0),
+        ("""def repeat_kv_heads(x, n_rep):
+    B, H_kv, T, d = x.shape
+    return x[:, :, None].expand(B, H_kv, 3, T, d).reshape(B, H_kv * 3, T, d)  # n_rep fixed at 3""", 0.5),
+    ],
 }
 # Solutions that are the package's own object (flagged), where the set-up gives a package name to reuse.
 ALIASES = {"bpe_encode": None, "causal_mask_arange": "causal_mask_arange = causal_mask",

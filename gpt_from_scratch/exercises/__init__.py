@@ -29,6 +29,9 @@ checker                                  candidate
 ``check_min_p_filter``         (ch. 7)   ``min_p_filter(logits, min_p)`` -> logits, removed entries ``-inf``
 ``check_offset_scores``        (ch. 8)   ``offset_scores(maps, k)`` -> Tensor (L, H), without ``diagonal``
 ``check_lora_forward``         (ch. 9)   ``lora_forward(x, weight, bias, A, B, scaling)`` -> Tensor (..., out)
+``check_rms_norm``            (ch. 10)   ``rms_norm(x, weight, eps)`` -> Tensor, or a module class ``RMS(D, eps=...)``
+``check_rope_interleaved``    (ch. 10)   ``rope_interleaved(x, positions, theta)`` -> Tensor, pairs (2i, 2i + 1)
+``check_repeat_kv``           (ch. 10)   ``repeat_kv(x, n_rep)`` -> Tensor, without ``repeat_interleave``
 =======================================  ===============================================================
 """
 
@@ -42,6 +45,7 @@ from .ch06 import check_cross_entropy
 from .ch07 import check_min_p_filter, check_top_k_filter, check_top_p_filter
 from .ch08 import check_offset_scores
 from .ch09 import check_lora_forward
+from .ch10 import check_repeat_kv, check_rms_norm, check_rope_interleaved
 from .core import FAIL_MARK, PASS_MARK
 
 __all__ = [
@@ -60,6 +64,9 @@ __all__ = [
     "check_min_p_filter",
     "check_offset_scores",
     "check_lora_forward",
+    "check_rms_norm",
+    "check_rope_interleaved",
+    "check_repeat_kv",
     "FAIL_MARK",
     "PASS_MARK",
 ]
