@@ -22,6 +22,7 @@ module              chapter
 ``heads``           8  head scores (sinks, previous-token heads), GPT-2's published figures
 ``heads_prose``     8  the chapter's sentences, written from the loaded model's numbers
 ``offline_model``   8  the small model analysed when GPT-2's weights are unavailable
+``corpus_vocab``    8  a GPT that learns only its corpus's tokens and reads GPT-2's ids
 ==================  =========================================================
 
 Modules are imported lazily, so ``import gpt_from_scratch`` stays fast.
