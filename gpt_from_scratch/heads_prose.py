@@ -68,17 +68,22 @@ def window_loss_text(name: str, theirs: float, n_theirs: int, ours: float, n_our
     """Section 8.4: why a model's loss here differs from the one its own chapter printed.
 
     ``theirs`` is the mean loss over the ``n_theirs`` random windows the training chapter's
-    ``estimate_loss`` drew, ``ours`` the mean over this chapter's ``n_ours`` evenly spaced windows, and
-    ``window_sd`` the standard deviation of one window's loss: two means of independent windows differ
-    by chance by about ``window_sd * sqrt(1/n_theirs + 1/n_ours)`` (one standard error).
+    ``estimate_loss`` draws (recomputed here, on the same model), ``ours`` the mean over this chapter's
+    ``n_ours`` evenly spaced windows, and ``window_sd`` the standard deviation of one window's loss:
+    two means of independent windows differ by chance by about ``window_sd * sqrt(1/n_theirs +
+    1/n_ours)`` (one standard error).
     """
     spread = window_sd * (1 / n_theirs + 1 / n_ours) ** 0.5
-    verdict = ("within about two standard errors: the windows differ, not the model" if abs(theirs - ours)
-               <= 2 * spread else "more than two standard errors apart, more than the choice of windows explains")
-    return (f"Chapter 6 printed {theirs:.2f} for {name}: the mean over the {n_theirs} random windows that "
-            f"`estimate_loss` draws from seed 1337. Here it scores {ours:.2f} on {n_ours} evenly spaced "
-            f"windows. One window's loss varies with a standard deviation of {window_sd:.2f}, so two such "
-            f"means differ by about {spread:.2f} by chance alone; {abs(theirs - ours):.2f} is {verdict}.")
+    gap = theirs - ours
+    easier = "easier" if gap < 0 else "harder"
+    how = "an ordinary sampling difference" if abs(gap) <= 2 * spread else "an unusual but possible draw"
+    return (f"Scored as Chapter 6 scores it, the mean over the {n_theirs} random windows that "
+            f"`estimate_loss` draws from seed 1337, {name} gets {theirs:.2f}, Chapter 6's number; on "
+            f"this chapter's {n_ours} evenly spaced windows it gets {ours:.2f}. Same model, same loss "
+            f"function: only the windows differ. One window's loss varies with a standard deviation of "
+            f"{window_sd:.2f}, so two such means differ by about {spread:.2f} by chance alone; "
+            f"{abs(gap):.2f} is {abs(gap) / spread:.1f} times that, {how}: Chapter 6's windows happen "
+            f"to be {easier} than these.")
 
 
 def samples_text(continuations: dict[str, list[list[int]]]) -> str:

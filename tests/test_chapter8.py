@@ -121,9 +121,10 @@ def _check_common(r: dict, texts: list[str], name: str) -> None:
     for model_name, loss in r["losses"].items():
         assert f"{model_name} scores {loss:.2f} nats" in _find(texts, "nats per token")
     ch6_loss, n_ch6, sd = r["ch6"]
-    windows = _find(texts, "Chapter 6 printed")
-    assert f"printed {ch6_loss:.2f} for the Chapter 6 model: the mean over the {n_ch6} random" in windows
-    assert f"scores {r['losses']['the Chapter 6 model']:.2f} on 64 evenly" in windows
+    windows = _find(texts, "Scored as Chapter 6 scores it")
+    assert f"the mean over the {n_ch6} random windows" in windows
+    assert f"the Chapter 6 model gets {ch6_loss:.2f}, Chapter 6's number" in windows
+    assert f"evenly spaced windows it gets {r['losses']['the Chapter 6 model']:.2f}." in windows
     assert f"standard deviation of {sd:.2f}" in windows
     for text in texts:
         assert "{cite}" not in text, "Colab shows MyST roles literally: write citations out"

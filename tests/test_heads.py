@@ -279,8 +279,10 @@ def test_loaded_losses_parity_samples_and_recipe_texts():
     assert _numbers(recipe)[-6:] == [0.31, 5.3, 0.059, 0.62, 17.2, 0.036] and "61 s" in recipe
     assert "restricted to the 11,235 tokens" in recipe
     same = prose.window_loss_text("m", 6.16, 40, 6.35, 64, 0.5)  # chance spread 0.5 * 0.202 = 0.10
-    assert _numbers(same)[-5:] == [6.35, 64, 0.5, 0.1, 0.19] and "not the model" in same
-    assert "more than the choice" in prose.window_loss_text("m", 6.16, 40, 6.55, 64, 0.5)
+    assert _numbers(same)[-6:] == [6.35, 0.5, 0.1, 0.19, 1.9, 6] and "ordinary sampling" in same
+    assert "m gets 6.16" in same and "happen to be easier" in same
+    far = prose.window_loss_text("m", 6.66, 40, 6.35, 64, 0.5)
+    assert "3.1 times that, an unusual but possible draw" in far and "harder" in far
 
 
 def test_offline_model_trains_once_then_loads_the_same_weights(tmp_path, monkeypatch):
