@@ -295,7 +295,8 @@ ch6_loss = estimate_loss(mine, {"val": val}, ch6.batch_size, T_EVAL, ch6.eval_it
                          seed=ch6.seed)["val"]
 with torch.no_grad():
     logits, _ = mine(x_val)  # (B, T, V)
-    per_window = F.cross_entropy(logits.transpose(1, 2), y_val, reduction="none").mean(1)  # (B,)
+    per_token = F.cross_entropy(logits.transpose(1, 2), y_val, reduction="none")  # (B, T)
+per_window = per_token.mean(1)  # (B,): each window's mean loss
 n_ch6 = ch6.eval_iters * ch6.batch_size
 
 # %% tags=["nbval-check-output"]
