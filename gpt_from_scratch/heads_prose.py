@@ -203,12 +203,13 @@ def offline_recipe_text(info: dict, prev_best: float, sink_best: float, prev_bas
                         sink_base: float) -> str:
     """The closing note: how the offline model was made, and what its heads show."""
     m, t = info["settings"]["model"], info["settings"]["train"]
+    threads = "1 thread" if info["threads"] == 1 else f"{info['threads']} threads"
     vocab = f" restricted to the {info['corpus_vocab']:,} tokens of the training text" if "corpus_vocab" in info else ""
     return (f"The offline model ({info['recipe']}): {m['n_layers']} layers, {m['n_heads']} heads, "
             f"D = {m['d_model']}, context {m['context_length']}, GPT-2's tokenizer{vocab}; "
             f"{t['max_iters']:,} steps of batch {t['batch_size']} at learning rate {t['learning_rate']:g}, "
             f"every window starting with `<|endoftext|>`, from seed 1337. Training took "
-            f"{info['train_seconds']:.0f} s ({info['device']}, {info['threads']} threads) and reached a "
+            f"{info['train_seconds']:.0f} s ({info['device']}, {threads}) and reached a "
             f"validation loss of {info['val_loss']:.2f}. Its best previous-token head scores {prev_best:.3f}, "
             f"{prev_best / prev_base:.1f} times its baseline of {prev_base:.3f}, and its strongest sink "
             f"{sink_best:.3f}, {sink_best / sink_base:.1f} times its baseline of {sink_base:.3f}.")

@@ -278,6 +278,8 @@ def test_loaded_losses_parity_samples_and_recipe_texts():
     recipe = prose.offline_recipe_text(info, 0.31, 0.62, 0.059, 0.036)
     assert _numbers(recipe)[-6:] == [0.31, 5.3, 0.059, 0.62, 17.2, 0.036] and "61 s" in recipe
     assert "restricted to the 11,235 tokens" in recipe
+    assert "(cpu, 2 threads)" in recipe
+    assert "(cpu, 1 thread)" in prose.offline_recipe_text({**info, "threads": 1}, 0.31, 0.62, 0.059, 0.036)
     same = prose.window_loss_text("m", 6.16, 40, 6.35, 64, 0.5)  # chance spread 0.5 * 0.202 = 0.10
     assert _numbers(same)[-6:] == [6.35, 0.5, 0.1, 0.19, 1.9, 6] and "ordinary sampling" in same
     assert "m gets 6.16" in same and "happen to be easier" in same
