@@ -59,6 +59,7 @@ from gpt_from_scratch.utils import seed_everything
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
+FULL_RUN = False  # True on a GPU: the longer-trained BPE model; section 7.8 on CUDA
 
 # %% [markdown]
 # The book's character model, trained in {ref}`ch-training` (4 layers, 128 dimensions, a context of 64
@@ -288,8 +289,9 @@ for options in ({"temperature": 0.5}, {"temperature": 1.0}, {"temperature": 1.5}
 # The BPE-level model of {ref}`ch-training` generates GPT-2 tokens, whole words or pieces of words at a time:
 
 # %% tags=["nbval-check-output"]
-bpe_model, encoding = book_model("shakespeare-bpe")
-bpe_loss = load_checkpoint(book_model_path("shakespeare-bpe")).history.val_loss[-1]
+bpe_model, encoding = book_model("shakespeare-bpe", full=FULL_RUN)
+bpe_ckpt = load_checkpoint(book_model_path("shakespeare-bpe", full=FULL_RUN))
+bpe_loss = bpe_ckpt.history.best_val_loss  # the kept weights' (the best) validation loss
 print(f"validation loss {bpe_loss:.2f} nats per token")
 bpe_prompt = torch.tensor([encoding.encode("ROMEO:\n")])  # (1, T)
 out = generate(bpe_model, bpe_prompt, 60, temperature=0.8, top_k=50,
@@ -562,7 +564,7 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 #   graph and replayed with a single launch per token.
 #
 # The next cell measures what it can on this machine, one training step of the character model's shape
-# (on a GPU with `FULL_RUN = True`: nanoGPT's 6-layer, 384-dimension GPU shape, and also TF32 and
+# (on a GPU with `FULL_RUN = True` in the imports cell: nanoGPT's 6-layer, 384-dimension GPU shape, and also TF32 and
 # `torch.compile`). Timings are shown, not checked: they depend on the machine and on what else it does.
 
 # %%
@@ -573,7 +575,6 @@ from gpt_from_scratch.speedups import (bandwidth_prose, copy_bandwidth, decode_r
                                        speedups_prose, step_time)
 from gpt_from_scratch.utils import default_device
 
-FULL_RUN = False  # True on a GPU: the same measurements on CUDA, at larger sizes
 FAST_DEVICE = default_device() if FULL_RUN else "cpu"
 if FAST_DEVICE == "cuda":
     torch.backends.cuda.matmul.allow_tf32 = False  # measured below: TF32 off, then on
