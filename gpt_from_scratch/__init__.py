@@ -22,6 +22,7 @@ module              chapter
 ``heads``           8  head scores (sinks, previous-token heads), GPT-2's published figures
 ``heads_prose``     8  the chapter's sentences, written from the loaded model's numbers
 ``offline_model``   8  the small model analysed when GPT-2's weights are unavailable
+``corpus_vocab``    8  a GPT that learns only its corpus's tokens and reads GPT-2's ids
 ``finetune``        9  Fine-tuning: the speaker-classification task, the classifier head
 ``finetune_prose``  9  the chapter's sentences, written from the measured numbers
 ``lora``            9  LoRA from scratch: ``LoRALinear``, ``apply_lora``, merge and unmerge

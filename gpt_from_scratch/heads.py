@@ -8,7 +8,7 @@ true for GPT-2 in Colab and for the offline model alike.
 
 The offline model itself, a small GPT trained on Tiny Shakespeare with every window starting with
 ``<|endoftext|>`` (as GPT-2's documents do) so that an attention sink can form, is in
-``gpt_from_scratch.heads_model``.
+``gpt_from_scratch.offline_model``.
 """
 
 from __future__ import annotations

@@ -38,10 +38,13 @@ def loaded_text(real: bool, name: str, n_params: int, info: dict | None = None) 
         f" It trained for {info['settings']['train']['max_iters']:,} steps in {info['train_seconds']:.0f} s "
         f"on the machine that first ran this chapter, which estimated its validation loss at "
         f"{info['val_loss']:.2f}.")
-    return (f"GPT-2's weights are not available here (the message above says why). Every analysis below runs on **{name}** "
-            f"({n_params:,} parameters) instead, a small GPT trained on Tiny Shakespeare with every window "
-            f"starting with `<|endoftext|>`.{how} Beside each analysis stands what GPT-2 small shows, "
-            "measured elsewhere.")
+    vocab = "" if info is None or "corpus_vocab" not in info else (
+        f", that learned only the {info['corpus_vocab']:,} GPT-2 tokens its training text uses (it reads "
+        "any other token as one `<unk>`)")
+    return (f"GPT-2's weights are not available here (the message above says why). Every analysis below "
+            f"runs on **{name}** ({n_params:,} parameters) instead, a small GPT trained on Tiny Shakespeare "
+            f"with every window starting with `<|endoftext|>`{vocab}.{how} Beside each analysis stands what "
+            "GPT-2 small shows, measured elsewhere.")
 
 
 def parity_text(max_diff: float, same_greedy: bool, n_greedy: int, real: bool) -> str:
@@ -58,6 +61,29 @@ def losses_text(losses: dict[str, float], ln_v: float) -> str:
              for name, loss in losses.items()]
     best = min(losses, key=losses.get)
     return (f"{'; '.join(parts)}, against {ln_v:.2f} for a uniform guess. The lowest is {best}'s.")
+
+
+def window_loss_text(name: str, theirs: float, n_theirs: int, ours: float, n_ours: int,
+                     window_sd: float) -> str:
+    """Section 8.4: why a model's loss here differs from the one its own chapter printed.
+
+    ``theirs`` is the mean loss over the ``n_theirs`` random windows the training chapter's
+    ``estimate_loss`` draws (recomputed here, on the same model), ``ours`` the mean over this chapter's
+    ``n_ours`` evenly spaced windows, and ``window_sd`` the standard deviation of one window's loss:
+    two means of independent windows differ by chance by about ``window_sd * sqrt(1/n_theirs +
+    1/n_ours)`` (one standard error).
+    """
+    spread = window_sd * (1 / n_theirs + 1 / n_ours) ** 0.5
+    gap = theirs - ours
+    easier = "easier" if gap < 0 else "harder"
+    how = "an ordinary sampling difference" if abs(gap) <= 2 * spread else "an unusual but possible draw"
+    return (f"Scored as Chapter 6 scores it, the mean over the {n_theirs} random windows that "
+            f"`estimate_loss` draws from seed 1337, {name} gets {theirs:.2f}, Chapter 6's number; on "
+            f"this chapter's {n_ours} evenly spaced windows it gets {ours:.2f}. Same model, same loss "
+            f"function: only the windows differ. One window's loss varies with a standard deviation of "
+            f"{window_sd:.2f}, so two such means differ by about {spread:.2f} by chance alone; "
+            f"{abs(gap):.2f} is {abs(gap) / spread:.1f} times that, {how}: Chapter 6's windows happen "
+            f"to be {easier} than these.")
 
 
 def samples_text(continuations: dict[str, list[list[int]]]) -> str:
@@ -177,10 +203,12 @@ def offline_recipe_text(info: dict, prev_best: float, sink_best: float, prev_bas
                         sink_base: float) -> str:
     """The closing note: how the offline model was made, and what its heads show."""
     m, t = info["settings"]["model"], info["settings"]["train"]
+    vocab = f" restricted to the {info['corpus_vocab']:,} tokens of the training text" if "corpus_vocab" in info else ""
     return (f"The offline model ({info['recipe']}): {m['n_layers']} layers, {m['n_heads']} heads, "
-            f"D = {m['d_model']}, context {m['context_length']}, GPT-2's tokenizer; {t['max_iters']:,} "
-            f"steps of batch {t['batch_size']} at learning rate {t['learning_rate']:g}, every window "
-            f"starting with `<|endoftext|>`, from seed 1337. Training took {info['train_seconds']:.0f} s "
-            f"({info['device']}, {info['threads']} threads) and reached a validation loss of "
-            f"{info['val_loss']:.2f}. Its best previous-token head scores {prev_best:.3f} (baseline "
-            f"{prev_base:.3f}) and its strongest sink {sink_best:.3f} (baseline {sink_base:.3f}).")
+            f"D = {m['d_model']}, context {m['context_length']}, GPT-2's tokenizer{vocab}; "
+            f"{t['max_iters']:,} steps of batch {t['batch_size']} at learning rate {t['learning_rate']:g}, "
+            f"every window starting with `<|endoftext|>`, from seed 1337. Training took "
+            f"{info['train_seconds']:.0f} s ({info['device']}, {info['threads']} threads) and reached a "
+            f"validation loss of {info['val_loss']:.2f}. Its best previous-token head scores {prev_best:.3f}, "
+            f"{prev_best / prev_base:.1f} times its baseline of {prev_base:.3f}, and its strongest sink "
+            f"{sink_best:.3f}, {sink_best / sink_base:.1f} times its baseline of {sink_base:.3f}.")

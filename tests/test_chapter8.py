@@ -54,7 +54,7 @@ def _no_network(cls, *args, **kwargs):
 
 
 GPT.from_pretrained = classmethod(_no_network)
-_info = dict(recipe="stand-in", train_seconds=12.0, device="cpu", threads=2, val_loss=6.5,
+_info = dict(recipe="stand-in", train_seconds=12.0, device="cpu", threads=2, val_loss=6.5, corpus_vocab=11_235,
              settings=dict(model=dict(n_layers=2, n_heads=4, d_model=32, context_length=64),
                            train=dict(max_iters=10, batch_size=4, learning_rate=1e-3)))
 offline_model = lambda: (_small_gpt(2, 4, 32, 2), _info)
@@ -67,6 +67,7 @@ print("RESULTS" + json.dumps(dict(
     he=last_he[layer, head].tolist(), tokens=token_labels(she[0], enc),
     sink=first_share.tolist(), prev=prev_score.tolist(), losses=losses, bias=bias_weights,
     ratios=ratios, parity=[parity.max_logit_diff, parity.same_greedy],
+    ch6=[ch6_loss, n_ch6, per_window.std().item()],
 )))
 '''
 
@@ -119,6 +120,12 @@ def _check_common(r: dict, texts: list[str], name: str) -> None:
     assert f"between {low:.1f} and {high:.1f}" in _find(texts, "prefers \" he\"")
     for model_name, loss in r["losses"].items():
         assert f"{model_name} scores {loss:.2f} nats" in _find(texts, "nats per token")
+    ch6_loss, n_ch6, sd = r["ch6"]
+    windows = _find(texts, "Scored as Chapter 6 scores it")
+    assert f"the mean over the {n_ch6} random windows" in windows
+    assert f"the Chapter 6 model gets {ch6_loss:.2f}, Chapter 6's number" in windows
+    assert f"evenly spaced windows it gets {r['losses']['the Chapter 6 model']:.2f}." in windows
+    assert f"standard deviation of {sd:.2f}" in windows
     for text in texts:
         assert "{cite}" not in text, "Colab shows MyST roles literally: write citations out"
 
@@ -143,7 +150,7 @@ def test_chapter_8_online_branch_speaks_of_gpt2_and_compares_with_the_published_
 def test_chapter_8_offline_branch_speaks_of_the_offline_model_beside_gpt2s_figures():
     r, texts = _run(OFFLINE)
     assert r["real"] is False
-    assert "not available" in texts[0] and "10 steps in 12 s" in texts[0]
+    assert "not available" in texts[0] and "10 steps in 12 s" in texts[0] and "11,235 GPT-2 tokens" in texts[0]
     assert "a randomly initialised GPT-2-shaped model" in _find(texts, "differ by at most")
     _check_common(r, texts, "the offline model")
     joined = " ".join(texts)

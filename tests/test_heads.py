@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -125,6 +126,38 @@ def test_document_start_prepends_endoftext_and_predicts_the_first_token():
     torch.testing.assert_close(loss, expected)
 
 
+def test_corpus_vocab_gpt_reads_gpt2_ids_and_shares_unk_among_the_tokens_outside():
+    from gpt_from_scratch.corpus_vocab import CorpusVocabGPT, compact_ids, corpus_vocabulary
+
+    vocab = corpus_vocabulary(np.array([464, 11, 262, 11, 50]), extra=(EOT,))
+    assert vocab.tolist() == [11, 50, 262, 464, EOT]
+    torch.manual_seed(0)
+    compact = GPT(GPTConfig(vocab_size=len(vocab) + 1, context_length=8, d_model=16, n_layers=2,
+                            n_heads=2, dropout=0.0)).eval()
+    model = CorpusVocabGPT(compact, vocab).eval()
+    assert model.config.vocab_size == 50_257 and model.num_parameters() == compact.num_parameters()
+    idx = torch.tensor([[EOT, 464, 11, 262, 50]])  # (1, 5) GPT-2 ids, all in the vocabulary
+    rows = compact_ids(vocab)[idx]
+    assert rows.tolist() == [[4, 3, 0, 2, 1]]
+    logits, _ = model(idx)  # (1, 5, 50,257)
+    expected, _ = compact(rows)  # (1, 5, 6)
+    torch.testing.assert_close(logits[..., vocab], expected[..., :-1])
+    probs = logits.double().softmax(-1)  # float64: 50,257 terms summed
+    torch.testing.assert_close(probs.sum(-1), torch.ones(1, 5, dtype=torch.float64))
+    outside = ~model.in_vocabulary(torch.arange(50_257))
+    assert int(outside.sum()) == 50_257 - 5
+    torch.testing.assert_close(probs[..., outside].sum(-1), expected.double().softmax(-1)[..., -1])
+    for a, b in zip(model.attention_maps(idx), compact.attention_maps(rows)):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(model.wte(idx), compact.wte(rows))
+    unknown_a, unknown_b = model(torch.tensor([[EOT, 7]]))[0], model(torch.tensor([[EOT, 9]]))[0]
+    torch.testing.assert_close(unknown_a, unknown_b)  # both read as <unk>
+    with pytest.raises(ValueError, match="len\\(vocab\\) \\+ 1 rows"):
+        CorpusVocabGPT(compact, vocab[:-1])
+    with pytest.raises(ValueError, match="GPT-2 token ids"):
+        corpus_vocabulary(np.array([50_257]))
+
+
 # ----------------------------------------------------------------------------------------------------
 # from_pretrained without a network: fails in seconds, says why.
 
@@ -231,9 +264,10 @@ def test_loaded_losses_parity_samples_and_recipe_texts():
     assert "124,439,808" in online and "not available" not in online
     info = dict(recipe="r", settings=dict(model=dict(n_layers=2, n_heads=4, d_model=64, context_length=64),
                                           train=dict(max_iters=300, batch_size=16, learning_rate=3e-3)),
-                train_seconds=61.2, device="cpu", threads=2, val_loss=5.123)
+                train_seconds=61.2, device="cpu", threads=2, val_loss=5.123, corpus_vocab=11_235)
     offline = prose.loaded_text(False, "the offline model", 3_300_000, info)
     assert "not available" in offline and "300 steps in 61 s" in offline and "5.12" in offline
+    assert "only the 11,235 GPT-2 tokens" in offline
     assert "at most 1.2e-05 in any logit, and their 12 greedy tokens are the same" in prose.parity_text(
         1.23e-5, True, 12, True)
     assert "**not** the same" in prose.parity_text(1.0, False, 12, False)
@@ -242,7 +276,13 @@ def test_loaded_losses_parity_samples_and_recipe_texts():
     samples = prose.samples_text({"m": [[1, 2, 3, 4], [1, 5, 3, 6]]})
     assert "agree at 2 of 4 positions" in samples
     recipe = prose.offline_recipe_text(info, 0.31, 0.62, 0.059, 0.036)
-    assert _numbers(recipe)[-4:] == [0.31, 0.059, 0.62, 0.036] and "61 s" in recipe
+    assert _numbers(recipe)[-6:] == [0.31, 5.3, 0.059, 0.62, 17.2, 0.036] and "61 s" in recipe
+    assert "restricted to the 11,235 tokens" in recipe
+    same = prose.window_loss_text("m", 6.16, 40, 6.35, 64, 0.5)  # chance spread 0.5 * 0.202 = 0.10
+    assert _numbers(same)[-6:] == [6.35, 0.5, 0.1, 0.19, 1.9, 6] and "ordinary sampling" in same
+    assert "m gets 6.16" in same and "happen to be easier" in same
+    far = prose.window_loss_text("m", 6.66, 40, 6.35, 64, 0.5)
+    assert "3.1 times that, an unusual but possible draw" in far and "harder" in far
 
 
 def test_offline_model_trains_once_then_loads_the_same_weights(tmp_path, monkeypatch):

@@ -64,6 +64,7 @@ import sys
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+import torch.nn.functional as F
 from IPython.display import Markdown, display
 from matplotlib_inline.backend_inline import set_matplotlib_formats
 from torch.testing import assert_close
@@ -77,7 +78,7 @@ from gpt_from_scratch.offline_model import EOT, offline_model
 from gpt_from_scratch.plotting import (attention_grid, attention_lines, compare_attention,
                                        head_scores_heatmap, token_labels)
 from gpt_from_scratch.tokenizer import gpt2_encoding
-from gpt_from_scratch.train import book_model
+from gpt_from_scratch.train import RECIPES, TrainConfig, book_model, estimate_loss
 from gpt_from_scratch.utils import seed_everything
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
@@ -169,13 +170,21 @@ for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
 # before downloading. When the weights can be neither found nor downloaded it raises
 # `WeightsUnavailableError`, and this chapter turns to the offline model.
 #
-# The offline model is Chapter 6's recipe on GPT-2's tokens with one change, taken from how
-# GPT-2 was trained: every training window starts with `<|endoftext|>`, the token that
-# separates GPT-2's documents. A token that opens every window and says nothing about what
-# follows is where a trained head can park the attention it does not need; section 8.8
-# measures whether it does. The offline model reads every text of this chapter the same way,
-# after an `<|endoftext|>`; GPT-2 reads them as they are, as in the published measurements.
-# `model` is whichever was loaded; `REAL_GPT2` says which.
+# The offline model is Chapter 6's recipe on GPT-2's tokens with two changes. The first is
+# taken from how GPT-2 was trained: every training window starts with `<|endoftext|>`, the
+# token that separates GPT-2's documents. A token that opens every window and says nothing
+# about what follows is where a trained head can park the attention it does not need;
+# section 8.8 measures whether it does. The offline model reads every text of this chapter
+# the same way, after an `<|endoftext|>`; GPT-2 reads them as they are, as in the published
+# measurements. The second change buys training steps: Tiny Shakespeare's training text uses
+# only about a fifth of GPT-2's 50,257 tokens, and a 50,257-way output layer spends almost
+# all of a CPU's time scoring the others. The offline model (a `CorpusVocabGPT`, from
+# `gpt_from_scratch.corpus_vocab`) learns only the tokens of its training text plus one
+# `<unk>`, which stands for every other token, but it still reads and writes GPT-2's ids
+# through a lookup table: a prompt tokenized with GPT-2's BPE goes in unchanged, a token
+# the model never learned is read as `<unk>`, and its logits cover all 50,257 tokens (the
+# tokens outside share `<unk>`'s probability equally). `model` is whichever was loaded;
+# `REAL_GPT2` says which.
 
 # %%
 try:
@@ -274,6 +283,33 @@ for name, loss in losses.items():
 
 # %% tags=["remove-input"]
 display(Markdown(prose.losses_text(losses, math.log(enc.n_vocab))))
+
+# %% [markdown]
+# Chapter 6 printed its own validation loss for the same model, and it is not the number
+# above. The cell below scores the model the way Chapter 6 did, with `estimate_loss` on the
+# random windows its recipe draws, and measures how much one window's loss varies.
+
+# %%
+ch6 = TrainConfig(**RECIPES["shakespeare-bpe"].train)  # Chapter 6's evaluation settings
+ch6_loss = estimate_loss(mine, {"val": val}, ch6.batch_size, T_EVAL, ch6.eval_iters,
+                         seed=ch6.seed)["val"]
+with torch.no_grad():
+    logits, _ = mine(x_val)  # (B, T, V)
+    per_token = F.cross_entropy(logits.transpose(1, 2), y_val, reduction="none")  # (B, T)
+per_window = per_token.mean(1)  # (B,): each window's mean loss
+n_ch6 = ch6.eval_iters * ch6.batch_size
+
+# %% tags=["nbval-check-output"]
+print(f"as Chapter 6 scores it ({n_ch6} random windows, seed {ch6.seed}): {ch6_loss:.2f}")
+print(f"on this chapter's {N_WINDOWS} evenly spaced windows:          "
+      f"{per_window.mean():.2f}")
+print(f"one window's loss: from {per_window.min():.2f} to {per_window.max():.2f}, "
+      f"standard deviation {per_window.std():.2f}")
+
+# %% tags=["remove-input"]
+display(Markdown(prose.window_loss_text("the Chapter 6 model", ch6_loss, n_ch6,
+                                        losses["the Chapter 6 model"], N_WINDOWS,
+                                        per_window.std().item())))
 
 # %% [markdown]
 # Samples, with top-$k$ = 50 ({ref}`ch-generation`) and a fixed seed:
@@ -556,8 +592,8 @@ plt.show()
 # kinds of head are learned, not built in. The offline model was trained on windows that
 # start with `<|endoftext|>`, so that a sink had a token to form on, and only for as many
 # steps as a chapter can afford on a laptop CPU; the closing note gives its recipe, its
-# training time and both scores, and `offline_model(full=True)` trains the larger model of
-# the issue's GPU measurements, where both kinds of head grow further.
+# training time and both scores. `offline_model(full=True)` trains a larger one for a GPU
+# (4 layers, $D = 128$, batch 32, 6,000 steps).
 #
 # ## 8.10 Interactive views with bertviz
 #
@@ -676,8 +712,8 @@ for l in range(cfg.n_layers):
 #
 # {cite}`olsson2022induction` found heads that complete repeated patterns: after "... A B
 # ... A", they attend from the second "A" to the "B" that followed the first one, and copy
-# it. The cell after the answer feeds a batch of random token sequences of length $n$, each
-# repeated twice (length $2n$), and scores each head by its mean weight from each position
+# it. The cell after the answer feeds a batch of random token sequences of length $n$ (tokens of
+# the training split), each repeated twice (length $2n$), and scores each head by its mean weight from each position
 # $t$ of the second copy ($t \geq n$) to key $t - n + 1$. Before running it: can a model of
 # a single layer have an induction head, and why? What is the fewest layers it takes, and
 # what should the scores look like in a model whose previous-token heads are weak?
@@ -696,8 +732,12 @@ for l in range(cfg.n_layers):
 # ```
 
 # %%
+# Random tokens from those of the training split, which every model here has learned.
+pool = torch.from_numpy(np.unique(train_ids).astype(np.int64))  # (V_train,) token ids
+
+
 def induction_scores(model: GPT, n: int = 24, B: int = 8, generator=None) -> torch.Tensor:
-    half = torch.randint(0, model.config.vocab_size, (B, n), generator=generator)  # (B, n)
+    half = pool[torch.randint(0, len(pool), (B, n), generator=generator)]  # (B, n)
     idx = torch.cat([half, half], dim=1)  # (B, 2n)
     A = torch.stack(model.attention_maps(idx))  # (L, B, H, 2n, 2n)
     t = torch.arange(n, 2 * n)  # the queries of the second copy
