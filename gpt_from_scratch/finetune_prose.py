@@ -62,15 +62,15 @@ def classification_text(rows: dict[str, dict], majority: float, bag: float, n_te
         text += "Every fine-tuned classifier beats the majority baseline by more than two standard errors. "
     elif clear:
         text += (f"{len(clear)} of the {len(rows)} beat the majority baseline by more than two standard errors "
-                 f"({', '.join(clear)}). ")
+                 f"({'; '.join(clear)}). ")
     else:
         text += ("None beats the majority baseline by more than two standard errors: these features do not "
                  "separate the speakers. ")
     if beat:
-        text += f"{len(beat)} of the {len(rows)} beat the bag of tokens ({', '.join(beat)})."
+        text += f"{len(beat)} of the {len(rows)} beat the bag of tokens ({'; '.join(beat)})."
     else:
         text += ("None beats the bag of tokens: the features this small model learned in pretraining say less "
-                 "about who speaks than which words occur, and a few hundred speeches cannot teach it more.")
+                 "about who speaks than which words occur, and a few hundred speeches are little to adapt them with.")
     return text
 
 

@@ -73,7 +73,7 @@ from gpt_from_scratch.lora import (LoRALinear, apply_lora, count_trainable, lora
                                    merge_lora, unmerge_lora)
 from gpt_from_scratch.model import GPT, WeightsUnavailableError
 from gpt_from_scratch.offline_model import EOT, DocumentStart, offline_model
-from gpt_from_scratch.recipes import bpe_level_data
+from gpt_from_scratch.recipes import RECIPES, bpe_level_data
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.train import book_model, estimate_loss
 from gpt_from_scratch.utils import default_device, seed_everything
@@ -95,9 +95,9 @@ STYLE_STEPS, STYLE_LR = (600 if FULL_RUN else 150), 1e-2  # the style adapter of
 # ## 9.1 A model worth adapting
 #
 # Fine-tuning starts from what pretraining learned, so the backbone matters. The Chapter 6
-# BPE model trained for only 100 steps: its 50,257-way output layer makes every step
-# expensive on a CPU. Chapter 8's offline model reads the same GPT-2 tokens but learns only
-# the 11,235 that Tiny Shakespeare uses ({ref}`ch-gpt2-weights`), which made 2,000 steps
+# BPE model trained for few steps: its 50,257-way output layer makes every step expensive
+# on a CPU. Chapter 8's offline model reads the same GPT-2 tokens but learns only those
+# that Tiny Shakespeare uses ({ref}`ch-gpt2-weights`), which made many more steps
 # affordable: it is smaller (2 blocks of width 64) but has seen far more text. Both scored
 # on the same validation windows, every window opened by `<|endoftext|>` for the offline
 # model as in its training:
@@ -107,24 +107,28 @@ backbone, info = offline_model(full=FULL_RUN, progress=False)  # Chapter 8's off
 ch6_model, _ = book_model("shakespeare-bpe", progress=False)  # Chapter 6's BPE model
 _, val_ids, _ = bpe_level_data()
 windows = dict(batch_size=8, block_size=63, eval_iters=20, seed=1337)
-val_loss = {"Chapter 6 BPE model": estimate_loss(ch6_model, {"v": val_ids}, **windows)["v"],
-            "Chapter 8 offline model": estimate_loss(DocumentStart(backbone), {"v": val_ids},
-                                                     **windows)["v"]}
-for name, model in (("Chapter 6 BPE model", ch6_model), ("Chapter 8 offline model", backbone)):
-    print(f"{name:<25}{model.num_parameters():>11,} parameters, "
-          f"validation loss {val_loss[name]:.3f}")
+models = {"Chapter 6 BPE model": (ch6_model, ch6_model),
+          "Chapter 8 offline model": (backbone, DocumentStart(backbone))}  # EOT first
+for name, (model, reader) in models.items():
+    loss = estimate_loss(reader, {"val": val_ids}, **windows)["val"]
+    print(f"{name:<25}{model.num_parameters():>11,} parameters, validation loss {loss:.3f}")
+steps = (RECIPES["shakespeare-bpe"].train["max_iters"],
+         info["settings"]["train"]["max_iters"])
+print(f"training steps: {steps[0]:,} (Chapter 6), {steps[1]:,} (Chapter 8, learning "
+      f"{info['corpus_vocab']:,} tokens)")
 encoding = gpt2_encoding()
 
 # %% [markdown]
-# The offline model predicts the validation text much better, with a ninth of the
-# parameters (most of the Chapter 6 model's are its token embedding). It is the backbone of
-# this chapter.
+# The offline model predicts the validation text much better, with far fewer parameters
+# (most of the Chapter 6 model's are its token embedding). It is the backbone of this
+# chapter.
 #
 # ## 9.2 A task from the play: who is speaking?
 #
 # Tiny Shakespeare is a play script: every speech starts with a line `NAME:`. That gives a
 # labelled task for free: read a speech, say who speaks it. `speaker_dataset` keeps the 4
-# characters with the most speeches (four leads of four plays) and makes the task honest:
+# characters with the most speeches (characters of different plays) and makes the task
+# honest:
 #
 # - the speaker line is removed, or the answer would be the first token;
 # - names inside the speeches are masked. Juliet says "O Romeo, Romeo!", Romeo says
@@ -270,10 +274,10 @@ def show(results: dict) -> None:
 
 
 results = {
-    "head only, last token": fine_tune(backbone, "head", lr=1e-2, pool="last"),
-    "head only, mean": fine_tune(backbone, "head", lr=1e-2),
-    "last block + head, mean": fine_tune(backbone, "last", lr=3e-3),
-    "everything, mean": fine_tune(backbone, "all", lr=3e-4),
+    "head only (last token)": fine_tune(backbone, "head", lr=1e-2, pool="last"),
+    "head only (mean)": fine_tune(backbone, "head", lr=1e-2),
+    "last block + head": fine_tune(backbone, "last", lr=3e-3),
+    "everything": fine_tune(backbone, "all", lr=3e-4),
 }
 
 # %% tags=["nbval-check-output"]
@@ -282,8 +286,8 @@ print(f"fine-tuning runs: {STEPS} steps of 16 speeches, "
 show(results)
 
 # %% tags=["remove-input"]
-display(Markdown(prose.pooling_text(results["head only, last token"]["accuracy"],
-                                    results["head only, mean"]["accuracy"])))
+display(Markdown(prose.pooling_text(results["head only (last token)"]["accuracy"],
+                                    results["head only (mean)"]["accuracy"])))
 
 # %% [markdown]
 # The head is $D \times C + C$ numbers; "everything" trains the whole model, most of it the
@@ -387,7 +391,7 @@ print(f"after unmerge, W back to within 1e-6: "
 
 # %%
 for r in (1, 4, 16):
-    results[f"LoRA r={r} + head, mean"] = fine_tune(backbone, "lora", r=r, lr=3e-3)
+    results[f"LoRA r={r} + head"] = fine_tune(backbone, "lora", r=r, lr=3e-3)
 
 # %% [markdown]
 # Where GPT-2's weights can be loaded, the cell below fine-tunes it too, the head alone and
@@ -401,7 +405,7 @@ except WeightsUnavailableError as err:
     gpt2, REAL_GPT2 = None, False
     print(f"The real GPT-2 weights are unavailable on this machine:\n  {err}")
 if REAL_GPT2:
-    results["GPT-2, head only, mean"] = fine_tune(gpt2, "head", lr=1e-2)
+    results["GPT-2, head only"] = fine_tune(gpt2, "head", lr=1e-2)
     results["GPT-2, LoRA r=8 + head"] = fine_tune(gpt2, "lora", r=8, lr=1e-3)
     if FULL_RUN:
         results["GPT-2, everything"] = fine_tune(gpt2, "all", lr=1e-4)
@@ -416,7 +420,7 @@ display(Markdown(prose.classification_text(results, majority, bag["test"], N_TES
 fig, ax = plt.subplots(figsize=(6.4, 4))
 for name, r in results.items():
     ax.scatter(r["trainable"], r["accuracy"], color="C3" if "LoRA" in name else "C0")
-    ax.annotate(name.removesuffix(", mean"), (r["trainable"], r["accuracy"]), fontsize=8,
+    ax.annotate(name, (r["trainable"], r["accuracy"]), fontsize=8,
                 xytext=(4, 4), textcoords="offset points")
 ax.axhline(majority, ls="--", color="grey", label="majority class")
 ax.axhline(bag["test"], ls="--", color="C2", label="bag of tokens")
@@ -427,8 +431,8 @@ ax.legend(loc="lower right", fontsize=8)
 plt.show()
 
 # %% [markdown]
-# What limits these numbers is the backbone: a model of 2 blocks of width 64, trained for
-# minutes on one megabyte of text, has features that say something about who speaks, but
+# What limits these numbers is the backbone: a model of 2 blocks of width 64, trained on
+# one megabyte of text, has features that say something about who speaks, but
 # less than the words themselves do. On a GPU, `FULL_RUN = True` uses Chapter 8's larger
 # offline model, trains four times longer and adds GPT-2 trained all three ways, whose
 # features were learned from 8 million web pages {cite}`radford2019language`.
@@ -442,9 +446,9 @@ plt.show()
 #
 # The adapter trains, and is scored, as Chapter 8 trained the offline model: on rows of its
 # corpus vocabulary (a token outside it counts as `<unk>`). `style.compact()` is the same
-# network (the same modules, LoRA layers included) with its 11,236-way output layer,
-# without the expansion to GPT-2's 50,257 tokens, which would make every step several
-# times slower.
+# network (the same modules, LoRA layers included) with its output layer over the corpus
+# vocabulary, without the expansion to GPT-2's 50,257 tokens, which would make every step
+# several times slower.
 
 # %%
 speaker = data.classes[0]
@@ -462,12 +466,12 @@ held_out = {speaker: stream(data.test, lambda y: y == 0),
             "others": stream(data.test, lambda y: y != 0)}
 T_LM = 63  # with <|endoftext|> in front: the context of 64
 style = apply_lora(copy.deepcopy(backbone), r=8, alpha=16).to(DEVICE)
-trainer = DocumentStart(style.compact(), start_token=int(table[EOT]))  # shares style's modules
+trainer = DocumentStart(style.compact(), start_token=int(table[EOT]))  # style's modules
 
 
 @torch.no_grad()
 def lm_loss(ids: np.ndarray, n_windows: int = 48) -> float:
-    """The adapted model's mean next-token loss over ``n_windows`` windows spread over ``ids``."""
+    """The adapted model's mean next-token loss on ``n_windows`` windows of ``ids``."""
     starts = np.linspace(0, len(ids) - T_LM - 1, n_windows).astype(int)
     w = torch.from_numpy(np.stack([ids[s: s + T_LM + 1] for s in starts]))  # (N, T + 1)
     trainer.eval()
