@@ -20,7 +20,7 @@ def _check(name: str, value: float) -> float:
 
 
 def standard_error(p: float, n: int) -> float:
-    """One standard error of an accuracy ``p`` measured on ``n`` examples: sqrt(p (1 - p) / n)."""
+    """One standard error of an accuracy ``p`` measured on ``n`` examples, sqrt(p (1 - p) / n) (Chapter 9)."""
     if n < 1:
         raise ValueError(f"n={n}: an accuracy needs at least one test example")
     return math.sqrt(p * (1 - p) / n)
