@@ -103,3 +103,17 @@ class CorpusVocabGPT(GPT):
     def in_vocabulary(self, idx: Tensor) -> Tensor:
         """True where a GPT-2 id of ``idx`` is in the corpus vocabulary (False: read as ``<unk>``)."""
         return self.wte.table[idx] < len(self.vocab)
+
+    def compact(self) -> GPT:
+        """The ``GPT`` over the corpus vocabulary inside this model, sharing its modules (Chapter 9).
+
+        It reads and predicts rows of the corpus vocabulary (``compact_ids(vocab)[gpt2_ids]``), not
+        GPT-2's ids: its output layer has ``len(vocab) + 1`` rows instead of 50,257, so training it
+        costs a fraction, and what it learns (a LoRA adapter, say) is this model's too.
+        """
+        compact = GPT.__new__(GPT)
+        nn.Module.__init__(compact)
+        compact.config = dataclasses.replace(self.config, vocab_size=len(self.vocab) + 1)
+        compact.wte, compact.wpe, compact.drop = self.wte.embedding, self.wpe, self.drop
+        compact.blocks, compact.ln_f, compact.lm_head = self.blocks, self.ln_f, self.lm_head.head
+        return compact

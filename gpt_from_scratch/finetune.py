@@ -2,9 +2,10 @@
 
 ``parse_speeches`` cuts the play script into ``(speaker, speech)`` pairs; ``speaker_dataset`` keeps the
 most frequent speakers, removes the speaker line and the characters' names from the speeches, encodes
-them and splits them by speech. ``GPTClassifier`` puts a linear head on the last real token's hidden
-state of a ``GPT``; ``set_trainable`` chooses what trains (head only, last blocks, everything) and
-``train_classifier`` / ``accuracy`` train and score it.
+them and splits them by speech. ``GPTClassifier`` puts a linear head on the hidden state of a ``GPT``
+at the last real token, or on the mean over the speech's tokens; ``set_trainable`` chooses what trains
+(head only, last blocks, everything) and ``train_classifier`` / ``accuracy`` train and score it.
+``pooled_features`` and ``fit_linear`` train a head alone on features computed once.
 """
 
 from __future__ import annotations
@@ -93,16 +94,23 @@ class SpeakerData:
 
 
 def speaker_dataset(text: str, encoding, n_speakers: int = 8, max_tokens: int = 64, val_frac: float = 0.1,
-                    test_frac: float = 0.2, seed: int = 0, pad_id: int = 50_256) -> SpeakerData:
+                    test_frac: float = 0.2, seed: int = 0, pad_id: int = 50_256,
+                    min_tokens: int = 1) -> SpeakerData:
     """The speeches of the ``n_speakers`` most frequent speakers, split by speech (Chapter 9).
 
     The speaker line is removed and every character's name (``name_words``) becomes ``NAME``, so that
-    "O Romeo, Romeo!" does not give Juliet away. Each speech keeps its first ``max_tokens`` tokens.
+    "O Romeo, Romeo!" does not give Juliet away. Speeches of fewer than ``min_tokens`` tokens ("Ay.")
+    are dropped; each of the others keeps its first ``max_tokens`` tokens. The ``n_speakers`` are
+    the most frequent ones before dropping.
     Speeches are shuffled with ``seed``, then each class is cut into test, validation and training
     parts, so all three splits keep the class proportions.
     """
     n_speakers = check_int("speaker_dataset", "n_speakers", n_speakers, minimum=2)
     max_tokens = check_int("speaker_dataset", "max_tokens", max_tokens, minimum=1)
+    min_tokens = check_int("speaker_dataset", "min_tokens", min_tokens, minimum=1)
+    if min_tokens > max_tokens:
+        raise ValueError(f"min_tokens={min_tokens} > max_tokens={max_tokens} would keep no speech: "
+                         "choose min_tokens <= max_tokens")
     val_frac = check_float("speaker_dataset", "val_frac", val_frac, 0.0, 1.0, low_open=True)
     test_frac = check_float("speaker_dataset", "test_frac", test_frac, 0.0, 1.0, low_open=True)
     if val_frac + test_frac >= 1:
@@ -117,6 +125,7 @@ def speaker_dataset(text: str, encoding, n_speakers: int = 8, max_tokens: int = 
     parts: dict[str, list[tuple[str, int]]] = {"train": [], "val": [], "test": []}
     for label, speaker in enumerate(classes):
         mine = [mask_names(s, names) for who, s in speeches if who == speaker]
+        mine = [s for s in mine if len(encoding.encode_ordinary(s)) >= min_tokens]
         order = torch.randperm(len(mine), generator=g).tolist()
         n_test, n_val = round(test_frac * len(mine)), round(val_frac * len(mine))
         cuts = {"test": order[:n_test], "val": order[n_test:n_test + n_val], "train": order[n_test + n_val:]}
@@ -162,27 +171,74 @@ def hidden_states(model: GPT, idx: Tensor) -> Tensor:
     return model.ln_f(x)
 
 
-class GPTClassifier(nn.Module):
-    """A ``GPT`` with a linear head on the hidden state of each sequence's last real token (Chapter 9).
+POOLS = ("last", "mean")
 
-    With causal attention, the last token is the only one that has read the whole speech; tokens
-    after it (padding) cannot change it, so sequences padded at the end are classified as if unpadded.
+
+class GPTClassifier(nn.Module):
+    """A ``GPT`` with a linear head on one vector per sequence (Chapter 9).
+
+    ``pool="last"``: the hidden state of each sequence's last real token. With causal attention it is
+    the only one that has read the whole speech; tokens after it (padding) cannot change it, so
+    sequences padded at the end are classified as if unpadded. ``pool="mean"``: the mean of the
+    hidden states of the real tokens. ``start_token`` (e.g. ``<|endoftext|>`` for Chapter 8's
+    offline model, trained with it at the start of every window) is put in front of every sequence
+    and left out of the mean.
     """
 
-    def __init__(self, model: GPT, n_classes: int):
+    def __init__(self, model: GPT, n_classes: int, pool: str = "last", start_token: int | None = None):
         super().__init__()
         n_classes = check_int("GPTClassifier", "n_classes", n_classes, minimum=2)
-        self.model = model
+        if pool not in POOLS:
+            raise ValueError(f"pool={pool!r} is unknown: choose one of {', '.join(POOLS)}")
+        self.model, self.pool, self.start_token = model, pool, start_token
         self.head = nn.Linear(model.config.d_model, n_classes)
 
-    def forward(self, idx: Tensor, lengths: Tensor) -> Tensor:
-        """(B, T) ids and (B,) lengths -> (B, n_classes) logits."""
+    def features(self, idx: Tensor, lengths: Tensor) -> Tensor:
+        """(B, T) ids and (B,) lengths -> (B, D): the vector the head reads."""
         if (lengths < 1).any() or (lengths > idx.shape[1]).any():
             raise ValueError(f"lengths must be in [1, T={idx.shape[1]}], got values in "
                              f"[{int(lengths.min())}, {int(lengths.max())}]")
-        h = hidden_states(self.model, idx)  # (B, T, D)
-        last = h[torch.arange(idx.shape[0], device=idx.device), lengths - 1]  # (B, D)
-        return self.head(last)
+        first = 0
+        if self.start_token is not None:
+            idx = torch.cat([idx.new_full((idx.shape[0], 1), self.start_token), idx], dim=1)  # (B, T+1)
+            first = 1
+        h = hidden_states(self.model, idx)[:, first:]  # (B, T, D): the speech's positions
+        if self.pool == "last":
+            return h[torch.arange(idx.shape[0], device=idx.device), lengths - 1]  # (B, D)
+        real = torch.arange(h.shape[1], device=idx.device) < lengths[:, None]  # (B, T)
+        return (h * real[..., None]).sum(1) / lengths[:, None]  # (B, D)
+
+    def forward(self, idx: Tensor, lengths: Tensor) -> Tensor:
+        """(B, T) ids and (B,) lengths -> (B, n_classes) logits."""
+        return self.head(self.features(idx, lengths))
+
+
+@torch.no_grad()
+def pooled_features(clf: GPTClassifier, split: Split, batch_size: int = 128) -> Tensor:
+    """(N, D) the vectors ``clf``'s head reads, for every speech of ``split``, computed once (Chapter 9)."""
+    clf.eval()
+    device = next(clf.parameters()).device
+    return torch.cat([clf.features(ids.to(device), n.to(device)).cpu()
+                      for ids, n in zip(split.ids.split(batch_size), split.lengths.split(batch_size))])
+
+
+def fit_linear(linear: nn.Linear, X: Tensor, y: Tensor, steps: int, lr: float = 1e-2,
+               weight_decay: float = 1e-2) -> list[float]:
+    """Train ``linear`` on fixed features ``X`` (N, F) and labels ``y`` (N,) with AdamW, the whole set
+    each step (Chapter 9): logistic regression, the bag-of-tokens baseline and the head-only
+    classifier on cached features. Returns the loss of each step."""
+    steps = check_int("fit_linear", "steps", steps, minimum=1)
+    optimizer = torch.optim.AdamW(linear.parameters(), lr=lr, weight_decay=weight_decay)
+    losses = []
+    for step in range(steps):
+        loss = F.cross_entropy(linear(X), y)
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"the loss is {loss.item()} at step {step}: lower the learning rate (lr={lr:g})")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
 
 
 TRAINABLE = ("head", "last", "all")

@@ -19,29 +19,58 @@ def _check(name: str, value: float) -> float:
     return value
 
 
-def classification_text(rows: dict[str, dict], majority: float, bag: float) -> str:
+def standard_error(p: float, n: int) -> float:
+    """One standard error of an accuracy ``p`` measured on ``n`` examples, sqrt(p (1 - p) / n) (Chapter 9)."""
+    if n < 1:
+        raise ValueError(f"n={n}: an accuracy needs at least one test example")
+    return math.sqrt(p * (1 - p) / n)
+
+
+def pooling_text(last: float, mean: float) -> str:
+    """Sentences comparing Chapter 9's two head-only classifiers: test accuracy reading the last
+    token's hidden state (``last``) and the mean of all the tokens' (``mean``)."""
+    _check("last-token accuracy", last)
+    _check("mean-pooling accuracy", mean)
+    if mean > last:
+        return (f"On the frozen model, the mean of the hidden states ({_pct(mean)}) beats the last token's "
+                f"({_pct(last)}). The last token has seen the whole speech, but a model this small, trained "
+                f"to predict the next token, keeps in its last position mostly what the next token needs; "
+                f"the mean gathers what every position says about the speech. The runs below use the mean.")
+    return (f"On the frozen model, the last token's hidden state ({_pct(last)}) does at least as well as the "
+            f"mean of all of them ({_pct(mean)}): the only position that has read the whole speech carries "
+            f"what the head needs. The runs below use the mean, for comparison with the table.")
+
+
+def classification_text(rows: dict[str, dict], majority: float, bag: float, n_test: int) -> str:
     """Sentences on the accuracy table of Chapter 9: ``rows`` maps a method to a dict with ``accuracy``
-    and ``trainable``; ``majority`` and ``bag`` are the two baselines' test accuracies."""
+    and ``trainable``; ``majority`` and ``bag`` are the two baselines' test accuracies, measured on
+    ``n_test`` test examples."""
     if not rows:
         raise ValueError("no fine-tuning result to describe: train at least one classifier first")
     for name, row in rows.items():
         _check(f"{name} accuracy", row["accuracy"])
     best_name, best = max(rows.items(), key=lambda item: item[1]["accuracy"])
+    worst_name, worst = min(rows.items(), key=lambda item: item[1]["accuracy"])
+    se = standard_error(best["accuracy"], n_test)
+    clear = [n for n, r in rows.items() if r["accuracy"] - majority > 2 * standard_error(majority, n_test)]
     beat = [n for n, r in rows.items() if r["accuracy"] > bag]
-    below = [n for n, r in rows.items() if r["accuracy"] <= majority]
-    text = (f"The best fine-tuned classifier here is **{best_name}**, at {_pct(best['accuracy'])} on the test "
-            f"speeches with {best['trainable']:,} trainable parameters; always answering the most frequent "
-            f"speaker scores {_pct(majority)}, and the bag-of-tokens model {_pct(bag)}. ")
-    if beat:
-        text += f"{len(beat)} of the {len(rows)} fine-tuned classifiers beat the bag of tokens ({', '.join(beat)}). "
+    text = (f"The best fine-tuned classifier here is **{best_name}**, at {_pct(best['accuracy'])} on the "
+            f"{n_test} test speeches (one standard error: {100 * se:.1f} points) with {best['trainable']:,} "
+            f"trainable parameters; the weakest is {worst_name}, at {_pct(worst['accuracy'])}. Always "
+            f"answering the most frequent speaker scores {_pct(majority)}, the bag of tokens {_pct(bag)}. ")
+    if len(clear) == len(rows):
+        text += "Every fine-tuned classifier beats the majority baseline by more than two standard errors. "
+    elif clear:
+        text += (f"{len(clear)} of the {len(rows)} beat the majority baseline by more than two standard errors "
+                 f"({'; '.join(clear)}). ")
     else:
-        text += ("None of the fine-tuned classifiers beats the bag of tokens: the features these models learned "
-                 "in pretraining say less about who speaks than which words occur. ")
-    if len(below) == len(rows):
-        text += ("None got past the majority baseline either: a head reading features that do not separate "
-                 "the speakers has nothing to learn from, and a few steps cannot make such features.")
-    elif below:
-        text += f"Not past the majority baseline: {', '.join(below)}."
+        text += ("None beats the majority baseline by more than two standard errors: these features do not "
+                 "separate the speakers. ")
+    if beat:
+        text += f"{len(beat)} of the {len(rows)} beat the bag of tokens ({'; '.join(beat)})."
+    else:
+        text += ("None beats the bag of tokens: the features this small model learned in pretraining say less "
+                 "about who speaks than which words occur, and a few hundred speeches are little to adapt them with.")
     return text
 
 

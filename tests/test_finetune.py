@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpt_from_scratch.finetune import (GPTClassifier, bag_of_tokens, majority_accuracy, mask_names, name_words,
-                                       parse_speeches, set_trainable, speaker_dataset, train_classifier)
+from gpt_from_scratch.finetune import (GPTClassifier, bag_of_tokens, fit_linear, hidden_states, majority_accuracy,
+                                       mask_names, name_words, parse_speeches, pooled_features, set_trainable,
+                                       speaker_dataset, train_classifier)
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.tokenizer import gpt2_encoding
 
@@ -47,10 +48,18 @@ def test_speaker_dataset_splits_by_speech_keeps_proportions_and_hides_names():
 
 @pytest.mark.parametrize("kwargs, message", [(dict(n_speakers=9), "only 4 speakers"),
                                              (dict(val_frac=0.5, test_frac=0.5), "nothing to train"),
-                                             (dict(max_tokens=0), "positive int")])
+                                             (dict(max_tokens=0), "positive int"),
+                                             (dict(max_tokens=4, min_tokens=5), "min_tokens=5 > max_tokens=4")])
 def test_speaker_dataset_refuses_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         speaker_dataset(PLAY, gpt2_encoding(), **kwargs)
+
+
+def test_speaker_dataset_drops_short_speeches():
+    data = speaker_dataset(PLAY, gpt2_encoding(), n_speakers=3, max_tokens=16, min_tokens=12)
+    texts = [t for s in (data.train, data.val, data.test) for t in s.texts]
+    assert len(texts) == 10 and all(t.startswith("O NAME") for t in texts)  # ROMEO's 13-token speeches only
+    assert data.counts()["train"][1:] == [0, 0]
 
 
 def test_bag_of_tokens_counts_only_real_tokens_of_the_vocabulary():
@@ -75,6 +84,35 @@ def test_the_classifier_reads_the_last_real_token_only():
     torch.testing.assert_close(logits[:1], alone)
     with pytest.raises(ValueError, match="lengths"):
         clf(idx, torch.tensor([0, 3]))
+
+
+def test_mean_pooling_and_the_start_token():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.from_preset("tiny")).eval()
+    clf = GPTClassifier(model, n_classes=3, pool="mean", start_token=7).eval()
+    idx = torch.randint(0, 1000, (2, 10))
+    padded = idx.clone()
+    padded[0, 6:] = 50_256
+    with torch.no_grad():
+        h = hidden_states(model, torch.cat([torch.full((2, 1), 7), idx], dim=1))  # (B, 1 + T, D)
+        expected = torch.stack([h[0, 1:7].mean(0), h[1, 1:].mean(0)])  # the start token left out
+        torch.testing.assert_close(clf.features(padded, torch.tensor([6, 10])), expected)
+    with pytest.raises(ValueError, match="pool='max' is unknown"):
+        GPTClassifier(model, n_classes=3, pool="max")
+
+
+def test_head_on_cached_features_equals_the_classifier():
+    data = speaker_dataset(PLAY, gpt2_encoding(), n_speakers=2, max_tokens=8)
+    torch.manual_seed(0)
+    clf = GPTClassifier(GPT(GPTConfig.from_preset("tiny")), n_classes=2, pool="mean")
+    features = pooled_features(clf, data.train)
+    assert features.shape == (len(data.train), clf.model.config.d_model)
+    losses = fit_linear(clf.head, features, data.train.labels, steps=100)
+    assert losses[-1] < losses[0]
+    with torch.no_grad():
+        torch.testing.assert_close(clf.head(features), clf(data.train.ids, data.train.lengths))
+    with pytest.raises(ValueError, match="steps"):
+        fit_linear(clf.head, features, data.train.labels, steps=0)
 
 
 def test_set_trainable_counts_and_freezes():
@@ -113,17 +151,38 @@ def test_training_the_head_learns_a_separable_task():
 def test_the_prose_follows_the_numbers():
     from gpt_from_scratch import finetune_prose as prose
 
-    rows = {"head only": dict(accuracy=0.15, trainable=1_032), "everything": dict(accuracy=0.4, trainable=7_000_000)}
-    text = prose.classification_text(rows, majority=0.16, bag=0.3)
-    assert "**everything**, at 40.0%" in text and "7,000,000" in text and "1 of the 2" in text
-    assert "Not past the majority baseline: head only." in text
-    weak = prose.classification_text({"head only": dict(accuracy=0.2, trainable=10)}, 0.16, 0.3)
-    assert "None of the fine-tuned classifiers beats" in weak and "either" not in weak
-    lost = prose.classification_text({"head only": dict(accuracy=0.1, trainable=10)}, 0.16, 0.3)
-    assert "None got past the majority baseline either" in lost
+    rows = {"head only": dict(accuracy=0.30, trainable=1_032), "everything": dict(accuracy=0.5, trainable=7_000_000)}
+    text = prose.classification_text(rows, majority=0.25, bag=0.45, n_test=100)
+    assert "**everything**, at 50.0% on the 100 test speeches (one standard error: 5.0 points)" in text
+    assert "7,000,000" in text and "the weakest is head only, at 30.0%" in text
+    assert "1 of the 2 beat the majority baseline by more than two standard errors (everything)" in text
+    assert "1 of the 2 beat the bag of tokens (everything)" in text
+    weak = prose.classification_text({"head only": dict(accuracy=0.4, trainable=10)}, 0.25, 0.45, 100)
+    assert "Every fine-tuned classifier beats the majority" in weak and "None beats the bag" in weak
+    lost = prose.classification_text({"head only": dict(accuracy=0.3, trainable=10)}, 0.25, 0.45, 100)
+    assert "None beats the majority baseline by more than two standard errors" in lost
     with pytest.raises(ValueError, match="not finite"):
-        prose.classification_text({"x": dict(accuracy=float("nan"), trainable=1)}, 0.1, 0.2)
+        prose.classification_text({"x": dict(accuracy=float("nan"), trainable=1)}, 0.1, 0.2, 10)
+    with pytest.raises(ValueError, match="at least one test example"):
+        prose.classification_text(rows, 0.1, 0.2, 0)
+    assert "the mean of the hidden states (45.0%) beats the last token's (40.0%)" in prose.pooling_text(0.4, 0.45)
+    assert "does at least as well" in prose.pooling_text(0.45, 0.4)
     style = prose.style_text("ROMEO", {"ROMEO": 6.0, "others": 6.1}, {"ROMEO": 5.5, "others": 5.9})
     assert "fell from 6.000 to 5.500" in style and "(-0.500)" in style and "helps most" in style
     assert "did not single out" in prose.style_text("ROMEO", {"ROMEO": 6.0, "others": 6.1},
                                                      {"ROMEO": 5.9, "others": 5.5})
+
+
+def test_the_compact_view_of_a_corpus_vocabulary_model_shares_its_weights():
+    from gpt_from_scratch.corpus_vocab import CorpusVocabGPT, compact_ids
+    from gpt_from_scratch.lora import apply_lora, count_trainable
+
+    torch.manual_seed(0)
+    vocab = torch.tensor([3, 17, 250, 50_256])
+    model = CorpusVocabGPT(GPT(GPTConfig.from_preset("tiny", vocab_size=5)), vocab).eval()
+    apply_lora(model, r=2)
+    compact = model.compact().eval()
+    assert compact.config.vocab_size == 5 and count_trainable(compact) == count_trainable(model)
+    ids = torch.tensor([[3, 250, 17, 50_256]])
+    with torch.no_grad():
+        torch.testing.assert_close(compact(compact_ids(vocab)[ids])[0][..., :4], model(ids)[0][..., vocab])
