@@ -888,9 +888,10 @@ check_cross_entropy(cross_entropy_by_hand);
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# The first settings end lowest (2.56), the higher rate with warm-up a little higher
-# (2.66), and the higher rate without warm-up far higher (3.15). Its first steps at the full
-# rate, on random weights and with Adam's running averages still empty, throw the model into
+# The first settings end lowest, the higher rate with warm-up about a tenth of a nat higher,
+# and the higher rate without warm-up far higher, about half a nat (the cell below prints
+# the three losses; their second decimal can move with the machine and its number of
+# threads). Its first steps at the full rate, on random weights and with Adam's running averages still empty, throw the model into
 # a poor region it has not left by step 100. Clipping is what limits those first steps; with
 # `grad_clip=0.0` nothing does, so expect the run without warm-up to suffer most (measure
 # it: the cell does not).
