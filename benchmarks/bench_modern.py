@@ -12,10 +12,10 @@
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+
+from gpt_from_scratch.speedups import median_time
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -23,16 +23,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="alternating timed rounds, median reported")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
     return parser.parse_known_args(argv)[0]
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main(argv=None) -> None:
@@ -61,7 +51,7 @@ def main(argv=None) -> None:
             optimizer.step()
         return run
 
-    times = {name: _median_seconds(step(m, torch.optim.AdamW(m.parameters())), args.repeats)
+    times = {name: median_time(step(m, torch.optim.AdamW(m.parameters())), args.repeats)
              for name, m in (("GPT", gpt), ("Llama", llama))}
     print(f"training step: GPT {times['GPT'] * 1e3:.0f} ms, Llama {times['Llama'] * 1e3:.0f} ms, "
           f"Llama / GPT = {times['Llama'] / times['GPT']:.2f}")
@@ -76,8 +66,8 @@ def main(argv=None) -> None:
         theirs_tokens = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
                                     do_sample=False, pad_token_id=0)
         assert torch.equal(ours_tokens, theirs_tokens), "greedy tokens differ from transformers'"
-        ours = _median_seconds(lambda: generate(llama, prompt, n, greedy=True), args.repeats)
-        theirs = _median_seconds(lambda: hf.generate(prompt, attention_mask=torch.ones_like(prompt),
+        ours = median_time(lambda: generate(llama, prompt, n, greedy=True), args.repeats)
+        theirs = median_time(lambda: hf.generate(prompt, attention_mask=torch.ones_like(prompt),
                                                      max_new_tokens=n, do_sample=False, pad_token_id=0),
                                  args.repeats)
     ratio = theirs / ours

@@ -222,6 +222,17 @@ def pooled_features(clf: GPTClassifier, split: Split, batch_size: int = 128) -> 
                       for ids, n in zip(split.ids.split(batch_size), split.lengths.split(batch_size))])
 
 
+def _adamw_step(optimizer: torch.optim.Optimizer, loss: Tensor, step: int, lr: float) -> float:
+    """One optimizer step on ``loss``, after checking it is finite (Chapter 9); returns its value."""
+    value = loss.item()
+    if not math.isfinite(value):
+        raise FloatingPointError(f"the loss is {value} at step {step}: lower the learning rate (lr={lr:g})")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return value
+
+
 def fit_linear(linear: nn.Linear, X: Tensor, y: Tensor, steps: int, lr: float = 1e-2,
                weight_decay: float = 1e-2) -> list[float]:
     """Train ``linear`` on fixed features ``X`` (N, F) and labels ``y`` (N,) with AdamW, the whole set
@@ -229,16 +240,7 @@ def fit_linear(linear: nn.Linear, X: Tensor, y: Tensor, steps: int, lr: float = 
     classifier on cached features. Returns the loss of each step."""
     steps = check_int("fit_linear", "steps", steps, minimum=1)
     optimizer = torch.optim.AdamW(linear.parameters(), lr=lr, weight_decay=weight_decay)
-    losses = []
-    for step in range(steps):
-        loss = F.cross_entropy(linear(X), y)
-        if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"the loss is {loss.item()} at step {step}: lower the learning rate (lr={lr:g})")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+    return [_adamw_step(optimizer, F.cross_entropy(linear(X), y), step, lr) for step in range(steps)]
 
 
 TRAINABLE = ("head", "last", "all")
@@ -279,13 +281,7 @@ def train_classifier(clf: nn.Module, split: Split, steps: int, lr: float = 1e-3,
     for step in range(steps):
         rows = torch.randint(len(split), (min(batch_size, len(split)),), generator=generator)
         logits = clf(split.ids[rows].to(device), split.lengths[rows].to(device))  # (B, C)
-        loss = F.cross_entropy(logits, split.labels[rows].to(device))
-        if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"the loss is {loss.item()} at step {step}: lower the learning rate (lr={lr:g})")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+        losses.append(_adamw_step(optimizer, F.cross_entropy(logits, split.labels[rows].to(device)), step, lr))
     clf.eval()
     return losses
 
