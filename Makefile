@@ -25,7 +25,7 @@ help:
 	@echo "make book        set up .venv, build the HTML book from the committed notebooks into _build/html"
 	@echo "make browser-test  build the book, check every page in headless Chromium at 1280 and 390 px (screenshots in _build/screenshots)"
 	@echo "make notebooks   re-execute the chapters whose text twin or package changed (commit the outputs)"
-	@echo "make benchmarks  speed benchmarks (never part of the tests)"
+	@echo "make benchmarks  speed benchmarks, never part of the tests (NANOGPT=DIR: beside nanoGPT)"
 	@echo "make student     student copies of every chapter into _build/student"
 	@echo "make assign      per chapter: the hand-in notebook and the grader's material, into _build/assign"
 	@echo "make grade CHAPTER=04 SUBMISSIONS=dir   grade a folder of notebooks -> _build/grades/04_*.csv"

@@ -18,7 +18,9 @@ from .generate import generate
 from .precision import autocast
 
 
-def _sync(device) -> None:
+def synchronize(device) -> None:
+    """Wait until the GPU has finished the work queued so far (nothing to wait for on the CPU): a GPU runs
+    asynchronously, so a timer read without this measures only the launching."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
 
@@ -28,10 +30,10 @@ def median_time(fn, repeats: int = 5, device="cpu") -> float:
     fn()
     times = []
     for _ in range(repeats):
-        _sync(device)
+        synchronize(device)
         start = time.perf_counter()
         fn()
-        _sync(device)
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

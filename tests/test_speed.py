@@ -73,6 +73,20 @@ def test_compiled_training_matches_eager(char_data):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16"])
+def test_the_training_forward_pass_compiles_to_one_graph(autocast):
+    """A graph break (a ``.item()``, a Python branch on a tensor) splits the compiled model and costs a host
+    round trip per step on a GPU: the token-id checks must be skipped while compiling, and nothing else break."""
+    config = GPTConfig(vocab_size=65, context_length=16, d_model=32, n_layers=2, n_heads=2, dropout=0.1)
+    model = GPT(config).train()
+    x, y = (torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(i)) for i in (0, 1))
+    torch._dynamo.reset()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        explained = torch._dynamo.explain(model)(x, y)
+    reasons = [b.reason for b in explained.break_reasons]
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), reasons
+
+
 @pytest.mark.parametrize("settings, message", [
     (dict(precision="fp64"), r"precision='fp64' is not one of \('auto', 'fp32', 'bf16', 'fp16'\)"),
     (dict(precision=None), "precision=None is not one of"),
