@@ -31,6 +31,7 @@ help:
 	@echo "make grade CHAPTER=04 SUBMISSIONS=dir   grade a folder of notebooks -> _build/grades/04_*.csv"
 	@echo "make package     build the wheel and sdist into _build/dist and check them with twine"
 	@echo "make test-student  run every untouched full student copy top to bottom (minutes)"
+	@echo "make test-full-run chapters 6, 7 and 9 with FULL_RUN = True on the CPU, tiny GPU recipes"
 	@echo "make test-oldest the unit tests and chapters 1 and 4 with the oldest versions pyproject.toml allows"
 
 # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
@@ -115,6 +116,13 @@ COLAB_CHAPTERS ?= 01 04
 .PHONY: test-colab
 test-colab: $(STAMP)
 	GPT_FROM_SCRATCH_TEST_COLAB="$(COLAB_CHAPTERS)" $(PY) -m pytest -p no:cacheprovider -rs tests/test_colab.py
+
+# Chapters with FULL_RUN = True on the CPU, the GPU-sized recipes shrunk: the branches a reader with a
+# GPU switches on (tests/test_full_run.py). Chapter 10's switch changes only sizes, so it is left out.
+FULL_RUN_CHAPTERS ?= 06 07 09
+.PHONY: test-full-run
+test-full-run: $(STAMP)
+	GPT_FROM_SCRATCH_TEST_FULL_RUN="$(FULL_RUN_CHAPTERS)" $(PY) -m pytest -p no:cacheprovider -rs tests/test_full_run.py
 
 # The oldest versions pyproject.toml's ranges allow (requirements-oldest.txt), in a venv of their own:
 # the unit tests, then chapters 1 and 4 under nbval. Measured: about 8 minutes to install (torch 2.4.0

@@ -16,6 +16,8 @@ import numbers
 import torch
 from torch import Tensor
 
+from .utils import eval_mode
+
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
     """Keep the ``k`` largest logits of each row (last dimension); set the others to ``-inf``.
@@ -153,9 +155,7 @@ def generate(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, 
     idx = idx.long()  # the new tokens are int64, and torch.cat needs one dtype
     _check_options(temperature, top_k, top_p, greedy, max_new_tokens)
     T_max = model.config.context_length
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         if static_cache or compile:
             from .fast import check_fast_options, generate_static
 
@@ -176,6 +176,4 @@ def generate(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, 
                 logits, _ = model(idx[:, -1:], kv_cache=cache)  # (B, 1, V): only the newest token
             token = next_token(logits[:, -1, :], temperature, top_k, top_p, greedy, generator)  # (B, 1)
             idx = torch.cat([idx, token], dim=1)  # (B, T + 1)
-    finally:
-        model.train(was_training)
     return idx

@@ -57,6 +57,7 @@ class DocumentStart(nn.Module):
     def __init__(self, model: GPT, start_token: int = EOT):
         super().__init__()
         self.model, self.start_token = model, start_token
+        self.training = model.training  # in the mode of the model it wraps, not a new module's "training"
 
     @property
     def config(self) -> GPTConfig:

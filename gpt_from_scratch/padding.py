@@ -16,6 +16,7 @@ from torch import Tensor
 
 from .attention import causal_mask, scaled_dot_product_attention
 from .generate import _check_options, next_token
+from .utils import eval_mode
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[Tensor, Tensor]:
@@ -101,14 +102,10 @@ def generate_padded(model, prompts: Sequence[Sequence[int]], max_new_tokens: int
             f"context_length={model.config.context_length}: generate at most "
             f"{model.config.context_length - idx.size(1)} tokens"
         )
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         for _ in range(max_new_tokens):
             logits = padded_forward(model, idx, attention_mask)  # (B, T, V)
             token = next_token(logits[:, -1, :], temperature, top_k, top_p, greedy, generator)  # (B, 1)
             idx = torch.cat([idx, token], dim=1)  # (B, T + 1)
             attention_mask = torch.cat([attention_mask, torch.ones_like(token, dtype=torch.bool)], dim=1)
-    finally:
-        model.train(was_training)
     return [row[mask].tolist() for row, mask in zip(idx, attention_mask)]

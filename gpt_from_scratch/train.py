@@ -32,7 +32,7 @@ from .recipes import (  # noqa: F401  (re-exported)
     BOOK_MODELS, RECIPES, Recipe, book_model, book_model_path, bpe_level_data, char_level_data, load_data,
 )
 from .train_config import History, TrainConfig, lr_at, make_optimizer  # noqa: F401  (re-exported)
-from .utils import check_int
+from .utils import check_int, eval_mode
 
 
 class TrainingDivergedError(FloatingPointError):
@@ -47,23 +47,21 @@ def estimate_loss(model: torch.nn.Module, splits: dict, batch_size: int = 12, bl
 
     The batches come from a fresh ``torch.Generator`` seeded with ``seed``, so every call (and every
     split) is scored on the same windows: two estimates differ only because the model changed.
-    The model is evaluated in ``eval()`` mode (no dropout) and put back in its previous mode; the
+    The model is evaluated in ``eval()`` mode (no dropout), then every module is put back in its mode; the
     forward passes run in ``precision`` (``"fp32"``, ``"bf16"`` or ``"fp16"``: see ``precision``).
     """
     eval_iters = check_int("estimate_loss", "eval_iters", eval_iters, minimum=1)
     block_size = _block_size(model, block_size)
-    was_training = model.training
-    model.eval()
     out = {}
-    for name, data in splits.items():
-        generator = torch.Generator().manual_seed(seed)
-        losses = []
-        for _ in range(eval_iters):
-            x, y = get_batch(data, batch_size, block_size, generator, device)
-            with autocast(precision, device):
-                losses.append(model(x, y)[1].item())
-        out[name] = sum(losses) / len(losses)
-    model.train(was_training)
+    with eval_mode(model):
+        for name, data in splits.items():
+            generator = torch.Generator().manual_seed(seed)
+            losses = []
+            for _ in range(eval_iters):
+                x, y = get_batch(data, batch_size, block_size, generator, device)
+                with autocast(precision, device):
+                    losses.append(model(x, y)[1].item())
+            out[name] = sum(losses) / len(losses)
     return out
 
 

@@ -96,6 +96,23 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.unlink(tmp)
 
 
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """``model.eval()`` inside the block; afterwards every submodule is back in the mode it had (Chapter 6).
+
+    Putting back ``model.training`` alone is not enough: a wrapper made around a model in eval mode
+    is itself in training mode (every new ``nn.Module`` is), and ``wrapper.train(True)`` would switch
+    the dropout of the model inside on for good.
+    """
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
 def check_int(owner: str, name: str, value, minimum: int | None = None, optional: bool = False) -> int | None:
     """``value`` as a Python int (NumPy integers accepted), else a ValueError naming ``owner.name``.
 

@@ -126,6 +126,15 @@ def test_document_start_prepends_endoftext_and_predicts_the_first_token():
     torch.testing.assert_close(loss, expected)
 
 
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_document_start_is_in_the_mode_of_the_model_it_wraps(training):
+    """A new module is in training mode: a wrapper saying so around an eval model made estimate_loss
+    put the wrapper, and with it the model's dropout, back in training mode (Chapter 9, FULL_RUN)."""
+    model = GPT(GPTConfig(vocab_size=EOT + 1, context_length=8, d_model=16, n_layers=1, n_heads=2,
+                          dropout=0.5)).train(training)
+    assert DocumentStart(model).training is training
+
+
 def test_corpus_vocab_gpt_reads_gpt2_ids_and_shares_unk_among_the_tokens_outside():
     from gpt_from_scratch.corpus_vocab import CorpusVocabGPT, compact_ids, corpus_vocabulary
 

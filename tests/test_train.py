@@ -230,3 +230,30 @@ def test_book_model_trains_once_then_loads_the_same_weights(tmp_path, monkeypatc
         book_model("shakespeare-char", progress=False)
     with pytest.raises(ValueError, match="unknown book model"):
         book_model("shakespeare-word")
+
+
+class _Wrapper(torch.nn.Module):
+    """A new module around a model (as ``DocumentStart`` or a reader's own wrapper): in training mode."""
+
+    def __init__(self, model: GPT):
+        super().__init__()
+        self.model, self.config = model, model.config
+
+    def forward(self, idx, targets=None):
+        return self.model(idx, targets)
+
+
+def test_estimate_loss_and_generate_leave_every_module_in_the_mode_they_found():
+    from gpt_from_scratch.generate import generate
+
+    model = GPT(GPTConfig(vocab_size=65, context_length=16, d_model=32, n_layers=1, n_heads=2,
+                          dropout=0.5)).eval()
+    wrapper = _Wrapper(model)
+    data = torch.arange(300) % 65
+    estimate_loss(wrapper, {"val": data}, batch_size=2, eval_iters=2)
+    generate(wrapper, torch.zeros(1, 1, dtype=torch.long), 3, use_cache=False)
+    assert wrapper.training  # as it was
+    assert not any(m.training for m in model.modules())  # the dropout inside stays off
+    model.train()
+    estimate_loss(model, {"val": data}, batch_size=2, eval_iters=2)
+    assert all(m.training for m in model.modules())
