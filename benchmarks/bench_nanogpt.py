@@ -9,8 +9,9 @@ github.com/karpathy/nanoGPT (or set ``NANOGPT``); without one this benchmark say
    block 256, batch 64, dropout 0.2). Each gets the optimizer its trainer builds (our ``make_optimizer``,
    nanoGPT's ``configure_optimizers``: AdamW, fused on a GPU), and both take nanoGPT's ``train.py`` step:
    forward under autocast, backward, clipping at 1.0, the optimizer step, ``zero_grad``. Timed in
-   alternating rounds (the GPU synchronised around each round): fp32 on the CPU; fp32 (TF32), bf16
-   autocast and bf16 + ``torch.compile`` on a GPU. Bar: ours / nanoGPT >= 1.0 in every setting.
+   alternating rounds (the GPU synchronised around each round): fp32 and fp32 + ``torch.compile`` on the
+   CPU; fp32 (TF32), bf16 autocast and bf16 + ``torch.compile`` on a GPU. Bar: ours / nanoGPT >= 1.0 in
+   every setting.
 2. The whole run, as two programs: nanoGPT's ``train.py`` in a temporary copy of the clone (its own
    ``prepare.py`` on the shared Tiny Shakespeare), and the book's ``train`` with the same recipe: the
    README's CPU command for ``--iters`` steps on the CPU, ``config/train_shakespeare_char.py`` as it is
