@@ -185,12 +185,15 @@ def _windows(data, starts: torch.Tensor, length: int) -> torch.Tensor:
 
 
 def get_batch(data, batch_size: int, block_size: int, generator: torch.Generator | None = None,
-              device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+              device: str | torch.device = "cpu",
+              vocab_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A random batch of ``batch_size`` windows: inputs ``x`` and targets ``y = x`` shifted by one token.
 
     ``data`` is a 1-D token sequence (``np.memmap``, NumPy array or tensor). Starts are drawn from
     ``[0, len(data) - block_size)``: the last start, ``len(data) - block_size - 1``, still leaves room
     for the target of the final position, ``data[len(data) - 1]``. Both tensors are int64 of shape (B, T).
+    With ``vocab_size``, the windows are checked to hold ids in ``[0, vocab_size)`` before they go to
+    ``device``: on the host, so a GPU is not kept waiting (``train`` relies on it).
     """
     if block_size < 1 or batch_size < 1:
         raise ValueError(f"batch_size and block_size must be >= 1, got {batch_size} and {block_size}")
@@ -201,6 +204,11 @@ def get_batch(data, batch_size: int, block_size: int, generator: torch.Generator
         )
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
     chunk = _windows(data, starts, block_size + 1)  # (B, T + 1)
+    if vocab_size is not None and ((chunk < 0) | (chunk >= vocab_size)).any():
+        raise ValueError(
+            f"token ids must be in [0, {vocab_size}), this batch has values in [{int(chunk.min())}, "
+            f"{int(chunk.max())}]: was the data made with a different tokenizer than the model's?"
+        )
     if torch.device(device).type == "cuda" and chunk.device.type == "cpu":
         chunk = chunk.pin_memory().to(device, non_blocking=True)  # one asynchronous copy to the GPU
     else:

@@ -26,6 +26,11 @@ class StaticKVCache(nn.Module):
         self.register_buffer("keys", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("values", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
+    def clear(self) -> None:
+        """Zeros in place (same addresses): a masked position gets weight 0, and 0 x nan is nan."""
+        self.keys.zero_()
+        self.values.zero_()
+
     def update(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
         """Write ``k`` and ``v`` (each ``(B, H, T, d_head)``) at positions ``pos`` (T,); return the buffers."""
         self.keys.index_copy_(2, pos, k)
@@ -111,11 +116,10 @@ def generate_static(model: nn.Module, idx: Tensor, max_new_tokens: int, pick, co
     Prefill: the newest ``T_max`` tokens at once (eager); then one token per step (compiled with
     ``compile``). A full cache restarts from the newest ``T_max`` tokens, as ``generate`` does.
     """
-    T_max, V = model.config.context_length, model.config.vocab_size
-    if ((idx < 0) | (idx >= V)).any():
-        raise ValueError(f"token ids must be in [0, {V}), got values in [{int(idx.min())}, {int(idx.max())}]: "
-                         "was idx made with a different tokenizer?")
+    T_max = model.config.context_length  # idx: checked by generate
     decoder, step = decoder_for(model, idx.size(0), compile)
+    for cache in decoder.caches:
+        cache.clear()  # what an earlier call left, e.g. values of weights since repaired, must not leak
     filled = 0  # positions of the cache holding the current window
     pos = torch.zeros(1, dtype=torch.long, device=idx.device)  # the step's position: one tensor, same strides
     for _ in range(max_new_tokens):

@@ -16,7 +16,8 @@ import numbers
 import torch
 from torch import Tensor
 
-from .utils import eval_mode
+from .model import check_vocabulary_range
+from .utils import eval_mode, skip_token_id_checks
 
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
@@ -73,14 +74,21 @@ def _check_options(temperature, top_k, top_p, greedy, max_new_tokens) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r}: pass top_p=None to keep every token")
 
 
-def _check_logits(logits: Tensor) -> None:
-    """Logits the softmax can use: no nan, no +inf, and at least one entry > -inf in every row."""
-    broken = logits.isnan().any(-1) | (logits == math.inf).any(-1) | (logits == -math.inf).all(-1)  # (B,)
+def _broken_rows(logits: Tensor) -> Tensor:
+    """(..., V) -> (...): True where the softmax cannot use the row (a nan, a +inf, or no entry > -inf)."""
+    return logits.isnan().any(-1) | (logits == math.inf).any(-1) | (logits == -math.inf).all(-1)
+
+
+def _check_logits(broken: Tensor) -> None:
+    """A ValueError naming the first True of ``broken``: ``_broken_rows`` of one step's logits (B,), or of
+    every step of a call, stacked (steps, B); then the step is named too."""
     if broken.any():
-        row = int(broken.nonzero()[0, 0])
+        *step, row = broken.nonzero()[0].tolist()
+        where = f" of new token {step[0] + 1}" if step else ""
         raise ValueError(
-            f"the logits are not finite (row {row} of {logits.shape[0]} holds nan or inf): the model's "
-            "weights or inputs are broken; check them with torch.isfinite(p).all() for each parameter p"
+            f"the logits{where} are not finite (row {row} of {broken.shape[-1]} holds nan or inf): the "
+            "model's weights or inputs are broken; check them with torch.isfinite(p).all() for each "
+            "parameter p"
         )
 
 
@@ -93,7 +101,7 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
     with ``torch.multinomial`` using ``generator``. Logits with a nan, a +inf, or no finite entry
     in a row raise a ``ValueError`` (a model whose weights or inputs are broken).
     """
-    _check_logits(logits)
+    _check_logits(_broken_rows(logits))
     if greedy:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
     logits = logits.float() / temperature  # (B, V)
@@ -103,6 +111,29 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
         logits = top_p_filter(logits, top_p)
     probs = torch.softmax(logits, dim=-1)  # (B, V)
     return torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+
+
+def _picker(temperature, top_k, top_p, greedy, generator):
+    """``(pick, finish)`` for ``generate``'s loop: ``pick(logits (B, V))`` returns the next tokens (B, 1)
+    as ``next_token`` does, and ``finish()`` raises its error if some step's logits were not finite.
+
+    A draw checks each step's logits as it comes (``torch.multinomial`` reads its input back anyway). A
+    greedy pick must not wait for the GPU at every token (Chapter 7's last section): it notes each step's
+    broken rows on the device, and ``finish`` reads them all at once, before ``generate`` returns.
+    """
+    if not greedy:
+        return (lambda logits: next_token(logits, temperature, top_k, top_p, False, generator)), lambda: None
+    noted = []
+
+    def pick(logits: Tensor) -> Tensor:
+        noted.append(_broken_rows(logits))  # (B,), not read yet
+        return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+
+    def finish() -> None:
+        if noted:
+            _check_logits(torch.stack(noted))  # (steps, B): one read for the whole call
+
+    return pick, finish
 
 
 @torch.no_grad()
@@ -126,7 +157,10 @@ def generate(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, 
     practice never flips a choice).
 
     The model is put in ``eval()`` mode for the call (no dropout) and its previous mode is restored
-    afterwards. Gradients are off (``torch.no_grad``).
+    afterwards. Gradients are off (``torch.no_grad``). The prompt's token ids are checked once (the
+    model's own per-call checks are off: ``utils.skip_token_id_checks``). Logits that are not finite
+    raise a ``ValueError``: at once when sampling, at the end of the call, naming the step, when greedy
+    (so that a GPU is not kept waiting at every token).
 
     Args:
         temperature: divides the logits; < 1 sharpens, > 1 flattens. Must be > 0 unless ``greedy``.
@@ -155,25 +189,27 @@ def generate(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, 
     idx = idx.long()  # the new tokens are int64, and torch.cat needs one dtype
     _check_options(temperature, top_k, top_p, greedy, max_new_tokens)
     T_max = model.config.context_length
-    with eval_mode(model):
+    vocab_size = getattr(model.config, "vocab_size", None)
+    if vocab_size is not None:
+        check_vocabulary_range(idx, vocab_size)  # once: the new tokens are the model's own
+    pick, finish = _picker(temperature, top_k, top_p, greedy, generator)
+    with eval_mode(model), skip_token_id_checks(model):
         if static_cache or compile:
             from .fast import check_fast_options, generate_static
 
             check_fast_options(model, use_cache, static_cache, compile)
-
-            def pick(logits: Tensor) -> Tensor:
-                return next_token(logits, temperature, top_k, top_p, greedy, generator)
-
-            return generate_static(model, idx, max_new_tokens, pick, compile=compile)
-        cache = None
-        for _ in range(max_new_tokens):
-            if not use_cache:
-                logits, _ = model(idx[:, -T_max:])  # (B, T', V)
-            elif cache is None or len(cache[0]) >= T_max:
-                cache = model.new_kv_cache()  # (re)start: prefill the newest T_max tokens
-                logits, _ = model(idx[:, -T_max:], kv_cache=cache)  # (B, T', V)
-            else:
-                logits, _ = model(idx[:, -1:], kv_cache=cache)  # (B, 1, V): only the newest token
-            token = next_token(logits[:, -1, :], temperature, top_k, top_p, greedy, generator)  # (B, 1)
-            idx = torch.cat([idx, token], dim=1)  # (B, T + 1)
+            idx = generate_static(model, idx, max_new_tokens, pick, compile=compile)
+        else:
+            cache = None
+            for _ in range(max_new_tokens):
+                if not use_cache:
+                    logits, _ = model(idx[:, -T_max:])  # (B, T', V)
+                elif cache is None or len(cache[0]) >= T_max:
+                    cache = model.new_kv_cache()  # (re)start: prefill the newest T_max tokens
+                    logits, _ = model(idx[:, -T_max:], kv_cache=cache)  # (B, T', V)
+                else:
+                    logits, _ = model(idx[:, -1:], kv_cache=cache)  # (B, 1, V): only the newest token
+                token = pick(logits[:, -1, :])  # (B, 1)
+                idx = torch.cat([idx, token], dim=1)  # (B, T + 1)
+    finish()
     return idx

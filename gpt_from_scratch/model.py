@@ -148,7 +148,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """GPT-2: embeddings, ``n_layers`` pre-LN blocks, a final LayerNorm and the language-model head."""
+    """GPT-2: embeddings, ``n_layers`` pre-LN blocks, a final LayerNorm and the language-model head.
+
+    ``forward`` checks that its token ids are in range, each check a wait for a GPU: ``train`` (on the
+    host) and ``generate`` check theirs once and turn these off (``utils.skip_token_id_checks``)."""
+
+    check_token_ids = True  # False skips forward's checks (skip_token_id_checks)
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -197,11 +202,8 @@ class GPT(nn.Module):
                 else f"T={T} new tokens after {start} cached positions need {start + T} positions, but "
                 f"context_length={n}: start a fresh cache with at most the last {n} tokens"
             )
-        if not torch.compiler.is_compiling() and ((idx < 0) | (idx >= self.config.vocab_size)).any():
-            raise ValueError(
-                f"token ids must be in [0, {self.config.vocab_size}), got values in "
-                f"[{int(idx.min())}, {int(idx.max())}]: was idx made with a different tokenizer?"
-            )
+        if self.check_token_ids and not torch.compiler.is_compiling():  # compiled: no host waits
+            check_vocabulary_range(idx, self.config.vocab_size)
         x = self.wte(idx) + self.wpe(T, start=start)  # (B, T, D) + (T, D)
         return self.drop(x)
 
@@ -234,7 +236,7 @@ class GPT(nn.Module):
         targets = _token_ids("targets", targets).long()  # cross_entropy takes int64 targets only
         if targets.shape != idx.shape:
             raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
-        if not torch.compiler.is_compiling():
+        if self.check_token_ids and not torch.compiler.is_compiling():
             V = self.config.vocab_size
             ignored = targets == -100
             bad, none_left = (((targets < 0) & ~ignored) | (targets >= V)).any(), ignored.all()
@@ -295,6 +297,15 @@ class GPT(nn.Module):
         """OpenAI's GPT-2 weights (``"gpt2"`` … ``"gpt2-xl"``) or a ``save_pretrained`` directory
         (Chapter 8; see ``hf_weights.from_pretrained``)."""
         return hf_weights.from_pretrained(cls, name_or_path, **hf_kwargs)
+
+
+def check_vocabulary_range(idx: Tensor, vocab_size: int) -> None:
+    """A ValueError when a token id of ``idx`` is outside ``[0, vocab_size)`` (one read back)."""
+    if ((idx < 0) | (idx >= vocab_size)).any():
+        raise ValueError(
+            f"token ids must be in [0, {vocab_size}), got values in [{int(idx.min())}, {int(idx.max())}]: "
+            "was idx made with a different tokenizer?"
+        )
 
 
 def _token_ids(name: str, ids) -> Tensor:

@@ -12,7 +12,6 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
 from .generate import generate
 from .precision import autocast
@@ -40,14 +39,14 @@ def median_time(fn, repeats: int = 5, device="cpu") -> float:
 
 def step_time(model, x, y, precision: str = "fp32", fused: bool | None = None, repeats: int = 5) -> float:
     """Median seconds of one training step of ``model`` on the batch ``(x, y)`` (B, T), in ``precision``
-    (``"fp32"``, ``"bf16"``, ``"fp16"`` without scaler: for timing only), with fused AdamW or not."""
+    (``"fp32"``, ``"bf16"``, ``"fp16"`` without scaler: for timing only), with fused AdamW or not.
+    The loss is the model's (``model(x, y)``), as in ``train``."""
     device = x.device
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
 
     def step() -> None:
         with autocast(precision, device):
-            logits = model(x)[0]  # (B, T, V)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+            _, loss = model(x, y)  # mean cross-entropy, computed in float32
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

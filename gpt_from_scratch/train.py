@@ -32,7 +32,7 @@ from .recipes import (  # noqa: F401  (re-exported)
     BOOK_MODELS, RECIPES, Recipe, book_model, book_model_path, bpe_level_data, char_level_data, load_data,
 )
 from .train_config import History, TrainConfig, lr_at, make_optimizer  # noqa: F401  (re-exported)
-from .utils import check_int, eval_mode
+from .utils import check_int, eval_mode, skip_token_id_checks
 
 
 class TrainingDivergedError(FloatingPointError):
@@ -58,7 +58,7 @@ def estimate_loss(model: torch.nn.Module, splits: dict, batch_size: int = 12, bl
             generator = torch.Generator().manual_seed(seed)
             losses = []
             for _ in range(eval_iters):
-                x, y = get_batch(data, batch_size, block_size, generator, device)
+                x, y = get_batch(data, batch_size, block_size, generator, device, _vocab_size(model))
                 with autocast(precision, device):
                     losses.append(model(x, y)[1].item())
             out[name] = sum(losses) / len(losses)
@@ -78,6 +78,11 @@ def _block_size(model: torch.nn.Module, block_size: int | None) -> int:
             f"use block_size <= {context} (or None, which means {context})"
         )
     return block_size
+
+
+def _vocab_size(model: torch.nn.Module) -> int | None:
+    """The model's ``config.vocab_size`` (batches are checked against it on the host), if it has one."""
+    return getattr(getattr(model, "config", None), "vocab_size", None)
 
 
 def _step_seed(seed: int, rank: int, step: int) -> int:
@@ -132,6 +137,8 @@ def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.
     the checkpoint in ``out_dir`` (weights, optimizer state, step, history) and continues up to
     ``cfg.max_iters``. Step ``s`` draws its batch and its dropout masks from seeds derived from
     ``(cfg.seed, rank, s)``, so a resumed run takes exactly the steps an uninterrupted one would.
+    Every batch is checked on the host to hold token ids the model has (``get_batch``'s
+    ``vocab_size``); the model's own checks, which wait for a GPU, are off meanwhile.
 
     Speed (Chapter 7's last section): ``cfg.precision`` runs the forward passes under autocast
     (``precision``), ``cfg.compile`` compiles the model with ``torch.compile``, AdamW is fused on a
@@ -143,6 +150,12 @@ def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.
     ``DistributedDataParallel``: each process draws its own batches, gradients are averaged, and only
     rank 0 shows progress and writes checkpoints.
     """
+    with skip_token_id_checks(model):  # each batch is checked on the host instead
+        return _train(model, train_data, val_data, cfg, out_dir, resume)
+
+
+def _train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir, resume: bool) -> History:
+    """``train``'s work, while the model's own token-id checks are off."""
     rank, world = _world()
     device = cfg.device
     precision = resolve_precision(cfg.precision, device)
@@ -212,7 +225,8 @@ def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.
 
     def batch(step: int):
         seed = _step_seed(cfg.seed, rank, step)
-        return get_batch(train_data, cfg.batch_size, block_size, torch.Generator().manual_seed(seed), device)
+        return get_batch(train_data, cfg.batch_size, block_size, torch.Generator().manual_seed(seed), device,
+                         _vocab_size(model))
 
     model.train()
     bar = tqdm(range(start, cfg.max_iters), initial=start, total=cfg.max_iters, desc="training",

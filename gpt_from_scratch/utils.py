@@ -113,6 +113,24 @@ def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
             module.training = training
 
 
+@contextmanager
+def skip_token_id_checks(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """A ``GPT``'s forward skips its token-id checks inside the block (Chapter 7's last section).
+
+    Each check reads a boolean back, which on a GPU waits for all the work queued before it. For
+    callers that checked the ids already: ``train`` checks every batch on the host, ``generate`` the
+    prompt (the new tokens are the model's own). A model without the checks is left as it is.
+    """
+    was = getattr(model, "check_token_ids", None)
+    if was is not None:
+        model.check_token_ids = False
+    try:
+        yield model
+    finally:
+        if was is not None:
+            model.check_token_ids = was
+
+
 def check_int(owner: str, name: str, value, minimum: int | None = None, optional: bool = False) -> int | None:
     """``value`` as a Python int (NumPy integers accepted), else a ValueError naming ``owner.name``.
 

@@ -139,6 +139,18 @@ def test_get_batch_device_argument():
 # ---------------------------------------------------------------- TokenDataset
 
 
+@pytest.mark.parametrize("bad", [-1, 65])
+def test_get_batch_with_vocab_size_refuses_ids_outside_the_vocabulary(bad):
+    data = np.arange(100) % 65
+    x, y = get_batch(data, 4, 8, torch.Generator().manual_seed(0), vocab_size=65)  # all in range
+    assert int(torch.cat([x, y]).max()) < 65
+    data[::5] = bad  # in every window of 8
+    shown = r"\[-1, \d+\]" if bad < 0 else r"\[\d+, 65\]"  # the batch's least and greatest id
+    with pytest.raises(ValueError, match=r"must be in \[0, 65\), this batch has values in " + shown):
+        get_batch(data, 4, 8, torch.Generator().manual_seed(0), vocab_size=65)
+    get_batch(data, 4, 8, torch.Generator().manual_seed(0))  # without vocab_size: not checked
+
+
 def test_token_dataset_has_one_item_per_valid_start():
     tokens = np.random.default_rng(0).integers(0, 65, size=40).astype(np.uint16)
     ds = TokenDataset(tokens, block_size=8)

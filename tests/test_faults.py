@@ -222,8 +222,27 @@ def _broken_model() -> GPT:
 
 @pytest.mark.parametrize("options", [dict(greedy=True), dict(), dict(top_k=5), dict(top_p=0.9)])
 def test_generation_from_non_finite_logits_says_so(options):
-    with pytest.raises(ValueError, match="logits are not finite"):
+    with pytest.raises(ValueError, match=r"logits( of new token 1)? are not finite"):
         generate(_broken_model(), torch.zeros(1, 3, dtype=torch.long), 2, **options)
+
+
+@pytest.mark.parametrize("path", [dict(), dict(use_cache=False), dict(static_cache=True)],
+                         ids=["kv-cache", "no-cache", "static-cache"])
+def test_greedy_generation_names_the_new_token_whose_logits_broke(path):
+    """Greedy decoding notes broken logits on the device and reads them once, at the end of the call
+    (no wait for a GPU per token); the error still names the step where they first appeared."""
+    model = _model()
+    with torch.no_grad():
+        model.wpe.weight[4] = float("nan")  # position 4 predicts new token 3 after a 3-token prompt
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"logits of new token 3 are not finite \(row 0 of 1 holds"):
+        generate(model, prompt, 5, greedy=True, **path)
+    with pytest.raises(ValueError, match=r"the logits are not finite \(row 0 of 1"):  # a draw: at once
+        generate(model, prompt, 5, top_k=5, **path)
+    # Before position 4 all is fine, also for the static cache, whose buffers hold the nan values the
+    # calls above wrote at positions 4 and up: they are cleared, since masked out they would still
+    # give 0 x nan = nan.
+    assert generate(model, prompt, 2, greedy=True, **path).shape == (1, 5)
 
 
 @pytest.mark.parametrize("temperature", [float("inf"), float("nan"), -float("inf"), "1.0", True])

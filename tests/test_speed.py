@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpt_from_scratch import train as train_module
+from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.precision import resolve_precision
 from gpt_from_scratch.train import TrainConfig, char_level_data, load_checkpoint, train
@@ -85,6 +87,66 @@ def test_the_training_forward_pass_compiles_to_one_graph(autocast):
         explained = torch._dynamo.explain(model)(x, y)
     reasons = [b.reason for b in explained.break_reasons]
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), reasons
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts ``aten._local_scalar_dense``: every ``.item()``, ``bool(tensor)`` or ``int(tensor)``, each
+    of which waits for a GPU to finish all the work queued before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func is torch.ops.aten._local_scalar_dense.default
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("checked, reads", [(True, 3), (False, 0)])
+def test_a_training_step_waits_for_the_device_only_for_the_token_id_checks(checked, reads):
+    """nanoGPT's step reads nothing back; ours read three booleans (the idx and targets checks) until
+    ``train`` checked batches on the host and turned them off."""
+    model = GPT(GPTConfig(**TINY)).train()
+    model.check_token_ids = checked
+    x, y = (torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(i)) for i in (0, 1))
+    with _HostReads() as host:
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    assert host.count == reads
+
+
+@pytest.mark.parametrize("path", [dict(), dict(use_cache=False), dict(static_cache=True)],
+                         ids=["kv-cache", "no-cache", "static-cache"])
+def test_greedy_generation_waits_for_the_device_twice_per_call_not_once_per_token(path):
+    """The prompt's id check, and the finiteness of every step's logits read at the end: two reads
+    whatever the number of new tokens (one per token would stall a GPU between tokens)."""
+    model = GPT(GPTConfig(**TINY))
+    prompt = torch.randint(0, 65, (1, 4), generator=torch.Generator().manual_seed(0))
+    reads = []
+    for n in (3, 9):
+        with _HostReads() as host:
+            generate(model, prompt, n, greedy=True, **path)
+        reads.append(host.count)
+    assert reads == [2, 2]
+    assert model.check_token_ids  # back on
+
+
+def test_train_checks_batches_on_the_host_and_gives_the_model_its_checks_back(char_data, monkeypatch):
+    train_ids, val_ids, _ = char_data
+    seen = []
+    forward = GPT.forward
+    monkeypatch.setattr(GPT, "forward", lambda self, *a, **k: seen.append(self.check_token_ids)
+                        or forward(self, *a, **k))
+    model = GPT(GPTConfig(**TINY))
+    cfg = TrainConfig(max_iters=2, batch_size=2, eval_interval=2, eval_iters=1, progress=False)
+    train(model, train_ids, val_ids, cfg)
+    assert seen and not any(seen) and model.check_token_ids
+    bad = np.array(train_ids, dtype=np.int64)
+    bad[::7] = 65  # one id past the vocabulary in every window
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 65\), this batch has values in \[\d+, 65\]"):
+        train(model, bad, val_ids, cfg)
+    assert model.check_token_ids  # back on after the error too
 
 
 @pytest.mark.parametrize("settings, message", [

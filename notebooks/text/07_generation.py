@@ -540,8 +540,16 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 # ## 7.8 Making training and generation fast
 #
 # Everything so far ran in float32, one operation at a time, as written. On a GPU that leaves most of the
-# hardware idle. Six techniques close the gap; `train` and `generate` offer each as a setting:
+# hardware idle. Seven techniques close the gap; `train` and `generate` use each, or offer it as a setting:
 #
+# - **No waits for the GPU.** A GPU runs asynchronously: the CPU queues kernels and moves on until it needs
+#   a value back. `loss.item()`, or an `if` on a tensor such as `GPT.forward`'s check that every token id
+#   is below $V$, makes it wait until everything queued has run, and the GPU then idles while the next
+#   kernels are launched. `train` reads the losses back every `eval_interval` steps only, and checks each
+#   batch's token ids on the host, before the batch is copied to the GPU; meanwhile the model's own checks,
+#   three waits per step, are off (`model.check_token_ids = False`). nanoGPT's step waits for nothing either.
+#   Greedy `generate` checks the prompt once and reads back whether any step's logits were broken once
+#   per call, not per token. A CPU has nothing to wait for, so only a GPU run times this one.
 # - **TF32.** On recent NVIDIA GPUs, float32 matrix products can run on the tensor cores with a 10-bit
 #   mantissa (TF32) and float32 range. `train` turns it on for a GPU
 #   (`torch.set_float32_matmul_precision("high")`), as nanoGPT does.
@@ -564,8 +572,8 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 #   graph and replayed with a single launch per token.
 #
 # The next cell measures what it can on this machine, one training step of the character model's shape
-# (on a GPU with `FULL_RUN = True` in the imports cell: nanoGPT's 6-layer, 384-dimension GPU shape, and also TF32 and
-# `torch.compile`). Timings are shown, not checked: they depend on the machine and on what else it does.
+# (on a GPU with `FULL_RUN = True` in the imports cell: nanoGPT's 6-layer, 384-dimension GPU shape, and also the
+# waits, TF32 and `torch.compile`). Timings are shown, not checked: they depend on the machine and on what else it does.
 
 # %%
 import pandas as pd
@@ -586,6 +594,7 @@ fast_model = GPT(fast_config).to(FAST_DEVICE)
 B = 64 if FULL_RUN else 8
 x, y = torch.randint(65, (2, B, fast_config.context_length),
                      generator=torch.Generator().manual_seed(7)).to(FAST_DEVICE)
+fast_model.check_token_ids = False  # as in train, which checks every batch on the host
 base = step_time(fast_model, x, y, repeats=3)
 for block in fast_model.blocks:
     block.attn.fast = False  # attention written out: the (T, T) scores materialized
@@ -595,6 +604,9 @@ for block in fast_model.blocks:
 rows["fused AdamW"] = (base, step_time(fast_model, x, y, fused=True, repeats=3))
 rows["bf16 autocast"] = (base, step_time(fast_model, x, y, precision="bf16", repeats=1))
 if FAST_DEVICE == "cuda":
+    fast_model.check_token_ids = True  # the model checks x and y itself: three waits per step
+    rows["ids checked on the host"] = (step_time(fast_model, x, y), base)
+    fast_model.check_token_ids = False
     torch.backends.cuda.matmul.allow_tf32 = True
     rows["TF32"] = (base, step_time(fast_model, x, y))
     rows["bf16 + torch.compile"] = (base, step_time(torch.compile(fast_model), x, y,
