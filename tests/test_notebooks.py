@@ -50,3 +50,14 @@ def test_outputs_name_no_machine_paths(path):
     texts = [str(output) for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
     leaks = sorted({m for text in texts for m in re.findall(r"(?:/root|/home/\w+|/Users/\w+|/tmp)/[\w./-]*", text)})
     assert not leaks, f"{path.name} prints machine paths {leaks[:3]}: print paths relative to the cache or data folder"
+
+
+MAX_CODE_LINE = 92  # characters: the rendered page clips wider code (make browser-test measures it)
+
+
+@pytest.mark.parametrize("path", TWINS, ids=lambda p: p.stem)
+def test_code_lines_fit_the_rendered_page(path):
+    code = [line for cell in jupytext.read(path).cells if cell.cell_type == "code"
+            for line in cell.source.splitlines()]
+    wide = [line for line in code if len(line) > MAX_CODE_LINE]
+    assert not wide, f"{path.name}: {len(wide)} code lines over {MAX_CODE_LINE} characters, e.g. {wide[0]!r}"

@@ -604,7 +604,7 @@ for block in fast_model.blocks:
 rows["fused AdamW"] = (base, step_time(fast_model, x, y, fused=True, repeats=3))
 rows["bf16 autocast"] = (base, step_time(fast_model, x, y, precision="bf16", repeats=1))
 if FAST_DEVICE == "cuda":
-    fast_model.check_token_ids = True  # the model checks x and y itself: three waits per step
+    fast_model.check_token_ids = True  # the model checks x and y: three waits per step
     rows["ids checked on the host"] = (step_time(fast_model, x, y), base)
     fast_model.check_token_ids = False
     torch.backends.cuda.matmul.allow_tf32 = True
