@@ -2,8 +2,9 @@
 
 ``step_time`` times one training step (forward, backward, clipping, AdamW) in a given setting;
 ``decode_rate`` the tokens per second of ``generate``; ``copy_bandwidth`` the memory bandwidth a copy
-reaches. ``speedups_prose`` and ``bandwidth_prose`` turn the measurements into the chapter's sentences,
-so what the text says (faster, slower) always matches the numbers of the run.
+reaches; ``host_reads`` counts the values a computation reads back (each a wait for a GPU).
+``speedups_prose`` and ``bandwidth_prose`` turn the measurements into the chapter's sentences, so what
+the text says (faster, slower) always matches the numbers of the run.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import statistics
 import time
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .generate import generate
 from .precision import autocast
@@ -22,6 +24,25 @@ def synchronize(device) -> None:
     asynchronously, so a timer read without this measures only the launching."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
+
+
+class _ReadCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func is torch.ops.aten._local_scalar_dense.default  # .item(), bool(t), int(t)
+        return func(*args, **(kwargs or {}))
+
+
+def host_reads(fn) -> int:
+    """How many numbers ``fn()`` reads back from its tensors (``.item()``, ``bool(t)``, ``int(t)``, an
+    ``if`` on a tensor). On a GPU each one waits until all the work queued before it has run. Counted on
+    any device, the CPU included; reads made inside a kernel's C++ (``torch.multinomial``'s) are not seen."""
+    with _ReadCounter() as counter:
+        fn()
+    return counter.count
 
 
 def median_time(fn, repeats: int = 5, device="cpu") -> float:

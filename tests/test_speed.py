@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpt_from_scratch import train as train_module
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.precision import resolve_precision
+from gpt_from_scratch.speedups import host_reads
 from gpt_from_scratch.train import TrainConfig, char_level_data, load_checkpoint, train
 
 TINY = dict(vocab_size=65, context_length=16, d_model=32, n_layers=2, n_heads=4, dropout=0.0)
@@ -89,17 +89,10 @@ def test_the_training_forward_pass_compiles_to_one_graph(autocast):
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), reasons
 
 
-class _HostReads(TorchDispatchMode):
-    """Counts ``aten._local_scalar_dense``: every ``.item()``, ``bool(tensor)`` or ``int(tensor)``, each
-    of which waits for a GPU to finish all the work queued before it."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += func is torch.ops.aten._local_scalar_dense.default
-        return func(*args, **(kwargs or {}))
+def test_host_reads_counts_every_value_read_back():
+    t = torch.arange(4.0)
+    assert host_reads(lambda: t * 2) == 0
+    assert host_reads(lambda: (t.sum().item(), bool(t.any()), int(t[1]))) == 3
 
 
 @pytest.mark.parametrize("checked, reads", [(True, 3), (False, 0)])
@@ -109,11 +102,13 @@ def test_a_training_step_waits_for_the_device_only_for_the_token_id_checks(check
     model = GPT(GPTConfig(**TINY)).train()
     model.check_token_ids = checked
     x, y = (torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(i)) for i in (0, 1))
-    with _HostReads() as host:
+
+    def step():
         _, loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    assert host.count == reads
+
+    assert host_reads(step) == reads
 
 
 @pytest.mark.parametrize("path", [dict(), dict(use_cache=False), dict(static_cache=True)],
@@ -123,11 +118,7 @@ def test_greedy_generation_waits_for_the_device_twice_per_call_not_once_per_toke
     whatever the number of new tokens (one per token would stall a GPU between tokens)."""
     model = GPT(GPTConfig(**TINY))
     prompt = torch.randint(0, 65, (1, 4), generator=torch.Generator().manual_seed(0))
-    reads = []
-    for n in (3, 9):
-        with _HostReads() as host:
-            generate(model, prompt, n, greedy=True, **path)
-        reads.append(host.count)
+    reads = [host_reads(lambda: generate(model, prompt, n, greedy=True, **path)) for n in (3, 9)]
     assert reads == [2, 2]
     assert model.check_token_ids  # back on
 

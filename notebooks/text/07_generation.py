@@ -546,10 +546,11 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 #   a value back. `loss.item()`, or an `if` on a tensor such as `GPT.forward`'s check that every token id
 #   is below $V$, makes it wait until everything queued has run, and the GPU then idles while the next
 #   kernels are launched. `train` reads the losses back every `eval_interval` steps only, and checks each
-#   batch's token ids on the host, before the batch is copied to the GPU; meanwhile the model's own checks,
-#   three waits per step, are off (`model.check_token_ids = False`). nanoGPT's step waits for nothing either.
-#   Greedy `generate` checks the prompt once and reads back whether any step's logits were broken once
-#   per call, not per token. A CPU has nothing to wait for, so only a GPU run times this one.
+#   batch's token ids on the host, before the batch is copied to the GPU, so that the model's own checks
+#   can be off meanwhile (`model.check_token_ids = False`); nanoGPT's step waits for nothing either.
+#   Greedy `generate` checks the prompt once, and reads back once per call, not per token, whether any
+#   step's logits were broken. `host_reads` counts the reads on any device (the cell after the timings);
+#   what they cost, only a GPU run can time: a CPU has nothing to wait for.
 # - **TF32.** On recent NVIDIA GPUs, float32 matrix products can run on the tensor cores with a 10-bit
 #   mantissa (TF32) and float32 range. `train` turns it on for a GPU
 #   (`torch.set_float32_matmul_precision("high")`), as nanoGPT does.
@@ -580,7 +581,7 @@ import pandas as pd
 from IPython.display import Markdown
 
 from gpt_from_scratch.speedups import (bandwidth_prose, copy_bandwidth, decode_rate,
-                                       speedups_prose, step_time)
+                                       host_reads, speedups_prose, step_time)
 from gpt_from_scratch.utils import default_device
 
 FAST_DEVICE = default_device() if FULL_RUN else "cpu"
@@ -618,6 +619,27 @@ print(pd.DataFrame(table).T)
 
 # %% tags=["remove-input"]
 Markdown(speedups_prose(rows, FAST_DEVICE))
+
+# %% [markdown]
+# The waits, counted: `host_reads(fn)` runs `fn` and counts the values it reads back from its tensors,
+# each a moment where a GPU's queue must drain before the CPU can go on.
+
+# %% tags=["nbval-check-output"]
+def forward_backward():
+    _, loss = fast_model(x, y)  # one batch's loss, as train computes it
+    loss.backward()
+
+
+fast_model.check_token_ids = True  # the model checks x and y itself
+reads = {"training step, model checks its ids": host_reads(forward_backward)}
+fast_model.check_token_ids = False  # as in train: the batch was checked on the host
+reads["training step, as train runs it"] = host_reads(forward_backward)
+fast_model.zero_grad(set_to_none=True)
+for n in (8, 32):
+    reads[f"greedy generate, {n} new tokens"] = host_reads(
+        lambda: generate(fast_model, x[:1, :16], n, greedy=True))
+for what, count in reads.items():
+    print(f"{what:38s} {count} reads back")
 
 # %% [markdown]
 # Generation next: 32 new tokens after a 64-token prompt, greedy, with the KV cache of Section 7.7, the
