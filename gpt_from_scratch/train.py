@@ -52,13 +52,14 @@ def estimate_loss(model: torch.nn.Module, splits: dict, batch_size: int = 12, bl
     """
     eval_iters = check_int("estimate_loss", "eval_iters", eval_iters, minimum=1)
     block_size = _block_size(model, block_size)
+    vocab_size = _vocab_size(model)
     out = {}
     with eval_mode(model):
         for name, data in splits.items():
             generator = torch.Generator().manual_seed(seed)
             losses = []
             for _ in range(eval_iters):
-                x, y = get_batch(data, batch_size, block_size, generator, device, _vocab_size(model))
+                x, y = get_batch(data, batch_size, block_size, generator, device, vocab_size)
                 with autocast(precision, device):
                     losses.append(model(x, y)[1].item())
             out[name] = sum(losses) / len(losses)
@@ -162,7 +163,7 @@ def _train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir, resume: 
     on_gpu = torch.device(device).type == "cuda"
     if on_gpu:
         torch.set_float32_matmul_precision("high")  # TF32 matrix products on recent GPUs, as nanoGPT does
-    block_size = _block_size(model, cfg.block_size)
+    block_size, vocab_size = _block_size(model, cfg.block_size), _vocab_size(model)
     model.to(device)
     optimizer = make_optimizer(model, cfg)
     scaler = grad_scaler(precision, device)  # fp16 only
@@ -226,7 +227,7 @@ def _train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir, resume: 
     def batch(step: int):
         seed = _step_seed(cfg.seed, rank, step)
         return get_batch(train_data, cfg.batch_size, block_size, torch.Generator().manual_seed(seed), device,
-                         _vocab_size(model))
+                         vocab_size)
 
     model.train()
     bar = tqdm(range(start, cfg.max_iters), initial=start, total=cfg.max_iters, desc="training",
