@@ -126,14 +126,15 @@ test-full-run: $(STAMP)
 
 # The oldest versions pyproject.toml's ranges allow (requirements-oldest.txt), in a venv of their own:
 # the unit tests, then chapters 1 and 4 under nbval. Measured: about 8 minutes to install (torch 2.4.0
-# comes from PyPI as the CUDA build with its nvidia-* packages, about 3 GB), then the tests.
+# comes from PyPI as the CUDA build with its nvidia-* packages, about 3 GB), then the tests. No pip
+# cache: it would keep a second copy of those 3 GB on a disk that CI shares.
 OLDEST_VENV ?= _build/venv-oldest
 OLDEST_CHAPTERS ?= notebooks/01_tokens_and_batches.ipynb notebooks/04_attention.ipynb
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 .PHONY: oldest-venv test-oldest
 $(OLDEST_STAMP): requirements-oldest.txt pyproject.toml
 	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
-	$(OLDEST_VENV)/bin/python -m pip install --quiet -r requirements-oldest.txt
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --no-cache-dir -r requirements-oldest.txt
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
