@@ -98,12 +98,17 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
 
     ``greedy`` takes the arg-max (temperature and the filters cannot change it, so they are skipped).
     Otherwise: divide by ``temperature``, apply ``top_k_filter`` then ``top_p_filter``, softmax, and draw
-    with ``torch.multinomial`` using ``generator``. Logits with a nan, a +inf, or no finite entry
+    with ``torch.multinomial`` using ``generator`` (on the logits' device). Logits with a nan, a +inf, or no finite entry
     in a row raise a ``ValueError`` (a model whose weights or inputs are broken).
     """
     _check_logits(_broken_rows(logits))
     if greedy:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+    if generator is not None and generator.device.type != logits.device.type:
+        raise ValueError(
+            f"the generator is on {generator.device} but the logits are on {logits.device}: torch draws "
+            f"on the logits' device; make it there: torch.Generator({logits.device.type!r}).manual_seed(seed)"
+        )
     logits = logits.float() / temperature  # (B, V)
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
@@ -168,7 +173,8 @@ def generate(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, 
         top_p: keep the smallest set of tokens with probability >= ``top_p`` (``top_p_filter``); None keeps all.
         greedy: always take the most likely token (deterministic; ignores temperature, top_k, top_p).
         use_cache: use the KV cache (same tokens, faster).
-        generator: a ``torch.Generator`` for the draws, for reproducible samples.
+        generator: a ``torch.Generator`` for the draws, for reproducible samples, on the model's device
+            (``torch.Generator("cuda")`` for a model on a GPU).
         static_cache: keep the keys and values in buffers of fixed size (``fast.StaticDecoder``, Chapter 7's
             last section): same tokens; needs a ``GPT``.
         compile: also compile the decoding step (``torch.compile``; CUDA graphs on a GPU). Implies

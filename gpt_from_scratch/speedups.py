@@ -27,20 +27,22 @@ def synchronize(device) -> None:
 
 
 class _ReadCounter(TorchDispatchMode):
-    def __init__(self):
+    def __init__(self, device: str | None):
         super().__init__()
-        self.count = 0
+        self.device, self.count = device, 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += func is torch.ops.aten._local_scalar_dense.default  # .item(), bool(t), int(t)
+        if func is torch.ops.aten._local_scalar_dense.default:  # .item(), bool(t), int(t)
+            self.count += self.device is None or args[0].device.type == self.device
         return func(*args, **(kwargs or {}))
 
 
-def host_reads(fn) -> int:
+def host_reads(fn, device: str | None = None) -> int:
     """How many numbers ``fn()`` reads back from its tensors (``.item()``, ``bool(t)``, ``int(t)``, an
-    ``if`` on a tensor). On a GPU each one waits until all the work queued before it has run. Counted on
-    any device, the CPU included; reads made inside a kernel's C++ (``torch.multinomial``'s) are not seen."""
-    with _ReadCounter() as counter:
+    ``if`` on a tensor); with ``device`` (``"cuda"``), only those read from tensors on it. On a GPU each
+    one waits until all the work queued before it has run. Counted on any device, the CPU included;
+    not seen: reads made inside a kernel's C++ (``torch.multinomial``'s), and whole copies (``.cpu()``)."""
+    with _ReadCounter(None if device is None else torch.device(device).type) as counter:
         fn()
     return counter.count
 

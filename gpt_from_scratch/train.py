@@ -32,7 +32,7 @@ from .recipes import (  # noqa: F401  (re-exported)
     BOOK_MODELS, RECIPES, Recipe, book_model, book_model_path, bpe_level_data, char_level_data, load_data,
 )
 from .train_config import History, TrainConfig, lr_at, make_optimizer  # noqa: F401  (re-exported)
-from .utils import check_int, eval_mode, skip_token_id_checks
+from .utils import check_int, eval_mode, float32_matmul_precision, skip_token_id_checks
 
 
 class TrainingDivergedError(FloatingPointError):
@@ -143,7 +143,7 @@ def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.
 
     Speed (Chapter 7's last section): ``cfg.precision`` runs the forward passes under autocast
     (``precision``), ``cfg.compile`` compiles the model with ``torch.compile``, AdamW is fused on a
-    GPU, float32 matrix products use TF32 there (``torch.set_float32_matmul_precision("high")``), the
+    GPU, float32 matrix products use TF32 there during the run (``utils.float32_matmul_precision``), the
     next batch is drawn while the GPU computes, and on a GPU the losses are read back (and checked
     for nan) only every ``eval_interval`` steps, not after every step: reading one waits for the GPU.
 
@@ -151,7 +151,9 @@ def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.
     ``DistributedDataParallel``: each process draws its own batches, gradients are averaged, and only
     rank 0 shows progress and writes checkpoints.
     """
-    with skip_token_id_checks(model):  # each batch is checked on the host instead
+    on_gpu = torch.device(cfg.device).type == "cuda"
+    matmuls = "high" if on_gpu else torch.get_float32_matmul_precision()  # TF32 on a GPU, as nanoGPT
+    with skip_token_id_checks(model), float32_matmul_precision(matmuls):  # batches: checked on the host
         return _train(model, train_data, val_data, cfg, out_dir, resume)
 
 
@@ -161,8 +163,6 @@ def _train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir, resume: 
     device = cfg.device
     precision = resolve_precision(cfg.precision, device)
     on_gpu = torch.device(device).type == "cuda"
-    if on_gpu:
-        torch.set_float32_matmul_precision("high")  # TF32 matrix products on recent GPUs, as nanoGPT does
     block_size, vocab_size = _block_size(model, cfg.block_size), _vocab_size(model)
     model.to(device)
     optimizer = make_optimizer(model, cfg)

@@ -131,6 +131,19 @@ def skip_token_id_checks(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
             model.check_token_ids = was
 
 
+@contextmanager
+def float32_matmul_precision(precision: str) -> Iterator[None]:
+    """``torch.set_float32_matmul_precision(precision)`` inside the block only (Chapter 7's last
+    section): ``"high"`` lets float32 matrix products use TF32 on a GPU. Afterwards, also after an
+    error, the setting is back, so that code run later (a parity check, say) is not made less exact."""
+    was = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(was)
+
+
 def check_int(owner: str, name: str, value, minimum: int | None = None, optional: bool = False) -> int | None:
     """``value`` as a Python int (NumPy integers accepted), else a ValueError naming ``owner.name``.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 
 @pytest.fixture(scope="session")
@@ -19,3 +20,12 @@ def gpt2():
     from gpt_from_scratch.tokenizer import gpt2_encoding
 
     return gpt2_encoding()
+
+
+@pytest.fixture(params=["cpu", "cuda"])
+def device(request) -> str:
+    """Each test that takes it runs on the CPU, and again on a GPU where one is available (skipped here
+    otherwise): the GPU branches of ``train`` and ``generate`` (fused AdamW, pinned copies, CUDA graphs)."""
+    if request.param == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no GPU here: the cuda case runs where torch.cuda.is_available()")
+    return request.param

@@ -235,6 +235,20 @@ def test_generate_rejects_bad_options(kwargs, message):
         generate(model, torch.zeros(1, 2, dtype=torch.long), **options)
 
 
+def test_a_generator_on_another_device_than_the_model_gets_a_clear_error():
+    """A reader on a GPU who seeds ``torch.Generator()`` (a CPU one) is told how to make it on the GPU.
+    A stand-in for the CUDA generator: the check must come before torch would use it."""
+    class GPUGenerator:
+        device = torch.device("cuda", 0)
+
+    model = _tiny_model()
+    with pytest.raises(ValueError, match=r"generator is on cuda:0 but the logits are on cpu: .*"
+                                         r"torch\.Generator\('cpu'\)\.manual_seed\(seed\)"):
+        generate(model, torch.zeros(1, 2, dtype=torch.long), 3, generator=GPUGenerator())
+    greedy = generate(model, torch.zeros(1, 2, dtype=torch.long), 3, greedy=True, generator=GPUGenerator())
+    assert greedy.shape == (1, 5)  # greedy draws nothing: its generator is never used
+
+
 def test_greedy_needs_no_temperature_and_1d_prompts_get_a_clear_error():
     model = _tiny_model()
     out = generate(model, torch.zeros(1, 2, dtype=torch.long), 3, temperature=0.0, greedy=True)

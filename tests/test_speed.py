@@ -1,7 +1,10 @@
 """Chapters 6 and 7, the speed settings: mixed precision, torch.compile and the best checkpoint in
-``train``; the static KV cache and compiled decoding step of ``generate``. All on the CPU, tiny models."""
+``train``; the static KV cache and compiled decoding step of ``generate``. Tiny models, on the CPU; the
+tests taking the ``device`` fixture run again on a GPU where there is one (conftest.py)."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -13,6 +16,7 @@ from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.precision import resolve_precision
 from gpt_from_scratch.speedups import host_reads
 from gpt_from_scratch.train import TrainConfig, char_level_data, load_checkpoint, train
+from gpt_from_scratch.utils import float32_matmul_precision
 
 TINY = dict(vocab_size=65, context_length=16, d_model=32, n_layers=2, n_heads=4, dropout=0.0)
 # bf16 keeps 8 bits of mantissa: a relative error of 2^-8 = 0.4% per rounding. On a loss of ~4.2 nats the
@@ -20,6 +24,9 @@ TINY = dict(vocab_size=65, context_length=16, d_model=32, n_layers=2, n_heads=4,
 BF16_TOLERANCE = 0.02
 FP16_TOLERANCE = 0.005  # 11 bits of mantissa: 8x finer than bf16 (seen: 2e-5)
 COMPILE_TOLERANCE = 1e-4  # the same float32 arithmetic, fused and reordered (seen: 5e-7)
+# On a GPU, train's float32 products are TF32 (10 bits of mantissa, like fp16), in both runs; the kernels
+# differ in which inputs they round: bounded like fp16 (not yet measured on a GPU).
+TF32_TOLERANCE = FP16_TOLERANCE
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +34,12 @@ def char_data():
     return char_level_data()
 
 
-def _run(char_data, **settings):
+def _run(char_data, device="cpu", **settings):
     train_ids, val_ids, _ = char_data
     torch.manual_seed(0)
     model = GPT(GPTConfig(**TINY))
     cfg = TrainConfig(**dict(max_iters=6, batch_size=4, warmup_iters=2, eval_interval=3, eval_iters=2,
-                             progress=False) | settings)
+                             progress=False, device=device) | settings)
     return train(model, train_ids, val_ids, cfg), model
 
 
@@ -47,32 +54,34 @@ def test_auto_precision_is_fp32_on_the_cpu_so_cpu_runs_are_unchanged(char_data):
     assert auto == fp32  # bit for bit
 
 
-def test_bf16_autocast_trains_within_tolerance_of_fp32(char_data):
-    fp32, _ = _run(char_data, precision="fp32")
-    bf16, _ = _run(char_data, precision="bf16")
+def test_bf16_autocast_trains_within_tolerance_of_fp32(char_data, device):
+    fp32, _ = _run(char_data, device, precision="fp32")
+    bf16, _ = _run(char_data, device, precision="bf16")
     assert 0 < _gap(fp32, bf16) < BF16_TOLERANCE  # > 0: the products really ran in bf16
 
 
-def test_fp16_uses_a_gradient_scaler_and_stays_within_tolerance(char_data, monkeypatch):
+def test_fp16_uses_a_gradient_scaler_and_stays_within_tolerance(char_data, device, monkeypatch):
+    """fp16 is what ``precision="auto"`` picks on a GPU without bf16, such as Colab's T4."""
     calls = []
     step = torch.amp.GradScaler.step
     monkeypatch.setattr(torch.amp.GradScaler, "step", lambda self, *a, **k: calls.append(1) or step(self, *a, **k))
-    fp32, _ = _run(char_data, precision="fp32")
+    fp32, _ = _run(char_data, device, precision="fp32")
     try:
-        fp16, _ = _run(char_data, precision="fp16")
+        fp16, _ = _run(char_data, device, precision="fp16")
     except RuntimeError as err:  # an older torch without float16 autocast on the CPU
         pytest.skip(f"float16 autocast or GradScaler is not available on this CPU build: {err}")
     assert len(calls) == 6  # every optimizer step went through the scaler
     assert 0 < _gap(fp32, fp16) < FP16_TOLERANCE
 
 
-def test_compiled_training_matches_eager(char_data):
+def test_compiled_training_matches_eager(char_data, device):
     """torch.compile on the CPU (inductor writes C++ and calls the C compiler): a tiny model, a minute or two."""
-    eager, eager_model = _run(char_data, max_iters=3, eval_interval=3)
-    compiled, compiled_model = _run(char_data, max_iters=3, eval_interval=3, compile=True)
-    assert _gap(eager, compiled) < COMPILE_TOLERANCE
-    for (name, a), (_, b) in zip(eager_model.state_dict().items(), compiled_model.state_dict().items()):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
+    eager, eager_model = _run(char_data, device, max_iters=3, eval_interval=3)
+    compiled, compiled_model = _run(char_data, device, max_iters=3, eval_interval=3, compile=True)
+    assert _gap(eager, compiled) < (COMPILE_TOLERANCE if device == "cpu" else TF32_TOLERANCE)
+    if device == "cpu":  # in TF32 the weights may differ by a step's size where a gradient is near 0
+        for (name, a), (_, b) in zip(eager_model.state_dict().items(), compiled_model.state_dict().items()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16"])
@@ -93,6 +102,20 @@ def test_host_reads_counts_every_value_read_back():
     t = torch.arange(4.0)
     assert host_reads(lambda: t * 2) == 0
     assert host_reads(lambda: (t.sum().item(), bool(t.any()), int(t[1]))) == 3
+    assert host_reads(lambda: t.sum().item(), device="cpu") == 1
+    assert host_reads(lambda: t.sum().item(), device="cuda") == 0  # only reads of tensors on the GPU
+
+
+def test_train_reads_the_gpu_back_only_at_its_loss_estimates(char_data, device):
+    """On a GPU, ``train`` waits for the device only when it estimates the losses (every ``eval_interval``
+    steps, where it also reads the steps' losses back): 4 more steps, no more reads. On the CPU it reads
+    each step's loss and gradient norm at once (free there), which shows the count sees train's reads."""
+    reads = [host_reads(lambda: _run(char_data, device, max_iters=n, eval_interval=100), device=device)
+             for n in (4, 8)]
+    if device == "cuda":
+        assert reads[1] == reads[0]
+    else:
+        assert reads[1] - reads[0] >= 2 * 4
 
 
 @pytest.mark.parametrize("checked, reads", [(True, 3), (False, 0)])
@@ -113,12 +136,13 @@ def test_a_training_step_waits_for_the_device_only_for_the_token_id_checks(check
 
 @pytest.mark.parametrize("path", [dict(), dict(use_cache=False), dict(static_cache=True)],
                          ids=["kv-cache", "no-cache", "static-cache"])
-def test_greedy_generation_waits_for_the_device_twice_per_call_not_once_per_token(path):
+def test_greedy_generation_waits_for_the_device_twice_per_call_not_once_per_token(path, device):
     """The prompt's id check, and the finiteness of every step's logits read at the end: two reads
     whatever the number of new tokens (one per token would stall a GPU between tokens)."""
-    model = GPT(GPTConfig(**TINY))
-    prompt = torch.randint(0, 65, (1, 4), generator=torch.Generator().manual_seed(0))
-    reads = [host_reads(lambda: generate(model, prompt, n, greedy=True, **path)) for n in (3, 9)]
+    model = GPT(GPTConfig(**TINY)).to(device)
+    prompt = torch.randint(0, 65, (1, 4), generator=torch.Generator().manual_seed(0)).to(device)
+    reads = [host_reads(lambda: generate(model, prompt, n, greedy=True, **path), device)
+             for n in (3, 9)]
     assert reads == [2, 2]
     assert model.check_token_ids  # back on
 
@@ -138,6 +162,23 @@ def test_train_checks_batches_on_the_host_and_gives_the_model_its_checks_back(ch
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 65\), this batch has values in \[\d+, 65\]"):
         train(model, bad, val_ids, cfg)
     assert model.check_token_ids  # back on after the error too
+
+
+def test_train_uses_tf32_on_a_gpu_only_while_it_runs(char_data, device, monkeypatch):
+    """TF32 speeds training up on a GPU; after ``train`` the setting is back (even after an error),
+    so that what a chapter runs next, a parity check say, is as exact as before."""
+    seen = []
+    forward = GPT.forward
+    monkeypatch.setattr(GPT, "forward", lambda self, *a, **k: seen.append(torch.get_float32_matmul_precision())
+                        or forward(self, *a, **k))
+    torch.set_float32_matmul_precision("highest")  # PyTorch's default
+    _run(char_data, device, max_iters=2)
+    assert set(seen) == {"high" if device == "cuda" else "highest"}
+    assert torch.get_float32_matmul_precision() == "highest"
+    with pytest.raises(FloatingPointError), float32_matmul_precision("medium"):
+        assert torch.get_float32_matmul_precision() == "medium"
+        raise FloatingPointError("a run that diverged")
+    assert torch.get_float32_matmul_precision() == "highest"
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -230,13 +271,15 @@ PROMPT = torch.randint(65, (2, 5), generator=torch.Generator().manual_seed(1))
 
 
 @pytest.mark.parametrize("fast", [dict(static_cache=True), dict(compile=True)], ids=["static", "compiled"])
-def test_static_cache_and_compiled_step_give_the_tokens_of_the_eager_path(tiny_model, fast):
+def test_static_cache_and_compiled_step_give_the_tokens_of_the_eager_path(tiny_model, fast, device):
+    """On a GPU, ``compile`` replays the step as a CUDA graph (``mode="reduce-overhead"``)."""
     from gpt_from_scratch.generate import generate
 
-    greedy = generate(tiny_model, PROMPT, 30, greedy=True)
-    assert torch.equal(generate(tiny_model, PROMPT, 30, greedy=True, **fast), greedy)
-    sampled = generate(tiny_model, PROMPT, 30, top_k=10, generator=torch.Generator().manual_seed(3))
-    again = generate(tiny_model, PROMPT, 30, top_k=10, generator=torch.Generator().manual_seed(3), **fast)
+    model, prompt = copy.deepcopy(tiny_model).to(device), PROMPT.to(device)
+    greedy = generate(model, prompt, 30, greedy=True)
+    assert torch.equal(generate(model, prompt, 30, greedy=True, **fast), greedy)
+    sampled = generate(model, prompt, 30, top_k=10, generator=torch.Generator(device).manual_seed(3))
+    again = generate(model, prompt, 30, top_k=10, generator=torch.Generator(device).manual_seed(3), **fast)
     assert torch.equal(again, sampled)
     assert not torch.equal(sampled, greedy)  # the draws really were random
 

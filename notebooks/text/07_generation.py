@@ -552,8 +552,8 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 #   step's logits were broken. `host_reads` counts the reads on any device (the cell after the timings);
 #   what they cost, only a GPU run can time: a CPU has nothing to wait for.
 # - **TF32.** On recent NVIDIA GPUs, float32 matrix products can run on the tensor cores with a 10-bit
-#   mantissa (TF32) and float32 range. `train` turns it on for a GPU
-#   (`torch.set_float32_matmul_precision("high")`), as nanoGPT does.
+#   mantissa (TF32) and float32 range. `train` turns it on for a GPU, as nanoGPT does, and back off
+#   when it returns (`utils.float32_matmul_precision("high")`): what runs next stays exact.
 # - **bf16 autocast.** `torch.autocast` runs the matrix products in bfloat16 (8 bits of exponent like
 #   float32, 7 of mantissa) while the weights, the optimizer and the loss stay float32:
 #   `TrainConfig(precision="bf16")`. On GPUs without bfloat16 (Colab's T4), `precision="fp16"` adds a
