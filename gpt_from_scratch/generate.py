@@ -98,8 +98,8 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
 
     ``greedy`` takes the arg-max (temperature and the filters cannot change it, so they are skipped).
     Otherwise: divide by ``temperature``, apply ``top_k_filter`` then ``top_p_filter``, softmax, and draw
-    with ``torch.multinomial`` using ``generator`` (on the logits' device). Logits with a nan, a +inf, or no finite entry
-    in a row raise a ``ValueError`` (a model whose weights or inputs are broken).
+    with ``torch.multinomial`` using ``generator`` (on the logits' device). Logits with a nan, a +inf, or
+    no finite entry in a row raise a ``ValueError`` (a model whose weights or inputs are broken).
     """
     _check_logits(_broken_rows(logits))
     if greedy:
