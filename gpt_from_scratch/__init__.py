@@ -8,9 +8,11 @@ module              chapter
 ``data``            1  Tokens and batches (Tiny Shakespeare, splits, batches)
 ``tokenizer``       1  Tokens and batches (GPT-2 BPE via tiktoken, characters)
 ``bpe``             1b Byte-pair encoding from scratch (identical to tiktoken)
+``bpe_train``       1b learning the merges from a text (``BPETokenizer.train``)
 ``embeddings``      2  Embeddings and positional encoding
 ``layernorm``       3  Layer normalization (and Chapter 10's RMSNorm)
 ``attention``       4  Attention
+``plotting``        4  attention heatmaps with token labels
 ``model``           5  The full GPT
 ``diagram``         5  GPT-2's architecture drawn from a model's modules
 ``train``           6  Training on Tiny Shakespeare (the loop; re-exports the next four)
@@ -27,9 +29,9 @@ module              chapter
 ``speedups``        7  the speed-ups measured in the chapter, as sentences
 ``exercises``       every chapter's exercises: ``check_*`` functions
 ``utils``           every chapter's helpers: seeds, devices, checked arguments
-``plotting``        8  Real GPT-2 weights and what the heads attend to
 ``hf_weights``      8  weights to and from Hugging Face's GPT-2
 ``heads``           8  head scores (sinks, previous-token heads), GPT-2's published figures
+``heads_plots``     8  many heads at once: grids, side-by-side maps, bertviz's head view
 ``heads_prose``     8  the chapter's sentences, written from the loaded model's numbers
 ``offline_model``   8  the small model analysed when GPT-2's weights are unavailable
 ``corpus_vocab``    8  a GPT that learns only its corpus's tokens and reads GPT-2's ids

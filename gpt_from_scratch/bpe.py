@@ -12,9 +12,8 @@ merge first, until no learned pair is left.
 
 from __future__ import annotations
 
-import heapq
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Literal
 
@@ -159,52 +158,9 @@ class BPETokenizer:
         counts of only the chunks that contained it. Training is greedy, so the merges learned for a
         small ``vocab_size`` are the first merges learned for any larger one.
         """
-        if vocab_size < 256:
-            raise ValueError(
-                f"vocab_size={vocab_size!r} is smaller than the 256 byte tokens every byte-level tokenizer "
-                "starts from: choose vocab_size >= 256 (256 means no merges)"
-            )
-        chunk_freqs = Counter(pretokenize(text))
-        words = [list(chunk.encode("utf-8")) for chunk in chunk_freqs]  # each chunk as a list of ids
-        freqs = list(chunk_freqs.values())
-        counts: Counter = Counter()  # pair -> occurrences in the whole text
-        where: dict[Pair, set[int]] = defaultdict(set)  # pair -> the words it (may) occur in
-        for w, ids in enumerate(words):
-            pair_counts(ids, counts, freqs[w])
-            for pair in zip(ids, ids[1:]):
-                where[pair].add(w)
+        from .bpe_train import learn_merges  # the algorithm, on its own page (it imports this one)
 
-        # A heap of (-count, pair) finds the most frequent pair without scanning all of them each step.
-        # Entries go stale when a count changes; a fresh entry is pushed then, and stale ones are skipped.
-        heap = [(-count, pair) for pair, count in counts.items()]
-        heapq.heapify(heap)
-        merges: dict[Pair, int] = {}
-        for new_id in range(256, vocab_size):
-            if not counts:
-                raise ValueError(
-                    f"the text has no pair left to merge after {len(merges)} merges, so vocab_size={vocab_size} "
-                    f"cannot be reached: train on a longer text or choose vocab_size <= {256 + len(merges)}"
-                )
-            while True:  # most frequent pair; ties go to the smallest ids
-                neg_count, best = heapq.heappop(heap)
-                if counts.get(best) == -neg_count:
-                    break
-            merges[best] = new_id
-            changed = set()
-            for w in where.pop(best):
-                old, words[w] = words[w], merge(words[w], best, new_id)
-                for pair in zip(old, old[1:]):  # forget the word's old pairs ...
-                    counts[pair] -= freqs[w]
-                    if counts[pair] == 0:
-                        del counts[pair]
-                    changed.add(pair)
-                pair_counts(words[w], counts, freqs[w])  # ... and count its new ones
-                for pair in zip(words[w], words[w][1:]):
-                    where[pair].add(w)
-                    changed.add(pair)
-            for pair in changed & counts.keys():
-                heapq.heappush(heap, (-counts[pair], pair))
-        return cls(merges)
+        return cls(learn_merges(text, vocab_size))
 
     @classmethod
     def from_gpt2(cls) -> BPETokenizer:

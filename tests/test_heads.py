@@ -323,7 +323,7 @@ def test_head_scores_heatmap_annotates_every_head_and_rejects_bad_scores():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gpt_from_scratch.plotting import head_scores_heatmap
+    from gpt_from_scratch.heads_plots import head_scores_heatmap
 
     scores = torch.tensor([[0.1, 0.9, 0.5], [0.0, 0.25, 1.0]])
     fig = head_scores_heatmap(scores, "title", "label")

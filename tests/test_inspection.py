@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gpt_from_scratch.model import GPT, WeightsUnavailableError  # noqa: E402
-from gpt_from_scratch.plotting import attention_grid, attention_lines, compare_attention  # noqa: E402
+from gpt_from_scratch.heads_plots import attention_grid, attention_lines, compare_attention  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 
@@ -218,3 +218,14 @@ def test_attention_lines_wraps_many_heads_onto_rows():
     assert len(fig.axes) == 7  # 3 + 3 + 1: the two empty places of the last row are removed
     assert [ax.get_title() for ax in fig.axes] == [f"head {h}" for h in range(7)]
     plt.close(fig)
+
+
+def test_chapter_8s_plots_still_import_from_plotting_where_they_first_lived():
+    from gpt_from_scratch import heads_plots, plotting
+    from gpt_from_scratch.plotting import attention_grid  # readers' code from before the move
+
+    assert attention_grid is heads_plots.attention_grid
+    for name in ("compare_attention", "attention_lines", "head_scores_heatmap"):
+        assert getattr(plotting, name) is getattr(heads_plots, name)
+    with pytest.raises(AttributeError, match="no_such_plot"):
+        plotting.no_such_plot

@@ -75,8 +75,9 @@ from gpt_from_scratch.data import prepare_tokens, read_tokens
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig, WeightsUnavailableError
 from gpt_from_scratch.offline_model import EOT, offline_model
-from gpt_from_scratch.plotting import (attention_grid, attention_lines, compare_attention,
-                                       head_scores_heatmap, token_labels)
+from gpt_from_scratch.heads_plots import (attention_grid, attention_lines,
+                                          compare_attention, head_scores_heatmap)
+from gpt_from_scratch.plotting import token_labels
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.train import RECIPES, TrainConfig, book_model, estimate_loss
 from gpt_from_scratch.utils import seed_everything
@@ -373,8 +374,8 @@ print("largest weight on a future token:", max(A[..., future].max().item() for A
 
 # %% [markdown]
 # Layer 0 by hand matches, the rows are probability distributions, and nothing looks ahead.
-# Here is every head at once, with `attention_grid` from `gpt_from_scratch.plotting`, all on
-# one colour scale. Two patterns are worth looking for; sections 8.8 and 8.9 measure them: a
+# Here is every head at once, with `attention_grid` from `gpt_from_scratch.heads_plots`, all
+# on one colour scale. Two patterns are worth looking for; sections 8.8 and 8.9 measure them: a
 # bright first column all the way down (an *attention sink*) and a bright line just below
 # the diagonal (a *previous-token head*). The bright top-left corner of every map is no
 # pattern: query 0 can only attend to itself.
@@ -623,10 +624,10 @@ if SHOW_BERTVIZ:
     display(model_html)
 
 # %% [markdown]
-# For this page, `attention_lines` from `gpt_from_scratch.plotting` draws what the head view
-# shows as a static figure: every head of the chosen layer, each line from a query token
-# (left) to a key token (right) as opaque as its weight. The model view's grid of every
-# layer and head is the `attention_grid` of section 8.5.
+# For this page, `attention_lines` from `gpt_from_scratch.heads_plots` draws what the head
+# view shows as a static figure: every head of the chosen layer, each line from a query
+# token (left) to a key token (right) as opaque as its weight. The model view's grid of
+# every layer and head is the `attention_grid` of section 8.5.
 
 # %% mystnb={"figure": {"caption": "A static head view of the layer chosen in section 8.6, on the doctor and nurse sentence: one panel per head, a line from each query token (left) to each key token (right), as opaque as its attention weight.", "name": "fig-head-view"}, "image": {"alt": "Panels side by side, one per attention head, each listing the tokens of 'The doctor asked the nurse a question. She' twice, in two columns, joined by lines whose opacity is the attention weight."}}
 fig = attention_lines(attention[layer][0], labels, title=f"{MODEL_NAME}, layer {layer}")
