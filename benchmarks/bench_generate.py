@@ -125,6 +125,7 @@ def cuda_main(args) -> None:
 
     from gpt_from_scratch.generate import generate
     from gpt_from_scratch.model import GPT, GPTConfig
+    from gpt_from_scratch.precision import DTYPES, resolve_precision
 
     torch.set_float32_matmul_precision("high")  # TF32, as train() sets on a GPU
     prompt_len, n = (512, 256) if (args.prompt, args.new_tokens) == (256, 256) else (args.prompt, args.new_tokens)
@@ -136,7 +137,8 @@ def cuda_main(args) -> None:
     peak, copy = peak_bandwidth(), copy_bandwidth()
     print(f"  memory bandwidth: peak {peak / 1e12 if peak else float('nan'):.2f} TB/s (clock x bus width), "
           f"measured copy {copy / 1e12:.2f} TB/s")
-    for dtype, bar in ((torch.float32, 600), (torch.bfloat16, 1500)):
+    half = DTYPES[resolve_precision("auto", "cuda")]  # bfloat16, or float16 where it is only emulated
+    for dtype, bar in ((torch.float32, 600), (half, 1500)):
         model = GPT(config).eval()
         hf = GPT2LMHeadModel(model.to_hf_config())
         hf.load_state_dict(model.to_hf_state_dict())

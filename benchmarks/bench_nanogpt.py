@@ -13,7 +13,10 @@ github.com/karpathy/nanoGPT (or set ``NANOGPT``); without one this benchmark say
    alternating rounds (the GPU synchronised around each round): fp32 and fp32 + ``torch.compile`` on the
    CPU; fp32 (TF32), bf16 autocast and bf16 + ``torch.compile`` on a GPU. Bar: ours / nanoGPT >= 1.0 in
    every setting.
-2. The whole run, as two programs: nanoGPT's ``train.py`` in a temporary copy of the clone (its own
+2. The compiled graph: how many kernels Inductor generates for one forward and backward pass of
+   each model (fp32, and bf16 autocast), and how many IR nodes it fused into them. Equal counts
+   mean the compiled step does the same work, so a gap in part 1 lies outside the model.
+3. The whole run, as two programs: nanoGPT's ``train.py`` in a temporary copy of the clone (its own
    ``prepare.py`` on the shared Tiny Shakespeare), and the book's ``train`` with the same recipe: the
    README's CPU command for ``--iters`` steps on the CPU, ``config/train_shakespeare_char.py`` as it is
    (5,000 steps, bf16, compile) on a GPU. Wall time and best and final validation loss of each.
@@ -51,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per model and round (default 20)")
     parser.add_argument("--rounds", type=int, default=10, help="alternating timing rounds (default 10)")
     parser.add_argument("--iters", type=int, default=2000, help="steps of the CPU runs (default 2000)")
-    parser.add_argument("--only", choices=["step", "run"], help="run one part only")
+    parser.add_argument("--only", choices=["step", "graph", "run"], help="run one part only")
     return parser.parse_known_args(argv)[0]  # `python -m benchmarks nanogpt` leaves its name in argv
 
 
@@ -90,13 +93,14 @@ def both_models(folder: Path, shape: dict, device: str):
 def step_run(folder: Path, device: str, steps: int, rounds: int) -> dict[str, float]:
     """Part 1: the median step time of each model in each setting, and the ratios."""
     from gpt_from_scratch.data import get_batch
-    from gpt_from_scratch.precision import autocast
+    from gpt_from_scratch.precision import autocast, resolve_precision
     from gpt_from_scratch.speedups import synchronize
     from gpt_from_scratch.train import char_level_data
 
     shape = NANOGPT_GPU if device == "cuda" else NANOGPT_CPU
     B, T = shape["batch_size"], shape["block_size"]
-    settings = [("fp32", False), ("bf16", False), ("bf16", True)] if device == "cuda" else [
+    half = resolve_precision("auto", device)  # on a GPU bf16, or fp16 where bf16 is only emulated
+    settings = [("fp32", False), (half, False), (half, True)] if device == "cuda" else [
         ("fp32", False), ("fp32", True)]
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # as nanoGPT
@@ -139,8 +143,33 @@ def step_run(folder: Path, device: str, steps: int, rounds: int) -> dict[str, fl
     return ratios
 
 
+def graph_counts(folder: Path, device: str) -> dict[str, dict[str, int]]:
+    """Part 2: Inductor's kernels (and IR nodes before fusion) for one compiled forward and backward
+    pass of each model, in fp32 and under bf16 autocast: {setting: {name: kernels}}."""
+    import torch._inductor.metrics as inductor
+    from gpt_from_scratch.precision import autocast
+
+    shape = dict(NANOGPT_GPU if device == "cuda" else NANOGPT_CPU, batch_size=2)  # counts: any B
+    x, y = (torch.randint(0, 65, (2, shape["block_size"]), device=device) for _ in range(2))
+    print(f"Inductor's kernels for one compiled forward + backward, {shape['n_layer']} layers, "
+          f"{shape['n_embd']} dims, block {shape['block_size']}, on {device}:")
+    counts = {}
+    for precision in ("fp32", "bf16"):
+        counts[precision] = {}
+        for name, (model, _) in both_models(folder, shape, device).items():
+            torch._dynamo.reset()
+            inductor.reset()
+            with autocast(precision, device):
+                _, loss = torch.compile(model)(x, y)
+            loss.backward()
+            counts[precision][name] = inductor.generated_kernel_count
+            print(f"  {precision} {name:8s} {inductor.generated_kernel_count:4d} kernels "
+                  f"({inductor.ir_nodes_pre_fusion} IR nodes before fusion)")
+    return counts
+
+
 def nanogpt_run(folder: Path, device: str, iters: int) -> tuple[float, float, float]:
-    """Part 2, nanoGPT's side: its train.py on its prepared Shakespeare-char; (seconds, best, final val)."""
+    """Part 3, nanoGPT's side: its train.py on its prepared Shakespeare-char; (seconds, best, final val)."""
     from gpt_from_scratch.data import tiny_shakespeare_path
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -168,7 +197,7 @@ def nanogpt_run(folder: Path, device: str, iters: int) -> tuple[float, float, fl
 
 
 def ours_run(device: str, iters: int) -> tuple[float, float, float]:
-    """Part 2, our side: the book's ``train`` with the same recipe; (seconds, best, final val)."""
+    """Part 3, our side: the book's ``train`` with the same recipe; (seconds, best, final val)."""
     from gpt_from_scratch.model import GPT, GPTConfig
     from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, train
 
@@ -195,6 +224,8 @@ def main(argv=None) -> None:
     print(f"torch {torch.__version__}")
     if args.only in (None, "step"):
         step_run(folder, args.device, args.steps, args.rounds)
+    if args.only in (None, "graph"):
+        graph_counts(folder, args.device)
     if args.only in (None, "run"):
         what = "config/train_shakespeare_char.py" if args.device == "cuda" else f"CPU recipe, {args.iters} steps"
         print(f"the whole run, nanoGPT's network in both, each trainer with its own loop ({what}):")

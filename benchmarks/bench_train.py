@@ -189,12 +189,13 @@ def speed_run(steps: int, rounds: int) -> None:
 
 
 def cuda_speed_run(steps: int) -> None:
-    """One training step on the GPU: ours vs transformers, fp32 (TF32) / bf16 / bf16 + compile."""
+    """One training step on the GPU: ours vs transformers, fp32 (TF32) / bf16 / bf16 + compile (fp16 for
+    bf16 on a GPU that only emulates bfloat16, such as a T4)."""
     from transformers import GPT2LMHeadModel
 
     from gpt_from_scratch.data import get_batch
     from gpt_from_scratch.model import GPT, GPTConfig
-    from gpt_from_scratch.precision import autocast
+    from gpt_from_scratch.precision import autocast, resolve_precision
     from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, make_optimizer
 
     torch.set_float32_matmul_precision("high")
@@ -206,7 +207,8 @@ def cuda_speed_run(steps: int) -> None:
           f"6 layers, 384 dims (nanoGPT's Shakespeare-char GPU run); median of 3 rounds of {steps} steps")
     x, y = get_batch(train_ids, cfg.batch_size, T, torch.Generator().manual_seed(1), "cuda")
     results = {}
-    for precision, compiled in (("fp32", False), ("bf16", False), ("bf16", True)):
+    half = resolve_precision("auto", "cuda")  # bf16, or fp16 where bfloat16 is only emulated
+    for precision, compiled in (("fp32", False), (half, False), (half, True)):
         torch.manual_seed(0)
         ours = GPT(GPTConfig(**recipe.model)).cuda().train()
         ours.check_token_ids = False  # as in train(), which checks each batch on the host instead
@@ -251,7 +253,8 @@ def cuda_loop_run(steps: int = 300) -> None:
 
     recipe = RECIPES["shakespeare-char-full"]
     train_ids, val_ids, _ = char_level_data()
-    for precision, compiled in (("fp32", False), ("bf16", False), ("bf16", True)):
+    half = resolve_precision("auto", "cuda")  # bf16, or fp16 where bfloat16 is only emulated
+    for precision, compiled in (("fp32", False), (half, False), (half, True)):
         torch.manual_seed(0)
         model = GPT(GPTConfig(**recipe.model))
         cfg = TrainConfig(**recipe.train | dict(max_iters=steps + 20, eval_interval=10_000, eval_iters=1),

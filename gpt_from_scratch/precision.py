@@ -7,9 +7,9 @@
   7 mantissa bits), the weights, the optimizer and the loss stay float32; no scaling needed;
 * ``"fp16"``: autocast to float16 (5 exponent bits), whose small range makes small gradients
   underflow to 0, so the loss is multiplied by a ``torch.amp.GradScaler`` before the backward pass
-  (and the gradients divided back before clipping); for GPUs without bfloat16, such as Colab's T4;
-* ``"auto"``: on a CUDA GPU bf16 where it is supported, else fp16; anywhere else fp32 (so the CPU
-  runs exactly as without this setting).
+  (and the gradients divided back before clipping); for GPUs that only emulate bfloat16, such as Colab's T4;
+* ``"auto"``: on a CUDA GPU bf16 where it computes in it natively (Ampere and later), else fp16;
+  anywhere else fp32 (so the CPU runs exactly as without this setting).
 """
 
 from __future__ import annotations
@@ -32,21 +32,32 @@ def check_precision(precision) -> str:
     return precision
 
 
+def native_bf16(device: str | torch.device) -> bool:
+    """Whether the CUDA GPU ``device`` computes in bfloat16 natively: Ampere (compute capability 8.0)
+    and later, and AMD's GPUs. Older ones, such as Colab's T4 (7.5), only emulate it: slowly, and
+    ``torch.compile`` skips a bfloat16 graph there (with a warning) and runs it eagerly.
+    ``torch.cuda.is_bf16_supported()`` says yes to those too, so it cannot decide this."""
+    return torch.version.hip is not None or torch.cuda.get_device_capability(torch.device(device))[0] >= 8
+
+
 def resolve_precision(precision: str, device: str | torch.device) -> str:
     """The precision ``train`` uses on ``device``: ``"auto"`` becomes ``"fp32"``, ``"bf16"`` or ``"fp16"``.
 
-    ``"auto"``: bf16 on a CUDA GPU that supports it (Ampere and later), fp16 on an older one, fp32
-    anywhere else. An explicit setting is kept, except what the device cannot do: a ValueError says so.
+    ``"auto"``: bf16 on a CUDA GPU that computes in it natively (``native_bf16``: Ampere and later),
+    fp16 on an older one, fp32 anywhere else. An explicit setting is kept, except what the device
+    cannot do (or only emulates): a ValueError says so.
     """
     precision = check_precision(precision)
     kind = torch.device(device).type
     if precision == "auto":
         if kind != "cuda":
             return "fp32"
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    if precision == "bf16" and kind == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"precision='bf16' on {device}: this GPU has no bfloat16 support. Use precision='fp16' "
-                         "(with a gradient scaler) or 'auto', which picks it")
+        return "bf16" if native_bf16(device) else "fp16"
+    if precision == "bf16" and kind == "cuda" and not native_bf16(device):
+        major, minor = torch.cuda.get_device_capability(torch.device(device))
+        raise ValueError(f"precision='bf16' on {device}: this GPU (compute capability {major}.{minor}) only "
+                         "emulates bfloat16, slowly, and torch.compile cannot compile it. Use "
+                         "precision='fp16' (with a gradient scaler) or 'auto', which picks it")
     if precision != "fp32" and kind not in ("cuda", "cpu"):
         raise ValueError(f"precision={precision!r} is supported on 'cuda' and 'cpu', not on {device!r}: "
                          "use precision='fp32' there")

@@ -13,7 +13,7 @@ import torch
 from gpt_from_scratch import train as train_module
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
-from gpt_from_scratch.precision import resolve_precision
+from gpt_from_scratch.precision import native_bf16, resolve_precision
 from gpt_from_scratch.speedups import host_reads
 from gpt_from_scratch.train import TrainConfig, char_level_data, load_checkpoint, train
 from gpt_from_scratch.utils import float32_matmul_precision
@@ -55,13 +55,15 @@ def test_auto_precision_is_fp32_on_the_cpu_so_cpu_runs_are_unchanged(char_data):
 
 
 def test_bf16_autocast_trains_within_tolerance_of_fp32(char_data, device):
+    if device == "cuda" and not native_bf16(device):
+        pytest.skip("this GPU only emulates bfloat16, so train refuses it (the fp16 test covers it)")
     fp32, _ = _run(char_data, device, precision="fp32")
     bf16, _ = _run(char_data, device, precision="bf16")
     assert 0 < _gap(fp32, bf16) < BF16_TOLERANCE  # > 0: the products really ran in bf16
 
 
 def test_fp16_uses_a_gradient_scaler_and_stays_within_tolerance(char_data, device, monkeypatch):
-    """fp16 is what ``precision="auto"`` picks on a GPU without bf16, such as Colab's T4."""
+    """fp16 is what ``precision="auto"`` picks on a GPU that only emulates bf16, such as Colab's T4."""
     calls = []
     step = torch.amp.GradScaler.step
     monkeypatch.setattr(torch.amp.GradScaler, "step", lambda self, *a, **k: calls.append(1) or step(self, *a, **k))
@@ -199,6 +201,21 @@ def test_precision_the_device_cannot_do_is_refused():
         resolve_precision("bf16", "mps")
     assert resolve_precision("auto", "mps") == "fp32"
 
+
+
+@pytest.mark.parametrize("capability, auto", [((7, 5), "fp16"), ((8, 0), "bf16"), ((9, 0), "bf16")])
+def test_auto_precision_is_bf16_only_on_a_gpu_that_computes_in_it(monkeypatch, capability, auto):
+    """Colab's T4 (7.5) only emulates bfloat16, slowly, and torch.compile skips bf16 graphs there,
+    yet ``torch.cuda.is_bf16_supported()`` says True on it: the choice must not rest on that."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert resolve_precision("auto", "cuda") == auto
+    if auto == "fp16":
+        with pytest.raises(ValueError, match=r"capability 7\.5\) only emulates bfloat16.*'fp16'"):
+            resolve_precision("bf16", "cuda:0")
+    else:
+        assert resolve_precision("bf16", "cuda") == "bf16"
 
 def _scripted_val_losses(monkeypatch, values):
     """Make ``estimate_loss`` report ``values`` as the validation losses, in order (the train loss: 1.0)."""

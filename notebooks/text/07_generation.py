@@ -556,9 +556,10 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 #   when it returns (`utils.float32_matmul_precision("high")`): what runs next stays exact.
 # - **bf16 autocast.** `torch.autocast` runs the matrix products in bfloat16 (8 bits of exponent like
 #   float32, 7 of mantissa) while the weights, the optimizer and the loss stay float32:
-#   `TrainConfig(precision="bf16")`. On GPUs without bfloat16 (Colab's T4), `precision="fp16"` adds a
-#   gradient scaler, since float16's small range would round small gradients to 0; `"auto"` picks for you
-#   and stays float32 on the CPU.
+#   `TrainConfig(precision="bf16")`. GPUs before Ampere, such as Colab's T4, only emulate bfloat16,
+#   slowly, so there `precision="fp16"` runs the products in float16 and adds a gradient scaler, since
+#   float16's small range would round small gradients to 0; `"auto"` picks for you and stays float32 on
+#   the CPU.
 # - **Fused AdamW.** One kernel updates every parameter instead of a handful of kernels per tensor
 #   (`make_optimizer` uses it on a GPU).
 # - **Flash attention.** `F.scaled_dot_product_attention` (SDPA, Chapter 4) never materializes the
@@ -582,9 +583,12 @@ from IPython.display import Markdown
 
 from gpt_from_scratch.speedups import (bandwidth_prose, copy_bandwidth, decode_rate,
                                        host_reads, speedups_prose, step_time)
+from gpt_from_scratch.precision import resolve_precision
 from gpt_from_scratch.utils import default_device
 
 FAST_DEVICE = default_device() if FULL_RUN else "cpu"
+# train's half precision there: bf16, or fp16 on a GPU that only emulates bf16 (a T4)
+HALF = resolve_precision("auto", FAST_DEVICE) if FAST_DEVICE == "cuda" else "bf16"
 if FAST_DEVICE == "cuda":
     torch.backends.cuda.matmul.allow_tf32 = False  # measured below: TF32 off, then on
 gpu_shape = dict(context_length=256, d_model=384, n_layers=6, n_heads=6)
@@ -603,15 +607,15 @@ rows = {"SDPA attention": (step_time(fast_model, x, y, repeats=3), base)}
 for block in fast_model.blocks:
     block.attn.fast = True
 rows["fused AdamW"] = (base, step_time(fast_model, x, y, fused=True, repeats=3))
-rows["bf16 autocast"] = (base, step_time(fast_model, x, y, precision="bf16", repeats=1))
+rows[f"{HALF} autocast"] = (base, step_time(fast_model, x, y, precision=HALF, repeats=1))
 if FAST_DEVICE == "cuda":
     fast_model.check_token_ids = True  # the model checks x and y: three waits per step
     rows["ids checked on the host"] = (step_time(fast_model, x, y), base)
     fast_model.check_token_ids = False
     torch.backends.cuda.matmul.allow_tf32 = True
     rows["TF32"] = (base, step_time(fast_model, x, y))
-    rows["bf16 + torch.compile"] = (base, step_time(torch.compile(fast_model), x, y,
-                                                    precision="bf16", fused=True))
+    rows[f"{HALF} + torch.compile"] = (base, step_time(torch.compile(fast_model), x, y,
+                                                      precision=HALF, fused=True))
 table = {name: {"before (ms)": round(1e3 * a, 1), "after (ms)": round(1e3 * b, 1),
                 "speed-up": round(a / b, 2)} for name, (a, b) in rows.items()}
 print(f"one training step, batch {B} x {fast_config.context_length} tokens, {FAST_DEVICE}")
