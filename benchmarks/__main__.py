@@ -7,7 +7,6 @@ CUDA graphs, ours against transformers in the same process); the default is the 
 
 import argparse
 import runpy
-import sys
 from pathlib import Path
 
 here = Path(__file__).parent

@@ -145,16 +145,18 @@ def step_run(folder: Path, device: str, steps: int, rounds: int) -> dict[str, fl
 
 def graph_counts(folder: Path, device: str) -> dict[str, dict[str, int]]:
     """Part 2: Inductor's kernels (and IR nodes before fusion) for one compiled forward and backward
-    pass of each model, in fp32 and under bf16 autocast: {setting: {name: kernels}}."""
+    pass of each model, in fp32 and under bf16 autocast (fp16 on a GPU that only emulates bf16):
+    {setting: {name: kernels}}."""
     import torch._inductor.metrics as inductor
-    from gpt_from_scratch.precision import autocast
+    from gpt_from_scratch.precision import autocast, resolve_precision
 
     shape = dict(NANOGPT_GPU if device == "cuda" else NANOGPT_CPU, batch_size=2)  # counts: any B
     x, y = (torch.randint(0, 65, (2, shape["block_size"]), device=device) for _ in range(2))
     print(f"Inductor's kernels for one compiled forward + backward, {shape['n_layer']} layers, "
           f"{shape['n_embd']} dims, block {shape['block_size']}, on {device}:")
     counts = {}
-    for precision in ("fp32", "bf16"):
+    half = resolve_precision("auto", device) if device == "cuda" else "bf16"
+    for precision in ("fp32", half):
         counts[precision] = {}
         for name, (model, _) in both_models(folder, shape, device).items():
             torch._dynamo.reset()

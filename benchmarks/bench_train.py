@@ -249,6 +249,7 @@ def cuda_speed_run(steps: int) -> None:
 def cuda_loop_run(steps: int = 300) -> None:
     """The whole ``train`` loop per step on the GPU (batches drawn on the host, losses read every 250 steps)."""
     from gpt_from_scratch.model import GPT, GPTConfig
+    from gpt_from_scratch.precision import resolve_precision
     from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, train
 
     recipe = RECIPES["shakespeare-char-full"]

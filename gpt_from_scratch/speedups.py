@@ -1,6 +1,7 @@
 """Chapter 7, last section — measuring what makes training and generation fast, and the sentences that say it.
 
-``step_time`` times one training step (forward, backward, clipping, AdamW) in a given setting;
+``step_time`` times one training step (forward, backward, clipping, AdamW) in a given setting,
+``step_times`` several settings in alternating rounds;
 ``decode_rate`` the tokens per second of ``generate``; ``copy_bandwidth`` the memory bandwidth a copy
 reaches; ``host_reads`` counts the values a computation reads back (each a wait for a GPU).
 ``speedups_prose`` and ``bandwidth_prose`` turn the measurements into the chapter's sentences, so what
@@ -15,6 +16,7 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .attention import MultiHeadAttention
 from .generate import generate
 from .precision import autocast
 
@@ -47,35 +49,61 @@ def host_reads(fn, device: str | None = None) -> int:
     return counter.count
 
 
+def _timed(fn, device) -> float:
+    """Seconds of one call of ``fn()``, the GPU's queue drained before and after."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
 def median_time(fn, repeats: int = 5, device="cpu") -> float:
     """Median seconds of ``fn()`` over ``repeats`` calls, after one untimed warm-up call."""
     fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(_timed(fn, device) for _ in range(repeats))
+
+
+def _step(model, x, y, precision: str = "fp32", fused: bool | None = None, sdpa: bool = True):
+    """One training step of ``model`` on ``(x, y)``, as a function: forward (SDPA attention, or with
+    ``sdpa=False`` attention written out), backward, clipping, AdamW (fused or not)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
+    attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+
+    def step() -> None:
+        for attention in attentions:
+            attention.fast = sdpa
+        with autocast(precision, x.device):
+            _, loss = model(x, y)  # mean cross-entropy, computed in float32
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        for attention in attentions:
+            attention.fast = True
+
+    return step
 
 
 def step_time(model, x, y, precision: str = "fp32", fused: bool | None = None, repeats: int = 5) -> float:
     """Median seconds of one training step of ``model`` on the batch ``(x, y)`` (B, T), in ``precision``
     (``"fp32"``, ``"bf16"``, ``"fp16"`` without scaler: for timing only), with fused AdamW or not.
     The loss is the model's (``model(x, y)``), as in ``train``."""
-    device = x.device
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
+    return median_time(_step(model, x, y, precision, fused), repeats, x.device)
 
-    def step() -> None:
-        with autocast(precision, device):
-            _, loss = model(x, y)  # mean cross-entropy, computed in float32
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
 
-    return median_time(step, repeats, device)
+def step_times(model, x, y, settings: dict[str, dict], rounds: int = 5) -> dict[str, float]:
+    """Median seconds of one training step in each setting, ``{name: options}`` with the options
+    ``precision``, ``fused`` and ``sdpa`` (see ``_step``), timed in alternating rounds: a moment when
+    the machine is busy slows every setting alike, not only the one being timed then."""
+    steps = {name: _step(model, x, y, **options) for name, options in settings.items()}
+    for step in steps.values():
+        step()  # warm-up
+    times = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            times[name].append(_timed(step, x.device))
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def decode_rate(model, prompt, n: int, repeats: int = 3, **options) -> float:

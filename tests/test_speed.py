@@ -362,3 +362,20 @@ def test_measurements_run_on_the_cpu(tiny_model):
     assert step_time(GPT(GPTConfig(**TINY)), x, x, precision="bf16", fused=True, repeats=1) > 0
     assert decode_rate(tiny_model, PROMPT[:1], 4, repeats=1, static_cache=True) > 0
     assert copy_bandwidth(n_bytes=1 << 20) > 0
+
+
+def test_step_times_alternates_the_settings_and_puts_sdpa_back(monkeypatch):
+    from gpt_from_scratch import attention
+    from gpt_from_scratch.speedups import step_times
+
+    written_out = []
+    original = attention.scaled_dot_product_attention
+    monkeypatch.setattr(attention, "scaled_dot_product_attention",
+                        lambda *args, **kwargs: written_out.append(1) or original(*args, **kwargs))
+    model = GPT(GPTConfig(**TINY))
+    x = torch.randint(65, (2, 16), generator=torch.Generator().manual_seed(0))
+    times = step_times(model, x, x, {"SDPA": {}, "fused": dict(fused=False),
+                                     "written out": dict(sdpa=False)}, rounds=2)  # the last
+    assert list(times) == ["SDPA", "fused", "written out"] and min(times.values()) > 0
+    assert len(written_out) == (1 + 2) * TINY["n_layers"]  # warm-up and 2 rounds, every layer
+    assert all(block.attn.fast for block in model.blocks)  # SDPA again afterwards

@@ -573,17 +573,19 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 #   addresses, and compiles the step with `mode="reduce-overhead"`: on a GPU it is recorded once as a CUDA
 #   graph and replayed with a single launch per token.
 #
-# The next cell measures what it can on this machine, one training step of the character model's shape
-# (on a GPU with `FULL_RUN = True` in the imports cell: nanoGPT's 6-layer, 384-dimension GPU shape, and also the
-# waits, TF32 and `torch.compile`). Timings are shown, not checked: they depend on the machine and on what else it does.
+# The next cell measures what it can on this machine, one training step of the character model's shape (on
+# a GPU with `FULL_RUN = True` in the imports cell: nanoGPT's 6-layer, 384-dimension GPU shape, and also
+# the waits, TF32 and `torch.compile`). The settings take turns, one step each per round, so that a busy
+# moment of the machine slows them alike. Timings are shown, not checked: they depend on the machine and
+# on what else it does.
 
 # %%
 import pandas as pd
 from IPython.display import Markdown
 
-from gpt_from_scratch.speedups import (bandwidth_prose, copy_bandwidth, decode_rate,
-                                       host_reads, speedups_prose, step_time)
 from gpt_from_scratch.precision import resolve_precision
+from gpt_from_scratch.speedups import (bandwidth_prose, copy_bandwidth, decode_rate,
+                                       host_reads, speedups_prose, step_time, step_times)
 from gpt_from_scratch.utils import default_device
 
 FAST_DEVICE = default_device() if FULL_RUN else "cpu"
@@ -600,14 +602,15 @@ B = 64 if FULL_RUN else 8
 x, y = torch.randint(65, (2, B, fast_config.context_length),
                      generator=torch.Generator().manual_seed(7)).to(FAST_DEVICE)
 fast_model.check_token_ids = False  # as in train, which checks every batch on the host
-base = step_time(fast_model, x, y, repeats=3)
-for block in fast_model.blocks:
-    block.attn.fast = False  # attention written out: the (T, T) scores materialized
-rows = {"SDPA attention": (step_time(fast_model, x, y, repeats=3), base)}
-for block in fast_model.blocks:
-    block.attn.fast = True
-rows["fused AdamW"] = (base, step_time(fast_model, x, y, fused=True, repeats=3))
-rows[f"{HALF} autocast"] = (base, step_time(fast_model, x, y, precision=HALF, repeats=1))
+times = step_times(fast_model, x, y, {  # in alternating rounds: noise hits all alike
+    "base": {},
+    "written out": dict(sdpa=False),  # attention written out: (T, T) scores materialized
+    "fused": dict(fused=True),
+    HALF: dict(precision=HALF)})
+base = times["base"]
+rows = {"SDPA attention": (times["written out"], base),
+        "fused AdamW": (base, times["fused"]),
+        f"{HALF} autocast": (base, times[HALF])}
 if FAST_DEVICE == "cuda":
     fast_model.check_token_ids = True  # the model checks x and y: three waits per step
     rows["ids checked on the host"] = (step_time(fast_model, x, y), base)
