@@ -64,23 +64,28 @@ def median_time(fn, repeats: int = 5, device="cpu") -> float:
     return statistics.median(_timed(fn, device) for _ in range(repeats))
 
 
-def _step(model, x, y, precision: str = "fp32", fused: bool | None = None, sdpa: bool = True):
-    """One training step of ``model`` on ``(x, y)``, as a function: forward (SDPA attention, or with
-    ``sdpa=False`` attention written out), backward, clipping, AdamW (fused or not)."""
+def _step(model, x, y, precision: str = "fp32", fused: bool | None = None, sdpa: bool | None = None):
+    """One training step of ``model`` on ``(x, y)``, as a function: forward, backward, clipping,
+    AdamW (fused or not). ``sdpa`` True or False sets every attention's ``fast`` for the step
+    (False: attention written out) and puts it back after; None leaves the model as it is."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
     attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
 
     def step() -> None:
-        for attention in attentions:
-            attention.fast = sdpa
-        with autocast(precision, x.device):
-            _, loss = model(x, y)  # mean cross-entropy, computed in float32
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        for attention in attentions:
-            attention.fast = True
+        saved = [attention.fast for attention in attentions]
+        if sdpa is not None:
+            for attention in attentions:
+                attention.fast = sdpa
+        try:
+            with autocast(precision, x.device):
+                _, loss = model(x, y)  # mean cross-entropy, computed in float32
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        finally:
+            for attention, fast in zip(attentions, saved):
+                attention.fast = fast
 
     return step
 

@@ -366,7 +366,7 @@ def test_measurements_run_on_the_cpu(tiny_model):
 
 def test_step_times_alternates_the_settings_and_puts_sdpa_back(monkeypatch):
     from gpt_from_scratch import attention
-    from gpt_from_scratch.speedups import step_times
+    from gpt_from_scratch.speedups import step_time, step_times
 
     written_out = []
     original = attention.scaled_dot_product_attention
@@ -379,3 +379,11 @@ def test_step_times_alternates_the_settings_and_puts_sdpa_back(monkeypatch):
     assert list(times) == ["SDPA", "fused", "written out"] and min(times.values()) > 0
     assert len(written_out) == (1 + 2) * TINY["n_layers"]  # warm-up and 2 rounds, every layer
     assert all(block.attn.fast for block in model.blocks)  # SDPA again afterwards
+    for block in model.blocks:
+        block.attn.fast = False  # a reader's written-out model: step_time keeps it so
+    written_out.clear()
+    step_time(model, x, x, repeats=1)
+    assert len(written_out) == 2 * TINY["n_layers"] and not model.blocks[0].attn.fast
+    with pytest.raises(ValueError, match="shape of idx"):  # a failing step puts it back too
+        step_times(model, x, x[:, :4], {"SDPA": dict(sdpa=True)}, rounds=1)
+    assert not any(block.attn.fast for block in model.blocks)
