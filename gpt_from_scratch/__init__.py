@@ -26,7 +26,7 @@ module              chapter
 ``generate``        7  Generating text
 ``padding``         7  prompts of different lengths in one batch (left padding)
 ``fast``            7  a static KV cache and a compiled decoding step
-``speedups``        7  the speed-ups measured in the chapter, as sentences
+``speedups``        7  timing, host reads, page faults; the measured speed-ups as sentences
 ``exercises``       every chapter's exercises: ``check_*`` functions
 ``utils``           every chapter's helpers: seeds, devices, checked arguments
 ``hf_weights``      8  weights to and from Hugging Face's GPT-2

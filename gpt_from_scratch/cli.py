@@ -17,6 +17,7 @@ import torch.distributed as dist
 from .checkpoint import load_checkpoint
 from .model import GPT, GPTConfig
 from .recipes import RECIPES, load_data
+from .speedups import reuse_freed_memory
 from .train import BEST_DIR, TrainConfig, _world, train
 from .utils import default_device
 
@@ -99,6 +100,7 @@ def main(argv=None) -> None:
     rank, world = _world()
     cfg = TrainConfig(**train_kw)
     train_ids, val_ids, _ = load_data(recipe.data)
+    reuse_freed_memory()  # this process is ours: big freed blocks serve the next step (Chapter 7)
     torch.manual_seed(cfg.seed)  # the same initial weights on every process
     model = GPT(GPTConfig(**model_kw))
     done_before = load_checkpoint(args.out).step if args.resume and args.out else 0

@@ -83,6 +83,7 @@ from gpt_from_scratch.ladder import (
 )
 from gpt_from_scratch.ladder_prose import ladder_frame, ladder_text, prediction_spread
 from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.speedups import reuse_freed_memory
 from gpt_from_scratch.train import (
     RECIPES,
     TrainConfig,
@@ -99,6 +100,7 @@ from gpt_from_scratch.utils import default_device, seed_everything, set_determin
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
+reuse_freed_memory()  # Linux: big freed tensors serve the next step (Section 7.8)
 
 # FULL_RUN = False: every run below is sized for 2 CPU cores (the whole chapter takes
 # a few minutes). FULL_RUN = True (on a GPU): the ladder of section 6.4 takes all the
@@ -710,7 +712,7 @@ print(f"forward + backward of a batch of 8 x 64 tokens: {1000 * t_all:.0f} ms, "
 # its blocks are far wider.)
 #
 # So the book's BPE model gets a smaller budget, printed below with its losses: fewer steps of fewer windows.
-# `book_model` trains it (a little over a minute on 2 CPU cores) or loads it:
+# `book_model` trains it, or loads it when it is cached, and the cell prints how long that took:
 
 # %%
 start = time.perf_counter()

@@ -584,8 +584,10 @@ import pandas as pd
 from IPython.display import Markdown
 
 from gpt_from_scratch.precision import resolve_precision
-from gpt_from_scratch.speedups import (bandwidth_prose, copy_bandwidth, decode_rate,
-                                       host_reads, speedups_prose, step_time, step_times)
+from gpt_from_scratch.speedups import (allocator_prose, bandwidth_prose, copy_bandwidth,
+                                       decode_rate, host_reads, median_time, page_faults,
+                                       reuse_freed_memory, speedups_prose, step_time,
+                                       step_times)
 from gpt_from_scratch.utils import default_device
 
 FAST_DEVICE = default_device() if FULL_RUN else "cpu"
@@ -647,6 +649,38 @@ for n in (8, 32):
         lambda: generate(fast_model, x[:1, :16], n, greedy=True))
 for what, count in reads.items():
     print(f"{what:38s} {count} reads back")
+
+# %% [markdown]
+# One cost of a CPU run lies outside PyTorch. Chapter 6's BPE model computes 50,257 logits at each of its
+# 8 x 64 positions, 103 MB, and as much again for their log-softmax and for each of their gradients. Linux's
+# C allocator (glibc's `malloc`) hands every freed block that large straight back to the operating system,
+# so each step maps the same memory in afresh: a *page fault* per 4 KiB page, each page zeroed before use.
+# `reuse_freed_memory()` tells `malloc` to keep such blocks for the next step (`mallopt`: the in-process
+# form of PyTorch's CPU tuning advice to preload another allocator, jemalloc or tcmalloc); Chapter 6 calls
+# it before it trains. The next cell counts the page faults (`page_faults`) and times a forward and
+# backward pass of that model's shape, before and after the call. Not checked: both depend on the machine.
+
+# %%
+big_vocab = GPT(GPTConfig.from_preset("shakespeare-char", vocab_size=50_257, dropout=0.0))
+xv, yv = torch.randint(50_257, (2, 8, 64), generator=torch.Generator().manual_seed(10))
+
+
+def big_vocab_pass():
+    _, loss = big_vocab(xv, yv)  # logits (8, 64, 50,257): 103 MB
+    loss.backward()
+
+
+passes = {}
+for when in ("before", "after"):
+    if when == "after":
+        reused = reuse_freed_memory()  # process-wide, for the rest of this session
+    passes[when] = (median_time(big_vocab_pass, repeats=3), page_faults(big_vocab_pass))
+    seconds, faults = passes[when]
+    print(f"{when:6s} {1e3 * seconds:5.0f} ms a pass, {faults} page faults")
+big_vocab.zero_grad(set_to_none=True)
+
+# %% tags=["remove-input"]
+Markdown(allocator_prose(passes, reused))
 
 # %% [markdown]
 # Generation next: 32 new tokens after a 64-token prompt, greedy, with the KV cache of Section 7.7, the
@@ -718,6 +752,10 @@ Markdown(bandwidth_prose(n_weights, 4, bandwidth, gpt2_rate, FAST_DEVICE))
 # - Prompts of different lengths share a batch when **padded on the left**, with an attention mask combined
 #   with the causal mask and position ids that skip the pads: each prompt then gets exactly the tokens it
 #   gets alone (section 7.5).
+# - **Speed** (section 7.8): on a GPU, no waits for values read back, TF32, bf16 autocast (fp16 with a
+#   gradient scaler on a T4), fused AdamW, flash attention, `torch.compile`, and CUDA graphs for decoding.
+#   At batch 1, decoding is bound by memory: tokens per second $\le$ bandwidth / bytes of weights. On a
+#   CPU, a large vocabulary's 100 MB tensors are cheaper when the allocator reuses them.
 #
 # ## Exercises
 #

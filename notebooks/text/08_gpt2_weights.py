@@ -78,6 +78,7 @@ from gpt_from_scratch.offline_model import EOT, offline_model
 from gpt_from_scratch.heads_plots import (attention_grid, attention_lines,
                                           compare_attention, head_scores_heatmap)
 from gpt_from_scratch.plotting import token_labels
+from gpt_from_scratch.speedups import reuse_freed_memory
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.train import RECIPES, TrainConfig, book_model, estimate_loss
 from gpt_from_scratch.utils import seed_everything
@@ -85,6 +86,7 @@ from gpt_from_scratch.utils import seed_everything
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
 torch.set_printoptions(precision=3, sci_mode=False)
+reuse_freed_memory()  # Linux: big freed tensors serve the next step (Section 7.8)
 enc = gpt2_encoding()
 
 # %% [markdown]
