@@ -74,10 +74,10 @@ def reuse_freed_memory(limit: int = 1 << 30) -> bool:
     logits, their log-softmax and both gradients, 100 MB each at batch 8 x 64, so every step maps
     those pages in afresh: a page fault and a zeroed page per 4 KiB. With both thresholds at ``limit``
     the blocks stay in the heap, and once it has grown to hold them (within a few steps) every step
-    reuses them. The results are bit for bit the same;
-    the process may hold up to ``limit`` bytes of freed memory. The setting is process-wide and stays
-    (``mallopt`` cannot be read back). Returns True where it applied, False on other systems (macOS'
-    and Windows' allocators are not configured this way).
+    reuses them. The results are bit for bit the same; the process may hold up to ``limit`` bytes of
+    freed memory. The setting is process-wide and stays (``mallopt`` cannot be read back). Returns
+    True where it applied, False on other systems (macOS' and Windows' allocators are not configured
+    this way).
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
@@ -192,7 +192,9 @@ def allocator_prose(rows: dict[str, tuple[float, int | None]], applied: bool) ->
     def faults(n: int | None) -> str:
         if n is None:
             return "page faults not counted on this system"
-        return f"{n:,} page faults ({n * mmap.PAGESIZE / 1e6:,.0f} MB mapped in afresh)" if n else "no page faults"
+        if n == 0:
+            return "no page faults"
+        return f"{n:,} page faults ({n * mmap.PAGESIZE / 1e6:,.0f} MB mapped in afresh)"
 
     if not applied:
         return (f"Measured in this run: {t0 * 1e3:.0f} ms a pass, {faults(f0)}. This system's C allocator is "

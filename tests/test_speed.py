@@ -5,6 +5,7 @@ tests taking the ``device`` fixture run again on a GPU where there is one (conft
 from __future__ import annotations
 
 import copy
+import mmap
 import platform
 import subprocess
 import sys
@@ -359,8 +360,6 @@ def test_bandwidth_prose_is_the_weights_over_the_bandwidth():
 
 
 def test_allocator_prose_says_what_reusing_freed_memory_changed():
-    import mmap
-
     from gpt_from_scratch.speedups import allocator_prose
 
     pages = 100_000_000 // mmap.PAGESIZE  # 100 MB of pages
@@ -422,9 +421,7 @@ def test_reuse_freed_memory_ends_the_page_faults_of_a_big_block_allocated_again(
     # a fresh process: the setting cannot be undone, and this one's may have it already
     out = subprocess.run([sys.executable, "-c", REUSE_SCRIPT], capture_output=True, text=True, check=True)
     before, applied, last_five = out.stdout.split()
-    import resource  # Unix only, as glibc is
-
-    pages = 100_000_000 // resource.getpagesize()
+    pages = 100_000_000 // mmap.PAGESIZE
     assert applied == "True"
     assert int(before) > 0.9 * pages  # glibc gave the block back: every page mapped in again
     # The heap grows to hold the block within the first few steps (seen: 1 to 5, while Python's own
