@@ -73,7 +73,7 @@ browser-test: book
 
 # Re-execute a chapter from its text twin when the twin or the package changed.
 notebooks: $(NOTEBOOKS)
-notebooks/%.ipynb: notebooks/text/%.py gpt_from_scratch/*.py | $(STAMP)
+notebooks/%.ipynb: notebooks/text/%.py gpt_from_scratch/*.py gpt_from_scratch/book/*.py | $(STAMP)
 	$(BIN)/jupytext --to notebook --set-kernel python3 --execute --output $@ $<
 
 benchmarks: $(STAMP)

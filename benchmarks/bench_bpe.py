@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from gpt_from_scratch.bpe import BPETokenizer
+from gpt_from_scratch.bpe_tokenizer import BPETokenizer
 from gpt_from_scratch.data import load_tiny_shakespeare
 from gpt_from_scratch.tokenizer import gpt2_encoding
 

@@ -46,6 +46,7 @@ def main(argv=None) -> None:
     from transformers import GPT2LMHeadModel
 
     from gpt_from_scratch.generate import generate
+    from gpt_from_scratch.hf_weights import to_hf_config, to_hf_state_dict
     from gpt_from_scratch.model import GPT, GPTConfig
 
     args = parse_args(argv)
@@ -57,8 +58,8 @@ def main(argv=None) -> None:
     config = GPTConfig(vocab_size=65, context_length=args.prompt + args.new_tokens, d_model=384, n_layers=6,
                        n_heads=6, dropout=0.0)
     model = GPT(config).eval()
-    hf = GPT2LMHeadModel(model.to_hf_config())
-    hf.load_state_dict(model.to_hf_state_dict())
+    hf = GPT2LMHeadModel(to_hf_config(model))
+    hf.load_state_dict(to_hf_state_dict(model))
     hf.eval()
     prompt = torch.randint(config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(1))
     n = args.new_tokens
@@ -124,6 +125,7 @@ def cuda_main(args) -> None:
     from transformers import GPT2LMHeadModel
 
     from gpt_from_scratch.generate import generate
+    from gpt_from_scratch.hf_weights import to_hf_config, to_hf_state_dict
     from gpt_from_scratch.model import GPT, GPTConfig
     from gpt_from_scratch.precision import DTYPES, resolve_precision
 
@@ -140,8 +142,8 @@ def cuda_main(args) -> None:
     half = DTYPES[resolve_precision("auto", "cuda")]  # bfloat16, or float16 where it is only emulated
     for dtype, bar in ((torch.float32, 600), (half, 1500)):
         model = GPT(config).eval()
-        hf = GPT2LMHeadModel(model.to_hf_config())
-        hf.load_state_dict(model.to_hf_state_dict())
+        hf = GPT2LMHeadModel(to_hf_config(model))
+        hf.load_state_dict(to_hf_state_dict(model))
         model, hf = model.to("cuda", dtype), hf.to("cuda", dtype).eval()
         runs = {
             "ours, KV cache (eager)": lambda k: generate(model, prompt, k, greedy=True),

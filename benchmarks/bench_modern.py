@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from gpt_from_scratch.speedups import median_time
+from gpt_from_scratch.book.timing import median_time
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -69,7 +69,7 @@ def nanogpt_module(folder: Path):
 def both_models(folder: Path, shape: dict, device: str):
     """Ours and nanoGPT's, same shape, each with its trainer's optimizer: {name: (model, optimizer)}."""
     from gpt_from_scratch.model import GPT, GPTConfig
-    from gpt_from_scratch.train import TrainConfig, make_optimizer
+    from gpt_from_scratch.train_config import TrainConfig, make_optimizer
 
     nano = nanogpt_module(folder)
     cfg = TrainConfig(device=device)  # its defaults are nanoGPT's Shakespeare-char settings
@@ -92,10 +92,10 @@ def both_models(folder: Path, shape: dict, device: str):
 
 def step_run(folder: Path, device: str, steps: int, rounds: int) -> dict[str, float]:
     """Part 1: the median step time of each model in each setting, and the ratios."""
+    from gpt_from_scratch.book.recipes import char_level_data
+    from gpt_from_scratch.book.timing import synchronize
     from gpt_from_scratch.data import get_batch
     from gpt_from_scratch.precision import autocast, resolve_precision
-    from gpt_from_scratch.speedups import synchronize
-    from gpt_from_scratch.train import char_level_data
 
     shape = NANOGPT_GPU if device == "cuda" else NANOGPT_CPU
     B, T = shape["batch_size"], shape["block_size"]
@@ -148,6 +148,7 @@ def graph_counts(folder: Path, device: str) -> dict[str, dict[str, int]]:
     pass of each model, in fp32 and under bf16 autocast (fp16 on a GPU that only emulates bf16):
     {setting: {name: kernels}}."""
     import torch._inductor.metrics as inductor
+
     from gpt_from_scratch.precision import autocast, resolve_precision
 
     shape = dict(NANOGPT_GPU if device == "cuda" else NANOGPT_CPU, batch_size=2)  # counts: any B
@@ -200,8 +201,10 @@ def nanogpt_run(folder: Path, device: str, iters: int) -> tuple[float, float, fl
 
 def ours_run(device: str, iters: int) -> tuple[float, float, float]:
     """Part 3, our side: the book's ``train`` with the same recipe; (seconds, best, final val)."""
+    from gpt_from_scratch.book.recipes import RECIPES, char_level_data
     from gpt_from_scratch.model import GPT, GPTConfig
-    from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, train
+    from gpt_from_scratch.train import train
+    from gpt_from_scratch.train_config import TrainConfig
 
     name = "shakespeare-char-full" if device == "cuda" else "shakespeare-char"
     recipe = RECIPES[name]

@@ -53,16 +53,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def model_config(bias: bool):
     """nanoGPT's Shakespeare-char network (no biases, exact GELU), or with ``bias`` the book's preset."""
+    from gpt_from_scratch.book.recipes import RECIPES
     from gpt_from_scratch.model import GPTConfig
-    from gpt_from_scratch.train import RECIPES
 
     nanogpt = {} if bias else {"bias": False, "activation": "gelu"}
     return GPTConfig(**RECIPES["shakespeare-char"].model | nanogpt)
 
 
 def loss_run(iters: int, bias: bool, seed: int) -> tuple[float, float]:
+    from gpt_from_scratch.book.recipes import RECIPES, char_level_data
     from gpt_from_scratch.model import GPT
-    from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, estimate_loss, train
+    from gpt_from_scratch.train import estimate_loss, train
+    from gpt_from_scratch.train_config import TrainConfig
 
     train_ids, val_ids, _ = char_level_data()
     cfg = TrainConfig(**RECIPES["shakespeare-char"].train | {"max_iters": iters, "seed": seed, "progress": False})
@@ -85,9 +87,11 @@ def loss_run(iters: int, bias: bool, seed: int) -> tuple[float, float]:
 
 def replay_run(iters: int, bias: bool, seed: int, eval_interval: int = 250, eval_iters: int = 20) -> tuple[float, float]:
     """nanoGPT's train.py, step for step, with our model, optimizer and schedule."""
+    from gpt_from_scratch.book.recipes import RECIPES, char_level_data
     from gpt_from_scratch.data import get_batch
     from gpt_from_scratch.model import GPT
-    from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, estimate_loss, lr_at, make_optimizer
+    from gpt_from_scratch.train import estimate_loss
+    from gpt_from_scratch.train_config import TrainConfig, lr_at, make_optimizer
 
     data = dict(zip(("train", "val"), char_level_data()[:2]))
     cfg = TrainConfig(**RECIPES["shakespeare-char"].train | {"max_iters": iters})
@@ -138,17 +142,19 @@ def verdict(iters: int, val_loss: float) -> None:
 def speed_run(steps: int, rounds: int) -> None:
     from transformers import GPT2LMHeadModel
 
+    from gpt_from_scratch.book.recipes import RECIPES, char_level_data
     from gpt_from_scratch.data import get_batch
+    from gpt_from_scratch.hf_weights import to_hf_config, to_hf_state_dict
     from gpt_from_scratch.model import GPT, GPTConfig
-    from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, make_optimizer
+    from gpt_from_scratch.train_config import TrainConfig, make_optimizer
 
     recipe = RECIPES["shakespeare-char"]
     cfg = TrainConfig(**recipe.train)
     train_ids, _, _ = char_level_data()
     torch.manual_seed(0)
     ours = GPT(GPTConfig(**recipe.model)).train()
-    theirs = GPT2LMHeadModel(ours.to_hf_config())
-    theirs.load_state_dict(ours.to_hf_state_dict())
+    theirs = GPT2LMHeadModel(to_hf_config(ours))
+    theirs.load_state_dict(to_hf_state_dict(ours))
     theirs.train()
     print(f"speed: one training step, batch {cfg.batch_size} x block {ours.config.context_length}; "
           f"transformers uses attn_implementation={theirs.config._attn_implementation!r}")
@@ -193,10 +199,12 @@ def cuda_speed_run(steps: int) -> None:
     bf16 on a GPU that only emulates bfloat16, such as a T4)."""
     from transformers import GPT2LMHeadModel
 
+    from gpt_from_scratch.book.recipes import RECIPES, char_level_data
     from gpt_from_scratch.data import get_batch
+    from gpt_from_scratch.hf_weights import to_hf_config, to_hf_state_dict
     from gpt_from_scratch.model import GPT, GPTConfig
     from gpt_from_scratch.precision import autocast, resolve_precision
-    from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, make_optimizer
+    from gpt_from_scratch.train_config import TrainConfig, make_optimizer
 
     torch.set_float32_matmul_precision("high")
     recipe = RECIPES["shakespeare-char-full"]
@@ -212,8 +220,8 @@ def cuda_speed_run(steps: int) -> None:
         torch.manual_seed(0)
         ours = GPT(GPTConfig(**recipe.model)).cuda().train()
         ours.check_token_ids = False  # as in train(), which checks each batch on the host instead
-        theirs = GPT2LMHeadModel(ours.to_hf_config())
-        theirs.load_state_dict(ours.to_hf_state_dict())
+        theirs = GPT2LMHeadModel(to_hf_config(ours))
+        theirs.load_state_dict(to_hf_state_dict(ours))
         theirs = theirs.cuda().train()
         label = precision + (" + compile" if compiled else "")
         for name, model, logits_of in (("ours", ours, lambda m, x: m(x)[0]),
@@ -248,9 +256,11 @@ def cuda_speed_run(steps: int) -> None:
 
 def cuda_loop_run(steps: int = 300) -> None:
     """The whole ``train`` loop per step on the GPU (batches drawn on the host, losses read every 250 steps)."""
+    from gpt_from_scratch.book.recipes import RECIPES, char_level_data
     from gpt_from_scratch.model import GPT, GPTConfig
     from gpt_from_scratch.precision import resolve_precision
-    from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, train
+    from gpt_from_scratch.train import train
+    from gpt_from_scratch.train_config import TrainConfig
 
     recipe = RECIPES["shakespeare-char-full"]
     train_ids, val_ids, _ = char_level_data()
@@ -271,8 +281,10 @@ def cuda_loop_run(steps: int = 300) -> None:
 
 def cuda_full_run() -> None:
     """The ``shakespeare-char-full`` recipe end to end on the GPU, bf16 + compile: time, best and final loss."""
+    from gpt_from_scratch.book.recipes import RECIPES, char_level_data
     from gpt_from_scratch.model import GPT, GPTConfig
-    from gpt_from_scratch.train import RECIPES, TrainConfig, char_level_data, train
+    from gpt_from_scratch.train import train
+    from gpt_from_scratch.train_config import TrainConfig
 
     recipe = RECIPES["shakespeare-char-full"]
     train_ids, val_ids, _ = char_level_data()

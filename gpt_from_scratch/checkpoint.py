@@ -29,6 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from .model import GPT, GPTConfig
+from .train_config import History, TrainConfig
 from .utils import atomic_path, check_int, fsync_dir, sha256_file
 
 CHECKPOINT_FORMAT = "gpt_from_scratch.checkpoint/1"
@@ -47,7 +48,7 @@ class Checkpoint:
 
     model: GPT  # in eval mode, on the requested device
     step: int  # optimizer steps taken
-    train_config: object | None  # a train.TrainConfig
+    train_config: object | None  # a train_config.TrainConfig
     optimizer_state: dict | None  # ready for ``optimizer.load_state_dict`` (an optimizer from ``make_optimizer``)
     history: object | None  # a train.History
     extra: dict  # whatever JSON-able dict was passed to ``save_checkpoint``
@@ -276,8 +277,6 @@ def load_checkpoint(path: str | os.PathLike, device: str = "cpu") -> Checkpoint:
     (re-tying tied ones, strictly) and returns a ``Checkpoint``. A damaged folder raises a
     ``CheckpointError`` (a ValueError) saying what is wrong.
     """
-    from .train import History, TrainConfig
-
     path = Path(path)
     meta = _read_meta(path)
     meta_path = path / META_FILE

@@ -1,7 +1,7 @@
 """Chapter 8 — moving weights between the book's ``GPT`` and Hugging Face's GPT-2.
 
-``GPT.from_hf``, ``GPT.to_hf_state_dict``, ``GPT.to_hf_config`` and ``GPT.from_pretrained`` call
-these functions. GPT-2 keeps its four projection weights as ``Conv1D``, stored (in, out): they are
+``from_hf`` and ``from_pretrained`` build a ``GPT`` from GPT-2's weights, ``to_hf_state_dict`` and
+``to_hf_config`` export one. GPT-2 keeps its four projection weights as ``Conv1D``, stored (in, out): they are
 transposed for ``nn.Linear``. Parameter names differ only in ``blocks.N`` (ours) vs ``h.N``.
 """
 
@@ -10,15 +10,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from .layernorm import LayerNorm
-
-if TYPE_CHECKING:
-    from .model import GPT
+from .model import GPT, GPTConfig
 
 
 class WeightsUnavailableError(OSError):
@@ -120,7 +117,7 @@ def _settings_from_hf_config(hf_config, overrides: dict) -> dict:
     )
 
 
-def from_hf(cls: type[GPT], model_or_state_dict, **overrides) -> GPT:
+def from_hf(model_or_state_dict, **overrides) -> GPT:
     """A ``GPT`` holding the weights of a transformers ``GPT2LMHeadModel`` (or ``GPT2Model``) or its state dict.
 
     With a model, the configuration comes from ``model.config``; with a state dict it is
@@ -129,8 +126,6 @@ def from_hf(cls: type[GPT], model_or_state_dict, **overrides) -> GPT:
     (in, out), are transposed for ``nn.Linear``. Wrong or missing keys and shapes raise a
     ``ValueError`` naming the key. The model is returned in eval mode, like transformers'.
     """
-    from .model import GPTConfig
-
     if isinstance(model_or_state_dict, nn.Module):
         state_dict = model_or_state_dict.state_dict()
     else:
@@ -149,7 +144,7 @@ def from_hf(cls: type[GPT], model_or_state_dict, **overrides) -> GPT:
     config = GPTConfig(**{**settings, **overrides})
 
     with torch.device("meta"):
-        model = cls(config)  # shapes only: the weights come from the state dict
+        model = GPT(config)  # shapes only: the weights come from the state dict
     expected = {_hf_name(name): (name, p.shape) for name, p in model.state_dict(keep_vars=True).items()}
     if config.tie_weights:
         hf.pop("lm_head.weight", None)
@@ -188,7 +183,7 @@ def from_hf(cls: type[GPT], model_or_state_dict, **overrides) -> GPT:
 def to_hf_state_dict(model: GPT) -> dict[str, Tensor]:
     """These weights under ``GPT2LMHeadModel``'s names and layouts (Conv1D weights transposed to (in, out)).
 
-    Load it with ``GPT2LMHeadModel(model.to_hf_config()).load_state_dict(...)``. GPT-2 always has
+    Load it with ``GPT2LMHeadModel(to_hf_config(model)).load_state_dict(...)``. GPT-2 always has
     biases: a model built with ``bias=False`` exports zeros there, which computes the same thing.
     """
     out = {}
@@ -218,7 +213,7 @@ def to_hf_config(model: GPT):
         tie_word_embeddings=c.tie_weights, bos_token_id=eos, eos_token_id=eos,
     )
 
-def from_pretrained(cls: type[GPT], name_or_path: str | os.PathLike, **hf_kwargs) -> GPT:
+def from_pretrained(name_or_path: str | os.PathLike, **hf_kwargs) -> GPT:
     """OpenAI's GPT-2 weights: ``"gpt2"``, ``"gpt2-medium"``, ``"gpt2-large"``, ``"gpt2-xl"``, or a local
     directory written by transformers' ``save_pretrained``.
 
@@ -230,7 +225,7 @@ def from_pretrained(cls: type[GPT], name_or_path: str | os.PathLike, **hf_kwargs
 
     path = Path(name_or_path).expanduser()
     if path.is_dir():
-        return cls.from_hf(GPT2LMHeadModel.from_pretrained(path, **hf_kwargs))
+        return from_hf(GPT2LMHeadModel.from_pretrained(path, **hf_kwargs))
     name = str(name_or_path).removeprefix("openai-community/")
     if name not in PRETRAINED:
         raise ValueError(
@@ -259,4 +254,4 @@ def from_pretrained(cls: type[GPT], name_or_path: str | os.PathLike, **hf_kwargs
                 f"could not download the {name} weights from the Hugging Face hub ({err}). They need a network "
                 f"connection once (then they are cached), or pass a local directory written by save_pretrained"
             ) from err
-    return cls.from_hf(hf_model)
+    return from_hf(hf_model)

@@ -3,15 +3,14 @@
 ``GPT`` is GPT-2 exactly: learned token (``wte``) and position (``wpe``) embeddings, a stack of
 pre-LN blocks (``x + attn(ln_1(x))``, then ``x + mlp(ln_2(x))``), a final ``ln_f`` and a language
 model head tied to ``wte``. Its logits equal Hugging Face's ``GPT2LMHeadModel`` for the same
-weights; ``GPT.from_hf`` / ``to_hf_state_dict`` / ``GPT.from_pretrained`` move weights across
-(their code is Chapter 8's, in ``hf_weights``).
+weights; Chapter 8's ``hf_weights`` moves weights across (``from_hf``, ``to_hf_state_dict``,
+``from_pretrained``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,10 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import hf_weights
 from .attention import KVCache, MultiHeadAttention
 from .embeddings import LearnedPositionalEmbedding
-from .hf_weights import PRETRAINED, WeightsUnavailableError  # noqa: F401 - public names, re-exported
 from .layernorm import LayerNorm
 from .utils import check_float, check_int
 
@@ -275,28 +272,6 @@ class GPT(nn.Module):
         if exclude_embeddings:
             total -= self.wte.weight.numel() + self.wpe.weight.numel()
         return total
-
-    # ----- Hugging Face interoperability -------------------------------------------------------
-
-    @classmethod
-    def from_hf(cls, model_or_state_dict, **overrides) -> GPT:
-        """A ``GPT`` holding the weights of a transformers ``GPT2LMHeadModel`` (or ``GPT2Model``) or
-        its state dict (Chapter 8; see ``hf_weights.from_hf``)."""
-        return hf_weights.from_hf(cls, model_or_state_dict, **overrides)
-
-    def to_hf_state_dict(self) -> dict[str, Tensor]:
-        """These weights under ``GPT2LMHeadModel``'s names and layouts (see ``hf_weights``)."""
-        return hf_weights.to_hf_state_dict(self)
-
-    def to_hf_config(self):
-        """The matching transformers ``GPT2Config``."""
-        return hf_weights.to_hf_config(self)
-
-    @classmethod
-    def from_pretrained(cls, name_or_path: str | os.PathLike, **hf_kwargs) -> GPT:
-        """OpenAI's GPT-2 weights (``"gpt2"`` … ``"gpt2-xl"``) or a ``save_pretrained`` directory
-        (Chapter 8; see ``hf_weights.from_pretrained``)."""
-        return hf_weights.from_pretrained(cls, name_or_path, **hf_kwargs)
 
 
 def check_vocabulary_range(idx: Tensor, vocab_size: int) -> None:

@@ -54,6 +54,23 @@ def gpt2_files() -> dict[str, Path]:
     return paths
 
 
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's map from the 256 byte values to 256 printable characters, used to write tokens as text.
+
+    Printable Latin-1 bytes map to themselves (``ord("A") -> "A"``); the 68 others (controls, space,
+    a few Latin-1 gaps) map to the characters from U+0100 upward, in byte order: the space
+    (byte 32) becomes ``"Ġ"`` and the newline (byte 10) becomes ``"Ċ"``. ``vocab.bpe`` and
+    ``encoder.json`` write every token with these characters.
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    # 94 + 12 + 82 = 188 bytes print as themselves
+    chars = {b: chr(b) for b in printable}
+    others = [b for b in range(256) if b not in chars]
+    chars.update({b: chr(256 + n) for n, b in enumerate(others)})
+    return dict(sorted(chars.items()))
+
+
+
 @lru_cache(maxsize=1)
 def gpt2_encoding():
     """A tiktoken ``Encoding`` identical to ``tiktoken.get_encoding("gpt2")``, built offline.
@@ -62,8 +79,6 @@ def gpt2_encoding():
     ``encode("First Citizen:") == [5962, 22307, 25]``.
     """
     import tiktoken
-
-    from .bpe import bytes_to_unicode
 
     # encoder.json writes each token's bytes with GPT-2's printable characters; its ids are the merge
     # ranks tiktoken wants (tiktoken's own loader checks exactly that, but needs blobfile on tiktoken < 0.8)

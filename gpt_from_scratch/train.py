@@ -4,11 +4,9 @@ The loop (``train``): draw a batch, compute the cross-entropy, backpropagate, cl
 take an AdamW step whose learning rate follows ``lr_at`` (linear warm-up, then cosine decay), and every
 ``eval_interval`` steps estimate the train and validation losses (``estimate_loss``). A non-finite
 loss stops the run at once (``TrainingDivergedError``). Checkpoints (``checkpoint``) are crash-safe
-folders; a resumed run continues exactly like an uninterrupted one. ``book_model`` (``recipes``)
-returns the two small models the book trains; the command line lives in ``cli``::
-
-    python -m gpt_from_scratch.train --preset shakespeare-char --max-iters 2000 --out runs/char
-    torchrun --standalone --nproc_per_node 2 -m gpt_from_scratch.train --preset shakespeare-char
+folders; a resumed run continues exactly like an uninterrupted one. The settings (``TrainConfig``),
+the schedule and the optimizer are in ``train_config``. The models the book trains, and the command
+line that trains them, are the book's (``book.recipes``, ``book.cli``).
 """
 
 from __future__ import annotations
@@ -21,17 +19,11 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from .checkpoint import (  # noqa: F401  (re-exported: chapters import them from here)
-    CHECKPOINT_FORMAT, META_FILE, MODEL_FILE, OPTIMIZER_FILE, Checkpoint, CheckpointError, load_checkpoint,
-    save_checkpoint,
-)
+from .checkpoint import META_FILE, load_checkpoint, save_checkpoint
 from .data import get_batch
 from .model import GPT
 from .precision import autocast, grad_scaler, resolve_precision
-from .recipes import (  # noqa: F401  (re-exported)
-    BOOK_MODELS, RECIPES, Recipe, book_model, book_model_path, bpe_level_data, char_level_data, load_data,
-)
-from .train_config import History, TrainConfig, lr_at, make_optimizer  # noqa: F401  (re-exported)
+from .train_config import History, TrainConfig, lr_at, make_optimizer
 from .utils import check_int, eval_mode, float32_matmul_precision, skip_token_id_checks
 
 
@@ -277,14 +269,3 @@ def _train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir, resume: 
         model.load_state_dict(best)
     model.eval()
     return history
-
-
-def main(argv=None) -> None:
-    """``python -m gpt_from_scratch.train``: train a preset with overrides; see ``cli`` and ``--help``."""
-    from .cli import main as cli_main
-
-    cli_main(argv)
-
-
-if __name__ == "__main__":
-    main()

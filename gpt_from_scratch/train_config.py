@@ -3,7 +3,7 @@
 ``TrainConfig`` (nanoGPT's Shakespeare-char defaults, each value checked), ``History`` (the losses
 ``train`` records, with the best validation estimate), the learning-rate schedule ``lr_at`` (linear
 warm-up, then cosine decay) and ``make_optimizer`` (AdamW, weight decay on matrices only).
-``train`` re-exports all four.
+``checkpoint`` stores them and ``train`` uses them.
 """
 
 from __future__ import annotations

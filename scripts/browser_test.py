@@ -43,12 +43,12 @@ from urllib.parse import urldefrag, urljoin, urlparse
 
 import yaml
 from selenium import webdriver
-from selenium.webdriver.common.by import By
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from gpt_from_scratch.plotting import LABEL_PT  # noqa: E402  (the smallest label of a heatmap, in points)
+from gpt_from_scratch.book.plotting import LABEL_PT  # noqa: E402  (the smallest label of a heatmap, in points)
 
 WIDE, PHONE = 1280, 390
 MIN_LABEL_PX = 9  # the smallest legible label, in CSS px

@@ -21,7 +21,7 @@ import torch
 
 from gpt_from_scratch.checkpoint import load_checkpoint, save_checkpoint
 from gpt_from_scratch.model import GPT, GPTConfig
-from gpt_from_scratch.train import TrainConfig, make_optimizer
+from gpt_from_scratch.train_config import TrainConfig, make_optimizer
 
 
 def fill(model, optimizer, step: int) -> None:

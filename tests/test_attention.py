@@ -8,7 +8,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.testing import assert_close
 
-from gpt_from_scratch.attention import KVCache, MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from gpt_from_scratch.attention import (
+    KVCache,
+    MultiHeadAttention,
+    causal_mask,
+    scaled_dot_product_attention,
+)
 
 F32 = {"atol": 1e-6, "rtol": 1e-6}
 

@@ -14,8 +14,9 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpt_from_scratch.bpe import BPETokenizer, bytes_to_unicode, merge, pretokenize
-from gpt_from_scratch.tokenizer import ENDOFTEXT, GPT2_PATTERN
+from gpt_from_scratch.bpe import merge, pretokenize
+from gpt_from_scratch.bpe_tokenizer import BPETokenizer
+from gpt_from_scratch.tokenizer import ENDOFTEXT, GPT2_PATTERN, bytes_to_unicode
 
 HARD_STRINGS = [
     "",

@@ -1,6 +1,6 @@
 """Chapter 8 runs on both branches, and its generated text states what its outputs show.
 
-The chapter is executed twice with stand-ins: once "online", where ``GPT.from_pretrained`` (and
+The chapter is executed twice with stand-ins: once "online", where ``hf_weights.from_pretrained`` (and
 transformers' ``GPT2LMHeadModel.from_pretrained``) return a random GPT-2-shaped model (6 layers of 12
 heads, so GPT-2's layer 5, head 10 and layer 4, head 11 exist), and once "offline", where loading
 fails as it does without a network and a small random model stands in for the trained offline model
@@ -27,7 +27,8 @@ TWIN = ROOT / "notebooks" / "text" / "08_gpt2_weights.py"
 SMALL_MODELS = '''
 import torch
 import transformers
-from gpt_from_scratch.model import GPT, GPTConfig, WeightsUnavailableError
+from gpt_from_scratch.hf_weights import WeightsUnavailableError, from_hf
+from gpt_from_scratch.model import GPT, GPTConfig
 
 
 def _small_gpt(n_layers, n_heads, d_model, seed):
@@ -45,15 +46,15 @@ torch.manual_seed(0)
 _hub_model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
     n_layer=6, n_head=12, n_embd=96, n_positions=64, attn_implementation="eager")).eval()
 transformers.GPT2LMHeadModel.from_pretrained = classmethod(lambda cls, *a, **k: _hub_model)
-GPT.from_pretrained = classmethod(lambda cls, *a, **k: GPT.from_hf(_hub_model))
+from_pretrained = lambda *a, **k: from_hf(_hub_model)
 '''
 
 OFFLINE = SMALL_MODELS + '''
-def _no_network(cls, *args, **kwargs):
+def _no_network(*args, **kwargs):
     raise WeightsUnavailableError("stand-in: the hub cannot be reached")
 
 
-GPT.from_pretrained = classmethod(_no_network)
+from_pretrained = _no_network
 _info = dict(recipe="stand-in", train_seconds=12.0, device="cpu", threads=2, val_loss=6.5, corpus_vocab=11_235,
              settings=dict(model=dict(n_layers=2, n_heads=4, d_model=32, context_length=64),
                            train=dict(max_iters=10, batch_size=4, learning_rate=1e-3)))

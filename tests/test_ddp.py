@@ -19,7 +19,9 @@ WORKER = textwrap.dedent("""
     import torch.distributed as dist
     from safetensors.torch import save_file
     from gpt_from_scratch.model import GPT, GPTConfig
-    from gpt_from_scratch.train import TrainConfig, char_level_data, train
+    from gpt_from_scratch.book.recipes import char_level_data
+    from gpt_from_scratch.train import train
+    from gpt_from_scratch.train_config import TrainConfig
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -57,7 +59,7 @@ def test_both_ranks_end_with_the_same_weights(tmp_path):
 
 
 def test_command_line_under_torchrun(tmp_path):
-    args = ["-m", "gpt_from_scratch.train", "--preset", "shakespeare-char", "--max-iters", "4", "--n-layers", "1",
+    args = ["-m", "gpt_from_scratch.book.cli", "--preset", "shakespeare-char", "--max-iters", "4", "--n-layers", "1",
             "--d-model", "32", "--n-heads", "2", "--batch-size", "2", "--eval-interval", "2", "--eval-iters", "1",
             "--progress", "false", "--device", "cpu", "--out", str(tmp_path / "ckpt")]  # CPU even with a GPU
     result = _torchrun(args, tmp_path)

@@ -6,9 +6,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from gpt_from_scratch.diagram import draw_gpt, gpt_diagram_labels  # noqa: E402
+from gpt_from_scratch.book.diagram import draw_gpt, gpt_diagram_labels  # noqa: E402
+from gpt_from_scratch.book.plotting import LABEL_PT  # noqa: E402
 from gpt_from_scratch.model import GPT, GPTConfig  # noqa: E402
-from gpt_from_scratch.plotting import LABEL_PT  # noqa: E402
 
 
 def test_labels_follow_the_config():

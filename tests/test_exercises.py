@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import math
 import random
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from functools import partial
 
 from gpt_from_scratch import exercises as ex
 from gpt_from_scratch.tokenizer import CharTokenizer

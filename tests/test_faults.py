@@ -21,13 +21,19 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpt_from_scratch.bpe import BPETokenizer
-from gpt_from_scratch.checkpoint import CheckpointError, checkpoint_files, load_checkpoint, save_checkpoint
-from gpt_from_scratch.cli import distributed_setup
+from gpt_from_scratch.book.cli import distributed_setup
+from gpt_from_scratch.bpe_tokenizer import BPETokenizer
+from gpt_from_scratch.checkpoint import (
+    CheckpointError,
+    checkpoint_files,
+    load_checkpoint,
+    save_checkpoint,
+)
 from gpt_from_scratch.data import read_tokens, write_tokens
 from gpt_from_scratch.generate import generate, next_token
 from gpt_from_scratch.model import GPT, GPTConfig
-from gpt_from_scratch.train import TrainConfig, TrainingDivergedError, make_optimizer, train
+from gpt_from_scratch.train import TrainingDivergedError, train
+from gpt_from_scratch.train_config import TrainConfig, make_optimizer
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -262,7 +268,7 @@ def test_logits_masked_to_minus_inf_are_allowed_unless_a_whole_row_is():
 
 SPECIALS = {"<|e|>": 256, "<|e|><|e|>": 257, "<|e|><|e|><|e|>": 258}
 HASH_SEED_SCRIPT = (
-    "from gpt_from_scratch.bpe import BPETokenizer\n"
+    "from gpt_from_scratch.bpe_tokenizer import BPETokenizer\n"
     f"t = BPETokenizer({{}}, special_tokens={SPECIALS!r})\n"
     "print(t.encode('a<|e|><|e|><|e|><|e|>b', allowed_special='all'))\n"
 )

@@ -6,9 +6,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpt_from_scratch.finetune import (GPTClassifier, bag_of_tokens, fit_linear, hidden_states, majority_accuracy,
-                                       mask_names, name_words, parse_speeches, pooled_features, set_trainable,
-                                       speaker_dataset, train_classifier)
+from gpt_from_scratch.finetune import (
+    GPTClassifier,
+    bag_of_tokens,
+    fit_linear,
+    hidden_states,
+    majority_accuracy,
+    mask_names,
+    name_words,
+    parse_speeches,
+    pooled_features,
+    set_trainable,
+    speaker_dataset,
+    train_classifier,
+)
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.tokenizer import gpt2_encoding
 
@@ -149,7 +160,7 @@ def test_training_the_head_learns_a_separable_task():
 
 
 def test_the_prose_follows_the_numbers():
-    from gpt_from_scratch import finetune_prose as prose
+    from gpt_from_scratch.book import finetune_prose as prose
 
     rows = {"head only": dict(accuracy=0.30, trainable=1_032), "everything": dict(accuracy=0.5, trainable=7_000_000)}
     text = prose.classification_text(rows, majority=0.25, bag=0.45, n_test=100)
@@ -174,7 +185,7 @@ def test_the_prose_follows_the_numbers():
 
 
 def test_the_compact_view_of_a_corpus_vocabulary_model_shares_its_weights():
-    from gpt_from_scratch.corpus_vocab import CorpusVocabGPT, compact_ids
+    from gpt_from_scratch.book.corpus_vocab import CorpusVocabGPT, compact_ids
     from gpt_from_scratch.lora import apply_lora, count_trainable
 
     torch.manual_seed(0)

@@ -36,7 +36,7 @@ CHOICE = re.compile(ATOM + r" if FULL_RUN else " + ATOM)
 SHRINK = '''# %%
 import dataclasses
 
-from gpt_from_scratch import ladder, offline_model, recipes
+from gpt_from_scratch.book import ladder, offline_model, recipes
 
 TINY_MODEL = dict(n_layers=1, n_heads=2, d_model=32, d_ff=64, context_length=64, dropout=0.1)
 TINY_TRAIN = dict(max_iters=12, batch_size=4, eval_interval=6, eval_iters=2, warmup_iters=2)

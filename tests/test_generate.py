@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gpt_from_scratch.generate import generate, next_token, top_k_filter, top_p_filter
+from gpt_from_scratch.hf_weights import to_hf_config, to_hf_state_dict
 from gpt_from_scratch.model import GPT, GPTConfig
 
 NEG_INF = float("-inf")
@@ -194,8 +195,8 @@ def test_greedy_generate_matches_hugging_face():
     from transformers import GPT2LMHeadModel
 
     model = _tiny_model(context_length=32).eval()
-    hf = GPT2LMHeadModel(model.to_hf_config())
-    hf.load_state_dict(model.to_hf_state_dict())
+    hf = GPT2LMHeadModel(to_hf_config(model))
+    hf.load_state_dict(to_hf_state_dict(model))
     hf.eval()
     idx = torch.randint(50, (2, 6), generator=torch.Generator().manual_seed(12))
     ours = generate(model, idx, 20, greedy=True)

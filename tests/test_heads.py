@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from gpt_from_scratch import heads
-from gpt_from_scratch import heads_prose as prose
-from gpt_from_scratch.model import GPT, GPTConfig, WeightsUnavailableError
-from gpt_from_scratch.offline_model import EOT, DocumentStart, with_document_start
+from gpt_from_scratch.book import heads_prose as prose
+from gpt_from_scratch.book.offline_model import EOT, DocumentStart, with_document_start
+from gpt_from_scratch.hf_weights import WeightsUnavailableError, from_hf, from_pretrained
+from gpt_from_scratch.model import GPT, GPTConfig
 
 T = 12
 
@@ -94,9 +95,9 @@ def _small_hf(seed=0):
 def test_parity_is_tiny_for_the_same_weights_and_large_for_others():
     hf = _small_hf()
     idx = torch.randint(0, 97, (2, 10), generator=torch.Generator().manual_seed(0))
-    same = heads.parity(GPT.from_hf(hf), hf, idx)
+    same = heads.parity(from_hf(hf), hf, idx)
     assert same.max_logit_diff < 1e-4 and same.max_attention_diff < 1e-5 and same.same_greedy
-    other = heads.parity(GPT.from_hf(_small_hf(seed=1)), hf, idx)
+    other = heads.parity(from_hf(_small_hf(seed=1)), hf, idx)
     assert other.max_logit_diff > 1e-3 and other.max_attention_diff > 1e-3
 
 
@@ -136,7 +137,11 @@ def test_document_start_is_in_the_mode_of_the_model_it_wraps(training):
 
 
 def test_corpus_vocab_gpt_reads_gpt2_ids_and_shares_unk_among_the_tokens_outside():
-    from gpt_from_scratch.corpus_vocab import CorpusVocabGPT, compact_ids, corpus_vocabulary
+    from gpt_from_scratch.book.corpus_vocab import (
+        CorpusVocabGPT,
+        compact_ids,
+        corpus_vocabulary,
+    )
 
     vocab = corpus_vocabulary(np.array([464, 11, 262, 11, 50]), extra=(EOT,))
     assert vocab.tolist() == [11, 50, 262, 464, EOT]
@@ -183,7 +188,7 @@ def test_from_pretrained_fails_fast_when_the_hub_does_not_answer(tmp_path, monke
     monkeypatch.setattr(huggingface_hub, "get_session", lambda: NoNetwork())
     started = time.perf_counter()
     with pytest.raises(WeightsUnavailableError, match="hub cannot be reached"):
-        GPT.from_pretrained("gpt2", cache_dir=tmp_path)
+        from_pretrained("gpt2", cache_dir=tmp_path)
     assert time.perf_counter() - started < 10
 
 
@@ -299,7 +304,7 @@ def test_loaded_losses_parity_samples_and_recipe_texts():
 def test_offline_model_trains_once_then_loads_the_same_weights(tmp_path, monkeypatch):
     import dataclasses
 
-    from gpt_from_scratch import offline_model as om
+    from gpt_from_scratch.book import offline_model as om
 
     monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path))
     tiny = dataclasses.replace(om.OFFLINE_RECIPES["shakespeare-bpe-heads"],
@@ -323,7 +328,7 @@ def test_head_scores_heatmap_annotates_every_head_and_rejects_bad_scores():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gpt_from_scratch.heads_plots import head_scores_heatmap
+    from gpt_from_scratch.book.heads_plots import head_scores_heatmap
 
     scores = torch.tensor([[0.1, 0.9, 0.5], [0.0, 0.25, 1.0]])
     fig = head_scores_heatmap(scores, "title", "label")

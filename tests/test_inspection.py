@@ -15,8 +15,13 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpt_from_scratch.model import GPT, WeightsUnavailableError  # noqa: E402
-from gpt_from_scratch.heads_plots import attention_grid, attention_lines, compare_attention  # noqa: E402
+from gpt_from_scratch.book.heads_plots import (  # noqa: E402
+    attention_grid,
+    attention_lines,
+    compare_attention,
+)
+from gpt_from_scratch.hf_weights import WeightsUnavailableError, from_hf, from_pretrained
+from gpt_from_scratch.model import GPT  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 
@@ -53,7 +58,7 @@ def hf_model():
 
 @pytest.fixture(scope="module")
 def model(hf_model):
-    return GPT.from_hf(hf_model)
+    return from_hf(hf_model)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +122,7 @@ def test_logits_equal_hugging_face(hf_model, model, idx):
 
 def test_from_pretrained_loads_a_save_pretrained_directory(hf_model, idx, tmp_path):
     hf_model.save_pretrained(tmp_path)
-    loaded = GPT.from_pretrained(str(tmp_path))
+    loaded = from_pretrained(str(tmp_path))
     assert not loaded.training
     assert (loaded.config.n_layers, loaded.config.n_heads, loaded.config.d_model) == (L, H, D)
     with torch.no_grad():
@@ -131,12 +136,12 @@ def test_from_pretrained_offline_raises_a_clear_error(tmp_path, monkeypatch):
     # An empty cache and offline mode: what Chapter 8 meets without a network. It must fail fast and say why.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(WeightsUnavailableError, match="gpt2"):
-        GPT.from_pretrained("gpt2", cache_dir=tmp_path)
+        from_pretrained("gpt2", cache_dir=tmp_path)
 
 
 def test_from_pretrained_rejects_unknown_names():
     with pytest.raises(ValueError, match="gpt3"):
-        GPT.from_pretrained("gpt3")
+        from_pretrained("gpt3")
 
 
 def test_attention_maps_work_in_bertviz_format(model, idx):
@@ -218,14 +223,3 @@ def test_attention_lines_wraps_many_heads_onto_rows():
     assert len(fig.axes) == 7  # 3 + 3 + 1: the two empty places of the last row are removed
     assert [ax.get_title() for ax in fig.axes] == [f"head {h}" for h in range(7)]
     plt.close(fig)
-
-
-def test_chapter_8s_plots_still_import_from_plotting_where_they_first_lived():
-    from gpt_from_scratch import heads_plots, plotting
-    from gpt_from_scratch.plotting import attention_grid  # readers' code from before the move
-
-    assert attention_grid is heads_plots.attention_grid
-    for name in ("compare_attention", "attention_lines", "head_scores_heatmap"):
-        assert getattr(plotting, name) is getattr(heads_plots, name)
-    with pytest.raises(AttributeError, match="no_such_plot"):
-        plotting.no_such_plot

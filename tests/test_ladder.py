@@ -8,10 +8,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpt_from_scratch.ladder import (
-    BIGRAM, FINAL, FINAL_CONFIG, RUNGS, BigramModel, LadderConfig, LadderModel, train_rung, unigram_loss,
+from gpt_from_scratch.book.ladder import (
+    BIGRAM,
+    FINAL,
+    FINAL_CONFIG,
+    RUNGS,
+    BigramModel,
+    LadderConfig,
+    LadderModel,
+    train_rung,
+    unigram_loss,
 )
-from gpt_from_scratch.ladder_prose import ladder_frame, ladder_text, mean_std, prediction_spread
+from gpt_from_scratch.book.ladder_prose import (
+    ladder_frame,
+    ladder_text,
+    mean_std,
+    prediction_spread,
+)
 
 V, D, T = 65, 32, 8
 

@@ -11,8 +11,15 @@ from torch.testing import assert_close
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import gpt_from_scratch.attention as attention
+from gpt_from_scratch.hf_weights import (
+    WeightsUnavailableError,
+    from_hf,
+    from_pretrained,
+    to_hf_config,
+    to_hf_state_dict,
+)
 from gpt_from_scratch.layernorm import LayerNorm
-from gpt_from_scratch.model import GPT, Block, GPTConfig, WeightsUnavailableError
+from gpt_from_scratch.model import GPT, Block, GPTConfig
 
 # (n_layers, d_model, n_heads, context_length, vocab_size, extra GPT2Config settings)
 HF_CONFIGS = {
@@ -63,7 +70,7 @@ def greedy(step, idx: torch.Tensor, n: int, context_length: int) -> torch.Tensor
 def pair(request):
     n_layers, d_model, n_heads, context_length, vocab_size, extra = HF_CONFIGS[request.param]
     hf = hf_gpt2(n_layers, d_model, n_heads, context_length, vocab_size, **extra)
-    return hf, GPT.from_hf(hf)
+    return hf, from_hf(hf)
 
 
 @torch.no_grad()
@@ -110,8 +117,8 @@ def test_greedy_tokens_equal_hugging_face(pair):
 @torch.no_grad()
 def test_export_round_trips_to_hugging_face(pair):
     hf, model = pair
-    exported = GPT2LMHeadModel(model.to_hf_config())
-    exported.load_state_dict(model.to_hf_state_dict())  # strict: every key, every shape
+    exported = GPT2LMHeadModel(to_hf_config(model))
+    exported.load_state_dict(to_hf_state_dict(model))  # strict: every key, every shape
     exported.eval()
     idx = torch.randint(0, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(3))
     assert_close(exported(idx).logits, hf(idx).logits, atol=1e-5, rtol=0)
@@ -123,9 +130,9 @@ def test_tied_head_is_the_embedding_matrix():
     assert model.lm_head.weight is model.wte.weight
     assert GPT(GPTConfig.from_preset("tiny", tie_weights=False)).lm_head.weight is not None
     hf = hf_gpt2(2, 32, 2, 16, 101)
-    loaded = GPT.from_hf(hf)
+    loaded = from_hf(hf)
     assert loaded.lm_head.weight is loaded.wte.weight  # still shared after loading
-    untied = GPT.from_hf(hf_gpt2(2, 32, 2, 16, 101, tie_word_embeddings=False))
+    untied = from_hf(hf_gpt2(2, 32, 2, 16, 101, tie_word_embeddings=False))
     assert untied.lm_head.weight is not untied.wte.weight
 
 
@@ -136,14 +143,14 @@ def test_from_hf_state_dict_infers_the_config():
     expected = hf(idx).logits
     # the LM model's state dict ("transformer." prefix) and the bare GPT2Model's (no prefix, no lm_head)
     for state_dict in (hf.state_dict(), hf.transformer.state_dict()):
-        model = GPT.from_hf(state_dict)  # n_heads inferred as d_model / 64 = 2
+        model = from_hf(state_dict)  # n_heads inferred as d_model / 64 = 2
         assert (model.config.n_layers, model.config.n_heads, model.config.d_model) == (2, 2, 128)
         assert model.config.tie_weights
         assert_close(model(idx)[0], expected, atol=1e-5, rtol=0)
     small = hf_gpt2(2, 32, 4, 16, 101)
     with pytest.raises(ValueError, match="n_heads"):
-        GPT.from_hf(small.state_dict())
-    assert_close(GPT.from_hf(small.state_dict(), n_heads=4)(idx)[0], small(idx).logits, atol=1e-5, rtol=0)
+        from_hf(small.state_dict())
+    assert_close(from_hf(small.state_dict(), n_heads=4)(idx)[0], small(idx).logits, atol=1e-5, rtol=0)
 
 
 def test_from_hf_errors_name_the_offending_key():
@@ -152,19 +159,19 @@ def test_from_hf_errors_name_the_offending_key():
     missing = dict(state_dict)
     del missing["transformer.h.1.mlp.c_fc.bias"]
     with pytest.raises(ValueError, match=r"missing 'transformer\.h\.1\.mlp\.c_fc\.bias'"):
-        GPT.from_hf(missing, n_heads=2)
+        from_hf(missing, n_heads=2)
 
     extra = {**state_dict, "transformer.h.0.attn.q_attn.weight": torch.zeros(32, 32)}
     with pytest.raises(ValueError, match=r"unexpected key 'transformer\.h\.0\.attn\.q_attn\.weight'"):
-        GPT.from_hf(extra, n_heads=2)
+        from_hf(extra, n_heads=2)
 
     bad_shape = {**state_dict, "transformer.h.1.attn.c_attn.weight": torch.zeros(32, 95)}
     shape_message = r"'transformer\.h\.1\.attn\.c_attn\.weight' has shape \(32, 95\), expected \(32, 96\)"
     with pytest.raises(ValueError, match=shape_message):
-        GPT.from_hf(bad_shape, n_heads=2)
+        from_hf(bad_shape, n_heads=2)
 
     with pytest.raises(ValueError, match="wte.weight"):
-        GPT.from_hf({"foo.weight": torch.zeros(2)})
+        from_hf({"foo.weight": torch.zeros(2)})
 
     # old checkpoints carry causal-mask buffers: they are ignored
     buffers = {
@@ -172,18 +179,18 @@ def test_from_hf_errors_name_the_offending_key():
         "transformer.h.0.attn.masked_bias": torch.tensor(-1e4),
     }
     old = {**state_dict, **buffers}
-    GPT.from_hf(old, n_heads=2)
+    from_hf(old, n_heads=2)
 
 
 def test_from_hf_rejects_unsupported_hugging_face_settings():
     with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
-        GPT.from_hf(hf_gpt2(1, 32, 2, 8, 50, scale_attn_by_inverse_layer_idx=True))
+        from_hf(hf_gpt2(1, 32, 2, 8, 50, scale_attn_by_inverse_layer_idx=True))
     with pytest.raises(ValueError, match="activation_function='silu'"):
-        GPT.from_hf(hf_gpt2(1, 32, 2, 8, 50, activation_function="silu"))
+        from_hf(hf_gpt2(1, 32, 2, 8, 50, activation_function="silu"))
     mixed = hf_gpt2(1, 32, 2, 8, 50, attn_pdrop=0.0)
     with pytest.raises(ValueError, match="dropout"):
-        GPT.from_hf(mixed)
-    assert GPT.from_hf(mixed, dropout=0.0).config.dropout == 0.0
+        from_hf(mixed)
+    assert from_hf(mixed, dropout=0.0).config.dropout == 0.0
 
 
 @torch.no_grad()
@@ -191,8 +198,8 @@ def test_bias_free_model_exports_zero_biases():
     torch.manual_seed(5)
     model = GPT(GPTConfig.from_preset("tiny", bias=False, vocab_size=101)).eval()
     assert not any(name.endswith("bias") for name, _ in model.named_parameters())
-    exported = GPT2LMHeadModel(model.to_hf_config())
-    exported.load_state_dict(model.to_hf_state_dict())
+    exported = GPT2LMHeadModel(to_hf_config(model))
+    exported.load_state_dict(to_hf_state_dict(model))
     idx = torch.randint(0, 101, (2, 16), generator=torch.Generator().manual_seed(6))
     assert_close(exported.eval()(idx).logits, model(idx)[0], atol=1e-5, rtol=0)
 
@@ -361,7 +368,7 @@ def test_block_is_pre_layer_norm():
 def test_from_pretrained_reads_a_save_pretrained_directory(tmp_path):
     hf = hf_gpt2(2, 32, 2, 16, 101)
     hf.save_pretrained(tmp_path)
-    model = GPT.from_pretrained(tmp_path)
+    model = from_pretrained(tmp_path)
     assert not model.training
     idx = torch.randint(0, 101, (1, 16), generator=torch.Generator().manual_seed(17))
     assert_close(model(idx)[0], hf(idx).logits, atol=1e-5, rtol=0)
@@ -370,9 +377,9 @@ def test_from_pretrained_reads_a_save_pretrained_directory(tmp_path):
 def test_from_pretrained_offline_explains_what_to_do(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(WeightsUnavailableError, match="network connection once.*local directory"):
-        GPT.from_pretrained("gpt2", cache_dir=tmp_path)  # an empty cache: nothing to fall back on
+        from_pretrained("gpt2", cache_dir=tmp_path)  # an empty cache: nothing to fall back on
     with pytest.raises(ValueError, match="gpt2, gpt2-medium, gpt2-large, gpt2-xl"):
-        GPT.from_pretrained("gpt-5")
+        from_pretrained("gpt-5")
 
 
 @pytest.mark.parametrize("name", ["shakespeare-char", "tiny"])

@@ -9,11 +9,11 @@ from torch import nn
 from torch.testing import assert_close
 
 from gpt_from_scratch.attention import KVCache, MultiHeadAttention
+from gpt_from_scratch.book.modern_prose import comparison_text
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.gqa import GroupedQueryAttention, kv_cache_bytes_per_token, repeat_kv
 from gpt_from_scratch.layernorm import RMSNorm
 from gpt_from_scratch.modern import Llama, LlamaConfig, SwiGLU, llama_hidden_size
-from gpt_from_scratch.modern_prose import comparison_text
 from gpt_from_scratch.rope import apply_rope, rope_cos_sin, rope_frequencies
 
 transformers = pytest.importorskip("transformers")

@@ -6,6 +6,7 @@ import torch
 from torch.testing import assert_close
 
 from gpt_from_scratch.generate import generate
+from gpt_from_scratch.hf_weights import from_hf
 from gpt_from_scratch.model import GPT
 from gpt_from_scratch.padding import (
     generate_padded,
@@ -22,7 +23,7 @@ PROMPTS = [[5, 17, 3, 99, 42, 8, 1], [250], [7, 7, 7, 100], [30, 31, 32, 33, 34,
 @pytest.fixture(scope="module")
 def pair():
     hf = hf_gpt2(n_layers=2, d_model=48, n_heads=4, context_length=32, vocab_size=257)
-    return hf, GPT.from_hf(hf).eval()
+    return hf, from_hf(hf).eval()
 
 
 def test_left_pad_mask_and_positions():

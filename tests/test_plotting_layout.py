@@ -7,8 +7,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from gpt_from_scratch.heads_plots import compare_attention  # noqa: E402
-from gpt_from_scratch.plotting import LABEL_PT, attention_heatmap  # noqa: E402
+from gpt_from_scratch.book.heads_plots import compare_attention  # noqa: E402
+from gpt_from_scratch.book.plotting import LABEL_PT, attention_heatmap  # noqa: E402
 
 
 def _tick_sizes(ax):

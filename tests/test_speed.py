@@ -15,11 +15,14 @@ import pytest
 import torch
 
 from gpt_from_scratch import train as train_module
+from gpt_from_scratch.book.recipes import char_level_data
+from gpt_from_scratch.book.timing import host_reads
+from gpt_from_scratch.checkpoint import load_checkpoint
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.precision import native_bf16, resolve_precision
-from gpt_from_scratch.speedups import host_reads
-from gpt_from_scratch.train import TrainConfig, char_level_data, load_checkpoint, train
+from gpt_from_scratch.train import train
+from gpt_from_scratch.train_config import TrainConfig
 from gpt_from_scratch.utils import float32_matmul_precision
 
 TINY = dict(vocab_size=65, context_length=16, d_model=32, n_layers=2, n_heads=4, dropout=0.0)
@@ -341,7 +344,7 @@ def test_static_cache_checks_token_ids(tiny_model):
 
 
 def test_speedups_prose_says_faster_slower_or_the_same_as_the_numbers_do():
-    from gpt_from_scratch.speedups import speedups_prose
+    from gpt_from_scratch.book.speed_prose import speedups_prose
 
     text = speedups_prose({"fused AdamW": (0.2, 0.1), "bf16 autocast": (0.1, 0.9), "SDPA": (0.1, 0.102)}, "cpu")
     assert "fused AdamW: 100.0 ms against 200.0 ms, 2.0x faster" in text
@@ -353,14 +356,14 @@ def test_speedups_prose_says_faster_slower_or_the_same_as_the_numbers_do():
 
 
 def test_bandwidth_prose_is_the_weights_over_the_bandwidth():
-    from gpt_from_scratch.speedups import bandwidth_prose
+    from gpt_from_scratch.book.speed_prose import bandwidth_prose
 
     text = bandwidth_prose(124_000_000, 4, 10e9, 5.0, "cpu")  # 496 MB at 10 GB/s: 20.2 tokens/s at most
     assert "496 MB at 4 bytes each" in text and "about 20.2 tokens/s" in text and "25% of that limit" in text
 
 
 def test_allocator_prose_says_what_reusing_freed_memory_changed():
-    from gpt_from_scratch.speedups import allocator_prose
+    from gpt_from_scratch.book.speed_prose import allocator_prose
 
     pages = 100_000_000 // mmap.PAGESIZE  # 100 MB of pages
     text = allocator_prose({"before": (0.6, pages), "after": (0.4, 0)}, applied=True)
@@ -371,7 +374,7 @@ def test_allocator_prose_says_what_reusing_freed_memory_changed():
 
 
 def test_measurements_run_on_the_cpu(tiny_model):
-    from gpt_from_scratch.speedups import copy_bandwidth, decode_rate, step_time
+    from gpt_from_scratch.book.timing import copy_bandwidth, decode_rate, step_time
 
     x = torch.randint(65, (2, 16))
     assert step_time(GPT(GPTConfig(**TINY)), x, x, precision="bf16", fused=True, repeats=1) > 0
@@ -381,7 +384,7 @@ def test_measurements_run_on_the_cpu(tiny_model):
 
 def test_step_times_alternates_the_settings_and_puts_sdpa_back(monkeypatch):
     from gpt_from_scratch import attention
-    from gpt_from_scratch.speedups import step_time, step_times
+    from gpt_from_scratch.book.timing import step_time, step_times
 
     written_out = []
     original = attention.scaled_dot_product_attention
@@ -406,7 +409,8 @@ def test_step_times_alternates_the_settings_and_puts_sdpa_back(monkeypatch):
 
 REUSE_SCRIPT = """
 import torch
-from gpt_from_scratch.speedups import page_faults, reuse_freed_memory
+from gpt_from_scratch.allocator import reuse_freed_memory
+from gpt_from_scratch.book.timing import page_faults
 step = lambda: torch.empty(25_000_000).fill_(1).sum()  # 100 MB, allocated, written and freed
 step()
 before = page_faults(step)

@@ -12,23 +12,18 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from gpt_from_scratch import train as train_module
-from gpt_from_scratch.model import GPT, GPTConfig
-from gpt_from_scratch.train import (
-    History,
+from gpt_from_scratch.book import recipes
+from gpt_from_scratch.book.cli import main
+from gpt_from_scratch.book.recipes import (
     Recipe,
-    TrainConfig,
     book_model,
     book_model_path,
     char_level_data,
-    estimate_loss,
-    load_checkpoint,
-    lr_at,
-    main,
-    make_optimizer,
-    save_checkpoint,
-    train,
 )
+from gpt_from_scratch.checkpoint import load_checkpoint, save_checkpoint
+from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.train import estimate_loss, train
+from gpt_from_scratch.train_config import History, TrainConfig, lr_at, make_optimizer
 
 TINY = dict(vocab_size=65, context_length=16, d_model=32, n_layers=2, n_heads=4, dropout=0.0)
 
@@ -198,7 +193,7 @@ def test_char_level_data_is_nanogpts_split(char_data):
 
 def test_bpe_level_data(tmp_path, monkeypatch):
     monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path))
-    train_ids, val_ids, encoding = train_module.bpe_level_data()
+    train_ids, val_ids, encoding = recipes.bpe_level_data()
     assert (len(train_ids), len(val_ids)) == (301_966, 36_059)
     assert encoding.decode(list(train_ids[:3])) == "First Citizen:"
 
@@ -207,7 +202,7 @@ def test_book_model_trains_once_then_loads_the_same_weights(tmp_path, monkeypatc
     monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path))
     recipe = Recipe("char", dataclasses.asdict(GPTConfig(**TINY)), dict(max_iters=4, batch_size=2, eval_interval=2,
                                                                       eval_iters=1, warmup_iters=1))
-    monkeypatch.setitem(train_module.RECIPES, "shakespeare-char", recipe)
+    monkeypatch.setitem(recipes.RECIPES, "shakespeare-char", recipe)
     model, tokenizer = book_model("shakespeare-char", progress=False)
     assert book_model_path("shakespeare-char") == tmp_path / "checkpoints" / "shakespeare-char"
     assert tokenizer.vocab_size == 65 and not model.training

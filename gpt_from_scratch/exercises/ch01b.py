@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 import regex
 
-from ..bpe import BPETokenizer, merge
+from ..bpe import merge
+from ..bpe_tokenizer import BPETokenizer
 from ..tokenizer import GPT2_PATTERN
-from .core import _Case, _Mismatch, _call, _describe, _run_cases, _short
+from .core import _call, _Case, _describe, _Mismatch, _run_cases, _short
 
 __all__ = ["check_bpe_encode"]
 

@@ -60,22 +60,12 @@ import torch
 from torch.testing import assert_close
 from torch.utils.data import DataLoader
 
-from gpt_from_scratch.bpe import bytes_to_unicode
 from gpt_from_scratch.data import (
-    TokenDataset,
-    cache_dir,
-    get_batch,
-    load_tiny_shakespeare,
-    prepare_tokens,
-    read_tokens,
-    split_text,
-    write_tokens,
+    TokenDataset, cache_dir, get_batch, load_tiny_shakespeare, prepare_tokens, read_tokens,
+    split_text, write_tokens,
 )
 from gpt_from_scratch.tokenizer import (
-    GPT2_PATTERN,
-    CharTokenizer,
-    gpt2_encoding,
-    hf_gpt2_tokenizer,
+    CharTokenizer, GPT2_PATTERN, bytes_to_unicode, gpt2_encoding, hf_gpt2_tokenizer,
 )
 from gpt_from_scratch.utils import seed_everything
 

@@ -43,9 +43,9 @@ import regex  # like `re`, but knows Unicode classes such as \p{L} (any letter)
 import torch
 
 from gpt_from_scratch import bpe
-from gpt_from_scratch.bpe import BPETokenizer
+from gpt_from_scratch.bpe_tokenizer import BPETokenizer
 from gpt_from_scratch.data import load_tiny_shakespeare, split_text
-from gpt_from_scratch.tokenizer import GPT2_PATTERN, gpt2_encoding, gpt2_files
+from gpt_from_scratch.tokenizer import GPT2_PATTERN, bytes_to_unicode, gpt2_encoding, gpt2_files
 from gpt_from_scratch.utils import seed_everything
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
@@ -297,7 +297,7 @@ for word in [" lowest", " newer", " wider", " 🤖"]:
 # themselves, and the 68 others, in byte order, to the characters from U+0100 on.
 
 # %% tags=["nbval-check-output"]
-byte_chars = bpe.bytes_to_unicode()
+byte_chars = bytes_to_unicode()
 for b in [ord("A"), ord("é".encode("latin-1")), 0, ord("\n"), ord(" "), 127]:
     print(f"byte {b:3} {bytes([b])!r:8} -> {byte_chars[b]}  (U+{ord(byte_chars[b]):04X})")
 merge_lines = gpt2_files()["vocab.bpe"].read_text(encoding="utf-8").split("\n")

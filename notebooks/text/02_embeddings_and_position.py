@@ -466,8 +466,7 @@ for k in (1, 5, 37):
 
 # %% tags=["nbval-check-output"]
 from gpt_from_scratch.embeddings import (
-    LearnedPositionalEmbedding,
-    SinusoidalPositionalEncoding,
+    LearnedPositionalEmbedding, SinusoidalPositionalEncoding,
 )
 
 torch.manual_seed(0)

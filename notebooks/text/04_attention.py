@@ -61,9 +61,9 @@ from torch import nn
 from torch.testing import assert_close
 
 from gpt_from_scratch.data import get_batch, load_tiny_shakespeare
-from gpt_from_scratch.plotting import attention_heatmap, token_labels
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
+from gpt_from_scratch.book.plotting import attention_heatmap, token_labels
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)

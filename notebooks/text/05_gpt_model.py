@@ -509,7 +509,7 @@ print(model)
 # `dot` program installed besides Python; the module tree is all we need here.)
 
 # %% mystnb={"figure": {"caption": "GPT-2 small drawn from its modules: token and position embeddings are added, then 12 pre-LN blocks each read a LayerNorm'd copy of the residual stream into attention and into the MLP and add the result back; a final LayerNorm and the head tied to the token embeddings give the logits.", "name": "fig-gpt-architecture"}, "image": {"alt": "A vertical flow chart. Token ids feed two boxes, wte (Embedding 50,257 by 768) and wpe (positions 1,024 by 768), whose outputs meet at a plus sign, then dropout. A dashed frame marked 'times 12 blocks' contains a thick vertical residual stream on the left; from it, one branch goes through ln_1 and attention (12 causal heads of 64, c_attn 768 to 2,304, c_proj 768 to 768) and is added back at a plus sign, a second through ln_2 and the MLP (c_fc 768 to 3,072, GELU tanh, c_proj 3,072 to 768) and is added back. Below the frame: ln_f, then lm_head 768 to 50,257, tied to wte, then the logits."}}
-from gpt_from_scratch.diagram import draw_gpt
+from gpt_from_scratch.book.diagram import draw_gpt
 
 draw_gpt(GPTConfig.from_preset("gpt2"))
 plt.show()
@@ -811,13 +811,15 @@ print(gpt_changes.to_string())
 #
 # The strongest test of all this is another implementation. We build a random GPT-2 with Hugging Face's
 # `transformers` (no download needed), randomize *every* parameter, load it into our `GPT` with
-# `GPT.from_hf`, and compare. `from_hf` maps the names (`transformer.h.0...` to `blocks.0...`) and
+# `from_hf`, and compare. `from_hf` maps the names (`transformer.h.0...` to `blocks.0...`) and
 # transposes four weights per block: GPT-2 stores them as `Conv1D` layers, shape (in, out), the transpose
 # of `nn.Linear`'s (out, in).
 
 # %%
 import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
+
+from gpt_from_scratch.hf_weights import from_hf, to_hf_config, to_hf_state_dict
 
 transformers.logging.set_verbosity_error()
 torch.manual_seed(0)
@@ -829,7 +831,7 @@ with torch.no_grad():
         noise = torch.randn(p.shape, generator=generator)
         is_gamma = "ln_" in name and name.endswith("weight")
         p.copy_(1 + 0.2 * noise if is_gamma else 0.1 * noise)
-ours = GPT.from_hf(hf_model)
+ours = from_hf(hf_model)
 print(ours.config)
 
 # %% [markdown]
@@ -885,14 +887,14 @@ print(repr(enc.decode(ours_tokens[0].tolist())))
 # exports our weights under GPT-2's names and layouts, and `to_hf_config()` the matching `GPT2Config`.
 
 # %% tags=["nbval-check-output"]
-exported = GPT2LMHeadModel(ours.to_hf_config())
-exported.load_state_dict(ours.to_hf_state_dict())  # strict: every key and shape must match
+exported = GPT2LMHeadModel(to_hf_config(ours))
+exported.load_state_dict(to_hf_state_dict(ours))  # strict: every key and shape must match
 with torch.no_grad():
     assert_close(exported.eval()(xb).logits, our_logits, atol=1e-5, rtol=0)
 print("exported model == our model: True")
 
 # %% [markdown]
-# `GPT.from_pretrained("gpt2")` uses the same `from_hf` on OpenAI's released weights: it needs a network
+# `from_pretrained("gpt2")` uses the same `from_hf` on OpenAI's released weights: it needs a network
 # connection once (afterwards they are cached) or a folder written by `save_pretrained`. Chapter 8 does
 # that; until then our models are trained from scratch.
 #

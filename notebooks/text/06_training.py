@@ -67,36 +67,22 @@ import torch.nn.functional as F
 from IPython.display import Markdown
 from torch.testing import assert_close
 
+from gpt_from_scratch.allocator import reuse_freed_memory
+from gpt_from_scratch.checkpoint import load_checkpoint
 from gpt_from_scratch.data import get_batch
 from gpt_from_scratch.generate import generate
-from gpt_from_scratch.ladder import (
-    BIGRAM,
-    BIGRAM_PUBLISHED,
-    FINAL,
-    FINAL_CONFIG,
-    RUNGS,
-    BigramModel,
-    LadderConfig,
-    LadderModel,
-    train_rung,
-    unigram_loss,
-)
-from gpt_from_scratch.ladder_prose import ladder_frame, ladder_text, prediction_spread
 from gpt_from_scratch.model import GPT, GPTConfig
-from gpt_from_scratch.speedups import reuse_freed_memory
-from gpt_from_scratch.train import (
-    RECIPES,
-    TrainConfig,
-    book_model,
-    book_model_path,
-    bpe_level_data,
-    char_level_data,
-    load_checkpoint,
-    lr_at,
-    make_optimizer,
-    train,
-)
+from gpt_from_scratch.train import train
+from gpt_from_scratch.train_config import TrainConfig, lr_at, make_optimizer
 from gpt_from_scratch.utils import default_device, seed_everything, set_deterministic
+from gpt_from_scratch.book.ladder import (
+    BIGRAM, BIGRAM_PUBLISHED, BigramModel, FINAL, FINAL_CONFIG, LadderConfig, LadderModel,
+    RUNGS, train_rung, unigram_loss,
+)
+from gpt_from_scratch.book.ladder_prose import ladder_frame, ladder_text, prediction_spread
+from gpt_from_scratch.book.recipes import (
+    RECIPES, book_model, book_model_path, bpe_level_data, char_level_data,
+)
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
@@ -431,7 +417,7 @@ if torch.cuda.is_available() and FULL_RUN:
 # The lecture then scales the last rung up (6 layers, 6 heads, $D = 384$, context 256, dropout 0.2, batch 64,
 # learning rate $3 \times 10^{-4}$, 5,000 steps) and reports about 1.48 on a GPU; that rung runs here with
 # `FULL_RUN = True`. The lecture's loop is plain: AdamW with PyTorch's defaults at a constant learning rate,
-# no warm-up, no clipping, and the loss is the mean over 200 batches at the end. `gpt_from_scratch.ladder`
+# no warm-up, no clipping, and the loss is the mean over 200 batches at the end. `gpt_from_scratch.book.ladder`
 # builds every rung from the package's `MultiHeadAttention`, `FeedForward` and `LayerNorm`, leaving out
 # what the rung does not have yet (the heads' output projection is an `nn.Identity` until rung 5), with
 # PyTorch's default initialization and an untied output layer as in the lecture (its published `gpt.py`
@@ -563,7 +549,7 @@ print(char_tokenizer.decode(sample[0].tolist()))
 # section). Such a model overfits before the end, so `train` keeps the weights of the lowest validation loss
 # (`keep_best`, as nanoGPT does): the cell prints that best loss and its step beside the final one. It also
 # trains the BPE model at the same size (`book_model(..., full=True)`). The same run from a terminal:
-# `python -m gpt_from_scratch.train --preset shakespeare-char-full --out runs/char-full`.
+# `python -m gpt_from_scratch.book.cli --preset shakespeare-char-full --out runs/char-full`.
 # On 2 CPU cores it would take many hours, so with `FULL_RUN = False` the cell only prints the settings.
 # ```
 
@@ -793,8 +779,8 @@ print(f"final val loss {resumed.val_loss[-1]:.4f} and {uninterrupted.val_loss[-1
 # The same loop runs from a terminal. Every field of `TrainConfig` and `GPTConfig` can be overridden:
 #
 # ```bash
-# python -m gpt_from_scratch.train --preset shakespeare-char --max-iters 5000 --lr 6e-4 --out runs/char
-# python -m gpt_from_scratch.train --preset shakespeare-char --max-iters 8000 --out runs/char --resume
+# python -m gpt_from_scratch.book.cli --preset shakespeare-char --max-iters 5000 --lr 6e-4 --out runs/char
+# python -m gpt_from_scratch.book.cli --preset shakespeare-char --max-iters 8000 --out runs/char --resume
 # ```
 #
 # With several GPUs, or several CPU processes, `torchrun` starts one process per device and `train` wraps the
@@ -803,7 +789,7 @@ print(f"final val loss {resumed.val_loss[-1]:.4f} and {uninterrupted.val_loss[-1
 # (the command checks this at the end):
 #
 # ```bash
-# torchrun --standalone --nproc_per_node 2 -m gpt_from_scratch.train --preset shakespeare-char
+# torchrun --standalone --nproc_per_node 2 -m gpt_from_scratch.book.cli --preset shakespeare-char
 # ```
 #
 # ## Summary
@@ -826,7 +812,7 @@ print(f"final val loss {resumed.val_loss[-1]:.4f} and {uninterrupted.val_loss[-1
 # - Overfitting shows as a validation loss that rises while the training loss falls; dropout slows it.
 # - On a CPU, a 50,257-token vocabulary makes the output layer most of the work.
 # - Checkpoints are safetensors plus JSON, written atomically, verified by SHA-256, and resume exactly;
-#   `python -m gpt_from_scratch.train` and `torchrun` run the same loop from a terminal.
+#   `python -m gpt_from_scratch.book.cli` and `torchrun` run the same loop from a terminal.
 #
 # ## Exercises
 #

@@ -52,10 +52,11 @@ import numpy as np
 import torch
 from torch.testing import assert_close
 
+from gpt_from_scratch.checkpoint import load_checkpoint
 from gpt_from_scratch.generate import generate, top_k_filter, top_p_filter
 from gpt_from_scratch.model import GPT, GPTConfig
-from gpt_from_scratch.train import book_model, book_model_path, load_checkpoint
 from gpt_from_scratch.utils import seed_everything
+from gpt_from_scratch.book.recipes import book_model, book_model_path
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
@@ -583,12 +584,16 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 import pandas as pd
 from IPython.display import Markdown
 
+from gpt_from_scratch.allocator import reuse_freed_memory
 from gpt_from_scratch.precision import resolve_precision
-from gpt_from_scratch.speedups import (allocator_prose, bandwidth_prose, copy_bandwidth,
-                                       decode_rate, host_reads, median_time, page_faults,
-                                       reuse_freed_memory, speedups_prose, step_time,
-                                       step_times)
 from gpt_from_scratch.utils import default_device
+from gpt_from_scratch.book.speed_prose import (
+    allocator_prose, bandwidth_prose, speedups_prose,
+)
+from gpt_from_scratch.book.timing import (
+    copy_bandwidth, decode_rate, host_reads, median_time, page_faults, step_time,
+    step_times,
+)
 
 FAST_DEVICE = default_device() if FULL_RUN else "cpu"
 # train's half precision there: bf16, or fp16 on a GPU that only emulates bf16 (a T4)

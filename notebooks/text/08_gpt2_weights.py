@@ -70,18 +70,22 @@ from matplotlib_inline.backend_inline import set_matplotlib_formats
 from torch.testing import assert_close
 
 from gpt_from_scratch import heads
-from gpt_from_scratch import heads_prose as prose
+from gpt_from_scratch.allocator import reuse_freed_memory
 from gpt_from_scratch.data import prepare_tokens, read_tokens
 from gpt_from_scratch.generate import generate
-from gpt_from_scratch.model import GPT, GPTConfig, WeightsUnavailableError
-from gpt_from_scratch.offline_model import EOT, offline_model
-from gpt_from_scratch.heads_plots import (attention_grid, attention_lines,
-                                          compare_attention, head_scores_heatmap)
-from gpt_from_scratch.plotting import token_labels
-from gpt_from_scratch.speedups import reuse_freed_memory
+from gpt_from_scratch.hf_weights import WeightsUnavailableError, from_hf, from_pretrained
+from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.tokenizer import gpt2_encoding
-from gpt_from_scratch.train import RECIPES, TrainConfig, book_model, estimate_loss
+from gpt_from_scratch.train import estimate_loss
+from gpt_from_scratch.train_config import TrainConfig
 from gpt_from_scratch.utils import seed_everything
+from gpt_from_scratch.book import heads_prose as prose
+from gpt_from_scratch.book.heads_plots import (
+    attention_grid, attention_lines, compare_attention, head_scores_heatmap,
+)
+from gpt_from_scratch.book.offline_model import EOT, offline_model
+from gpt_from_scratch.book.plotting import token_labels
+from gpt_from_scratch.book.recipes import RECIPES, book_model
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
@@ -167,8 +171,8 @@ for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
 #
 # Section 5.8 of {ref}`ch-gpt` showed how OpenAI's checkpoint, as transformers stores it,
 # maps onto our `GPT`: drop the `transformer.` prefix, rename `h.N` to `blocks.N`, transpose
-# the four `Conv1D` matrices. `GPT.from_hf` does it for a model in memory, and
-# `GPT.from_pretrained("gpt2")` for the hub's checkpoints: it looks in the local Hugging
+# the four `Conv1D` matrices. `hf_weights.from_hf` does it for a model in memory, and
+# `from_pretrained("gpt2")` for the hub's checkpoints: it looks in the local Hugging
 # Face cache first, then asks the hub whether it answers at all (in at most 3 seconds)
 # before downloading. When the weights can be neither found nor downloaded it raises
 # `WeightsUnavailableError`, and this chapter turns to the offline model.
@@ -182,7 +186,7 @@ for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
 # measurements. The second change buys training steps: Tiny Shakespeare's training text uses
 # only about a fifth of GPT-2's 50,257 tokens, and a 50,257-way output layer spends almost
 # all of a CPU's time scoring the others. The offline model (a `CorpusVocabGPT`, from
-# `gpt_from_scratch.corpus_vocab`) learns only the tokens of its training text plus one
+# `gpt_from_scratch.book.corpus_vocab`) learns only the tokens of its training text plus one
 # `<unk>`, which stands for every other token, but it still reads and writes GPT-2's ids
 # through a lookup table: a prompt tokenized with GPT-2's BPE goes in unchanged, a token
 # the model never learned is read as `<unk>`, and its logits cover all 50,257 tokens (the
@@ -191,7 +195,7 @@ for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
 
 # %%
 try:
-    gpt2 = GPT.from_pretrained("gpt2")
+    gpt2 = from_pretrained("gpt2")
     REAL_GPT2 = True
 except WeightsUnavailableError as err:
     gpt2, REAL_GPT2 = None, False
@@ -234,7 +238,7 @@ else:
         vocab_size=enc.n_vocab, n_positions=64, n_embd=64, n_layer=2, n_head=4,
         attn_implementation="eager",
     )).eval()
-ours = gpt2 if REAL_GPT2 else GPT.from_hf(theirs)
+ours = gpt2 if REAL_GPT2 else from_hf(theirs)
 idx = torch.tensor([enc.encode("To be, or not to be, that is the question:")])  # (1, T)
 parity = heads.parity(ours, theirs, idx)
 
@@ -376,7 +380,7 @@ print("largest weight on a future token:", max(A[..., future].max().item() for A
 
 # %% [markdown]
 # Layer 0 by hand matches, the rows are probability distributions, and nothing looks ahead.
-# Here is every head at once, with `attention_grid` from `gpt_from_scratch.heads_plots`, all
+# Here is every head at once, with `attention_grid` from `gpt_from_scratch.book.heads_plots`, all
 # on one colour scale. Two patterns are worth looking for; sections 8.8 and 8.9 measure them: a
 # bright first column all the way down (an *attention sink*) and a bright line just below
 # the diagonal (a *previous-token head*). The bright top-left corner of every map is no
@@ -626,7 +630,7 @@ if SHOW_BERTVIZ:
     display(model_html)
 
 # %% [markdown]
-# For this page, `attention_lines` from `gpt_from_scratch.heads_plots` draws what the head
+# For this page, `attention_lines` from `gpt_from_scratch.book.heads_plots` draws what the head
 # view shows as a static figure: every head of the chosen layer, each line from a query
 # token (left) to a key token (right) as opaque as its weight. The model view's grid of
 # every layer and head is the `attention_grid` of section 8.5.
@@ -641,7 +645,7 @@ plt.show()
 # - GPT-2 small holds 124,439,808 parameters: $12D^2 + 13D$ per block, the token and
 #   position embeddings, a final LayerNorm, and an output layer tied to the token embedding
 #   (163,037,184 untied).
-# - `GPT.from_pretrained("gpt2")` loads OpenAI's weights through the conversion of
+# - `from_pretrained("gpt2")` loads OpenAI's weights through the conversion of
 #   {ref}`ch-gpt`, and fails within seconds with a clear `WeightsUnavailableError` when they
 #   can be neither found nor downloaded. Parity with transformers is measured: the largest
 #   logit difference and whether the most likely tokens agree, on the weights loaded.

@@ -62,21 +62,24 @@ from matplotlib_inline.backend_inline import set_matplotlib_formats
 from torch import nn
 from torch.testing import assert_close
 
-from gpt_from_scratch import finetune_prose as prose
-from gpt_from_scratch.corpus_vocab import compact_ids
 from gpt_from_scratch.data import get_batch, load_tiny_shakespeare
-from gpt_from_scratch.finetune import (GPTClassifier, accuracy, bag_of_tokens, fit_linear,
-                                       hidden_states, majority_accuracy, pooled_features,
-                                       set_trainable, speaker_dataset, train_classifier)
+from gpt_from_scratch.finetune import (
+    GPTClassifier, accuracy, bag_of_tokens, fit_linear, hidden_states, majority_accuracy,
+    pooled_features, set_trainable, speaker_dataset, train_classifier,
+)
 from gpt_from_scratch.generate import generate
-from gpt_from_scratch.lora import (LoRALinear, apply_lora, count_trainable, lora_layers,
-                                   merge_lora, unmerge_lora)
-from gpt_from_scratch.model import GPT, WeightsUnavailableError
-from gpt_from_scratch.offline_model import EOT, DocumentStart, offline_model
-from gpt_from_scratch.recipes import RECIPES, bpe_level_data
+from gpt_from_scratch.hf_weights import WeightsUnavailableError, from_pretrained
+from gpt_from_scratch.lora import (
+    LoRALinear, apply_lora, count_trainable, lora_layers, merge_lora, unmerge_lora,
+)
+from gpt_from_scratch.model import GPT
 from gpt_from_scratch.tokenizer import gpt2_encoding
-from gpt_from_scratch.train import book_model, estimate_loss
+from gpt_from_scratch.train import estimate_loss
 from gpt_from_scratch.utils import default_device, seed_everything
+from gpt_from_scratch.book import finetune_prose as prose
+from gpt_from_scratch.book.corpus_vocab import compact_ids
+from gpt_from_scratch.book.offline_model import DocumentStart, EOT, offline_model
+from gpt_from_scratch.book.recipes import RECIPES, book_model, bpe_level_data
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
@@ -380,7 +383,7 @@ print(f"after unmerge, W back to within 1e-6: "
 # %% [markdown]
 # Merging is exact up to float32 rounding. The parity with `peft` is a test: it applies
 # `peft`'s LoRA to a transformers `GPT2LMHeadModel`, ours to a `GPT` holding the same
-# weights (`GPT.from_hf`, {ref}`ch-gpt`), copies the random $A$ and $B$ across, and checks
+# weights (`from_hf`, {ref}`ch-gpt`), copies the random $A$ and $B$ across, and checks
 # that both have the same number of trainable parameters and the same logits.
 #
 # ## 9.5 LoRA against full fine-tuning
@@ -399,7 +402,7 @@ for r in (1, 4, 16):
 
 # %%
 try:
-    gpt2 = GPT.from_pretrained("gpt2")
+    gpt2 = from_pretrained("gpt2")
     REAL_GPT2 = True
 except WeightsUnavailableError as err:
     gpt2, REAL_GPT2 = None, False

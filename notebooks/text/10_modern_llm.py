@@ -69,13 +69,15 @@ from gpt_from_scratch.attention import KVCache, MultiHeadAttention
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.gqa import GroupedQueryAttention, kv_cache_bytes_per_token, repeat_kv
 from gpt_from_scratch.layernorm import LayerNorm, RMSNorm
-from gpt_from_scratch.model import GPT, FeedForward, GPTConfig
+from gpt_from_scratch.model import FeedForward, GPT, GPTConfig
 from gpt_from_scratch.modern import Llama, LlamaConfig, SwiGLU, llama_hidden_size
-from gpt_from_scratch.modern_prose import comparison_text
-from gpt_from_scratch.plotting import LABEL_PT
 from gpt_from_scratch.rope import apply_rope, rope_cos_sin
-from gpt_from_scratch.train import TrainConfig, char_level_data, estimate_loss, train
+from gpt_from_scratch.train import estimate_loss, train
+from gpt_from_scratch.train_config import TrainConfig
 from gpt_from_scratch.utils import default_device, seed_everything
+from gpt_from_scratch.book.modern_prose import comparison_text
+from gpt_from_scratch.book.plotting import LABEL_PT
+from gpt_from_scratch.book.recipes import char_level_data
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 _ = seed_everything(1337)

@@ -1,7 +1,7 @@
 """Chapter 1b, exercise 3: encode with a trained merge table, earliest merge first, chunk by chunk."""
 from otter.test_files import test_case
 
-from gpt_from_scratch.bpe import BPETokenizer
+from gpt_from_scratch.bpe_tokenizer import BPETokenizer
 
 name = "bpe_encode"
 points = 1

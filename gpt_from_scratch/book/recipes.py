@@ -2,8 +2,7 @@
 
 ``char_level_data`` and ``bpe_level_data`` give Tiny Shakespeare's training and validation ids;
 ``RECIPES`` holds the settings of each model the book trains; ``book_model`` loads one from its
-checkpoint in the cache, or trains and saves it. Every name here is also importable from
-``gpt_from_scratch.train``.
+checkpoint in the cache, or trains and saves it.
 """
 
 from __future__ import annotations
@@ -16,11 +15,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import META_FILE, load_checkpoint, save_checkpoint
-from .data import cache_dir, load_tiny_shakespeare, prepare_tokens, read_tokens, split_text
-from .model import GPT, GPTConfig
-from .tokenizer import CharTokenizer, gpt2_encoding
-from .utils import default_device
+from ..checkpoint import META_FILE, load_checkpoint, save_checkpoint
+from ..data import cache_dir, load_tiny_shakespeare, prepare_tokens, read_tokens, split_text
+from ..model import GPT, GPTConfig
+from ..tokenizer import CharTokenizer, gpt2_encoding
+from ..train import train
+from ..train_config import TrainConfig
+from ..utils import default_device
 
 
 def char_level_data(text: str | None = None) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
@@ -117,8 +118,6 @@ def book_model(name: str, progress: bool = True, full: bool = False):
     (other CPUs or PyTorch versions may differ in the last bits). Its ``History`` is
     ``load_checkpoint(book_model_path(name)).history``.
     """
-    from .train import TrainConfig, train  # the loop imports this module's names for re-export
-
     path = book_model_path(name, full)  # checks the name
     recipe = RECIPES[name + FULL if full else name]
     train_ids, val_ids, tokenizer = load_data(recipe.data)

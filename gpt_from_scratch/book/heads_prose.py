@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
-from .heads import GPT2_REFERENCE, agreement, best_heads, compare_with_reference
+from ..heads import GPT2_REFERENCE, agreement, best_heads, compare_with_reference
 
 SINK_HEAD = 0.5  # a head whose mean weight on the first token is above this is called a sink
 CLEAR = 3.0  # a score at least this many times the uniform baseline is "clearly" above it

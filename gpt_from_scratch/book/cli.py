@@ -1,7 +1,7 @@
-"""Chapter 6 — the command line: ``python -m gpt_from_scratch.train``, alone or under ``torchrun``.
+"""Chapter 6 — the command line: ``python -m gpt_from_scratch.book.cli``, alone or under ``torchrun``.
 
-    python -m gpt_from_scratch.train --preset shakespeare-char --max-iters 2000 --out runs/char
-    torchrun --standalone --nproc_per_node 2 -m gpt_from_scratch.train --preset shakespeare-char
+    python -m gpt_from_scratch.book.cli --preset shakespeare-char --max-iters 2000 --out runs/char
+    torchrun --standalone --nproc_per_node 2 -m gpt_from_scratch.book.cli --preset shakespeare-char
 """
 
 from __future__ import annotations
@@ -14,17 +14,18 @@ import time
 import torch
 import torch.distributed as dist
 
-from .checkpoint import load_checkpoint
-from .model import GPT, GPTConfig
+from ..allocator import reuse_freed_memory
+from ..checkpoint import load_checkpoint
+from ..model import GPT, GPTConfig
+from ..train import BEST_DIR, _world, train
+from ..train_config import TrainConfig
+from ..utils import default_device
 from .recipes import RECIPES, load_data
-from .speedups import reuse_freed_memory
-from .train import BEST_DIR, TrainConfig, _world, train
-from .utils import default_device
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m gpt_from_scratch.train",
+        prog="python -m gpt_from_scratch.book.cli",
         description="Train a GPT on Tiny Shakespeare. Any TrainConfig or GPTConfig field can be overridden, "
                     "e.g. --max-iters 500 --lr 3e-4 --n-layers 2; the rest comes from the preset.")
     parser.add_argument("--preset", default="shakespeare-char", choices=sorted(RECIPES))
@@ -75,7 +76,7 @@ def distributed_setup(device: str | None, local_rank: int, local_world: int, gpu
 
 
 def main(argv=None) -> None:
-    """``python -m gpt_from_scratch.train``: train a preset with overrides; see ``--help``."""
+    """``python -m gpt_from_scratch.book.cli``: train a preset with overrides; see ``--help``."""
     args = _parse_args(argv)
     recipe = RECIPES[args.preset]
     defaults = TrainConfig(**recipe.train)
@@ -124,3 +125,7 @@ def main(argv=None) -> None:
         print(history.summary(os.path.join(args.out, BEST_DIR) if args.out else None))
         tokens = (cfg.max_iters - done_before) * cfg.batch_size * (cfg.block_size or model.config.context_length)
         print(f"{seconds:.1f} s, {tokens * world / seconds:,.0f} tokens/s" + (f"; checkpoint in {args.out}" if args.out else ""))
+
+
+if __name__ == "__main__":
+    main()

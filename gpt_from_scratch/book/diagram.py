@@ -16,7 +16,7 @@ from .plotting import LABEL_PT
 
 def _model(model_or_config) -> nn.Module:
     """A ``GPT`` as given, or one built on the meta device (no memory, no init cost) from a config."""
-    from .model import GPT, GPTConfig
+    from ..model import GPT, GPTConfig
 
     if isinstance(model_or_config, GPTConfig):
         with torch.device("meta"):

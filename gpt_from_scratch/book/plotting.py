@@ -100,16 +100,3 @@ def _as_array(x) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         return x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=float)
-
-
-_MOVED_TO_HEADS_PLOTS = {"attention_grid", "compare_attention", "attention_lines", "head_scores_heatmap"}
-
-
-def __getattr__(name: str):
-    """Chapter 8's plots live in ``heads_plots``; ``from gpt_from_scratch.plotting import
-    attention_grid`` (the name Chapter 8 first used) keeps working."""
-    if name in _MOVED_TO_HEADS_PLOTS:
-        from . import heads_plots
-
-        return getattr(heads_plots, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,12 +21,14 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..checkpoint import META_FILE, load_checkpoint, save_checkpoint
+from ..data import cache_dir
+from ..model import GPT, GPTConfig
+from ..train import estimate_loss, train
+from ..train_config import TrainConfig
+from ..utils import default_device
 from .corpus_vocab import CorpusVocabGPT, compact_ids, corpus_vocabulary
-from .data import cache_dir
-from .model import GPT, GPTConfig
-from .train import (META_FILE, Recipe, TrainConfig, bpe_level_data, estimate_loss, load_checkpoint,
-                    save_checkpoint, train)
-from .utils import default_device
+from .recipes import Recipe, bpe_level_data
 
 EOT = 50_256  # GPT-2's <|endoftext|>, which separates its training documents
 

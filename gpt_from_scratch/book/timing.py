@@ -1,28 +1,24 @@
-"""Chapter 7, last section — measuring what makes training and generation fast, and the sentences that say it.
+"""Chapter 7, last section — measuring what makes training and generation fast.
 
 ``step_time`` times one training step (forward, backward, clipping, AdamW) in a given setting,
 ``step_times`` several settings in alternating rounds;
 ``decode_rate`` the tokens per second of ``generate``; ``copy_bandwidth`` the memory bandwidth a copy
 reaches; ``host_reads`` counts the values a computation reads back (each a wait for a GPU);
-``page_faults`` the pages the operating system maps in for it, which ``reuse_freed_memory`` saves.
-``speedups_prose``, ``allocator_prose`` and ``bandwidth_prose`` turn the measurements into the chapter's
-sentences, so what the text says (faster, slower) always matches the numbers of the run.
+``page_faults`` the pages the operating system maps in for it, which
+``allocator.reuse_freed_memory`` saves.
 """
 
 from __future__ import annotations
 
-import ctypes
-import mmap
-import platform
 import statistics
 import time
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .attention import MultiHeadAttention
-from .generate import generate
-from .precision import autocast
+from ..attention import MultiHeadAttention
+from ..generate import generate
+from ..precision import autocast
 
 
 def synchronize(device) -> None:
@@ -64,26 +60,6 @@ def page_faults(fn) -> int | None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     fn()
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-
-
-def reuse_freed_memory(limit: int = 1 << 30) -> bool:
-    """Let the C allocator keep freed blocks of up to ``limit`` bytes for reuse (Linux's glibc only).
-
-    glibc's ``malloc`` hands a block above its mmap threshold (at most 32 MiB by default) back to the
-    operating system as soon as it is freed. A training step on GPT-2's 50,257 tokens allocates its
-    logits, their log-softmax and both gradients, 100 MB each at batch 8 x 64, so every step maps
-    those pages in afresh: a page fault and a zeroed page per 4 KiB. With both thresholds at ``limit``
-    the blocks stay in the heap, and once it has grown to hold them (within a few steps) every step
-    reuses them. The results are bit for bit the same; the process may hold up to ``limit`` bytes of
-    freed memory. The setting is process-wide and stays (``mallopt`` cannot be read back). Returns
-    True where it applied, False on other systems (macOS' and Windows' allocators are not configured
-    this way).
-    """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL("libc.so.6")
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # from <malloc.h>
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, limit)) and bool(libc.mallopt(M_TRIM_THRESHOLD, limit))
 
 
 def _timed(fn, device) -> float:
@@ -158,61 +134,3 @@ def copy_bandwidth(device="cpu", n_bytes: int = 1 << 28) -> float:
     src = torch.ones(n_bytes // 4, device=device)
     dst = torch.empty_like(src)
     return 2 * n_bytes / median_time(lambda: dst.copy_(src), 3, device)
-
-
-def _ratio_words(before: float, after: float) -> str:
-    ratio = before / after
-    if ratio >= 1.05:
-        return f"{ratio:.1f}x faster"
-    if ratio <= 0.95:
-        return f"slower ({1 / ratio:.1f}x the time)"
-    return "about as fast (within 5%)"
-
-
-def speedups_prose(rows: dict[str, tuple[float, float]], device: str) -> str:
-    """One sentence per measured technique: ``rows`` maps a name to ``(seconds before, seconds after)``."""
-    parts = [f"{name}: {after * 1e3:.1f} ms against {before * 1e3:.1f} ms, {_ratio_words(before, after)}"
-             for name, (before, after) in rows.items()]
-    slower = [name for name, (before, after) in rows.items() if before / after <= 0.95]
-    where = _where(device)
-    text = f"Measured in this run on the {where}: " + "; ".join(parts) + "."
-    if slower:
-        text += f" Not every technique pays everywhere: {', '.join(slower)} did not help on this {where}."
-        if device == "cpu" and any("bf16" in name for name in slower):
-            text += (" On this CPU, converting to and from bfloat16 costs more than the narrower numbers save; "
-                     "on a GPU, bf16 products run on the tensor cores (the FULL_RUN branch measures it).")
-    return text
-
-
-def allocator_prose(rows: dict[str, tuple[float, int | None]], applied: bool) -> str:
-    """What ``reuse_freed_memory`` changed: ``rows`` maps "before" and "after" to ``(seconds of a pass,
-    page faults of a pass)``; ``applied`` is what the call returned."""
-    (t0, f0), (t1, f1) = rows["before"], rows["after"]
-
-    def faults(n: int | None) -> str:
-        if n is None:
-            return "page faults not counted on this system"
-        if n == 0:
-            return "no page faults"
-        return f"{n:,} page faults ({n * mmap.PAGESIZE / 1e6:,.0f} MB mapped in afresh)"
-
-    if not applied:
-        return (f"Measured in this run: {t0 * 1e3:.0f} ms a pass, {faults(f0)}. This system's C allocator is "
-                "not Linux's glibc, so `reuse_freed_memory()` changed nothing here.")
-    return (f"Measured in this run: a pass took {t0 * 1e3:.0f} ms with {faults(f0)} under `malloc`'s defaults, and "
-            f"{t1 * 1e3:.0f} ms with {faults(f1)} once freed memory is reused: "
-            f"{_ratio_words(t0, t1)}, for the same arithmetic.")
-
-
-def _where(device: str) -> str:
-    return "CPU" if torch.device(device).type == "cpu" else f"GPU ({device})"
-
-
-def bandwidth_prose(n_params: int, bytes_per_param: int, bandwidth: float, rate: float, device: str) -> str:
-    """The batch-1 decoding limit: every token reads every weight, so tokens/s <= bandwidth / weight bytes."""
-    weight_bytes = n_params * bytes_per_param
-    limit = bandwidth / weight_bytes
-    return (f"Each new token reads all {n_params / 1e6:.0f} million weights, {weight_bytes / 1e6:.0f} MB at "
-            f"{bytes_per_param} bytes each. A copy on this {_where(device)} moved {bandwidth / 1e9:.1f} GB/s, so no "
-            f"batch-1 decoder can exceed about {limit:,.1f} tokens/s here; ours reached {rate:,.1f}, "
-            f"{rate / limit:.0%} of that limit.")

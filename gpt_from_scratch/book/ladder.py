@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
-from .data import get_batch
-from .embeddings import LearnedPositionalEmbedding
-from .layernorm import LayerNorm
-from .model import FeedForward, GPTConfig
-from .train import estimate_loss
+from ..attention import MultiHeadAttention
+from ..data import get_batch
+from ..embeddings import LearnedPositionalEmbedding
+from ..layernorm import LayerNorm
+from ..model import FeedForward, GPTConfig
+from ..train import estimate_loss
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .model import GPT
+from ..model import GPT
 
 GPT2_VOCAB_SIZE = 50_257
 
