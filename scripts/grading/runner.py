@@ -1,0 +1,157 @@
+"""Inside the sandbox: run one student's solution cells on the case inputs, write plain data.
+
+    python runner.py IN OUT
+
+IN (read-only) holds ``job.json`` (the set-up code, per exercise its cell, its CPU limit and its
+cases' programs) and ``inputs.safetensors`` (the cases' tensors). For each exercise a forked child
+runs the set-up and the cell, then each case's program, and writes ``OUT/<exercise>.json`` (plain
+values, errors) and ``OUT/<exercise>.safetensors`` (tensors). Nothing here decides a grade: the
+judge (``grading.judge``) reads these files outside the sandbox. This file imports only the
+standard library, torch and safetensors: it runs with nothing of the grader around it.
+"""
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import resource
+import sys
+import time
+
+import torch
+from safetensors.torch import load_file, save_file
+
+MAX_TEXT = 2000  # characters of a string output or error message kept
+
+
+def decode(value, tensors: dict, names: dict):
+    """A JSON argument back to Python: tensors, generators and set-up objects by reference."""
+    if isinstance(value, list):
+        return [decode(v, tensors, names) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$tensor" in value:
+        return tensors[value["$tensor"]].clone()
+    if "$generator" in value:
+        return torch.Generator().manual_seed(value["$generator"])
+    if "$pairs" in value:
+        return {(a, b): c for a, b, c in value["$pairs"]}
+    if "$setup" in value:  # e.g. GPTConfig.from_preset, looked up before the student's cell ran
+        target = names[value["$setup"].split(".")[0]]
+        for attribute in value["$setup"].split(".")[1:]:
+            target = getattr(target, attribute)
+        return target(*decode(value["args"], tensors, names), **decode(value["kwargs"], tensors, names))
+    return {k: decode(v, tensors, names) for k, v in value.items()}
+
+
+def encode(value, key: str, out: dict):
+    """A returned value as plain data: tensors go to ``out`` under ``key``, the rest to JSON."""
+    if isinstance(value, torch.Tensor):
+        out[key] = value.detach().as_subclass(torch.Tensor).cpu().contiguous().clone()
+        return {"$tensor": key}
+    if isinstance(value, (tuple, list)):
+        return {"$list": [encode(v, f"{key}.{i}", out) for i, v in enumerate(value)]}
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return float(value) if isinstance(value, float) else int(value)
+    if isinstance(value, str):
+        return value[:MAX_TEXT]
+    return {"$type": type(value).__name__[:80]}
+
+
+def describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:MAX_TEXT]
+
+
+def run_case(solution, case: dict, tensors: dict, names: dict, out: dict, prefix: str) -> list:
+    target = solution
+    if case.get("init") is not None:
+        init = case["init"]
+        target = solution(*decode(init["args"], tensors, names), **decode(init["kwargs"], tensors, names))
+    values = [encode(getattr(target, name), f"{prefix}.fresh.{name}", out) for name in case["fresh"]]
+    if case.get("state"):
+        state = {k: tensors[v] for k, v in case["state"].items()}
+        missing = set(state) - set(target.state_dict())
+        if missing:
+            raise KeyError(f"the module has no {', '.join(sorted(missing))}")
+        target.load_state_dict(state, strict=False)
+    if hasattr(target, "eval") and case.get("init") is not None:
+        target.eval()
+    for i, step in enumerate(case["steps"]):
+        if step.get("attr"):
+            value = getattr(target, step["attr"])
+            value = value() if callable(value) else value
+        else:
+            function = getattr(target, step["method"]) if step.get("method") else target
+            value = function(*decode(step["args"], tensors, names), **decode(step["kwargs"], tensors, names))
+        values.append(encode(value, f"{prefix}.{i}", out))
+    return values
+
+
+def public_check(check: str, solution) -> str:
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            getattr(importlib.import_module("gpt_from_scratch.exercises"), check)(solution)
+    except BaseException as error:  # noqa: BLE001 - feedback only
+        return describe(error)
+    return printed.getvalue()[:MAX_TEXT]
+
+
+def run_exercise(job: dict, exercise: dict, tensors: dict, folder: str) -> None:
+    """In the forked child: the set-up, the cell, every case; the results into ``folder``."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    limit = int(used.ru_utime + used.ru_stime + exercise["cpu_seconds"]) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # prints go nowhere
+    os.dup2(devnull, 2)
+    name, report, out = exercise["name"], {"cases": {}}, {}
+    env = {"__name__": "__main__"}
+    try:
+        exec(compile(job["setup"], "<assignment set-up>", "exec"), env)
+        names = dict(env)
+        exec(compile(exercise["source"], "<your solution cell>", "exec"), env)
+        solution = env[name]
+    except BaseException as error:  # noqa: BLE001 - SystemExit too: the exercise scores 0
+        report["error"] = describe(error)
+    else:
+        with torch.no_grad():
+            for index, case in enumerate(exercise["cases"]):
+                try:
+                    report["cases"][case["name"]] = {
+                        "values": run_case(solution, case, tensors, names, out, f"{name}.{index}")}
+                except BaseException as error:  # noqa: BLE001
+                    report["cases"][case["name"]] = {"error": describe(error)}
+        if exercise.get("check"):  # the public check's words, for the student's feedback file
+            report["check"] = public_check(exercise["check"], solution)
+    save_file(out, os.path.join(folder, f"{name}.safetensors"))
+    with open(os.path.join(folder, f"{name}.json"), "w") as f:
+        json.dump(report, f)
+
+
+def main(inputs: str, folder: str) -> None:
+    with open(os.path.join(inputs, "job.json")) as f:
+        job = json.load(f)
+    tensors = load_file(os.path.join(inputs, "inputs.safetensors"))
+    torch.set_num_threads(1)
+    for exercise in job["exercises"]:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                run_exercise(job, exercise, tensors, folder)
+            finally:
+                os._exit(0)
+        deadline = time.monotonic() + exercise["wall_seconds"]
+        while time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                break
+            time.sleep(0.01)
+        else:  # a stall (sleep, a blocked read): the wall-clock limit
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
