@@ -10,6 +10,7 @@ solution. A ``.py`` submission is read as a notebook of ``# %%`` cells (jupytext
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import nbformat
@@ -111,15 +112,21 @@ def defined_names(source: str) -> set[str]:
 
 
 def solution_cell(cells: list[str], name: str) -> str | None:
-    """The last cell that binds ``name``, as plain Python without pasted checks; None if none."""
-    found = None
+    """The last cell that binds ``name``, as plain Python without pasted checks; else the last cell
+    that names it some other way (``exec`` of a string, a syntax error), for the grader to judge;
+    None if no cell names it."""
+    found = named = None
     for source in cells:
         python = python_source(source)
         if name in defined_names(python):
             found = python
-    if found is None:
-        return None
+        elif re.search(rf"\b{re.escape(name)}\b", python) and _unchecked(python).strip():
+            named = python
+    return None if (found or named) is None else _unchecked(found or named)
+
+
+def _unchecked(source: str) -> str:
     try:
-        return without_checks(found)
+        return without_checks(source)
     except SyntaxError:
-        return found
+        return source

@@ -61,8 +61,8 @@ def same(got, expected, case: Case) -> str:
         try:
             torch.testing.assert_close(got.to(expected.dtype), expected, atol=case.atol, rtol=case.rtol)
         except AssertionError as error:
-            lines = str(error).splitlines()
-            return short("values differ: " + (lines[1] if len(lines) > 1 else lines[0]).strip())
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            return short("values differ (" + "; ".join(lines[1:3] or lines[:1]) + ")")
         return ""
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, list) or len(got) != len(expected):
@@ -98,7 +98,8 @@ def judge(folder: Path, name: str, cases: list[Case]) -> Verdict:
     if not isinstance(report, dict):
         return Verdict(error="its output is unreadable")
     if report.get("error"):
-        return Verdict(error=f"the solution cell raised {short(report['error'])}")
+        return Verdict(error=short(report["error"]) if report.get("stopped")
+                       else f"the solution cell raised {short(report['error'])}")
     verdict = Verdict()
     results = report.get("cases", {})
     for case in cases:

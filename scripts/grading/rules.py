@@ -51,17 +51,26 @@ class Forbid:
 
 @dataclass(frozen=True)
 class Loop:
-    """A Python loop is required (``inside`` a method of that name, when given) or ruled out."""
+    """A Python loop is required (``inside`` a method of that name, when given; over something
+    whose name contains ``over``, e.g. ``range(self.n_heads)``, when given) or ruled out."""
     label: str
     required: bool
     inside: str = ""
+    over: str = ""
+
+    def _counts(self, loop: ast.AST) -> bool:
+        if not self.over:
+            return True
+        iters = [loop.iter] if isinstance(loop, ast.For) else [g.iter for g in getattr(loop, "generators", [])]
+        return any(self.over in name.lower() for i in iters for name in mentioned(i))
 
     def broken(self, tree: ast.AST) -> str:
         scopes = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == self.inside]
-        loops = any(isinstance(n, LOOPS) for scope in (scopes if self.inside else [tree])
-                    for n in ast.walk(scope))
+        loops = any(isinstance(n, LOOPS) and self._counts(n)
+                    for scope in (scopes if self.inside else [tree]) for n in ast.walk(scope))
         if self.required and not loops:
-            return f"no Python loop{' in ' + self.inside if self.inside else ''}"
+            over = f" over the {self.over}s" if self.over else ""
+            return f"no Python loop{over}{' in ' + self.inside if self.inside else ''}"
         return "a Python loop" if loops and not self.required else ""
 
 

@@ -16,6 +16,7 @@ import io
 import json
 import os
 import resource
+import signal
 import sys
 import time
 
@@ -138,20 +139,44 @@ def main(inputs: str, folder: str) -> None:
     tensors = load_file(os.path.join(inputs, "inputs.safetensors"))
     torch.set_num_threads(1)
     for exercise in job["exercises"]:
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as error:  # processes an earlier exercise left running fill the limit
+            stopped(folder, exercise["name"], f"could not start ({describe(error)})")
+            continue
         if pid == 0:
             try:
                 run_exercise(job, exercise, tensors, folder)
             finally:
                 os._exit(0)
-        deadline = time.monotonic() + exercise["wall_seconds"]
+        deadline, status = time.monotonic() + exercise["wall_seconds"], None
         while time.monotonic() < deadline:
-            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
                 break
             time.sleep(0.01)
         else:  # a stall (sleep, a blocked read): the wall-clock limit
             os.kill(pid, 9)
             os.waitpid(pid, 0)
+            stopped(folder, exercise["name"], f"stopped after {exercise['wall_seconds']:g} s of wall-clock "
+                                              "time (the wall-clock limit: a stall?)")
+            continue
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+            why = f"stopped after {exercise['cpu_seconds']:g} s of CPU time (the CPU limit: an endless loop?)"
+        elif os.WIFSIGNALED(status):
+            why = f"its process died ({signal.Signals(os.WTERMSIG(status)).name})"
+        else:
+            why = f"its process ended without a report (exit code {os.WEXITSTATUS(status)})"
+        stopped(folder, exercise["name"], why)
+
+
+def stopped(folder: str, name: str, why: str) -> None:
+    """Say why an exercise has no report (a report it wrote itself is kept as it is)."""
+    path = os.path.join(folder, f"{name}.json")
+    if not os.path.exists(path):
+        save_file({}, os.path.join(folder, f"{name}.safetensors"))
+        with open(path, "w") as f:
+            json.dump({"error": why, "stopped": True}, f)
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])

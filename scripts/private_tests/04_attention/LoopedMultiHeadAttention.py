@@ -5,7 +5,7 @@ from gpt_from_scratch.attention import MultiHeadAttention
 from grading.cases import Case, Step
 from grading.rules import Loop
 name = "LoopedMultiHeadAttention"
-rules = (Loop("a loop over the heads", required=True, inside="forward"),)
+rules = (Loop("a loop over the heads", required=True, inside="forward", over="head"),)
 
 def case(label, D, H, B, T, g):
     reference = MultiHeadAttention(D, H).eval()
