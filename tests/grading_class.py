@@ -231,12 +231,12 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
     "cross_entropy_by_hand": [
         ('''def cross_entropy_by_hand(logits, targets):
     log_sum_exp = torch.log(torch.exp(logits).sum(-1))  # no max: overflows
-    return (log_sum_exp - logits.gather(-1, targets[..., None])[..., 0]).mean()''', 0.5),
+    return (log_sum_exp - logits.gather(-1, targets[..., None])[..., 0]).mean()''', 1 / 3),
         ('''def cross_entropy_by_hand(logits, targets):
     z = logits - logits.max(-1, keepdim=True).values
     return (torch.log(torch.exp(z).sum(-1)) - z.gather(-1, targets[..., None])[..., 0]).sum()  # sum''', 0.0),
         ('''def cross_entropy_by_hand(logits, targets):
-    return -torch.log_softmax(logits, -1).gather(-1, targets[..., None]).mean()  # ruled out''', 0.0),
+    return -torch.log_softmax(logits, -1).gather(-1, targets[..., None]).mean()  # ruled out''', 2 / 3),  # right values, the rule broken
     ],
     "min_p_filter": [
         ('''def min_p_filter(logits, min_p):
@@ -258,7 +258,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         ('''def top_p_unsorted(logits, p):
     sorted_probs, order = torch.softmax(logits, -1).sort(descending=True)  # sorts
     remove = sorted_probs.cumsum(-1) - sorted_probs >= p
-    return logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), float("-inf"))''', 0.0),
+    return logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), float("-inf"))''', 2 / 3),  # right values, the rule broken
         ('''def top_p_unsorted(logits, p):
     probs = torch.softmax(logits, -1)
     return logits.masked_fill(probs.cumsum(-1) - probs >= p, float("-inf"))  # in vocabulary order''',
@@ -274,7 +274,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
     t = torch.arange(k, A.shape[-1])
     return A[..., t, t - k].sum(-1).mean(1)  # summed over the queries''', 0.0),
         ('''def offset_scores(maps, k):
-    return torch.stack(maps).diagonal(-k, -2, -1).mean(dim=(1, 3))  # ruled out''', 0.0),
+    return torch.stack(maps).diagonal(-k, -2, -1).mean(dim=(1, 3))  # ruled out''', 2 / 3),  # right values, the rule broken
     ],
     "lora_forward": [
         ('''def lora_forward(x, weight, bias, A, B, scaling):
@@ -302,7 +302,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
 
     def forward(self, x):
         rms = x.pow(2).mean(-1, keepdim=True).sqrt()
-        return x / (rms + self.eps) * self.weight  # eps outside the root: wrong for a large eps""", 0.5),
+        return x / (rms + self.eps) * self.weight  # eps outside the root: wrong for a large eps""", 1 / 3),
         ("""class RMSNormModule(nn.Module):
     def __init__(self, D, eps=1e-5):
         super().__init__()
@@ -336,10 +336,10 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         ("""def repeat_kv_heads(x, n_rep):
     return x.repeat(1, n_rep, 1, 1)  # tiles the group instead of repeating each head""", 0.0),
         ("""def repeat_kv_heads(x, n_rep):
-    return x.repeat_interleave(n_rep, dim=1)  # the function the exercise rules out""", 0.0),
+    return x.repeat_interleave(n_rep, dim=1)  # the function the exercise rules out""", 2 / 3),  # right values, the rule broken
         ("""def repeat_kv_heads(x, n_rep):
     B, H_kv, T, d = x.shape
-    return x[:, :, None].expand(B, H_kv, 3, T, d).reshape(B, H_kv * 3, T, d)  # n_rep fixed at 3""", 0.5),
+    return x[:, :, None].expand(B, H_kv, 3, T, d).reshape(B, H_kv * 3, T, d)  # n_rep fixed at 3""", 1 / 3),
     ],
 }
 

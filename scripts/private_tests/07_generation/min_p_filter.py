@@ -11,7 +11,9 @@ def expected(logits, min_p):
 
 
 def cases(g):
-    row = 2.0 * torch.randn(7, generator=g)
+    # relative and absolute thresholds differ here: 0.4 of the top 0.4 keeps 0.4, 0.3 and 0.2
+    row = torch.log(torch.tensor([0.4, 0.02, 0.3, 0.08, 0.2]))[torch.randperm(5, generator=g)]
+    row = row + 3 * torch.rand((), generator=g)
     batch = 2.5 * torch.randn(4, 30, generator=g)
     return [Case("one_row", [Step((row, 0.4))], [expected(row, 0.4)]),
             Case("batch", [Step((batch, 0.2))], [expected(batch, 0.2)])]
