@@ -47,10 +47,22 @@ def submissions(folder: Path) -> list[tuple[str, Path]]:
     found = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
         relative = path.relative_to(folder)
-        student = relative.with_suffix("").as_posix() if path.suffix.lower() in GRADED else relative.as_posix()
-        moodle = relative.parts[0].split("_assignsubmission_")[0] if len(relative.parts) > 1 else ""
+        student = (
+            relative.with_suffix("").as_posix()
+            if path.suffix.lower() in GRADED
+            else relative.as_posix()
+        )
+        moodle = (
+            relative.parts[0].split("_assignsubmission_")[0]
+            if len(relative.parts) > 1
+            else ""
+        )
         if moodle and "_assignsubmission_" in relative.parts[0]:
-            student = moodle if sum(1 for p in (folder / relative.parts[0]).rglob("*")) == 1 else student
+            student = (
+                moodle
+                if sum(1 for p in (folder / relative.parts[0]).rglob("*")) == 1
+                else student
+            )
         found.append((student, path))
     return found
 
@@ -60,20 +72,34 @@ def prepare(assignment: dict, tests: Path | None, secret: bytes, scratch: Path) 
     chapter, tensors, prepared = assignment["chapter"], {}, {}
     for exercise in assignment["exercises"]:
         name = exercise["name"]
-        path = next(p for p in (tests and tests / chapter / f"{name}.py", DEFAULT_TESTS / chapter / f"{name}.py")
-                    if p and p.exists())
+        path = next(
+            p
+            for p in (
+                tests and tests / chapter / f"{name}.py",
+                DEFAULT_TESTS / chapter / f"{name}.py",
+            )
+            if p and p.exists()
+        )
         module = case_files.load_case_file(path)
         cases = case_files.exercise_cases(path, secret, chapter, name)
-        programs = [case_files.program(c, f"{name}.{i}", tensors) for i, c in enumerate(cases)]
-        prepared[name] = {"cases": cases, "rules": getattr(module, "rules", ()), "programs": programs,
-                          "file": str(path)}
+        programs = [
+            case_files.program(c, f"{name}.{i}", tensors) for i, c in enumerate(cases)
+        ]
+        prepared[name] = {
+            "cases": cases,
+            "rules": getattr(module, "rules", ()),
+            "programs": programs,
+            "file": str(path),
+        }
     from safetensors.torch import save_file
 
     save_file(tensors, scratch / "inputs.safetensors")
     return prepared
 
 
-def static(path: Path, assignment: dict, prepared: dict, grade: sheet.Grade) -> dict[str, str]:
+def static(
+    path: Path, assignment: dict, prepared: dict, grade: sheet.Grade
+) -> dict[str, str]:
     """Fill ``grade`` with what the syntax tree decides; the cells left to run, by exercise."""
     try:
         sources = cells.code_cells(path)
@@ -91,7 +117,9 @@ def static(path: Path, assignment: dict, prepared: dict, grade: sheet.Grade) -> 
         try:
             flags = integrity.flags(source, name, assignment["setup"])
         except SyntaxError as error:
-            result.note = f"syntax error on line {error.lineno}: {judge.short(error.msg, 80)}"
+            result.note = (
+                f"syntax error on line {error.lineno}: {judge.short(error.msg, 80)}"
+            )
             continue
         if flags:
             result.flag = "; ".join(flags)
@@ -100,7 +128,9 @@ def static(path: Path, assignment: dict, prepared: dict, grade: sheet.Grade) -> 
     return to_run
 
 
-def score(grade: sheet.Grade, exercise: dict, prepared: dict, source: str, folder: Path) -> None:
+def score(
+    grade: sheet.Grade, exercise: dict, prepared: dict, source: str, folder: Path
+) -> None:
     name, info = exercise["name"], prepared[exercise["name"]]
     result, verdict = grade.results[name], judge.judge(folder, name, info["cases"])
     if verdict.error:
@@ -113,13 +143,23 @@ def score(grade: sheet.Grade, exercise: dict, prepared: dict, source: str, folde
     reasons: dict[str, list[str]] = {}  # the same reason once, with every case it failed
     for case, why in verdict.failures:
         reasons.setdefault(why, []).append(case)
-    result.note = "; ".join([f"case {', '.join(c)}: {why}" for why, c in reasons.items()]
-                            + [f"rule '{label}' broken: {why}" for label, why in broken])
+    result.note = "; ".join(
+        [f"case {', '.join(c)}: {why}" for why, c in reasons.items()]
+        + [f"rule '{label}' broken: {why}" for label, why in broken]
+    )
     result.feedback = judge.short(judge.check_output(folder, name), 400)
 
 
-def grade_one(student: str, path: Path, assignment: dict, prepared: dict, scratch: Path,
-              slot: int, limits: sandbox.Limits, unsafe: bool) -> sheet.Grade:
+def grade_one(
+    student: str,
+    path: Path,
+    assignment: dict,
+    prepared: dict,
+    scratch: Path,
+    slot: int,
+    limits: sandbox.Limits,
+    unsafe: bool,
+) -> sheet.Grade:
     grade = sheet.Grade(student, str(path))
     if path.suffix.lower() not in GRADED or path.is_symlink():
         grade.note = f"skipped: not a notebook or a .py file ({path.suffix or 'no suffix'})"
@@ -130,11 +170,21 @@ def grade_one(student: str, path: Path, assignment: dict, prepared: dict, scratc
     job, out = Path(tempfile.mkdtemp(dir=scratch)), Path(tempfile.mkdtemp(dir=scratch))
     os.link(scratch / "inputs.safetensors", job / "inputs.safetensors")
     job.chmod(0o755)  # read by the sandbox's own uid (as root), through its read-only view
-    exercises = [{"name": e["name"], "source": to_run[e["name"]], "check": e.get("check", ""),
-                  "cpu_seconds": limits.cpu_seconds, "wall_seconds": limits.wall_seconds,
-                  "cases": prepared[e["name"]]["programs"]}
-                 for e in assignment["exercises"] if e["name"] in to_run]
-    (job / "job.json").write_text(json.dumps({"setup": assignment["setup"], "exercises": exercises}))
+    exercises = [
+        {
+            "name": e["name"],
+            "source": to_run[e["name"]],
+            "check": e.get("check", ""),
+            "cpu_seconds": limits.cpu_seconds,
+            "wall_seconds": limits.wall_seconds,
+            "cases": prepared[e["name"]]["programs"],
+        }
+        for e in assignment["exercises"]
+        if e["name"] in to_run
+    ]
+    (job / "job.json").write_text(
+        json.dumps({"setup": assignment["setup"], "exercises": exercises})
+    )
     (job / "job.json").chmod(0o644)
     stopped = sandbox.run(job, out, slot, limits, len(exercises), unsafe)
     for exercise in assignment["exercises"]:
@@ -146,10 +196,20 @@ def grade_one(student: str, path: Path, assignment: dict, prepared: dict, scratc
     return grade
 
 
-def grade_folder(folder: Path, autograder: Path, out: Path, *, tests: Path | None = None,
-                 secret: Path | None = None, limits: sandbox.Limits = sandbox.Limits(),
-                 unsafe: bool = False, jobs: int = 0, feedback: Path | None = None,
-                 canvas: Path | None = None, quiet: bool = False) -> list[sheet.Grade]:
+def grade_folder(
+    folder: Path,
+    autograder: Path,
+    out: Path,
+    *,
+    tests: Path | None = None,
+    secret: Path | None = None,
+    limits: sandbox.Limits = sandbox.Limits(),
+    unsafe: bool = False,
+    jobs: int = 0,
+    feedback: Path | None = None,
+    canvas: Path | None = None,
+    quiet: bool = False,
+) -> list[sheet.Grade]:
     assignment = json.loads((autograder / "assignment.json").read_text())
     names = [e["name"] for e in assignment["exercises"]]
     found = submissions(folder)
@@ -167,22 +227,41 @@ def grade_folder(folder: Path, autograder: Path, out: Path, *, tests: Path | Non
         jobs = jobs or os.cpu_count() or 1
         done: list[sheet.Grade] = []
         finished = iter(range(1, len(found) + 1))  # next() is atomic: the progress count
-        pending = {student: sheet.Grade(student, str(path), note="not graded: the grader stopped first")
-                   for student, path in found}
+        pending = {
+            student: sheet.Grade(
+                student, str(path), note="not graded: the grader stopped first"
+            )
+            for student, path in found
+        }
 
         def work(index: int, student: str, path: Path) -> sheet.Grade:
             start = time.perf_counter()
             try:
-                grade = grade_one(student, path, assignment, prepared, scratch, index % jobs, limits, unsafe)
+                grade = grade_one(
+                    student,
+                    path,
+                    assignment,
+                    prepared,
+                    scratch,
+                    index % jobs,
+                    limits,
+                    unsafe,
+                )
             except Exception as error:  # noqa: BLE001 - one student never costs the class
-                grade = sheet.Grade(student, str(path), note=f"grader error: {type(error).__name__}: "
-                                                             f"{judge.short(error, 200)}")
+                grade = sheet.Grade(
+                    student,
+                    str(path),
+                    note=f"grader error: {type(error).__name__}: {judge.short(error, 200)}",
+                )
             grade.written = written.get(sheet.safe(student, 200), "")
             for name in names:
                 grade.results.setdefault(name, sheet.Result())
             if not quiet:
-                print(f"[{next(finished)}/{len(found)}] {student!r}: {grade.total:g} points "
-                      f"({time.perf_counter() - start:.1f} s)", flush=True)
+                print(
+                    f"[{next(finished)}/{len(found)}] {student!r}: {grade.total:g} points "
+                    f"({time.perf_counter() - start:.1f} s)",
+                    flush=True,
+                )
             return grade
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -197,29 +276,60 @@ def grade_folder(folder: Path, autograder: Path, out: Path, *, tests: Path | Non
         if feedback:
             sheet.write_feedback(grade, assignment["exercises"], feedback)
     if canvas:
-        sheet.write_canvas(out, canvas, f"{assignment['chapter']} ({sum(e['points'] for e in assignment['exercises'])})")
+        sheet.write_canvas(
+            out,
+            canvas,
+            f"{assignment['chapter']} ({sum(e['points'] for e in assignment['exercises'])})",
+        )
     return done
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("submissions", type=Path, help="a folder of submissions, or one file")
-    parser.add_argument("--autograder", type=Path, required=True, help="the chapter's folder from assign.py")
+    parser.add_argument(
+        "submissions", type=Path, help="a folder of submissions, or one file"
+    )
+    parser.add_argument(
+        "--autograder", type=Path, required=True, help="the chapter's folder from assign.py"
+    )
     parser.add_argument("--out", type=Path, default=Path("grades.csv"))
-    parser.add_argument("--tests", type=Path, help="the course's own case files (<chapter>/<exercise>.py)")
-    parser.add_argument("--secret", type=Path, help=f"the course secret (default {secret_path()})")
-    parser.add_argument("--feedback", type=Path, help="write <student>/feedback.txt files here")
-    parser.add_argument("--canvas", type=Path, help="write a Canvas gradebook import CSV here")
-    parser.add_argument("--timeout", type=float, default=30.0, help="CPU seconds per exercise")
-    parser.add_argument("--jobs", type=int, default=0, help="sandboxes at once (default: one per core)")
-    parser.add_argument("--unsafe", action="store_true", help="grade without a sandbox (UNSAFE=1)")
+    parser.add_argument(
+        "--tests", type=Path, help="the course's own case files (<chapter>/<exercise>.py)"
+    )
+    parser.add_argument(
+        "--secret", type=Path, help=f"the course secret (default {secret_path()})"
+    )
+    parser.add_argument(
+        "--feedback", type=Path, help="write <student>/feedback.txt files here"
+    )
+    parser.add_argument(
+        "--canvas", type=Path, help="write a Canvas gradebook import CSV here"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="CPU seconds per exercise"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=0, help="sandboxes at once (default: one per core)"
+    )
+    parser.add_argument(
+        "--unsafe", action="store_true", help="grade without a sandbox (UNSAFE=1)"
+    )
     args = parser.parse_args(argv)
     limits = sandbox.Limits(cpu_seconds=args.timeout, wall_seconds=2 * args.timeout)
     start = time.perf_counter()
     try:
-        grades = grade_folder(args.submissions, args.autograder, args.out, tests=args.tests, secret=args.secret,
-                              limits=limits, unsafe=args.unsafe, jobs=args.jobs, feedback=args.feedback,
-                              canvas=args.canvas)
+        grades = grade_folder(
+            args.submissions,
+            args.autograder,
+            args.out,
+            tests=args.tests,
+            secret=args.secret,
+            limits=limits,
+            unsafe=args.unsafe,
+            jobs=args.jobs,
+            feedback=args.feedback,
+            canvas=args.canvas,
+        )
     except sandbox.SandboxError as error:
         print(f"no sandbox, nothing graded: {error}", file=sys.stderr)
         return 2

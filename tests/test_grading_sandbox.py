@@ -19,8 +19,10 @@ from grading_class import ROOT, grade, material, submission
 
 sandbox = pytest.importorskip("grading.sandbox")
 LIMITS = sandbox.Limits(cpu_seconds=4.0, wall_seconds=6.0)
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                reason="grading needs bubblewrap (apt-get install bubblewrap)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("bwrap") is None,
+    reason="grading needs bubblewrap (apt-get install bubblewrap)",
+)
 MARKER = "gradingsandboxtestmarker"
 RIGHT = '''    probs = torch.softmax(logits, dim=-1)
     return logits.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, float("-inf"))'''
@@ -30,8 +32,10 @@ def cheat(body: str, before: str = "") -> str:
     """A min_p_filter that runs ``body`` and is right only when ``body`` sets ``won``: a cheat that
     gets through the sandbox scores, so a score of 0 shows that it did not."""
     indented = "\n".join("    " + line for line in body.splitlines())
-    return (f"import os, sys, socket, subprocess, time\n{before}\n\ndef min_p_filter(logits, min_p):\n"
-            f"    won = False\n{indented}\n    if not won:\n        return logits\n{RIGHT}")
+    return (
+        f"import os, sys, socket, subprocess, time\n{before}\n\ndef min_p_filter(logits, min_p):\n"
+        f"    won = False\n{indented}\n    if not won:\n        return logits\n{RIGHT}"
+    )
 
 
 def hostile(paths: dict[str, Path], port: int) -> dict[str, str]:
@@ -40,32 +44,55 @@ def hostile(paths: dict[str, Path], port: int) -> dict[str, str]:
         "read_canary": cheat(f"won = open({str(paths['canary'])!r}).read() == 'secret'"),
         "read_secret": cheat(f"won = len(open({str(paths['secret'])!r}).read()) > 0"),
         "list_classmates": cheat(f"won = len(os.listdir({str(paths['folder'])!r})) > 0"),
-        "write_outside": cheat("\n".join(f"try:\n    open({str(p)!r}, 'a').write('x')\nexcept OSError:\n"
-                                         "    pass" for p in (paths['sheet'], paths['classmate'],
-                                                             paths['tests'], paths['canary']))),
-        "network": cheat(f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-                         "    won = True\nexcept OSError:\n    pass"),
-        "leaves_processes": cheat(f"subprocess.Popen(['sleep', '300', '{MARKER}'])\n"
-                                  f"if os.fork() == 0:\n    os.execvp('sleep', ['sleep', '301', '{MARKER}'])"),
-        "fork_bomb": cheat("while True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
+        "write_outside": cheat(
+            "\n".join(
+                f"try:\n    open({str(p)!r}, 'a').write('x')\nexcept OSError:\n    pass"
+                for p in (
+                    paths['sheet'],
+                    paths['classmate'],
+                    paths['tests'],
+                    paths['canary'],
+                )
+            )
+        ),
+        "network": cheat(
+            f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+            "    won = True\nexcept OSError:\n    pass"
+        ),
+        "leaves_processes": cheat(
+            f"subprocess.Popen(['sleep', '300', '{MARKER}'])\n"
+            f"if os.fork() == 0:\n    os.execvp('sleep', ['sleep', '301', '{MARKER}'])"
+        ),
+        "fork_bomb": cheat(
+            "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+        ),
         "kills_parent": cheat("os.kill(os.getppid(), 9)\nos.kill(1, 9)"),
         "crashes": cheat("import ctypes\nctypes.string_at(0)"),
         "stalls": cheat("time.sleep(300)"),
         "endless_loop": cheat("while True:\n    pass"),
         "huge_memory": cheat("x = torch.empty(2 ** 40)"),
-        "forges_output": cheat("", before="open('/out/min_p_filter.json', 'w').write("
-                                           "'{\"points\": 300, \"cases\": {}}')\nos._exit(0)"),
-        "patches_torch": cheat("torch.testing.assert_close = lambda *a, **k: None\n"
-                               "torch.equal = lambda *a, **k: True\ntorch.allclose = torch.equal"),
+        "forges_output": cheat(
+            "",
+            before="open('/out/min_p_filter.json', 'w').write("
+            "'{\"points\": 300, \"cases\": {}}')\nos._exit(0)",
+        ),
+        "patches_torch": cheat(
+            "torch.testing.assert_close = lambda *a, **k: None\n"
+            "torch.equal = lambda *a, **k: True\ntorch.allclose = torch.equal"
+        ),
         "lying_tensor": "class Liar(torch.Tensor):\n    def __eq__(self, other):\n        return True\n"
-                        "    __torch_function__ = torch._C._disabled_torch_function_impl\n\n"
-                        "def min_p_filter(logits, min_p):\n    return Liar(torch.zeros_like(logits))",
+        "    __torch_function__ = torch._C._disabled_torch_function_impl\n\n"
+        "def min_p_filter(logits, min_p):\n    return Liar(torch.zeros_like(logits))",
     }
 
 
 def digest(*paths: Path) -> dict[str, str]:
-    files = [p for path in paths for p in ([path] if path.is_file() else sorted(path.rglob("*")))]
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
+    files = [
+        p for path in paths for p in ([path] if path.is_file() else sorted(path.rglob("*")))
+    ]
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()
+    }
 
 
 def leftover_processes() -> list[str]:
@@ -80,7 +107,8 @@ def leftover_processes() -> list[str]:
 
 
 def test_hostile_code_without_the_syntax_checks_earns_nothing_and_changes_nothing(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(grade.integrity, "flags", lambda *args: [])  # the sandbox alone
     secret = tmp_path / "course_secret"
     secret.write_text("another-course-secret-for-the-tests-" + "1" * 32)
@@ -91,9 +119,14 @@ def test_hostile_code_without_the_syntax_checks_earns_nothing_and_changes_nothin
     folder, out = tmp_path / "submissions", tmp_path / "grades.csv"
     folder.mkdir()
     out.write_text("student\n")
-    paths = {"tests": ROOT / "scripts" / "private_tests" / "07_generation" / "min_p_filter.py",
-             "canary": canary, "secret": secret, "folder": folder, "sheet": out,
-             "classmate": folder / "honest.ipynb"}
+    paths = {
+        "tests": ROOT / "scripts" / "private_tests" / "07_generation" / "min_p_filter.py",
+        "canary": canary,
+        "secret": secret,
+        "folder": folder,
+        "sheet": out,
+        "classmate": folder / "honest.ipynb",
+    }
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -111,13 +144,21 @@ def test_hostile_code_without_the_syntax_checks_earns_nothing_and_changes_nothin
     listener = threading.Thread(target=accept, daemon=True)
     listener.start()
     cheats = hostile(paths, server.getsockname()[1])
-    nbformat.write(submission(student_nb, {"min_p_filter": "def min_p_filter(logits, min_p):\n" + RIGHT}),
-                   folder / "honest.ipynb")
+    nbformat.write(
+        submission(
+            student_nb, {"min_p_filter": "def min_p_filter(logits, min_p):\n" + RIGHT}
+        ),
+        folder / "honest.ipynb",
+    )
     for name, source in cheats.items():
-        nbformat.write(submission(student_nb, {"min_p_filter": source}), folder / f"{name}.ipynb")
+        nbformat.write(
+            submission(student_nb, {"min_p_filter": source}), folder / f"{name}.ipynb"
+        )
     before = digest(folder, paths["tests"].parent, canary, secret)
     try:
-        grade.grade_folder(folder, autograder, out, secret=secret, limits=LIMITS, quiet=True)
+        grade.grade_folder(
+            folder, autograder, out, secret=secret, limits=LIMITS, quiet=True
+        )
     finally:
         stop.set()
         listener.join()

@@ -25,7 +25,9 @@ import torch
 class Step:
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
-    method: str | None = None  # call this method of the constructed object (None: the object)
+    method: str | None = (
+        None  # call this method of the constructed object (None: the object)
+    )
     attr: str | None = None  # or read this attribute (called when callable)
 
 
@@ -33,11 +35,15 @@ class Step:
 class Case:
     name: str
     steps: list[Step]
-    expected: list = field(default_factory=list)  # one value per fresh parameter, then per step
+    expected: list = field(
+        default_factory=list
+    )  # one value per fresh parameter, then per step
     init: Step | None = None  # construct the solution (a class) with these arguments first
     fresh: tuple[str, ...] = ()  # attributes reported right after construction
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # loaded before the steps
-    check: Callable[[list], None] | None = None  # instead of ``expected``: raises AssertionError
+    check: Callable[[list], None] | None = (
+        None  # instead of ``expected``: raises AssertionError
+    )
     atol: float = 1e-5
     rtol: float = 1e-4
     exact_dtype: bool = True
@@ -46,18 +52,21 @@ class Case:
 @dataclass
 class Generator:
     """A case argument: a ``torch.Generator`` with this seed, made in the sandbox."""
+
     seed: int
 
 
 @dataclass
 class Pairs:
     """A case argument: a dict with pair keys, e.g. BPE merges {(a, b): id}."""
+
     pairs: dict
 
 
 @dataclass
 class Setup:
     """A case argument: ``name(*args, **kwargs)`` of the assignment's set-up (e.g. GPTConfig)."""
+
     name: str
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
@@ -74,8 +83,10 @@ def load_case_file(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not callable(getattr(module, "cases", None)):
-        raise SystemExit(f"{path}: a case file defines cases(g) returning a list of Case "
-                         "(see scripts/private_tests/README.md)")
+        raise SystemExit(
+            f"{path}: a case file defines cases(g) returning a list of Case "
+            "(see scripts/private_tests/README.md)"
+        )
     return module
 
 
@@ -94,8 +105,11 @@ def encode_arg(value, key: str, tensors: dict):
     if isinstance(value, Pairs):
         return {"$pairs": [[a, b, c] for (a, b), c in value.pairs.items()]}
     if isinstance(value, Setup):
-        return {"$setup": value.name, "args": encode_arg(list(value.args), key + ".a", tensors),
-                "kwargs": encode_arg(value.kwargs, key + ".k", tensors)}
+        return {
+            "$setup": value.name,
+            "args": encode_arg(list(value.args), key + ".a", tensors),
+            "kwargs": encode_arg(value.kwargs, key + ".k", tensors),
+        }
     if isinstance(value, (list, tuple)):
         return [encode_arg(v, f"{key}.{i}", tensors) for i, v in enumerate(value)]
     if isinstance(value, dict):
@@ -106,14 +120,23 @@ def encode_arg(value, key: str, tensors: dict):
 
 def program(case: Case, key: str, tensors: dict) -> dict:
     """What the runner needs of a case: its name and its program, never its expected values."""
+
     def step(s: Step, k: str) -> dict:
-        return {"args": encode_arg(list(s.args), k + ".a", tensors),
-                "kwargs": encode_arg(s.kwargs, k + ".k", tensors), "method": s.method, "attr": s.attr}
+        return {
+            "args": encode_arg(list(s.args), k + ".a", tensors),
+            "kwargs": encode_arg(s.kwargs, k + ".k", tensors),
+            "method": s.method,
+            "attr": s.attr,
+        }
 
     state = {}
     for name, value in case.state.items():
         tensors[f"{key}.state.{name}"] = value.contiguous()
         state[name] = f"{key}.state.{name}"
-    return {"name": case.name, "init": step(case.init, key + ".init") if case.init else None,
-            "fresh": list(case.fresh), "state": state,
-            "steps": [step(s, f"{key}.{i}") for i, s in enumerate(case.steps)]}
+    return {
+        "name": case.name,
+        "init": step(case.init, key + ".init") if case.init else None,
+        "fresh": list(case.fresh),
+        "state": state,
+        "steps": [step(s, f"{key}.{i}") for i, s in enumerate(case.steps)],
+    }

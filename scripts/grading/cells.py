@@ -16,7 +16,12 @@ from pathlib import Path
 import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 
-KEPT_MAGICS = {"time", "timeit", "capture", "prun"}  # they run their body: the body is the cell
+KEPT_MAGICS = {
+    "time",
+    "timeit",
+    "capture",
+    "prun",
+}  # they run their body: the body is the cell
 CHECKS = "gpt_from_scratch.exercises"
 
 
@@ -48,8 +53,12 @@ def _magic_call(node: ast.stmt) -> tuple[str, str, list] | None:
         return None
     call = node.value
     func = call.func
-    if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call)
-            and isinstance(func.value.func, ast.Name) and func.value.func.id == "get_ipython"):
+    if (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Call)
+        and isinstance(func.value.func, ast.Name)
+        and func.value.func.id == "get_ipython"
+    ):
         args = [a.value if isinstance(a, ast.Constant) else None for a in call.args]
         return func.attr, (args[0] if args else ""), args
     return None
@@ -68,8 +77,11 @@ def python_source(source: str, depth: int = 0) -> str:
             body.append(node)
             continue
         kind, name, args = magic
-        inner = args[2] if kind == "run_cell_magic" and len(args) > 2 else (
-            args[1] if kind == "run_line_magic" and len(args) > 1 else None)
+        inner = (
+            args[2]
+            if kind == "run_cell_magic" and len(args) > 2
+            else (args[1] if kind == "run_line_magic" and len(args) > 1 else None)
+        )
         if name in KEPT_MAGICS and isinstance(inner, str) and depth < 3:
             body += ast.parse(python_source(inner, depth + 1)).body
     tree.body = body

@@ -48,7 +48,7 @@ def decode(value, tensors: dict):
 
 
 def same(got, expected, case: Case) -> str:
-    """"" when ``got`` matches ``expected``, else what differs."""
+    """ "" when ``got`` matches ``expected``, else what differs."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             return f"expected a tensor, got {short(repr(got), 60)}"
@@ -56,10 +56,16 @@ def same(got, expected, case: Case) -> str:
             return f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
         if case.exact_dtype and got.dtype != expected.dtype:
             return f"dtype {got.dtype}, expected {expected.dtype}"
-        if got.dtype == torch.bool or expected.dtype == torch.bool or not expected.is_floating_point():
+        if (
+            got.dtype == torch.bool
+            or expected.dtype == torch.bool
+            or not expected.is_floating_point()
+        ):
             return "" if torch.equal(got.to(expected.dtype), expected) else "values differ"
         try:
-            torch.testing.assert_close(got.to(expected.dtype), expected, atol=case.atol, rtol=case.rtol)
+            torch.testing.assert_close(
+                got.to(expected.dtype), expected, atol=case.atol, rtol=case.rtol
+            )
         except AssertionError as error:
             lines = [line.strip() for line in str(error).splitlines() if line.strip()]
             return short("values differ (" + "; ".join(lines[1:3] or lines[:1]) + ")")
@@ -69,9 +75,15 @@ def same(got, expected, case: Case) -> str:
             return f"expected {len(expected)} values, got {short(repr(got), 60)}"
         return next((why for g, e in zip(got, expected) if (why := same(g, e, case))), "")
     if isinstance(expected, float):
-        ok = isinstance(got, (int, float)) and abs(got - expected) <= case.atol + case.rtol * abs(expected)
+        ok = isinstance(got, (int, float)) and abs(
+            got - expected
+        ) <= case.atol + case.rtol * abs(expected)
         return "" if ok else f"{short(repr(got), 60)}, expected {expected!r}"
-    return "" if got == expected else f"{short(repr(got), 60)}, expected {short(repr(expected), 60)}"
+    return (
+        ""
+        if got == expected
+        else f"{short(repr(got), 60)}, expected {short(repr(expected), 60)}"
+    )
 
 
 def check_output(folder: Path, name: str) -> str:
@@ -86,8 +98,10 @@ def check_output(folder: Path, name: str) -> str:
 def judge(folder: Path, name: str, cases: list[Case]) -> Verdict:
     report_path, tensor_path = folder / f"{name}.json", folder / f"{name}.safetensors"
     if not report_path.is_file() or not tensor_path.is_file():
-        return Verdict(error="its process died or was stopped before it reported (a crash, "
-                             "exit(), a CPU or wall-clock limit)")
+        return Verdict(
+            error="its process died or was stopped before it reported (a crash, "
+            "exit(), a CPU or wall-clock limit)"
+        )
     if report_path.stat().st_size > MAX_JSON or tensor_path.stat().st_size > MAX_TENSORS:
         return Verdict(error="its output is too large")
     try:
@@ -98,19 +112,28 @@ def judge(folder: Path, name: str, cases: list[Case]) -> Verdict:
     if not isinstance(report, dict):
         return Verdict(error="its output is unreadable")
     if report.get("error"):
-        return Verdict(error=short(report["error"]) if report.get("stopped")
-                       else f"the solution cell raised {short(report['error'])}")
+        return Verdict(
+            error=short(report["error"])
+            if report.get("stopped")
+            else f"the solution cell raised {short(report['error'])}"
+        )
     verdict = Verdict()
     results = report.get("cases", {})
     for case in cases:
         result = results.get(case.name) if isinstance(results, dict) else None
-        if not isinstance(result, dict) or ("values" not in result and "error" not in result):
+        if not isinstance(result, dict) or (
+            "values" not in result and "error" not in result
+        ):
             verdict.failures.append((case.name, "did not finish"))
             continue
         if "error" in result:
             verdict.failures.append((case.name, f"raised {short(result['error'])}"))
             continue
-        got = [decode(v, tensors) for v in result["values"]] if isinstance(result["values"], list) else []
+        got = (
+            [decode(v, tensors) for v in result["values"]]
+            if isinstance(result["values"], list)
+            else []
+        )
         try:
             if case.check is not None:
                 case.check(got)  # raises AssertionError saying what is wrong

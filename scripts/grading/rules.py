@@ -26,7 +26,11 @@ def mentioned(tree: ast.AST) -> set[str]:
         elif isinstance(node, ast.alias):
             found.add(node.asname or node.name.split(".")[-1])
             found.add(node.name.split(".")[-1])
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 40:
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and len(node.value) < 40
+        ):
             found.add(node.value)
     return found
 
@@ -38,6 +42,7 @@ def _called(call: ast.Call) -> str:
 @dataclass(frozen=True)
 class Forbid:
     """None of ``names`` may appear (``x.tril_()`` is caught by listing ``tril_`` too)."""
+
     label: str
     names: tuple[str, ...]
     matmul: bool = False  # the ``@`` operator is ruled out as well
@@ -53,6 +58,7 @@ class Forbid:
 class Loop:
     """A Python loop is required (``inside`` a method of that name, when given; over something
     whose name contains ``over``, e.g. ``range(self.n_heads)``, when given) or ruled out."""
+
     label: str
     required: bool
     inside: str = ""
@@ -61,13 +67,24 @@ class Loop:
     def _counts(self, loop: ast.AST) -> bool:
         if not self.over:
             return True
-        iters = [loop.iter] if isinstance(loop, ast.For) else [g.iter for g in getattr(loop, "generators", [])]
+        iters = (
+            [loop.iter]
+            if isinstance(loop, ast.For)
+            else [g.iter for g in getattr(loop, "generators", [])]
+        )
         return any(self.over in name.lower() for i in iters for name in mentioned(i))
 
     def broken(self, tree: ast.AST) -> str:
-        scopes = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == self.inside]
-        loops = any(isinstance(n, LOOPS) and self._counts(n)
-                    for scope in (scopes if self.inside else [tree]) for n in ast.walk(scope))
+        scopes = [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef) and n.name == self.inside
+        ]
+        loops = any(
+            isinstance(n, LOOPS) and self._counts(n)
+            for scope in (scopes if self.inside else [tree])
+            for n in ast.walk(scope)
+        )
         if self.required and not loops:
             over = f" over the {self.over}s" if self.over else ""
             return f"no Python loop{over}{' in ' + self.inside if self.inside else ''}"
@@ -77,6 +94,7 @@ class Loop:
 @dataclass(frozen=True)
 class NoProduct:
     """The matrix product ``left right`` is never formed (LoRA: B A, a d_out x d_in matrix)."""
+
     label: str
     left: str
     right: str
@@ -87,7 +105,9 @@ class NoProduct:
 
     def _forms(self, a: ast.AST, b: ast.AST) -> bool:
         left, right = self._names(a), self._names(b)
-        return (self.left in left and self.right in right and self.through not in left | right)
+        return (
+            self.left in left and self.right in right and self.through not in left | right
+        )
 
     def broken(self, tree: ast.AST) -> str:
         for node in ast.walk(tree):
@@ -95,9 +115,15 @@ class NoProduct:
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
                 pairs.append((node.left, node.right))
             elif isinstance(node, ast.Call) and _called(node) in PRODUCTS:
-                func = node.func  # B.matmul(A) multiplies its object; torch.mm(B, A) does not
-                own = [func.value] if isinstance(func, ast.Attribute) and not (
-                    isinstance(func.value, ast.Name) and func.value.id in MODULES) else []
+                func = (
+                    node.func
+                )  # B.matmul(A) multiplies its object; torch.mm(B, A) does not
+                own = (
+                    [func.value]
+                    if isinstance(func, ast.Attribute)
+                    and not (isinstance(func.value, ast.Name) and func.value.id in MODULES)
+                    else []
+                )
                 operands = [a for a in own + node.args if not isinstance(a, ast.Constant)]
                 pairs += list(zip(operands, operands[1:]))
             if any(self._forms(a, b) for a, b in pairs):

@@ -38,11 +38,16 @@ def decode(value, tensors: dict, names: dict):
         return torch.Generator().manual_seed(value["$generator"])
     if "$pairs" in value:
         return {(a, b): c for a, b, c in value["$pairs"]}
-    if "$setup" in value:  # e.g. GPTConfig.from_preset, looked up before the student's cell ran
+    if (
+        "$setup" in value
+    ):  # e.g. GPTConfig.from_preset, looked up before the student's cell ran
         target = names[value["$setup"].split(".")[0]]
         for attribute in value["$setup"].split(".")[1:]:
             target = getattr(target, attribute)
-        return target(*decode(value["args"], tensors, names), **decode(value["kwargs"], tensors, names))
+        return target(
+            *decode(value["args"], tensors, names),
+            **decode(value["kwargs"], tensors, names),
+        )
     return {k: decode(v, tensors, names) for k, v in value.items()}
 
 
@@ -66,12 +71,19 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"[:MAX_TEXT]
 
 
-def run_case(solution, case: dict, tensors: dict, names: dict, out: dict, prefix: str) -> list:
+def run_case(
+    solution, case: dict, tensors: dict, names: dict, out: dict, prefix: str
+) -> list:
     target = solution
     if case.get("init") is not None:
         init = case["init"]
-        target = solution(*decode(init["args"], tensors, names), **decode(init["kwargs"], tensors, names))
-    values = [encode(getattr(target, name), f"{prefix}.fresh.{name}", out) for name in case["fresh"]]
+        target = solution(
+            *decode(init["args"], tensors, names), **decode(init["kwargs"], tensors, names)
+        )
+    values = [
+        encode(getattr(target, name), f"{prefix}.fresh.{name}", out)
+        for name in case["fresh"]
+    ]
     if case.get("state"):
         state = {k: tensors[v] for k, v in case["state"].items()}
         missing = set(state) - set(target.state_dict())
@@ -86,7 +98,10 @@ def run_case(solution, case: dict, tensors: dict, names: dict, out: dict, prefix
             value = value() if callable(value) else value
         else:
             function = getattr(target, step["method"]) if step.get("method") else target
-            value = function(*decode(step["args"], tensors, names), **decode(step["kwargs"], tensors, names))
+            value = function(
+                *decode(step["args"], tensors, names),
+                **decode(step["kwargs"], tensors, names),
+            )
         values.append(encode(value, f"{prefix}.{i}", out))
     return values
 
@@ -123,10 +138,15 @@ def run_exercise(job: dict, exercise: dict, tensors: dict, folder: str) -> None:
             for index, case in enumerate(exercise["cases"]):
                 try:
                     report["cases"][case["name"]] = {
-                        "values": run_case(solution, case, tensors, names, out, f"{name}.{index}")}
+                        "values": run_case(
+                            solution, case, tensors, names, out, f"{name}.{index}"
+                        )
+                    }
                 except BaseException as error:  # noqa: BLE001
                     report["cases"][case["name"]] = {"error": describe(error)}
-        if exercise.get("check"):  # the public check's words, for the student's feedback file
+        if exercise.get(
+            "check"
+        ):  # the public check's words, for the student's feedback file
             report["check"] = public_check(exercise["check"], solution)
     save_file(out, os.path.join(folder, f"{name}.safetensors"))
     with open(os.path.join(folder, f"{name}.json"), "w") as f:
@@ -141,7 +161,9 @@ def main(inputs: str, folder: str) -> None:
     for exercise in job["exercises"]:
         try:
             pid = os.fork()
-        except OSError as error:  # processes an earlier exercise left running fill the limit
+        except (
+            OSError
+        ) as error:  # processes an earlier exercise left running fill the limit
             stopped(folder, exercise["name"], f"could not start ({describe(error)})")
             continue
         if pid == 0:
@@ -158,8 +180,12 @@ def main(inputs: str, folder: str) -> None:
         else:  # a stall (sleep, a blocked read): the wall-clock limit
             os.kill(pid, 9)
             os.waitpid(pid, 0)
-            stopped(folder, exercise["name"], f"stopped after {exercise['wall_seconds']:g} s of wall-clock "
-                                              "time (the wall-clock limit: a stall?)")
+            stopped(
+                folder,
+                exercise["name"],
+                f"stopped after {exercise['wall_seconds']:g} s of wall-clock "
+                "time (the wall-clock limit: a stall?)",
+            )
             continue
         if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
             why = f"stopped after {exercise['cpu_seconds']:g} s of CPU time (the CPU limit: an endless loop?)"
@@ -177,6 +203,7 @@ def stopped(folder: str, name: str, why: str) -> None:
         save_file({}, os.path.join(folder, f"{name}.safetensors"))
         with open(path, "w") as f:
             json.dump({"error": why, "stopped": True}, f)
+
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])

@@ -22,8 +22,16 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("runner.py")
 PACKAGE = ROOT / "gpt_from_scratch"
 FIRST_UID = 64000  # as root, sandbox slot k runs as uid FIRST_UID + k (no account needed)
-STARTUP_SECONDS = 60.0  # bwrap, Python and torch's import on a loaded machine, once per student
-ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64")  # a symlink into /usr, or a folder
+STARTUP_SECONDS = (
+    60.0  # bwrap, Python and torch's import on a loaded machine, once per student
+)
+ROOT_LINKS = (
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+)  # a symlink into /usr, or a folder
 
 
 class SandboxError(RuntimeError):
@@ -42,7 +50,11 @@ class Limits:
 
 def readonly_paths() -> list[Path]:
     """What the runner needs: Python (the interpreter and the venv) and the package."""
-    paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.executable).resolve().parent.parent}
+    paths = {
+        Path(sys.base_prefix),
+        Path(sys.prefix),
+        Path(sys.executable).resolve().parent.parent,
+    }
     return sorted(p for p in paths if not str(p).startswith("/usr")) + [PACKAGE]
 
 
@@ -60,14 +72,40 @@ def command(job: Path, out: Path, slot: int, limits: Limits, wall: float) -> lis
     """The bwrap command line that runs ``runner.py`` on ``job`` into ``out``."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        raise SandboxError("bubblewrap is not installed: apt-get install bubblewrap "
-                           "(make grade installs it), or UNSAFE=1 to grade without a sandbox")
+        raise SandboxError(
+            "bubblewrap is not installed: apt-get install bubblewrap "
+            "(make grade installs it), or UNSAFE=1 to grade without a sandbox"
+        )
     root = os.geteuid() == 0
-    args = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv",
-            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-            "--setenv", "PYTHONPATH", "/pkg", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            "--setenv", "OMP_NUM_THREADS", "1", "--ro-bind", "/usr", "/usr"]
+    args = [
+        bwrap,
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        "/tmp",
+        "--setenv",
+        "PYTHONPATH",
+        "/pkg",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        "--setenv",
+        "OMP_NUM_THREADS",
+        "1",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     if not root:
         args.append("--unshare-user")
     for link in ROOT_LINKS:
@@ -75,24 +113,67 @@ def command(job: Path, out: Path, slot: int, limits: Limits, wall: float) -> lis
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    args += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(limits.tmp_bytes),
+        "--tmpfs",
+        "/tmp",
+    ]
     made: set[Path] = set()
     for path in readonly_paths()[:-1]:
         args += _folders(path, made) + ["--ro-bind", str(path), str(path)]
-    args += ["--perms", "0755", "--dir", "/pkg", "--ro-bind", str(PACKAGE), "/pkg/gpt_from_scratch",
-             "--perms", "0755", "--dir", "/grader", "--ro-bind", str(RUNNER), "/grader/runner.py",
-             "--ro-bind", str(job), "/in", "--bind", str(out), "/out", "--chdir", "/tmp",
-             "prlimit", f"--cpu={int(wall)}", f"--as={limits.memory_bytes}",
-             f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}", "--core=0"]
+    args += [
+        "--perms",
+        "0755",
+        "--dir",
+        "/pkg",
+        "--ro-bind",
+        str(PACKAGE),
+        "/pkg/gpt_from_scratch",
+        "--perms",
+        "0755",
+        "--dir",
+        "/grader",
+        "--ro-bind",
+        str(RUNNER),
+        "/grader/runner.py",
+        "--ro-bind",
+        str(job),
+        "/in",
+        "--bind",
+        str(out),
+        "/out",
+        "--chdir",
+        "/tmp",
+        "prlimit",
+        f"--cpu={int(wall)}",
+        f"--as={limits.memory_bytes}",
+        f"--nproc={limits.processes}",
+        f"--fsize={limits.file_bytes}",
+        "--core=0",
+    ]
     if root:
         uid = str(FIRST_UID + slot)
-        args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                 "--inh-caps=-all", "--bounding-set=-all"]
+        args += [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ]
     return args + [sys.executable, "/grader/runner.py", "/in", "/out"]
 
 
-def run(job: Path, out: Path, slot: int, limits: Limits, exercises: int, unsafe: bool = False) -> str:
+def run(
+    job: Path, out: Path, slot: int, limits: Limits, exercises: int, unsafe: bool = False
+) -> str:
     """Run the job; "" when the sandbox ended by itself, else why it was stopped."""
     wall = STARTUP_SECONDS + exercises * limits.wall_seconds
     if unsafe:  # the teacher's choice (UNSAFE=1): the same runner, without any isolation
@@ -102,20 +183,30 @@ def run(job: Path, out: Path, slot: int, limits: Limits, exercises: int, unsafe:
         if os.geteuid() == 0:
             os.chown(out, FIRST_UID + slot, FIRST_UID + slot)
     try:
-        subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=wall, check=False,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)} if unsafe else None)
-    except subprocess.TimeoutExpired:  # run() killed bwrap: --die-with-parent takes the rest
+        subprocess.run(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=wall,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(ROOT)} if unsafe else None,
+        )
+    except (
+        subprocess.TimeoutExpired
+    ):  # run() killed bwrap: --die-with-parent takes the rest
         return f"the sandbox ran past its {wall:.0f} s wall-clock limit and was stopped"
     return ""
 
 
-NO_USERNS = ("bubblewrap cannot create its namespaces here ({error}). As a user other than root "
-             "it needs unprivileged user namespaces: enable them (Debian: sysctl -w "
-             "kernel.unprivileged_userns_clone=1; Ubuntu 24.04: sysctl -w "
-             "kernel.apparmor_restrict_unprivileged_userns=0; any: sysctl -w "
-             "user.max_user_namespaces=15000), grade as root, or grade without a sandbox with "
-             "UNSAFE=1 (make) / --unsafe, on a machine you can throw away.")
+NO_USERNS = (
+    "bubblewrap cannot create its namespaces here ({error}). As a user other than root "
+    "it needs unprivileged user namespaces: enable them (Debian: sysctl -w "
+    "kernel.unprivileged_userns_clone=1; Ubuntu 24.04: sysctl -w "
+    "kernel.apparmor_restrict_unprivileged_userns=0; any: sysctl -w "
+    "user.max_user_namespaces=15000), grade as root, or grade without a sandbox with "
+    "UNSAFE=1 (make) / --unsafe, on a machine you can throw away."
+)
 
 
 def check(limits: Limits, scratch: Path) -> None:

@@ -30,10 +30,14 @@ def create_secret(path: Path, rotate: bool = False) -> bool:
 
 def read_secret(path: Path) -> bytes:
     if not path.is_file():
-        raise SystemExit(f"no course secret at {path}: run `make assign` (it creates one), or name "
-                         f"yours with --secret PATH or {ENV}=PATH")
+        raise SystemExit(
+            f"no course secret at {path}: run `make assign` (it creates one), or name "
+            f"yours with --secret PATH or {ENV}=PATH"
+        )
     value = path.read_text().strip()
     if len(value) < 32:
-        raise SystemExit(f"the course secret {path} is {len(value)} characters long; it needs at "
-                         "least 32: make assign ROTATE=1 writes a new one")
+        raise SystemExit(
+            f"the course secret {path} is {len(value)} characters long; it needs at "
+            "least 32: make assign ROTATE=1 writes a new one"
+        )
     return value.encode()

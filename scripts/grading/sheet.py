@@ -36,7 +36,9 @@ class Grade:
 
     @property
     def total(self) -> float:
-        written = float(self.written) if re.fullmatch(r"\s*\d+(\.\d+)?\s*", self.written) else 0.0
+        written = (
+            float(self.written) if re.fullmatch(r"\s*\d+(\.\d+)?\s*", self.written) else 0.0
+        )
         return sum(r.points for r in self.results.values()) + written
 
 
@@ -54,11 +56,19 @@ def columns(names: list[str]) -> list[str]:
 
 def row(grade: Grade, names: list[str]) -> list[str]:
     flags = "; ".join(f"{n}: {r.flag}" for n, r in grade.results.items() if r.flag)
-    notes = "; ".join([grade.note] * bool(grade.note) + [f"{n}: {r.note}" for n, r in grade.results.items()
-                                                         if r.note])
-    return [safe(grade.student, 200), *(f"{grade.results[n].points:g}" if n in grade.results else "0"
-                                        for n in names),
-            safe(grade.written, 20), f"{grade.total:g}", safe(flags), safe(notes), safe(grade.file, 300)]
+    notes = "; ".join(
+        [grade.note] * bool(grade.note)
+        + [f"{n}: {r.note}" for n, r in grade.results.items() if r.note]
+    )
+    return [
+        safe(grade.student, 200),
+        *(f"{grade.results[n].points:g}" if n in grade.results else "0" for n in names),
+        safe(grade.written, 20),
+        f"{grade.total:g}",
+        safe(flags),
+        safe(notes),
+        safe(grade.file, 300),
+    ]
 
 
 def read_written(out: Path) -> dict[str, str]:

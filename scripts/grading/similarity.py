@@ -28,18 +28,30 @@ def fingerprints(found: list[tuple[str, Path]], name: str) -> dict[str, str]:
             tree = ast.parse(source or "")
         except Exception:  # noqa: BLE001 - unreadable files are reported in the sheet
             continue
-        if source and "NotImplementedError" not in source and sum(1 for _ in ast.walk(tree)) >= MIN_NODES:
+        if (
+            source
+            and "NotImplementedError" not in source
+            and sum(1 for _ in ast.walk(tree)) >= MIN_NODES
+        ):
             prints[student] = integrity.normalized(tree)
     return prints
 
 
-def write_report(found: list[tuple[str, Path]], assignment: dict, out: Path) -> list[list[str]]:
+def write_report(
+    found: list[tuple[str, Path]], assignment: dict, out: Path
+) -> list[list[str]]:
     rows = []
     by_hash: dict[str, list[str]] = {}
     for student, path in found:
         if path.is_file() and not path.is_symlink():
-            by_hash.setdefault(hashlib.sha256(path.read_bytes()).hexdigest(), []).append(student)
-    rows += [["whole file", "identical files", " | ".join(s)] for s in by_hash.values() if len(s) > 1]
+            by_hash.setdefault(hashlib.sha256(path.read_bytes()).hexdigest(), []).append(
+                student
+            )
+    rows += [
+        ["whole file", "identical files", " | ".join(s)]
+        for s in by_hash.values()
+        if len(s) > 1
+    ]
     for exercise in assignment["exercises"]:
         name = exercise["name"]
         prints = fingerprints(found, name)
@@ -52,7 +64,11 @@ def write_report(found: list[tuple[str, Path]], assignment: dict, out: Path) -> 
         distinct = [(s[0], t) for t, s in groups.items()]
         for (a, ta), (b, tb) in combinations(distinct, 2):
             matcher = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
-            if matcher.real_quick_ratio() >= NEAR and matcher.quick_ratio() >= NEAR and matcher.ratio() >= NEAR:
+            if (
+                matcher.real_quick_ratio() >= NEAR
+                and matcher.quick_ratio() >= NEAR
+                and matcher.ratio() >= NEAR
+            ):
                 rows.append([name, f"near-identical ({matcher.ratio():.2f})", f"{a} | {b}"])
     with out.open("w", newline="") as f:
         writer = csv.writer(f)

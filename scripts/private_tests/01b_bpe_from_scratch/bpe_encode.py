@@ -1,4 +1,5 @@
 """Chapter 1b, exercise 3: encode with a trained merge table, earliest merge first, chunk by chunk."""
+
 import torch
 
 from gpt_from_scratch.bpe import BPETokenizer
@@ -7,9 +8,11 @@ from grading.cases import Case, Step, Pairs
 name = "bpe_encode"
 
 
-TRAIN = ("Shall I compare thee to a summer's day? Thou art more lovely and more temperate: rough winds "
-         "do shake the darling buds of May, and summer's lease hath all too short a date. "
-         "Ça va? Straße, résumé, naïveté, 日本語, 😀. ") * 2
+TRAIN = (
+    "Shall I compare thee to a summer's day? Thou art more lovely and more temperate: rough winds "
+    "do shake the darling buds of May, and summer's lease hath all too short a date. "
+    "Ça va? Straße, résumé, naïveté, 日本語, 😀. "
+) * 2
 ENGLISH = TRAIN.split("Ça")[0].split()
 OTHER = ["Straße?", "résumé!", "日本語", "😀😀", "Ça", "naïveté,", "va?"]
 
@@ -21,5 +24,10 @@ def sample(words, g, n):
 def cases(g):
     tokenizer = BPETokenizer.train(TRAIN, 320)
     merges = Pairs(dict(tokenizer.merges))
-    return [Case(label, [Step((text, merges))], [tokenizer.encode_ordinary(text)])
-            for label, text in (("english", sample(ENGLISH, g, 7)), ("non_ascii", sample(OTHER, g, 6)))]
+    return [
+        Case(label, [Step((text, merges))], [tokenizer.encode_ordinary(text)])
+        for label, text in (
+            ("english", sample(ENGLISH, g, 7)),
+            ("non_ascii", sample(OTHER, g, 6)),
+        )
+    ]

@@ -1,11 +1,14 @@
 """Chapter 4, exercise 3: multi-head attention as a loop over heads, GPT-2's c_attn/c_proj layout."""
+
 import torch
 
 from gpt_from_scratch.attention import MultiHeadAttention
 from grading.cases import Case, Step
 from grading.rules import Loop
+
 name = "LoopedMultiHeadAttention"
 rules = (Loop("a loop over the heads", required=True, inside="forward", over="head"),)
+
 
 def case(label, D, H, B, T, g):
     reference = MultiHeadAttention(D, H).eval()
@@ -15,10 +18,16 @@ def case(label, D, H, B, T, g):
     x = torch.randn(B, T, D, generator=g)
     with torch.no_grad():
         expected = reference(x)
-    state = {k: v for k, v in reference.state_dict().items() if k.startswith(("c_attn.", "c_proj."))}
+    state = {
+        k: v
+        for k, v in reference.state_dict().items()
+        if k.startswith(("c_attn.", "c_proj."))
+    }
     return Case(label, [Step((x,))], [expected], init=Step((D, H)), state=state)
 
 
 def cases(g):
-    return [case("six_heads", 24, 6, 2, int(torch.randint(5, 12, (1,), generator=g)), g),
-            case("one_head", 10, 1, 3, 4, g)]
+    return [
+        case("six_heads", 24, 6, 2, int(torch.randint(5, 12, (1,), generator=g)), g),
+        case("one_head", 10, 1, 3, 4, g),
+    ]

@@ -1,23 +1,51 @@
 """Chapter 4, exercise 2: attention with torch.einsum for both products, (output, weights)."""
+
 import torch
 from grading.cases import Case, Step
 from grading.rules import Forbid
+
 name = "einsum_attention"
-rules = (Forbid("einsum only", ("matmul", "bmm", "mm", "baddbmm", "scaled_dot_product_attention"),
-                matmul=True),)
+rules = (
+    Forbid(
+        "einsum only",
+        ("matmul", "bmm", "mm", "baddbmm", "scaled_dot_product_attention"),
+        matmul=True,
+    ),
+)
+
 
 def reference(q, k, v, mask):
-    scores = (q.double() @ k.double().transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
+    scores = (q.double() @ k.double().transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(
+        ~mask, float("-inf")
+    )
     weights = torch.softmax(scores, -1)
     return [(weights @ v.double()).float(), weights.float()]
 
 
 def case(label, shape_q, shape_kv, mask, g):
-    q, k, v = torch.randn(shape_q, generator=g), torch.randn(shape_kv, generator=g), torch.randn(shape_kv, generator=g)
+    q, k, v = (
+        torch.randn(shape_q, generator=g),
+        torch.randn(shape_kv, generator=g),
+        torch.randn(shape_kv, generator=g),
+    )
     return Case(label, [Step((q, k, v, mask))], [reference(q, k, v, mask)])
 
 
 def cases(g):
     T = int(torch.randint(5, 10, (1,), generator=g))
-    return [case("four_heads_causal", (3, 4, T, 5), (3, 4, T, 5), torch.ones(T, T, dtype=torch.bool).tril(), g),
-            case("fewer_queries_than_keys", (2, 2, 6), (2, 9, 6), torch.ones(2, 9, dtype=torch.bool).tril(7), g)]
+    return [
+        case(
+            "four_heads_causal",
+            (3, 4, T, 5),
+            (3, 4, T, 5),
+            torch.ones(T, T, dtype=torch.bool).tril(),
+            g,
+        ),
+        case(
+            "fewer_queries_than_keys",
+            (2, 2, 6),
+            (2, 9, 6),
+            torch.ones(2, 9, dtype=torch.bool).tril(7),
+            g,
+        ),
+    ]

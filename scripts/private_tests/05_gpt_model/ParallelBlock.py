@@ -1,4 +1,5 @@
 """Chapter 5, exercise 2: a parallel block, x + attn(ln_1(x)) + mlp(ln_1(x))."""
+
 import torch
 
 from gpt_from_scratch.model import Block, GPTConfig
@@ -18,10 +19,23 @@ def case(label, preset, B, T, g):
         h = reference.ln_1(x)
         expected = x + reference.attn(h) + reference.mlp(h)
     state = {k: v for k, v in reference.state_dict().items() if not k.startswith("ln_2.")}
-    return Case(label, [Step((x,))], [expected], init=Step((Setup("GPTConfig.from_preset", ("tiny",), preset),)),
-                state=state)
+    return Case(
+        label,
+        [Step((x,))],
+        [expected],
+        init=Step((Setup("GPTConfig.from_preset", ("tiny",), preset),)),
+        state=state,
+    )
 
 
 def cases(g):
-    return [case("wide", {"d_model": 40, "n_heads": 5}, 2, int(torch.randint(4, 9, (1,), generator=g)), g),
-            case("one_token", {}, 3, 1, g)]
+    return [
+        case(
+            "wide",
+            {"d_model": 40, "n_heads": 5},
+            2,
+            int(torch.randint(4, 9, (1,), generator=g)),
+            g,
+        ),
+        case("one_token", {}, 3, 1, g),
+    ]

@@ -1,9 +1,12 @@
 """Chapter 10, exercise 3: repeat each key/value head n_rep times in a row, without repeat_interleave."""
+
 import torch
 from grading.cases import Case, Step
 from grading.rules import Forbid
+
 name = "repeat_kv_heads"
 rules = (Forbid("no repeat_interleave", ("repeat_interleave",)),)
+
 
 def case(label, shape, n_rep, g):
     x = torch.randn(shape, generator=g)
@@ -11,4 +14,7 @@ def case(label, shape, n_rep, g):
 
 
 def cases(g):
-    return [case("three_groups_of_three", (2, 3, 4, 5), 3, g), case("eight_query_heads_per_kv_head", (1, 2, 3, 4), 8, g)]
+    return [
+        case("three_groups_of_three", (2, 3, 4, 5), 3, g),
+        case("eight_query_heads_per_kv_head", (1, 2, 3, 4), 8, g),
+    ]

@@ -1,4 +1,5 @@
 """Chapter 10, exercise 2: RoPE with neighbouring features (2i, 2i + 1) as pairs."""
+
 import torch
 import math
 from grading.cases import Case, Step
@@ -20,11 +21,25 @@ def expected(x, positions, theta):
 
 def case(label, shape, positions, theta, g):
     x = torch.randn(shape, generator=g)
-    return Case(label, [Step((x, positions, theta))], [expected(x, positions, theta)], atol=1e-4, rtol=1e-4,
-                exact_dtype=False)
+    return Case(
+        label,
+        [Step((x, positions, theta))],
+        [expected(x, positions, theta)],
+        atol=1e-4,
+        rtol=1e-4,
+        exact_dtype=False,
+    )
 
 
 def cases(g):
     late = 100 + torch.arange(4) + int(torch.randint(50, (1,), generator=g))
-    return [case("late_positions", (1, 3, 4, 12), late, 10000.0, g),
-            case("large_theta_unsorted_positions", (2, 1, 3, 6), torch.randperm(12, generator=g)[:3], 500000.0, g)]
+    return [
+        case("late_positions", (1, 3, 4, 12), late, 10000.0, g),
+        case(
+            "large_theta_unsorted_positions",
+            (2, 1, 3, 6),
+            torch.randperm(12, generator=g)[:3],
+            500000.0,
+            g,
+        ),
+    ]
