@@ -1,6 +1,7 @@
-"""The grader end to end, in its sandbox, on simulated classes: every chapter's correct solutions,
-typical mistakes and untouched stubs; then one class of cheats and honest students (chapter 7),
-whose sheet must hold exactly the expected rows, with nothing changed outside a cheat's own row.
+"""The grader end to end, in its sandbox, on simulated classes: every chapter's correct
+solutions, typical mistakes and untouched stubs; then one class of cheats and honest
+students (chapter 7), whose sheet must hold exactly the expected rows, with nothing changed
+outside a cheat's own row.
 """
 
 from __future__ import annotations
@@ -118,25 +119,24 @@ CHEATS = {
 
 
 def pasted_package_source() -> str:
-    """The package's own filter_logits-style function, pasted with every name changed."""
+    """The package's top_p_filter, pasted with its arguments and local variables renamed."""
     import ast
     import inspect
 
     from gpt_from_scratch import generate
 
     tree = ast.parse(inspect.getsource(generate.top_p_filter))
-    renames = {}
-    for node in ast.walk(tree):
-        for attr in ("id", "arg"):
-            if isinstance(getattr(node, attr, None), str) and getattr(node, attr) not in (
-                "torch",
-                "float",
-            ):
-                setattr(
-                    node, attr, renames.setdefault(getattr(node, attr), f"v{len(renames)}")
-                )
-    tree.body[0].name = "top_p_unsorted"
-    tree.body[0].body = tree.body[0].body[1:]  # its docstring
+    function = tree.body[0]
+    local = {a.arg for a in function.args.args} | {
+        n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    renames = {name: f"my_{i}" for i, name in enumerate(sorted(local))}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id in renames:
+            node.id = renames[node.id]
+        elif isinstance(node, ast.arg) and node.arg in renames:
+            node.arg = renames[node.arg]
+    function.name = "top_p_unsorted"
+    function.body = function.body[1:]  # its docstring
     return ast.unparse(tree)
 
 

@@ -1,6 +1,7 @@
-"""The sandbox and the judge hold on their own: with the syntax checks switched off, code that reads
-or writes outside, uses the network, forks, crashes, kills its parent, stalls or forges its output
-runs, and still earns nothing, changes nothing outside its row and leaves no process behind."""
+"""The sandbox and the judge hold on their own: with the syntax checks switched off, code
+that reads or writes outside, uses the network, forks, crashes, kills its parent, stalls or
+forges its output runs, and still earns nothing, changes nothing outside its row and leaves
+no process behind."""
 
 from __future__ import annotations
 

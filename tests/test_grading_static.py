@@ -1,5 +1,6 @@
-"""What the grader decides from the syntax tree and the files alone (no sandbox, fast): cells
-through IPython's transformer, integrity flags, the exercises' rules, the sheet, the secret."""
+"""What the grader decides from the syntax tree and the files alone (no sandbox, fast):
+cells through IPython's transformer, integrity flags, the exercises' rules, the sheet, the
+secret."""
 
 from __future__ import annotations
 

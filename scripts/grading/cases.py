@@ -1,11 +1,13 @@
-"""Private cases: what a case feeds the solution, what it must return, and how the judge compares.
+"""Private cases: what a case feeds the solution, what it must return, and how the judge
+compares.
 
-A course's case file (``<tests>/<chapter>/<exercise>.py``) defines ``cases(g)``, which draws its
-inputs from ``g`` (a ``torch.Generator`` seeded from the course secret, so another course gets other
-inputs) and returns ``Case``s whose expected values the judge computes itself. Optionally ``rules``
-(names of ``grading.rules``' syntax rules) and ``HINTS`` are set. A case is a small program the
-sandbox's runner follows: construct (``init``), report fresh parameters, load a state, then call
-(``steps``); only plain data goes in (``Arg`` values) and comes out.
+A course's case file (``<tests>/<chapter>/<exercise>.py``) defines ``cases(g)``, which draws
+its inputs from ``g`` (a ``torch.Generator`` seeded from the course secret, so another
+course gets other inputs) and returns ``Case``s whose expected values the judge computes
+itself, and optionally ``rules`` (``grading.rules``: ``Forbid``, ``Loop``, ``NoProduct``).
+A case is a small program the sandbox's runner follows: construct (``init``), report fresh
+parameters, load a state, then call (``steps``); only plain data goes in (tensors, numbers,
+strings, ``Generator``, ``Pairs``, ``Setup``) and comes out.
 """
 
 from __future__ import annotations

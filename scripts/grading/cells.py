@@ -1,10 +1,11 @@
 """From a submitted file to each exercise's solution cell, as plain Python.
 
-Cells go through IPython's own transformer first (``TransformerManager``), so ``%%time`` on the
-first line, ``%timeit`` or ``!pip`` lines do not hide a definition: the body of a timing magic is
-kept, every other magic and shell line is dropped. A pasted check (``from gpt_from_scratch.
-exercises import check_…`` or a ``check_…(…)`` call) is dropped too: it is feedback, not the
-solution. A ``.py`` submission is read as a notebook of ``# %%`` cells (jupytext's percent format).
+Cells go through IPython's own transformer first (``TransformerManager``), so ``%%time`` on
+the first line, ``%timeit`` or ``!pip`` lines do not hide a definition: the body of a timing
+magic is kept, every other magic and shell line is dropped. A pasted check (``from
+gpt_from_scratch. exercises import check_…`` or a ``check_…(…)`` call) is dropped too: it is
+feedback, not the solution. A ``.py`` submission is read as a notebook of ``# %%`` cells
+(jupytext's percent format).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import ast
 import re
 from pathlib import Path
 
+import jupytext
 import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 
@@ -28,22 +30,9 @@ CHECKS = "gpt_from_scratch.exercises"
 def code_cells(path: Path) -> list[str]:
     """The code cells of a notebook (``.ipynb``, any case) or a percent-format ``.py`` file."""
     if path.suffix.lower() == ".py":
-        text = path.read_text(errors="replace")
-        cells, current = [], []
-        for line in text.splitlines():
-            if line.startswith("# %%"):
-                cells.append("\n".join(current))
-                current = []
-                if "[markdown]" in line:
-                    current = None  # a markdown cell: skipped until the next marker
-                    cells.append("")
-                continue
-            if current is not None:
-                current.append(line)
-        if current is not None:
-            cells.append("\n".join(current))
-        return [c for c in cells if c.strip()]
-    nb = nbformat.read(path, as_version=4)
+        nb = jupytext.reads(path.read_text(errors="replace"), fmt="py:percent")
+    else:
+        nb = nbformat.read(path, as_version=4)
     return [cell.source for cell in nb.cells if cell.cell_type == "code"]
 
 

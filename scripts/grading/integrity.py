@@ -1,9 +1,11 @@
-"""Integrity, judged from the solution cell's syntax tree: reuse of the package, and every route
-around the grader (dynamic imports, exec, frames, patching libraries, lying tensors, the system).
+"""Integrity, judged from the solution cell's syntax tree: reuse of the package, and every
+route around the grader (dynamic imports, exec, frames, patching libraries, lying tensors,
+the system).
 
-Only code counts: docstrings, comments and strings that are not used as a name are never read
-(a docstring saying "same maths as gpt_from_scratch.layernorm.RMSNorm" is fine), and pasted check
-calls were removed before (``grading.cells``). A flagged exercise scores 0, with the reason.
+Only code counts: docstrings, comments and strings that are not used as a name are never
+read (a docstring saying "same maths as gpt_from_scratch.layernorm.RMSNorm" is fine), and
+pasted check calls were removed before (``grading.cells``). A flagged exercise scores 0,
+with the reason.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The judge: reads what the sandbox wrote (plain data only) and compares it with the reference.
+"""The judge: reads what the sandbox wrote (plain data only) and compares it with the
+reference.
 
-Nothing of the student's runs here: the sandbox's ``<exercise>.json`` is parsed as JSON (sizes
-capped), its tensors are loaded by safetensors (plain tensors, no pickle, no subclass), and the
-expected values were computed by the grader from the course's case files.
+Nothing of the student's runs here: the sandbox's ``<exercise>.json`` is parsed as JSON
+(sizes capped), its tensors are loaded by safetensors (plain tensors, no pickle, no
+subclass), and the expected values were computed by the grader from the course's case files.
 """
 
 from __future__ import annotations

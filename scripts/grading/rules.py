@@ -1,7 +1,7 @@
-"""An exercise's stated constraints ("no tril", "einsum only", "a loop over the heads", "B A never
-formed"), judged from the solution's syntax tree by the grader, never by patching the student's
-process. A case file lists them in ``rules``; each rule counts as one more case, passed when the
-code keeps the rule and every value case passes.
+"""An exercise's stated constraints ("no tril", "einsum only", "a loop over the heads", "B A
+never formed"), judged from the solution's syntax tree by the grader, never by patching the
+student's process. A case file lists them in ``rules``; each rule counts as one more case,
+passed when the code keeps the rule and every value case passes.
 """
 
 from __future__ import annotations

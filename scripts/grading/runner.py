@@ -1,13 +1,15 @@
-"""Inside the sandbox: run one student's solution cells on the case inputs, write plain data.
+"""Inside the sandbox: run one student's solution cells on the case inputs, write plain
+data.
 
     python runner.py IN OUT
 
-IN (read-only) holds ``job.json`` (the set-up code, per exercise its cell, its CPU limit and its
-cases' programs) and ``inputs.safetensors`` (the cases' tensors). For each exercise a forked child
-runs the set-up and the cell, then each case's program, and writes ``OUT/<exercise>.json`` (plain
-values, errors) and ``OUT/<exercise>.safetensors`` (tensors). Nothing here decides a grade: the
-judge (``grading.judge``) reads these files outside the sandbox. This file imports only the
-standard library, torch and safetensors: it runs with nothing of the grader around it.
+IN (read-only) holds ``job.json`` (the set-up code, per exercise its cell, its CPU limit and
+its cases' programs) and ``inputs.safetensors`` (the cases' tensors). For each exercise a
+forked child runs the set-up and the cell, then each case's program, and writes
+``OUT/<exercise>.json`` (plain values, errors) and ``OUT/<exercise>.safetensors`` (tensors).
+Nothing here decides a grade: the judge (``grading.judge``) reads these files outside the
+sandbox. This file imports only the standard library, torch and safetensors: it runs with
+nothing of the grader around it.
 """
 
 import contextlib

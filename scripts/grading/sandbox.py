@@ -1,12 +1,14 @@
-"""The sandbox every submission runs in: bubblewrap (``bwrap``), with util-linux's ``prlimit``.
+"""The sandbox every submission runs in: bubblewrap (``bwrap``), with util-linux's
+``prlimit``.
 
 One sandbox per student: no network, no other process of the machine in sight (its own PID
 namespace, so every process it starts dies with it), a read-only view of Python, the virtual
-environment, the package and ``runner.py`` only (no private tests, no other submission, no sheet,
-no repository), the student's job folder read-only, a private output folder, a private ``/tmp``,
-and limits on CPU time, address space, processes and file size. Run as root (as CI does), the
-sandbox switches to a uid of its own (``setpriv``), so that the process limit counts its processes
-only; run as another user, bubblewrap needs unprivileged user namespaces.
+environment, the package and ``runner.py`` only (no private tests, no other submission, no
+sheet, no repository), the student's job folder read-only, a private output folder, a
+private ``/tmp``, and limits on CPU time, address space, processes and file size. Run as
+root (as CI does), the sandbox switches to a uid of its own (``setpriv``), so that the
+process limit counts its processes only; run as another user, bubblewrap needs unprivileged
+user namespaces.
 """
 
 from __future__ import annotations

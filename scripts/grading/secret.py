@@ -1,6 +1,7 @@
-"""The course secret: the private cases' inputs are drawn from it, so they differ from course to
-course and cannot be read in the (public) repository. ``make assign`` creates it once, outside
-the repository; a teacher rotates it with ``--rotate-secret`` (every input changes)."""
+"""The course secret: the private cases' inputs are drawn from it, so they differ from
+course to course and cannot be read in the (public) repository. ``make assign`` creates it
+once, outside the repository; a teacher rotates it with ``--rotate-secret`` (every input
+changes)."""
 
 from __future__ import annotations
 

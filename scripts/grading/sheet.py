@@ -1,9 +1,10 @@
 """The grade sheet and what goes back to students: the CSV, feedback files, a Canvas import.
 
-The sheet is rewritten (to a temporary file, then renamed) after every student, so a stopped run
-leaves a readable sheet; rows of students not graded in this run (regrading one student) and the
-``written`` column the teacher fills in are kept. Every cell is escaped against spreadsheet
-formulas (a leading ``= + - @``, tab or carriage return gets a ``'``) and notes are cut short.
+The sheet is rewritten (to a temporary file, then renamed) after every student, so a stopped
+run leaves a readable sheet; rows of students not graded in this run (regrading one student)
+and the ``written`` column the teacher fills in are kept. Every cell is escaped against
+spreadsheet formulas (a leading ``= + - @``, tab or carriage return gets a ``'``) and notes
+are cut short.
 """
 
 from __future__ import annotations

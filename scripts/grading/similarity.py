@@ -1,7 +1,7 @@
-"""A similarity report: identical files, and identical or near-identical solution cells after
-normalization (names renamed in order, docstrings and comments gone), between students (a copy
-of the package is flagged in the sheet, ``grading.integrity``). It is for the teacher to read; it
-changes no grade. Untouched stubs are left out."""
+"""A similarity report: identical files, and identical or near-identical solution cells
+after normalization (names renamed in order, docstrings and comments gone), between students
+(a copy of the package is flagged in the sheet, ``grading.integrity``). It is for the
+teacher to read; it changes no grade. Untouched stubs are left out."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Chapter 1, exercise 1: a character tokenizer whose vocabulary is the sorted set of characters."""
+"""Chapter 1, exercise 1: a character tokenizer whose vocabulary is the sorted set of
+characters."""
 
 import torch
 from grading.cases import Case, Step

@@ -1,4 +1,5 @@
-"""Chapter 1b, exercise 3: encode with a trained merge table, earliest merge first, chunk by chunk."""
+"""Chapter 1b, exercise 3: encode with a trained merge table, earliest merge first, chunk by
+chunk."""
 
 import torch
 

@@ -1,4 +1,5 @@
-"""Chapter 2, exercise 1: the sinusoidal table, float32 (T, D), with whole-tensor operations."""
+"""Chapter 2, exercise 1: the sinusoidal table, float32 (T, D), with whole-tensor
+operations."""
 
 import torch
 

@@ -1,4 +1,5 @@
-"""Chapter 3, exercise 1: LayerNorm as a module, written by hand (weight ones, bias zeros at the start)."""
+"""Chapter 3, exercise 1: LayerNorm as a module, written by hand (weight ones, bias zeros at
+the start)."""
 
 import torch
 import torch.nn.functional as F

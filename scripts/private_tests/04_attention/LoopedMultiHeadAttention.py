@@ -1,4 +1,5 @@
-"""Chapter 4, exercise 3: multi-head attention as a loop over heads, GPT-2's c_attn/c_proj layout."""
+"""Chapter 4, exercise 3: multi-head attention as a loop over heads, GPT-2's c_attn/c_proj
+layout."""
 
 import torch
 

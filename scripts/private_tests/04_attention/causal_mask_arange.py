@@ -1,4 +1,5 @@
-"""Chapter 4, exercise 1: the causal mask from two aranges and a comparison, without tril/triu."""
+"""Chapter 4, exercise 1: the causal mask from two aranges and a comparison, without
+tril/triu."""
 
 import torch
 from grading.cases import Case, Step

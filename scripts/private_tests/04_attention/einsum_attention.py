@@ -1,4 +1,5 @@
-"""Chapter 4, exercise 2: attention with torch.einsum for both products, (output, weights)."""
+"""Chapter 4, exercise 2: attention with torch.einsum for both products, (output,
+weights)."""
 
 import torch
 from grading.cases import Case, Step

@@ -1,4 +1,5 @@
-"""Chapter 6, exercise 2: cross-entropy from max, exp, log and gather, without library losses."""
+"""Chapter 6, exercise 2: cross-entropy from max, exp, log and gather, without library
+losses."""
 
 import torch
 import torch.nn.functional as F

@@ -1,4 +1,5 @@
-"""Chapter 9, exercise 1: a frozen linear layer plus the scaled low-rank update, B A never formed."""
+"""Chapter 9, exercise 1: a frozen linear layer plus the scaled low-rank update, B A never
+formed."""
 
 import torch
 from grading.cases import Case, Step

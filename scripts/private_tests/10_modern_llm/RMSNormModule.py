@@ -1,4 +1,5 @@
-"""Chapter 10, exercise 1: RMSNorm as a module, written out (no F.rms_norm, no nn.RMSNorm)."""
+"""Chapter 10, exercise 1: RMSNorm as a module, written out (no F.rms_norm, no
+nn.RMSNorm)."""
 
 import torch
 from grading.cases import Case, Step

@@ -1,4 +1,5 @@
-"""Chapter 10, exercise 3: repeat each key/value head n_rep times in a row, without repeat_interleave."""
+"""Chapter 10, exercise 3: repeat each key/value head n_rep times in a row, without
+repeat_interleave."""
 
 import torch
 from grading.cases import Case, Step
