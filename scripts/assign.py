@@ -124,9 +124,11 @@ def assignment_notebook(chapter_nb, assignment: Assignment):
         nbformat.v4.new_markdown_cell(
             f"# Assignment: {title}\n\nWrite each solution in its own cell, where the stub is, without renaming "
             f"it; helpers go in the same cell. Run the check under it for feedback. Your grade ({points} points) "
-            "comes from other, private test cases run on your solution cells only: what the notebook prints, "
-            "and any change to the check cells, does not count. Do not import `gpt_from_scratch` in a solution "
-            "cell: a solution that uses the package's own implementation scores 0."),
+            "comes from other, private test cases run on your solution cells only, in a sandbox without "
+            "network or files: what the notebook prints, and any change to the check cells, does not count. "
+            "In a solution cell, do not import `gpt_from_scratch`, `os`, `sys`, `importlib` or the like, nor "
+            "use `exec` or `eval`: such a cell, or one that uses the package's own implementation, scores 0 "
+            "and is flagged for your teacher."),
         copy_cell(setup_cell),
         nbformat.v4.new_code_cell(f"# The names the exercises may use.\n{assignment.setup}",
                                   metadata={"tags": ["assignment-setup"]}),
