@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
+import queue
 import sys
 import tempfile
 import time
@@ -150,16 +150,8 @@ def score(
     result.feedback = judge.short(judge.check_output(folder, name), 400)
 
 
-def grade_one(
-    student: str,
-    path: Path,
-    assignment: dict,
-    prepared: dict,
-    scratch: Path,
-    slot: int,
-    limits: sandbox.Limits,
-    unsafe: bool,
-) -> sheet.Grade:
+def grade_one(student: str, path: Path, assignment: dict, prepared: dict,
+              box: sandbox.Sandbox) -> sheet.Grade:
     grade = sheet.Grade(student, str(path))
     if path.suffix.lower() not in GRADED or path.is_symlink():
         grade.note = f"skipped: not a notebook or a .py file ({path.suffix or 'no suffix'})"
@@ -167,32 +159,19 @@ def grade_one(
     to_run = static(path, assignment, prepared, grade)
     if not to_run:
         return grade
-    job, out = Path(tempfile.mkdtemp(dir=scratch)), Path(tempfile.mkdtemp(dir=scratch))
-    os.link(scratch / "inputs.safetensors", job / "inputs.safetensors")
-    job.chmod(0o755)  # read by the sandbox's own uid (as root), through its read-only view
-    exercises = [
-        {
-            "name": e["name"],
-            "source": to_run[e["name"]],
-            "check": e.get("check", ""),
-            "cpu_seconds": limits.cpu_seconds,
-            "wall_seconds": limits.wall_seconds,
-            "cases": prepared[e["name"]]["programs"],
-        }
-        for e in assignment["exercises"]
-        if e["name"] in to_run
-    ]
-    (job / "job.json").write_text(
-        json.dumps({"setup": assignment["setup"], "exercises": exercises})
-    )
-    (job / "job.json").chmod(0o644)
-    stopped = sandbox.run(job, out, slot, limits, len(exercises), unsafe)
-    for exercise in assignment["exercises"]:
-        if exercise["name"] in to_run:
-            score(grade, exercise, prepared, to_run[exercise["name"]], out)
-    grade.note = stopped
-    shutil.rmtree(job, ignore_errors=True)
-    shutil.rmtree(out, ignore_errors=True)
+    limits = box.limits
+    exercises = [{"name": e["name"], "source": to_run[e["name"]], "check": e.get("check", ""),
+                  "cpu_seconds": limits.cpu_seconds, "wall_seconds": limits.wall_seconds,
+                  "cases": prepared[e["name"]]["programs"]}
+                 for e in assignment["exercises"] if e["name"] in to_run]
+    try:
+        out, grade.note = box.run({"setup": assignment["setup"], "exercises": exercises},
+                                  len(exercises))
+        for exercise in assignment["exercises"]:
+            if exercise["name"] in to_run:
+                score(grade, exercise, prepared, to_run[exercise["name"]], out)
+    finally:
+        box.clear()
     return grade
 
 
@@ -225,6 +204,9 @@ def grade_folder(
         prepared = prepare(assignment, tests, key, scratch)
         os.chmod(scratch / "inputs.safetensors", 0o644)
         jobs = jobs or os.cpu_count() or 1
+        boxes: queue.Queue = queue.Queue()
+        for slot in range(jobs):
+            boxes.put(sandbox.Sandbox(slot, limits, scratch / "inputs.safetensors", scratch, unsafe))
         done: list[sheet.Grade] = []
         finished = iter(range(1, len(found) + 1))  # next() is atomic: the progress count
         pending = {
@@ -234,19 +216,14 @@ def grade_folder(
             for student, path in found
         }
 
-        def work(index: int, student: str, path: Path) -> sheet.Grade:
+        def work(student: str, path: Path) -> sheet.Grade:
             start = time.perf_counter()
             try:
-                grade = grade_one(
-                    student,
-                    path,
-                    assignment,
-                    prepared,
-                    scratch,
-                    index % jobs,
-                    limits,
-                    unsafe,
-                )
+                box = boxes.get()
+                try:
+                    grade = grade_one(student, path, assignment, prepared, box)
+                finally:
+                    boxes.put(box)
             except Exception as error:  # noqa: BLE001 - one student never costs the class
                 grade = sheet.Grade(
                     student,
@@ -265,12 +242,15 @@ def grade_folder(
             return grade
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            slots = [pool.submit(work, i, s, p) for i, (s, p) in enumerate(found)]
-            for future in slots:
-                grade = future.result()
-                done.append(grade)
-                pending.pop(grade.student, None)
-                sheet.write(done + list(pending.values()), names, out)
+            try:
+                for future in [pool.submit(work, s, p) for s, p in found]:
+                    grade = future.result()
+                    done.append(grade)
+                    pending.pop(grade.student, None)
+                    sheet.write(done + list(pending.values()), names, out)
+            finally:
+                while not boxes.empty():
+                    boxes.get().close()
     similarity.write_report(found, assignment, out.with_name(out.stem + "_similarity.csv"))
     for grade in done:
         if feedback:

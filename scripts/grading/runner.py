@@ -1,24 +1,27 @@
-"""Inside the sandbox: run one student's solution cells on the case inputs, write plain
-data.
+"""Inside the sandbox: run students' solution cells on the case inputs, write plain data.
 
-    python runner.py IN OUT
+    python runner.py INPUTS OUT sandboxed
 
-IN (read-only) holds ``job.json`` (the set-up code, per exercise its cell, its CPU limit and
-its cases' programs) and ``inputs.safetensors`` (the cases' tensors). For each exercise a
-forked child runs the set-up and the cell, then each case's program, and writes
-``OUT/<exercise>.json`` (plain values, errors) and ``OUT/<exercise>.safetensors`` (tensors).
-Nothing here decides a grade: the judge (``grading.judge``) reads these files outside the
-sandbox. This file imports only the standard library, torch and safetensors: it runs with
-nothing of the grader around it.
+A sandbox serves the students of one grading slot one after another, with torch imported once:
+each job (the set-up code, per exercise its cell, its limits and its cases' programs) comes on
+stdin and is read by a fresh child, never by this process. For each exercise a forked grandchild
+runs the set-up and the cell, then each case's program, and writes ``OUT/<token>/<exercise>.json``
+(plain values, errors) and ``<exercise>.safetensors`` (tensors). Then every process of that
+student is killed and /tmp emptied before the next job. Nothing here decides a grade: the judge
+(``grading.judge``) reads these files outside the sandbox. This file imports only the standard
+library, torch, safetensors and the package: nothing of the grader is in the sandbox.
 """
 
 import contextlib
+import ctypes
 import importlib
 import io
 import json
 import os
 import resource
+import select
 import signal
+import shutil
 import sys
 import time
 
@@ -155,17 +158,13 @@ def run_exercise(job: dict, exercise: dict, tensors: dict, folder: str) -> None:
         json.dump(report, f)
 
 
-def main(inputs: str, folder: str) -> None:
-    with open(os.path.join(inputs, "job.json")) as f:
-        job = json.load(f)
-    tensors = load_file(os.path.join(inputs, "inputs.safetensors"))
-    torch.set_num_threads(1)
+def run_job(job: dict, tensors: dict, folder: str) -> None:
+    """Each exercise in a forked child, under its CPU and wall-clock limits."""
+    os.makedirs(folder)
     for exercise in job["exercises"]:
         try:
             pid = os.fork()
-        except (
-            OSError
-        ) as error:  # processes an earlier exercise left running fill the limit
+        except OSError as error:  # processes an earlier exercise left running fill the limit
             stopped(folder, exercise["name"], f"could not start ({describe(error)})")
             continue
         if pid == 0:
@@ -182,20 +181,82 @@ def main(inputs: str, folder: str) -> None:
         else:  # a stall (sleep, a blocked read): the wall-clock limit
             os.kill(pid, 9)
             os.waitpid(pid, 0)
-            stopped(
-                folder,
-                exercise["name"],
-                f"stopped after {exercise['wall_seconds']:g} s of wall-clock "
-                "time (the wall-clock limit: a stall?)",
-            )
+            stopped(folder, exercise["name"], f"stopped after {exercise['wall_seconds']:g} s "
+                                              "of wall-clock time (the wall-clock limit: a stall?)")
             continue
         if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
-            why = f"stopped after {exercise['cpu_seconds']:g} s of CPU time (the CPU limit: an endless loop?)"
+            why = (f"stopped after {exercise['cpu_seconds']:g} s of CPU time "
+                   "(the CPU limit: an endless loop?)")
         elif os.WIFSIGNALED(status):
             why = f"its process died ({signal.Signals(os.WTERMSIG(status)).name})"
         else:
             why = f"its process ended without a report (exit code {os.WEXITSTATUS(status)})"
         stopped(folder, exercise["name"], why)
+
+
+def read_job() -> dict | None:
+    """One job from stdin: 8 bytes of length, then JSON; None at the end of the input."""
+    header = os.read(0, 8)
+    if len(header) < 8:
+        return None
+    size, data = int.from_bytes(header, "big"), b""
+    while len(data) < size:
+        chunk = os.read(0, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data)
+
+
+def clean_up(sandboxed: bool) -> None:
+    """After a student: no process of theirs left (every process but init and this one killed,
+    until none is left), and an empty /tmp."""
+    if not sandboxed:
+        return
+    me = os.getpid()
+    while any(p.isdigit() and int(p) not in (1, me) for p in os.listdir("/proc")):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        time.sleep(0.005)
+    for entry in os.listdir("/tmp"):
+        path = os.path.join("/tmp", entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+
+
+def serve(inputs: str, out_root: str, sandboxed: bool) -> None:
+    """Students one after another, torch imported once: for each job on stdin a child reads it
+    and runs it; then every process of that student is killed before ``d`` goes to stdout.
+    This process is not dumpable (no ptrace, no /proc/<pid>/mem) and never reads a job."""
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    tensors = load_file(inputs)
+    torch.set_num_threads(1)
+    importlib.import_module("gpt_from_scratch.exercises")  # the checks and the set-ups' imports
+    status = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)
+    while True:
+        select.select([0], [], [])
+        pid = os.fork()
+        if pid == 0:
+            os.close(status)
+            job = read_job()
+            os.dup2(devnull, 0)
+            if job is None:
+                os._exit(3)
+            try:
+                run_job(job, tensors, os.path.join(out_root, job["token"]))
+            finally:
+                os._exit(0)
+        _, code = os.waitpid(pid, 0)
+        clean_up(sandboxed)
+        if os.WIFEXITED(code) and os.WEXITSTATUS(code) == 3:
+            return
+        os.write(status, b"d")
 
 
 def stopped(folder: str, name: str, why: str) -> None:
@@ -208,4 +269,4 @@ def stopped(folder: str, name: str, why: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    serve(sys.argv[1], sys.argv[2], sandboxed=sys.argv[3] == "sandboxed")

@@ -1,19 +1,21 @@
-"""The sandbox every submission runs in: bubblewrap (``bwrap``), with util-linux's
-``prlimit``.
+"""The sandboxes students' code runs in: bubblewrap (``bwrap``), with util-linux's ``prlimit``.
 
-One sandbox per student: no network, no other process of the machine in sight (its own PID
-namespace, so every process it starts dies with it), a read-only view of Python, the virtual
-environment, the package and ``runner.py`` only (no private tests, no other submission, no
-sheet, no repository), the student's job folder read-only, a private output folder, a
-private ``/tmp``, and limits on CPU time, address space, processes and file size. Run as
-root (as CI does), the sandbox switches to a uid of its own (``setpriv``), so that the
-process limit counts its processes only; run as another user, bubblewrap needs unprivileged
-user namespaces.
+One sandbox per grading slot (a core), serving students one after another (``runner.serve``):
+no network, no process of the machine in sight (its own PID namespace; every process a student
+starts is killed before the next student, and all die with the sandbox), a read-only view of
+Python, the virtual environment, the package, ``runner.py`` and the case inputs only (no case
+file, no submission file, no sheet, no repository), a private output folder and ``/tmp``, and
+limits on CPU time, address space, processes and file size. Run as root (as CI does), the
+sandbox switches to a uid of its own (``setpriv``), so that the process limit counts its
+processes only; run as another user, bubblewrap needs unprivileged user namespaces.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
+import select
 import shutil
 import subprocess
 import sys
@@ -24,9 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("runner.py")
 PACKAGE = ROOT / "gpt_from_scratch"
 FIRST_UID = 64000  # as root, sandbox slot k runs as uid FIRST_UID + k (no account needed)
-STARTUP_SECONDS = (
-    60.0  # bwrap, Python and torch's import on a loaded machine, once per student
-)
+STARTUP_SECONDS = 60.0  # bwrap, Python, torch and the package imported: once per sandbox
+SERVER_CPU_SECONDS = 3600  # the serving process itself (each exercise has its own limit)
 ROOT_LINKS = (
     "/bin",
     "/sbin",
@@ -70,44 +71,18 @@ def _folders(path: Path, made: set[Path]) -> list[str]:
     return args
 
 
-def command(job: Path, out: Path, slot: int, limits: Limits, wall: float) -> list[str]:
-    """The bwrap command line that runs ``runner.py`` on ``job`` into ``out``."""
+def command(inputs: Path, out: Path, slot: int, limits: Limits, program: list[str]) -> list[str]:
+    """The bwrap command line that runs ``program`` with ``inputs`` at /in and ``out`` at /out."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        raise SandboxError(
-            "bubblewrap is not installed: apt-get install bubblewrap "
-            "(make grade installs it), or UNSAFE=1 to grade without a sandbox"
-        )
+        raise SandboxError("bubblewrap is not installed: apt-get install bubblewrap "
+                           "(make grade installs it), or UNSAFE=1 to grade without a sandbox")
     root = os.geteuid() == 0
-    args = [
-        bwrap,
-        "--unshare-ipc",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--die-with-parent",
-        "--new-session",
-        "--clearenv",
-        "--setenv",
-        "PATH",
-        "/usr/bin:/bin",
-        "--setenv",
-        "HOME",
-        "/tmp",
-        "--setenv",
-        "PYTHONPATH",
-        "/pkg",
-        "--setenv",
-        "PYTHONDONTWRITEBYTECODE",
-        "1",
-        "--setenv",
-        "OMP_NUM_THREADS",
-        "1",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-    ]
+    args = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv",
+            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+            "--setenv", "PYTHONPATH", "/pkg", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            "--setenv", "OMP_NUM_THREADS", "1", "--ro-bind", "/usr", "/usr"]
     if not root:
         args.append("--unshare-user")
     for link in ROOT_LINKS:
@@ -115,90 +90,89 @@ def command(job: Path, out: Path, slot: int, limits: Limits, wall: float) -> lis
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
-    args += [
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--perms",
-        "1777",
-        "--size",
-        str(limits.tmp_bytes),
-        "--tmpfs",
-        "/tmp",
-    ]
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
     made: set[Path] = set()
     for path in readonly_paths()[:-1]:
         args += _folders(path, made) + ["--ro-bind", str(path), str(path)]
-    args += [
-        "--perms",
-        "0755",
-        "--dir",
-        "/pkg",
-        "--ro-bind",
-        str(PACKAGE),
-        "/pkg/gpt_from_scratch",
-        "--perms",
-        "0755",
-        "--dir",
-        "/grader",
-        "--ro-bind",
-        str(RUNNER),
-        "/grader/runner.py",
-        "--ro-bind",
-        str(job),
-        "/in",
-        "--bind",
-        str(out),
-        "/out",
-        "--chdir",
-        "/tmp",
-        "prlimit",
-        f"--cpu={int(wall)}",
-        f"--as={limits.memory_bytes}",
-        f"--nproc={limits.processes}",
-        f"--fsize={limits.file_bytes}",
-        "--core=0",
-    ]
+    args += ["--perms", "0755", "--dir", "/pkg", "--ro-bind", str(PACKAGE), "/pkg/gpt_from_scratch",
+             "--perms", "0755", "--dir", "/grader", "--ro-bind", str(RUNNER), "/grader/runner.py",
+             "--perms", "0755", "--dir", "/in", "--ro-bind", str(inputs), "/in/inputs.safetensors",
+             "--bind", str(out), "/out", "--chdir", "/tmp",
+             "prlimit", f"--cpu={SERVER_CPU_SECONDS}", f"--as={limits.memory_bytes}",
+             f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}", "--core=0"]
     if root:
         uid = str(FIRST_UID + slot)
-        args += [
-            "setpriv",
-            f"--reuid={uid}",
-            f"--regid={uid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ]
-    return args + [sys.executable, "/grader/runner.py", "/in", "/out"]
+        args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all"]
+    return args + program
 
 
-def run(
-    job: Path, out: Path, slot: int, limits: Limits, exercises: int, unsafe: bool = False
-) -> str:
-    """Run the job; "" when the sandbox ended by itself, else why it was stopped."""
-    wall = STARTUP_SECONDS + exercises * limits.wall_seconds
-    if unsafe:  # the teacher's choice (UNSAFE=1): the same runner, without any isolation
-        args = [sys.executable, str(RUNNER), str(job), str(out)]
-    else:
-        args = command(job, out, slot, limits, wall)
-        if os.geteuid() == 0:
-            os.chown(out, FIRST_UID + slot, FIRST_UID + slot)
-    try:
-        subprocess.run(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=wall,
-            check=False,
-            env={**os.environ, "PYTHONPATH": str(ROOT)} if unsafe else None,
-        )
-    except (
-        subprocess.TimeoutExpired
-    ):  # run() killed bwrap: --die-with-parent takes the rest
-        return f"the sandbox ran past its {wall:.0f} s wall-clock limit and was stopped"
-    return ""
+class Sandbox:
+    """One grading slot's sandbox: started on first use, serving students one after another
+    (``runner.serve``), and started afresh whenever a student stopped it or ran out of time."""
+
+    def __init__(self, slot: int, limits: Limits, inputs: Path, scratch: Path, unsafe: bool):
+        self.slot, self.limits, self.inputs, self.unsafe = slot, limits, inputs, unsafe
+        self.out = scratch / f"out-{slot}"
+        self.out.mkdir()
+        if os.geteuid() == 0 and not unsafe:
+            os.chown(self.out, FIRST_UID + slot, FIRST_UID + slot)
+        self.process: subprocess.Popen | None = None
+
+    def _start(self) -> None:
+        if self.unsafe:  # the teacher's choice (UNSAFE=1): the same runner, without isolation
+            args = [sys.executable, str(RUNNER), str(self.inputs), str(self.out), "unsafe"]
+        else:
+            args = command(self.inputs, self.out, self.slot, self.limits,
+                           [sys.executable, "/grader/runner.py", "/in/inputs.safetensors", "/out",
+                            "sandboxed"])
+        self.process = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            bufsize=0, env={**os.environ, "PYTHONPATH": str(ROOT)} if self.unsafe else None)
+
+    def run(self, job: dict, exercises: int) -> tuple[Path, str]:
+        """Run one student's job: (their output folder, "" or why the sandbox was stopped)."""
+        wall = exercises * self.limits.wall_seconds + 10
+        if self.process is None or self.process.poll() is not None:
+            self._start()
+            wall += STARTUP_SECONDS
+        token = secrets.token_hex(8)
+        data = json.dumps({**job, "token": token}).encode()
+        try:
+            self.process.stdin.write(len(data).to_bytes(8, "big") + data)
+        except BrokenPipeError:
+            self.stop()
+            return self.out / token, "the sandbox ended before it could start"
+        ready = select.select([self.process.stdout], [], [], wall)[0]
+        if not ready or os.read(self.process.stdout.fileno(), 1) != b"d":
+            self.stop()
+            why = "ran past its" if not ready else "was stopped before the end of its"
+            return self.out / token, f"the sandbox {why} {wall:.0f} s wall-clock limit"
+        return self.out / token, ""
+
+    def clear(self) -> None:
+        """Remove everything the last student left in the output folder."""
+        for entry in self.out.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()  # bwrap: --die-with-parent takes every process inside with it
+            self.process.wait()
+            self.process = None
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.stdin.close()  # the end of the jobs: the runner leaves
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.stop()
 
 
 NO_USERNS = (
@@ -216,8 +190,9 @@ def check(limits: Limits, scratch: Path) -> None:
     job, out = scratch / "probe-in", scratch / "probe-out"
     job.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    args = command(job, out, 0, limits, 120)
-    args[-3:] = ["-c", "import torch, safetensors"]
+    (job / "inputs").write_bytes(b"")
+    args = command(job / "inputs", out, 0, limits,
+                   [sys.executable, "-c", "import torch, safetensors, gpt_from_scratch"])
     if os.geteuid() == 0:
         os.chown(out, FIRST_UID, FIRST_UID)
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
