@@ -25,6 +25,7 @@ import os
 import queue
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,6 +38,9 @@ from grading.secret import read_secret, secret_path  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TESTS = ROOT / "scripts" / "private_tests"
 GRADED = {".ipynb", ".py"}
+# Python 3.11's ast is not thread-safe ("AST constructor recursion depth mismatch"): the syntax
+# tree is read by one grading thread at a time (the sandboxes run in parallel).
+SYNTAX = threading.Lock()
 
 
 def submissions(folder: Path) -> list[tuple[str, Path]]:
@@ -136,7 +140,8 @@ def score(
     if verdict.error:
         result.note = verdict.error
         return
-    broken = rules.judge_rules(source, info["rules"])
+    with SYNTAX:
+        broken = rules.judge_rules(source, info["rules"])
     kept = len(info["rules"]) - len(broken) if not verdict.failures else 0
     total = len(info["cases"]) + len(info["rules"])
     result.points = round(exercise["points"] * (verdict.passed + kept) / total, 2)
@@ -156,7 +161,8 @@ def grade_one(student: str, path: Path, assignment: dict, prepared: dict,
     if path.suffix.lower() not in GRADED or path.is_symlink():
         grade.note = f"skipped: not a notebook or a .py file ({path.suffix or 'no suffix'})"
         return grade
-    to_run = static(path, assignment, prepared, grade)
+    with SYNTAX:
+        to_run = static(path, assignment, prepared, grade)
     if not to_run:
         return grade
     limits = box.limits
