@@ -147,8 +147,9 @@ class Sandbox:
         ready = select.select([self.process.stdout], [], [], wall)[0]
         if not ready or os.read(self.process.stdout.fileno(), 1) != b"d":
             self.stop()
-            why = "ran past its" if not ready else "was stopped before the end of its"
-            return self.out / token, f"the sandbox {why} {wall:.0f} s wall-clock limit"
+            why = (f"ran past its {wall:.0f} s wall-clock limit" if not ready else
+                   "ended before the student's last exercise (its code killed a process it needs)")
+            return self.out / token, f"the sandbox {why}; the next student gets a new one"
         return self.out / token, ""
 
     def clear(self) -> None:

@@ -15,6 +15,7 @@ TRAIN = (
     "Ça va? Straße, résumé, naïveté, 日本語, 😀. "
 ) * 2
 ENGLISH = TRAIN.split("Ça")[0].split()
+LATEST_FIRST_DIFFERS = "rough winds do shake the darling buds"  # merges compete here
 OTHER = ["Straße?", "résumé!", "日本語", "😀😀", "Ça", "naïveté,", "va?"]
 
 
@@ -28,7 +29,7 @@ def cases(g):
     return [
         Case(label, [Step((text, merges))], [tokenizer.encode_ordinary(text)])
         for label, text in (
-            ("english", sample(ENGLISH, g, 7)),
+            ("english", LATEST_FIRST_DIFFERS + " " + sample(ENGLISH, g, 5)),
             ("non_ascii", sample(OTHER, g, 6)),
         )
     ]
