@@ -37,38 +37,9 @@ from grading.secret import read_secret, secret_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TESTS = ROOT / "scripts" / "private_tests"
-GRADED = {".ipynb", ".py"}
 # Python 3.11's ast is not thread-safe ("AST constructor recursion depth mismatch"): the syntax
 # tree is read by one grading thread at a time (the sandboxes run in parallel).
 SYNTAX = threading.Lock()
-
-
-def submissions(folder: Path) -> list[tuple[str, Path]]:
-    """(student id, file) for every file: the path below ``folder`` without its suffix, or the
-    student's folder in Moodle's layout (``Name_123_assignsubmission_file_/x.ipynb``)."""
-    if folder.is_file():
-        return [(folder.stem, folder)]
-    found = []
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
-        relative = path.relative_to(folder)
-        student = (
-            relative.with_suffix("").as_posix()
-            if path.suffix.lower() in GRADED
-            else relative.as_posix()
-        )
-        moodle = (
-            relative.parts[0].split("_assignsubmission_")[0]
-            if len(relative.parts) > 1
-            else ""
-        )
-        if moodle and "_assignsubmission_" in relative.parts[0]:
-            student = (
-                moodle
-                if sum(1 for p in (folder / relative.parts[0]).rglob("*")) == 1
-                else student
-            )
-        found.append((student, path))
-    return found
 
 
 def prepare(assignment: dict, tests: Path | None, secret: bytes, scratch: Path) -> dict:
@@ -155,10 +126,11 @@ def score(
     result.feedback = judge.short(judge.check_output(folder, name), 400)
 
 
-def grade_one(student: str, path: Path, assignment: dict, prepared: dict,
-              box: sandbox.Sandbox) -> sheet.Grade:
+def grade_one(
+    student: str, path: Path, assignment: dict, prepared: dict, box: sandbox.Sandbox
+) -> sheet.Grade:
     grade = sheet.Grade(student, str(path))
-    if path.suffix.lower() not in GRADED or path.is_symlink():
+    if path.suffix.lower() not in cells.GRADED or path.is_symlink():
         grade.note = f"skipped: not a notebook or a .py file ({path.suffix or 'no suffix'})"
         return grade
     with SYNTAX:
@@ -166,13 +138,22 @@ def grade_one(student: str, path: Path, assignment: dict, prepared: dict,
     if not to_run:
         return grade
     limits = box.limits
-    exercises = [{"name": e["name"], "source": to_run[e["name"]], "check": e.get("check", ""),
-                  "cpu_seconds": limits.cpu_seconds, "wall_seconds": limits.wall_seconds,
-                  "cases": prepared[e["name"]]["programs"]}
-                 for e in assignment["exercises"] if e["name"] in to_run]
+    exercises = [
+        {
+            "name": e["name"],
+            "source": to_run[e["name"]],
+            "check": e.get("check", ""),
+            "cpu_seconds": limits.cpu_seconds,
+            "wall_seconds": limits.wall_seconds,
+            "cases": prepared[e["name"]]["programs"],
+        }
+        for e in assignment["exercises"]
+        if e["name"] in to_run
+    ]
     try:
-        out, grade.note = box.run({"setup": assignment["setup"], "exercises": exercises},
-                                  len(exercises))
+        out, grade.note = box.run(
+            {"setup": assignment["setup"], "exercises": exercises}, len(exercises)
+        )
         for exercise in assignment["exercises"]:
             if exercise["name"] in to_run:
                 score(grade, exercise, prepared, to_run[exercise["name"]], out)
@@ -197,7 +178,7 @@ def grade_folder(
 ) -> list[sheet.Grade]:
     assignment = json.loads((autograder / "assignment.json").read_text())
     names = [e["name"] for e in assignment["exercises"]]
-    found = submissions(folder)
+    found = cells.submissions(folder)
     if not found:
         raise SystemExit(f"no files in {folder}: nothing to grade")
     key = read_secret(secret or secret_path())
@@ -212,7 +193,11 @@ def grade_folder(
         jobs = jobs or os.cpu_count() or 1
         boxes: queue.Queue = queue.Queue()
         for slot in range(jobs):
-            boxes.put(sandbox.Sandbox(slot, limits, scratch / "inputs.safetensors", scratch, unsafe))
+            boxes.put(
+                sandbox.Sandbox(
+                    slot, limits, scratch / "inputs.safetensors", scratch, unsafe
+                )
+            )
         done: list[sheet.Grade] = []
         finished = iter(range(1, len(found) + 1))  # next() is atomic: the progress count
         pending = {

@@ -68,9 +68,11 @@ def hostile(paths: dict[str, Path], port: int) -> dict[str, str]:
             "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
         ),
         "kills_parent": cheat("os.kill(os.getppid(), 9)\nos.kill(1, 9)"),
-        "kills_everything": cheat("for pid in os.listdir('/proc'):\n    if pid.isdigit():\n"
-                                  "        try:\n            os.kill(int(pid), 9)\n"
-                                  "        except OSError:\n            pass"),
+        "kills_everything": cheat(
+            "for pid in os.listdir('/proc'):\n    if pid.isdigit():\n"
+            "        try:\n            os.kill(int(pid), 9)\n"
+            "        except OSError:\n            pass"
+        ),
         "crashes": cheat("import ctypes\nctypes.string_at(0)"),
         "stalls": cheat("time.sleep(300)"),
         "endless_loop": cheat("while True:\n    pass"),

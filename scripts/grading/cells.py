@@ -1,9 +1,9 @@
-"""From a submitted file to each exercise's solution cell, as plain Python.
+"""From a folder of submissions to each student's solution cells, as plain Python.
 
 Cells go through IPython's own transformer first (``TransformerManager``), so ``%%time`` on
 the first line, ``%timeit`` or ``!pip`` lines do not hide a definition: the body of a timing
 magic is kept, every other magic and shell line is dropped. A pasted check (``from
-gpt_from_scratch. exercises import check_…`` or a ``check_…(…)`` call) is dropped too: it is
+gpt_from_scratch.exercises import check_…`` or a ``check_…(…)`` call) is dropped too: it is
 feedback, not the solution. A ``.py`` submission is read as a notebook of ``# %%`` cells
 (jupytext's percent format).
 """
@@ -18,6 +18,7 @@ import jupytext
 import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 
+GRADED = {".ipynb", ".py"}  # suffixes graded, in any case
 KEPT_MAGICS = {
     "time",
     "timeit",
@@ -25,6 +26,34 @@ KEPT_MAGICS = {
     "prun",
 }  # they run their body: the body is the cell
 CHECKS = "gpt_from_scratch.exercises"
+
+
+def submissions(folder: Path) -> list[tuple[str, Path]]:
+    """(student id, file) for every file: the path below ``folder`` without its suffix, or the
+    student's folder in Moodle's layout (``Name_123_assignsubmission_file_/x.ipynb``)."""
+    if folder.is_file():
+        return [(folder.stem, folder)]
+    found = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
+        relative = path.relative_to(folder)
+        student = (
+            relative.with_suffix("").as_posix()
+            if path.suffix.lower() in GRADED
+            else relative.as_posix()
+        )
+        moodle = (
+            relative.parts[0].split("_assignsubmission_")[0]
+            if len(relative.parts) > 1
+            else ""
+        )
+        if moodle and "_assignsubmission_" in relative.parts[0]:
+            student = (
+                moodle
+                if sum(1 for p in (folder / relative.parts[0]).rglob("*")) == 1
+                else student
+            )
+        found.append((student, path))
+    return found
 
 
 def code_cells(path: Path) -> list[str]:

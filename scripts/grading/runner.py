@@ -164,7 +164,9 @@ def run_job(job: dict, tensors: dict, folder: str) -> None:
     for exercise in job["exercises"]:
         try:
             pid = os.fork()
-        except OSError as error:  # processes an earlier exercise left running fill the limit
+        except (
+            OSError
+        ) as error:  # processes an earlier exercise left running fill the limit
             stopped(folder, exercise["name"], f"could not start ({describe(error)})")
             continue
         if pid == 0:
@@ -181,12 +183,18 @@ def run_job(job: dict, tensors: dict, folder: str) -> None:
         else:  # a stall (sleep, a blocked read): the wall-clock limit
             os.kill(pid, 9)
             os.waitpid(pid, 0)
-            stopped(folder, exercise["name"], f"stopped after {exercise['wall_seconds']:g} s "
-                                              "of wall-clock time (the wall-clock limit: a stall?)")
+            stopped(
+                folder,
+                exercise["name"],
+                f"stopped after {exercise['wall_seconds']:g} s "
+                "of wall-clock time (the wall-clock limit: a stall?)",
+            )
             continue
         if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
-            why = (f"stopped after {exercise['cpu_seconds']:g} s of CPU time "
-                   "(the CPU limit: an endless loop?)")
+            why = (
+                f"stopped after {exercise['cpu_seconds']:g} s of CPU time "
+                "(the CPU limit: an endless loop?)"
+            )
         elif os.WIFSIGNALED(status):
             why = f"its process died ({signal.Signals(os.WTERMSIG(status)).name})"
         else:
@@ -235,7 +243,9 @@ def serve(inputs: str, out_root: str, sandboxed: bool) -> None:
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
     tensors = load_file(inputs)
     torch.set_num_threads(1)
-    importlib.import_module("gpt_from_scratch.exercises")  # the checks and the set-ups' imports
+    importlib.import_module(
+        "gpt_from_scratch.exercises"
+    )  # the checks and the set-ups' imports
     status = os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)

@@ -71,18 +71,46 @@ def _folders(path: Path, made: set[Path]) -> list[str]:
     return args
 
 
-def command(inputs: Path, out: Path, slot: int, limits: Limits, program: list[str]) -> list[str]:
+def command(
+    inputs: Path, out: Path, slot: int, limits: Limits, program: list[str]
+) -> list[str]:
     """The bwrap command line that runs ``program`` with ``inputs`` at /in and ``out`` at /out."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        raise SandboxError("bubblewrap is not installed: apt-get install bubblewrap "
-                           "(make grade installs it), or UNSAFE=1 to grade without a sandbox")
+        raise SandboxError(
+            "bubblewrap is not installed: apt-get install bubblewrap "
+            "(make grade installs it), or UNSAFE=1 to grade without a sandbox"
+        )
     root = os.geteuid() == 0
-    args = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv",
-            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-            "--setenv", "PYTHONPATH", "/pkg", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            "--setenv", "OMP_NUM_THREADS", "1", "--ro-bind", "/usr", "/usr"]
+    args = [
+        bwrap,
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        "/tmp",
+        "--setenv",
+        "PYTHONPATH",
+        "/pkg",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        "--setenv",
+        "OMP_NUM_THREADS",
+        "1",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     if not root:
         args.append("--unshare-user")
     for link in ROOT_LINKS:
@@ -90,21 +118,65 @@ def command(inputs: Path, out: Path, slot: int, limits: Limits, program: list[st
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    args += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(limits.tmp_bytes),
+        "--tmpfs",
+        "/tmp",
+    ]
     made: set[Path] = set()
     for path in readonly_paths()[:-1]:
         args += _folders(path, made) + ["--ro-bind", str(path), str(path)]
-    args += ["--perms", "0755", "--dir", "/pkg", "--ro-bind", str(PACKAGE), "/pkg/gpt_from_scratch",
-             "--perms", "0755", "--dir", "/grader", "--ro-bind", str(RUNNER), "/grader/runner.py",
-             "--perms", "0755", "--dir", "/in", "--ro-bind", str(inputs), "/in/inputs.safetensors",
-             "--bind", str(out), "/out", "--chdir", "/tmp",
-             "prlimit", f"--cpu={SERVER_CPU_SECONDS}", f"--as={limits.memory_bytes}",
-             f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}", "--core=0"]
+    args += [
+        "--perms",
+        "0755",
+        "--dir",
+        "/pkg",
+        "--ro-bind",
+        str(PACKAGE),
+        "/pkg/gpt_from_scratch",
+        "--perms",
+        "0755",
+        "--dir",
+        "/grader",
+        "--ro-bind",
+        str(RUNNER),
+        "/grader/runner.py",
+        "--perms",
+        "0755",
+        "--dir",
+        "/in",
+        "--ro-bind",
+        str(inputs),
+        "/in/inputs.safetensors",
+        "--bind",
+        str(out),
+        "/out",
+        "--chdir",
+        "/tmp",
+        "prlimit",
+        f"--cpu={SERVER_CPU_SECONDS}",
+        f"--as={limits.memory_bytes}",
+        f"--nproc={limits.processes}",
+        f"--fsize={limits.file_bytes}",
+        "--core=0",
+    ]
     if root:
         uid = str(FIRST_UID + slot)
-        args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                 "--inh-caps=-all", "--bounding-set=-all"]
+        args += [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ]
     return args + program
 
 
@@ -112,7 +184,9 @@ class Sandbox:
     """One grading slot's sandbox: started on first use, serving students one after another
     (``runner.serve``), and started afresh whenever a student stopped it or ran out of time."""
 
-    def __init__(self, slot: int, limits: Limits, inputs: Path, scratch: Path, unsafe: bool):
+    def __init__(
+        self, slot: int, limits: Limits, inputs: Path, scratch: Path, unsafe: bool
+    ):
         self.slot, self.limits, self.inputs, self.unsafe = slot, limits, inputs, unsafe
         self.out = scratch / f"out-{slot}"
         self.out.mkdir()
@@ -121,15 +195,32 @@ class Sandbox:
         self.process: subprocess.Popen | None = None
 
     def _start(self) -> None:
-        if self.unsafe:  # the teacher's choice (UNSAFE=1): the same runner, without isolation
+        if (
+            self.unsafe
+        ):  # the teacher's choice (UNSAFE=1): the same runner, without isolation
             args = [sys.executable, str(RUNNER), str(self.inputs), str(self.out), "unsafe"]
         else:
-            args = command(self.inputs, self.out, self.slot, self.limits,
-                           [sys.executable, "/grader/runner.py", "/in/inputs.safetensors", "/out",
-                            "sandboxed"])
+            args = command(
+                self.inputs,
+                self.out,
+                self.slot,
+                self.limits,
+                [
+                    sys.executable,
+                    "/grader/runner.py",
+                    "/in/inputs.safetensors",
+                    "/out",
+                    "sandboxed",
+                ],
+            )
         self.process = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            bufsize=0, env={**os.environ, "PYTHONPATH": str(ROOT)} if self.unsafe else None)
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            bufsize=0,
+            env={**os.environ, "PYTHONPATH": str(ROOT)} if self.unsafe else None,
+        )
 
     def run(self, job: dict, exercises: int) -> tuple[Path, str]:
         """Run one student's job: (their output folder, "" or why the sandbox was stopped)."""
@@ -147,8 +238,11 @@ class Sandbox:
         ready = select.select([self.process.stdout], [], [], wall)[0]
         if not ready or os.read(self.process.stdout.fileno(), 1) != b"d":
             self.stop()
-            why = (f"ran past its {wall:.0f} s wall-clock limit" if not ready else
-                   "ended before the student's last exercise (its code killed a process it needs)")
+            why = (
+                f"ran past its {wall:.0f} s wall-clock limit"
+                if not ready
+                else "ended before the student's last exercise (its code killed a process it needs)"
+            )
             return self.out / token, f"the sandbox {why}; the next student gets a new one"
         return self.out / token, ""
 
@@ -192,8 +286,13 @@ def check(limits: Limits, scratch: Path) -> None:
     job.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     (job / "inputs").write_bytes(b"")
-    args = command(job / "inputs", out, 0, limits,
-                   [sys.executable, "-c", "import torch, safetensors, gpt_from_scratch"])
+    args = command(
+        job / "inputs",
+        out,
+        0,
+        limits,
+        [sys.executable, "-c", "import torch, safetensors, gpt_from_scratch"],
+    )
     if os.geteuid() == 0:
         os.chown(out, FIRST_UID, FIRST_UID)
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
