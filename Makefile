@@ -91,18 +91,30 @@ test-student: student
 	cd _build/student && $(abspath $(PY)) -m pytest --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout=600 -p no:cacheprovider -q *.ipynb
 
-# Per chapter: the notebook students hand in and the grader's material (points, private tests).
+# Per chapter: the notebook students hand in and the grader's material; creates the course secret
+# (outside the repository) when there is none. ROTATE=1 draws a new one; SECRET=path names another.
+ROTATE ?=
+SECRET ?=
 assign: $(STAMP)
-	$(PY) scripts/assign.py --out _build/assign
+	$(PY) scripts/assign.py --out _build/assign $(if $(ROTATE),--rotate-secret) $(if $(SECRET),--secret $(SECRET))
 
-# Grade a folder of submitted notebooks: make grade CHAPTER=04 SUBMISSIONS=path/to/folder
+# Grade a folder (or one file) of submissions in a bubblewrap sandbox (installed here when missing):
+#   make grade CHAPTER=04 SUBMISSIONS=folder [TESTS=course-cases] [OUT=sheet.csv] [UNSAFE=1]
+# Writes the sheet, <sheet>_similarity.csv, <sheet>_canvas.csv and <sheet>_feedback/<student>/.
 CHAPTER ?=
 SUBMISSIONS ?=
-grade: assign
-	@test -n "$(CHAPTER)" -a -d "$(SUBMISSIONS)" || { echo "usage: make grade CHAPTER=04 SUBMISSIONS=folder"; exit 2; }
-	chapter=$$(basename $$(ls -d _build/assign/$(CHAPTER)_*)) && \
-	$(PY) scripts/grade.py "$(SUBMISSIONS)" --autograder _build/assign/$$chapter/autograder \
-		--out _build/grades/$$chapter.csv
+TESTS ?=
+OUT ?=
+UNSAFE ?=
+grade: $(STAMP)
+	@test -n "$(CHAPTER)" -a -e "$(SUBMISSIONS)" || { echo "usage: make grade CHAPTER=04 SUBMISSIONS=folder [TESTS=folder] [OUT=file.csv] [UNSAFE=1]"; exit 2; }
+	@test -n "$(UNSAFE)" || command -v bwrap >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; }
+	@ls -d _build/assign/$(CHAPTER)_*/autograder >/dev/null 2>&1 || $(PY) scripts/assign.py $(CHAPTER) --out _build/assign $(if $(SECRET),--secret $(SECRET))
+	chapter=$$(basename $$(ls -d _build/assign/$(CHAPTER)_*)) && out=$(or $(OUT),_build/grades/$$chapter.csv) && \
+	$(PY) scripts/grade.py "$(SUBMISSIONS)" --autograder _build/assign/$$chapter/autograder --out $$out \
+		--feedback $${out%.csv}_feedback --canvas $${out%.csv}_canvas.csv \
+		$(if $(TESTS),--tests "$(TESTS)") $(if $(SECRET),--secret "$(SECRET)") $(if $(UNSAFE),--unsafe)
 
 # The package as published: wheel and sdist, checked by twine (metadata, README rendering).
 package: $(STAMP)

@@ -10,10 +10,12 @@ For chapter ``NN_name`` it writes ``<out>/NN_name/``:
 - ``student/NN_name_assignment.ipynb``: **the notebook students hand in**: the set-up cell, the names
   the exercises may use, and each graded exercise (instructions, the stub, the public check). It runs
   in seconds, untouched or solved, without the rest of the chapter;
-- ``autograder/``: ``assignment.json`` (exercises, points, set-up) and ``tests/<name>.py``, the
-  private test cases (otter-grader's exception-based test files), which students never receive.
+- ``autograder/assignment.json``: exercises, points, set-up, for ``scripts/grade.py``.
 
-``scripts/grade.py`` grades a folder of submitted notebooks with that material.
+It also creates the course secret (``grading.secret``) when there is none: the private cases' inputs
+are drawn from it. The cases themselves are read by the grader from the course's folder
+(``--tests``) or the repository's public defaults (``scripts/private_tests/``); assign never
+writes or deletes either.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_student  # noqa: E402  (scripts/ is not a package)
+from grading.secret import create_secret, secret_path  # noqa: E402
 
 PRIVATE_TESTS = ROOT / "scripts" / "private_tests"
 
@@ -121,9 +124,11 @@ def assignment_notebook(chapter_nb, assignment: Assignment):
         nbformat.v4.new_markdown_cell(
             f"# Assignment: {title}\n\nWrite each solution in its own cell, where the stub is, without renaming "
             f"it; helpers go in the same cell. Run the check under it for feedback. Your grade ({points} points) "
-            "comes from other, private test cases run on your solution cells only: what the notebook prints, "
-            "and any change to the check cells, does not count. Do not import `gpt_from_scratch` in a solution "
-            "cell: a solution that uses the package's own implementation scores 0."),
+            "comes from other, private test cases run on your solution cells only, in a sandbox without "
+            "network or files: what the notebook prints, and any change to the check cells, does not count. "
+            "In a solution cell, do not import `gpt_from_scratch`, `os`, `sys`, `importlib` or the like, nor "
+            "use `exec` or `eval`: such a cell, or one that uses the package's own implementation, scores 0 "
+            "and is flagged for your teacher."),
         copy_cell(setup_cell),
         nbformat.v4.new_code_cell(f"# The names the exercises may use.\n{assignment.setup}",
                                   metadata={"tags": ["assignment-setup"]}),
@@ -153,17 +158,16 @@ def copy_cell(cell):
 def write_assignment(assignment: Assignment, out: Path) -> Path:
     chapter_nb = nbformat.read(ROOT / "notebooks" / f"{assignment.chapter}.ipynb", as_version=4)
     folder = out / assignment.chapter
-    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(folder / "student", ignore_errors=True)
     (folder / "student").mkdir(parents=True)
-    (folder / "autograder" / "tests").mkdir(parents=True)
+    (folder / "autograder").mkdir(parents=True, exist_ok=True)
     nbformat.write(make_student.make_student(chapter_nb), folder / "student" / f"{assignment.chapter}.ipynb")
     nbformat.write(assignment_notebook(chapter_nb, assignment),
                    folder / "student" / f"{assignment.chapter}_assignment.ipynb")
     for exercise in assignment.exercises:
         test = PRIVATE_TESTS / assignment.chapter / f"{exercise.name}.py"
         if not test.exists():
-            raise SystemExit(f"missing private test file {test.relative_to(ROOT)} for {exercise.name}")
-        shutil.copy(test, folder / "autograder" / "tests" / test.name)
+            raise SystemExit(f"missing private case file {test.relative_to(ROOT)} for {exercise.name}")
     (folder / "autograder" / "assignment.json").write_text(json.dumps(asdict(assignment), indent=2) + "\n")
     return folder
 
@@ -172,7 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapters", nargs="*", help="chapter numbers or stems (default: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "_build" / "assign")
+    parser.add_argument("--secret", type=Path, help=f"the course secret (default {secret_path()})")
+    parser.add_argument("--rotate-secret", action="store_true", help="replace the course secret")
     args = parser.parse_args(argv)
+    secret = args.secret or secret_path()
+    if create_secret(secret, rotate=args.rotate_secret):
+        print(f"{secret}: a new course secret (the private cases' inputs are drawn from it)")
     chosen = [find(c) for c in args.chapters] or list(ASSIGNMENTS.values())
     for assignment in chosen:
         folder = write_assignment(assignment, args.out)

@@ -4,6 +4,7 @@ each passes a correct solution and catches at least three typical mistakes, nami
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import regex
@@ -376,3 +377,46 @@ def test_sinusoidal_table_without_loops(capsys):
     passes(ex.check_sinusoidal_positional_encoding, sinusoidal_positional_encoding, capsys)
     fails(ex.check_sinusoidal_positional_encoding, looped_table, capsys, "loops in Python")
     assert ex.check_sinusoidal_positional_encoding(looped_table, whole_tensor=False)
+
+
+# The hints aimed at four usual mistakes (issue 31): each names the real mistake.
+def lora_with_ba(x, weight, bias, A, B, scaling):
+    return x @ (weight + scaling * B @ A).T + bias  # forms B A, which the exercise rules out
+
+
+def lora_with_torch_mm(x, weight, bias, A, B, scaling):
+    return torch.nn.functional.linear(x, weight + scaling * torch.mm(B, A), bias)
+
+
+def lora_applied_in_turn(x, weight, bias, A, B, scaling):
+    return x @ weight.T + bias + (x @ A.T @ B.T) * scaling
+
+
+def test_lora_forming_b_a_fails_and_says_why(capsys):
+    for candidate in (lora_with_ba, lora_with_torch_mm):
+        fails(ex.check_lora_forward, candidate, capsys, "forms B A", "(x @ A.T) @ B.T")
+    passes(ex.check_lora_forward, lora_applied_in_turn, capsys)
+
+
+def test_top_p_without_softmax_is_told_to_take_it(capsys):
+    def no_softmax(logits, p):
+        above = logits[..., None, :] > logits[..., :, None]
+        return logits.masked_fill((above * logits[..., None, :]).sum(-1) >= p, float("-inf"))
+
+    fails(partial(ex.check_top_p_filter, allow_sort=False), no_softmax, capsys, "take the softmax")
+
+
+def test_min_p_without_keepdim_is_told_about_keepdim(capsys):
+    def no_keepdim(logits, min_p):
+        probs = torch.softmax(logits, -1)
+        return logits.masked_fill(probs < min_p * probs.max(-1).values, float("-inf"))
+
+    fails(ex.check_min_p_filter, no_keepdim, capsys, "keepdim=True")
+
+
+def test_the_no_tril_hint_does_not_suggest_tril(capsys):
+    fails(ex.check_causal_mask, lambda T: torch.arange(T)[None, :] < torch.arange(T)[:, None], capsys,
+          "diagonal")
+    fails(ex.check_causal_mask, lambda T: torch.arange(T)[None, :] >= torch.arange(T)[:, None], capsys,
+          "key <= query")
+    assert ".tril()" not in capsys.readouterr().out

@@ -1,476 +1,295 @@
-"""A simulated class for every chapter: `make assign`'s material, submissions written as students
-write them, graded end to end by scripts/grade.py; the CSV must hold exactly the expected scores.
-
-Per chapter: a correct solution, three typical mistakes (each exercise gets its own), printed fake
-✅ lines, a monkeypatched checker, a package import, the untouched stub, code that raises, code that
-never returns, a call to exit(), and a solution that is the package's own object.
+"""The grader end to end, in its sandbox, on simulated classes: every chapter's correct
+solutions, typical mistakes and untouched stubs; then one class of cheats and honest
+students (chapter 7), whose sheet must hold exactly the expected rows, with nothing changed
+outside a cheat's own row.
 """
 
 from __future__ import annotations
 
-import copy
 import csv
-import importlib.util
-import sys
-import time
+import hashlib
+import shutil
 from pathlib import Path
 
+import nbformat
 import pytest
 
-nbformat = pytest.importorskip("nbformat", reason="the notebook checks need nbformat (pip install nbformat)")
+from grading_class import MISTAKES, ROOT, assign, grade, material, solutions, submission
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+sandbox = pytest.importorskip("grading.sandbox")
+LIMITS = sandbox.Limits(cpu_seconds=5.0, wall_seconds=8.0)
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None,
+    reason="grading needs bubblewrap (apt-get install bubblewrap)",
+)
 
 
-assign, grade, make_student = load("assign"), load("grade"), load("make_student")
-TIMEOUT = 2.0  # CPU seconds per exercise in these tests: a correct solution needs well under one
-
-# Three typical mistakes per exercise, as a student would write them, with the share of the private cases
-# each still passes (a mistake can be right on some cases: e.g. an unstable loss on small logits).
-MISTAKES: dict[str, list[tuple[str, float]]] = {
-    "SortedCharTokenizer": [
-        ('''class SortedCharTokenizer:
-    def __init__(self, text):
-        self.chars = list(dict.fromkeys(text))  # first-seen order, not sorted
-        self.vocab_size = len(self.chars)
-    def encode(self, s): return [self.chars.index(c) for c in s]
-    def decode(self, ids): return "".join(self.chars[i] for i in ids)''', 0.0),
-        ('''class SortedCharTokenizer:
-    def __init__(self, text):
-        self.chars = sorted(set(text))
-        self.vocab_size = len(self.chars) + 1  # off by one
-    def encode(self, s): return [self.chars.index(c) for c in s]
-    def decode(self, ids): return "".join(self.chars[i] for i in ids)''', 0.5),
-        ('''class SortedCharTokenizer:
-    def __init__(self, text):
-        self.chars = sorted(set(text))
-        self.vocab_size = len(self.chars)
-    def encode(self, s): return [self.chars.index(c) for c in s]
-    def decode(self, ids): return " ".join(self.chars[i] for i in ids)  # spaces between''', 0.5),
-    ],
-    "get_batch_stacked": [
-        ('''def get_batch_stacked(data, batch_size, block_size, generator=None):
-    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
-    x = torch.stack([data[s:s + block_size] for s in starts])
-    return x, x  # y not shifted''', 0.5),
-        ('''def get_batch_stacked(data, batch_size, block_size, generator=None):
-    starts = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator)  # off by one
-    x = torch.stack([data[s:s + block_size] for s in starts])
-    y = torch.stack([data[s + 1:s + 1 + block_size] for s in starts])
-    return x, y''', 0.5),
-        ('''def get_batch_stacked(data, batch_size, block_size, generator=None):
-    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
-    x = torch.stack([data[s:s + block_size] for s in starts]).float()  # floats, not ids
-    y = torch.stack([data[s + 1:s + 1 + block_size] for s in starts]).float()
-    return x, y''', 0.5),
-    ],
-    "bpe_encode": [
-        ('''def bpe_encode(text, merges):
-    return list(text.encode("utf-8"))  # no merges''', 0.0),
-        ('''def bpe_encode(text, merges):
-    out = []
-    for chunk in regex.findall(GPT2_PATTERN, text):
-        ids = list(chunk.encode("utf-8"))
-        while len(ids) >= 2:
-            known = [p for p in zip(ids, ids[1:]) if p in merges]
-            if not known:
-                break
-            best = max(known, key=merges.get)  # the latest merge
-            ids = merge_pair(ids, best, merges[best])
-        out.extend(ids)
-    return out''', 0.5),  # right where no two merges compete (the accented text)
-        ('''def bpe_encode(text, merges):
-    out = []
-    for chunk in regex.findall(GPT2_PATTERN, text):
-        ids = [ord(c) for c in chunk]  # characters, not bytes
-        while len(ids) >= 2:
-            known = [p for p in zip(ids, ids[1:]) if p in merges]
-            if not known:
-                break
-            best = min(known, key=merges.get)
-            ids = merge_pair(ids, best, merges[best])
-        out.extend(ids)
-    return out''', 0.5),
-    ],
-    "sinusoidal_table": [
-        ('''def sinusoidal_table(T, D):
-    position = torch.arange(T, dtype=torch.float64)[:, None]
-    frequency = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    pe = torch.zeros(T, D, dtype=torch.float64)
-    pe[:, 0::2], pe[:, 1::2] = torch.cos(position * frequency), torch.sin(position * frequency)
-    return pe.float()  # sin and cos swapped''', 0.0),
-        ('''def sinusoidal_table(T, D):
-    position = torch.arange(T, dtype=torch.float64)[:, None]
-    frequency = 10000.0 ** (-torch.arange(D // 2, dtype=torch.float64) / D)  # i, not 2i
-    pe = torch.zeros(T, D, dtype=torch.float64)
-    pe[:, 0::2], pe[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
-    return pe.float()''', 0.0),
-        ('''def sinusoidal_table(T, D):
-    pe = torch.zeros(T, D)
-    for p in range(T):  # right values, but the loop the exercise rules out
-        for i in range(D // 2):
-            pe[p, 2 * i] = math.sin(p / 10000 ** (2 * i / D))
-            pe[p, 2 * i + 1] = math.cos(p / 10000 ** (2 * i / D))
-    return pe''', 2 / 3),
-    ],
-    "LayerNormModule": [
-        ('''class LayerNormModule(torch.nn.Module):
-    def __init__(self, D, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight, self.bias = torch.nn.Parameter(torch.ones(D)), torch.nn.Parameter(torch.zeros(D))
-    def forward(self, x):
-        return (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + self.eps) * self.weight + self.bias''', 0.5),
-        ('''class LayerNormModule(torch.nn.Module):
-    def __init__(self, D, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight, self.bias = torch.nn.Parameter(torch.ones(D)), torch.nn.Parameter(torch.zeros(D))
-    def forward(self, x):
-        centred = x - x.mean(-1, keepdim=True)
-        return centred / (centred.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.weight + self.bias''', 0.5),
-        ('''class LayerNormModule(torch.nn.Module):
-    def __init__(self, D, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight, self.bias = torch.nn.Parameter(torch.randn(D)), torch.nn.Parameter(torch.zeros(D))
-    def forward(self, x):
-        centred = x - x.mean(-1, keepdim=True)
-        return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight + self.bias''', 0.0),
-    ],
-    "causal_mask_arange": [
-        ('''def causal_mask_arange(T):
-    return torch.arange(T)[None, :] < torch.arange(T)[:, None]  # no diagonal''', 0.0),
-        ('''def causal_mask_arange(T):
-    return torch.ones(T, T, dtype=torch.bool).tril()  # the forbidden tril''', 0.5),
-        ('''def causal_mask_arange(T):
-    return (torch.arange(T)[None, :] <= torch.arange(T)[:, None]).long()  # not bool''', 0.5),
-        # (the no-tril case checks the rule and the values: torch.equal ignores the dtype)
-    ],
-    "einsum_attention": [
-        ('''def einsum_attention(q, k, v, mask=None):
-    scores = torch.einsum("...qd,...kd->...qk", q, k)  # not scaled
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(-1)
-    return torch.einsum("...qk,...kd->...qd", weights, v), weights''', 0.0),
-        ('''def einsum_attention(q, k, v, mask=None):
-    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(-2)  # over the queries
-    return torch.einsum("...qk,...kd->...qd", weights, v), weights''', 0.0),
-        ('''def einsum_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # @, not einsum
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(-1)
-    return weights @ v, weights''', 0.0),
-    ],
-    "LoopedMultiHeadAttention": [
-        ('''class LoopedMultiHeadAttention(nn.Module):
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.n_heads, self.d_head = n_heads, d_model // n_heads
-        self.c_attn, self.c_proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-    def forward(self, x):
-        q, k, v = self.c_attn(x).split(x.shape[-1], dim=2)
-        heads = []
-        for h in range(self.n_heads):
-            c = slice(h * self.d_head, (h + 1) * self.d_head)
-            heads.append(scaled_dot_product_attention(q[..., c], k[..., c], v[..., c])[0])  # no mask
-        return self.c_proj(torch.cat(heads, dim=-1))''', 0.0),  # the loop case checks the values too
-        ('''class LoopedMultiHeadAttention(nn.Module):
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.n_heads, self.d_head = n_heads, d_model // n_heads
-        self.c_attn, self.c_proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-    def forward(self, x):
-        q, k, v = self.c_attn(x).split(x.shape[-1], dim=2)
-        mask = causal_mask(x.shape[1])
-        heads = []
-        for h in range(self.n_heads):
-            c = slice(h, None, self.n_heads)  # strided columns: not head h's block
-            heads.append(scaled_dot_product_attention(q[..., c], k[..., c], v[..., c], mask)[0])
-        return self.c_proj(torch.cat(heads, dim=-1))''', 1 / 3),  # right with one head only  # the loop case checks the values too
-        ('''class LoopedMultiHeadAttention(nn.Module):
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.n_heads = n_heads
-        self.c_attn, self.c_proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-    def forward(self, x):  # vectorized: right values, but no loop over the heads
-        B, T, D = x.shape
-        q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in self.c_attn(x).split(D, dim=2))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, D))''', 2 / 3),
-    ],
-    "ParallelBlock": [
-        ('''class ParallelBlock(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.ln_1 = LayerNorm(config.d_model)
-        self.attn, self.mlp = MultiHeadAttention(config.d_model, config.n_heads), FeedForward(config)
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))  # sequential
-        return x + self.mlp(self.ln_1(x))''', 0.0),
-        ('''class ParallelBlock(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.ln_1 = LayerNorm(config.d_model)
-        self.attn, self.mlp = MultiHeadAttention(config.d_model, config.n_heads), FeedForward(config)
-    def forward(self, x):
-        h = self.ln_1(x)
-        return self.attn(h) + self.mlp(h)  # no residual''', 0.0),
-        ('''class ParallelBlock(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.ln_1 = LayerNorm(config.d_model)
-        self.attn, self.mlp = MultiHeadAttention(config.d_model, config.n_heads), FeedForward(config)
-    def forward(self, x):
-        return x + self.attn(self.ln_1(x)) + self.mlp(x)  # mlp on the raw stream''', 0.0),
-    ],
-    "cross_entropy_by_hand": [
-        ('''def cross_entropy_by_hand(logits, targets):
-    log_sum_exp = torch.log(torch.exp(logits).sum(-1))  # no max: overflows
-    return (log_sum_exp - logits.gather(-1, targets[..., None])[..., 0]).mean()''', 0.5),
-        ('''def cross_entropy_by_hand(logits, targets):
-    z = logits - logits.max(-1, keepdim=True).values
-    return (torch.log(torch.exp(z).sum(-1)) - z.gather(-1, targets[..., None])[..., 0]).sum()  # sum''', 0.0),
-        ('''def cross_entropy_by_hand(logits, targets):
-    return -torch.log_softmax(logits, -1).gather(-1, targets[..., None]).mean()  # ruled out''', 0.0),
-    ],
-    "min_p_filter": [
-        ('''def min_p_filter(logits, min_p):
-    probs = torch.softmax(logits, -1)
-    return logits.masked_fill(probs < min_p, float("-inf"))  # absolute threshold''', 0.0),
-        ('''def min_p_filter(logits, min_p):
-    return logits.masked_fill(logits < min_p * logits.max(-1, keepdim=True).values, float("-inf"))''', 0.0),
-        ('''def min_p_filter(logits, min_p):
-    probs = torch.softmax(logits, -1)
-    return probs.masked_fill(probs < min_p * probs.max(-1, keepdim=True).values, 0.0)  # probabilities''',
-         0.0),
-    ],
-    "top_p_unsorted": [
-        ('''def top_p_unsorted(logits, p):
-    probs = torch.softmax(logits, -1)
-    above = probs[..., None, :] > probs[..., :, None]
-    mass = (above * probs[..., None, :]).sum(-1) + probs  # counts itself
-    return logits.masked_fill(mass >= p, float("-inf"))''', 0.0),
-        ('''def top_p_unsorted(logits, p):
-    sorted_probs, order = torch.softmax(logits, -1).sort(descending=True)  # sorts
-    remove = sorted_probs.cumsum(-1) - sorted_probs >= p
-    return logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), float("-inf"))''', 0.0),
-        ('''def top_p_unsorted(logits, p):
-    probs = torch.softmax(logits, -1)
-    return logits.masked_fill(probs.cumsum(-1) - probs >= p, float("-inf"))  # in vocabulary order''',
-         0.0),
-    ],
-    "offset_scores": [
-        ('''def offset_scores(maps, k):
-    A = torch.stack(maps)
-    t = torch.arange(k, A.shape[-1])
-    return A[..., t - k, t].mean(dim=(1, 3))  # query and key swapped''', 0.0),
-        ('''def offset_scores(maps, k):
-    A = torch.stack(maps)
-    t = torch.arange(k, A.shape[-1])
-    return A[..., t, t - k].sum(-1).mean(1)  # summed over the queries''', 0.0),
-        ('''def offset_scores(maps, k):
-    return torch.stack(maps).diagonal(-k, -2, -1).mean(dim=(1, 3))  # ruled out''', 0.0),
-    ],
-    "lora_forward": [
-        ('''def lora_forward(x, weight, bias, A, B, scaling):
-    return x @ weight.T + bias + x @ A.T @ B.T  # not scaled''', 0.0),
-        ('''def lora_forward(x, weight, bias, A, B, scaling):
-    return x @ weight.T + (x @ A.T @ B.T) * scaling  # no bias''', 0.0),
-        ('''def lora_forward(x, weight, bias, A, B, scaling):
-    return x @ weight.T + bias + (x @ A.T @ B.T) * scaling ** 2  # scaled twice''', 0.0),
-    ],
-    "RMSNormModule": [
-        ("""class RMSNormModule(nn.Module):
-    def __init__(self, D, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(D))
-
-    def forward(self, x):
-        x = x - x.mean(-1, keepdim=True)  # centred: that is LayerNorm
-        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight""", 0.0),
-        ("""class RMSNormModule(nn.Module):
-    def __init__(self, D, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(D))
-
-    def forward(self, x):
-        rms = x.pow(2).mean(-1, keepdim=True).sqrt()
-        return x / (rms + self.eps) * self.weight  # eps outside the root: wrong for a large eps""", 0.5),
-        ("""class RMSNormModule(nn.Module):
-    def __init__(self, D, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(D))
-
-    def forward(self, x):
-        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)  # weight forgotten""", 0.0),
-    ],
-    "rope_interleaved": [
-        ("""def rope_interleaved(x, positions, theta=10000.0):
-    d = x.size(-1)
-    angles = positions.float()[:, None] * theta ** (-torch.arange(0, d, 2).float() / d)
-    a, b = x[..., : d // 2], x[..., d // 2:]  # half-split pairs, not neighbours
-    return torch.cat([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()], -1)""",
-         0.0),
-        ("""def rope_interleaved(x, positions, theta=10000.0):
-    d, T = x.size(-1), x.size(-2)
-    angles = torch.arange(T).float()[:, None] * theta ** (-torch.arange(0, d, 2).float() / d)  # 0..T-1
-    a, b = x[..., 0::2], x[..., 1::2]
-    return torch.stack([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()],
-                       -1).flatten(-2)""", 0.0),
-        ("""def rope_interleaved(x, positions, theta=10000.0):
-    d = x.size(-1)
-    angles = positions.float()[:, None] * 10000.0 ** (-torch.arange(0, d, 2).float() / d)  # fixed theta
-    a, b = x[..., 0::2], x[..., 1::2]
-    return torch.stack([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()],
-                       -1).flatten(-2)""", 0.5),
-    ],
-    "repeat_kv_heads": [
-        ("""def repeat_kv_heads(x, n_rep):
-    return x.repeat(1, n_rep, 1, 1)  # tiles the group instead of repeating each head""", 0.0),
-        ("""def repeat_kv_heads(x, n_rep):
-    return x.repeat_interleave(n_rep, dim=1)  # the function the exercise rules out""", 0.0),
-        ("""def repeat_kv_heads(x, n_rep):
-    B, H_kv, T, d = x.shape
-    return x[:, :, None].expand(B, H_kv, 3, T, d).reshape(B, H_kv * 3, T, d)  # n_rep fixed at 3""", 0.5),
-    ],
-}
-# Solutions that are the package's own object (flagged), where the set-up gives a package name to reuse.
-ALIASES = {"bpe_encode": None, "causal_mask_arange": "causal_mask_arange = causal_mask",
-           "einsum_attention": "einsum_attention = scaled_dot_product_attention",
-           "ParallelBlock": "class ParallelBlock(MultiHeadAttention):\n    pass"}
-NEVER = "while True:\n    pass"
+@pytest.fixture
+def secret(tmp_path) -> Path:
+    path = tmp_path / "course_secret"
+    path.write_text("a-course-secret-for-the-tests-" + "0" * 32)
+    return path
 
 
-def stub_with_body(stub: str, body: str) -> str:
-    """The stub with every `raise NotImplementedError(...)` replaced by ``body`` (at its indentation)."""
-    lines = []
-    for line in stub.splitlines():
-        if line.strip().startswith("raise NotImplementedError"):
-            indent = line[: len(line) - len(line.lstrip())]
-            lines += [indent + body_line for body_line in body.splitlines()]
-        else:
-            lines.append(line)
-    return "\n".join(lines)
+def sheet(out: Path) -> dict[str, dict]:
+    with out.open(newline="") as f:
+        return {r["student"]: r for r in csv.DictReader(f)}
 
 
-def submission(student_nb, sources: dict[str, str], extra: list | None = None, fake_output: bool = False):
-    nb = copy.deepcopy(student_nb)
-    for cell in nb.cells:
-        names = make_student.defined_names(cell.source) if cell.cell_type == "code" else set()
-        for name, source in sources.items():
-            if name in names and "exercise" in cell.metadata.get("tags", []):
-                cell.source = source
-        if fake_output and cell.cell_type == "code" and "check_" in cell.source:
-            name = cell.source.split("check_")[-1].split("(")[0]
-            cell.outputs = [nbformat.v4.new_output("stream", name="stdout",
-                                                   text=f"✅ check_{name}: all 4 cases passed.\n")]
-    nb.cells += extra or []
-    return nb
-
-
-def class_of(chapter_nb, student_nb, assignment) -> dict[str, tuple]:
-    """Submissions -> (notebook, expected points per exercise, expected flagged exercises)."""
+@needs_bwrap
+@pytest.mark.parametrize("chapter", list(assign.ASSIGNMENTS))
+def test_every_chapter_grades_correct_solutions_and_typical_mistakes(
+    chapter, tmp_path, secret
+):
+    assignment, autograder, chapter_nb, student_nb = material(chapter, tmp_path / "assign")
     names = [e.name for e in assignment.exercises]
     points = {e.name: e.points for e in assignment.exercises}
-    solutions = {n: next(c.source for c in chapter_nb.cells if c.cell_type == "code"
-                         and "solution" in c.metadata.get("tags", []) and n in make_student.defined_names(c.source))
-                 for n in names}
-    stubs = {n: next(c.source for c in student_nb.cells if c.cell_type == "code"
-                     and "exercise" in c.metadata.get("tags", []) and n in make_student.defined_names(c.source))
-             for n in names}
-    zero = {n: 0.0 for n in names}
-    full = dict(points)
-    check = assignment.exercises[0].check
-    patch = nbformat.v4.new_code_cell(f"import gpt_from_scratch.exercises as ex\n\nex.{check} = lambda *a, **k: True")
-    fake = nbformat.v4.new_code_cell(f'print("✅ {check}: all 4 cases passed.")')
-    students = {
-        "correct": (submission(student_nb, solutions), full, set()),
-        "fake_pass_lines": (submission(student_nb, {}, [fake], fake_output=True), zero, set()),
-        "patched_checker": (submission(student_nb, {}, [patch]), zero, set()),
-        "package_import": (submission(student_nb, {n: "import gpt_from_scratch\n\n" + s
-                                                   for n, s in solutions.items()}), zero, set(names)),
-        "untouched_stub": (submission(student_nb, {}), zero, set()),
-        "raises": (submission(student_nb, {n: stub_with_body(s, "raise IndexError('oops')")
-                                           for n, s in stubs.items()}), zero, set()),
-        "never_returns": (submission(student_nb, {n: stub_with_body(s, NEVER) for n, s in stubs.items()}),
-                          zero, set()),
-        "calls_exit": (submission(student_nb, {n: s + "\n\nexit(0)" for n, s in solutions.items()}), zero, set()),
-    }
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    expected = {"correct": dict(points), "untouched_stub": dict.fromkeys(names, 0.0)}
+    nbformat.write(
+        submission(student_nb, solutions(chapter_nb, names)), folder / "correct.ipynb"
+    )
+    nbformat.write(student_nb, folder / "untouched_stub.ipynb")
     for i in range(3):
-        students[f"mistake_{i + 1}"] = (
+        nbformat.write(
             submission(student_nb, {n: MISTAKES[n][i][0] for n in names}),
-            {n: round(MISTAKES[n][i][1] * points[n], 2) for n in names}, set())
-    aliases = {n: ALIASES[n] for n in names if ALIASES.get(n)}
-    if aliases:
-        students["package_object"] = (submission(student_nb, {**solutions, **aliases}),
-                                      {n: 0.0 if n in aliases else points[n] for n in names}, set(aliases))
-    return students
-
-
-@pytest.mark.parametrize("chapter", list(assign.ASSIGNMENTS))
-def test_simulated_class_is_graded_as_expected(chapter, tmp_path):
-    # Grading is the teachers' tool (requirements.txt pins it); the oldest-versions job has no otter.
-    pytest.importorskip("otter", reason="grading runs otter-grader's test files (pip install otter-grader)")
-    assignment = assign.ASSIGNMENTS[chapter]
-    folder = assign.write_assignment(assignment, tmp_path / "assign")
-    chapter_nb = nbformat.read(ROOT / "notebooks" / f"{chapter}.ipynb", as_version=4)
-    student_nb = nbformat.read(folder / "student" / f"{chapter}_assignment.ipynb", as_version=4)
-    students = class_of(chapter_nb, student_nb, assignment)
-    submissions = tmp_path / "submissions"
-    submissions.mkdir()
-    for name, (nb, _, _) in students.items():
-        nbformat.write(nb, submissions / f"{name}.ipynb")
-
-    start = time.perf_counter()
+            folder / f"mistake_{i + 1}.ipynb",
+        )
+        expected[f"mistake_{i + 1}"] = {
+            n: round(MISTAKES[n][i][1] * points[n], 2) for n in names
+        }
     out = tmp_path / "grades.csv"
-    grade.grade_folder(submissions, folder / "autograder", out, timeout=TIMEOUT)
-    seconds = time.perf_counter() - start
-    print(f"{chapter}: {len(students)} submissions graded in {seconds:.1f} s")
-
-    rows = {row["student"]: row for row in csv.DictReader(out.open())}
-    assert set(rows) == set(students)
-    names = [e.name for e in assignment.exercises]
-    for student, (_, expected, flagged) in students.items():
-        row = rows[student]
-        got = {n: float(row[n]) for n in names}
-        assert got == pytest.approx(expected), f"{student}: {row}"
-        assert float(row["total"]) == pytest.approx(sum(expected.values())), f"{student}: {row}"
-        assert {n for n in names if f"{n}:" in row["flags"]} == flagged, f"{student}: {row}"
-    assert "did not finish" in rows["never_returns"]["notes"]  # CPU limit, not the wall-clock backstop
-    assert "exit" in rows["calls_exit"]["notes"] or "SystemExit" in rows["calls_exit"]["notes"]
-    assert "no cell defines" not in rows["untouched_stub"]["notes"]  # the stub is found, and fails
+    grade.grade_folder(folder, autograder, out, secret=secret, limits=LIMITS, quiet=True)
+    rows = sheet(out)
+    assert set(rows) == set(expected)
+    for student, want in expected.items():
+        got = {n: float(rows[student][n]) for n in names}
+        assert got == pytest.approx(want), f"{student}: {rows[student]}"
+        assert rows[student]["flags"] == "", f"{student}: {rows[student]}"
+    assert "NotImplementedError" in rows["untouched_stub"]["notes"]
 
 
-def test_a_crash_of_the_grader_leaves_the_old_csv(tmp_path):
+MIN_P = '''def min_p_filter(logits, min_p):
+    probs = torch.softmax(logits, dim=-1)
+    threshold = min_p * probs.max(dim=-1, keepdim=True).values
+    return logits.masked_fill(probs < threshold, float("-inf"))'''
+TOP_P = '''def top_p_unsorted(logits, p):
+    probs = torch.softmax(logits, dim=-1)
+    above = probs[..., None, :] > probs[..., :, None]
+    mass_above = (above * probs[..., None, :]).sum(dim=-1)
+    return logits.masked_fill(mass_above >= p, float("-inf"))'''
+PACKAGE_TOP_P = 'top_p_unsorted = {}.top_p_filter'
+# Each cheat replaces top_p_unsorted (so its min_p_filter, correct, must keep its 2 points).
+CHEATS = {
+    "importlib": "import importlib\n"
+    + PACKAGE_TOP_P.format('importlib.import_module("gpt_" + "from_scratch.generate")'),
+    "dunder_import": PACKAGE_TOP_P.format(
+        '__import__("gpt_from_scratch.generate", fromlist=["x"])'
+    ),
+    "exec_string": 'exec("from gpt_from_scratch.generate import top_p_filter as top_p_unsorted")',
+    "eval_string": PACKAGE_TOP_P.format(
+        'eval("__imp" + "ort__")("gpt_from_scratch.generate", fromlist=["x"])'
+    ),
+    "sys_modules": "import sys\n"
+    + PACKAGE_TOP_P.format('sys.modules["gpt_from_scratch.generate"]'),
+    "globals_of_a_function": PACKAGE_TOP_P.format(
+        'torch.nn.functional.softmax.__globals__["torch"]'
+    ),
+    "frame_inspection": "def top_p_unsorted(logits, p):\n    import inspect\n"
+    "    return inspect.currentframe().f_back.f_globals['x'](logits, p)",
+    "builtins_dict": "top_p_unsorted = __builtins__['__import__']('gpt_from_scratch.generate', "
+    "fromlist=['x']).top_p_filter",
+    "os_module": "import os\n" + TOP_P,
+    "subprocess_module": "import subprocess\n" + TOP_P,
+    "socket_module": "import socket\n" + TOP_P,
+    "signal_module": "import signal\nsignal.alarm(0)\n" + TOP_P,
+    "patched_assert_close": "torch.testing.assert_close = lambda *a, **k: None\n" + TOP_P,
+    "patched_torch_equal": "def top_p_unsorted(logits, p):\n    torch.equal = lambda a, b: True\n"
+    "    return logits",
+    "patched_builtins": "import builtins\nbuiltins.isinstance = lambda *a: True\n" + TOP_P,
+    "lying_tensor": "class Liar(torch.Tensor):\n    def __eq__(self, other):\n        return True\n\n"
+    "def top_p_unsorted(logits, p):\n    return Liar(logits)",
+    "forged_results": TOP_P
+    + "\n\nopen('/out/top_p_unsorted.json', 'w').write('{\"points\": 300}')",
+    "computed_sort": "def top_p_unsorted(logits, p):\n    sort = getattr(torch, 'so' + 'rt')\n"
+    "    return sort(logits)[0]",
+    "import_package": "from gpt_from_scratch.generate import top_p_filter\n\n"
+    "def top_p_unsorted(logits, p):\n    return top_p_filter(logits, p)",
+}
+
+
+def pasted_package_source() -> str:
+    """The package's top_p_filter, pasted with its arguments and local variables renamed."""
+    import ast
+    import inspect
+
+    from gpt_from_scratch import generate
+
+    tree = ast.parse(inspect.getsource(generate.top_p_filter))
+    function = tree.body[0]
+    local = {a.arg for a in function.args.args} | {
+        n.id
+        for n in ast.walk(function)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+    renames = {name: f"my_{i}" for i, name in enumerate(sorted(local))}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id in renames:
+            node.id = renames[node.id]
+        elif isinstance(node, ast.arg) and node.arg in renames:
+            node.arg = renames[node.arg]
+    function.name = "top_p_unsorted"
+    function.body = function.body[1:]  # its docstring
+    return ast.unparse(tree)
+
+
+def honest_class(student_nb) -> dict[str, tuple[object, dict, str]]:
+    """File name -> (notebook or text, expected points, a phrase the notes must hold)."""
+    full = {"min_p_filter": 2.0, "top_p_unsorted": 3.0}
+    check = "\n\nfrom gpt_from_scratch.exercises import check_min_p_filter\ncheck_min_p_filter(min_p_filter)"
+    documented = MIN_P.replace(
+        "):\n",
+        '):\n    """Same maths as gpt_from_scratch.generate (min-p, '
+        'relative to the top token)."""\n    # see gpt_from_scratch.generate\n',
+        1,
+    )
+    own_import = nbformat.v4.new_code_cell("import torch.nn.functional as F")
+    uses_f = MIN_P.replace("torch.softmax", "F.softmax")
+    percent = (
+        "# %%\nimport torch\n\n# %% [markdown]\n# My answers\n\n# %%\n"
+        + MIN_P
+        + "\n\n# %%\n"
+        + TOP_P
+        + "\n"
+    )
+    both = {"min_p_filter": MIN_P, "top_p_unsorted": TOP_P}
+    return {
+        "correct.ipynb": (submission(student_nb, both), full, ""),
+        "pasted_check.ipynb": (
+            submission(student_nb, {**both, "min_p_filter": MIN_P + check}),
+            full,
+            "",
+        ),
+        "docstring_names_package.ipynb": (
+            submission(student_nb, {**both, "min_p_filter": documented}),
+            full,
+            "",
+        ),
+        "import_in_own_cell.ipynb": (
+            submission(student_nb, {**both, "min_p_filter": uses_f}, [own_import]),
+            {**full, "min_p_filter": 0.0},
+            "NameError: name 'F' is not defined",
+        ),
+        "percent_time.ipynb": (
+            submission(student_nb, {**both, "min_p_filter": "%%time\n" + MIN_P}),
+            full,
+            "",
+        ),
+        "script.py": (percent, full, ""),
+        "SHOUTING.IPYNB": (submission(student_nb, both), full, ""),
+        "Jane Doe_4711_assignsubmission_file_/07_generation_assignment.ipynb": (
+            submission(student_nb, both),
+            full,
+            "",
+        ),
+        "week7/late/bob.ipynb": (submission(student_nb, both), full, ""),
+        "=2+3.ipynb": (submission(student_nb, both), full, ""),
+        "notes.docx": (b"PK\x03\x04 not a notebook", {}, "skipped"),
+        "broken.ipynb": ("{ this is not json", {}, "unreadable"),
+        "huge_error.ipynb": (
+            submission(
+                student_nb,
+                {
+                    **both,
+                    "min_p_filter": MIN_P.replace(
+                        "    probs =", "    raise ValueError('x' * 1_000_000)\n    probs ="
+                    ),
+                },
+            ),
+            {**full, "min_p_filter": 0.0},
+            "ValueError",
+        ),
+    }
+
+
+def tree_digest(*folders: Path) -> dict[str, str]:
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for folder in folders
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@needs_bwrap
+def test_a_class_of_cheats_and_honest_students_gets_the_expected_sheet(tmp_path, secret):
+    chapter = "07_generation"
+    assignment, autograder, chapter_nb, student_nb = material(chapter, tmp_path / "assign")
+    folder = tmp_path / "submissions"
+    students = honest_class(student_nb)
+    for cheat, source in {
+        **CHEATS,
+        "pasted_package_source": pasted_package_source(),
+    }.items():
+        students[f"cheat_{cheat}.ipynb"] = (
+            submission(student_nb, {"min_p_filter": MIN_P, "top_p_unsorted": source}),
+            {"min_p_filter": 2.0, "top_p_unsorted": 0.0},
+            "flag",
+        )
+    for name, (content, _, _) in students.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            (folder / name).write_bytes(content)
+        elif isinstance(content, str):
+            (folder / name).write_text(content)
+        else:
+            nbformat.write(content, folder / name)
+    before = tree_digest(folder, ROOT / "scripts" / "private_tests")
     out = tmp_path / "grades.csv"
-    out.write_text("student,total\nold,1\n")
-    (tmp_path / "assignment.json").write_text('{"setup": "", "exercises": []}')
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(SystemExit, match="nothing to grade"):
-        grade.grade_folder(tmp_path / "empty", tmp_path, out)
-    assert out.read_text() == "student,total\nold,1\n"
+    grade.grade_folder(
+        folder,
+        autograder,
+        out,
+        secret=secret,
+        limits=LIMITS,
+        quiet=True,
+        feedback=tmp_path / "feedback",
+        canvas=tmp_path / "canvas.csv",
+    )
+    rows = sheet(out)
+    ids = {
+        name: name.rsplit(".", 1)[0] if name.lower().endswith((".ipynb", ".py")) else name
+        for name in students
+    }
+    ids["Jane Doe_4711_assignsubmission_file_/07_generation_assignment.ipynb"] = (
+        "Jane Doe_4711"
+    )
+    ids["=2+3.ipynb"] = "'=2+3"
+    assert set(rows) == set(ids.values())
+    for name, (_, expected, phrase) in students.items():
+        row = rows[ids[name]]
+        for exercise, points in expected.items():
+            assert float(row[exercise]) == points, f"{name}: {row}"
+        if phrase == "flag":
+            assert row["flags"].startswith("top_p_unsorted:"), f"{name}: {row}"
+        else:
+            assert row["flags"] == "", f"{name}: {row}"
+            assert phrase in row["notes"], f"{name}: {row}"
+        assert len(row["notes"]) <= 600 and len(row["flags"]) <= 600
+    assert tree_digest(folder, ROOT / "scripts" / "private_tests") == before
+    feedback = (tmp_path / "feedback" / "correct" / "feedback.txt").read_text()
+    assert "top_p_unsorted: 3 of 3" in feedback and "✅" in feedback
+    canvas = list(csv.reader((tmp_path / "canvas.csv").open()))
+    assert canvas[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+    assert ["correct", "", "", "correct", "", "5"] in canvas
+    report = (tmp_path / "grades_similarity.csv").read_text()
+    assert "identical files" in report and "correct" in report
 
 
 def test_untouched_hand_in_notebooks_run_top_to_bottom(tmp_path):
-    """Every chapter's hand-in notebook, as handed out, in a fresh kernel: no cell raises, and each check
-    says "not implemented yet"."""
+    """Every chapter's hand-in notebook, as handed out, in a fresh kernel: no cell raises, and
+    each check says "not implemented yet"."""
     from nbclient import NotebookClient
 
     for chapter, assignment in assign.ASSIGNMENTS.items():
@@ -478,5 +297,7 @@ def test_untouched_hand_in_notebooks_run_top_to_bottom(tmp_path):
         nb = nbformat.read(folder / "student" / f"{chapter}_assignment.ipynb", as_version=4)
         NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False).execute()
         printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
-        assert printed.count("not implemented yet") == len(assignment.exercises), f"{chapter}:\n{printed}"
+        assert printed.count("not implemented yet") == len(assignment.exercises), (
+            f"{chapter}:\n{printed}"
+        )
         assert "✅" not in printed and "Traceback" not in printed

@@ -32,6 +32,10 @@ def check_causal_mask(candidate, allow_tril: bool = False) -> bool:
     forbidden = [] if allow_tril else [(torch, "tril"), (torch, "triu"), (Tensor, "tril"), (Tensor, "triu"),
                                        (package_attention, "causal_mask")]
 
+    build = ("torch.ones(T, T, dtype=torch.bool).tril()" if allow_tril else
+             "compare a column of query positions with a row of key positions (two torch.arange(T)): "
+             "key j <= query i; a comparison already gives a bool tensor")
+
     def make(T: int) -> Callable[[], None]:
         def run() -> None:
             ones = torch.ones(T, T, dtype=torch.bool)
@@ -40,19 +44,19 @@ def check_causal_mask(candidate, allow_tril: bool = False) -> bool:
                 got = _call(candidate, T)
             got = _require_tensor(got, expected, "mask",
                                   shape_hint="one row per query, one column per key: shape (T, T)",
-                                  dtype_hint="return a boolean mask (True = may attend), e.g. "
-                                             "torch.ones(T, T, dtype=torch.bool).tril()")
+                                  dtype_hint="return a boolean mask (True = may attend), e.g. " + build)
             if torch.equal(got, expected):
                 return
             if torch.equal(got, ones.triu()):
                 hint = ("the mask is on the wrong side: query i may attend to keys j <= i, the lower "
-                        "triangle: use .tril(), not .triu()")
+                        "triangle: " + ("use .tril(), not .triu()" if allow_tril else
+                                        "compare key <= query, not key >= query"))
             elif torch.equal(got, ~expected):
                 hint = "the mask is inverted: True means *may attend* (the convention of F.scaled_dot_product_attention)"
             elif torch.equal(got, ones.tril(-1)):
                 hint = "the diagonal must be True: every token may attend to itself"
             else:
-                hint = "True on and below the diagonal: torch.ones(T, T, dtype=torch.bool).tril()"
+                hint = "True on and below the diagonal: " + build
             raise _Mismatch(f"expected {_mask_rows(expected)}", f"got      {_mask_rows(got)}", hint=hint)
         return run
 

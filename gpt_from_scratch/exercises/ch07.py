@@ -12,6 +12,8 @@ from .core import _Case, _Mismatch, _call, _forbid, _generator, _max_difference,
 
 __all__ = ["check_top_k_filter", "check_top_p_filter", "check_min_p_filter"]
 
+KEEPDIM = ("for logits of shape (B, V), take the row maximum with keepdim=True: its shape (B, 1) "
+           "broadcasts over each row, (B,) does not")
 NO_SORT = "decide each token from the probability mass of the tokens more probable than it, without sorting"
 
 
@@ -115,13 +117,24 @@ def check_top_p_filter(candidate, allow_sort: bool = True) -> bool:
                 got = _call(candidate, logits.clone(), p)
 
             def hints(kept: Tensor) -> str:
-                return _count_hint(kept, keep,
-                                   "keep the token that crosses p: remove a token only when the tokens ranked "
-                                   "above it already reach p (shift the removal mask right by one)",
-                                   "you kept one token too many: stop at the first token whose cumulative "
-                                   "probability reaches p",
-                                   "sort the probabilities (softmax of the logits) in descending order, take the "
-                                   "cumulative sum, then map the decision back to the original positions")
+                raw = logits.double()  # the same rule on the logits, as if they were probabilities
+                no_softmax = torch.equal(
+                    kept, ((raw[..., None, :] > raw[..., :, None]) * raw[..., None, :]).sum(-1) < p)
+                other = ("sort the probabilities (softmax of the logits) in descending order, take the "
+                         "cumulative sum, then map the decision back to the original positions"
+                         if allow_sort else
+                         "for each token, add the probabilities (softmax of the logits) of the tokens "
+                         "more probable than it; remove the token when that mass reaches p")
+                count = _count_hint(kept, keep,
+                                    "keep the token that crosses p: remove a token only when the tokens "
+                                    "ranked above it already reach p (shift the removal mask right by one)",
+                                    "you kept one token too many: stop at the first token whose cumulative "
+                                    "probability reaches p", other)
+                if not no_softmax:
+                    return count
+                softmax = ("take the softmax of the logits first: p is a share of the probability mass, "
+                           "and logits are not probabilities")
+                return softmax if count == other else f"{softmax}; or else {count}"
             _check_filtered(got, logits, keep, hints)
         return run
 
@@ -154,10 +167,14 @@ def check_min_p_filter(candidate) -> bool:
                 probabilities = "compare probabilities (softmax of the logits), not the logits themselves"
                 if absolute or on_logits:
                     return "; ".join(h for h, hit in ((relative, absolute), (probabilities, on_logits)) if hit)
+                if logits.dim() > 1 and logits.shape[-1] == logits.shape[0] and torch.equal(
+                        kept, p >= min_p * p.max(dim=-1).values):
+                    return KEEPDIM
                 return "keep = probs >= min_p * probs.max(dim=-1, keepdim=True).values, row by row"
             _check_filtered(got, logits, keep, hints)
         return run
 
-    cases = [_Case(label, make(logits, min_p), "the function is called as min_p_filter(logits, min_p)")
+    cases = [_Case(label, make(logits, min_p), KEEPDIM if logits.dim() > 1 else
+                   "the function is called as min_p_filter(logits, min_p)")
              for label, logits, min_p in specs]
     return _run_cases("check_min_p_filter", cases)

@@ -1,23 +1,40 @@
-"""Chapter 1, exercise 1: a character tokenizer whose vocabulary is the sorted set of characters."""
-from otter.test_files import test_case
+"""Chapter 1, exercise 1: a character tokenizer whose vocabulary is the sorted set of
+characters."""
+
+import torch
+from grading.cases import Case, Step
 
 name = "SortedCharTokenizer"
-points = 1
-TEXT = "Ay, marry, is't:\nthe QUEEN of Denmark; 3 crowns!\n"
 
 
-@test_case(hidden=True)
-def vocabulary_is_sorted(SortedCharTokenizer):
-    tok = SortedCharTokenizer(TEXT)
-    size = tok.vocab_size() if callable(tok.vocab_size) else tok.vocab_size
-    assert size == len(set(TEXT))
-    assert [int(i) for i in tok.encode("\n !")] == [0, 1, 2]  # the smallest characters first
+ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n!?;:,.'-"
 
 
-@test_case(hidden=True)
-def round_trip(SortedCharTokenizer):
-    tok = SortedCharTokenizer(TEXT)
-    chars = sorted(set(TEXT))
-    ids = [int(i) for i in tok.encode("Denmark's QUEEN")]
-    assert ids == [chars.index(c) for c in "Denmark's QUEEN"]
-    assert tok.decode(ids) == "Denmark's QUEEN"
+def text(g, n):
+    return "".join(
+        ALPHABET[i] for i in torch.randint(len(ALPHABET), (n,), generator=g).tolist()
+    )
+
+
+def cases(g):
+    corpus, probe = text(g, 80), text(g, 12)
+    chars = sorted(set(corpus))
+    probe = "".join(c for c in probe if c in chars) or corpus[:5]
+    smallest = "".join(chars[:3])
+    return [
+        Case(
+            "vocabulary_is_sorted",
+            [Step(attr="vocab_size"), Step((smallest,), method="encode")],
+            [len(chars), [0, 1, 2]],
+            init=Step((corpus,)),
+        ),
+        Case(
+            "round_trip",
+            [
+                Step((probe,), method="encode"),
+                Step(([chars.index(c) for c in probe],), method="decode"),
+            ],
+            [[chars.index(c) for c in probe], probe],
+            init=Step((corpus,)),
+        ),
+    ]

@@ -1,27 +1,55 @@
 """Chapter 1, exercise 2: nanoGPT's get_batch (randint, slices, stack)."""
+
 import torch
-from otter.test_files import test_case
+from grading.cases import Case, Step, Generator
 
 name = "get_batch_stacked"
-points = 1
 
 
-def windows_ok(data, x, y, T):
-    starts = [int(row[0]) for row in x]  # data is arange: a window's first value is its start
-    return all(torch.equal(x[i], data[s:s + T]) and torch.equal(y[i], data[s + 1:s + T + 1])
-               for i, s in enumerate(starts))
+def windows(n, B, T):
+    def check(got):
+        x, y = got[0]
+        assert tuple(x.shape) == tuple(y.shape) == (B, T), (
+            f"shapes {tuple(x.shape)}, {tuple(y.shape)}"
+        )
+        assert x.dtype == y.dtype == torch.int64, (
+            f"dtypes {x.dtype}, {y.dtype}: token ids are int64"
+        )
+        data = torch.arange(n)
+        for row, target in zip(x, y):  # data is arange: a window's first value is its start
+            s = int(row[0])
+            assert torch.equal(row, data[s : s + T]), "x is not a window of the data"
+            assert torch.equal(target, data[s + 1 : s + T + 1]), "y is not x shifted by one"
+
+    return check
 
 
-@test_case(hidden=True)
-def shapes_dtypes_and_windows(get_batch_stacked):
-    data = torch.arange(300)
-    x, y = get_batch_stacked(data, 6, 11, generator=torch.Generator().manual_seed(3))
-    assert x.shape == y.shape == (6, 11) and x.dtype == y.dtype == torch.int64
-    assert windows_ok(data, x, y, 11)
+def every_start(n, T):
+    def check(got):
+        starts = set(got[0][0][:, 0].tolist())
+        assert starts == set(range(n - T)), (
+            f"starts {sorted(starts)[:5]}…, expected 0 .. {n - T - 1}"
+        )
+
+    return check
 
 
-@test_case(hidden=True)
-def every_start_reachable(get_batch_stacked):
-    data = torch.arange(12)
-    x, _ = get_batch_stacked(data, 4000, 4, generator=torch.Generator().manual_seed(4))
-    assert set(x[:, 0].tolist()) == set(range(12 - 4))  # starts 0 .. len - T - 1, all of them
+def cases(g):
+    n, B, T = (
+        int(torch.randint(200, 400, (1,), generator=g)),
+        6,
+        int(torch.randint(5, 15, (1,), generator=g)),
+    )
+    seed = int(torch.randint(2**31, (1,), generator=g))
+    return [
+        Case(
+            "shapes_dtypes_and_windows",
+            [Step((torch.arange(n), B, T), {"generator": Generator(seed)})],
+            check=windows(n, B, T),
+        ),
+        Case(
+            "every_start_reachable",
+            [Step((torch.arange(12), 4000, 4), {"generator": Generator(seed + 1)})],
+            check=every_start(12, 4),
+        ),
+    ]

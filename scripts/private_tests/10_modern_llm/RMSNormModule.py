@@ -1,36 +1,36 @@
-"""Chapter 10, exercise 1: RMSNorm as a module, written out (no F.rms_norm, no nn.RMSNorm)."""
-import torch
-import torch.nn.functional as F
-from torch import nn
-from otter.test_files import test_case
+"""Chapter 10, exercise 1: RMSNorm as a module, written out (no F.rms_norm, no
+nn.RMSNorm)."""
 
-from gpt_from_scratch.exercises.core import _forbid
+import torch
+from grading.cases import Case, Step
+from grading.rules import Forbid
 
 name = "RMSNormModule"
-points = 1
-NO_LIBRARY = ((F, "rms_norm"), (torch, "rms_norm"), (nn.RMSNorm, "forward"))
+rules = (Forbid("write RMSNorm yourself", ("rms_norm", "RMSNorm")),)
 
 
-def run(RMSNormModule, shape, eps, seed, mean=0.0):
-    g = torch.Generator().manual_seed(seed)
+def case(label, shape, eps, g, mean=0.0):
     D = shape[-1]
     x = mean + torch.randn(shape, generator=g)
     weight = 1 + 0.3 * torch.randn(D, generator=g)
-    module = RMSNormModule(D, eps=eps)
-    assert torch.equal(module.weight.detach(), torch.ones(D)), "weight must start at ones"
-    with torch.no_grad():
-        module.weight.copy_(weight)
-    with _forbid("write RMSNorm yourself", *NO_LIBRARY):
-        got = module(x)
-    expected = x.double() / torch.sqrt(x.double().pow(2).mean(-1, keepdim=True) + eps) * weight.double()
-    torch.testing.assert_close(got.double(), expected, atol=1e-5, rtol=1e-5)
+    expected = (
+        x.double()
+        / torch.sqrt(x.double().pow(2).mean(-1, keepdim=True) + eps)
+        * weight.double()
+    )
+    return Case(
+        label,
+        [Step((x,))],
+        [torch.ones(D), expected],
+        init=Step((D,), {"eps": eps}),
+        fresh=("weight",),
+        state={"weight": weight},
+        exact_dtype=False,
+    )
 
 
-@test_case(hidden=True)
-def wide_tokens(RMSNormModule):
-    run(RMSNormModule, (3, 4, 48), 1e-6, 101)
-
-
-@test_case(hidden=True)
-def shifted_rows_and_large_eps(RMSNormModule):
-    run(RMSNormModule, (5, 12), 0.5, 102, mean=4.0)
+def cases(g):
+    return [
+        case("wide_tokens", (3, 4, 48), 1e-6, g),
+        case("shifted_rows_and_large_eps", (5, 12), 0.5, g, mean=4.0),
+    ]

@@ -1,0 +1,144 @@
+"""Private cases: what a case feeds the solution, what it must return, and how the judge
+compares.
+
+A course's case file (``<tests>/<chapter>/<exercise>.py``) defines ``cases(g)``, which draws
+its inputs from ``g`` (a ``torch.Generator`` seeded from the course secret, so another
+course gets other inputs) and returns ``Case``s whose expected values the judge computes
+itself, and optionally ``rules`` (``grading.rules``: ``Forbid``, ``Loop``, ``NoProduct``).
+A case is a small program the sandbox's runner follows: construct (``init``), report fresh
+parameters, load a state, then call (``steps``); only plain data goes in (tensors, numbers,
+strings, ``Generator``, ``Pairs``, ``Setup``) and comes out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import importlib.util
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class Step:
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    method: str | None = (
+        None  # call this method of the constructed object (None: the object)
+    )
+    attr: str | None = None  # or read this attribute (called when callable)
+
+
+@dataclass
+class Case:
+    name: str
+    steps: list[Step]
+    expected: list = field(
+        default_factory=list
+    )  # one value per fresh parameter, then per step
+    init: Step | None = None  # construct the solution (a class) with these arguments first
+    fresh: tuple[str, ...] = ()  # attributes reported right after construction
+    state: dict[str, torch.Tensor] = field(default_factory=dict)  # loaded before the steps
+    check: Callable[[list], None] | None = (
+        None  # instead of ``expected``: raises AssertionError
+    )
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    exact_dtype: bool = True
+
+
+@dataclass
+class Generator:
+    """A case argument: a ``torch.Generator`` with this seed, made in the sandbox."""
+
+    seed: int
+
+
+@dataclass
+class Pairs:
+    """A case argument: a dict with pair keys, e.g. BPE merges {(a, b): id}."""
+
+    pairs: dict
+
+
+@dataclass
+class Setup:
+    """A case argument: ``name(*args, **kwargs)`` of the assignment's set-up (e.g. GPTConfig)."""
+
+    name: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+
+def seed_for(secret: bytes, chapter: str, exercise: str) -> int:
+    """The seed of an exercise's inputs: the course secret's HMAC of the exercise's name."""
+    digest = hmac.new(secret, f"{chapter}/{exercise}".encode(), hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def load_case_file(path: Path):
+    spec = importlib.util.spec_from_file_location(f"course_cases_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "cases", None)):
+        raise SystemExit(
+            f"{path}: a case file defines cases(g) returning a list of Case "
+            "(see scripts/private_tests/README.md)"
+        )
+    return module
+
+
+def exercise_cases(path: Path, secret: bytes, chapter: str, exercise: str) -> list[Case]:
+    g = torch.Generator().manual_seed(seed_for(secret, chapter, exercise))
+    return load_case_file(path).cases(g)
+
+
+def encode_arg(value, key: str, tensors: dict):
+    """A case argument as JSON, its tensors into ``tensors``."""
+    if isinstance(value, torch.Tensor):
+        tensors[key] = value.contiguous()
+        return {"$tensor": key}
+    if isinstance(value, Generator):
+        return {"$generator": value.seed}
+    if isinstance(value, Pairs):
+        return {"$pairs": [[a, b, c] for (a, b), c in value.pairs.items()]}
+    if isinstance(value, Setup):
+        return {
+            "$setup": value.name,
+            "args": encode_arg(list(value.args), key + ".a", tensors),
+            "kwargs": encode_arg(value.kwargs, key + ".k", tensors),
+        }
+    if isinstance(value, (list, tuple)):
+        return [encode_arg(v, f"{key}.{i}", tensors) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: encode_arg(v, f"{key}.{k}", tensors) for k, v in value.items()}
+    json.dumps(value)  # a plain value, or a clear TypeError naming it
+    return value
+
+
+def program(case: Case, key: str, tensors: dict) -> dict:
+    """What the runner needs of a case: its name and its program, never its expected values."""
+
+    def step(s: Step, k: str) -> dict:
+        return {
+            "args": encode_arg(list(s.args), k + ".a", tensors),
+            "kwargs": encode_arg(s.kwargs, k + ".k", tensors),
+            "method": s.method,
+            "attr": s.attr,
+        }
+
+    state = {}
+    for name, value in case.state.items():
+        tensors[f"{key}.state.{name}"] = value.contiguous()
+        state[name] = f"{key}.state.{name}"
+    return {
+        "name": case.name,
+        "init": step(case.init, key + ".init") if case.init else None,
+        "fresh": list(case.fresh),
+        "state": state,
+        "steps": [step(s, f"{key}.{i}") for i, s in enumerate(case.steps)],
+    }

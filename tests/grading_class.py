@@ -1,0 +1,372 @@
+"""The simulated class the grading tests share: `make assign`'s material and submissions written as
+students write them (correct solutions, typical mistakes, untouched stubs), for every chapter."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+assign, grade, make_student = load("assign"), load("grade"), load("make_student")
+
+# Three typical mistakes per exercise, as a student would write them, with the share of the private cases
+# each still passes (a mistake can be right on some cases: e.g. an unstable loss on small logits).
+MISTAKES: dict[str, list[tuple[str, float]]] = {
+    "SortedCharTokenizer": [
+        ('''class SortedCharTokenizer:
+    def __init__(self, text):
+        self.chars = list(dict.fromkeys(text))  # first-seen order, not sorted
+        self.vocab_size = len(self.chars)
+    def encode(self, s): return [self.chars.index(c) for c in s]
+    def decode(self, ids): return "".join(self.chars[i] for i in ids)''', 0.0),
+        ('''class SortedCharTokenizer:
+    def __init__(self, text):
+        self.chars = sorted(set(text))
+        self.vocab_size = len(self.chars) + 1  # off by one
+    def encode(self, s): return [self.chars.index(c) for c in s]
+    def decode(self, ids): return "".join(self.chars[i] for i in ids)''', 0.5),
+        ('''class SortedCharTokenizer:
+    def __init__(self, text):
+        self.chars = sorted(set(text))
+        self.vocab_size = len(self.chars)
+    def encode(self, s): return [self.chars.index(c) for c in s]
+    def decode(self, ids): return " ".join(self.chars[i] for i in ids)  # spaces between''', 0.5),
+    ],
+    "get_batch_stacked": [
+        ('''def get_batch_stacked(data, batch_size, block_size, generator=None):
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
+    x = torch.stack([data[s:s + block_size] for s in starts])
+    return x, x  # y not shifted''', 0.5),
+        ('''def get_batch_stacked(data, batch_size, block_size, generator=None):
+    starts = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator)  # off by one
+    x = torch.stack([data[s:s + block_size] for s in starts])
+    y = torch.stack([data[s + 1:s + 1 + block_size] for s in starts])
+    return x, y''', 0.5),
+        ('''def get_batch_stacked(data, batch_size, block_size, generator=None):
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
+    x = torch.stack([data[s:s + block_size] for s in starts]).float()  # floats, not ids
+    y = torch.stack([data[s + 1:s + 1 + block_size] for s in starts]).float()
+    return x, y''', 0.5),
+    ],
+    "bpe_encode": [
+        ('''def bpe_encode(text, merges):
+    return list(text.encode("utf-8"))  # no merges''', 0.0),
+        ('''def bpe_encode(text, merges):
+    out = []
+    for chunk in regex.findall(GPT2_PATTERN, text):
+        ids = list(chunk.encode("utf-8"))
+        while len(ids) >= 2:
+            known = [p for p in zip(ids, ids[1:]) if p in merges]
+            if not known:
+                break
+            best = max(known, key=merges.get)  # the latest merge
+            ids = merge_pair(ids, best, merges[best])
+        out.extend(ids)
+    return out''', 0.5),  # right where no two merges compete (the accented text)
+        ('''def bpe_encode(text, merges):
+    out = []
+    for chunk in regex.findall(GPT2_PATTERN, text):
+        ids = [ord(c) for c in chunk]  # characters, not bytes
+        while len(ids) >= 2:
+            known = [p for p in zip(ids, ids[1:]) if p in merges]
+            if not known:
+                break
+            best = min(known, key=merges.get)
+            ids = merge_pair(ids, best, merges[best])
+        out.extend(ids)
+    return out''', 0.5),
+    ],
+    "sinusoidal_table": [
+        ('''def sinusoidal_table(T, D):
+    position = torch.arange(T, dtype=torch.float64)[:, None]
+    frequency = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    pe = torch.zeros(T, D, dtype=torch.float64)
+    pe[:, 0::2], pe[:, 1::2] = torch.cos(position * frequency), torch.sin(position * frequency)
+    return pe.float()  # sin and cos swapped''', 0.0),
+        ('''def sinusoidal_table(T, D):
+    position = torch.arange(T, dtype=torch.float64)[:, None]
+    frequency = 10000.0 ** (-torch.arange(D // 2, dtype=torch.float64) / D)  # i, not 2i
+    pe = torch.zeros(T, D, dtype=torch.float64)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
+    return pe.float()''', 0.0),
+        ('''def sinusoidal_table(T, D):
+    pe = torch.zeros(T, D)
+    for p in range(T):  # right values, but the loop the exercise rules out
+        for i in range(D // 2):
+            pe[p, 2 * i] = math.sin(p / 10000 ** (2 * i / D))
+            pe[p, 2 * i + 1] = math.cos(p / 10000 ** (2 * i / D))
+    return pe''', 2 / 3),
+    ],
+    "LayerNormModule": [
+        ('''class LayerNormModule(torch.nn.Module):
+    def __init__(self, D, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight, self.bias = torch.nn.Parameter(torch.ones(D)), torch.nn.Parameter(torch.zeros(D))
+    def forward(self, x):
+        return (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + self.eps) * self.weight + self.bias''', 1 / 3),  # one value case of two: the rule does not count
+        ('''class LayerNormModule(torch.nn.Module):
+    def __init__(self, D, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight, self.bias = torch.nn.Parameter(torch.ones(D)), torch.nn.Parameter(torch.zeros(D))
+    def forward(self, x):
+        centred = x - x.mean(-1, keepdim=True)
+        return centred / (centred.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.weight + self.bias''', 1 / 3),
+        ('''class LayerNormModule(torch.nn.Module):
+    def __init__(self, D, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight, self.bias = torch.nn.Parameter(torch.randn(D)), torch.nn.Parameter(torch.zeros(D))
+    def forward(self, x):
+        centred = x - x.mean(-1, keepdim=True)
+        return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight + self.bias''', 0.0),
+    ],
+    "causal_mask_arange": [
+        ('''def causal_mask_arange(T):
+    return torch.arange(T)[None, :] < torch.arange(T)[:, None]  # no diagonal''', 0.0),
+        ('''def causal_mask_arange(T):
+    return torch.ones(T, T, dtype=torch.bool).tril()  # the forbidden tril''', 0.75),
+        ('''def causal_mask_arange(T):
+    return (torch.arange(T)[None, :] <= torch.arange(T)[:, None]).long()  # not bool''', 0.0),
+        # (a rule counts when every value case passes)
+    ],
+    "einsum_attention": [
+        ('''def einsum_attention(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k)  # not scaled
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return torch.einsum("...qk,...kd->...qd", weights, v), weights''', 0.0),
+        ('''def einsum_attention(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-2)  # over the queries
+    return torch.einsum("...qk,...kd->...qd", weights, v), weights''', 0.0),
+        ('''def einsum_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # @, not einsum
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ v, weights''', 2 / 3),  # right values, the rule broken
+    ],
+    "LoopedMultiHeadAttention": [
+        ('''class LoopedMultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.c_attn, self.c_proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+    def forward(self, x):
+        q, k, v = self.c_attn(x).split(x.shape[-1], dim=2)
+        heads = []
+        for h in range(self.n_heads):
+            c = slice(h * self.d_head, (h + 1) * self.d_head)
+            heads.append(scaled_dot_product_attention(q[..., c], k[..., c], v[..., c])[0])  # no mask
+        return self.c_proj(torch.cat(heads, dim=-1))''', 0.0),  # the loop case checks the values too
+        ('''class LoopedMultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.c_attn, self.c_proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+    def forward(self, x):
+        q, k, v = self.c_attn(x).split(x.shape[-1], dim=2)
+        mask = causal_mask(x.shape[1])
+        heads = []
+        for h in range(self.n_heads):
+            c = slice(h, None, self.n_heads)  # strided columns: not head h's block
+            heads.append(scaled_dot_product_attention(q[..., c], k[..., c], v[..., c], mask)[0])
+        return self.c_proj(torch.cat(heads, dim=-1))''', 1 / 3),  # right with one head only
+        ('''class LoopedMultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.c_attn, self.c_proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+    def forward(self, x):  # vectorized: right values, but no loop over the heads
+        B, T, D = x.shape
+        q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in self.c_attn(x).split(D, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, D))''', 2 / 3),
+    ],
+    "ParallelBlock": [
+        ('''class ParallelBlock(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.d_model)
+        self.attn, self.mlp = MultiHeadAttention(config.d_model, config.n_heads), FeedForward(config)
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))  # sequential
+        return x + self.mlp(self.ln_1(x))''', 0.0),
+        ('''class ParallelBlock(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.d_model)
+        self.attn, self.mlp = MultiHeadAttention(config.d_model, config.n_heads), FeedForward(config)
+    def forward(self, x):
+        h = self.ln_1(x)
+        return self.attn(h) + self.mlp(h)  # no residual''', 0.0),
+        ('''class ParallelBlock(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.d_model)
+        self.attn, self.mlp = MultiHeadAttention(config.d_model, config.n_heads), FeedForward(config)
+    def forward(self, x):
+        return x + self.attn(self.ln_1(x)) + self.mlp(x)  # mlp on the raw stream''', 0.0),
+    ],
+    "cross_entropy_by_hand": [
+        ('''def cross_entropy_by_hand(logits, targets):
+    log_sum_exp = torch.log(torch.exp(logits).sum(-1))  # no max: overflows
+    return (log_sum_exp - logits.gather(-1, targets[..., None])[..., 0]).mean()''', 1 / 3),
+        ('''def cross_entropy_by_hand(logits, targets):
+    z = logits - logits.max(-1, keepdim=True).values
+    return (torch.log(torch.exp(z).sum(-1)) - z.gather(-1, targets[..., None])[..., 0]).sum()  # sum''', 0.0),
+        ('''def cross_entropy_by_hand(logits, targets):
+    return -torch.log_softmax(logits, -1).gather(-1, targets[..., None]).mean()  # ruled out''', 2 / 3),  # right values, the rule broken
+    ],
+    "min_p_filter": [
+        ('''def min_p_filter(logits, min_p):
+    probs = torch.softmax(logits, -1)
+    return logits.masked_fill(probs < min_p, float("-inf"))  # absolute threshold''', 0.0),
+        ('''def min_p_filter(logits, min_p):
+    return logits.masked_fill(logits < min_p * logits.max(-1, keepdim=True).values, float("-inf"))''', 0.0),
+        ('''def min_p_filter(logits, min_p):
+    probs = torch.softmax(logits, -1)
+    return probs.masked_fill(probs < min_p * probs.max(-1, keepdim=True).values, 0.0)  # probabilities''',
+         0.0),
+    ],
+    "top_p_unsorted": [
+        ('''def top_p_unsorted(logits, p):
+    probs = torch.softmax(logits, -1)
+    above = probs[..., None, :] > probs[..., :, None]
+    mass = (above * probs[..., None, :]).sum(-1) + probs  # counts itself
+    return logits.masked_fill(mass >= p, float("-inf"))''', 0.0),
+        ('''def top_p_unsorted(logits, p):
+    sorted_probs, order = torch.softmax(logits, -1).sort(descending=True)  # sorts
+    remove = sorted_probs.cumsum(-1) - sorted_probs >= p
+    return logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), float("-inf"))''', 2 / 3),  # right values, the rule broken
+        ('''def top_p_unsorted(logits, p):
+    probs = torch.softmax(logits, -1)
+    return logits.masked_fill(probs.cumsum(-1) - probs >= p, float("-inf"))  # in vocabulary order''',
+         0.0),
+    ],
+    "offset_scores": [
+        ('''def offset_scores(maps, k):
+    A = torch.stack(maps)
+    t = torch.arange(k, A.shape[-1])
+    return A[..., t - k, t].mean(dim=(1, 3))  # query and key swapped''', 0.0),
+        ('''def offset_scores(maps, k):
+    A = torch.stack(maps)
+    t = torch.arange(k, A.shape[-1])
+    return A[..., t, t - k].sum(-1).mean(1)  # summed over the queries''', 0.0),
+        ('''def offset_scores(maps, k):
+    return torch.stack(maps).diagonal(-k, -2, -1).mean(dim=(1, 3))  # ruled out''', 2 / 3),  # right values, the rule broken
+    ],
+    "lora_forward": [
+        ('''def lora_forward(x, weight, bias, A, B, scaling):
+    return x @ weight.T + bias + x @ A.T @ B.T  # not scaled''', 0.0),
+        ('''def lora_forward(x, weight, bias, A, B, scaling):
+    return x @ weight.T + (x @ A.T @ B.T) * scaling  # no bias''', 0.0),
+        ('''def lora_forward(x, weight, bias, A, B, scaling):
+    return x @ weight.T + bias + (x @ A.T @ B.T) * scaling ** 2  # scaled twice''', 0.0),
+    ],
+    "RMSNormModule": [
+        ("""class RMSNormModule(nn.Module):
+    def __init__(self, D, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(D))
+
+    def forward(self, x):
+        x = x - x.mean(-1, keepdim=True)  # centred: that is LayerNorm
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight""", 0.0),
+        ("""class RMSNormModule(nn.Module):
+    def __init__(self, D, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(D))
+
+    def forward(self, x):
+        rms = x.pow(2).mean(-1, keepdim=True).sqrt()
+        return x / (rms + self.eps) * self.weight  # eps outside the root: wrong for a large eps""", 1 / 3),
+        ("""class RMSNormModule(nn.Module):
+    def __init__(self, D, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(D))
+
+    def forward(self, x):
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)  # weight forgotten""", 0.0),
+    ],
+    "rope_interleaved": [
+        ("""def rope_interleaved(x, positions, theta=10000.0):
+    d = x.size(-1)
+    angles = positions.float()[:, None] * theta ** (-torch.arange(0, d, 2).float() / d)
+    a, b = x[..., : d // 2], x[..., d // 2:]  # half-split pairs, not neighbours
+    return torch.cat([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()], -1)""",
+         0.0),
+        ("""def rope_interleaved(x, positions, theta=10000.0):
+    d, T = x.size(-1), x.size(-2)
+    angles = torch.arange(T).float()[:, None] * theta ** (-torch.arange(0, d, 2).float() / d)  # 0..T-1
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()],
+                       -1).flatten(-2)""", 0.0),
+        ("""def rope_interleaved(x, positions, theta=10000.0):
+    d = x.size(-1)
+    angles = positions.float()[:, None] * 10000.0 ** (-torch.arange(0, d, 2).float() / d)  # fixed theta
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()],
+                       -1).flatten(-2)""", 0.5),
+    ],
+    "repeat_kv_heads": [
+        ("""def repeat_kv_heads(x, n_rep):
+    return x.repeat(1, n_rep, 1, 1)  # tiles the group instead of repeating each head""", 0.0),
+        ("""def repeat_kv_heads(x, n_rep):
+    return x.repeat_interleave(n_rep, dim=1)  # the function the exercise rules out""", 2 / 3),  # right values, the rule broken
+        ("""def repeat_kv_heads(x, n_rep):
+    B, H_kv, T, d = x.shape
+    return x[:, :, None].expand(B, H_kv, 3, T, d).reshape(B, H_kv * 3, T, d)  # n_rep fixed at 3""", 1 / 3),
+    ],
+}
+
+
+def solutions(chapter_nb, names) -> dict[str, str]:
+    """The teacher's solution cell of each exercise."""
+    return {n: next(c.source for c in chapter_nb.cells if c.cell_type == "code"
+                    and "solution" in c.metadata.get("tags", []) and n in make_student.defined_names(c.source))
+            for n in names}
+
+
+def submission(student_nb, sources: dict[str, str], extra: list | None = None):
+    """The hand-in notebook with these solution cells (by exercise name) and extra cells at the end."""
+    nb = copy.deepcopy(student_nb)
+    for cell in nb.cells:
+        names = make_student.defined_names(cell.source) if cell.cell_type == "code" else set()
+        for name, source in sources.items():
+            if name in names and "exercise" in cell.metadata.get("tags", []):
+                cell.source = source
+    nb.cells += extra or []
+    return nb
+
+
+def material(chapter: str, folder: Path):
+    """(assignment, autograder folder, the teacher's chapter, the hand-in notebook) for ``chapter``."""
+    assignment = assign.ASSIGNMENTS[chapter]
+    written = assign.write_assignment(assignment, folder)
+    chapter_nb = nbformat.read(ROOT / "notebooks" / f"{chapter}.ipynb", as_version=4)
+    student_nb = nbformat.read(written / "student" / f"{chapter}_assignment.ipynb", as_version=4)
+    return assignment, written / "autograder", chapter_nb, student_nb
