@@ -1,0 +1,1 @@
+"""The book layer: what the chapters show (plots, prose, recipes, reference runs)."""
