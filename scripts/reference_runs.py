@@ -26,11 +26,10 @@ import torch
 from gpt_from_scratch import heads, ladder, offline_model
 from gpt_from_scratch.book.finetune_runs import finetune_table
 from gpt_from_scratch.book.reference import reference_dir, save_run, write_manifest
-from gpt_from_scratch.book.samples import SAMPLE_CHARS, real_word_share
+from gpt_from_scratch.book.samples import real_word_share, sample_text
 from gpt_from_scratch.checkpoint import load_checkpoint
 from gpt_from_scratch.data import load_tiny_shakespeare, split_text
 from gpt_from_scratch.finetune import speaker_dataset
-from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.recipes import RECIPES, load_data
 from gpt_from_scratch.tokenizer import gpt2_encoding
@@ -77,13 +76,6 @@ def half_check(model, reader, val_ids, cfg: TrainConfig) -> dict:
                              seed=SEED)["val"] for k, r in readers.items()}
 
 
-def sample(model, prompt: list[int], decode, tokens: int) -> str:
-    """``SAMPLE_CHARS`` characters sampled (temperature 1) after ``prompt``, seed ``SEED``."""
-    out = generate(model, torch.tensor([prompt]), tokens,
-                   generator=torch.Generator().manual_seed(SEED))
-    return decode(out[0].tolist())[:SAMPLE_CHARS]
-
-
 def book_run(name: str, device: str, out: Path, train_text: str) -> dict:
     """A ``RECIPES`` model trained from seed ``SEED`` with the package's loop (as ``book_model``)."""
     recipe = RECIPES[name]
@@ -96,8 +88,7 @@ def book_run(name: str, device: str, out: Path, train_text: str) -> dict:
     seconds = time.perf_counter() - start
     model = model.cpu().eval()
     halves = half_check(model, lambda m: m, val_ids, dataclasses.replace(cfg, device="cpu"))
-    text = sample(model, tokenizer.encode("ROMEO:"), tokenizer.decode,
-                  SAMPLE_CHARS if recipe.data == "char" else SAMPLE_CHARS // 2)
+    text = sample_text(model, tokenizer.encode, tokenizer.decode)
     info = dict(recipe=dataclasses.asdict(recipe)) | common(device, seconds, history) | dict(
         half_check=halves, sample=text, real_words=real_word_share(text, train_text))
     return save_run(out, name, model, info, half=_half_ok(halves))
@@ -119,8 +110,7 @@ def offline_run(device: str, out: Path, train_text: str) -> dict:
     x = torch.from_numpy(val_ids[:16 * (T - 1)].astype("int64")).view(16, T - 1)
     with torch.no_grad():
         maps = torch.stack(model.attention_maps(offline_model.with_document_start(x)))
-    prompt = [offline_model.EOT, *encoding.encode("ROMEO:")]
-    text = sample(model, prompt, lambda ids: encoding.decode(ids[1:]), SAMPLE_CHARS // 2)
+    text = sample_text(model, encoding.encode, encoding.decode, start=(offline_model.EOT,))
     tables = dict(sink=heads.sink_scores(maps).tolist(),
                   sink_baseline=heads.uniform_share(T, start=heads.SINK_FROM),
                   previous_token=heads.previous_token_scores(maps).tolist(),
@@ -145,6 +135,7 @@ def ladder_run(device: str, tiny: bool) -> dict:
             net = ladder.BigramModel(V) if rung is None else ladder.LadderModel(V, rung, cfg)
             losses.append(ladder.train_rung(net, train_ids, val_ids, cfg, seed, device, steps))
         rows.append(dict(name="bigram (trained)" if rung is None else rung.name, steps=steps,
+                         published_steps=cfg.max_iters,
                          published=ladder.BIGRAM_PUBLISHED if rung is None else rung.published,
                          val=losses))
     return dict(seed=SEED, torch=torch.__version__, device=_device_name(device),

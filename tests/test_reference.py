@@ -14,10 +14,11 @@ import torch
 from gpt_from_scratch import ladder, offline_model, recipes
 from gpt_from_scratch.book import reference
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
+from gpt_from_scratch.book.reference_prose import loss_curves, run_text
 from gpt_from_scratch.book.samples import real_word_share
 from gpt_from_scratch.corpus_vocab import CorpusVocabGPT
 from gpt_from_scratch.data import ChecksumError, tiny_shakespeare_path
-from gpt_from_scratch.model import GPT
+from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.train import estimate_loss
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -216,3 +217,21 @@ def test_real_word_share_counts_the_words_of_the_training_text():
     assert real_word_share("qqq xxx the", text) == 0.0
     with pytest.raises(ValueError, match="no words"):
         real_word_share("!!", text)
+
+
+def test_the_full_bpe_models_files_each_fit_a_shard(tmp_path):
+    model = GPT(GPTConfig(**recipes.RECIPES["shakespeare-bpe-full"].model))  # 50,257 x 384 embedding
+    info = reference.save_run(tmp_path, "bpe", model, {}, half=True)
+    sizes = [meta["bytes"] for meta in info["files"].values()]
+    assert max(sizes) <= reference.MAX_SHARD == 15 << 20 and sum(sizes) > 50 << 20
+    loaded = reference.ReferenceRun("bpe", info, tmp_path / "bpe").model()
+    assert torch.equal(loaded.wte.weight, model.wte.weight.half().float())
+
+
+def test_the_reference_sentences_come_from_the_manifest(data):
+    info = reference_run("shakespeare-char-full").info
+    text = run_text(info, cpu_best=info["best_val_loss"] + 0.5, cpu_steps=1000)
+    assert f"{info['best_val_loss']:.3f}" in text and "above it by 0.500" in text
+    assert f"{info['real_words']:.0%} of the words" in text
+    history = type("History", (), dict(eval_step=[0, 6], val_loss=[4.2, 4.0]))
+    assert len(loss_curves(info, history).axes[0].lines) == 2

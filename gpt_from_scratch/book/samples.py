@@ -10,6 +10,10 @@ from __future__ import annotations
 import functools
 import re
 
+import torch
+
+from ..generate import generate
+
 WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")  # lower-cased letters, with inner apostrophes (o'er)
 SAMPLE_CHARS = 500  # the length of the samples the book scores
 
@@ -34,3 +38,13 @@ def real_word_share(sample: str, training_text: str) -> float:
                          f"sample ({SAMPLE_CHARS:,} characters, say)")
     known = corpus_words(training_text)
     return sum(w in known for w in words) / len(words)
+
+
+def sample_text(model, encode, decode, prompt: str = "ROMEO:", start: tuple[int, ...] = (),
+                seed: int = 1337) -> str:
+    """``SAMPLE_CHARS`` characters sampled at temperature 1 after ``prompt`` (``SAMPLE_CHARS`` new
+    tokens from a generator seeded with ``seed``), the prompt included; ``start`` are token ids put
+    before the prompt and left out of the text (``<|endoftext|>`` for Chapter 8's offline model)."""
+    idx = torch.tensor([[*start, *encode(prompt)]])  # (1, T)
+    out = generate(model, idx, SAMPLE_CHARS, generator=torch.Generator().manual_seed(seed))
+    return decode(out[0, len(start):].tolist())[:SAMPLE_CHARS]

@@ -71,6 +71,7 @@ from torch.testing import assert_close
 
 from gpt_from_scratch import heads
 from gpt_from_scratch import heads_prose as prose
+from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 from gpt_from_scratch.data import prepare_tokens, read_tokens
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig, WeightsUnavailableError
@@ -597,7 +598,32 @@ plt.show()
 # steps as a chapter can afford on a laptop CPU; the closing note gives its recipe, its
 # training time and both scores. `offline_model(full=True)` trains a larger one for a GPU
 # (4 layers, $D = 128$, batch 32, 6,000 steps).
+
+# %% [markdown]
+# ### The reference run
 #
+# That larger offline model was trained once on a GPU (`make reference-runs`) and published with
+# the scores of its heads, measured as above on 16 validation windows. Where it is on this
+# machine, or can be downloaded, its maps and the sentences on them come next:
+
+# %%
+try:
+    ref_heads = reference_run("shakespeare-bpe-heads-full")
+except ReferenceUnavailable as err:
+    ref_heads = None
+    print(err)
+if ref_heads is not None:
+    ref_scores = ref_heads.info["tables"]
+    ref_sink, ref_prev = (torch.tensor(ref_scores[k]) for k in ("sink", "previous_token"))
+    display(Markdown(prose.sink_text("the reference run", ref_sink, ref_scores["sink_baseline"])))
+    display(Markdown(prose.previous_token_text("the reference run", ref_prev,
+                                               ref_scores["previous_token_baseline"], False)))
+    for scores, label in ((ref_sink, "mean weight on position 0"),
+                          (ref_prev, "mean A[t, t-1]")):
+        head_scores_heatmap(scores, f"the reference run: {label}", label)
+        plt.show()
+
+# %% [markdown]
 # ## 8.10 Interactive views with bertviz
 #
 # bertviz {cite}`vig2019bertviz` draws attention interactively: `head_view` shows one layer
