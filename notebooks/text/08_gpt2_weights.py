@@ -71,6 +71,7 @@ from torch.testing import assert_close
 
 from gpt_from_scratch import heads
 from gpt_from_scratch import heads_prose as prose
+from gpt_from_scratch.book import induction
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 from gpt_from_scratch.data import prepare_tokens, read_tokens
 from gpt_from_scratch.generate import generate
@@ -598,6 +599,42 @@ plt.show()
 # steps as a chapter can afford on a laptop CPU; the closing note gives its recipe, its
 # training time and both scores. `offline_model(full=True)` trains a larger one for a GPU
 # (4 layers, $D = 128$, batch 32, 6,000 steps).
+
+# %% [markdown]
+# ### An induction head, trained to be seen
+#
+# The circuit is clearest in a model trained for it. Following {cite}`olsson2022induction`: a
+# transformer of two layers of attention only (the ladder's blocks of {ref}`ch-training` without
+# their feed-forward networks, 4 heads of width 16) learns to continue random sequences of 64
+# tokens that repeat, `[s, s]`. The second copy can be predicted only by finding where the
+# current token occurred before and copying the token that followed it. Each batch has its own
+# half length $n$, between 8 and 24, so that no head can find the earlier copy by its position
+# alone. Then each head is scored as in exercise 3, by its mean weight from query $t$ of the
+# second copy to key $t - n + 1$ (here with $n = 16$), and by its previous-token score:
+
+# %%
+ind_model = induction.attention_only_model(64, n_max=24)
+ind_losses = induction.train_on_repeats(ind_model, n_min=8, n_max=24, steps=600)
+n_ind = 16
+ind_idx = induction.repeated_sequences(16, n_ind, 64, torch.Generator().manual_seed(1))
+ind_maps = induction.attention_maps(ind_model, ind_idx)
+ind_scores = induction.induction_scores(ind_maps, n_ind)  # (L, H)
+ind_prev = heads.previous_token_scores(ind_maps)  # (L, H)
+for l in range(ind_scores.shape[0]):
+    print(f"layer {l}: induction {[round(v, 2) for v in ind_scores[l].tolist()]}, "
+          f"previous token {[round(v, 2) for v in ind_prev[l].tolist()]}")
+
+# %% tags=["remove-input"]
+display(Markdown(induction.induction_text(ind_scores, ind_prev, n_ind, ind_losses, 64)))
+
+# %% mystnb={"figure": {"caption": "The best previous-token head of layer 0 and the best induction head of layer 1 of the attention-only model, on one sequence of 16 random tokens repeated. The previous-token head draws the line just below the diagonal; the induction head, a line n - 1 positions below it, from each token of the second copy to the token after its earlier occurrence.", "name": "fig-induction-head"}, "image": {"alt": "Two triangular attention heatmaps side by side: on the left a bright line just below the diagonal, on the right a bright diagonal line in the lower half, offset by fifteen positions."}}
+(pl, ph), = heads.best_heads(ind_prev[:1], 1)
+(il, ih), = heads.best_heads(ind_scores, 1)
+fig = compare_attention([ind_maps[pl][0, ph], ind_maps[il][0, ih]],
+                        [f"layer {pl}, head {ph}: previous token",
+                         f"layer {il}, head {ih}: induction"],
+                        [str(t) for t in ind_idx[0].tolist()], vmax=1.0, annotate=False)
+plt.show()
 
 # %% [markdown]
 # ### The reference run
