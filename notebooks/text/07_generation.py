@@ -324,7 +324,8 @@ for name, text in scored.items():
 
 # %%
 try:
-    ref_char, ref_bpe = reference_run("shakespeare-char-full"), reference_run("shakespeare-bpe-full")
+    ref_char = reference_run("shakespeare-char-full")
+    ref_bpe = reference_run("shakespeare-bpe-full")
 except ReferenceUnavailable as err:
     ref_char = ref_bpe = None
     print(err)
@@ -335,8 +336,8 @@ if ref_char is not None:
         text = tokenizer.decode(generate(ref_model, prompt, 250, **options)[0].tolist())
         print(f"--- reference character model, {name}: "
               f"{real_word_share(text, train_text):.0%} real words ---\n{text}")
-    print(f"--- reference BPE model, sampled: {ref_bpe.info['real_words']:.0%} real words ---\n"
-          f"{ref_bpe.info['sample']}")
+    print(f"--- reference BPE model, sampled: {ref_bpe.info['real_words']:.0%} real words "
+          f"---\n{ref_bpe.info['sample']}")
 
 # %% [markdown]
 # ### Prompts of different lengths in one batch: padding masks

@@ -652,9 +652,9 @@ except ReferenceUnavailable as err:
 if ref_heads is not None:
     ref_scores = ref_heads.info["tables"]
     ref_sink, ref_prev = (torch.tensor(ref_scores[k]) for k in ("sink", "previous_token"))
-    display(Markdown(prose.sink_text("the reference run", ref_sink, ref_scores["sink_baseline"])))
-    display(Markdown(prose.previous_token_text("the reference run", ref_prev,
-                                               ref_scores["previous_token_baseline"], False)))
+    ref_name, ref_base = "the reference run", ref_scores["previous_token_baseline"]
+    display(Markdown(prose.sink_text(ref_name, ref_sink, ref_scores["sink_baseline"])))
+    display(Markdown(prose.previous_token_text(ref_name, ref_prev, ref_base, False)))
     for scores, label in ((ref_sink, "mean weight on position 0"),
                           (ref_prev, "mean A[t, t-1]")):
         head_scores_heatmap(scores, f"the reference run: {label}", label)
