@@ -717,6 +717,9 @@ plt.show()
 # - Attention sinks and previous-token heads are measurable, one number per head against the
 #   baseline of a head that attends evenly. They are learned: a sink needs a first token
 #   worth parking on, such as the `<|endoftext|>` that starts GPT-2's documents.
+# - An induction head needs two layers: a previous-token head below, a head above that
+#   matches the current token against what each position's predecessor was. A two-layer
+#   attention-only model trained on repeated random tokens grows both, shown in section 8.9.
 
 # %% tags=["remove-input"]
 if offline_info is not None:
