@@ -214,6 +214,7 @@ def test_a_download_lands_in_the_cache_and_is_verified(built, nowhere, monkeypat
 def test_real_word_share_counts_the_words_of_the_training_text():
     text = "The cat sat on the mat, o'er the hill."
     assert real_word_share("the CAT sat zzq o'er mat", text) == pytest.approx(4 / 5)  # "mat" cut
+    assert real_word_share("the zzq.", text) == 0.5  # ends after a word: nothing cut
     assert real_word_share("qqq xxx the", text) == 0.0
     with pytest.raises(ValueError, match="no words"):
         real_word_share("!!", text)

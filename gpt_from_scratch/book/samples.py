@@ -25,9 +25,10 @@ def corpus_words(text: str) -> frozenset[str]:
 
 
 def sample_words(sample: str) -> list[str]:
-    """The words of ``sample``, lower-cased, without its last one (a sample cut at a length may end
-    inside a word)."""
-    return WORD.findall(sample.lower())[:-1]
+    """The words of ``sample``, lower-cased; a last word that the sample's end may have cut short
+    (the sample ends in a letter) is left out."""
+    words = WORD.findall(sample.lower())
+    return words[:-1] if sample[-1:].isalpha() else words
 
 
 def real_word_share(sample: str, training_text: str) -> float:
