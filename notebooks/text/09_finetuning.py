@@ -457,7 +457,7 @@ if ref_table is not None:
     ref_majority, ref_bag = rows.pop("majority class"), rows.pop("bag of tokens")
     print(f"{'method':<28}{'trainable':>10}{'val':>8}{'test':>8}")
     print(f"{'majority class':<28}{'':>10}{'':>8}{ref_majority['accuracy']:>8.1%}")
-    for name, r in {"bag of tokens": ref_bag} | rows.items():
+    for name, r in ({"bag of tokens": ref_bag} | rows).items():
         print(f"{name:<28}{r['trainable']:>10,}{r['val']:>8.1%}{r['accuracy']:>8.1%}")
     display(Markdown(prose.classification_text(rows, ref_majority["accuracy"],
                                                ref_bag["accuracy"], ref_table["n_test"])))
