@@ -32,6 +32,7 @@ help:
 	@echo "make package     build the wheel and sdist into _build/dist and check them with twine"
 	@echo "make test-student  run every untouched full student copy top to bottom (minutes)"
 	@echo "make test-full-run chapters 6, 7 and 9 with FULL_RUN = True on the CPU, tiny GPU recipes"
+	@echo "make reference-runs  on a GPU: the full-size reference runs (TINY=1: tiny stand-ins on a CPU, seconds)"
 	@echo "make test-oldest the unit tests and chapters 1 and 4 with the oldest versions pyproject.toml allows"
 
 # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
@@ -165,6 +166,14 @@ test-oldest: $(OLDEST_STAMP) _build/nbval_sanitize_oldest.cfg
 _build/nbval_sanitize_oldest.cfg: nbval_sanitize.cfg
 	mkdir -p _build
 	{ cat $<; printf '\n[whitespace_layout]\nregex: \\s+\nreplace: \n'; } > $@  # nbval wants "replace: " even when empty
+
+# The book's full-size models, trained once (on a GPU) and shown beside the reader's run: reference/<run>/
+# weights and reference/manifest.json, written to $GPT_FROM_SCRATCH_DATA/reference (else the cache),
+# where the chapters look. TINY=1: every recipe shrunk to seconds on a CPU, to test the whole path.
+TINY ?=
+.PHONY: reference-runs
+reference-runs: $(STAMP)
+	$(PY) scripts/reference_runs.py $(if $(TINY),--tiny)
 
 clean:
 	rm -rf _build .pytest_cache

@@ -45,7 +45,9 @@ import torch
 from gpt_from_scratch import bpe
 from gpt_from_scratch.bpe_tokenizer import BPETokenizer
 from gpt_from_scratch.data import load_tiny_shakespeare, split_text
-from gpt_from_scratch.tokenizer import GPT2_PATTERN, bytes_to_unicode, gpt2_encoding, gpt2_files
+from gpt_from_scratch.tokenizer import (
+    GPT2_PATTERN, bytes_to_unicode, gpt2_encoding, gpt2_files,
+)
 from gpt_from_scratch.utils import seed_everything
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens

@@ -64,12 +64,12 @@ from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import torch
 import torch.nn.functional as F
-from IPython.display import Markdown
+from IPython.display import Markdown, display
 from torch.testing import assert_close
 
 from gpt_from_scratch.allocator import reuse_freed_memory
 from gpt_from_scratch.checkpoint import load_checkpoint
-from gpt_from_scratch.data import get_batch
+from gpt_from_scratch.data import get_batch, load_tiny_shakespeare, split_text
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.train import train
@@ -83,6 +83,9 @@ from gpt_from_scratch.book.ladder_prose import ladder_frame, ladder_text, predic
 from gpt_from_scratch.book.recipes import (
     RECIPES, book_model, book_model_path, bpe_level_data, char_level_data,
 )
+from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
+from gpt_from_scratch.book.reference_prose import loss_curves, run_text
+from gpt_from_scratch.book.samples import real_word_share, sample_text
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
@@ -576,6 +579,48 @@ if FULL_RUN:
     bpe_full = load_checkpoint(book_model_path("shakespeare-bpe", full=True)).history
     print(f"BPE model, full size: {time.perf_counter() - start:.0f} s, "
           f"{bpe_full.summary()}")
+
+# %% [markdown]
+# ### The reference run
+#
+# The full-size run was trained once on a GPU (`make reference-runs`), with the ladder at the lecture's full
+# step counts, and published beside the book: weights, losses, a sample and the ladder's table.
+# `reference_run(name)` finds it in `$GPT_FROM_SCRATCH_DATA/reference` or downloads it, and checks every
+# file against the SHA-256 its manifest records. The cells below put it beside this chapter's run: both
+# validation curves, and a sample of 500 characters after "ROMEO:" from each, scored by the share of their
+# words that are words of the training text (`real_word_share`): word soup scores low, the play's words
+# score high, whatever they mean.
+
+# %%
+try:
+    ref_char, ref_ladder = reference_run("shakespeare-char-full"), reference_run("ladder")
+except ReferenceUnavailable as err:
+    ref_char = ref_ladder = None
+    print(err)
+train_text = split_text(load_tiny_shakespeare())[0]
+cpu_sample = sample_text(char_model, char_tokenizer.encode, char_tokenizer.decode)
+print(f"This chapter's model: {real_word_share(cpu_sample, train_text):.0%} real words\n"
+      f"{cpu_sample}")
+if ref_char is not None:
+    print(f"\nThe reference run: {ref_char.info['real_words']:.0%} real words\n"
+          f"{ref_char.info['sample']}")
+
+# %% tags=["remove-input"]
+if ref_char is not None:
+    display(Markdown(run_text(ref_char.info, char_history.best_val_loss,
+                              RECIPES["shakespeare-char"].train["max_iters"])))
+    loss_curves(ref_char.info, char_history)
+    plt.show()
+
+# %% [markdown]
+# The ladder of section 6.4 at the lecture's step counts, from the reference run (the lecture's numbers
+# beside it, three seeds a rung, the scaled-up rung one):
+
+# %% tags=["remove-input"]
+if ref_ladder is not None:
+    rows = ref_ladder.info["tables"]["ladder"]
+    display(ladder_frame(rows))
+    display(Markdown(ladder_text(rows, unigram_val, (bigram_train, bigram_val))))
 
 # %% [markdown]
 # ## 6.6 Overfitting and dropout

@@ -53,10 +53,13 @@ import torch
 from torch.testing import assert_close
 
 from gpt_from_scratch.checkpoint import load_checkpoint
+from gpt_from_scratch.data import load_tiny_shakespeare, split_text
 from gpt_from_scratch.generate import generate, top_k_filter, top_p_filter
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.utils import seed_everything
 from gpt_from_scratch.book.recipes import book_model, book_model_path
+from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
+from gpt_from_scratch.book.samples import real_word_share
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
@@ -298,6 +301,44 @@ bpe_prompt = torch.tensor([encoding.encode("ROMEO:\n")])  # (1, T)
 out = generate(bpe_model, bpe_prompt, 60, temperature=0.8, top_k=50,
                generator=torch.Generator().manual_seed(3))
 print(encoding.decode(out[0].tolist()))
+
+# %% [markdown]
+# ### The reference runs
+#
+# How readable is a sample? A fair, repeatable proxy is the share of its words that are words of the
+# training text (`real_word_share`; a sample's last word, maybe cut short, is left out): word soup
+# scores low, the play's words high, whatever they mean. The samples above, scored:
+
+# %%
+train_text = split_text(load_tiny_shakespeare())[0]
+scored = {"character model, greedy": tokenizer.decode(greedy[0].tolist()),
+          "character model, sampled": tokenizer.decode(sampled[0].tolist()),
+          "BPE model, sampled": encoding.decode(out[0].tolist())}
+for name, text in scored.items():
+    print(f"{name:<26}{real_word_share(text, train_text):>5.0%} real words")
+
+# %% [markdown]
+# The book's full-size models were trained once on a GPU (`make reference-runs`, {ref}`ch-training`):
+# nanoGPT's character model and a BPE model of its size. Where they are on this machine, or can be
+# downloaded, the next cell decodes the character model greedily and by sampling, as above, and prints
+# the BPE model's published sample of 500 characters, each with its share of real words.
+
+# %%
+try:
+    ref_char = reference_run("shakespeare-char-full")
+    ref_bpe = reference_run("shakespeare-bpe-full")
+except ReferenceUnavailable as err:
+    ref_char = ref_bpe = None
+    print(err)
+if ref_char is not None:
+    ref_model = ref_char.model()
+    for name, options in {"greedy": dict(greedy=True), "sampled": dict(
+            generator=torch.Generator().manual_seed(1))}.items():
+        text = tokenizer.decode(generate(ref_model, prompt, 250, **options)[0].tolist())
+        print(f"--- reference character model, {name}: "
+              f"{real_word_share(text, train_text):.0%} real words ---\n{text}")
+    print(f"--- reference BPE model, sampled: {ref_bpe.info['real_words']:.0%} real words "
+          f"---\n{ref_bpe.info['sample']}")
 
 # %% [markdown]
 # ### Prompts of different lengths in one batch: padding masks

@@ -79,13 +79,14 @@ from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.train import estimate_loss
 from gpt_from_scratch.train_config import TrainConfig
 from gpt_from_scratch.utils import seed_everything
-from gpt_from_scratch.book import heads_prose as prose
+from gpt_from_scratch.book import heads_prose as prose, induction
 from gpt_from_scratch.book.heads_plots import (
     attention_grid, attention_lines, compare_attention, head_scores_heatmap,
 )
 from gpt_from_scratch.book.offline_model import EOT, offline_model
 from gpt_from_scratch.book.plotting import token_labels
 from gpt_from_scratch.book.recipes import RECIPES, book_model
+from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
@@ -601,7 +602,68 @@ plt.show()
 # steps as a chapter can afford on a laptop CPU; the closing note gives its recipe, its
 # training time and both scores. `offline_model(full=True)` trains a larger one for a GPU
 # (4 layers, $D = 128$, batch 32, 6,000 steps).
+
+# %% [markdown]
+# ### An induction head, trained to be seen
 #
+# The circuit is clearest in a model trained for it. Following {cite}`olsson2022induction`: a
+# transformer of two layers of attention only (the ladder's blocks of {ref}`ch-training` without
+# their feed-forward networks, 4 heads of width 16) learns to continue random sequences of 64
+# tokens that repeat, `[s, s]`. The second copy can be predicted only by finding where the
+# current token occurred before and copying the token that followed it. Each batch has its own
+# half length $n$, between 8 and 24, so that no head can find the earlier copy by its position
+# alone. Then each head is scored as in exercise 3, by its mean weight from query $t$ of the
+# second copy to key $t - n + 1$ (here with $n = 16$), and by its previous-token score:
+
+# %%
+ind_model = induction.attention_only_model(64, n_max=24)
+ind_losses = induction.train_on_repeats(ind_model, n_min=8, n_max=24, steps=600)
+n_ind = 16
+ind_idx = induction.repeated_sequences(16, n_ind, 64, torch.Generator().manual_seed(1))
+ind_maps = induction.attention_maps(ind_model, ind_idx)
+ind_scores = induction.induction_scores(ind_maps, n_ind)  # (L, H)
+ind_prev = heads.previous_token_scores(ind_maps)  # (L, H)
+for l in range(ind_scores.shape[0]):
+    print(f"layer {l}: induction {[round(v, 2) for v in ind_scores[l].tolist()]}, "
+          f"previous token {[round(v, 2) for v in ind_prev[l].tolist()]}")
+
+# %% tags=["remove-input"]
+display(Markdown(induction.induction_text(ind_scores, ind_prev, n_ind, ind_losses, 64)))
+
+# %% mystnb={"figure": {"caption": "The best previous-token head of layer 0 and the best induction head of layer 1 of the attention-only model, on one sequence of 16 random tokens repeated. The previous-token head draws the line just below the diagonal; the induction head, a line n - 1 positions below it, from each token of the second copy to the token after its earlier occurrence.", "name": "fig-induction-head"}, "image": {"alt": "Two triangular attention heatmaps side by side: on the left a bright line just below the diagonal, on the right a bright diagonal line in the lower half, offset by fifteen positions."}}
+(pl, ph), = heads.best_heads(ind_prev[:1], 1)
+(il, ih), = heads.best_heads(ind_scores, 1)
+fig = compare_attention([ind_maps[pl][0, ph], ind_maps[il][0, ih]],
+                        [f"layer {pl}, head {ph}: previous token",
+                         f"layer {il}, head {ih}: induction"],
+                        [str(t) for t in ind_idx[0].tolist()], vmax=1.0, annotate=False)
+plt.show()
+
+# %% [markdown]
+# ### The reference run
+#
+# That larger offline model was trained once on a GPU (`make reference-runs`) and published with
+# the scores of its heads, measured as above on 16 validation windows. Where it is on this
+# machine, or can be downloaded, its maps and the sentences on them come next:
+
+# %%
+try:
+    ref_heads = reference_run("shakespeare-bpe-heads-full")
+except ReferenceUnavailable as err:
+    ref_heads = None
+    print(err)
+if ref_heads is not None:
+    ref_scores = ref_heads.info["tables"]
+    ref_sink, ref_prev = (torch.tensor(ref_scores[k]) for k in ("sink", "previous_token"))
+    ref_name, ref_base = "the reference run", ref_scores["previous_token_baseline"]
+    display(Markdown(prose.sink_text(ref_name, ref_sink, ref_scores["sink_baseline"])))
+    display(Markdown(prose.previous_token_text(ref_name, ref_prev, ref_base, False)))
+    for scores, label in ((ref_sink, "mean weight on position 0"),
+                          (ref_prev, "mean A[t, t-1]")):
+        head_scores_heatmap(scores, f"the reference run: {label}", label)
+        plt.show()
+
+# %% [markdown]
 # ## 8.10 Interactive views with bertviz
 #
 # bertviz {cite}`vig2019bertviz` draws attention interactively: `head_view` shows one layer
@@ -658,6 +720,9 @@ plt.show()
 # - Attention sinks and previous-token heads are measurable, one number per head against the
 #   baseline of a head that attends evenly. They are learned: a sink needs a first token
 #   worth parking on, such as the `<|endoftext|>` that starts GPT-2's documents.
+# - An induction head needs two layers: a previous-token head below, a head above that
+#   matches the current token against what each position's predecessor was. A two-layer
+#   attention-only model trained on repeated random tokens grows both, shown in section 8.9.
 
 # %% tags=["remove-input"]
 if offline_info is not None:

@@ -80,6 +80,7 @@ from gpt_from_scratch.book import finetune_prose as prose
 from gpt_from_scratch.book.corpus_vocab import compact_ids
 from gpt_from_scratch.book.offline_model import DocumentStart, EOT, offline_model
 from gpt_from_scratch.book.recipes import RECIPES, book_model, bpe_level_data
+from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 
 set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
 generator = seed_everything(1337)
@@ -440,7 +441,31 @@ plt.show()
 # less than the words themselves do. On a GPU, `FULL_RUN = True` uses Chapter 8's larger
 # offline model, trains four times longer and adds GPT-2 trained all three ways, whose
 # features were learned from 8 million web pages {cite}`radford2019language`.
+
+# %% [markdown]
+# ### The reference run
 #
+# The same table on that larger backbone was computed once on a GPU (`make reference-runs`,
+# the same speeches and splits, 1,200 steps a run) and published with it. Where it is on this
+# machine, or can be downloaded:
+
+# %%
+try:
+    ref_table = reference_run("finetune").info["tables"]
+except ReferenceUnavailable as err:
+    ref_table = None
+    print(err)
+if ref_table is not None:
+    rows = dict(ref_table["finetune"])
+    ref_majority, ref_bag = rows.pop("majority class"), rows.pop("bag of tokens")
+    print(f"{'method':<28}{'trainable':>10}{'val':>8}{'test':>8}")
+    print(f"{'majority class':<28}{'':>10}{'':>8}{ref_majority['accuracy']:>8.1%}")
+    for name, r in ({"bag of tokens": ref_bag} | rows).items():
+        print(f"{name:<28}{r['trainable']:>10,}{r['val']:>8.1%}{r['accuracy']:>8.1%}")
+    display(Markdown(prose.classification_text(rows, ref_majority["accuracy"],
+                                               ref_bag["accuracy"], ref_table["n_test"])))
+
+# %% [markdown]
 # ## 9.6 Style fine-tuning with LoRA
 #
 # LoRA adapts the language model itself too. Train an adapter of rank 8 on the training
