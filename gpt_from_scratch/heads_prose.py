@@ -116,10 +116,11 @@ def pronoun_text(name: str, layer: int, head: int, tokens: Sequence[str], row_sh
         text += "The two pronouns do not each favour the noun of their gender. "
     text += "\n\n" + _elsewhere(
         f"{_head(*_REF.pronoun_head)} gives \" girl\" {ref_girl:.3f} and \" boy\" {ref_boy:.3f} after "
-        f"\"She\", and {_REF.pronoun_row[0]:.3f} to the first token (Vig, 2019).")
+        f"\"She\", and {_REF.pronoun_row[0]:.3f} to the first token (the kind of head Vig, 2019, "
+        "looked for; the weights were measured on transformers' `gpt2` checkpoint).")
     if real and (layer, head) == _REF.pronoun_head:
         diff = compare_with_reference(row_she)
-        text += (f" Recomputed here, the row differs from the published one by at most {diff:.4f}: they "
+        text += (f" Recomputed here, the row differs from that measurement by at most {diff:.4f}: they "
                  f"{agreement(diff)}.")
     return text
 

@@ -214,7 +214,7 @@ def test_pronoun_text_online_recomputes_and_compares_with_the_published_row():
     assert "layer 5, head 10" in text and "GPT-2 small's" in text
     assert f"\" girl\" {row[1]:.3f} and \" boy\" {row[4]:.3f}" in text
     assert "Each pronoun favours the noun of its gender" in text
-    assert "differs from the published one by at most 0.0000: they agree" in text
+    assert "differs from that measurement by at most 0.0000: they agree" in text
     off = [w + (0.05 if i == 1 else 0.0) for i, w in enumerate(row)]
     text = prose.pronoun_text("GPT-2 small", 5, 10, SHE_TOKENS, off, he, real=True)
     assert "at most 0.0500: they do not agree" in text

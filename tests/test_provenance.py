@@ -1,7 +1,8 @@
 """Every number in a chapter's prose comes from one of that chapter's outputs.
 
 The book's rule, enforced: a number in a Markdown cell must be (a) printed by one of the notebook's cells
-(an output or a generated sentence; the prose may round it), (b) structure, not a claim: a section,
+(an output or a generated sentence; the prose may round it) or a literal of its code (a setting the
+cell runs with, restated), (b) structure, not a claim: a section,
 chapter, exercise or figure number, a list item's number, a year, code, a citation or a link, or a
 number in a sentence that cites its source ({cite}`...`): quoted, or (c) listed in
 notebooks/text/quoted_numbers.txt with the reason it is quoted or derived. The same folder's math is
@@ -40,7 +41,7 @@ STRUCTURE = [
     re.compile(r"^#+ [\d.]+", re.M),                       # heading numbers
     re.compile(r"^\s*\d+\.\s", re.M),                      # list items
     re.compile(REFERENCE + r"\s+[\d.]+(?:(?:,\s*|\s+and\s+|\s+or\s+|–)[\d.]+)*"),
-    re.compile(r"(?<![\d.])(?:19[5-9]\d|20[0-2]\d)(?![\d.])"),  # years
+    re.compile(r"(?<![\d.])(?:19[5-9]\d|20[0-2]\d)(?!\d|\.\d)"),  # years
 ]
 
 
@@ -104,12 +105,19 @@ def allowed_numbers() -> dict[str, set[str]]:
     return allowed
 
 
+def code_numbers(notebook: dict) -> set[float]:
+    """The literals of the code cells: the settings a cell runs with, which the prose may restate."""
+    code = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
+    return {abs(_value(m.group())) for m in NUMBER.finditer(code.replace("_", ""))}
+
+
 def unprinted_numbers(path: Path, allowed: set[str]) -> list[tuple[str, str]]:
     notebook = json.loads(path.read_text())
-    printed = output_numbers(notebook)
+    printed, literals = output_numbers(notebook), code_numbers(notebook)
     markdown = "\n\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
     return [(token, context) for token, value, scale, context in prose_numbers(markdown)
-            if token not in allowed and not _printed(value, token, scale, printed)]
+            if token not in allowed and value * scale not in literals and value not in literals
+            and not _printed(value, token, scale, printed)]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

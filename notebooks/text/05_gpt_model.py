@@ -234,7 +234,7 @@ for softmax, gelu in [(True, True), (True, False), (False, True), (False, False)
 
 # %% [markdown]
 # With either non-linearity the stack is far from linear. Without both it is linear to float64
-# rounding, and a linear map of a $(T, D)$ input is one $TD 	imes TD$ matrix: three blocks, or three
+# rounding, and a linear map of a $(T, D)$ input is one $TD \times TD$ matrix: three blocks, or three
 # hundred, collapse into a single matrix $M$, no more expressive than one linear layer over the whole
 # sequence. We read $M$ off as the Jacobian and check that it *is* the stack:
 
@@ -345,7 +345,8 @@ with torch.no_grad():
 
 # %% [markdown]
 # So a network of $L + 1$ residual blocks can compute everything a network of $L$ blocks can: give the
-# extra block zero output projections. In the language of He et al. {cite}`he2016deep`, the function
+# extra block zero output projections. In the language of Dive into Deep Learning
+# {cite}`zhang2023dive` (its section 8.6.1, on He et al.'s ResNets {cite}`he2016deep`), the function
 # classes are **nested**: adding a block enlarges the set of functions the network can represent instead
 # of replacing it by a different set, so the best fit available can only improve, and the extra block
 # only has to learn a *correction* to the identity, which is easy to start from. Without the $x +$, a
@@ -476,11 +477,12 @@ def post_ln_block(block, x):
 
 with torch.no_grad():
     pre, post = block(x), post_ln_block(block, x)
-print(f"max |pre-LN - post-LN| = {(pre - post).abs().max():.2f}, "
-      f"for outputs of typical size {pre.abs().mean():.2f}")
+gap, size = (pre - post).abs().max().item(), pre.abs().mean().item()
+print(f"max |pre-LN - post-LN| = {gap:.2f}, {gap / size:.1f} times the outputs' "
+      f"typical size {size:.2f}")
 
 # %% [markdown]
-# The largest difference, 6.79, is several times the outputs' typical size of 1.80. Note also where the
+# The largest difference is several times the outputs' typical size (both printed above). Note also where the
 # normalization ends up: a post-LN block's output is always a LayerNorm's output, while a pre-LN block
 # leaves the residual stream alone and only normalizes the *copies* it feeds to its sublayers. The stream is a clean sum of every sublayer's
 # contribution, which keeps the identity path of section 5.2 intact. It is why pre-LN models tolerate
@@ -805,7 +807,8 @@ print(gpt_changes.to_string())
 # keeps GPT-2's architecture, initialization and pre-normalization, with one change: its layers
 # alternate dense attention with *locally banded sparse* attention, in which a token attends only to a
 # band of nearby positions, as in the Sparse Transformer {cite}`child2019sparse`. The rest is scale:
-# 96 layers, $D = 12{,}288$, a context of 2,048 tokens and 175 billion parameters for the largest.
+# 96 layers, $D = 12{,}288$, a context of 2,048 tokens and 175 billion parameters for the largest
+# {cite}`brown2020language`.
 #
 # ## 5.8 Parity with Hugging Face
 #

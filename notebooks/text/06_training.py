@@ -493,8 +493,9 @@ Markdown(ladder_text(results, unigram_val, (bigram_train, bigram_val), spread))
 # changes. Without residual connections the embeddings reach the output only through every attention and
 # feed-forward layer in turn, and the spread shows how much of the input still arrives; with them, each block
 # adds to a stream that carries the embeddings straight through ({ref}`ch-gpt` measured the gradients of a
-# deep stack with and without them). On a CPU the runs are an eighth as long as the lecture's; with
-# `FULL_RUN = True` they are as long, and the comparison is like for like.
+# deep stack with and without them). On a CPU the runs are an eighth as long as the lecture's, so the
+# losses above are not the lecture's. `FULL_RUN = True` runs the lecture's lengths, on a GPU; this page
+# shows only the CPU runs, and reports no full-length result to compare with the lecture's.
 
 # %% [markdown]
 # ## 6.5 The book's character model
