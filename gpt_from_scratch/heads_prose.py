@@ -34,10 +34,12 @@ def loaded_text(real: bool, name: str, n_params: int, info: dict | None = None) 
     if real:
         return (f"OpenAI's weights loaded: every analysis below runs on **{name}** ({n_params:,} "
                 "parameters), and each one compares its numbers with the published ones.")
+    m, t = ({}, {}) if info is None else (info["settings"]["model"], info["settings"]["train"])
     how = "" if info is None else (
-        f" It trained for {info['settings']['train']['max_iters']:,} steps in {info['train_seconds']:.0f} s "
-        f"on the machine that first ran this chapter, which estimated its validation loss at "
-        f"{info['val_loss']:.2f}.")
+        f" It has {m['n_layers']} layers of {m['n_heads']} heads, D = {m['d_model']}, a context of "
+        f"{m['context_length']}, and trained for {t['max_iters']:,} steps of batch {t['batch_size']} at "
+        f"learning rate {t['learning_rate']:g}, in {info['train_seconds']:.0f} s on the machine that first "
+        f"ran this chapter, which estimated its validation loss at {info['val_loss']:.2f}.")
     vocab = "" if info is None or "corpus_vocab" not in info else (
         f", that learned only the {info['corpus_vocab']:,} GPT-2 tokens its training text uses (it reads "
         "any other token as one `<unk>`)")

@@ -275,7 +275,8 @@ def test_loaded_losses_parity_samples_and_recipe_texts():
                                           train=dict(max_iters=300, batch_size=16, learning_rate=3e-3)),
                 train_seconds=61.2, device="cpu", threads=2, val_loss=5.123, corpus_vocab=11_235)
     offline = prose.loaded_text(False, "the offline model", 3_300_000, info)
-    assert "not available" in offline and "300 steps in 61 s" in offline and "5.12" in offline
+    assert "not available" in offline and "5.12" in offline and "2 layers of 4 heads, D = 64" in offline
+    assert "300 steps of batch 16 at learning rate 0.003, in 61 s" in offline
     assert "only the 11,235 GPT-2 tokens" in offline
     assert "at most 1.2e-05 in any logit, and their 12 greedy tokens are the same" in prose.parity_text(
         1.23e-5, True, 12, True)

@@ -173,8 +173,10 @@ for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
 # before downloading. When the weights can be neither found nor downloaded it raises
 # `WeightsUnavailableError`, and this chapter turns to the offline model.
 #
-# The offline model is Chapter 6's recipe on GPT-2's tokens with two changes. The first is
-# taken from how GPT-2 was trained: every training window starts with `<|endoftext|>`, the
+# The offline model is trained as Chapter 6 trains its models, on GPT-2's tokens of Tiny
+# Shakespeare, but it is smaller and has training settings of its own (its recipe,
+# `OFFLINE_RECIPES["shakespeare-bpe-heads"]`, is written out under the next cell). Two changes
+# of method matter more. The first is taken from how GPT-2 was trained: every training window starts with `<|endoftext|>`, the
 # token that separates GPT-2's documents. A token that opens every window and says nothing
 # about what follows is where a trained head can park the attention it does not need;
 # section 8.8 measures whether it does. The offline model reads every text of this chapter
