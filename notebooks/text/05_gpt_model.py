@@ -190,6 +190,40 @@ plt.show()
 # the same one, which is why the package keeps GPT-2's choice (`activation="gelu_tanh"`) as the default
 # and offers `"gelu"` and `"relu"` for experiments.
 #
+# GELU and ReLU act on each number alone. The **Softmax Linear Unit** (SoLU) {cite}`elhage2022solu`,
+# proposed to make a network's neurons easier to interpret, acts on a token's whole hidden vector at
+# once: $\operatorname{SoLU}(x) = x \odot \operatorname{softmax}(x)$, followed in the paper by a
+# LayerNorm. The softmax makes the features compete: the largest entries keep most of their value and
+# the rest are pushed towards zero, so each token's output is carried by a few neurons. The cell applies
+# both to one hidden vector of random pre-activations:
+
+# %% tags=["nbval-check-output"]
+def solu(x):
+    """Softmax Linear Unit: x * softmax(x) over the last dimension (the hidden features)."""
+    return x * torch.softmax(x, dim=-1)
+
+
+def top_share(y, k=4):
+    """Share of y's squared norm held by its k largest entries (in absolute value)."""
+    squares = y.square().sort(descending=True).values
+    return (squares[:k].sum() / squares.sum()).item()
+
+
+h = 2 * torch.randn(64, generator=torch.Generator().manual_seed(0))  # one token's hidden vector
+print(f"the 4 largest of {h.numel()} features hold {top_share(F.gelu(h)):.0%} of GELU's output "
+      f"and {top_share(solu(h)):.0%} of SoLU's (squared norm)")
+
+# %% mystnb={"figure": {"caption": "One hidden vector of 64 random pre-activations, sorted, after GELU (left) and after SoLU, x times softmax(x) (right): SoLU keeps the few largest features and pushes the rest towards zero.", "name": "fig-gpt-solu"}, "image": {"alt": "Two bar charts over 64 features sorted by their input. Left, GELU: about half the bars near zero, the rest rising steadily to about 5. Right, SoLU: all bars near zero except the last few, which rise sharply."}}
+order = h.argsort()
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3), sharex=True)
+ax1.bar(range(h.numel()), F.gelu(h)[order])
+ax1.set(xlabel="feature (sorted by input)", ylabel="output", title="GELU: each number alone")
+ax2.bar(range(h.numel()), solu(h)[order], color="C1")
+ax2.set(xlabel="feature (sorted by input)", title="SoLU: x * softmax(x)")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
 # ### 5.1.3 Where is the non-linearity?
 #
 # Everything in a block is a matrix product except three things: the softmax that turns attention
@@ -437,6 +471,16 @@ class PreLNBlock(nn.Module):
         x = x + self.mlp(self.ln_2(x))  # each token thinks on its own
         return x  # (B, T, D)
 
+
+# %% [markdown]
+# A `GPTConfig` checks its fields when it is made, so a wrong size fails at once with the reason and
+# the fix, not deep inside a matrix product. Five heads cannot share 64 features:
+
+# %% tags=["nbval-check-output"]
+try:
+    GPTConfig.from_preset("tiny", d_model=64, n_heads=5)
+except ValueError as err:
+    print(f"ValueError: {err}")
 
 # %% [markdown]
 # The package's `Block` takes a `GPTConfig`, the one object holding every size of the model. With the same
