@@ -400,6 +400,24 @@ fig = attention_grid(maps, tokens, title=f"{MODEL_NAME}: every head",
 plt.show()
 
 # %% [markdown]
+# A map is half of what a head computes. Its output for query $t$ is the weighted sum of the
+# value vectors, $z_t = \sum_s A[t, s]\, v_s$, with $v_s$ the value part of `c_attn`'s output
+# for token $s$; the heads' outputs, side by side, go through `c_proj`, and that is the
+# attention layer's output. Below, the last token's sum in layer 0's first head, written out
+# with its weights, and the whole layer rebuilt from the sums and checked against the module:
+
+# %%
+with torch.no_grad():
+    v = block.attn.c_attn(block.ln_1(x)).split(cfg.d_model, dim=-1)[2]  # (B, T, D)
+    v = v.view(B, T, H, d_k).transpose(1, 2)  # (B, H, T, d_k)
+    z = A0 @ v  # (B, H, T, d_k): each query's weighted sum of the value vectors
+    layer_out = block.attn.c_proj(z.transpose(1, 2).reshape(B, T, cfg.d_model))  # (B, T, D)
+assert_close(layer_out, block.attn(block.ln_1(x)))
+terms = " + ".join(f"{w:.2f} v[{tok}]" for w, tok in zip(A0[0, 0, -1].tolist(), tokens))
+print(f"layer 0, head 0: z[{tokens[-1]}] = {terms}")
+print("the weighted sums of every head, through c_proj, equal the layer's output: True")
+
+# %% [markdown]
 # ## 8.6 She and He
 #
 # To predict what follows "The girl and the boy walked home. She", a model does well to know
@@ -522,6 +540,15 @@ display(Markdown(prose.bias_probs_text(MODEL_NAME, ratios, n_he / n_she)))
 # occupations; compare its ratios with the corpus's. A model trained on web text learns the
 # base rates of web text, and on top of them associations such as occupation and gender;
 # {cite}`vig2020causal` measured those in GPT-2.
+#
+# What the parameters hold is the point. Training fits a model's next-token probabilities
+# $P(t_i \mid t_{<i})$ to its corpus; the weights store those statistics, not the text: no
+# sentence of the training data sits anywhere in them to be looked up (a model that has seen
+# a passage often enough can still reproduce it, since memorizing is one way to predict it,
+# as {ref}`ch-training` showed on a short text). Whatever regularities the corpus
+# holds come with the statistics, its grammar and its facts as much as its stereotypes: the
+# model cannot learn the one without the other, and reading a bias off its probabilities is
+# reading the corpus through it.
 #
 # ## 8.8 Attention sinks: the first token
 #
