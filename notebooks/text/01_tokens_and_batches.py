@@ -195,8 +195,8 @@ print("Tiny Shakespeare is pure ASCII:", text.isascii())
 # anything about the word, and each prediction is a fraction of a word, so a context of a fixed number of
 # tokens holds less text. Subword tokens hand the model whole words and common pieces ready-made, and
 # its capacity goes to how they combine. {ref}`ch-training` measures it on Tiny Shakespeare: trained on
-# GPT-2's tokens, a network of the same shape reaches a lower loss per character than on characters, having
-# seen a fifth as many.
+# GPT-2's tokens, a network of the same shape reaches a lower loss per character than on characters,
+# having seen a fifth as many.
 #
 # ## 1.5 Byte-level BPE: GPT-2's 50,257 tokens
 #
