@@ -209,15 +209,16 @@ def top_share(y, k=4):
     return (squares[:k].sum() / squares.sum()).item()
 
 
-h = 2 * torch.randn(64, generator=torch.Generator().manual_seed(0))  # one token's hidden vector
-print(f"the 4 largest of {h.numel()} features hold {top_share(F.gelu(h)):.0%} of GELU's output "
-      f"and {top_share(solu(h)):.1%} of SoLU's (squared norm)")
+h = 2 * torch.randn(64, generator=torch.Generator().manual_seed(0))  # one token's hidden layer
+print(f"the 4 largest of {h.numel()} features hold {top_share(F.gelu(h)):.0%} of GELU's "
+      f"output and {top_share(solu(h)):.1%} of SoLU's (squared norm)")
 
 # %% mystnb={"figure": {"caption": "One hidden vector of 64 random pre-activations, sorted, after GELU (left) and after SoLU, x times softmax(x) (right): SoLU keeps the few largest features and pushes the rest towards zero.", "name": "fig-gpt-solu"}, "image": {"alt": "Two bar charts over 64 features sorted by their input. Left, GELU: about half the bars near zero, the rest rising steadily to about 7. Right, SoLU: every bar near zero except the last one, at about 5."}}
 order = h.argsort()
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3), sharex=True)
 ax1.bar(range(h.numel()), F.gelu(h)[order])
-ax1.set(xlabel="feature (sorted by input)", ylabel="output", title="GELU: each number alone")
+ax1.set(xlabel="feature (sorted by input)", ylabel="output",
+        title="GELU: each number alone")
 ax2.bar(range(h.numel()), solu(h)[order], color="C1")
 ax2.set(xlabel="feature (sorted by input)", title="SoLU: x * softmax(x)")
 fig.tight_layout()

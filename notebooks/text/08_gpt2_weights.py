@@ -274,8 +274,8 @@ x_val, y_val = windows[:, :-1], windows[:, 1:]  # (B, T) each
 
 @torch.no_grad()
 def validation_loss(model: GPT, start: list[int] = []) -> float:
-    """Mean cross-entropy (nats per token) over the fixed validation windows, each read after
-    the `start` tokens (which push its last targets out of the context: those are not scored)."""
+    """Mean cross-entropy (nats per token) over the fixed validation windows, each read
+    after the `start` tokens, which push its last targets out of the context, unscored."""
     x = torch.cat([torch.tensor(start, dtype=torch.long).expand(N_WINDOWS, -1), x_val], 1)
     y = torch.cat([torch.full((N_WINDOWS, len(start)), -100), y_val], 1)  # -100: not scored
     x, y = x[:, :T_EVAL], y[:, :T_EVAL]  # (B, T) each
@@ -288,13 +288,14 @@ models = {"the Chapter 6 model": mine, MODEL_NAME: model}
 # %% tags=["nbval-check-output"]
 print(f"{N_WINDOWS} windows x {T_EVAL} tokens = {x_val.numel():,} validation tokens scored")
 print(f"uniform guess over {enc.n_vocab:,} tokens: ln V = {math.log(enc.n_vocab):.2f} nats")
-losses = {name: validation_loss(m, START if m is model else []) for name, m in models.items()}
+losses = {name: validation_loss(m, START if m is model else [])
+          for name, m in models.items()}
 for name, loss in losses.items():
     print(f"{name:<20} validation loss {loss:.2f} nats/token "
           f"(perplexity {math.exp(loss):.0f})")
 if START:  # the offline model, read as the others are: no <|endoftext|> in front
-    print(f"(after <|endoftext|>, {T_EVAL - len(START)} of each window's {T_EVAL} targets fit "
-          f"the context); without it in front, on all {T_EVAL}: {validation_loss(model):.2f}")
+    print(f"(after <|endoftext|>, {T_EVAL - len(START)} of each window's {T_EVAL} targets "
+          f"fit the context); without it, on all {T_EVAL}: {validation_loss(model):.2f}")
 
 # %% tags=["remove-input"]
 display(Markdown(prose.losses_text(losses, math.log(enc.n_vocab))))
