@@ -209,7 +209,7 @@ def top_share(y, k=4):
     return (squares[:k].sum() / squares.sum()).item()
 
 
-h = 2 * torch.randn(64, generator=torch.Generator().manual_seed(0))  # one token's hidden layer
+h = 2 * torch.randn(64, generator=torch.Generator().manual_seed(0))  # a hidden layer
 print(f"the 4 largest of {h.numel()} features hold {top_share(F.gelu(h)):.0%} of GELU's "
       f"output and {top_share(solu(h)):.1%} of SoLU's (squared norm)")
 
