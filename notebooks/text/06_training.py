@@ -279,7 +279,7 @@ for n in (3, 10):
 # *validation* loss falls for the first few orders and then rises again: most long contexts of new text
 # never occurred in training, and a model that has only counts has nothing to say about them. The
 # samples show the other side. The short context writes word-like noise; the long one writes
-# Shakespeare, because it copies him: its sample is a handful of stretches of the training text, joined
+# Shakespeare, because it copies him: its sample is stretches of the training text, joined
 # where two passages share a context. A count table cannot generalize to a context it has not seen;
 # a neural network can, by learning which contexts are alike, which is what the rest of this chapter
 # trains.
