@@ -203,14 +203,14 @@ def solu(x):
     return x * torch.softmax(x, dim=-1)
 
 
-def top_share(y, k=4):
-    """Share of y's squared norm held by its k largest entries (in absolute value)."""
-    squares = y.square().sort(descending=True).values
-    return (squares[:k].sum() / squares.sum()).item()
+def top_share(y):
+    """Share of y's squared norm held by its largest entry (in absolute value)."""
+    squares = y.square()
+    return (squares.max() / squares.sum()).item()
 
 
 h = 2 * torch.randn(64, generator=torch.Generator().manual_seed(0))  # a hidden layer
-print(f"the 4 largest of {h.numel()} features hold {top_share(F.gelu(h)):.0%} of GELU's "
+print(f"the largest of {h.numel()} features holds {top_share(F.gelu(h)):.1%} of GELU's "
       f"output and {top_share(solu(h)):.1%} of SoLU's (squared norm)")
 
 # %% mystnb={"figure": {"caption": "One hidden vector of 64 random pre-activations, sorted, after GELU (left) and after SoLU, x times softmax(x) (right): SoLU keeps the few largest features and pushes the rest towards zero.", "name": "fig-gpt-solu"}, "image": {"alt": "Two bar charts over 64 features sorted by their input. Left, GELU: about half the bars near zero, the rest rising steadily to about 7. Right, SoLU: every bar near zero except the last one, at about 5."}}
