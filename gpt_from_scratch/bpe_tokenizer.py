@@ -31,6 +31,16 @@ def _alternation(tokens: Collection[str]) -> str:
     return "|".join(regex.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t)))
 
 
+def _check_text(text) -> None:
+    """``encode`` takes one ``str``: a TypeError naming what it got, and the fix, for anything else."""
+    if isinstance(text, (bytes, bytearray)):
+        raise TypeError(f"text must be a str, got {type(text).__name__}: decode it first, "
+                        "text.decode('utf-8'), or pass the file opened in text mode")
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__} ({text!r:.40}): pass the text "
+                        "itself; for many texts, encode each one or use encode_iterable")
+
+
 class BPETokenizer:
     """Byte-level BPE: ``encode`` text to ids and ``decode`` ids to text, tiktoken-style.
 
@@ -135,6 +145,7 @@ class BPETokenizer:
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Encode ``text`` with no special tokens: ``"<|endoftext|>"`` becomes ordinary text (7 ids in GPT-2)."""
+        _check_text(text)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates: tiktoken replaces them by U+FFFD, and so do we
@@ -165,6 +176,7 @@ class BPETokenizer:
 
         Unlike tiktoken, naming a special token this tokenizer does not have raises ``ValueError``.
         """
+        _check_text(text)
         allowed, disallowed = self._special_sets(allowed_special, disallowed_special)
         if disallowed:
             found = regex.search(_alternation(disallowed), text)

@@ -195,8 +195,15 @@ def get_batch(data, batch_size: int, block_size: int, generator: torch.Generator
     With ``vocab_size``, the windows are checked to hold ids in ``[0, vocab_size)`` before they go to
     ``device``: on the host, so a GPU is not kept waiting (``train`` relies on it).
     """
+    for name, value in (("batch_size", batch_size), ("block_size", block_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__}): "
+                            f"pass {name}=int({value!r})")
     if block_size < 1 or batch_size < 1:
         raise ValueError(f"batch_size and block_size must be >= 1, got {batch_size} and {block_size}")
+    if np.ndim(data) != 1:
+        raise ValueError(f"data must be a 1-D token sequence, got shape {tuple(np.shape(data))}: "
+                         "flatten it (data.reshape(-1)) or pass one sequence")
     if len(data) <= block_size:
         raise ValueError(
             f"block_size={block_size} needs at least {block_size + 1} tokens, the data has {len(data)}: "

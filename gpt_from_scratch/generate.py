@@ -59,15 +59,20 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(logits < threshold, float("-inf"))
 
 
-def _check_options(temperature, top_k, top_p, greedy, max_new_tokens) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if not greedy and (isinstance(temperature, bool) or not isinstance(temperature, numbers.Real)
-                       or not 0 < temperature < math.inf):
+def _check_temperature(temperature) -> None:
+    if (isinstance(temperature, bool) or not isinstance(temperature, numbers.Real)
+            or not 0 < temperature < math.inf):
         raise ValueError(
             f"temperature must be a finite number > 0, got {temperature!r}: for the single most likely token "
             "at every step (the limit temperature -> 0) pass greedy=True"
         )
+
+
+def _check_options(temperature, top_k, top_p, greedy, max_new_tokens) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if not greedy:
+        _check_temperature(temperature)
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}: pass top_k=None to keep every token")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0):
@@ -97,21 +102,29 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
     """Pick one token per row from next-token ``logits`` of shape ``(B, V)``; returns ids of shape ``(B, 1)``.
 
     ``greedy`` takes the arg-max (temperature and the filters cannot change it, so they are skipped).
-    Otherwise: divide by ``temperature``, apply ``top_k_filter`` then ``top_p_filter``, softmax, and draw
-    with ``torch.multinomial`` using ``generator`` (on the logits' device). Logits with a nan, a +inf, or
-    no finite entry in a row raise a ``ValueError`` (a model whose weights or inputs are broken).
+    Otherwise: divide by ``temperature`` (a finite number > 0), apply ``top_k_filter`` then
+    ``top_p_filter``, softmax, and draw with ``torch.multinomial`` using ``generator`` (on the logits'
+    device). The top ``k`` are picked before dividing, which cannot change them, so that a huge
+    temperature, which rounds every logit to the same value, still draws from them only; each row's
+    largest logit is subtracted first, so that a tiny temperature gives greedy's token, not an overflow.
+    Logits with a nan, a +inf, or no finite entry in a row raise a ``ValueError`` (a model whose weights
+    or inputs are broken).
     """
     _check_logits(_broken_rows(logits))
     if greedy:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+    _check_temperature(temperature)
     if generator is not None and generator.device.type != logits.device.type:
         raise ValueError(
             f"the generator is on {generator.device} but the logits are on {logits.device}: torch draws "
             f"on the logits' device; make it there: torch.Generator({logits.device.type!r}).manual_seed(seed)"
         )
-    logits = logits.float() / temperature  # (B, V)
+    logits = logits.float()  # (B, V)
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
+    finfo = torch.finfo(logits.dtype)  # a temperature float32 cannot hold would give 0/0 or inf/inf
+    temperature = min(max(temperature, finfo.tiny), finfo.max)
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature  # (B, V), each row's max at 0
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
     probs = torch.softmax(logits, dim=-1)  # (B, V)

@@ -119,6 +119,14 @@ def test_unknown_special_token_is_named(ours):
         ours.encode("hi", allowed_special={"<|eot|>"})
 
 
+@pytest.mark.parametrize("text, fix", [(None, "pass the text itself"), (b"hi", r"decode it first"),
+                                       (["hi"], "encode each one")])
+def test_encode_names_a_text_that_is_not_a_str(ours, text, fix):
+    for encode in (ours.encode, ours.encode_ordinary):
+        with pytest.raises(TypeError, match=rf"text must be a str, got {type(text).__name__}.*{fix}"):
+            encode(text)
+
+
 def test_lone_surrogates_are_replaced_like_tiktoken(ours, gpt2):
     text = "a\ud800b \udfff"
     assert ours.encode(text) == gpt2.encode(text)

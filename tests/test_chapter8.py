@@ -151,7 +151,7 @@ def test_chapter_8_online_branch_speaks_of_gpt2_and_compares_with_the_published_
 def test_chapter_8_offline_branch_speaks_of_the_offline_model_beside_gpt2s_figures():
     r, texts = _run(OFFLINE)
     assert r["real"] is False
-    assert "not available" in texts[0] and "10 steps in 12 s" in texts[0] and "11,235 GPT-2 tokens" in texts[0]
+    assert "not available" in texts[0] and "10 steps of batch 4 at learning rate 0.001, in 12 s" in texts[0] and "11,235 GPT-2 tokens" in texts[0]
     assert "a randomly initialised GPT-2-shaped model" in _find(texts, "differ by at most")
     _check_common(r, texts, "the offline model")
     joined = " ".join(texts)

@@ -97,6 +97,18 @@ def test_get_batch_rejects_empty_shapes(batch_size, block_size):
         get_batch(ramp(100), batch_size, block_size)
 
 
+@pytest.mark.parametrize("batch_size, block_size, name", [(4.0, 8, "batch_size"), (4, "8", "block_size"),
+                                                         (True, 8, "batch_size")])
+def test_get_batch_names_a_size_that_is_not_an_int(batch_size, block_size, name):
+    with pytest.raises(TypeError, match=rf"{name} must be an int, got .*: pass {name}=int\("):
+        get_batch(ramp(100), batch_size, block_size)
+
+
+def test_get_batch_refuses_data_that_is_not_one_sequence():
+    with pytest.raises(ValueError, match=r"1-D token sequence, got shape \(100, 1\).*reshape\(-1\)"):
+        get_batch(ramp(100).reshape(100, 1), 2, 8)
+
+
 def test_get_batch_is_the_same_on_memmap_array_tensor_and_list(tmp_path):
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 50_257, size=2_000).astype(np.uint16)

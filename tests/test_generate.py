@@ -145,6 +145,18 @@ def test_next_token_samples_from_the_tempered_filtered_distribution():
     assert torch.equal(next_token(logits[:3], greedy=True), torch.full((3, 1), 3))
 
 
+def test_next_token_checks_its_temperature_and_survives_extreme_ones():
+    logits = torch.randn(300, 50, generator=torch.Generator().manual_seed(0))  # (B, V)
+    for bad in (math.inf, 0.0, -1.0, math.nan, True, "1"):
+        with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+            next_token(logits, temperature=bad, top_k=5)
+    top5 = logits.topk(5, dim=-1).indices  # (B, 5)
+    drawn = next_token(logits, temperature=1e40, top_k=5, generator=torch.Generator().manual_seed(1))
+    assert (drawn == top5).any(dim=-1).all()  # all logits round to one value, yet only the top 5 are drawn
+    tiny = next_token(logits, temperature=1e-40, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(tiny, next_token(logits, greedy=True))
+
+
 # ---------------------------------------------------------------------------------------------- generate
 
 

@@ -219,7 +219,7 @@ def test_pronoun_text_online_recomputes_and_compares_with_the_published_row():
     assert "layer 5, head 10" in text and "GPT-2 small's" in text
     assert f"\" girl\" {row[1]:.3f} and \" boy\" {row[4]:.3f}" in text
     assert "Each pronoun favours the noun of its gender" in text
-    assert "differs from the published one by at most 0.0000: they agree" in text
+    assert "differs from that measurement by at most 0.0000: they agree" in text
     off = [w + (0.05 if i == 1 else 0.0) for i, w in enumerate(row)]
     text = prose.pronoun_text("GPT-2 small", 5, 10, SHE_TOKENS, off, he, real=True)
     assert "at most 0.0500: they do not agree" in text
@@ -280,7 +280,8 @@ def test_loaded_losses_parity_samples_and_recipe_texts():
                                           train=dict(max_iters=300, batch_size=16, learning_rate=3e-3)),
                 train_seconds=61.2, device="cpu", threads=2, val_loss=5.123, corpus_vocab=11_235)
     offline = prose.loaded_text(False, "the offline model", 3_300_000, info)
-    assert "not available" in offline and "300 steps in 61 s" in offline and "5.12" in offline
+    assert "not available" in offline and "5.12" in offline and "2 layers of 4 heads, D = 64" in offline
+    assert "300 steps of batch 16 at learning rate 0.003, in 61 s" in offline
     assert "only the 11,235 GPT-2 tokens" in offline
     assert "at most 1.2e-05 in any logit, and their 12 greedy tokens are the same" in prose.parity_text(
         1.23e-5, True, 12, True)

@@ -34,10 +34,12 @@ def loaded_text(real: bool, name: str, n_params: int, info: dict | None = None) 
     if real:
         return (f"OpenAI's weights loaded: every analysis below runs on **{name}** ({n_params:,} "
                 "parameters), and each one compares its numbers with the published ones.")
+    m, t = ({}, {}) if info is None else (info["settings"]["model"], info["settings"]["train"])
     how = "" if info is None else (
-        f" It trained for {info['settings']['train']['max_iters']:,} steps in {info['train_seconds']:.0f} s "
-        f"on the machine that first ran this chapter, which estimated its validation loss at "
-        f"{info['val_loss']:.2f}.")
+        f" It has {m['n_layers']} layers of {m['n_heads']} heads, D = {m['d_model']}, a context of "
+        f"{m['context_length']}, and trained for {t['max_iters']:,} steps of batch {t['batch_size']} at "
+        f"learning rate {t['learning_rate']:g}, in {info['train_seconds']:.0f} s on the machine that first "
+        f"ran this chapter, which estimated its validation loss at {info['val_loss']:.2f}.")
     vocab = "" if info is None or "corpus_vocab" not in info else (
         f", that learned only the {info['corpus_vocab']:,} GPT-2 tokens its training text uses (it reads "
         "any other token as one `<unk>`)")
@@ -116,10 +118,11 @@ def pronoun_text(name: str, layer: int, head: int, tokens: Sequence[str], row_sh
         text += "The two pronouns do not each favour the noun of their gender. "
     text += "\n\n" + _elsewhere(
         f"{_head(*_REF.pronoun_head)} gives \" girl\" {ref_girl:.3f} and \" boy\" {ref_boy:.3f} after "
-        f"\"She\", and {_REF.pronoun_row[0]:.3f} to the first token (Vig, 2019).")
+        f"\"She\", and {_REF.pronoun_row[0]:.3f} to the first token (the kind of head Vig, 2019, "
+        "looked for; the weights were measured on transformers' `gpt2` checkpoint).")
     if real and (layer, head) == _REF.pronoun_head:
         diff = compare_with_reference(row_she)
-        text += (f" Recomputed here, the row differs from the published one by at most {diff:.4f}: they "
+        text += (f" Recomputed here, the row differs from that measurement by at most {diff:.4f}: they "
                  f"{agreement(diff)}.")
     return text
 

@@ -178,6 +178,16 @@ print("Tiny Shakespeare is pure ASCII:", text.isascii())
 # Tiny Shakespeare is pure ASCII, so in bytes it is exactly as long as in characters. Neither choice
 # shortens anything; that is what subwords are for.
 #
+# Length is not the only cost. The GPT-2 paper {cite}`radford2019language` chose subwords over raw bytes
+# because byte-level language models were not competitive with word-level ones on large benchmarks, and
+# its authors saw the same gap in their own byte-level models on WebText. A model that reads bytes must
+# first learn to spell: build every word out of its letters, in its first layers, before it can learn
+# anything about the word, and each prediction is a fraction of a word, so a context of a fixed number of
+# tokens holds less text. Subword tokens hand the model whole words and common pieces ready-made, and
+# its capacity goes to how they combine. {ref}`ch-training` measures it on Tiny Shakespeare: trained on
+# GPT-2's tokens, a network of the same shape reaches a lower loss per character than on characters,
+# having seen a fifth as many.
+#
 # ## 1.5 Byte-level BPE: GPT-2's 50,257 tokens
 #
 # **Byte-pair encoding** (BPE) {cite}`sennrich2016bpe` starts from the 256 bytes and repeatedly adds a new

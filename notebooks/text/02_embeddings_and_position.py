@@ -140,6 +140,12 @@ print("' dog' gets the same output in both sentences:",
       torch.allclose(ya[dog_a], yb[dog_b], atol=1e-6, rtol=0))
 
 # %% [markdown]
+# A recurrent network, the sequence model before the transformer, has no such blindness and needs no
+# positional code. It reads the tokens one at a time, and its state after token $t$ is computed from its
+# state after token $t - 1$: the order is the computation itself, and a token's time step *is* its
+# position. Attention gives that chain up in order to compute every position at once (section 4.9
+# compares the two), so a transformer must be told where each token is.
+#
 # The fix is to give every position $p$ a vector $P[p]$ of the same width $D$ and add it to the token
 # embedding: $x_p = \text{wte}[\text{token}_p] + P[p]$. Adding (rather than concatenating) keeps the
 # width at $D$; the network learns to read both signals out of the sum.
@@ -334,10 +340,16 @@ print(f"ratio between neighbours: {ratios.min():.6f} to {ratios.max():.6f}; "
 # The paper's formula interleaves: dimension $2i$ is the sine of frequency $\omega_i$, dimension $2i + 1$
 # its cosine. Many implementations (the Transformer's own reference code, Tensor2Tensor, among them)
 # concatenate instead: all $D/2$ sines first, then all $D/2$ cosines. The two tables hold the same
-# numbers in a different order of dimensions, so one is a column permutation of the other. Since a
-# model's first layer multiplies the position vector by a learned matrix, permuting that matrix's rows
-# the same way gives exactly the same model: the choice does not matter. The cell builds the
-# concatenated table, then the permutation that interleaves it, and checks that they are equal:
+# numbers in a different order of dimensions, so one is a column permutation of the other. In GPT the
+# position vector is added to the token embedding and the sum is normalized before any matrix reads it,
+# so the permutation is undone by permuting the whole residual stream's basis the same way: the
+# token embedding's columns, every LayerNorm's gain and shift, the rows of every matrix that reads the
+# stream and the columns of every matrix that writes to it. Such a permuted model computes exactly what
+# the original does, so training can reach the same functions with either layout: the choice does not
+# matter. (Tensor2Tensor also spaces its frequencies a little differently, $\omega_i =
+# 10000^{-i/(D/2 - 1)}$, so that the last pair reaches exactly $1/10000$; the cell uses the paper's
+# frequencies in both layouts.) The cell builds the concatenated table, then the permutation that
+# interleaves it, and checks that they are equal:
 
 # %% tags=["nbval-check-output"]
 def sinusoidal_concatenated(T, D, base=10000.0):

@@ -436,7 +436,7 @@ print(f"no normalization: the variance grows by a factor {variance_factor:.2f} p
 
 # %% [markdown]
 # Without normalization each block multiplies the variance of the stream by about 1.52, so after 48
-# blocks the standard deviation is astronomically large. The branch returns a vector unrelated to its
+# blocks the standard deviation reaches the size printed above. The branch returns a vector unrelated to its
 # input, with about half its variance (the GELU discards most of the negative half of what it is
 # given), and adding it to the stream adds that variance. Post-LN brings the stream back to 1 after
 # every block. Pre-LN never normalizes the stream itself, but each branch sees a

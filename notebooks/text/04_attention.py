@@ -860,19 +860,22 @@ torch.set_num_threads(threads)
 # machine: attention spends its work in a few large matrix products, which a CPU (and far more a GPU)
 # runs efficiently in parallel, while the recurrence is a chain of $T$ small products, each waiting for
 # the one before, and the Python loop adds the overhead of $T$ separate calls. But attention's *work*
-# grows as $T^2$, the RNN's as $T$: per layer, attention's
-# scores and weighted sums cost about $T^2 D$ multiply-adds against the recurrence's $T D^2$, so
-# attention does more arithmetic as soon as $T > D$. The ratio $T / D$ for a few settings:
+# grows as $T^2$, the RNN's as $T$. Per layer, attention's scores and weighted sums cost $2T^2 D$
+# multiply-adds and its four projections (queries, keys, values, output) $4TD^2$; the recurrence's two
+# matrices cost $2TD^2$. The cell compares the mixing terms alone, $T^2 D$ against $TD^2$ (attention's
+# is larger as soon as $T > D$), and then the whole layers, $(4TD^2 + 2T^2D) / 2TD^2 = 2 + T/D$:
 
 # %% tags=["nbval-check-output"]
 for T_, D_ in [(64, 64), (1024, 64), (1024, 768), (8192, 768)]:
-    ratio = (T_ * T_ * D_) / (T_ * D_ * D_)
-    more = "attention" if ratio > 1 else "recurrence" if ratio < 1 else "neither"
-    print(f"T = {T_:5d}, D = {D_:3d}: T²D / TD² = {ratio:6.2f} -> {more} does more work")
+    mixing = (T_ * T_ * D_) / (T_ * D_ * D_)
+    whole = (4 * T_ * D_ * D_ + 2 * T_ * T_ * D_) / (2 * T_ * D_ * D_)
+    print(f"T = {T_:5d}, D = {D_:3d}: mixing T²D / TD² = {mixing:6.2f}, "
+          f"whole layers {whole:6.2f} x the RNN's work")
 
 # %% [markdown]
-# GPT-2 small ($T = 1{,}024$, $D = 768$) sits just above the break-even point; long contexts (the last
-# line) are where attention's quadratic cost bites, and where the memory-saving kernels above, sparse
+# On the mixing terms GPT-2 small ($T = 1{,}024$, $D = 768$) sits just above the break-even point;
+# counted whole, an attention layer does at least twice an RNN layer's arithmetic at any length, for
+# its four projections. Long contexts (the last line) are where attention's quadratic cost bites, and where the memory-saving kernels above, sparse
 # attention (section 5.7 mentions GPT-3's) and recurrent-style alternatives come back into play. On
 # parallel hardware, what attention buys is its constant number of sequential steps: all $T$ positions
 # of a training sequence are computed at once, where an RNN must take $T$ steps in a row.

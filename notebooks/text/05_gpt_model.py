@@ -190,6 +190,41 @@ plt.show()
 # the same one, which is why the package keeps GPT-2's choice (`activation="gelu_tanh"`) as the default
 # and offers `"gelu"` and `"relu"` for experiments.
 #
+# GELU and ReLU act on each number alone. The **Softmax Linear Unit** (SoLU) {cite}`elhage2022solu`,
+# proposed to make a network's neurons easier to interpret, acts on a token's whole hidden vector at
+# once: $\operatorname{SoLU}(x) = x \odot \operatorname{softmax}(x)$, followed in the paper by a
+# LayerNorm. The softmax makes the features compete: the largest entries keep most of their value and
+# the rest are pushed towards zero, so each token's output is carried by a few neurons. The cell applies
+# both to one hidden vector of random pre-activations:
+
+# %% tags=["nbval-check-output"]
+def solu(x):
+    """Softmax Linear Unit: x * softmax(x) over the last dimension (the hidden features)."""
+    return x * torch.softmax(x, dim=-1)
+
+
+def top_share(y):
+    """Share of y's squared norm held by its largest entry (in absolute value)."""
+    squares = y.square()
+    return (squares.max() / squares.sum()).item()
+
+
+h = 2 * torch.randn(64, generator=torch.Generator().manual_seed(0))  # a hidden layer
+print(f"the largest of {h.numel()} features holds {top_share(F.gelu(h)):.1%} of GELU's "
+      f"output and {top_share(solu(h)):.1%} of SoLU's (squared norm)")
+
+# %% mystnb={"figure": {"caption": "One hidden vector of 64 random pre-activations, sorted, after GELU (left) and after SoLU, x times softmax(x) (right): SoLU keeps the few largest features and pushes the rest towards zero.", "name": "fig-gpt-solu"}, "image": {"alt": "Two bar charts over 64 features sorted by their input. Left, GELU: about half the bars near zero, the rest rising steadily to about 7. Right, SoLU: every bar near zero except the last one, at about 5."}}
+order = h.argsort()
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3), sharex=True)
+ax1.bar(range(h.numel()), F.gelu(h)[order])
+ax1.set(xlabel="feature (sorted by input)", ylabel="output",
+        title="GELU: each number alone")
+ax2.bar(range(h.numel()), solu(h)[order], color="C1")
+ax2.set(xlabel="feature (sorted by input)", title="SoLU: x * softmax(x)")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
 # ### 5.1.3 Where is the non-linearity?
 #
 # Everything in a block is a matrix product except three things: the softmax that turns attention
@@ -234,7 +269,7 @@ for softmax, gelu in [(True, True), (True, False), (False, True), (False, False)
 
 # %% [markdown]
 # With either non-linearity the stack is far from linear. Without both it is linear to float64
-# rounding, and a linear map of a $(T, D)$ input is one $TD 	imes TD$ matrix: three blocks, or three
+# rounding, and a linear map of a $(T, D)$ input is one $TD \times TD$ matrix: three blocks, or three
 # hundred, collapse into a single matrix $M$, no more expressive than one linear layer over the whole
 # sequence. We read $M$ off as the Jacobian and check that it *is* the stack:
 
@@ -345,7 +380,8 @@ with torch.no_grad():
 
 # %% [markdown]
 # So a network of $L + 1$ residual blocks can compute everything a network of $L$ blocks can: give the
-# extra block zero output projections. In the language of He et al. {cite}`he2016deep`, the function
+# extra block zero output projections. In the language of Dive into Deep Learning
+# {cite}`zhang2023dive` (its section 8.6.1, on He et al.'s ResNets {cite}`he2016deep`), the function
 # classes are **nested**: adding a block enlarges the set of functions the network can represent instead
 # of replacing it by a different set, so the best fit available can only improve, and the extra block
 # only has to learn a *correction* to the identity, which is easy to start from. Without the $x +$, a
@@ -438,6 +474,16 @@ class PreLNBlock(nn.Module):
 
 
 # %% [markdown]
+# A `GPTConfig` checks its fields when it is made, so a wrong size fails at once with the reason and
+# the fix, not deep inside a matrix product. Five heads cannot share 64 features:
+
+# %% tags=["nbval-check-output"]
+try:
+    GPTConfig.from_preset("tiny", d_model=64, n_heads=5)
+except ValueError as err:
+    print(f"ValueError: {err}")
+
+# %% [markdown]
 # The package's `Block` takes a `GPTConfig`, the one object holding every size of the model. With the same
 # weights, the two blocks agree. To make the test strict, all weights are random, including the biases and
 # the LayerNorms' $\gamma, \beta$ (which start at 0 and 1 in a fresh model and could hide a swap):
@@ -476,11 +522,12 @@ def post_ln_block(block, x):
 
 with torch.no_grad():
     pre, post = block(x), post_ln_block(block, x)
-print(f"max |pre-LN - post-LN| = {(pre - post).abs().max():.2f}, "
-      f"for outputs of typical size {pre.abs().mean():.2f}")
+gap, size = (pre - post).abs().max().item(), pre.abs().mean().item()
+print(f"max |pre-LN - post-LN| = {gap:.2f}, {gap / size:.1f} times the outputs' "
+      f"typical size {size:.2f}")
 
 # %% [markdown]
-# The largest difference, 6.79, is several times the outputs' typical size of 1.80. Note also where the
+# The largest difference is several times the outputs' typical size (both printed above). Note also where the
 # normalization ends up: a post-LN block's output is always a LayerNorm's output, while a pre-LN block
 # leaves the residual stream alone and only normalizes the *copies* it feeds to its sublayers. The stream is a clean sum of every sublayer's
 # contribution, which keeps the identity path of section 5.2 intact. It is why pre-LN models tolerate
@@ -805,7 +852,8 @@ print(gpt_changes.to_string())
 # keeps GPT-2's architecture, initialization and pre-normalization, with one change: its layers
 # alternate dense attention with *locally banded sparse* attention, in which a token attends only to a
 # band of nearby positions, as in the Sparse Transformer {cite}`child2019sparse`. The rest is scale:
-# 96 layers, $D = 12{,}288$, a context of 2,048 tokens and 175 billion parameters for the largest.
+# 96 layers, $D = 12{,}288$, a context of 2,048 tokens and 175 billion parameters for the largest
+# {cite}`brown2020language`.
 #
 # ## 5.8 Parity with Hugging Face
 #

@@ -181,6 +181,98 @@ print(f"unigram (frequencies only): val loss {unigram_val:.4f}")
 # text, whatever came before. A model that scores exactly this has learned nothing from its input; keep the
 # number in mind, it comes back in section 6.4.
 #
+# ### Longer contexts: n-gram models
+#
+# The bigram table reads one character. The same counting works for any number: an **n-gram model**
+# predicts the next character from the $n - 1$ before it, with probability (count of the context
+# followed by that character + $\alpha$) / (count of the context + $\alpha V$). These are the Markov
+# models language modelling started from. Each context is one integer in base $V$, so NumPy counts
+# them all at once. The cell fits orders 1 (the unigram) to 10 and draws from two of them:
+
+# %% tags=["nbval-check-output"]
+def ngram_codes(ids, n):
+    """For each position from n - 1 on: its context (the n - 1 characters before) and the
+    context with the next character, each as one integer in base V."""
+    ids = ids.astype(np.int64)
+    context = np.zeros(len(ids) - n + 1, dtype=np.int64)
+    for j in range(n - 1):
+        context = context * V + ids[j: len(ids) - n + 1 + j]
+    return context, context * V + ids[n - 1:]
+
+
+def count_of(table, codes):
+    """How often each code occurs in a (sorted codes, counts) table; 0 when absent."""
+    keys, counts = table
+    at = np.minimum(np.searchsorted(keys, codes), len(keys) - 1)
+    return np.where(keys[at] == codes, counts[at], 0)
+
+
+class NGram:
+    """The order-n model: P(next | n - 1 characters) from counts, alpha added to each."""
+
+    def __init__(self, ids, n, alpha=0.01):
+        self.n, self.alpha = n, alpha
+        context, pair = ngram_codes(ids, n)
+        self.contexts = np.unique(context, return_counts=True)  # (codes, counts)
+        self.pairs = np.unique(pair, return_counts=True)
+
+    def loss(self, ids):
+        context, pair = ngram_codes(ids, self.n)
+        p = ((count_of(self.pairs, pair) + self.alpha)
+             / (count_of(self.contexts, context) + self.alpha * V))
+        return -np.log(p).mean()
+
+    def sample(self, prompt, length, rng):
+        """Draw from the counts alone: after a prompt from the training text, every context
+        drawn was seen there."""
+        out = list(prompt)
+        for _ in range(length):
+            code = 0
+            for c in out[len(out) - self.n + 1:] if self.n > 1 else []:
+                code = code * V + int(c)
+            counts = count_of(self.pairs, code * V + np.arange(V))  # (V,): no alpha
+            out.append(rng.choice(V, p=counts / counts.sum()))
+        return out[len(prompt):]
+
+
+def copied_pieces(sample, text):
+    """Cut sample into the longest pieces found verbatim in text, left to right."""
+    pieces, i = [], 0
+    while i < len(sample):
+        j = i + 1
+        while j < len(sample) and sample[i:j + 1] in text:
+            j += 1
+        pieces.append(sample[i:j])
+        i = j
+    return pieces
+
+
+train_text = tokenizer.decode(train_ids.tolist())
+print(f"{'n':>2} {'contexts':>9} {'train loss':>11} {'val loss':>9}")
+ngrams = {}
+for n in range(1, 11):
+    ngrams[n] = NGram(train_ids, n)
+    print(f"{n:2d} {len(ngrams[n].contexts[0]):9,d} {ngrams[n].loss(train_ids):11.3f} "
+          f"{ngrams[n].loss(val_ids):9.3f}")
+prompt = train_ids[:20].astype(np.int64).tolist()
+for n in (3, 10):
+    text = tokenizer.decode(ngrams[n].sample(prompt, 300, np.random.default_rng(0)))
+    pieces = copied_pieces(text, train_text)
+    print(f"--- order {n}: {len(pieces)} pieces of training text, the longest "
+          f"{max(map(len, pieces))} characters\n{text[:200]}")
+
+
+# %% [markdown]
+# Every extra character of context lowers the *training* loss: the model can only fit its training
+# text better, and in the limit each long context has been seen once, followed by one character. The
+# *validation* loss falls for the first few orders and then rises again: most long contexts of new text
+# never occurred in training, and a model that has only counts has nothing to say about them. The
+# samples show the other side. The short context writes word-like noise; the long one writes
+# Shakespeare, because it copies him: its sample is stretches of the training text, joined
+# where two passages share a context. A count table cannot generalize to a context it has not seen;
+# a neural network can, by learning which contexts are alike, which is what the rest of this chapter
+# trains.
+#
 # ## 6.3 The training loop
 #
 # Three choices make the difference between a loop that works and one that works well.
@@ -482,8 +574,9 @@ Markdown(ladder_text(results, unigram_val, (bigram_train, bigram_val), spread))
 # changes. Without residual connections the embeddings reach the output only through every attention and
 # feed-forward layer in turn, and the spread shows how much of the input still arrives; with them, each block
 # adds to a stream that carries the embeddings straight through ({ref}`ch-gpt` measured the gradients of a
-# deep stack with and without them). On a CPU the runs are an eighth as long as the lecture's; with
-# `FULL_RUN = True` they are as long, and the comparison is like for like.
+# deep stack with and without them). On a CPU the runs are an eighth as long as the lecture's, so the
+# losses above are not the lecture's. `FULL_RUN = True` runs the lecture's lengths, on a GPU; this page
+# shows only the CPU runs, and reports no full-length result to compare with the lecture's.
 
 # %% [markdown]
 # ## 6.5 The book's character model
@@ -916,7 +1009,8 @@ check_cross_entropy(cross_entropy_by_hand);
 # preset) for the first 100 steps of a 300-step schedule: batches of 16 windows of 32
 # characters, a learning rate of $3 \times 10^{-3}$ after 30 warm-up steps. Then it trains it
 # again with $10^{-2}$ instead, once with the 30 warm-up steps and once without any. Predict
-# the order of the three validation losses at step 100. Then try `grad_clip=0.0` too.
+# the order of the three validation losses at step 100. Then predict what `grad_clip=0.0`
+# changes in the run without warm-up (the cell's fourth run).
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
@@ -924,10 +1018,14 @@ check_cross_entropy(cross_entropy_by_hand);
 # The first settings end lowest, the higher rate with warm-up about a tenth of a nat higher,
 # and the higher rate without warm-up far higher, about half a nat (the cell below prints
 # the three losses; their second decimal can move with the machine and its number of
-# threads). Its first steps at the full rate, on random weights and with Adam's running averages still empty, throw the model into
-# a poor region it has not left by step 100. Clipping is what limits those first steps; with
-# `grad_clip=0.0` nothing does, so expect the run without warm-up to suffer most (measure
-# it: the cell does not).
+# threads). Its first steps at the full rate, on random weights and with Adam's running
+# averages still empty, throw the model into a poor region it has not left by step 100.
+# Clipping does not bound those steps: Adam divides each gradient by its own running size, so
+# its first update moves every weight by about the learning rate, $\text{lr} \cdot
+# \operatorname{sign}(g)$, whatever the gradient's norm. The learning rate bounds them, which is
+# what warm-up lowers. The cell's last run turns clipping off as well (`grad_clip=0.0`): it ends
+# higher still, since clipping tames the occasional large gradient later on, but the large gap
+# is the one warm-up closes.
 # ```
 
 # %% tags=["nbval-check-output"]
@@ -936,7 +1034,8 @@ warm_cfg = TrainConfig(max_iters=100, lr_decay_iters=300, batch_size=16, block_s
                        eval_iters=10, device=DEVICE, progress=False)
 high = dict(learning_rate=1e-2, min_lr=1e-3)
 runs = {"lr 3e-3, warm-up 30": {}, "lr 1e-2, warm-up 30": high,
-        "lr 1e-2, no warm-up": {**high, "warmup_iters": 0}}
+        "lr 1e-2, no warm-up": {**high, "warmup_iters": 0},
+        "lr 1e-2, no warm-up, no clipping": {**high, "warmup_iters": 0, "grad_clip": 0.0}}
 for name, changes in runs.items():
     torch.manual_seed(0)
     net = GPT(GPTConfig.from_preset("shakespeare-char"))

@@ -107,8 +107,8 @@ enc = gpt2_encoding()
 #   $8D^2 + 5D$;
 # - two LayerNorms, each a gain $\gamma$ and a shift $\beta$ of $D$ numbers: $4D$.
 #
-# That is $12D^2 + 13D$ per block. Around the blocks: the token and position embeddings, $VD
-# + T_{\max}D$, and the final LayerNorm, $2D$. The output layer is tied to the token
+# That is $12D^2 + 13D$ per block. Around the blocks: the token and position embeddings,
+# $VD + T_{\max}D$, and the final LayerNorm, $2D$. The output layer is tied to the token
 # embedding {cite}`press2017tying`: it is the same matrix, so it adds nothing.
 
 # %% tags=["nbval-check-output"]
@@ -178,8 +178,10 @@ for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
 # before downloading. When the weights can be neither found nor downloaded it raises
 # `WeightsUnavailableError`, and this chapter turns to the offline model.
 #
-# The offline model is Chapter 6's recipe on GPT-2's tokens with two changes. The first is
-# taken from how GPT-2 was trained: every training window starts with `<|endoftext|>`, the
+# The offline model is trained as Chapter 6 trains its models, on GPT-2's tokens of Tiny
+# Shakespeare, but it is smaller and has training settings of its own (its recipe,
+# `OFFLINE_RECIPES["shakespeare-bpe-heads"]`, is written out under the next cell). Two changes
+# of method matter more. The first is taken from how GPT-2 was trained: every training window starts with `<|endoftext|>`, the
 # token that separates GPT-2's documents. A token that opens every window and says nothing
 # about what follows is where a trained head can park the attention it does not need;
 # section 8.8 measures whether it does. The offline model reads every text of this chapter
@@ -258,6 +260,9 @@ display(Markdown(prose.parity_text(parity.max_logit_diff, parity.same_greedy,
 # The models score the same 64 windows of 64 tokens, spread evenly over the validation text
 # (the last 10% of Tiny Shakespeare, which the small models never trained on). 64 tokens is
 # the small models' whole context; GPT-2 could read 1,024, so this comparison handicaps it.
+# The offline model reads each window after `<|endoftext|>`, as it was trained, so only the
+# window's first 63 targets fit in its context and are scored; the cell also scores it
+# without that token, on all 64, as the other models are read.
 # GPT-2 never trained on Tiny Shakespeare as such: it learned English from 8 million web
 # pages {cite}`radford2019language`. A loss of $\ell$ nats per token means the model is, on
 # average, as unsure as a uniform choice among $e^{\ell}$ tokens, its *perplexity*; guessing
@@ -273,9 +278,13 @@ x_val, y_val = windows[:, :-1], windows[:, 1:]  # (B, T) each
 
 
 @torch.no_grad()
-def validation_loss(model: GPT) -> float:
-    """Mean cross-entropy (nats per token) over the fixed validation windows."""
-    losses = [model(x, y)[1] for x, y in zip(x_val.split(16), y_val.split(16))]
+def validation_loss(model: GPT, start: list[int] = []) -> float:
+    """Mean cross-entropy (nats per token) over the fixed validation windows, each read
+    after the `start` tokens, which push its last targets out of the context, unscored."""
+    x = torch.cat([torch.tensor(start, dtype=torch.long).expand(N_WINDOWS, -1), x_val], 1)
+    y = torch.cat([torch.full((N_WINDOWS, len(start)), -100), y_val], 1)  # -100: not scored
+    x, y = x[:, :T_EVAL], y[:, :T_EVAL]  # (B, T) each
+    losses = [model(xb, yb)[1] for xb, yb in zip(x.split(16), y.split(16))]
     return torch.stack(losses).mean().item()
 
 
@@ -284,10 +293,14 @@ models = {"the Chapter 6 model": mine, MODEL_NAME: model}
 # %% tags=["nbval-check-output"]
 print(f"{N_WINDOWS} windows x {T_EVAL} tokens = {x_val.numel():,} validation tokens scored")
 print(f"uniform guess over {enc.n_vocab:,} tokens: ln V = {math.log(enc.n_vocab):.2f} nats")
-losses = {name: validation_loss(m) for name, m in models.items()}
+losses = {name: validation_loss(m, START if m is model else [])
+          for name, m in models.items()}
 for name, loss in losses.items():
     print(f"{name:<20} validation loss {loss:.2f} nats/token "
           f"(perplexity {math.exp(loss):.0f})")
+if START:  # the offline model, read as the others are: no <|endoftext|> in front
+    print(f"(after <|endoftext|>, {T_EVAL - len(START)} of each window's {T_EVAL} targets "
+          f"fit the context); without it, on all {T_EVAL}: {validation_loss(model):.2f}")
 
 # %% tags=["remove-input"]
 display(Markdown(prose.losses_text(losses, math.log(enc.n_vocab))))
@@ -393,14 +406,33 @@ fig = attention_grid(maps, tokens, title=f"{MODEL_NAME}: every head",
 plt.show()
 
 # %% [markdown]
+# A map is half of what a head computes. Its output for query $t$ is the weighted sum of the
+# value vectors, $z_t = \sum_s A[t, s]\, v_s$, with $v_s$ the value part of `c_attn`'s output
+# for token $s$; the heads' outputs, side by side, go through `c_proj`, and that is the
+# attention layer's output. Below, the last token's sum in layer 0's first head, written out
+# with its weights, and the whole layer rebuilt from the sums and checked against the module:
+
+# %%
+with torch.no_grad():
+    v = block.attn.c_attn(block.ln_1(x)).split(cfg.d_model, dim=-1)[2]  # (B, T, D)
+    v = v.view(B, T, H, d_k).transpose(1, 2)  # (B, H, T, d_k)
+    z = A0 @ v  # (B, H, T, d_k): each query's weighted sum of the value vectors
+    layer_out = block.attn.c_proj(z.transpose(1, 2).reshape(B, T, cfg.d_model))  # (B, T, D)
+assert_close(layer_out, block.attn(block.ln_1(x)))
+terms = " + ".join(f"{w:.2f} v[{tok}]" for w, tok in zip(A0[0, 0, -1].tolist(), tokens))
+print(f"layer 0, head 0: z[{tokens[-1]}] = {terms}")
+print("the weighted sums of every head, through c_proj, equal the layer's output: True")
+
+# %% [markdown]
 # ## 8.6 She and He
 #
 # To predict what follows "The girl and the boy walked home. She", a model does well to know
 # who "She" is, and bertviz {cite}`vig2019bertviz` was made to look for heads in which a
 # pronoun attends to the noun it refers to. The cell below compares the last row of a head's
 # map, where the pronoun looks, between "... She" and "... He". With GPT-2 loaded it uses
-# the head of the published measurement, layer 5, head 10 (counting from 0, as transformers
-# does); another model has no such head fixed in advance, so the cell picks the head whose
+# the head of the reference measurement, layer 5, head 10 (counting from 0, as transformers
+# does), whose weights were measured with transformers' `gpt2` checkpoint (bertviz's paper
+# gives the sentence and the kind of head, not these numbers); another model has no such head fixed in advance, so the cell picks the head whose
 # last row changes most between the two sentences (the total variation distance, half the
 # summed absolute difference: 0 for identical rows, 1 for rows with nothing in common).
 
@@ -413,7 +445,7 @@ last_he = torch.stack([A[0, :, -1] for A in maps_he])  # (L, H, T)
 change = 0.5 * (last_she - last_he).abs().sum(-1)  # (L, H): total variation, 0 .. 1
 if REAL_GPT2:
     layer, head = heads.GPT2_REFERENCE.pronoun_head
-    why = "the head of the published measurement"
+    why = "the head of the reference measurement"
 else:
     layer, head = divmod(int(change.argmax()), cfg.n_heads)
     why = "the head whose last row changes most between She and He"
@@ -515,6 +547,15 @@ display(Markdown(prose.bias_probs_text(MODEL_NAME, ratios, n_he / n_she)))
 # base rates of web text, and on top of them associations such as occupation and gender;
 # {cite}`vig2020causal` measured those in GPT-2.
 #
+# What the parameters hold is the point. Training fits a model's next-token probabilities
+# $P(t_i \mid t_{<i})$ to its corpus; the weights store those statistics, not the text: no
+# sentence of the training data sits anywhere in them to be looked up (a model that has seen
+# a passage often enough can still reproduce it, since memorizing is one way to predict it,
+# as {ref}`ch-training` showed on a short text). Whatever regularities the corpus
+# holds come with the statistics, its grammar and its facts as much as its stereotypes: the
+# model cannot learn the one without the other, and reading a bias off its probabilities is
+# reading the corpus through it.
+#
 # ## 8.8 Attention sinks: the first token
 #
 # Every row of an attention map must sum to 1, even when a head has nothing useful to read.
@@ -601,7 +642,7 @@ plt.show()
 # start with `<|endoftext|>`, so that a sink had a token to form on, and only for as many
 # steps as a chapter can afford on a laptop CPU; the closing note gives its recipe, its
 # training time and both scores. `offline_model(full=True)` trains a larger one for a GPU
-# (4 layers, $D = 128$, batch 32, 6,000 steps).
+# (`OFFLINE_RECIPES["shakespeare-bpe-heads-full"]`: wider, deeper and trained longer).
 
 # %% [markdown]
 # ### An induction head, trained to be seen

@@ -344,10 +344,11 @@ print(f"trainable: {sum(p.numel() for p in theirs.parameters() if p.requires_gra
 
 # %% [markdown]
 # `apply_lora(model, r, alpha)` freezes a model and wraps each projection of every block
-# (attention's `c_attn` and `c_proj`, the MLP's `c_fc` and `c_proj`) in a `LoRALinear`: the
-# targets, initialization and scaling of Hugging Face `peft` {cite}`mangrulkar2022peft`
-# for GPT-2. Because $B = 0$, the adapted model computes exactly what the pretrained one
-# computed:
+# (attention's `c_attn` and `c_proj`, the MLP's `c_fc` and `c_proj`) in a `LoRALinear`, with
+# the initialization and scaling of Hugging Face `peft` {cite}`mangrulkar2022peft`. The
+# targets are a choice: `peft`'s default for GPT-2 is `c_attn` alone, and the book passes it
+# all four, `target_modules=["c_attn", "c_proj", "c_fc"]`, as its parity test does. Because
+# $B = 0$, the adapted model computes exactly what the pretrained one computed:
 
 # %% tags=["nbval-check-output"]
 lora_model = apply_lora(copy.deepcopy(backbone), r=4, alpha=8)

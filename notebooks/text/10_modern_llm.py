@@ -166,8 +166,9 @@ with torch.no_grad():
 # about as long as the written-out RMSNorm (as in the committed run, on a CPU), PyTorch has no fused
 # RMSNorm kernel for that device and runs the same separate operations, while `F.layer_norm` has a
 # hand-tuned kernel; on GPUs recent PyTorch versions fuse both. Either way normalization is a small part
-# of a Transformer's time next to the matrix products: the reasons Llama gives for RMSNorm are simplicity
-# and the small saving at scale, not a large speed-up.
+# of a Transformer's time next to the matrix products. LLaMA {cite}`touvron2023llama` adopts RMSNorm by
+# citing Zhang and Sennrich {cite}`zhang2019rmsnorm`, whose argument it is: re-centring adds little, and
+# dropping it saves computation.
 #
 # ## 10.2 SwiGLU: a gated feed-forward network
 #
@@ -532,9 +533,8 @@ display(Markdown(comparison_text(results["GPT-2-style"], results["Llama-style"],
 # What this can and cannot say. The step times include the loss estimates and share the machine with
 # whatever else runs on it; the ratio, taken in one process, is the number to read. Both models use one
 # learning rate, tuned for neither, and the runs are short: this compares how fast two small models learn
-# in their first minute, not where they would end after a long training, where published comparisons at
-# larger scale find gaps of a few percent in perplexity. Nor does it say which of the four changes does
-# the work: a learned position table, for instance, starts as noise and must be learned from the data,
+# in their first minute, not where they would end after a long training. Nor does it say which of the
+# four changes does the work: a learned position table, for instance, starts as noise and must be learned from the data,
 # while RoPE gives every layer relative positions from the first step. Swapping one piece at a time
 # (`GPTConfig` and `LlamaConfig` make each easy to change) would tell them apart.
 #
