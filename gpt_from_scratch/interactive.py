@@ -28,8 +28,8 @@ from .generate import top_k_filter, top_p_filter
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = {"responsive": True, "displayModeBar": False, "scrollZoom": False}
-HOVER = ("query %{customdata[0]} (position %{y})<br>key %{customdata[1]} (position %{x})"
-         "<br>weight %{z:.3f}<extra></extra>")
+HOVER = ("query %{customdata[0]} (position %{customdata[2]})<br>key %{customdata[1]} "
+         "(position %{customdata[3]})<br>weight %{z:.3f}<extra></extra>")
 # Outside the book and JupyterLab (Colab's output frames, nbviewer) the HTML fetches plotly.js
 # of the version plotly.py bundles; the book's pages already hold it and never fetch it.
 PLOTLY_JS_URL = f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
@@ -56,7 +56,7 @@ def _causal(weights: np.ndarray) -> list:
 
 def _heatmap(weights: np.ndarray, tokens: Sequence[str], visible: bool = True) -> go.Heatmap:
     T = len(tokens)
-    pairs = [[[tokens[q], tokens[k]] for k in range(T)] for q in range(T)]  # (T, T, 2)
+    pairs = [[[tokens[q], tokens[k], q, k] for k in range(T)] for q in range(T)]  # (T, T, 4)
     return go.Heatmap(z=_causal(weights), customdata=pairs, hovertemplate=HOVER, zmin=0, zmax=1,
                       colorscale="Viridis", colorbar={"title": {"text": "weight"}},
                       hoverongaps=False, visible=visible)

@@ -8,8 +8,19 @@ questions and its JavaScript into the cell's output: the page needs no kernel an
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+CODE = re.compile(r"`([^`]+)`")
+
+
+def as_html(text: str) -> str:
+    """jupyterquiz shows text as HTML: escape it (``<unk>`` stays visible) and set `code` as code."""
+    if "$" in text:
+        raise ValueError(f"{text!r} holds a $, which jupyterquiz reads as TeX: write it out")
+    return CODE.sub(r"<code>\1</code>", html.escape(text, quote=False))
 
 
 @dataclass(frozen=True)
@@ -33,9 +44,10 @@ class MultipleChoice:
                              "correct: give at least two choices and mark exactly one correct")
 
     def to_json(self) -> dict:
-        answers = [{"answer": c.text, "correct": c.correct, "feedback": c.feedback}
-                   for c in self.choices]
-        return {"question": self.question, "type": "multiple_choice", "answers": answers}
+        answers = [{"answer": as_html(c.text), "correct": c.correct,
+                    "feedback": as_html(c.feedback)} for c in self.choices]
+        return {"question": as_html(self.question), "type": "multiple_choice",
+                "answers": answers}
 
 
 @dataclass(frozen=True)
@@ -55,9 +67,9 @@ class Numeric:
     def to_json(self) -> dict:
         low, high = self.answer - self.tolerance, self.answer + self.tolerance
         shown = f"{self.answer:.6g}"
-        return {"question": self.question, "type": "numeric", "answers": [
+        return {"question": as_html(self.question), "type": "numeric", "answers": [
             {"type": "range", "range": [low, high], "correct": True,
-             "feedback": f"Correct: {shown}. {self.feedback}"},
+             "feedback": as_html(f"Correct: {shown}. {self.feedback}")},
             {"type": "default", "feedback": "Not quite: look at the printed output again."}]}
 
 

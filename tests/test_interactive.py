@@ -39,7 +39,7 @@ def test_attention_figure_hover_names_the_query_and_key_of_each_cell():
     fig = attention_figure(maps, TOKENS, ["a", "b", "c"])
     for trace, weights in zip(fig.data, maps):
         np.testing.assert_array_equal(shown(trace.z), expected(weights))
-        assert list(trace.customdata[3][1]) == ["␣the", "␣cat"]  # query 3, key 1
+        assert list(trace.customdata[3][1]) == ["␣the", "␣cat", 3, 1]  # query 3, key 1
         assert "%{customdata[0]}" in trace.hovertemplate and "%{z" in trace.hovertemplate
     assert [t.visible for t in fig.data] == [True, False, False]
     buttons = fig.layout.updatemenus[0].buttons
