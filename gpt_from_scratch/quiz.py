@@ -1,9 +1,10 @@
 """Self-check quizzes at the end of each chapter: multiple choice and numeric questions with
 instant feedback, shown by jupyterquiz (MIT) in the rendered book, Jupyter and Colab.
 
-A chapter writes its questions in code from its own variables, so a question about a measured
-number is written from the number and stays true when the outputs change. jupyterquiz puts the
-questions and its JavaScript into the cell's output: the page needs no kernel and no network.
+A chapter writes its questions in code from its own variables, so a question about a
+measured number is written from the number and stays true when the outputs change.
+jupyterquiz puts the questions and its JavaScript into the cell's output: the page needs no
+kernel and no network.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ CODE = re.compile(r"`([^`]+)`")
 
 
 def as_html(text: str) -> str:
-    """jupyterquiz shows text as HTML: escape it (``<unk>`` stays visible) and set `code` as code."""
+    """jupyterquiz shows text as HTML: escape it (``<unk>`` stays), `code` as code."""
     if "$" in text:
-        raise ValueError(f"{text!r} holds a $, which jupyterquiz reads as TeX: write it out")
+        raise ValueError(f"{text!r} holds a $, which jupyterquiz reads as TeX: write it "
+                         "out")
     return CODE.sub(r"<code>\1</code>", html.escape(text, quote=False))
 
 
@@ -40,8 +42,9 @@ class MultipleChoice:
     def __post_init__(self):
         n_correct = sum(c.correct for c in self.choices)
         if len(self.choices) < 2 or n_correct != 1:
-            raise ValueError(f"{self.question!r} has {len(self.choices)} choices, {n_correct} "
-                             "correct: give at least two choices and mark exactly one correct")
+            raise ValueError(f"{self.question!r} has {len(self.choices)} choices, "
+                             f"{n_correct} correct: give at least two choices and mark "
+                             "exactly one correct")
 
     def to_json(self) -> dict:
         answers = [{"answer": as_html(c.text), "correct": c.correct,
@@ -61,7 +64,8 @@ class Numeric:
 
     def __post_init__(self):
         if not self.tolerance > 0:
-            raise ValueError(f"{self.question!r}: tolerance must be > 0, got {self.tolerance!r}; "
+            raise ValueError(f"{self.question!r}: tolerance must be > 0, got "
+                             f"{self.tolerance!r}; "
                              "pass half the last printed digit, e.g. 0.005 for 0.12")
 
     def to_json(self) -> dict:
@@ -70,7 +74,8 @@ class Numeric:
         return {"question": as_html(self.question), "type": "numeric", "answers": [
             {"type": "range", "range": [low, high], "correct": True,
              "feedback": as_html(f"Correct: {shown}. {self.feedback}")},
-            {"type": "default", "feedback": "Not quite: look at the printed output again."}]}
+            {"type": "default",
+             "feedback": "Not quite: look at the printed output again."}]}
 
 
 def quiz_json(questions: Sequence[MultipleChoice | Numeric]) -> list[dict]:
@@ -81,7 +86,7 @@ def quiz_json(questions: Sequence[MultipleChoice | Numeric]) -> list[dict]:
 
 
 def show_quiz(questions: Sequence[MultipleChoice | Numeric]) -> None:
-    """Display the questions with instant feedback (the answers' order is shuffled on each view)."""
+    """Display the questions with instant feedback (answers shuffled on each view)."""
     from jupyterquiz import display_quiz
 
     display_quiz(quiz_json(questions), shuffle_answers=True, max_width=720)

@@ -1,10 +1,12 @@
-"""Browser checks of the interactive figures and the quizzes (called by scripts/browser_test.py).
+"""Browser checks of the interactive figures and the quizzes (called by
+scripts/browser_test.py).
 
-On each page: every interactive figure (gpt_from_scratch.interactive) is drawn by the plotly.js the
-book serves from its own ``_static`` (no request leaves the local server); hovering over a heatmap
-shows a query, a key and a weight, and another cell shows another; a slider step, a button or a
-menu entry changes what is drawn. Every chapter has a quiz; picking an answer and typing a number
-(a wrong one, then the right one, read from the question) each show their feedback.
+On each page: every interactive figure (gpt_from_scratch.interactive) is drawn by the
+plotly.js the book serves from its own ``_static`` (no request leaves the local server);
+hovering over a heatmap shows a query, a key and a weight, and another cell shows another; a
+slider step, a button or a menu entry changes what is drawn. Every chapter has a quiz;
+picking an answer and typing a number (a wrong one, then the right one, read from the
+question) each show their feedback.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from selenium.webdriver.common.keys import Keys
 # Interactive figures each chapter must show.
 FIGURES = {"notebooks/04_attention": 1, "notebooks/07_generation": 1, "notebooks/08_gpt2_weights": 1}
 
-# What a figure draws, as a string that changes whenever the picture does: the heatmap images and
-# the bars of the visible traces.
+# What a figure draws, as a string that changes whenever the picture does: the heatmap
+# images and the bars of the visible traces.
 DRAWN = """
 const gd = arguments[0];
 const images = [...gd.querySelectorAll('image')].map(i => i.getAttribute('href')).join('|');

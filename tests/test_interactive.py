@@ -121,7 +121,8 @@ def test_interactive_bundle_draws_the_same_figure_in_every_format():
     assert embedded == spec and spec["config"]["responsive"]
     div_id = html.split('id="', 1)[1].split('"', 1)[0]
     assert f'Plotly.newPlot("{div_id}"' in html
-    # The same figure gets the same id (outputs stay the same from run to run); another, another.
+    # The same figure gets the same id (outputs stay the same from run to run); another,
+    # another.
     assert Interactive(fig, "x")._repr_mimebundle_()["text/html"] == html
     other = attention_figure(causal_maps(2, seed=5), TOKENS, ["a", "b"])
     assert div_id not in Interactive(other, "x")._repr_mimebundle_()["text/html"]
