@@ -70,8 +70,10 @@ def _heatmap(weights: np.ndarray, tokens: Sequence[str], visible: bool) -> go.He
 def _token_axes(fig: go.Figure, tokens: Sequence[str]) -> None:
     ticks = {"tickvals": list(range(len(tokens))), "ticktext": list(tokens),
              "tickfont_size": 12}
-    fig.update_xaxes(title_text="key (attended to)", tickangle=-60, **ticks)
-    fig.update_yaxes(title_text="query (attending)", autorange="reversed", **ticks)
+    fig.update_xaxes(title_text="key (attended to)", tickangle=-60, constrain="domain",
+                     **ticks)
+    fig.update_yaxes(title_text="query (attending)", autorange="reversed", scaleanchor="x",
+                     constrain="domain", **ticks)  # square cells
 
 
 def _show_one(labels: Sequence[str], **menu) -> dict:
@@ -167,8 +169,7 @@ def sampling_explorer(logits: torch.Tensor, labels: Sequence[str],
     menu = _show_one([f.name for f in filters], type="buttons", direction="right")
     return _layout(fig, title, height=480, sliders=[slider], updatemenus=[menu],
                    yaxis={"range": [0, 1], "title": {"text": "probability"}},
-                   xaxis={"title": {"text": "next token"}, "type": "category",
-                          "tickfont_size": 12})
+                   xaxis={"type": "category", "tickfont_size": 12})
 
 
 def layer_head_explorer(maps, tokens: Sequence[str], layer: int = 0, head: int = 0,
@@ -193,7 +194,7 @@ def layer_head_explorer(maps, tokens: Sequence[str], layer: int = 0, head: int =
     steps = [{"label": str(h), "method": "restyle",
               "args": [{"z": [_causal(array[l, h]) for l in range(L)]}]} for h in range(H)]
     slider = {"active": head, "steps": steps, "currentvalue": {"prefix": "head "},
-              "pad": {"t": 90}}
+              "pad": {"t": 120}}
     menu = _show_one([f"layer {l}" for l in range(L)], active=layer)
     _token_axes(fig, tokens)
     return _layout(fig, title, height=560, sliders=[slider], updatemenus=[menu])

@@ -83,7 +83,7 @@ def check_figure(driver, figure, name: str) -> list[str]:
         controls.append(("the slider", [(last(".slider-rail-touch-rect"), 0.05)]))
     if figure.find_elements(By.CSS_SELECTOR, ".updatemenu-header"):  # a drop-down menu
         controls.append(("the menu", [(last(".updatemenu-header"), 0.5),
-                                      (second(".updatemenu-button"), 0.5)]))
+                                      (second(".updatemenu-dropdown-button"), 0.5)]))
     elif figure.find_elements(By.CSS_SELECTOR, ".updatemenu-button"):
         controls.append(("the buttons", [(last(".updatemenu-button"), 0.5)]))
     for label, clicks in controls:
