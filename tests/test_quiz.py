@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 
 from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, as_html, quiz_json, show_quiz
+
+
+jupytext = pytest.importorskip("jupytext", reason="reading the twins needs jupytext")
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("make_student", ROOT / "scripts" / "make_student.py")
+make_student = importlib.util.module_from_spec(spec)
+sys.modules.setdefault("make_student", make_student)
+spec.loader.exec_module(make_student)
 
 
 def accepts(question: dict, submission: float) -> bool:
@@ -60,3 +74,44 @@ def test_show_quiz_puts_the_questions_and_their_script_in_the_output(monkeypatch
     html, script = shown
     assert html.data.startswith("<div id=")  # the container the script fills
     assert '"question": "How many heads?"' in script.data and "show_questions" in script.data
+
+
+def defined_names(tree) -> set[str]:
+    """Names a cell binds: assignments, imports, definitions, loop and with targets."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def python(source: str) -> str:
+    """A cell's source with its IPython magics (``%pip ...``) as ``pass``."""
+    lines = source.splitlines()
+    return "\n".join(line[:len(line) - len(line.lstrip())] + "pass"
+                     if line.lstrip().startswith(("%", "!")) else line for line in lines)
+
+
+@pytest.mark.parametrize("twin", sorted((ROOT / "notebooks" / "text").glob("*.py")),
+                         ids=lambda p: p.stem)
+def test_each_chapter_ends_with_a_quiz_built_from_its_own_variables(twin):
+    """The quiz reads only names that the chapter binds before its exercises, so it runs in a
+    student copy (whose solutions are stubs) and its numbers are the chapter's own."""
+    nb = jupytext.read(twin)
+    quiz = [c for c in nb.cells if c.cell_type == "code" and "quiz" in c.metadata.get("tags", [])]
+    assert len(quiz) == 1, f"{twin.name}: expected one quiz cell tagged quiz, found {len(quiz)}"
+    assert nb.cells[-1] is quiz[0], f"{twin.name}: the quiz must end the chapter"
+    start = make_student.exercises_start(nb)
+    bound = set(dir(builtins))
+    for cell in nb.cells[:start]:
+        if cell.cell_type == "code":
+            bound |= defined_names(ast.parse(python(cell.source)))
+    tree = ast.parse(quiz[0].source)
+    bound |= defined_names(tree)
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assert read <= bound, f"{twin.name}: the quiz reads {sorted(read - bound)}, which no cell before the exercises binds"
+    assert "Numeric(" in quiz[0].source and "MultipleChoice(" in quiz[0].source
