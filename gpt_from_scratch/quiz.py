@@ -69,8 +69,9 @@ class Numeric:
                              "pass half the last printed digit, e.g. 0.005 for 0.12")
 
     def to_json(self) -> dict:
-        low, high = self.answer - self.tolerance, self.answer + self.tolerance
-        shown = f"{self.answer:.6g}"
+        answer = float(self.answer)  # a number, a NumPy or a 0-d tensor value
+        low, high = answer - self.tolerance, answer + self.tolerance
+        shown = f"{answer:.6g}"
         return {"question": as_html(self.question), "type": "numeric", "answers": [
             {"type": "range", "range": [low, high], "correct": True,
              "feedback": as_html(f"Correct: {shown}. {self.feedback}")},

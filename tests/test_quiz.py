@@ -5,10 +5,12 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, as_html, quiz_json, show_quiz
 
@@ -37,6 +39,9 @@ def test_a_numeric_answer_is_right_within_its_tolerance_only():
     assert not accepts(question, 3.31) and not accepts(question, 3.28)
     assert question["answers"][0]["feedback"].startswith("Correct: 3.2951.")
     assert question["answers"][-1]["type"] == "default"  # feedback for any other number
+    as_tensor = Numeric("Q?", torch.tensor(measured), 0.006, "").to_json()  # JSON-ready
+    assert json.loads(json.dumps(as_tensor))["answers"][0]["range"] == pytest.approx(
+        question["answers"][0]["range"])
 
 
 def test_multiple_choice_marks_exactly_one_answer_correct():
