@@ -105,8 +105,9 @@ def python(source: str) -> str:
 @pytest.mark.parametrize("twin", sorted((ROOT / "notebooks" / "text").glob("*.py")),
                          ids=lambda p: p.stem)
 def test_each_chapter_ends_with_a_quiz_built_from_its_own_variables(twin):
-    """The quiz reads only names that the chapter binds before its exercises, so it runs in a
-    student copy (whose solutions are stubs) and its numbers are the chapter's own."""
+    """The quiz reads only names that the chapter binds before its exercises and the exercises
+    leave alone, so it runs in a student copy (whose solutions are stubs) and its numbers are
+    the ones the chapter printed."""
     nb = jupytext.read(twin)
     quiz = [c for c in nb.cells if c.cell_type == "code" and "quiz" in c.metadata.get("tags", [])]
     assert len(quiz) == 1, f"{twin.name}: expected one quiz cell tagged quiz, found {len(quiz)}"
@@ -120,4 +121,9 @@ def test_each_chapter_ends_with_a_quiz_built_from_its_own_variables(twin):
     bound |= defined_names(tree)
     read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     assert read <= bound, f"{twin.name}: the quiz reads {sorted(read - bound)}, which no cell before the exercises binds"
+    rebound = set()
+    for cell in nb.cells[start:-1]:
+        if cell.cell_type == "code":
+            rebound |= defined_names(ast.parse(python(cell.source)))
+    assert not read & rebound, f"{twin.name}: the exercises rebind {sorted(read & rebound)}, which the quiz reads"
     assert "Numeric(" in quiz[0].source and "MultipleChoice(" in quiz[0].source

@@ -861,7 +861,8 @@ from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
 
 show_quiz([
     Numeric("How many parameters does GPT-2 small hold, with its output layer tied?",
-            sum(parts.values()), 0.5, "124M: the name of the model."),
+            sum(count_gpt_parameters(*sizes(gpt2_config)).values()), 0.5,
+            "124M: the name of the model."),
     MultipleChoice("A head's attention map shows:", [
         Choice("where each query looks, not what the model concludes", True,
                "Yes: conclusions are measured on the outputs, roles by intervening."),
