@@ -99,9 +99,12 @@ def find(chapter: str) -> Assignment:
 
 
 def exercise_blocks(nb) -> list[list]:
-    """The cells of each ``### Exercise N.`` block of the exercises section, heading first."""
+    """The cells of each ``### Exercise N.`` block of the exercises section, heading first; the
+    chapter's quiz (cells tagged ``quiz``) ends the last block."""
     blocks: list[list] = []
     for cell in nb.cells:
+        if make_student.QUIZ_TAG in cell.metadata.get("tags", []):
+            break
         if cell.cell_type == "markdown" and make_student.EXERCISE_HEADING.search(cell.source):
             blocks.append([cell])
         elif blocks:

@@ -19,6 +19,7 @@ Serves ``_build/html`` on 127.0.0.1, opens every page of the table of contents i
   the token labels of every heatmap at least 9 CSS px tall;
 - the ☰ button opens and closes the chapter list, and the contents button the page's sections,
   at 1280 px and at 390 px (pydata-sphinx-theme#2451 made both do nothing);
+- the interactive figures and the quizzes respond (scripts/browser_interactive.py);
 - at 390 px (a phone): the page never scrolls sideways, and heatmap labels stay at least 9 CSS px
   (a wide heatmap scrolls inside its own box at full size).
 
@@ -49,6 +50,7 @@ from selenium.webdriver.common.by import By
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from gpt_from_scratch.book.plotting import LABEL_PT  # noqa: E402  (the smallest label of a heatmap, in points)
+from browser_interactive import check_interactive  # noqa: E402  (figures and quizzes)
 
 WIDE, PHONE = 1280, 390
 MIN_LABEL_PX = 9  # the smallest legible label, in CSS px
@@ -212,6 +214,7 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
             problems.append(f"no download button for {notebook}")
         if not any(link.rstrip("/") == repo for link in facts["links"]):
             problems.append(f"no repository button pointing at {repo}")
+    problems += check_interactive(driver, page)
     problems += check_navigation(driver, url, WIDE, contents=False)
     driver.set_window_size(PHONE, 900)
     driver.get(url)
@@ -230,7 +233,8 @@ def check_numbering(facts) -> list[str]:
         return []
     chapter, problems = match.group(1), []
     for section in facts["sections"]:
-        if section not in ("Summary", "Exercises") and not section.startswith(f"{chapter}."):
+        if section not in ("Summary", "Exercises", "Check yourself") \
+                and not section.startswith(f"{chapter}."):
             problems.append(f"section {section!r} is not numbered {chapter}.N")
     for number in facts["figureNumbers"]:
         if not number.startswith(f"Fig. {chapter}."):

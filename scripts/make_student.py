@@ -19,6 +19,8 @@ In a student copy:
   an empty markdown cell "**Your answer:**" for the student to write in;
 - an "Answers" admonition in the prose (```` ```{admonition} Answers ````, folded in the book) is
   replaced by a line saying that the answers are in the teacher's copy;
+- cells tagged ``quiz`` (the self-check quiz that ends a chapter, after its exercises) keep
+  their outputs: the questions give their own feedback, no teacher needed;
 - everything else (prose, the chapter's code and its outputs, the ``check_*`` calls) is unchanged.
 
 The chapter files are never modified.
@@ -39,6 +41,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION_TAG, EXERCISE_TAG, ANSWER_TAG = "solution", "exercise", "answer"
+QUIZ_TAG = "quiz"
 YOUR_ANSWER = "**Your answer:**\n\n"
 # The book's one exercise format: "### Exercise 3. Top-p without sorting (implement)".
 EXERCISE_HEADING = re.compile(r"^###\s+Exercise\s+(?P<number>\d+)\.\s+(?P<title>.+?)\s+"
@@ -224,7 +227,8 @@ def make_student(nb):
             kept = [t for t in tags(cell) if t != SOLUTION_TAG and t not in HIDING_TAGS]
             cell.metadata["tags"] = [EXERCISE_TAG, *kept]
             cell.metadata.pop("mystnb", None)  # the teacher's toggle text
-        if solution or (start is not None and index >= start):
+        in_exercises = start is not None and index >= start and QUIZ_TAG not in tags(cell)
+        if solution or in_exercises:
             cell.outputs = []
             cell.execution_count = None
             if NBVAL_CHECK in tags(cell):  # no output left to compare with

@@ -301,3 +301,12 @@ def test_untouched_hand_in_notebooks_run_top_to_bottom(tmp_path):
             f"{chapter}:\n{printed}"
         )
         assert "✅" not in printed and "Traceback" not in printed
+
+
+def test_the_quiz_after_the_exercises_is_in_no_exercise_block():
+    cells = [nbformat.v4.new_markdown_cell("## Exercises\n\n### Exercise 1. Why (explain)\n\nWhy?"),
+             nbformat.v4.new_code_cell("print(42)"),
+             nbformat.v4.new_markdown_cell("## Check yourself", metadata={"tags": ["quiz"]}),
+             nbformat.v4.new_code_cell("show_quiz([])", metadata={"tags": ["quiz"]})]
+    blocks = assign.exercise_blocks(nbformat.v4.new_notebook(cells=cells))
+    assert [[c.source for c in block] for block in blocks] == [[cells[0].source, "print(42)"]]

@@ -211,6 +211,17 @@ def test_student_copy_of_a_synthetic_chapter():
     assert_no_solution_code(original, student)
 
 
+def test_the_quiz_after_the_exercises_keeps_its_outputs():
+    nb = chapter()
+    quiz_output = "<the questions and their feedback>"
+    nb.cells += [nbformat.v4.new_markdown_cell("## Check yourself", metadata={"tags": ["quiz"]}),
+                 code("show_quiz([...])", tags=("quiz", "remove-input"), output=quiz_output)]
+    student = make_student.make_student(nb)
+    assert student.cells[-1].outputs == nb.cells[-1].outputs
+    assert student.cells[-1].metadata["tags"] == ["quiz", "remove-input"]
+    assert student.cells[10].outputs == []  # the last exercise's cell is still cleared
+
+
 @pytest.mark.parametrize("fence", ["```", "````", ":::"])
 def test_answers_admonitions_are_removed_and_other_admonitions_kept(fence):
     note = "```{note}\nKeep me.\n```"

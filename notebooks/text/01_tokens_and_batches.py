@@ -815,3 +815,37 @@ print("largest start drawn in 20,000 windows:", int(many_x[:, 0].max()))
 # about: how well the model predicts text it has never seen. Holding out the end of the play
 # keeps every validation token out of training.
 # ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    Numeric("A context of 1,024 GPT-2 tokens holds about how many characters of Tiny "
+            "Shakespeare? (To the nearest 10.)", per_context, 10,
+            "BPE packs about 3.3 characters into each token (section 1.7)."),
+    Numeric("How many different characters make up Tiny Shakespeare's character "
+            "vocabulary?", len(chars), 0.5, "One token per character: V is that small."),
+    MultipleChoice("In a batch from `get_batch`, how is `y` related to `x`?", [
+        Choice("`y[b, t]` is the token that follows `x[b, t]` in the corpus", True,
+               "Yes: both come from one window of T + 1 tokens, shifted by one."),
+        Choice("`y` is the next window of T tokens, with no overlap", False,
+               "No: the two overlap in T - 1 tokens; `y` is `x` shifted by one."),
+        Choice("`y[b, t]` equals `x[b, t]`: the model learns to copy", False,
+               "No: the target is always the next token."),
+    ]),
+    MultipleChoice("Why is `\" Citizen\"` one GPT-2 token while `\"Citizen\"` is two?", [
+        Choice("GPT-2's words carry their leading space, so the spaced form is the "
+               "common one", True,
+               "Yes: in running text a word nearly always follows a space."),
+        Choice("The tokenizer drops spaces before it looks words up", False,
+               "No: spaces are kept; they are part of the token."),
+        Choice("Capital letters are split off", False,
+               "No: both forms start with the same capital C."),
+    ]),
+])

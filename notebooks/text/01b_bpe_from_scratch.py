@@ -655,3 +655,36 @@ print([gpt2_bpe.vocab[i].decode() for i in gpt2_bpe.encode(numbers)])
 # and the model cannot line up units, tens and hundreds. Splitting digit runs into chunks of
 # at most three digits (or single digits) makes the cuts predictable.
 # ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    Numeric("With GPT-2's 50,000 merges, how many characters of Tiny Shakespeare does one "
+            "token cover on average? (Two decimals.)", len(text) / len(ours), 0.006,
+            "Our tokenizer gives exactly tiktoken's ids, so the same ratio."),
+    MultipleChoice("Why can a byte-level BPE tokenizer encode any string, emoji "
+                   "included?", [
+        Choice("It starts from the 256 byte values: any UTF-8 text is a sequence of "
+               "them", True,
+               "Yes: merges only shorten the sequence; nothing is ever unknown."),
+        Choice("It has a token for every Unicode character", False,
+               "No: there are far more characters than its 50,257 tokens."),
+        Choice("Unknown characters become an <unk> token", False,
+               "No: a byte-level tokenizer has no unknown token at all."),
+    ]),
+    MultipleChoice("Encoding a chunk replays the learned merges in which order?", [
+        Choice("Lowest rank first: the merge learned earliest", True,
+               "Yes: the order training found them in."),
+        Choice("The pair most frequent in the text being encoded first", False,
+               "No: frequencies matter only during training."),
+        Choice("Longest resulting token first", False,
+               "No: merges are applied by rank, not by length."),
+    ]),
+])

@@ -683,3 +683,33 @@ print(f"cosine(' dog', ' man'): no position {alone:+.3f}; both at 1000 {both:+.3
 # 32$ frequencies, the fast ones separating nearby positions clearly. And 1023 hard-codes
 # the context length: a model with a longer context gets a different code at every position.
 # ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    MultipleChoice("Looking up row t of an embedding table gives the same result as:", [
+        Choice("multiplying the one-hot vector of t by the table", True,
+               "Yes, exactly: the lookup skips the multiplications by zero."),
+        Choice("the dot products of t's vector with every row", False,
+               "No: that would score every token, not pick one row."),
+        Choice("averaging the rows of the tokens before t", False,
+               "No: that is a bag of words, not an embedding lookup."),
+    ]),
+    MultipleChoice("Without positions, what does attention make of \"the dog bit the "
+                   "man\" and \"the man bit the dog\"?", [
+        Choice("The same input: it is blind to order", True,
+               "Yes: the same tokens, in any order, give the same set of vectors."),
+        Choice("Different inputs, since each token sits in another row", False,
+               "No: the row order does not enter the computation."),
+    ]),
+    Numeric(f"For the sinusoidal code of width D = {pe_exact.shape[1]}, what is "
+            "P[p]·P[p] (the same for every p)?", S[0, 0].item(), 0.01,
+            "Each pair of dimensions adds sin² + cos² = 1: D/2 in all."),
+])

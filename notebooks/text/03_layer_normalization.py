@@ -678,3 +678,32 @@ with torch.no_grad():
     print("mean-0 row, RMSNorm vs LayerNorm:", f"{gap:.2e}")
     print("RMSNorm, 3x vs x:    ", f"{(rms_norm(3 * row) - rms_norm(row)).abs().max():.2e}")
     print("RMSNorm, x + 7 vs x: ", f"{(rms_norm(row + 7) - rms_norm(row)).abs().max():.2e}")
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    MultipleChoice("LayerNorm computes its mean and variance over:", [
+        Choice("the features of each token on its own", True,
+               "Yes: one row at a time, so no token depends on the others in the batch."),
+        Choice("each feature across the batch", False,
+               "No: that is BatchNorm, which mixes the tokens of a batch."),
+        Choice("the whole tensor at once", False,
+               "No: every row gets its own mean and variance."),
+    ]),
+    MultipleChoice("Which variance does LayerNorm divide by?", [
+        Choice("The biased one: divide by D", True,
+               "Yes: PyTorch's LayerNorm uses the population variance."),
+        Choice("The unbiased one: divide by D - 1", False,
+               "No: the chapter measured the difference this makes."),
+    ]),
+    Numeric("Without normalization, by what factor did the variance grow per block in this "
+            "chapter's stack? (Two decimals.)", float(variance_factor), 0.006,
+            "A factor above 1 compounds: after 48 blocks it is huge."),
+])

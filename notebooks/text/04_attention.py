@@ -580,6 +580,18 @@ for hh, ax in enumerate(axes.flat):
 fig.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.6, label="attention weight")
 plt.show()
 
+# %% [markdown]
+# The same four maps, interactive: hover over a cell to read its query token, its key token
+# and the weight between them; the buttons switch heads. The figure works in the page
+# itself, without a running notebook.
+
+# %%
+from gpt_from_scratch.interactive import Interactive, attention_figure
+
+Interactive(attention_figure(head_weights[0], labels, [f"head {hh}" for hh in range(4)],
+                             title="Hover over a cell: query, key and weight"),
+            "(The interactive version of this figure is in the HTML edition.)")
+
 # %% tags=["nbval-check-output"]
 last = head_weights[:, :, -1]  # (B, H, T): the last query of each sequence, in each head
 entropy = -(last * last.log()).sum(-1)  # (B, H)
@@ -1073,3 +1085,29 @@ for t, (ta, tb) in enumerate(zip(token_labels(a, enc), token_labels(b_, enc))):
 # which are all padding. Their outputs are thrown away, but a NaN there would not stay put:
 # in the next layer it sits in the values, and $0 \times \text{NaN}$ is NaN.
 # ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    Numeric("In section 4.6's causal attention, how many non-zero weights does the "
+            "query at position 5 (counting from 0) have?", int(nonzero[5]), 0.5,
+            "Query t sees keys 0 to t: t + 1 of them."),
+    Numeric("What is the entropy, in nats, of an attention row spread evenly over "
+            f"T = {len(nonzero)} tokens? (Three decimals.)", math.log(len(nonzero)), 0.0006,
+            "ln T: the largest entropy a row of T weights can have."),
+    MultipleChoice("Why are the scores divided by the square root of d_k?", [
+        Choice("Dot products of unit-variance vectors of width d_k have variance d_k; the "
+               "division brings it back to 1 so the softmax does not saturate", True,
+               "Yes: section 4.3 measured both the spread and the lost gradient."),
+        Choice("So that each row of weights sums to 1", False,
+               "No: the softmax does that, whatever the scale."),
+        Choice("To make the product faster", False, "No: it costs one extra division."),
+    ]),
+])

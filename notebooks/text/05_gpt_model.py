@@ -1144,3 +1144,27 @@ del xl_wide
 # than the other logits: an untrained tied model leans towards repeating its input, more so
 # when the blocks' additions are small compared with the embeddings.
 # ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    Numeric("What share of a block's weight matrices and biases does the MLP hold? "
+            "(Percent, one decimal.)", 100 * share, 0.06, "About two thirds: d_ff = 4D."),
+    Numeric("How many parameters does tying the output layer to the token embedding "
+            "save in GPT-2 small?", saved, 0.5, "V × D: one 50,257 × 768 matrix."),
+    MultipleChoice("Without residual connections, the gradient at the embeddings of a deep "
+                   "stack:", [
+        Choice("shrinks by a roughly constant factor per block and all but vanishes", True,
+               "Yes: section 5.3 measured it below 1e-6."),
+        Choice("stays about the same as at the last block", False,
+               "That is what the residual stream achieves, not what happens without it."),
+        Choice("grows without bound", False, "No: here it shrinks."),
+    ]),
+])

@@ -1076,3 +1076,31 @@ for name, changes in runs.items():
 # model memorizes more slowly, so the gap opens later too, but its best validation loss is
 # usually higher.
 # ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    Numeric("What validation loss does the bigram table reach? (Nats, two decimals.)",
+            bigram_val, 0.006, "The floor a model that sees one character must beat."),
+    MultipleChoice("An untrained model's loss is close to ln 65 ≈ 4.17 nats because:", [
+        Choice("its predictions are nearly uniform over the 65 characters", True,
+               "Yes: -ln(1/65) = ln 65."),
+        Choice("65 steps of training have run", False,
+               "No: the loss is measured before any step."),
+        Choice("the loss is the number of wrong characters", False,
+               "No: it is the mean negative log-probability of the right one."),
+    ]),
+    MultipleChoice("To resume training exactly where it stopped, a checkpoint needs:", [
+        Choice("the weights, the optimizer's state, the step and the random generators' "
+               "states", True, "Yes: the chapter resumed and got the same final loss."),
+        Choice("the weights only", False,
+               "No: AdamW's moments and the learning-rate schedule would restart."),
+    ]),
+])

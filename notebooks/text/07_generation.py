@@ -439,6 +439,24 @@ display(widgets.VBox([widgets.HBox(controls[:2]), widgets.HBox(controls[2:]),
 print(sample_text())
 
 # %% [markdown]
+# The sliders above need the model; the explorer below does not. It holds the distribution
+# `generate` samples from after “It is the␣”, computed here for every temperature and filter:
+# the slider sets the temperature, the buttons pick top-k or top-p, and the last bar is
+# every other character together. In the rendered book it works without a running notebook.
+
+# %%
+from gpt_from_scratch.interactive import Interactive, SamplingFilter, sampling_explorer
+from gpt_from_scratch.plotting import token_labels
+
+filters = [SamplingFilter("all"), SamplingFilter("top-k 3", top_k=3),
+           SamplingFilter("top-k 10", top_k=10), SamplingFilter("top-p 0.5", top_p=0.5),
+           SamplingFilter("top-p 0.9", top_p=0.9)]
+temperatures = (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
+explorer = sampling_explorer(last, token_labels(range(len(last)), tokenizer), temperatures,
+                             filters, title="The next character after “It is the␣”")
+Interactive(explorer, "(The interactive version of this figure is in the HTML edition.)")
+
+# %% [markdown]
 # ## 7.7 The KV cache
 #
 # The loop of section 7.5 is wasteful. To produce token 100 it runs the model on tokens 0 to 99; to produce
@@ -920,3 +938,33 @@ print("identical to greedy:", torch.equal(cold, greedy),
 # by $\tau$ never changes the order of the logits. Top-p keeps fewer, or as many: at $\tau =
 # 0.5$ the likely tokens get likelier, so fewer of them reach the mass $p$.
 # ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    Numeric("At temperature 1, what probability does the model give its most likely "
+            "character after “It is the␣”? (Two decimals.)",
+            torch.softmax(last, dim=-1).max().item(), 0.006,
+            "A flat distribution: many characters can start the next word."),
+    Numeric("After “It is the␣”, how many characters does top-p with p = 0.9 keep?",
+            int((top_p_filter(last, 0.9) > float("-inf")).sum()), 0.5,
+            "The nucleus follows the model's confidence: wide here."),
+    MultipleChoice("As the temperature goes to 0, sampling becomes:", [
+        Choice("greedy decoding: all the probability on the top token", True,
+               "Yes: try temperature 0.1 in the explorer above."),
+        Choice("uniform over the vocabulary", False,
+               "No: that is the limit of a high temperature."),
+    ]),
+    MultipleChoice("In what order does the package apply the three settings?", [
+        Choice("temperature, then top-k, then top-p", True, "Yes: Hugging Face's order."),
+        Choice("top-p, then top-k, then temperature", False,
+               "No: the temperature comes first."),
+    ]),
+])

@@ -743,6 +743,18 @@ fig = attention_lines(attention[layer][0], labels, title=f"{MODEL_NAME}, layer {
 plt.show()
 
 # %% [markdown]
+# And every map of every head, one at a time: the menu picks the layer, the slider the head,
+# and hovering over a cell shows its query token, key token and weight. It starts at the
+# layer and head of section 8.6 and works in the page itself, without a running notebook.
+
+# %%
+from gpt_from_scratch.interactive import Interactive, layer_head_explorer
+
+explorer = layer_head_explorer(torch.stack(attention)[:, 0], labels, layer=layer, head=head,
+                               title=f"{MODEL_NAME}: pick a layer and a head")
+Interactive(explorer, "(The interactive version of this figure is in the HTML edition.)")
+
+# %% [markdown]
 # ## Summary
 #
 # - GPT-2 small holds 124,439,808 parameters: $12D^2 + 13D$ per block, the token and
@@ -947,3 +959,32 @@ print(f"distinct tokens in the training split: {distinct:,} of {enc.n_vocab:,}")
 # teaches them, through the tied output layer, is to be unlikely. The parameters that do the
 # work are few.
 # ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    Numeric("How many parameters does GPT-2 small hold, with its output layer tied?",
+            sum(count_gpt_parameters(*sizes(gpt2_config)).values()), 0.5,
+            "124M: the name of the model."),
+    MultipleChoice("A head's attention map shows:", [
+        Choice("where each query looks, not what the model concludes", True,
+               "Yes: conclusions are measured on the outputs, roles by intervening."),
+        Choice("which tokens the model considers correct", False,
+               "No: a weight says how values are mixed, not what is true."),
+    ]),
+    MultipleChoice("An attention sink is a head that:", [
+        Choice("puts most of its attention on the first token, whatever it is", True,
+               "Yes: a bright first column, section 8.8."),
+        Choice("attends to the token just before each query", False,
+               "No: that is a previous-token head, section 8.9."),
+        Choice("ignores the query and attends evenly", False,
+               "No: that is the baseline both scores are measured against."),
+    ]),
+])

@@ -655,3 +655,26 @@ print(f"|grad A| = {fresh.lora_A.grad.abs().max():.4f}, "
 # loss rises, and eventually the loss on the character's own held-out lines turns back up
 # too, as in the overfitting experiment of {ref}`ch-training`.
 # ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    Numeric("What share of the test speeches does the majority class get right? (Percent, "
+            "one decimal.)", 100 * majority, 0.06,
+            "The baseline every classifier must beat."),
+    Numeric("What share does the bag-of-tokens baseline get right? (Percent, one decimal.)",
+            100 * bag["test"], 0.06, "A linear model on token counts, no transformer."),
+    MultipleChoice("After a LoRA update is merged into W:", [
+        Choice("the model computes the adapted outputs at no extra cost per token", True,
+               "Yes: W + BA is one matrix again."),
+        Choice("the pretrained weights are lost for good", False,
+               "No: unmerging subtracts BA and gives W back."),
+    ]),
+])

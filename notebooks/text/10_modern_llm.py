@@ -733,3 +733,30 @@ with torch.no_grad():
     full_logits, _ = model(sequence)
 print(f"cached step vs full sequence, last position: max |difference| "
       f"{(step_logits[0, -1] - full_logits[0, -1]).abs().max():.1e}")
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    MultipleChoice("RMSNorm differs from LayerNorm in that it:", [
+        Choice("does not subtract the mean (and has no bias)", True,
+               "Yes: on centred rows the two agree."),
+        Choice("normalizes over the batch", False,
+               "No: it works on each row, as LayerNorm does."),
+    ]),
+    MultipleChoice("Grouped-query attention (GQA) saves memory because:", [
+        Choice("several query heads share one key and value head, so the KV cache "
+               "shrinks by H / H_kv", True, "Yes: the queries keep all their heads."),
+        Choice("it drops the values and keeps only the keys", False,
+               "No: both are kept, for fewer heads."),
+    ]),
+    Numeric("In float16, how many KiB per token does the KV cache of the GPT-2 small shape "
+            "take with H_kv = 4?", kv_cache_bytes_per_token(12, 4, 64, bytes_per_number=2)
+            / 1024, 0.5, "2 (k and v) × 12 layers × 4 heads × 64 × 2 bytes."),
+])

@@ -1,0 +1,93 @@
+"""Self-check quizzes at the end of each chapter: multiple choice and numeric questions with
+instant feedback, shown by jupyterquiz (MIT) in the rendered book, Jupyter and Colab.
+
+A chapter writes its questions in code from its own variables, so a question about a
+measured number is written from the number and stays true when the outputs change.
+jupyterquiz puts the questions and its JavaScript into the cell's output: the page needs no
+kernel and no network.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CODE = re.compile(r"`([^`]+)`")
+
+
+def as_html(text: str) -> str:
+    """jupyterquiz shows text as HTML: escape it (``<unk>`` stays), `code` as code."""
+    if "$" in text:
+        raise ValueError(f"{text!r} holds a $, which jupyterquiz reads as TeX: write it "
+                         "out")
+    return CODE.sub(r"<code>\1</code>", html.escape(text, quote=False))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One answer of a multiple-choice question and the feedback shown when it is picked."""
+
+    text: str
+    correct: bool
+    feedback: str
+
+
+@dataclass(frozen=True)
+class MultipleChoice:
+    question: str
+    choices: Sequence[Choice]
+
+    def __post_init__(self):
+        n_correct = sum(c.correct for c in self.choices)
+        if len(self.choices) < 2 or n_correct != 1:
+            raise ValueError(f"{self.question!r} has {len(self.choices)} choices, "
+                             f"{n_correct} correct: give at least two choices and mark "
+                             "exactly one correct")
+
+    def to_json(self) -> dict:
+        answers = [{"answer": as_html(c.text), "correct": c.correct,
+                    "feedback": as_html(c.feedback)} for c in self.choices]
+        return {"question": as_html(self.question), "type": "multiple_choice",
+                "answers": answers}
+
+
+@dataclass(frozen=True)
+class Numeric:
+    """A number to type in; any answer within ``tolerance`` of ``answer`` is right."""
+
+    question: str
+    answer: float
+    tolerance: float
+    feedback: str
+
+    def __post_init__(self):
+        if not self.tolerance > 0:
+            raise ValueError(f"{self.question!r}: tolerance must be > 0, got "
+                             f"{self.tolerance!r}; "
+                             "pass half the last printed digit, e.g. 0.005 for 0.12")
+
+    def to_json(self) -> dict:
+        answer = float(self.answer)  # a number, a NumPy or a 0-d tensor value
+        low, high = answer - self.tolerance, answer + self.tolerance
+        shown = f"{answer:.6g}"
+        return {"question": as_html(self.question), "type": "numeric", "answers": [
+            {"type": "range", "range": [low, high], "correct": True,
+             "feedback": as_html(f"Correct: {shown}. {self.feedback}")},
+            {"type": "default",
+             "feedback": "Not quite: look at the printed output again."}]}
+
+
+def quiz_json(questions: Sequence[MultipleChoice | Numeric]) -> list[dict]:
+    """jupyterquiz's format: one dict per question."""
+    if not questions:
+        raise ValueError("a quiz needs at least one question")
+    return [q.to_json() for q in questions]
+
+
+def show_quiz(questions: Sequence[MultipleChoice | Numeric]) -> None:
+    """Display the questions with instant feedback (answers shuffled on each view)."""
+    from jupyterquiz import display_quiz
+
+    display_quiz(quiz_json(questions), shuffle_answers=True, max_width=720)

@@ -1,0 +1,129 @@
+"""The chapters' quizzes: questions in jupyterquiz's format, answers checked as the page checks them."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, as_html, quiz_json, show_quiz
+
+
+jupytext = pytest.importorskip("jupytext", reason="reading the twins needs jupytext")
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("make_student", ROOT / "scripts" / "make_student.py")
+make_student = importlib.util.module_from_spec(spec)
+sys.modules.setdefault("make_student", make_student)
+spec.loader.exec_module(make_student)
+
+
+def accepts(question: dict, submission: float) -> bool:
+    """What jupyterquiz's numeric.js does with a typed number: the first range holding it decides."""
+    for answer in question["answers"]:
+        if "range" in answer and answer["range"][0] <= submission < answer["range"][1]:
+            return answer["correct"]
+    return False
+
+
+def test_a_numeric_answer_is_right_within_its_tolerance_only():
+    measured = 3.2951  # what a chapter printed as 3.30
+    question = Numeric("Characters per token?", measured, 0.006, "BPE compresses.").to_json()
+    assert question["type"] == "numeric"
+    assert accepts(question, 3.30) and accepts(question, 3.29)
+    assert not accepts(question, 3.31) and not accepts(question, 3.28)
+    assert question["answers"][0]["feedback"].startswith("Correct: 3.2951.")
+    assert question["answers"][-1]["type"] == "default"  # feedback for any other number
+    as_tensor = Numeric("Q?", torch.tensor(measured), 0.006, "").to_json()  # JSON-ready
+    assert json.loads(json.dumps(as_tensor))["answers"][0]["range"] == pytest.approx(
+        question["answers"][0]["range"])
+
+
+def test_multiple_choice_marks_exactly_one_answer_correct():
+    question = MultipleChoice("Q?", [Choice("a", True, "yes"), Choice("b", False, "no")])
+    answers = question.to_json()["answers"]
+    assert [(a["answer"], a["correct"], a["feedback"]) for a in answers] == [
+        ("a", True, "yes"), ("b", False, "no")]
+    with pytest.raises(ValueError, match="exactly one correct"):
+        MultipleChoice("Q?", [Choice("a", True, ""), Choice("b", True, "")])
+    with pytest.raises(ValueError, match="exactly one correct"):
+        MultipleChoice("Q?", [Choice("a", False, ""), Choice("b", False, "")])
+
+
+def test_bad_questions_are_refused_with_the_fix():
+    with pytest.raises(ValueError, match="tolerance must be > 0"):
+        Numeric("Q?", 1.0, 0, "")
+    with pytest.raises(ValueError, match="at least one question"):
+        quiz_json([])
+    with pytest.raises(ValueError, match="TeX"):
+        as_html("costs $5")
+
+
+def test_text_is_shown_as_written():
+    assert as_html("an <unk> token & `top_k_filter`") == \
+        "an &lt;unk&gt; token &amp; <code>top_k_filter</code>"
+
+
+def test_show_quiz_puts_the_questions_and_their_script_in_the_output(monkeypatch):
+    pytest.importorskip("jupyterquiz", reason="the quizzes need jupyterquiz (pip install jupyterquiz)")
+    import jupyterquiz
+
+    shown = []  # what display_quiz displays, from the module that defines it (it moved in 2.9)
+    defining_module = sys.modules[jupyterquiz.display_quiz.__module__]
+    monkeypatch.setattr(defining_module, "display", lambda obj: shown.append(obj))
+    show_quiz([Numeric("How many heads?", 12, 0.5, "Twelve.")])
+    html, script = shown
+    assert html.data.startswith("<div id=")  # the container the script fills
+    assert '"question": "How many heads?"' in script.data and "show_questions" in script.data
+
+
+def defined_names(tree) -> set[str]:
+    """Names a cell binds: assignments, imports, definitions, loop and with targets."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def python(source: str) -> str:
+    """A cell's source with its IPython magics (``%pip ...``) as ``pass``."""
+    lines = source.splitlines()
+    return "\n".join(line[:len(line) - len(line.lstrip())] + "pass"
+                     if line.lstrip().startswith(("%", "!")) else line for line in lines)
+
+
+@pytest.mark.parametrize("twin", sorted((ROOT / "notebooks" / "text").glob("*.py")),
+                         ids=lambda p: p.stem)
+def test_each_chapter_ends_with_a_quiz_built_from_its_own_variables(twin):
+    """The quiz reads only names that the chapter binds before its exercises and the exercises
+    leave alone, so it runs in a student copy (whose solutions are stubs) and its numbers are
+    the ones the chapter printed."""
+    nb = jupytext.read(twin)
+    quiz = [c for c in nb.cells if c.cell_type == "code" and "quiz" in c.metadata.get("tags", [])]
+    assert len(quiz) == 1, f"{twin.name}: expected one quiz cell tagged quiz, found {len(quiz)}"
+    assert nb.cells[-1] is quiz[0], f"{twin.name}: the quiz must end the chapter"
+    start = make_student.exercises_start(nb)
+    bound = set(dir(builtins))
+    for cell in nb.cells[:start]:
+        if cell.cell_type == "code":
+            bound |= defined_names(ast.parse(python(cell.source)))
+    tree = ast.parse(quiz[0].source)
+    bound |= defined_names(tree)
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assert read <= bound, f"{twin.name}: the quiz reads {sorted(read - bound)}, which no cell before the exercises binds"
+    rebound = set()
+    for cell in nb.cells[start:-1]:
+        if cell.cell_type == "code":
+            rebound |= defined_names(ast.parse(python(cell.source)))
+    assert not read & rebound, f"{twin.name}: the exercises rebind {sorted(read & rebound)}, which the quiz reads"
+    assert "Numeric(" in quiz[0].source and "MultipleChoice(" in quiz[0].source
