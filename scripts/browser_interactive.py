@@ -1,7 +1,7 @@
 """Browser checks of the interactive figures and the quizzes (called by
 scripts/browser_test.py).
 
-On each page: every interactive figure (gpt_from_scratch.interactive) is drawn by the
+On each page: every interactive figure (gpt_from_scratch.book.interactive) is drawn by the
 plotly.js the book serves from its own ``_static`` (no request leaves the local server);
 hovering over a heatmap shows a query, a key and a weight, and another cell shows another; a
 slider step, a button or a menu entry changes what is drawn. Every chapter has a quiz;

@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("plotly", reason="the interactive figures need plotly (pip install plotly)")
 
-from gpt_from_scratch.interactive import (  # noqa: E402
+from gpt_from_scratch.book.interactive import (  # noqa: E402
     PLOTLY_MIME, Interactive, SamplingFilter, attention_figure, layer_head_explorer,
     sampling_explorer)
 

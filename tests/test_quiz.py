@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, as_html, quiz_json, show_quiz
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, as_html, quiz_json, show_quiz
 
 
 jupytext = pytest.importorskip("jupytext", reason="reading the twins needs jupytext")

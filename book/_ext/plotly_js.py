@@ -1,6 +1,6 @@
 """Serve plotly.js from the book itself, as MathJax is: never from a CDN.
 
-The interactive figures (gpt_from_scratch.interactive) are HTML that draws with the page's
+The interactive figures (gpt_from_scratch.book.interactive) are HTML that draws with the page's
 ``Plotly``. This copies the plotly.min.js that the installed plotly package bundles into
 ``_static`` and loads it, in the page's head, on the pages that hold such a figure only (it
 is 4.8 MB; the browser caches it across pages).

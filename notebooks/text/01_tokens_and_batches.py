@@ -823,7 +823,7 @@ print("largest start drawn in 20,000 windows:", int(many_x[:, 0].max()))
 # are the ones this chapter printed; pick an answer or type one in.
 
 # %% tags=["quiz", "remove-input"]
-from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
 
 show_quiz([
     Numeric("A context of 1,024 GPT-2 tokens holds about how many characters of Tiny "

@@ -663,7 +663,7 @@ print([gpt2_bpe.vocab[i].decode() for i in gpt2_bpe.encode(numbers)])
 # are the ones this chapter printed; pick an answer or type one in.
 
 # %% tags=["quiz", "remove-input"]
-from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
 
 show_quiz([
     Numeric("With GPT-2's 50,000 merges, how many characters of Tiny Shakespeare does one "

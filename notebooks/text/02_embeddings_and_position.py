@@ -691,7 +691,7 @@ print(f"cosine(' dog', ' man'): no position {alone:+.3f}; both at 1000 {both:+.3
 # are the ones this chapter printed; pick an answer or type one in.
 
 # %% tags=["quiz", "remove-input"]
-from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
 
 show_quiz([
     MultipleChoice("Looking up row t of an embedding table gives the same result as:", [

@@ -686,7 +686,7 @@ with torch.no_grad():
 # are the ones this chapter printed; pick an answer or type one in.
 
 # %% tags=["quiz", "remove-input"]
-from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
 
 show_quiz([
     MultipleChoice("LayerNorm computes its mean and variance over:", [

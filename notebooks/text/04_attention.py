@@ -586,7 +586,7 @@ plt.show()
 # itself, without a running notebook.
 
 # %%
-from gpt_from_scratch.interactive import Interactive, attention_figure
+from gpt_from_scratch.book.interactive import Interactive, attention_figure
 
 Interactive(attention_figure(head_weights[0], labels, [f"head {hh}" for hh in range(4)],
                              title="Hover over a cell: query, key and weight"),
@@ -1093,7 +1093,7 @@ for t, (ta, tb) in enumerate(zip(token_labels(a, enc), token_labels(b_, enc))):
 # are the ones this chapter printed; pick an answer or type one in.
 
 # %% tags=["quiz", "remove-input"]
-from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
 
 show_quiz([
     Numeric("In section 4.6's causal attention, how many non-zero weights does the "

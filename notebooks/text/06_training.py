@@ -1084,7 +1084,7 @@ for name, changes in runs.items():
 # are the ones this chapter printed; pick an answer or type one in.
 
 # %% tags=["quiz", "remove-input"]
-from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
 
 show_quiz([
     Numeric("What validation loss does the bigram table reach? (Nats, two decimals.)",

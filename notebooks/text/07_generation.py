@@ -445,8 +445,8 @@ print(sample_text())
 # every other character together. In the rendered book it works without a running notebook.
 
 # %%
-from gpt_from_scratch.interactive import Interactive, SamplingFilter, sampling_explorer
 from gpt_from_scratch.plotting import token_labels
+from gpt_from_scratch.book.interactive import Interactive, SamplingFilter, sampling_explorer
 
 filters = [SamplingFilter("all"), SamplingFilter("top-k 3", top_k=3),
            SamplingFilter("top-k 10", top_k=10), SamplingFilter("top-p 0.5", top_p=0.5),
@@ -946,7 +946,7 @@ print("identical to greedy:", torch.equal(cold, greedy),
 # are the ones this chapter printed; pick an answer or type one in.
 
 # %% tags=["quiz", "remove-input"]
-from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
 
 show_quiz([
     Numeric("At temperature 1, what probability does the model give its most likely "

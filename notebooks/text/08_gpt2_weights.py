@@ -748,7 +748,7 @@ plt.show()
 # layer and head of section 8.6 and works in the page itself, without a running notebook.
 
 # %%
-from gpt_from_scratch.interactive import Interactive, layer_head_explorer
+from gpt_from_scratch.book.interactive import Interactive, layer_head_explorer
 
 explorer = layer_head_explorer(torch.stack(attention)[:, 0], labels, layer=layer, head=head,
                                title=f"{MODEL_NAME}: pick a layer and a head")
@@ -967,7 +967,7 @@ print(f"distinct tokens in the training split: {distinct:,} of {enc.n_vocab:,}")
 # are the ones this chapter printed; pick an answer or type one in.
 
 # %% tags=["quiz", "remove-input"]
-from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
 
 show_quiz([
     Numeric("How many parameters does GPT-2 small hold, with its output layer tied?",

@@ -663,7 +663,7 @@ print(f"|grad A| = {fresh.lora_A.grad.abs().max():.4f}, "
 # are the ones this chapter printed; pick an answer or type one in.
 
 # %% tags=["quiz", "remove-input"]
-from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
 
 show_quiz([
     Numeric("What share of the test speeches does the majority class get right? (Percent, "

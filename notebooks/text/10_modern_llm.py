@@ -741,7 +741,7 @@ print(f"cached step vs full sequence, last position: max |difference| "
 # are the ones this chapter printed; pick an answer or type one in.
 
 # %% tags=["quiz", "remove-input"]
-from gpt_from_scratch.quiz import Choice, MultipleChoice, Numeric, show_quiz
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
 
 show_quiz([
     MultipleChoice("RMSNorm differs from LayerNorm in that it:", [

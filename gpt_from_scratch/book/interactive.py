@@ -25,7 +25,7 @@ import plotly.io as pio
 import torch
 from plotly.offline import get_plotlyjs_version
 
-from .generate import top_k_filter, top_p_filter
+from ..generate import top_k_filter, top_p_filter
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = {"responsive": True, "displayModeBar": False, "scrollZoom": False}
