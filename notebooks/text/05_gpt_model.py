@@ -234,7 +234,7 @@ for softmax, gelu in [(True, True), (True, False), (False, True), (False, False)
 
 # %% [markdown]
 # With either non-linearity the stack is far from linear. Without both it is linear to float64
-# rounding, and a linear map of a $(T, D)$ input is one $TD 	imes TD$ matrix: three blocks, or three
+# rounding, and a linear map of a $(T, D)$ input is one $TD \times TD$ matrix: three blocks, or three
 # hundred, collapse into a single matrix $M$, no more expressive than one linear layer over the whole
 # sequence. We read $M$ off as the Jacobian and check that it *is* the stack:
 

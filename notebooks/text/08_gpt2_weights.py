@@ -102,8 +102,8 @@ enc = gpt2_encoding()
 #   $8D^2 + 5D$;
 # - two LayerNorms, each a gain $\gamma$ and a shift $\beta$ of $D$ numbers: $4D$.
 #
-# That is $12D^2 + 13D$ per block. Around the blocks: the token and position embeddings, $VD
-# + T_{\max}D$, and the final LayerNorm, $2D$. The output layer is tied to the token
+# That is $12D^2 + 13D$ per block. Around the blocks: the token and position embeddings,
+# $VD + T_{\max}D$, and the final LayerNorm, $2D$. The output layer is tied to the token
 # embedding {cite}`press2017tying`: it is the same matrix, so it adds nothing.
 
 # %% tags=["nbval-check-output"]
