@@ -52,7 +52,6 @@ from collections import Counter
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import regex
 import tiktoken
@@ -71,6 +70,7 @@ from gpt_from_scratch.data import (
     split_text,
     write_tokens,
 )
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.tokenizer import (
     GPT2_PATTERN,
     CharTokenizer,
@@ -79,7 +79,7 @@ from gpt_from_scratch.tokenizer import (
 )
 from gpt_from_scratch.utils import seed_everything
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 torch.set_printoptions(linewidth=88)  # tensors printed to the width of the page
 

@@ -60,7 +60,6 @@ import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -68,6 +67,7 @@ from IPython.display import Markdown
 from torch.testing import assert_close
 
 from gpt_from_scratch.data import get_batch
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.ladder import (
     BIGRAM,
@@ -98,7 +98,7 @@ from gpt_from_scratch.train import (
 )
 from gpt_from_scratch.utils import default_device, seed_everything, set_deterministic
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 reuse_freed_memory()  # Linux: big freed tensors serve the next step (Section 7.8)
 

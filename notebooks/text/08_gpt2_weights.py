@@ -66,12 +66,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from IPython.display import Markdown, display
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 from torch.testing import assert_close
 
 from gpt_from_scratch import heads
 from gpt_from_scratch import heads_prose as prose
 from gpt_from_scratch.data import prepare_tokens, read_tokens
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig, WeightsUnavailableError
 from gpt_from_scratch.offline_model import EOT, offline_model
@@ -83,7 +83,7 @@ from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.train import RECIPES, TrainConfig, book_model, estimate_loss
 from gpt_from_scratch.utils import seed_everything
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 torch.set_printoptions(precision=3, sci_mode=False)
 reuse_freed_memory()  # Linux: big freed tensors serve the next step (Section 7.8)
@@ -384,7 +384,7 @@ print("largest weight on a future token:", max(A[..., future].max().item() for A
 
 # %% mystnb={"figure": {"caption": "Every head of the analysed model on one sentence: one small map per layer (rows) and head (columns), all on one colour scale from 0 to 1. Within a map, row t is where query t puts its attention; the future (above the diagonal) is always 0.", "name": "fig-attention-grid"}, "image": {"alt": "A grid of small triangular heatmaps, one per layer and head, showing the attention weights of each head on the sentence 'The girl and the boy walked home. She'."}}
 fig = attention_grid(maps, tokens, title=f"{MODEL_NAME}: every head",
-                     cell_size=min(0.9, 8 / cfg.n_heads))
+                     cell_size=min(1.8, 8 / cfg.n_heads))
 plt.show()
 
 # %% [markdown]

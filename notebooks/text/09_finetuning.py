@@ -58,13 +58,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from IPython.display import Markdown, display
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 from torch import nn
 from torch.testing import assert_close
 
 from gpt_from_scratch import finetune_prose as prose
 from gpt_from_scratch.corpus_vocab import compact_ids
 from gpt_from_scratch.data import get_batch, load_tiny_shakespeare
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.finetune import (GPTClassifier, accuracy, bag_of_tokens, fit_linear,
                                        hidden_states, majority_accuracy, pooled_features,
                                        set_trainable, speaker_dataset, train_classifier)
@@ -78,7 +78,7 @@ from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.train import book_model, estimate_loss
 from gpt_from_scratch.utils import default_device, seed_everything
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 torch.set_printoptions(precision=3, sci_mode=False)
 

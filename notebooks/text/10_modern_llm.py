@@ -56,7 +56,6 @@ import time
 
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -66,6 +65,7 @@ from transformers import LlamaForCausalLM
 from transformers.models.llama import modeling_llama
 
 from gpt_from_scratch.attention import KVCache, MultiHeadAttention
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.gqa import GroupedQueryAttention, kv_cache_bytes_per_token, repeat_kv
 from gpt_from_scratch.layernorm import LayerNorm, RMSNorm
@@ -77,7 +77,7 @@ from gpt_from_scratch.rope import apply_rope, rope_cos_sin
 from gpt_from_scratch.train import TrainConfig, char_level_data, estimate_loss, train
 from gpt_from_scratch.utils import default_device, seed_everything
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 _ = seed_everything(1337)
 
 # FULL_RUN = False: the training comparison of section 10.6 is sized for 2 CPU cores (about
