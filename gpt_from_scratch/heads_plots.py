@@ -12,7 +12,7 @@ import numpy as np
 
 from .plotting import LABEL_PT, _as_array, attention_heatmap
 
-# Inches per token label along a map's side: labels at LABEL_PT with a little space between them.
+# Inches per token label along a map's side: labels at LABEL_PT, a little space between them.
 TOKEN_PITCH = 1.25 * LABEL_PT / 72
 
 
@@ -53,7 +53,7 @@ def attention_grid(
     Args:
         maps: what ``GPT.attention_maps(idx)`` returns (``L`` tensors of shape ``(B, H, T, T)``), or one
             array of shape ``(L, H, T, T)``.
-        tokens: the ``T`` token labels, written beside the left column and under the bottom row
+        tokens: the ``T`` token labels, beside the left column and under the bottom row
             when a map is tall enough to fit them (``cell_size >= T * TOKEN_PITCH``).
         layers, heads: which layers and heads to draw, in that order (default: all of them).
         batch_index: which sequence of the batch to draw.
@@ -85,7 +85,8 @@ def attention_grid(
     label_size = 0.6 * LABEL_PT / 72 * max(map(len, tokens)) if labelled else 0.0  # inches
     fig, axes = plt.subplots(
         len(layers), len(heads), squeeze=False, layout="constrained",
-        figsize=(cell_size * len(heads) + 1.4 + label_size, cell_size * len(layers) + 0.9 + label_size),
+        figsize=(cell_size * len(heads) + 1.4 + label_size,
+                 cell_size * len(layers) + 0.9 + label_size),
     )
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
@@ -218,7 +219,7 @@ def attention_lines(
     colours = plt.get_cmap("tab10")
     ncols = max(1, min(ncols, len(heads)))
     nrows = -(-len(heads) // ncols)
-    label_width = 0.6 * LABEL_PT / 72 * max(len(t) for t in tokens) + 0.1  # inches, longest label
+    label_width = 0.6 * LABEL_PT / 72 * max(map(len, tokens)) + 0.1  # inches, longest label
     margin = label_width / 0.6  # in data units: the lines span x = 0 .. 1, drawn 0.6 inches wide
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
                              figsize=((2 * label_width + 0.6) * ncols + 0.2,

@@ -3,13 +3,13 @@
 Reads ``_build/latex/gpt-from-scratch.pdf`` and its LaTeX log with poppler's ``pdfinfo``,
 ``pdftotext`` and ``pdfimages`` and checks:
 
-- its page count is in a sane range (a chapter cut off, or one output line per page, leaves it);
+- its page count is in a sane range (a chapter cut off, or a page per output line, leaves it);
 - the title of every page of ``_toc.yml`` is in the text;
-- no word lies past the margins (``pdftotext -bbox``): code and outputs wrap, nothing is cut off;
+- no word lies past the margins (``pdftotext -bbox``): code and outputs wrap, none is cut off;
 - every figure of the notebooks is in it as an image, at 150 pixels per inch or more;
-- the LaTeX log has no missing glyph ("Missing character") and no undefined reference or citation.
+- the LaTeX log has no missing glyph ("Missing character"), no undefined reference or citation.
 
-Prints the size and the page count. Run it with ``make pdf`` (or ``make test-pdf`` on a built PDF).
+Prints the size and the page count. Run it with ``make pdf`` (``make test-pdf``: a built PDF).
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ LATEX = ROOT / "_build" / "latex"
 PDF = LATEX / "gpt-from-scratch.pdf"
 PAGES = range(150, 600)  # 233 pages when written; fewer means text is missing
 MIN_PPI = 150  # a figure prints sharp at this resolution or more
-SLACK_PT = 1.0  # how far a glyph may stick out past the margin (rounding of the text positions)
+SLACK_PT = 1.0  # how far a glyph may pass the margin (rounding of the text positions)
 CM = 72 / 2.54  # points per centimetre
-UNRESOLVED = re.compile(r"Missing character|Reference .* undefined|Citation .* undefined|"
-                        r"There were undefined references")
+WORD = re.compile(r'xMin="([\d.]+)" yMin="[\d.]+" xMax="([\d.]+)" yMax="[\d.]+">([^<]*)<')
+# A missing glyph, an unresolved reference (a hyperlink's too) or citation in LuaLaTeX's log.
+UNRESOLVED = re.compile(r"Missing character|reference .* undefined|Citation .* undefined|"
+                        r"There were undefined references", re.IGNORECASE)
 
 
 def run(*command: str) -> str:
@@ -40,7 +42,7 @@ def run(*command: str) -> str:
 
 
 def normalise(text: str) -> str:
-    """Compatibility forms (ligatures) decomposed, hyphenated line breaks joined, spaces collapsed."""
+    """Ligatures decomposed (NFKC), hyphenated line breaks joined, spaces collapsed."""
     text = unicodedata.normalize("NFKC", text)
     return re.sub(r"\s+", " ", re.sub(r"-\n(?=\w)", "", text))
 
@@ -53,7 +55,8 @@ def toc_titles() -> list[str]:
     for name in files:
         if (ROOT / f"{name}.ipynb").is_file():
             cells = json.loads((ROOT / f"{name}.ipynb").read_text())["cells"]
-            text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+            text = "\n".join("".join(cell["source"]) for cell in cells
+                             if cell["cell_type"] == "markdown")
         else:
             text = (ROOT / f"{name}.md").read_text()
         heading = re.search(r"^# (.+)$", text, re.MULTILINE)
@@ -71,19 +74,20 @@ def notebook_figures() -> int:
 
 
 def margins_cm() -> float:
-    """The left and right margin set by ``_config.yml``'s ``sphinxsetup`` (``hmargin={2cm,2cm}``)."""
+    """The side margins set by ``_config.yml``'s ``sphinxsetup`` (``hmargin={2cm,2cm}``)."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     setup = config["sphinx"]["config"]["latex_elements"]["sphinxsetup"]
     return float(re.search(r"hmargin=\{([\d.]+)cm", setup).group(1))
 
 
 def words_past_margin(bbox_html: str, margin_pt: float) -> list[str]:
-    """Every word of ``pdftotext -bbox`` output lying outside the text block, with its page."""
+    """Every word of ``pdftotext -bbox`` output outside the text block, with its page."""
     problems = []
     for number, page in enumerate(bbox_html.split("<page ")[1:], start=1):
         width = float(re.match(r'width="([\d.]+)"', page).group(1))
-        for match in re.finditer(r'xMin="([\d.]+)" yMin="[\d.]+" xMax="([\d.]+)" yMax="[\d.]+">([^<]*)<', page):
-            left, right, word = float(match.group(1)), float(match.group(2)), html.unescape(match.group(3))
+        for match in WORD.finditer(page):
+            left, right = float(match.group(1)), float(match.group(2))
+            word = html.unescape(match.group(3))
             if left < margin_pt - SLACK_PT or right > width - margin_pt + SLACK_PT:
                 problems.append(f"page {number}: {word!r} lies past the margin "
                                 f"({left:.1f} to {right:.1f} pt of {width:.0f})")
@@ -92,25 +96,27 @@ def words_past_margin(bbox_html: str, margin_pt: float) -> list[str]:
 
 def check() -> list[str]:
     problems = []
-    pages = int(re.search(r"^Pages:\s+(\d+)", run("pdfinfo", str(PDF)), re.MULTILINE).group(1))
+    info = run("pdfinfo", str(PDF))
+    pages = int(re.search(r"^Pages:\s+(\d+)", info, re.MULTILINE).group(1))
     if pages not in PAGES:
         problems.append(f"{pages} pages, expected {PAGES.start} to {PAGES.stop - 1}")
     text = normalise(run("pdftotext", "-enc", "UTF-8", str(PDF), "-"))
     for title in toc_titles():
         if normalise(title) not in text:
             problems.append(f"chapter title {title!r} is not in the PDF's text")
-    problems += words_past_margin(run("pdftotext", "-bbox", str(PDF), "-"), margins_cm() * CM)[:20]
+    boxes = run("pdftotext", "-bbox", str(PDF), "-")
+    problems += words_past_margin(boxes, margins_cm() * CM)[:20]
     images = [line.split() for line in run("pdfimages", "-list", str(PDF)).splitlines()[2:]]
     images = [row for row in images if row[2] == "image"]
     figures = notebook_figures()
     if len(images) < figures:
-        problems.append(f"{len(images)} images in the PDF for {figures} figures in the notebooks")
+        problems.append(f"{len(images)} images in the PDF for {figures} figures in the chapters")
     for row in images:
         if min(float(row[12]), float(row[13])) < MIN_PPI:
-            problems.append(f"page {row[0]}: an image at {row[12]} ppi (at least {MIN_PPI})")
+            problems.append(f"page {row[0]}: an image at {row[12]} ppi, at least {MIN_PPI}")
     log = (LATEX / "gpt-from-scratch.log").read_text(errors="replace")
-    for line in sorted(set(re.findall(r"^.*(?:" + UNRESOLVED.pattern + r").*$", log, re.MULTILINE))):
-        problems.append(f"LaTeX log: {line.strip()}")
+    unresolved = {line.strip() for line in log.splitlines() if UNRESOLVED.search(line)}
+    problems += [f"LaTeX log: {line}" for line in sorted(unresolved)]
     size = PDF.stat().st_size / 2**20
     print(f"{PDF.relative_to(ROOT)}: {pages} pages, {size:.1f} MiB, {len(images)} images "
           f"for {figures} figures")

@@ -39,11 +39,11 @@ def test_reference_labels_must_read_like_the_citations_and_link():
 
 def test_raw_tex_in_the_prose_is_caught():
     assert browser_test.raw_tex(["The model has ", " parameters, about 124 million."]) == []
-    found = browser_test.raw_tex(["the embeddings, $VD", "and TD \\times TD", "a \\(x\\) left"])
+    found = browser_test.raw_tex(["embeddings, $VD", "TD \\times TD", "a \\(x\\) left"])
     assert len(found) == 4 and "$VD" in found[0] and "\\times" in found[1]
 
 
 def test_figure_text_size_in_css_px():
-    # 10-point text in a 200-dpi PNG 2,000 pixels wide: 13.9 CSS px at 1,000 CSS px, 4.7 at 342.
+    # 10-point text, a 200-dpi PNG 2,000 pixels wide: 13.9 CSS px shown 1,000 wide, 4.7 at 342.
     assert round(browser_test.text_px(10, 200, 1000, 2000), 1) == 13.9
     assert browser_test.text_px(10, 200, 342, 2000) < browser_test.MIN_TEXT_PX

@@ -165,8 +165,8 @@ def test_attention_grid_draws_every_layer_and_head():
 
 
 def test_attention_grid_labels_tokens_only_where_they_fit():
-    """Token labels go beside the left column and under the bottom row when a map is at least
-    TOKEN_PITCH inches per token; on smaller maps they would overlap, so they are left out."""
+    """Token labels go beside the left column and under the bottom row when a map has at
+    least TOKEN_PITCH inches per token; on smaller maps they would overlap: left out."""
     tokens = list("abcdef")
     fig = attention_grid(_maps(L_=2, H_=2), tokens=tokens, cell_size=6 * TOKEN_PITCH)
     (top_left, top_right), (bottom_left, bottom_right) = np.reshape(fig.axes[:4], (2, 2))

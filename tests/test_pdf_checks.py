@@ -1,4 +1,4 @@
-"""The checks of scripts/pdf_test.py catch what they guard against, on made-up pdftotext output."""
+"""The checks of scripts/pdf_test.py catch what they guard against, on made-up output."""
 
 import importlib.util
 from pathlib import Path
@@ -23,4 +23,14 @@ def test_a_word_past_either_margin_is_caught():
 
 
 def test_titles_match_across_ligatures_and_hyphenated_line_breaks():
-    assert pdf_test.normalise("Fine-tun-\ning \ufb01rst  steps") == "Fine-tuning first steps"
+    text = "Fine-tun-\ning \ufb01rst  steps"
+    assert pdf_test.normalise(text) == "Fine-tuning first steps"
+
+
+def test_missing_glyphs_and_unresolved_references_are_found_in_the_log():
+    for line in ["Missing character: There is no 🤖 (U+1F916) in font DejaVu Sans Mono",
+                 "LaTeX Warning: Hyper reference `04_attention:ch' on page 15 undefined",
+                 "LaTeX Warning: Citation `vaswani2017' on page 3 undefined on input line 12.",
+                 "LaTeX Warning: There were undefined references."]:
+        assert pdf_test.UNRESOLVED.search(line), line
+    assert not pdf_test.UNRESOLVED.search("Overfull \\vbox (2.3pt too high) at line 1252")

@@ -38,7 +38,8 @@ def _start_chapter_in_latex(app, doctree):
     section = next(iter(doctree.findall(nodes.section)), None)
     match = CHAPTER_TITLE.match(section[0].astext()) if section is not None else None
     if match:
-        section.insert(1, nodes.raw("", rf"\bookchapter{{{match.group(1)}}}", format="latex"))
+        start = nodes.raw("", rf"\bookchapter{{{match.group(1)}}}", format="latex")
+        section.insert(1, start)
 
 
 def setup(app):
