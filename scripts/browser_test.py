@@ -5,7 +5,8 @@ Serves ``_build/html`` on 127.0.0.1, opens every page of the table of contents i
 
 - no console errors;
 - every image loaded (``naturalWidth > 0``) and has real alt text or a caption;
-- formulas rendered by the vendored MathJax (no raw ``\\(`` or ``$$`` left in the text);
+- formulas rendered by the vendored MathJax: no raw TeX (a ``$`` or a backslash command) in the
+  text outside code and outputs;
 - chapter pages: a Colab button and a download button that point at this chapter's notebook;
 - every internal link answered by the local server;
 - heading levels never skip a level;
@@ -14,24 +15,31 @@ Serves ``_build/html`` on 127.0.0.1, opens every page of the table of contents i
 - chapters number their sections (4.1, 4.2 ...) and their figures (Fig. 4.1 ...); the References
   page labels entries like the citations ("Vaswani et al., 2017") and links them;
 - inline code keeps its spaces (GPT-2's token ``" the"`` must not read ``"the"``);
-- at 1280 px: no code line and no output wider than its box, the page itself no wider than the window;
+- at 1280 px: no code line and no output wider than its box (a text table may scroll inside its own
+  box: the test names each one that does), the page itself no wider than the window;
   every figure crisp on a 2x screen (SVG, or a PNG with at least 2 pixels per CSS px);
-  the token labels of every heatmap at least 9 CSS px tall;
+- at 1280 and 390 px: every figure's smallest text at least 9 CSS px as drawn, or the figure opens at
+  full size on a tap (book/_static/figure-zoom.js) and its smallest text is at least 9 CSS px there.
+  A figure's smallest text size, in points, is in its PNG (``figure_text.book_figures``); shown at
+  ``w`` CSS px from a PNG ``n`` pixels wide at ``dpi``, it is ``points / 72 * dpi * w / n`` CSS px;
+- tables, outputs, code and display equations wider than their box scroll inside it, never the page;
 - the ☰ button opens and closes the chapter list, and the contents button the page's sections,
   at 1280 px and at 390 px (pydata-sphinx-theme#2451 made both do nothing);
 - the interactive figures and the quizzes respond (scripts/browser_interactive.py);
-- at 390 px (a phone): the page never scrolls sideways, and heatmap labels stay at least 9 CSS px
-  (a wide heatmap scrolls inside its own box at full size).
+- at 390 px (a phone): the page never scrolls sideways.
 
 A screenshot of each page at both widths goes to ``_build/screenshots/`` (``name.png`` at 1280 px,
-``name-390.png`` at 390 px). Run it with ``make browser-test``; ``python scripts/browser_test.py PAGE ...``
-checks only the pages named (e.g. ``notebooks/04_attention``), without the link check.
+``name-390.png`` at 390 px), and one of every figure at 390 px to ``_build/screenshots/figures/``
+(``fig-name-390.png`` as it sits in the page, ``fig-name-390-full.png`` opened at full size).
+Run it with ``make browser-test``; ``python scripts/browser_test.py PAGE ...`` checks only the pages
+named (e.g. ``notebooks/04_attention``), without the link check.
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
+import io
 import os
 import re
 import sys
@@ -43,20 +51,20 @@ from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlparse
 
 import yaml
+from PIL import Image
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from gpt_from_scratch.book.plotting import LABEL_PT  # noqa: E402  (the smallest label of a heatmap, in points)
 from browser_interactive import check_interactive  # noqa: E402  (figures and quizzes)
+from gpt_from_scratch.figure_text import SMALLEST_TEXT  # noqa: E402
 
 WIDE, PHONE = 1280, 390
-MIN_LABEL_PX = 9  # the smallest legible label, in CSS px
-# Heatmaps are the figures named fig-...heatmap..., fig-...-grid or fig-...-maps (their labels are
-# drawn at LABEL_PT or larger).
-HEATMAP = re.compile(r"heatmap|-grid$|-maps$")
+MIN_TEXT_PX = 9  # the smallest legible text in a figure, in CSS px
+# Raw TeX that MathJax left: a dollar sign, a backslash command (\\times) or a \\( \\[ delimiter.
+RAW_TEX = re.compile(r"\$|\\[A-Za-z]+|\\[()\[\]]")
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_FLAGS = [
@@ -112,6 +120,13 @@ const images = [...document.querySelectorAll('main img, article img')].map(img =
   alt: (img.getAttribute('alt') || '').trim(),
   caption: (img.closest('figure')?.querySelector('figcaption')?.innerText || '').trim()}));
 const main = document.querySelector('main') || document.body;
+// The text a reader reads as prose: every text node outside code, outputs and rendered formulas.
+const outsideCode = {acceptNode: node => node.parentElement.closest(
+  'code, pre, kbd, samp, mjx-container, script, style, div.cell_output, div.highlight')
+  ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT};
+const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, outsideCode);
+const prose = [];
+while (walker.nextNode()) prose.push(walker.currentNode.textContent);
 const headings = [...main.querySelectorAll('h1, h2, h3, h4, h5, h6')].map(h => Number(h.tagName[1]));
 const links = [...document.querySelectorAll('a[href]')].map(a => a.href);
 const math = document.querySelectorAll('mjx-container').length;
@@ -121,7 +136,7 @@ const citations = [...main.querySelectorAll('span.bibtex-citation a')].map(a => 
 const references = [...main.querySelectorAll('div.citation')].map(c => ({
   label: c.querySelector('.label')?.innerText.replace(/^\\[|\\]$/g, '').trim() || '',
   link: !!c.querySelector('a.reference.external')}));
-return {images, headings, links, math, text: main.innerText, mathjax: typeof MathJax !== 'undefined',
+return {images, headings, links, math, text: main.innerText, prose, mathjax: typeof MathJax !== 'undefined',
         outputs, citations, references, html: main.innerHTML.includes('NBVAL'),
         splitStreams: main.querySelectorAll('div.output.stream + div.output.stream').length,
         title: main.querySelector('h1')?.textContent.replace(/#$/, '').trim() || '',
@@ -144,10 +159,19 @@ const lostSpaces = [...main.querySelectorAll('code')]
   .map(c => JSON.stringify(c.textContent));
 const figures = [...main.querySelectorAll('img')].filter(img => img.naturalWidth > 0).map(img => ({
   src: img.currentSrc, natural: img.naturalWidth, shown: img.getBoundingClientRect().width,
-  figure: img.closest('figure')?.id || ''}));
-return {code: clipped('div.cell_input pre'), outputs: clipped('div.cell_output pre'),
+  figure: img.closest('figure')?.id || '', zoomable: img.classList.contains('zoomable'),
+  inFigure: !!img.closest('figure, div.cell_output')}));
+// Boxes wider than their content must scroll themselves and stay inside the window.
+const spills = [...main.querySelectorAll(
+    'mjx-container[display="true"], table, div.cell_output pre, div.cell_input pre')]
+  .filter(e => e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right > innerWidth + 1)
+  .filter(e => !['auto', 'scroll'].includes(getComputedStyle(e).overflowX)
+               || e.getBoundingClientRect().right > innerWidth + 1)
+  .map(e => `${e.tagName.toLowerCase()} ${e.textContent.trim().slice(0, 50)}`);
+return {code: clipped('div.cell_input pre'), outputs: clipped('div.cell_output pre:not(.text-table)'),
+        tables: clipped('div.cell_output pre.text-table'),
         page: document.documentElement.scrollWidth, window: document.documentElement.clientWidth,
-        lostSpaces, figures};
+        lostSpaces, figures, spills};
 """
 
 # How many links of the chapter list (primary sidebar) and of the page's contents (secondary sidebar)
@@ -166,13 +190,7 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
     problems = []
     url = urljoin(base, page + ".html")
     driver.set_window_size(WIDE, 1600)
-    driver.get(url)
-    driver.execute_async_script(
-        "const done = arguments[arguments.length - 1];"
-        "if (window.MathJax && MathJax.startup && MathJax.startup.promise) MathJax.startup.promise.then(done, done);"
-        "else done();"
-    )
-    time.sleep(0.3)
+    load(driver, url)
     facts = driver.execute_script(PAGE_FACTS)
     driver.save_screenshot(str(SHOTS / (page.replace("/", "__") + ".png")))
 
@@ -185,8 +203,8 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
         alt_is_path = image["alt"] in ("", image["src"]) or re.search(r"\.(png|jpe?g|svg)$", image["alt"])
         if alt_is_path and not image["caption"]:
             problems.append(f"image without alt text or caption: {image['src']}")
-    if re.search(r"\\\(|\\\[|\$\$", facts["text"]):
-        problems.append("raw TeX left in the page: MathJax did not render it")
+    for snippet in raw_tex(facts["prose"]):
+        problems.append(f"raw TeX in the text (MathJax did not render it): {snippet!r}")
     if "NBVAL" in facts["text"] or facts["html"]:
         problems.append("test scaffolding shows: NBVAL in the page")
     if facts["splitStreams"]:
@@ -195,6 +213,8 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
     if stray:
         problems.append(f"{stray} output box(es) that only say True (a checker's return value)")
     problems += check_layout(driver, page, WIDE)
+    figure_problems, wide_note = check_figures(driver, page, WIDE)
+    problems += figure_problems
     problems += check_numbering(facts)
     for text in facts["paragraphs"]:
         if not balanced_quotes(text):
@@ -217,13 +237,32 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
     problems += check_interactive(driver, page)
     problems += check_navigation(driver, url, WIDE, contents=False)
     driver.set_window_size(PHONE, 900)
-    driver.get(url)
-    time.sleep(0.3)
+    load(driver, url)
     problems += check_layout(driver, page, PHONE)
     driver.save_screenshot(str(SHOTS / (page.replace("/", "__") + f"-{PHONE}.png")))
+    figure_problems, phone_note = check_figures(driver, page, PHONE)
+    problems += figure_problems
+    facts["figureNotes"] = [note for note in (wide_note, phone_note) if note]
     problems += check_navigation(driver, url, PHONE, contents=page.startswith("notebooks/"))
     driver.set_window_size(WIDE, 1600)
     return problems, facts
+
+
+def load(driver, url: str) -> None:
+    """Open a page and wait for MathJax to typeset it."""
+    driver.get(url)
+    driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "if (window.MathJax && MathJax.startup && MathJax.startup.promise) MathJax.startup.promise.then(done, done);"
+        "else done();"
+    )
+    time.sleep(0.3)
+
+
+def raw_tex(texts: list[str]) -> list[str]:
+    """Each piece of raw TeX in the prose's text nodes, with a little context."""
+    return [text[max(0, m.start() - 30):m.end() + 30].strip()
+            for text in texts for m in RAW_TEX.finditer(text)]
 
 
 def check_numbering(facts) -> list[str]:
@@ -258,15 +297,20 @@ def balanced_quotes(text: str) -> bool:
     return not is_open
 
 
-def png_dpi(url: str) -> float | None:
-    """The resolution matplotlib wrote into a PNG's pHYs chunk, in dots per inch (None if absent)."""
+@functools.cache
+def png_text_size(url: str) -> tuple[float | None, float | None]:
+    """A figure PNG's smallest text in points (from ``figure_text``) and its dots per inch."""
     with urllib.request.urlopen(url, timeout=10) as response:
-        data = response.read()
-    at = data.find(b"pHYs")
-    if at < 0:
-        return None
-    x_per_metre = int.from_bytes(data[at + 4:at + 8], "big")
-    return x_per_metre * 0.0254 if data[at + 12] == 1 else None
+        image = Image.open(io.BytesIO(response.read()))
+    points = image.text.get(SMALLEST_TEXT) if hasattr(image, "text") else None
+    dpi = image.info.get("dpi", (None,))[0]
+    return (float(points) if points else None), dpi
+
+
+def text_px(points: float, dpi: float, shown: float, natural: float) -> float:
+    """How tall text of ``points`` in a PNG at ``dpi``, ``natural`` pixels wide, is drawn ``shown``
+    CSS px wide, in CSS px."""
+    return points / 72 * dpi * shown / natural
 
 
 def check_layout(driver, page: str, width: int) -> list[str]:
@@ -279,6 +323,8 @@ def check_layout(driver, page: str, width: int) -> list[str]:
         for kind in ("code", "outputs"):
             for box in facts[kind]:
                 problems.append(f"{kind} clipped by {box['width']} px at {width} px: {box['text']!r}")
+        for box in facts["tables"]:
+            print(f"     note: a text table scrolls by {box['width']} px at {width} px: {box['text']!r}")
         for text in facts["lostSpaces"]:
             problems.append(f"inline code {text} loses its leading or trailing space")
     for figure in facts["figures"]:
@@ -287,16 +333,67 @@ def check_layout(driver, page: str, width: int) -> list[str]:
         if width == WIDE and not svg and figure["natural"] < 2 * figure["shown"] - 1:
             problems.append(f"figure {name} is blurry on a 2x screen: {figure['natural']} px stored, "
                             f"{figure['shown']:.0f} CSS px shown (use retina PNG or SVG)")
-        if HEATMAP.search(figure["figure"]) and not svg:
-            dpi = png_dpi(figure["src"])
-            if dpi is None:
-                problems.append(f"heatmap {name}: no dpi in the PNG, its label size is unknown")
-                continue
-            label_px = LABEL_PT / 72 * dpi * figure["shown"] / figure["natural"]
-            if label_px < MIN_LABEL_PX:
-                problems.append(f"heatmap {name}: labels {label_px:.1f} CSS px tall at {width} px "
-                                f"(at least {MIN_LABEL_PX}: draw it narrower or let it scroll)")
+    for box in facts["spills"]:
+        problems.append(f"at {width} px a box wider than the column does not scroll inside itself: {box!r}")
     return problems
+
+
+# The full-size dialog of figure-zoom.js: open or not, and its image's drawn width.
+ZOOM_FACTS = """
+const dialog = document.querySelector('dialog.figure-zoom');
+return {open: !!dialog?.open, shown: dialog?.querySelector('img').getBoundingClientRect().width || 0,
+        page: document.documentElement.scrollWidth, window: document.documentElement.clientWidth};
+"""
+
+
+def check_figures(driver, page: str, width: int) -> tuple[list[str], str]:
+    """Every figure's smallest text is at least MIN_TEXT_PX as drawn, or the figure opens at full
+    size on a tap and is legible there. At 390 px each figure is photographed both ways. Returns
+    the problems and a line saying how many figures were legible which way."""
+    problems, in_place, tapped = [], 0, 0
+    figures = driver.execute_script(LAYOUT_FACTS)["figures"]
+    images = [img for img in driver.find_elements(By.CSS_SELECTOR, "main img")
+              if driver.execute_script("return arguments[0].naturalWidth > 0", img)]
+    for figure, image in zip(figures, images):
+        if figure["src"].endswith(".svg") or not figure["inFigure"]:
+            continue  # a button's logo
+        name = figure["figure"] or figure["src"].rsplit("/", 1)[-1].removesuffix(".png")
+        points, dpi = png_text_size(figure["src"])
+        if points is None or dpi is None:
+            problems.append(f"figure {name}: its PNG records no smallest text size or dpi "
+                            "(re-execute the chapter: its set-up calls figure_text.book_figures())")
+            continue
+        drawn = text_px(points, dpi, figure["shown"], figure["natural"])
+        if width == PHONE:
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", image)
+            figure_box = image.find_elements(By.XPATH, "ancestor::figure[1]") or [image]
+            figure_box[0].screenshot(str(SHOTS / "figures" / f"{name}-{width}.png"))  # with caption
+        if drawn >= MIN_TEXT_PX:
+            in_place += 1
+            continue
+        if not figure["zoomable"]:
+            problems.append(f"figure {name}: smallest text {drawn:.1f} CSS px at {width} px, and a tap "
+                            f"does not open it at full size (at least {MIN_TEXT_PX} px)")
+            continue
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", image)
+        image.click()
+        time.sleep(0.2)
+        zoom = driver.execute_script(ZOOM_FACTS)
+        full = text_px(points, dpi, zoom["shown"], figure["natural"]) if zoom["open"] else 0.0
+        if width == PHONE and zoom["open"]:
+            driver.save_screenshot(str(SHOTS / "figures" / f"{name}-{width}-full.png"))
+        if full < MIN_TEXT_PX:
+            problems.append(f"figure {name}: smallest text {drawn:.1f} CSS px at {width} px, and "
+                            f"{full:.1f} px after a tap (at least {MIN_TEXT_PX} px)")
+        if zoom["page"] > zoom["window"]:
+            problems.append(f"figure {name}: opened at full size, the page scrolls sideways")
+        driver.find_element(By.CSS_SELECTOR, "dialog.figure-zoom").click()  # a second tap closes it
+        time.sleep(0.1)
+        if driver.execute_script(ZOOM_FACTS)["open"]:
+            problems.append(f"figure {name}: a tap on the full-size figure does not close it")
+        tapped += 1
+    note = f"{width} px: {in_place} figures legible as drawn, {tapped} at full size on a tap"
+    return problems, note if in_place + tapped else ""
 
 
 def check_navigation(driver, url: str, width: int, contents: bool) -> list[str]:
@@ -363,7 +460,7 @@ def main() -> int:
     if not (HTML / "index.html").is_file():
         print("no _build/html/index.html: run `make book` first", file=sys.stderr)
         return 2
-    SHOTS.mkdir(parents=True, exist_ok=True)
+    (SHOTS / "figures").mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     server, base = serve(HTML)
     driver = browser()
@@ -377,6 +474,8 @@ def main() -> int:
             references |= {entry["label"]: entry["link"] for entry in facts["references"]}
             status = "ok  " if not problems else "FAIL"
             print(f"{status} {page}: {len(facts['images'])} images, {facts['math']} formulas")
+            for note in facts["figureNotes"]:
+                print(f"       {note}")
             for problem in problems:
                 print(f"     - {problem}")
             failures += bool(problems)

@@ -35,3 +35,15 @@ def test_reference_labels_must_read_like_the_citations_and_link():
     problems = browser_test.check_references({"VSP+17": True, "Ba et al., 2016": False},
                                              {"Vaswani et al., 2017"})
     assert len(problems) == 3  # alpha label, no link, citation without an entry
+
+
+def test_raw_tex_in_the_prose_is_caught():
+    assert browser_test.raw_tex(["The model has ", " parameters, about 124 million."]) == []
+    found = browser_test.raw_tex(["embeddings, $VD", "TD \\times TD", "a \\(x\\) left"])
+    assert len(found) == 4 and "$VD" in found[0] and "\\times" in found[1]
+
+
+def test_figure_text_size_in_css_px():
+    # 10-point text, a 200-dpi PNG 2,000 pixels wide: 13.9 CSS px shown 1,000 wide, 4.7 at 342.
+    assert round(browser_test.text_px(10, 200, 1000, 2000), 1) == 13.9
+    assert browser_test.text_px(10, 200, 342, 2000) < browser_test.MIN_TEXT_PX

@@ -11,15 +11,18 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gpt_from_scratch.book.heads_plots import (  # noqa: E402
+    TOKEN_PITCH,
     attention_grid,
     attention_lines,
     compare_attention,
 )
+from gpt_from_scratch.book.plotting import LABEL_PT  # noqa: E402
 from gpt_from_scratch.hf_weights import WeightsUnavailableError, from_hf, from_pretrained
 from gpt_from_scratch.model import GPT  # noqa: E402
 
@@ -163,6 +166,23 @@ def test_attention_grid_draws_every_layer_and_head():
     fig = attention_grid(_maps(), tokens=list("abcdef"))
     assert len(fig.axes) == 3 * 4 + 1  # the maps and one colour bar
     assert fig.axes[0].images[0].get_array().shape == (6, 6)
+    plt.close(fig)
+
+
+def test_attention_grid_labels_tokens_only_where_they_fit():
+    """Token labels go beside the left column and under the bottom row when a map has at
+    least TOKEN_PITCH inches per token; on smaller maps they would overlap: left out."""
+    tokens = list("abcdef")
+    fig = attention_grid(_maps(L_=2, H_=2), tokens=tokens, cell_size=6 * TOKEN_PITCH)
+    (top_left, top_right), (bottom_left, bottom_right) = np.reshape(fig.axes[:4], (2, 2))
+    labels = lambda ticks: [t.get_text() for t in ticks]  # noqa: E731
+    assert labels(bottom_right.get_xticklabels()) == tokens
+    assert labels(top_left.get_yticklabels()) == tokens
+    assert labels(top_right.get_xticklabels()) == labels(top_right.get_yticklabels()) == []
+    assert min(t.get_fontsize() for t in bottom_left.get_xticklabels()) >= LABEL_PT
+    plt.close(fig)
+    fig = attention_grid(_maps(L_=2, H_=2), tokens=tokens, cell_size=5.9 * TOKEN_PITCH)
+    assert all(not ax.get_xticklabels() for ax in fig.axes[:4])
     plt.close(fig)
 
 

@@ -12,6 +12,9 @@ import numpy as np
 
 from .plotting import LABEL_PT, _as_array, attention_heatmap
 
+# Inches per token label along a map's side: labels at LABEL_PT, a little space between them.
+TOKEN_PITCH = 1.25 * LABEL_PT / 72
+
 
 def _stack_maps(maps, batch_index: int) -> np.ndarray:
     """``GPT.attention_maps`` output (``L`` tensors ``(B, H, T, T)``) or one ``(L, H, T, T)`` array -> (L, H, T, T)."""
@@ -50,7 +53,8 @@ def attention_grid(
     Args:
         maps: what ``GPT.attention_maps(idx)`` returns (``L`` tensors of shape ``(B, H, T, T)``), or one
             array of shape ``(L, H, T, T)``.
-        tokens: the ``T`` token labels; written along the bottom-left map when ``T <= 16``.
+        tokens: the ``T`` token labels, beside the left column and under the bottom row
+            when a map is tall enough to fit them (``cell_size >= T * TOKEN_PITCH``).
         layers, heads: which layers and heads to draw, in that order (default: all of them).
         batch_index: which sequence of the batch to draw.
         title: the figure's title.
@@ -77,9 +81,12 @@ def attention_grid(
     if vmax is None:
         vmax = float(array[np.ix_(layers, heads)].max())
 
+    labelled = tokens is not None and cell_size >= T_k * TOKEN_PITCH
+    label_size = 0.6 * LABEL_PT / 72 * max(map(len, tokens)) if labelled else 0.0  # inches
     fig, axes = plt.subplots(
         len(layers), len(heads), squeeze=False, layout="constrained",
-        figsize=(cell_size * len(heads) + 1.4, cell_size * len(layers) + 0.9),
+        figsize=(cell_size * len(heads) + 1.4 + label_size,
+                 cell_size * len(layers) + 0.9 + label_size),
     )
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
@@ -87,14 +94,14 @@ def attention_grid(
             image = ax.imshow(array[layer, head], cmap=cmap, vmin=0.0, vmax=vmax, interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
+            if labelled and r == len(layers) - 1:
+                ax.set_xticks(range(T_k), tokens, rotation=90, fontsize=LABEL_PT)
+            if labelled and c == 0:
+                ax.set_yticks(range(T_q), list(tokens)[T_k - T_q:], fontsize=LABEL_PT)
             if r == 0:
                 ax.set_title(f"head {head}", fontsize=LABEL_PT)
             if c == 0:
                 ax.set_ylabel(f"layer {layer}", fontsize=LABEL_PT)
-    if tokens is not None and T_k <= 16:
-        corner = axes[-1, 0]
-        corner.set_xticks(range(T_k), tokens, rotation=90, fontsize=LABEL_PT)
-        corner.set_yticks(range(T_q), list(tokens)[T_k - T_q:], fontsize=LABEL_PT)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     fig.suptitle(title or "Attention maps, layers × heads\n(rows: queries, columns: keys)",
                  fontsize=LABEL_PT)
@@ -177,7 +184,7 @@ def attention_lines(
     *,
     heads: Sequence[int] | None = None,
     title: str | None = None,
-    ncols: int = 6,
+    ncols: int = 2,
 ):
     """A static version of bertviz's head view: for each head, a line from every query token (left)
     to every key token (right), as opaque as its attention weight.
@@ -212,10 +219,11 @@ def attention_lines(
     colours = plt.get_cmap("tab10")
     ncols = max(1, min(ncols, len(heads)))
     nrows = -(-len(heads) // ncols)
-    label_width = 0.065 * max(len(t) for t in tokens) + 0.1  # inches taken by the longest label (7-point text)
+    label_width = 0.6 * LABEL_PT / 72 * max(map(len, tokens)) + 0.1  # inches, longest label
     margin = label_width / 0.6  # in data units: the lines span x = 0 .. 1, drawn 0.6 inches wide
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
-                             figsize=((2 * label_width + 0.6) * ncols + 0.2, (0.22 * T + 0.6) * nrows + 0.4))
+                             figsize=((2 * label_width + 0.6) * ncols + 0.2,
+                                      (1.5 * LABEL_PT / 72 * T + 0.6) * nrows + 0.4))
     for ax in axes.flat[len(heads):]:
         ax.remove()  # empty places in the last row
     for ax, h in zip(axes.flat, heads):
@@ -226,12 +234,12 @@ def attention_lines(
         rgba[:, 3] = array[h][i, j]
         ax.add_collection(LineCollection(segments, colors=rgba, linewidths=2.0))
         for t, label in enumerate(tokens):
-            ax.text(-0.05, -t, label, ha="right", va="center", fontsize=7)
-            ax.text(1.05, -t, label, ha="left", va="center", fontsize=7)
+            ax.text(-0.05, -t, label, ha="right", va="center", fontsize=LABEL_PT)
+            ax.text(1.05, -t, label, ha="left", va="center", fontsize=LABEL_PT)
         ax.set_xlim(-margin, 1.0 + margin)
         ax.set_ylim(-T + 0.5, 0.5)
         ax.axis("off")
-        ax.set_title(f"head {h}", fontsize=9, color=colour)
+        ax.set_title(f"head {h}", fontsize=LABEL_PT, color=colour)
     fig.suptitle(title or "Attention: query tokens (left) to the keys they attend to (right)", fontsize=10)
     return fig
 

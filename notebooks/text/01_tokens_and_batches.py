@@ -52,7 +52,6 @@ from collections import Counter
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import regex
 import tiktoken
@@ -64,12 +63,13 @@ from gpt_from_scratch.data import (
     TokenDataset, cache_dir, get_batch, load_tiny_shakespeare, prepare_tokens, read_tokens,
     split_text, write_tokens,
 )
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.tokenizer import (
     CharTokenizer, GPT2_PATTERN, bytes_to_unicode, gpt2_encoding, hf_gpt2_tokenizer,
 )
 from gpt_from_scratch.utils import seed_everything
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 torch.set_printoptions(linewidth=88)  # tensors printed to the width of the page
 

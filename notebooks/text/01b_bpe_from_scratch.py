@@ -37,7 +37,6 @@ import time
 from collections import Counter
 
 import matplotlib.pyplot as plt
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 import pandas as pd
 import regex  # like `re`, but knows Unicode classes such as \p{L} (any letter)
 import torch
@@ -48,9 +47,10 @@ from gpt_from_scratch.data import load_tiny_shakespeare, split_text
 from gpt_from_scratch.tokenizer import (
     GPT2_PATTERN, bytes_to_unicode, gpt2_encoding, gpt2_files,
 )
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.utils import seed_everything
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 text = load_tiny_shakespeare()
 tiktoken_gpt2 = gpt2_encoding()

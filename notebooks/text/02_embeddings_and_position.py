@@ -35,16 +35,16 @@ except ImportError:
 import math
 
 import matplotlib.pyplot as plt
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from gpt_from_scratch.data import load_tiny_shakespeare
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 seed_everything(1337)
 text = load_tiny_shakespeare()
 enc = gpt2_encoding()

@@ -53,7 +53,6 @@ import math
 import time
 
 import matplotlib.pyplot as plt
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -61,11 +60,13 @@ from torch import nn
 from torch.testing import assert_close
 
 from gpt_from_scratch.data import get_batch, load_tiny_shakespeare
+from gpt_from_scratch.figure_text import book_figures
+from gpt_from_scratch.plotting import attention_heatmap, token_labels
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
 from gpt_from_scratch.book.plotting import attention_heatmap, token_labels
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 torch.set_printoptions(precision=3, sci_mode=False)
 

@@ -50,7 +50,6 @@ except ImportError:
 import math
 
 import matplotlib.pyplot as plt
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -59,11 +58,12 @@ from torch.testing import assert_close
 
 from gpt_from_scratch.attention import MultiHeadAttention
 from gpt_from_scratch.data import get_batch, load_tiny_shakespeare
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.layernorm import LayerNorm
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 
 # %% [markdown]

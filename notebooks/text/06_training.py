@@ -60,7 +60,6 @@ import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -70,6 +69,7 @@ from torch.testing import assert_close
 from gpt_from_scratch.allocator import reuse_freed_memory
 from gpt_from_scratch.checkpoint import load_checkpoint
 from gpt_from_scratch.data import get_batch, load_tiny_shakespeare, split_text
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.train import train
@@ -87,7 +87,7 @@ from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 from gpt_from_scratch.book.reference_prose import loss_curves, run_text
 from gpt_from_scratch.book.samples import real_word_share, sample_text
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 reuse_freed_memory()  # Linux: big freed tensors serve the next step (Section 7.8)
 

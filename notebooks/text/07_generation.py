@@ -47,13 +47,13 @@ except ImportError:
 import time
 
 import matplotlib.pyplot as plt
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 import numpy as np
 import torch
 from torch.testing import assert_close
 
 from gpt_from_scratch.checkpoint import load_checkpoint
 from gpt_from_scratch.data import load_tiny_shakespeare, split_text
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate, top_k_filter, top_p_filter
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.utils import seed_everything
@@ -61,7 +61,7 @@ from gpt_from_scratch.book.recipes import book_model, book_model_path
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 from gpt_from_scratch.book.samples import real_word_share
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 FULL_RUN = False  # True on a GPU: the longer-trained BPE model; section 7.8 on CUDA
 

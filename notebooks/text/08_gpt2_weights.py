@@ -66,12 +66,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from IPython.display import Markdown, display
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 from torch.testing import assert_close
 
 from gpt_from_scratch import heads
 from gpt_from_scratch.allocator import reuse_freed_memory
 from gpt_from_scratch.data import prepare_tokens, read_tokens
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.hf_weights import WeightsUnavailableError, from_hf, from_pretrained
 from gpt_from_scratch.model import GPT, GPTConfig
@@ -88,7 +88,7 @@ from gpt_from_scratch.book.plotting import token_labels
 from gpt_from_scratch.book.recipes import RECIPES, book_model
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 torch.set_printoptions(precision=3, sci_mode=False)
 reuse_freed_memory()  # Linux: big freed tensors serve the next step (Section 7.8)
@@ -402,7 +402,7 @@ print("largest weight on a future token:", max(A[..., future].max().item() for A
 
 # %% mystnb={"figure": {"caption": "Every head of the analysed model on one sentence: one small map per layer (rows) and head (columns), all on one colour scale from 0 to 1. Within a map, row t is where query t puts its attention; the future (above the diagonal) is always 0.", "name": "fig-attention-grid"}, "image": {"alt": "A grid of small triangular heatmaps, one per layer and head, showing the attention weights of each head on the sentence 'The girl and the boy walked home. She'."}}
 fig = attention_grid(maps, tokens, title=f"{MODEL_NAME}: every head",
-                     cell_size=min(0.9, 8 / cfg.n_heads))
+                     cell_size=min(1.8, 8 / cfg.n_heads))
 plt.show()
 
 # %% [markdown]

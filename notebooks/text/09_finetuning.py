@@ -58,7 +58,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from IPython.display import Markdown, display
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 from torch import nn
 from torch.testing import assert_close
 
@@ -67,6 +66,7 @@ from gpt_from_scratch.finetune import (
     GPTClassifier, accuracy, bag_of_tokens, fit_linear, hidden_states, majority_accuracy,
     pooled_features, set_trainable, speaker_dataset, train_classifier,
 )
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.hf_weights import WeightsUnavailableError, from_pretrained
 from gpt_from_scratch.lora import (
@@ -82,7 +82,7 @@ from gpt_from_scratch.book.offline_model import DocumentStart, EOT, offline_mode
 from gpt_from_scratch.book.recipes import RECIPES, book_model, bpe_level_data
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
 torch.set_printoptions(precision=3, sci_mode=False)
 

@@ -56,7 +56,6 @@ import time
 
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -66,6 +65,7 @@ from transformers import LlamaForCausalLM
 from transformers.models.llama import modeling_llama
 
 from gpt_from_scratch.attention import KVCache, MultiHeadAttention
+from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.gqa import GroupedQueryAttention, kv_cache_bytes_per_token, repeat_kv
 from gpt_from_scratch.layernorm import LayerNorm, RMSNorm
@@ -79,7 +79,7 @@ from gpt_from_scratch.book.modern_prose import comparison_text
 from gpt_from_scratch.book.plotting import LABEL_PT
 from gpt_from_scratch.book.recipes import char_level_data
 
-set_matplotlib_formats("retina")  # figures stay sharp on high-density screens
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
 _ = seed_everything(1337)
 
 # FULL_RUN = False: the training comparison of section 10.6 is sized for 2 CPU cores (about

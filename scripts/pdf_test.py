@@ -1,0 +1,138 @@
+"""Check the PDF edition (``make pdf``) the way a reader of the printed book would see it.
+
+Reads ``_build/latex/gpt-from-scratch.pdf`` and its LaTeX log with poppler's ``pdfinfo``,
+``pdftotext`` and ``pdfimages`` and checks:
+
+- its page count is in a sane range (a chapter cut off, or a page per output line, leaves it);
+- the title of every page of ``_toc.yml`` is in the text;
+- no word lies past the margins (``pdftotext -bbox``): code and outputs wrap, none is cut off;
+- every figure of the notebooks is in it as an image, at 150 pixels per inch or more;
+- the LaTeX log has no missing glyph ("Missing character"), no undefined reference or citation.
+
+Prints the size and the page count. Run it with ``make pdf`` (``make test-pdf``: a built PDF).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+LATEX = ROOT / "_build" / "latex"
+PDF = LATEX / "gpt-from-scratch.pdf"
+PAGES = range(150, 600)  # 233 pages when written; fewer means text is missing
+MIN_PPI = 150  # a figure prints sharp at this resolution or more
+SLACK_PT = 1.0  # how far a glyph may pass the margin (rounding of the text positions)
+CM = 72 / 2.54  # points per centimetre
+WORD = re.compile(r'xMin="([\d.]+)" yMin="[\d.]+" xMax="([\d.]+)" yMax="[\d.]+">([^<]*)<')
+# A missing glyph, an unresolved reference (a hyperlink's too) or citation in LuaLaTeX's log.
+UNRESOLVED = re.compile(r"Missing character|reference .* undefined|Citation .* undefined|"
+                        r"There were undefined references", re.IGNORECASE)
+
+
+def run(*command: str) -> str:
+    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+
+def normalise(text: str) -> str:
+    """Ligatures decomposed (NFKC), hyphenated line breaks joined, spaces collapsed."""
+    text = unicodedata.normalize("NFKC", text)
+    return re.sub(r"\s+", " ", re.sub(r"-\n(?=\w)", "", text))
+
+
+def toc_titles() -> list[str]:
+    """The first heading of every page of ``_toc.yml``, as the reader sees it."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    titles = []
+    for name in files:
+        if (ROOT / f"{name}.ipynb").is_file():
+            cells = json.loads((ROOT / f"{name}.ipynb").read_text())["cells"]
+            text = "\n".join("".join(cell["source"]) for cell in cells
+                             if cell["cell_type"] == "markdown")
+        else:
+            text = (ROOT / f"{name}.md").read_text()
+        heading = re.search(r"^# (.+)$", text, re.MULTILINE)
+        titles.append(re.sub(r"[*_`]", "", heading.group(1)).strip() if heading else name)
+    return titles
+
+
+def notebook_figures() -> int:
+    """How many figures the chapters show: cells with a ``mystnb`` figure name and a displayed
+    output (an interactive figure too: the PDF needs a static image of it)."""
+    return sum(1 for notebook in sorted((ROOT / "notebooks").glob("*.ipynb"))
+               for cell in json.loads(notebook.read_text())["cells"]
+               if cell.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("name")
+               and any(output.get("data") for output in cell.get("outputs", [])))
+
+
+def margins_cm() -> float:
+    """The side margins set by ``_config.yml``'s ``sphinxsetup`` (``hmargin={2cm,2cm}``)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    setup = config["sphinx"]["config"]["latex_elements"]["sphinxsetup"]
+    return float(re.search(r"hmargin=\{([\d.]+)cm", setup).group(1))
+
+
+def words_past_margin(bbox_html: str, margin_pt: float) -> list[str]:
+    """Every word of ``pdftotext -bbox`` output outside the text block, with its page."""
+    problems = []
+    for number, page in enumerate(bbox_html.split("<page ")[1:], start=1):
+        width = float(re.match(r'width="([\d.]+)"', page).group(1))
+        for match in WORD.finditer(page):
+            left, right = float(match.group(1)), float(match.group(2))
+            word = html.unescape(match.group(3))
+            if left < margin_pt - SLACK_PT or right > width - margin_pt + SLACK_PT:
+                problems.append(f"page {number}: {word!r} lies past the margin "
+                                f"({left:.1f} to {right:.1f} pt of {width:.0f})")
+    return problems
+
+
+def check() -> list[str]:
+    problems = []
+    info = run("pdfinfo", str(PDF))
+    pages = int(re.search(r"^Pages:\s+(\d+)", info, re.MULTILINE).group(1))
+    if pages not in PAGES:
+        problems.append(f"{pages} pages, expected {PAGES.start} to {PAGES.stop - 1}")
+    text = normalise(run("pdftotext", "-enc", "UTF-8", str(PDF), "-"))
+    for title in toc_titles():
+        if normalise(title) not in text:
+            problems.append(f"chapter title {title!r} is not in the PDF's text")
+    boxes = run("pdftotext", "-bbox", str(PDF), "-")
+    problems += words_past_margin(boxes, margins_cm() * CM)[:20]
+    images = [line.split() for line in run("pdfimages", "-list", str(PDF)).splitlines()[2:]]
+    images = [row for row in images if row[2] == "image"]
+    figures = notebook_figures()
+    if len(images) < figures:
+        problems.append(f"{len(images)} images in the PDF for {figures} figures in the chapters")
+    for row in images:
+        if min(float(row[12]), float(row[13])) < MIN_PPI:
+            problems.append(f"page {row[0]}: an image at {row[12]} ppi, at least {MIN_PPI}")
+    log = (LATEX / "gpt-from-scratch.log").read_text(errors="replace")
+    unresolved = {line.strip() for line in log.splitlines() if UNRESOLVED.search(line)}
+    problems += [f"LaTeX log: {line}" for line in sorted(unresolved)]
+    size = PDF.stat().st_size / 2**20
+    print(f"{PDF.relative_to(ROOT)}: {pages} pages, {size:.1f} MiB, {len(images)} images "
+          f"for {figures} figures")
+    return problems
+
+
+def main() -> int:
+    if not PDF.is_file():
+        print(f"no {PDF.relative_to(ROOT)}: run `make pdf` first", file=sys.stderr)
+        return 2
+    problems = check()
+    for problem in problems:
+        print(f"FAIL {problem}")
+    print(f"pdf test: {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

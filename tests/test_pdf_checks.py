@@ -1,0 +1,36 @@
+"""The checks of scripts/pdf_test.py catch what they guard against, on made-up output."""
+
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "pdf_test.py"
+spec = importlib.util.spec_from_file_location("pdf_test", SCRIPT)
+pdf_test = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pdf_test)
+
+PAGE = '<page width="595.28" height="841.89">\n{}\n</page>'
+WORD = '<word xMin="{}" yMin="100.0" xMax="{}" yMax="110.0">{}</word>'
+
+
+def test_a_word_past_either_margin_is_caught():
+    inside = PAGE.format(WORD.format(56.7, 538.0, "fits"))
+    assert pdf_test.words_past_margin("<doc>" + inside, 56.69) == []
+    right = PAGE.format(WORD.format(500.0, 545.0, "cut_off_code"))
+    left = PAGE.format(WORD.format(40.0, 90.0, "&lt;hanging"))
+    problems = pdf_test.words_past_margin("<doc>" + inside + right + left, 56.69)
+    assert len(problems) == 2
+    assert problems[0].startswith("page 2: 'cut_off_code'") and "'<hanging'" in problems[1]
+
+
+def test_titles_match_across_ligatures_and_hyphenated_line_breaks():
+    text = "Fine-tun-\ning \ufb01rst  steps"
+    assert pdf_test.normalise(text) == "Fine-tuning first steps"
+
+
+def test_missing_glyphs_and_unresolved_references_are_found_in_the_log():
+    for line in ["Missing character: There is no 🤖 (U+1F916) in font DejaVu Sans Mono",
+                 "LaTeX Warning: Hyper reference `04_attention:ch' on page 15 undefined",
+                 "LaTeX Warning: Citation `vaswani2017' on page 3 undefined on input line 12.",
+                 "LaTeX Warning: There were undefined references."]:
+        assert pdf_test.UNRESOLVED.search(line), line
+    assert not pdf_test.UNRESOLVED.search("Overfull \\vbox (2.3pt too high) at line 1252")
