@@ -59,7 +59,7 @@ from selenium.webdriver.common.by import By
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from browser_interactive import check_interactive  # noqa: E402  (figures and quizzes)
-from gpt_from_scratch.figure_text import SMALLEST_TEXT  # noqa: E402
+from gpt_from_scratch.book.figure_text import SMALLEST_TEXT  # noqa: E402
 
 WIDE, PHONE = 1280, 390
 MIN_TEXT_PX = 9  # the smallest legible text in a figure, in CSS px

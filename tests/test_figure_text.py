@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from gpt_from_scratch.figure_text import (  # noqa: E402
+from gpt_from_scratch.book.figure_text import (  # noqa: E402
     SMALLEST_TEXT, retina_png, smallest_text_pt)
 
 

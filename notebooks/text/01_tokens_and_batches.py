@@ -63,11 +63,11 @@ from gpt_from_scratch.data import (
     TokenDataset, cache_dir, get_batch, load_tiny_shakespeare, prepare_tokens, read_tokens,
     split_text, write_tokens,
 )
-from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.tokenizer import (
     CharTokenizer, GPT2_PATTERN, bytes_to_unicode, gpt2_encoding, hf_gpt2_tokenizer,
 )
 from gpt_from_scratch.utils import seed_everything
+from gpt_from_scratch.book.figure_text import book_figures
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)

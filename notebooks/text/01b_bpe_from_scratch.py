@@ -47,8 +47,8 @@ from gpt_from_scratch.data import load_tiny_shakespeare, split_text
 from gpt_from_scratch.tokenizer import (
     GPT2_PATTERN, bytes_to_unicode, gpt2_encoding, gpt2_files,
 )
-from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.utils import seed_everything
+from gpt_from_scratch.book.figure_text import book_figures
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)

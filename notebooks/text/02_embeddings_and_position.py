@@ -40,9 +40,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpt_from_scratch.data import load_tiny_shakespeare
-from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
+from gpt_from_scratch.book.figure_text import book_figures
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 seed_everything(1337)

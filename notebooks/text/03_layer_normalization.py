@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.utils import seed_everything
+from gpt_from_scratch.book.figure_text import book_figures
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 _ = seed_everything(1337)

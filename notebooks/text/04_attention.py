@@ -60,10 +60,9 @@ from torch import nn
 from torch.testing import assert_close
 
 from gpt_from_scratch.data import get_batch, load_tiny_shakespeare
-from gpt_from_scratch.figure_text import book_figures
-from gpt_from_scratch.plotting import attention_heatmap, token_labels
 from gpt_from_scratch.tokenizer import gpt2_encoding
 from gpt_from_scratch.utils import seed_everything
+from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.plotting import attention_heatmap, token_labels
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text

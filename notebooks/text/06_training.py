@@ -69,12 +69,12 @@ from torch.testing import assert_close
 from gpt_from_scratch.allocator import reuse_freed_memory
 from gpt_from_scratch.checkpoint import load_checkpoint
 from gpt_from_scratch.data import get_batch, load_tiny_shakespeare, split_text
-from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.train import train
 from gpt_from_scratch.train_config import TrainConfig, lr_at, make_optimizer
 from gpt_from_scratch.utils import default_device, seed_everything, set_deterministic
+from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.ladder import (
     BIGRAM, BIGRAM_PUBLISHED, BigramModel, FINAL, FINAL_CONFIG, LadderConfig, LadderModel,
     RUNGS, train_rung, unigram_loss,

@@ -53,10 +53,10 @@ from torch.testing import assert_close
 
 from gpt_from_scratch.checkpoint import load_checkpoint
 from gpt_from_scratch.data import load_tiny_shakespeare, split_text
-from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate, top_k_filter, top_p_filter
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.utils import seed_everything
+from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.recipes import book_model, book_model_path
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 from gpt_from_scratch.book.samples import real_word_share
@@ -445,8 +445,8 @@ print(sample_text())
 # every other character together. In the rendered book it works without a running notebook.
 
 # %%
-from gpt_from_scratch.plotting import token_labels
 from gpt_from_scratch.book.interactive import Interactive, SamplingFilter, sampling_explorer
+from gpt_from_scratch.book.plotting import token_labels
 
 filters = [SamplingFilter("all"), SamplingFilter("top-k 3", top_k=3),
            SamplingFilter("top-k 10", top_k=10), SamplingFilter("top-p 0.5", top_p=0.5),

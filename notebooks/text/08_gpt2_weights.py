@@ -71,7 +71,6 @@ from torch.testing import assert_close
 from gpt_from_scratch import heads
 from gpt_from_scratch.allocator import reuse_freed_memory
 from gpt_from_scratch.data import prepare_tokens, read_tokens
-from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.hf_weights import WeightsUnavailableError, from_hf, from_pretrained
 from gpt_from_scratch.model import GPT, GPTConfig
@@ -80,6 +79,7 @@ from gpt_from_scratch.train import estimate_loss
 from gpt_from_scratch.train_config import TrainConfig
 from gpt_from_scratch.utils import seed_everything
 from gpt_from_scratch.book import heads_prose as prose, induction
+from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.heads_plots import (
     attention_grid, attention_lines, compare_attention, head_scores_heatmap,
 )

@@ -66,7 +66,6 @@ from gpt_from_scratch.finetune import (
     GPTClassifier, accuracy, bag_of_tokens, fit_linear, hidden_states, majority_accuracy,
     pooled_features, set_trainable, speaker_dataset, train_classifier,
 )
-from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.hf_weights import WeightsUnavailableError, from_pretrained
 from gpt_from_scratch.lora import (
@@ -78,6 +77,7 @@ from gpt_from_scratch.train import estimate_loss
 from gpt_from_scratch.utils import default_device, seed_everything
 from gpt_from_scratch.book import finetune_prose as prose
 from gpt_from_scratch.book.corpus_vocab import compact_ids
+from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.offline_model import DocumentStart, EOT, offline_model
 from gpt_from_scratch.book.recipes import RECIPES, book_model, bpe_level_data
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run

@@ -65,7 +65,6 @@ from transformers import LlamaForCausalLM
 from transformers.models.llama import modeling_llama
 
 from gpt_from_scratch.attention import KVCache, MultiHeadAttention
-from gpt_from_scratch.figure_text import book_figures
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.gqa import GroupedQueryAttention, kv_cache_bytes_per_token, repeat_kv
 from gpt_from_scratch.layernorm import LayerNorm, RMSNorm
@@ -75,6 +74,7 @@ from gpt_from_scratch.rope import apply_rope, rope_cos_sin
 from gpt_from_scratch.train import estimate_loss, train
 from gpt_from_scratch.train_config import TrainConfig
 from gpt_from_scratch.utils import default_device, seed_everything
+from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.modern_prose import comparison_text
 from gpt_from_scratch.book.plotting import LABEL_PT
 from gpt_from_scratch.book.recipes import char_level_data
