@@ -57,7 +57,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 from browser_interactive import check_interactive  # noqa: E402  (figures and quizzes)
 from gpt_from_scratch.book.figure_text import SMALLEST_TEXT  # noqa: E402
 
