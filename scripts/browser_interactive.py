@@ -11,6 +11,8 @@ question) each show their feedback.
 
 from __future__ import annotations
 
+import html
+import re
 import time
 
 from selenium.webdriver.common.by import By
@@ -114,7 +116,8 @@ def check_quiz(driver, page: str) -> list[str]:
         button = next(b for b in buttons if b.get_attribute("data-correct") == correct)
         _click(driver, button)
         shown = choices[0].find_element(By.CSS_SELECTOR, ".Feedback").text.strip()
-        if shown != button.get_attribute("data-feedback").strip():
+        expected = html.unescape(re.sub(r"<[^>]+>", "", button.get_attribute("data-feedback")))
+        if shown != expected.strip():
             problems.append(f"picking a quiz answer (correct={correct}) showed {shown!r}")
     field = numbers[0].find_element(By.CSS_SELECTOR, "input.Input-text")
     low, high = driver.execute_script(
