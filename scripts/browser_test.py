@@ -50,7 +50,7 @@ from selenium.webdriver.chrome.service import Service
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from gpt_from_scratch.plotting import LABEL_PT  # noqa: E402  (the smallest label of a heatmap, in points)
-from browser_interactive import check_interactive  # noqa: E402  (figures and quizzes)
+from scripts.browser_interactive import check_interactive  # noqa: E402  (figures and quizzes)
 
 WIDE, PHONE = 1280, 390
 MIN_LABEL_PX = 9  # the smallest legible label, in CSS px
