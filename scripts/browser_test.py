@@ -57,9 +57,9 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
-from browser_interactive import check_interactive  # noqa: E402  (figures and quizzes)
+sys.path.insert(0, str(ROOT))
 from gpt_from_scratch.book.figure_text import SMALLEST_TEXT  # noqa: E402
+from scripts.browser_interactive import check_interactive  # noqa: E402  (figures and quizzes)
 
 WIDE, PHONE = 1280, 390
 MIN_TEXT_PX = 9  # the smallest legible text in a figure, in CSS px

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, as_html, quiz_json, show_quiz
+from gpt_from_scratch.book.quiz import (
+    Choice, MultipleChoice, Numeric, as_html, quiz_json, quiz_text, show_quiz,
+)
 
 
 jupytext = pytest.importorskip("jupytext", reason="reading the twins needs jupytext")
@@ -69,17 +71,23 @@ def test_text_is_shown_as_written():
         "an &lt;unk&gt; token &amp; <code>top_k_filter</code>"
 
 
-def test_show_quiz_puts_the_questions_and_their_script_in_the_output(monkeypatch):
+def test_show_quiz_puts_the_questions_and_their_script_in_the_output():
     pytest.importorskip("jupyterquiz", reason="the quizzes need jupyterquiz (pip install jupyterquiz)")
-    import jupyterquiz
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
 
-    shown = []  # what display_quiz displays, from the module that defines it (it moved in 2.9)
-    defining_module = sys.modules[jupyterquiz.display_quiz.__module__]
-    monkeypatch.setattr(defining_module, "display", lambda obj: shown.append(obj))
-    show_quiz([Numeric("How many heads?", 12, 0.5, "Twelve.")])
-    html, script = shown
-    assert html.data.startswith("<div id=")  # the container the script fills
-    assert '"question": "How many heads?"' in script.data and "show_questions" in script.data
+    InteractiveShell.instance()  # display() publishes through a shell, as in a notebook
+    questions = [Numeric("How many heads?", 12, 0.5, "Twelve."),
+                 MultipleChoice("Which?", [Choice("this", True, ""), Choice("that", False, "")])]
+    with capture_output() as shown:
+        show_quiz(questions)
+    container, script = (output.data for output in shown.outputs)
+    assert container["text/html"].startswith("<div id=")  # the container the script fills
+    assert container["text/plain"] == quiz_text(questions)  # the PDF's version
+    assert "2. Which?\n   a) this\n   b) that" in container["text/plain"]
+    js = script["application/javascript"]
+    assert '"question": "How many heads?"' in js and "show_questions" in js
+    assert script["text/plain"] == ""
 
 
 def defined_names(tree) -> set[str]:

@@ -86,8 +86,31 @@ def quiz_json(questions: Sequence[MultipleChoice | Numeric]) -> list[dict]:
     return [q.to_json() for q in questions]
 
 
+def quiz_text(questions: Sequence[MultipleChoice | Numeric]) -> str:
+    """The questions as plain text: what the PDF edition shows (no feedback there)."""
+    lines = ["Check yourself (instant feedback in the HTML edition):"]
+    for number, q in enumerate(questions, 1):
+        lines.append(f"{number}. {q.question}")
+        if isinstance(q, MultipleChoice):
+            lines += [f"   {letter}) {c.text}" for letter, c in zip("abcdefgh", q.choices)]
+    return "\n".join(lines)
+
+
 def show_quiz(questions: Sequence[MultipleChoice | Numeric]) -> None:
-    """Display the questions with instant feedback (answers shuffled on each view)."""
+    """Display the questions with instant feedback (answers shuffled on each view).
+
+    jupyterquiz displays an HTML container and the script that fills it; both are shown
+    again with plain text fit for the PDF (the questions, and nothing for the script)
+    instead of the objects' reprs.
+    """
+    from IPython.display import display
+    from IPython.utils.capture import capture_output
     from jupyterquiz import display_quiz
 
-    display_quiz(quiz_json(questions), shuffle_answers=True, max_width=720)
+    with capture_output() as quiz:
+        display_quiz(quiz_json(questions), shuffle_answers=True, max_width=720)
+    container, script = (output.data for output in quiz.outputs)
+    display({"text/html": container["text/html"], "text/plain": quiz_text(questions)},
+            raw=True)
+    display({"application/javascript": script["application/javascript"], "text/plain": ""},
+            raw=True)

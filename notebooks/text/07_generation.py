@@ -440,9 +440,10 @@ print(sample_text())
 
 # %% [markdown]
 # The sliders above need the model; the explorer below does not. It holds the distribution
-# `generate` samples from after “It is the␣”, computed here for every temperature and filter:
-# the slider sets the temperature, the buttons pick top-k or top-p, and the last bar is
-# every other character together. In the rendered book it works without a running notebook.
+# `generate` samples from after “It is the␣”, computed here for every temperature and
+# filter: the slider sets the temperature, the buttons pick top-k or top-p, and the last bar
+# is every other character together. In the rendered book it works without a running
+# notebook.
 
 # %%
 from gpt_from_scratch.book.interactive import Interactive, SamplingFilter, sampling_explorer
