@@ -859,11 +859,22 @@ print(f"per character: BPE model {bpe_final / chars_per_token:.2f} nats, "
       f"character model {char_history.val_loss[-1]:.2f} nats, "
       f"bigram table {bigram_val:.2f} nats (ln 50257 = {math.log(50257):.2f})")
 
+# %% tags=["remove-input"]
+per_char, char_final = bpe_final / chars_per_token, char_history.val_loss[-1]
+char_seen = char_cfg.max_iters * char_cfg.batch_size * char_model.config.context_length
+bpe_chars = drawn * chars_per_token
+falling = "still falling" if hist.val_loss[-1] < hist.val_loss[-2] else "no longer falling"
+lower = "lower" if per_char < char_final else "higher"
+display(Markdown(
+    f"After {hist.eval_step[-1]} steps the validation loss is {bpe_final:.2f} nats per "
+    f"token, {falling}. The two models' losses are in different units: a BPE token is "
+    f"{chars_per_token:.2f} characters on average, so {bpe_final:.2f} nats per token are "
+    f"{per_char:.2f} nats per character, {lower} than the character model's "
+    f"{char_final:.2f}, with {bpe_chars / char_seen:.0%} of the characters seen ({drawn:,} "
+    f"tokens, about {bpe_chars:,.0f} characters, against {char_seen:,})."))
+
 # %% [markdown]
-# After 100 steps the validation loss is 6.16 nats per token, still falling fast. The two models' losses are
-# in different units: a BPE token is 3.09 characters on average, so 6.16 nats per token are 1.99 nats per
-# character, lower than the character model's 2.10, with a fifth of the characters seen (51,200 tokens, about
-# 158,000 characters, against 768,000): each BPE token arrives with its spelling already solved. Its sample is
+# Each BPE token arrives with its spelling already solved. Its sample is
 # built from GPT-2's tokens, whole words and pieces of words: common words come out whole, but strung together
 # with little grammar yet, and rare pieces glue into non-words ("myINGSle", "likeraham"). The character model
 # spells its own words.

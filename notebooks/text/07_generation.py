@@ -321,7 +321,7 @@ for name, text in scored.items():
 # The book's full-size models were trained once on a GPU (`make reference-runs`, {ref}`ch-training`):
 # nanoGPT's character model and a BPE model of its size. Where they are on this machine, or can be
 # downloaded, the next cell decodes the character model greedily and by sampling, as above, and prints
-# the BPE model's published sample of 500 characters, each with its share of real words.
+# the BPE model's published sample, each with its share of real words.
 
 # %%
 try:
