@@ -76,8 +76,15 @@ def defined_names(source: str) -> set[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+            targets = list(node.targets) if isinstance(node, ast.Assign) else [node.target]
+            while targets:  # a, (b, *c) = ... binds a, b and c; x[i] = ... and x.y = ... bind nothing
+                target = targets.pop()
+                if isinstance(target, ast.Name):
+                    names.add(target.id)
+                elif isinstance(target, (ast.Tuple, ast.List)):
+                    targets += target.elts
+                elif isinstance(target, ast.Starred):
+                    targets.append(target.value)
     return names
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
+from make_student import defined_names  # scripts/ is on the path, as for grade.py
 
 GRADED = {".ipynb", ".py"}  # suffixes graded, in any case
 KEPT_MAGICS = {
@@ -123,22 +124,6 @@ def without_checks(source: str) -> str:
     tree = ast.parse(source)
     tree.body = [node for node in tree.body if not _is_check(node)]
     return ast.unparse(tree)
-
-
-def defined_names(source: str) -> set[str]:
-    """The names a cell binds at top level (functions, classes, assignments)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
-    names = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-    return names
 
 
 def solution_cell(cells: list[str], name: str) -> str | None:
