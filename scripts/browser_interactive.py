@@ -80,15 +80,16 @@ def check_figure(driver, figure, name: str) -> list[str]:
         return lambda: figure.find_elements(By.CSS_SELECTOR, selector)[1]
 
     controls = []
-    if figure.find_elements(By.CSS_SELECTOR, ".slider-rail-touch-rect"):
-        controls.append(("the slider", [(last(".slider-rail-touch-rect"), 0.05)]))
+    if figure.find_elements(By.CSS_SELECTOR, ".slider-rail-touch-rect"):  # either end: one may be
+        rail = last(".slider-rail-touch-rect")  # where the slider starts
+        controls.append(("the slider", [(rail, 0.95)], [(rail, 0.05)]))
     if figure.find_elements(By.CSS_SELECTOR, ".updatemenu-header"):  # a drop-down menu
         controls.append(("the menu", [(last(".updatemenu-header"), 0.5),
                                       (second(".updatemenu-dropdown-button"), 0.5)]))
     elif figure.find_elements(By.CSS_SELECTOR, ".updatemenu-button"):
         controls.append(("the buttons", [(last(".updatemenu-button"), 0.5)]))
-    for label, clicks in controls:
-        if not _changes(driver, figure, *clicks):
+    for label, *tries in controls:
+        if not any(_changes(driver, figure, *clicks) for clicks in tries):
             problems.append(f"{name}: the picture did not change when {label} was used")
     return problems
 
@@ -122,7 +123,8 @@ def check_quiz(driver, page: str) -> list[str]:
     field = numbers[0].find_element(By.CSS_SELECTOR, "input.Input-text")
     low, high = driver.execute_script(
         "return JSON.parse(arguments[0].dataset.answers)[0].range;", field)
-    for typed, expected in ((f"{high + 1000:g}", "Not quite"), (f"{(low + high) / 2:.6g}", "Correct")):
+    wrong, right = repr(high + 1000.0), repr((low + high) / 2)  # every digit: 124439808.0, not 1.2444e+08
+    for typed, expected in ((wrong, "Not quite"), (right, "Correct")):
         _click(driver, field)
         field.send_keys(typed + Keys.ENTER)
         time.sleep(0.2)
