@@ -38,18 +38,26 @@ the GPT             chapter
 ==========================  ================================================
 the book (``book.``)        chapter
 ==========================  ================================================
+``book.figure_text``        every chapter: figures that record their smallest text
+``book.quiz``               every chapter: the self-check quiz (jupyterquiz)
+``book.interactive``        4, 7, 8  figures without a kernel (Plotly)
 ``book.plotting``           4  attention heatmaps with token labels
 ``book.diagram``            5  GPT-2's architecture drawn from a model's modules
 ``book.recipes``            6  the data at two levels and the book's models
 ``book.cli``                6  ``python -m gpt_from_scratch.book.cli`` and ``torchrun``
 ``book.ladder``             6  Karpathy's build-up ladder from the package's parts
 ``book.ladder_prose``       6  the ladder's table and sentences
+``book.samples``            6, 7  the share of a sample's words that are real words
+``book.reference``          6-9  the full-size reference runs: find, download, verify
+``book.reference_prose``    6-9  what the chapters say about a reference run
 ``book.timing``             7  timing, host reads, page faults
 ``book.speed_prose``        7  the measured speed-ups as sentences
 ``book.corpus_vocab``       8  a GPT that learns only its corpus's tokens
 ``book.offline_model``      8  the small model analysed without GPT-2's weights
+``book.induction``          8  an induction head, trained to be seen
 ``book.heads_plots``        8  many heads at once: grids, side-by-side maps
 ``book.heads_prose``        8  the chapter's sentences about the loaded model
+``book.finetune_runs``      9  the fine-tuning runs as functions (chapter, reference runs)
 ``book.finetune_prose``     9  the chapter's sentences from the measured numbers
 ``book.modern_prose``       10 the GPT-2 versus Llama verdict
 ==========================  ================================================
