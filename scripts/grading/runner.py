@@ -43,9 +43,7 @@ def decode(value, tensors: dict, names: dict):
         return torch.Generator().manual_seed(value["$generator"])
     if "$pairs" in value:
         return {(a, b): c for a, b, c in value["$pairs"]}
-    if (
-        "$setup" in value
-    ):  # e.g. GPTConfig.from_preset, looked up before the student's cell ran
+    if "$setup" in value:  # e.g. GPTConfig.from_preset, looked up before the student's cell ran
         target = names[value["$setup"].split(".")[0]]
         for attribute in value["$setup"].split(".")[1:]:
             target = getattr(target, attribute)
