@@ -18,12 +18,13 @@ export PYTHONHASHSEED := 0
 NOTEBOOK_SOURCES := $(sort $(wildcard notebooks/text/*.py))
 NOTEBOOKS := $(patsubst notebooks/text/%.py,notebooks/%.ipynb,$(NOTEBOOK_SOURCES))
 
-.PHONY: help venv test test-unit test-notebooks book browser-test pdf test-pdf notebooks benchmarks clean
+.PHONY: help venv test test-unit test-notebooks book browser-test jupyterlab-test pdf test-pdf notebooks benchmarks clean
 
 help:
 	@echo "make test        set up .venv, run pytest, nbval over every notebook, twin sync check"
 	@echo "make book        set up .venv, build the HTML book from the committed notebooks into _build/html"
 	@echo "make browser-test  build the book, check every page in headless Chromium at 1280 and 390 px (screenshots in _build/screenshots)"
+	@echo "make jupyterlab-test  the committed chapters' interactive figures and quizzes in JupyterLab, headless, no cell run"
 	@echo "make pdf         the whole book as one PDF (LuaLaTeX) into _build/latex, then checked by scripts/pdf_test.py"
 	@echo "make notebooks   re-execute the chapters whose text twin or package changed (commit the outputs)"
 	@echo "make benchmarks  speed benchmarks, never part of the tests (NANOGPT=DIR: beside nanoGPT)"
@@ -67,7 +68,11 @@ $(MATHJAX):
 	rm -rf .mathjax/dist && mkdir -p .mathjax/dist
 	cp -r .mathjax/npm/node_modules/mathjax/es5 .mathjax/dist/mathjax
 
+# sphinxcontrib-bibtex reads references.bib once per environment: after an edit of it, an incremental
+# build keeps the old References page (a new entry missing), so the build then starts afresh.
 book: $(STAMP) $(MATHJAX)
+	@if [ -f _build/html/book/references.html ] && [ book/references.bib -nt _build/html/book/references.html ]; \
+		then echo "references.bib changed: building afresh"; rm -rf _build/.doctrees _build/html; fi
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 	@echo "open _build/html/index.html"
 
@@ -76,6 +81,14 @@ browser-test: book
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 	$(PY) scripts/browser_test.py
+
+# The interactive figures (chapters 4, 7, 8) and quizzes as the committed chapters show them in the venv's
+# JupyterLab (requirements.txt), in headless Chromium (installed as for browser-test): no cell runs, nothing
+# is fetched from the internet. Screenshots in _build/screenshots/jupyterlab (measured: about 40 s).
+jupyterlab-test: $(STAMP)
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+	$(PY) scripts/jupyterlab_test.py
 
 # The PDF edition: Sphinx's LaTeX builder and LuaLaTeX, with Debian's TeX, the fonts the book's text
 # needs (DejaVu; WenQuanYi Micro Hei for CJK, Symbola for emoji) and poppler for the test, installed

@@ -456,6 +456,16 @@ def check_internal_links(base: str, links: set[str]) -> list[str]:
     return problems
 
 
+def report(what: str, problems: list[str], notes: list[str] = ()) -> int:
+    """Print one checked item ("ok  what" or "FAIL what", its notes and problems); 1 if it failed."""
+    print(f"{'ok  ' if not problems else 'FAIL'} {what}")
+    for note in notes:
+        print(f"       {note}")
+    for problem in problems:
+        print(f"     - {problem}")
+    return int(bool(problems))
+
+
 def main() -> int:
     if not (HTML / "index.html").is_file():
         print("no _build/html/index.html: run `make book` first", file=sys.stderr)
@@ -472,25 +482,14 @@ def main() -> int:
             internal |= {urldefrag(link)[0] for link in facts["links"] if link.startswith(base)}
             citations |= set(facts["citations"])
             references |= {entry["label"]: entry["link"] for entry in facts["references"]}
-            status = "ok  " if not problems else "FAIL"
-            print(f"{status} {page}: {len(facts['images'])} images, {facts['math']} formulas")
-            for note in facts["figureNotes"]:
-                print(f"       {note}")
-            for problem in problems:
-                print(f"     - {problem}")
-            failures += bool(problems)
+            failures += report(f"{page}: {len(facts['images'])} images, {facts['math']} formulas",
+                               problems, notes=facts["figureNotes"])
         link_problems = [] if chosen else check_internal_links(base, internal)
         if not chosen:
             reference_problems = check_references(references, citations)
-            print(f"{'ok  ' if not reference_problems else 'FAIL'} {len(references)} references, "
-                  f"{len(citations)} distinct citations")
-            for problem in reference_problems:
-                print(f"     - {problem}")
-            failures += bool(reference_problems)
-        print(f"{'ok  ' if not link_problems else 'FAIL'} {len(internal)} internal links")
-        for problem in link_problems:
-            print(f"     - {problem}")
-        failures += bool(link_problems)
+            failures += report(f"{len(references)} references, {len(citations)} distinct "
+                               "citations", reference_problems)
+        failures += report(f"{len(internal)} internal links", link_problems)
     finally:
         driver.quit()
         server.shutdown()

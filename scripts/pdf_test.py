@@ -1,13 +1,17 @@
 """Check the PDF edition (``make pdf``) the way a reader of the printed book would see it.
 
 Reads ``_build/latex/gpt-from-scratch.pdf`` and its LaTeX log with poppler's ``pdfinfo``,
-``pdftotext`` and ``pdfimages`` and checks:
+``pdftotext``, ``pdfimages`` and ``pdftohtml`` and checks:
 
 - its page count is in a sane range (a chapter cut off, or a page per output line, leaves it);
 - the title of every page of ``_toc.yml`` is in the text;
 - no word lies past the margins (``pdftotext -bbox``): code and outputs wrap, none is cut off;
 - every figure of the notebooks is in it as an image, at 150 pixels per inch or more;
-- the LaTeX log has no missing glyph ("Missing character"), no undefined reference or citation.
+- the LaTeX log has no missing glyph ("Missing character"), no undefined reference or citation;
+- the bookmarks (``pdftohtml -xml`` lists them) keep the math of every section title that has
+  some, as Unicode text (``# ## 4.5 Why divide by $\\sqrt{d_k}$`` in a text twin is the
+  bookmark "4.5 Why divide by √dₖ": book/_ext/math_bookmarks.py), and hyperref dropped nothing
+  from any bookmark ("Token not allowed in a PDF string" in the log).
 
 Prints the size and the page count. Run it with ``make pdf`` (``make test-pdf``: a built PDF).
 """
@@ -35,6 +39,10 @@ WORD = re.compile(r'xMin="([\d.]+)" yMin="[\d.]+" xMax="([\d.]+)" yMax="[\d.]+">
 # A missing glyph, an unresolved reference (a hyperlink's too) or citation in LuaLaTeX's log.
 UNRESOLVED = re.compile(r"Missing character|reference .* undefined|Citation .* undefined|"
                         r"There were undefined references", re.IGNORECASE)
+# hyperref left part of a title out of its bookmark; the next log line says what.
+DROPPED = "Token not allowed in a PDF string"
+# A section title with math in a text twin: "# ## 4.5 Why divide by $\sqrt{d_k}$".
+MATH_TITLE = re.compile(r"^# #+ (.*\$.+\$.*)$", re.MULTILINE)
 
 
 def run(*command: str) -> str:
@@ -94,6 +102,43 @@ def words_past_margin(bbox_html: str, margin_pt: float) -> list[str]:
     return problems
 
 
+def bookmarks() -> list[str]:
+    """The PDF's outline, every entry's text (pdftohtml lists it whatever pages it reads)."""
+    xml = run("pdftohtml", "-xml", "-i", "-q", "-stdout", "-f", "1", "-l", "1", str(PDF))
+    return [html.unescape(item) for item in re.findall(r"<item[^>]*>([^<]*)</item>", xml)]
+
+
+def math_title_bookmarks() -> dict[str, str]:
+    """Every section title with math in the text twins, and the bookmark it should have: its
+    math as Unicode text (``pdf_text``), its Markdown marks (`code`, **bold**) dropped."""
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    from math_bookmarks import pdf_text
+
+    expected = {}
+    for twin in sorted((ROOT / "notebooks" / "text").glob("*.py")):
+        for title in MATH_TITLE.findall(twin.read_text()):
+            parts = title.strip().split("$")  # text, math, text ...
+            text = [pdf_text(part) if i % 2 else re.sub(r"[*`]", "", part)
+                    for i, part in enumerate(parts)]
+            expected[title.strip()] = "".join(text)
+    return expected
+
+
+def check_bookmarks(log: str) -> list[str]:
+    problems, outline = [], bookmarks()
+    for title, bookmark in math_title_bookmarks().items():
+        if bookmark not in outline:
+            number = title.split()[0] + " "
+            found = [repr(entry) for entry in outline if entry.startswith(number)] or ["missing"]
+            problems.append(f"bookmark of {title!r} is {found[0]}, not {bookmark!r}")
+    lines = log.splitlines() + [""]
+    for index, line in enumerate(lines):
+        if DROPPED in line:  # "(hyperref)   removing `\times' on input line 7727."
+            what = " ".join(lines[index + 1].split()[1:])
+            problems.append(f"LaTeX log: a bookmark lost part of its title: {what}")
+    return problems
+
+
 def check() -> list[str]:
     problems = []
     info = run("pdfinfo", str(PDF))
@@ -117,9 +162,11 @@ def check() -> list[str]:
     log = (LATEX / "gpt-from-scratch.log").read_text(errors="replace")
     unresolved = {line.strip() for line in log.splitlines() if UNRESOLVED.search(line)}
     problems += [f"LaTeX log: {line}" for line in sorted(unresolved)]
+    problems += check_bookmarks(log)
     size = PDF.stat().st_size / 2**20
     print(f"{PDF.relative_to(ROOT)}: {pages} pages, {size:.1f} MiB, {len(images)} images "
-          f"for {figures} figures")
+          f"for {figures} figures, {len(bookmarks())} bookmarks "
+          f"({len(math_title_bookmarks())} from titles with math)")
     return problems
 
 

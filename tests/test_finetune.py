@@ -197,3 +197,45 @@ def test_the_compact_view_of_a_corpus_vocabulary_model_shares_its_weights():
     ids = torch.tensor([[3, 250, 17, 50_256]])
     with torch.no_grad():
         torch.testing.assert_close(compact(compact_ids(vocab)[ids])[0][..., :4], model(ids)[0][..., vocab])
+
+
+def test_the_learning_curve_compares_pretrained_random_and_bag_on_the_same_speeches():
+    from gpt_from_scratch.book.corpus_vocab import CorpusVocabGPT
+    from gpt_from_scratch.book.finetune_runs import few_labels, learning_curve, random_like
+
+    labels = torch.tensor([0, 1, 0, 1, 2, 0, 2, 1])
+    pick = few_labels(labels, 2, seed=0)
+    assert torch.bincount(labels[pick]).tolist() == [2, 2, 2]
+    assert torch.equal(pick, few_labels(labels, 2, seed=0))
+    assert len(few_labels(labels, 10, seed=0)) == len(labels)  # at most all of a class
+    data = speaker_dataset(PLAY, gpt2_encoding(), n_speakers=3, max_tokens=8)
+    vocab = torch.unique(torch.cat([data.train.ids.flatten(), torch.tensor([50_256])]))
+    torch.manual_seed(0)
+    model = CorpusVocabGPT(GPT(GPTConfig.from_preset("tiny", vocab_size=len(vocab) + 1)), vocab).eval()
+    fresh = random_like(model, seed=1)
+    assert fresh.config == model.config and torch.equal(fresh.vocab, model.vocab)
+    assert not torch.equal(fresh.wte.weight, model.wte.weight)
+    curve = learning_curve(model, data, sizes=(1, 3), seeds=3, n_random=2)
+    assert curve["sizes"] == [1, 3]
+    for key in ("pretrained", "random", "bag"):
+        assert [len(v) for v in curve[key]] == [3, 3]
+        assert all(0 <= a <= 1 for v in curve[key] for a in v)
+
+
+def test_the_pretraining_prose_follows_the_curve():
+    from gpt_from_scratch.book import finetune_prose as prose
+
+    curve = dict(sizes=[8, 32], pretrained=[[0.30, 0.32, 0.31], [0.40, 0.42, 0.44]],
+                 random=[[0.30, 0.31, 0.32], [0.30, 0.31, 0.32]],
+                 bag=[[0.35, 0.36, 0.37], [0.41, 0.42, 0.43]])
+    gaps = prose.pretraining_gaps(curve)
+    assert gaps[1]["vs_random"][0] == pytest.approx(0.11)
+    text = prose.pretraining_text(curve)
+    assert "with 32 speeches per speaker, the pretrained features beat" in text
+    assert "+11.0 ± 0.6 points at 32" in text and "With 8 the difference (+0.0" in text
+    assert "within the noise with 32" in text and "behind with 8 (-5.0 ± 0.6 points at 8)" in text
+    none = prose.pretraining_text(dict(sizes=[8], pretrained=[[0.3, 0.4]], random=[[0.3, 0.4]],
+                                       bag=[[0.2, 0.3]]))
+    assert "never beat" in none
+    with pytest.raises(ValueError, match="two seeds"):
+        prose.mean_se([0.5])

@@ -340,3 +340,12 @@ def test_head_scores_heatmap_annotates_every_head_and_rejects_bad_scores():
         head_scores_heatmap(torch.tensor([[float("nan")]]), "t", "l")
     with pytest.raises(ValueError, match="layers, heads"):
         head_scores_heatmap(torch.ones(3), "t", "l")
+
+
+def test_sink_text_says_why_a_small_run_has_no_full_sink():
+    weak = prose.sink_text("the offline model", torch.tensor([[0.2, 0.04]]), 0.036,
+                           tokens_seen=1_008_000)
+    assert "this model read 1,008,000" in weak and "Gu et al. (2025)" in weak
+    full = prose.sink_text("the offline model", torch.tensor([[0.9, 0.04]]), 0.036,
+                           tokens_seen=1_008_000)
+    assert "Gu et al." not in full  # a full sink needs no excuse

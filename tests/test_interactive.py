@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("plotly", reason="the interactive figures need plotly (pip install plotly)")
 
 from gpt_from_scratch.book.interactive import (  # noqa: E402
-    PLOTLY_MIME, Interactive, SamplingFilter, attention_figure, layer_head_explorer,
+    CONFIG, PLOTLY_MIME, Interactive, SamplingFilter, attention_figure, layer_head_explorer,
     sampling_explorer)
 
 TOKENS = ["The", "␣cat", "␣sat", "␣the", "␣mat"]  # " the" and "The" differ; labels may repeat
@@ -118,7 +118,8 @@ def test_interactive_bundle_draws_the_same_figure_in_every_format():
     html = bundle["text/html"]
     start = html.index("var spec = ") + len("var spec = ")
     embedded = json.loads(html[start:html.index(";\n", start)])
-    assert embedded == spec and spec["config"]["responsive"]
+    assert embedded == {**spec, "config": CONFIG} and embedded["config"]["responsive"]
+    assert not spec["config"]["responsive"]  # MIME_CONFIG: JupyterLab's renderer resizes it
     div_id = html.split('id="', 1)[1].split('"', 1)[0]
     assert f'Plotly.newPlot("{div_id}"' in html
     # The same figure gets the same id (outputs stay the same from run to run); another,

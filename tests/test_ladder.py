@@ -22,6 +22,7 @@ from gpt_from_scratch.book.ladder import (
 from gpt_from_scratch.book.ladder_prose import (
     ladder_frame,
     ladder_text,
+    layernorm_text,
     mean_std,
     prediction_spread,
 )
@@ -207,3 +208,19 @@ def test_frame_and_mean_std():
     assert frame.loc["extra", "ours"] == "2.00"
     with pytest.raises(ValueError, match="finite"):
         mean_std([2.0, float("nan")])
+
+
+def test_layernorm_text_names_the_rate_where_layernorm_helps():
+    lecture = (_result("residual", [2.36, 2.37, 2.35]), _result("layernorm", [2.35, 2.37, 2.36]))
+    faster = (_result("residual", [2.31, 2.34, 2.30]), _result("layernorm", [2.27, 2.28, 2.25]))
+    text = layernorm_text(lecture, faster, 1e-3, 1e-2)
+    assert text.startswith("At the lecture's learning rate (0.001) LayerNorm moves the loss "
+                           "2.36 → 2.36: inside the seeds' spread. At 0.01, 10 times higher,")
+    assert "2.32 → 2.27: every seed with it lands below every seed without" in text
+    assert "hides LayerNorm's gain" in text and "at the higher rate (2.27)" in text
+    already = layernorm_text(faster, faster, 1e-3, 1e-2)
+    assert "already larger than the seeds' spread" in already and "hides" not in already
+    neither = layernorm_text(lecture, lecture, 1e-3, 1e-2)
+    assert "Neither rate shows a gain" in neither
+    worse = layernorm_text(lecture, (faster[1], faster[0]), 1e-3, 1e-2)
+    assert "worse, with the seeds apart" in worse

@@ -235,3 +235,19 @@ def test_the_reference_sentences_come_from_the_manifest(data):
     assert f"{info['real_words']:.0%} of the words" in text
     history = type("History", (), dict(eval_step=[0, 6], val_loss=[4.2, 4.0]))
     assert len(loss_curves(info, history).axes[0].lines) == 2
+
+
+def test_repeated_share_finds_loops_and_decoding_text_says_so():
+    from gpt_from_scratch.book.samples import decoding_text, repeated_share
+
+    assert repeated_share("the the the the the the.") == pytest.approx(3 / 4)
+    assert repeated_share("one two three four five six.") == 0.0
+    with pytest.raises(ValueError, match="too few"):
+        repeated_share("one two.")
+    text = "The cat sat on the mat, o'er the hill. A dog ran far away from home today."
+    loop = "the cat the cat the cat the cat the cat the cat."
+    said = decoding_text(loop, "a dog ran far away from home.", "the cat sat on the mat.", 0.8,
+                         "the hill the dog.", text)
+    assert said.startswith("Greedy decoding is stuck in a loop: ")
+    assert "writes 100% real words at temperature 1 and 100% at 0.8" in said
+    assert "does not help" in said and "scores 100%" in said

@@ -91,3 +91,71 @@ def style_text(speaker: str, before: dict[str, float], after: dict[str, float]) 
     else:
         text += "This run's adapter did not single out the speaker it was trained on: train it longer (FULL_RUN)."
     return text
+
+
+def mean_se(values) -> tuple[float, float]:
+    """Mean and standard error of the mean (sample standard deviation / sqrt(n)) of ``values``."""
+    values = [_check("accuracy", float(v)) for v in values]
+    if len(values) < 2:
+        raise ValueError(f"{len(values)} value(s): a standard error needs at least two seeds")
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return mean, math.sqrt(var / len(values))
+
+
+def pretraining_gaps(curve: dict) -> list[dict]:
+    """For each size of ``learning_curve``'s result: the mean accuracies, and the pretrained-minus-random
+    and pretrained-minus-bag differences (paired: the same speeches per seed) with their standard errors."""
+    rows = []
+    for i, n in enumerate(curve["sizes"]):
+        pre, rnd, bag = (curve[k][i] for k in ("pretrained", "random", "bag"))
+        rows.append(dict(n=n, pretrained=mean_se(pre), random=mean_se(rnd), bag=mean_se(bag),
+                         vs_random=mean_se([p - r for p, r in zip(pre, rnd)]),
+                         vs_bag=mean_se([p - b for p, b in zip(pre, bag)])))
+    return rows
+
+
+def _sizes(rows: list[dict]) -> str:
+    names = [f"{r['n']}" for r in rows]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def pretraining_text(curve: dict) -> str:
+    """Sentences on Chapter 9's learning curve: where the pretrained backbone beats the same network
+    randomly initialised by more than two standard errors, and where it beats the bag of tokens."""
+    rows = pretraining_gaps(curve)
+    seeds = len(curve["pretrained"][0])
+    won = [r for r in rows if r["vs_random"][0] > 2 * r["vs_random"][1]]
+    lost = [r for r in rows if r not in won]
+    def gap(r, key):
+        m, se = r[key]
+        return f"{100 * m:+.1f} ± {100 * se:.1f} points at {r['n']}"
+    if won:
+        text = (f"Pretraining pays: with {_sizes(won)} speeches per speaker, the pretrained features beat "
+                f"the same network from a random initialization by more than two standard errors "
+                f"({'; '.join(gap(r, 'vs_random') for r in won)}, {seeds} draws of the speeches each). ")
+    else:
+        text = ("In this run the pretrained features never beat the same network from a random "
+                "initialization by more than two standard errors. ")
+    if lost:
+        text += (f"With {_sizes(lost)} the difference ({'; '.join(gap(r, 'vs_random') for r in lost)}) "
+                 "is within the noise: so few speeches teach the head too little about either kind of "
+                 "feature. ")
+    text += ("A random network is no empty baseline: its mean-pooled states are a random projection of "
+             "the speech's tokens, a squeezed bag of tokens, and what pretraining adds is which tokens "
+             "it places near each other. ")
+    beat = [r for r in rows if r["vs_bag"][0] > 2 * r["vs_bag"][1]]
+    behind = [r for r in rows if r["vs_bag"][0] < -2 * r["vs_bag"][1]]
+    even = [r for r in rows if r not in beat and r not in behind]
+    against = []
+    if beat:
+        against.append(f"ahead with {_sizes(beat)} ({'; '.join(gap(r, 'vs_bag') for r in beat)})")
+    if even:
+        against.append(f"within the noise with {_sizes(even)}")
+    if behind:
+        against.append(f"behind with {_sizes(behind)} ({'; '.join(gap(r, 'vs_bag') for r in behind)})")
+    text += f"Against the bag of tokens the pretrained features are {', '.join(against)}."
+    if behind:
+        text += (" The bag reads every token of a speech through a weight of its own; the head reads "
+                 "the backbone's few dimensions, and this backbone is small.")
+    return text

@@ -1,5 +1,7 @@
-"""Chapter 9's fine-tuning runs as functions: one classifier run, the bag-of-tokens baseline, and
-the table of every method, for the chapter's backbone and for the reference run's.
+"""Chapter 9's fine-tuning runs as functions: one classifier run, the bag-of-tokens baseline, the
+table of every method, for the chapter's backbone and for the reference run's, and the learning curve
+that asks whether pretraining helps: the pretrained backbone against the same network from a random
+initialization, on few and many labelled speeches.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from torch import nn
 from ..finetune import (
     GPTClassifier,
     SpeakerData,
+    Split,
     accuracy,
     bag_of_tokens,
     fit_linear,
@@ -22,6 +25,7 @@ from ..finetune import (
 )
 from ..lora import apply_lora, count_trainable
 from ..model import GPT
+from .corpus_vocab import CorpusVocabGPT
 from .offline_model import EOT
 
 HEAD_STEPS = 1000  # full passes of a head-only run, on features computed once
@@ -87,3 +91,65 @@ def finetune_table(model: GPT, data: SpeakerData, steps: int, device: str = "cpu
     for name, kwargs in METHODS.items():
         rows[name] = fine_tune(model, data, steps=steps, device=device, **kwargs)
     return rows
+
+
+def random_like(model: CorpusVocabGPT, seed: int) -> CorpusVocabGPT:
+    """The network of ``model`` (same config, same corpus vocabulary) from a fresh random
+    initialization (``GPT``'s, from ``seed``): what fine-tuning starts from without pretraining."""
+    torch.manual_seed(seed)
+    return CorpusVocabGPT(GPT(model.compact().config), model.vocab).eval()
+
+
+def few_labels(labels: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    """Indices of at most ``n`` examples of each class of ``labels``, drawn with ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    picks = []
+    for c in labels.unique().tolist():
+        where = (labels == c).nonzero().flatten()
+        picks.append(where[torch.randperm(len(where), generator=g)[:n]])
+    return torch.cat(picks)
+
+
+def _linear_accuracy(train_X, train_y, test_X, test_y, seed: int, steps: int) -> float:
+    """Test accuracy of logistic regression (``fit_linear``, ``steps`` passes) from ``seed``."""
+    torch.manual_seed(seed)
+    head = nn.Linear(train_X.shape[1], int(test_y.max()) + 1)
+    fit_linear(head, train_X, train_y, steps)
+    with torch.no_grad():
+        return (head(test_X).argmax(-1) == test_y).float().mean().item()
+
+
+def learning_curve(model: CorpusVocabGPT, data: SpeakerData, sizes=(8, 32, 128), seeds: int = 20,
+                   n_random: int = 5) -> dict:
+    """Head-only classifiers (mean pooling) trained on ``n`` speeches per speaker, for each ``n`` of
+    ``sizes``, on three inputs: the features of the pretrained ``model``, those of the same network
+    randomly initialised (``n_random`` initializations, used in turn), and the bag of tokens.
+
+    Each of ``seeds`` draws its own ``n`` speeches per speaker (``few_labels``); all three
+    classifiers of a draw see the same speeches and are scored on the whole test split. Returns
+    ``{"sizes": [...], "pretrained": [[acc per seed] per size], "random": ..., "bag": ...}``.
+    """
+    def features(m: GPT) -> tuple[torch.Tensor, torch.Tensor]:
+        clf = GPTClassifier(m, len(data.classes), pool="mean", start_token=EOT)
+        return pooled_features(clf, data.train), pooled_features(clf, data.test)
+
+    pretrained = features(model)
+    randoms = [features(random_like(model, seed=1000 + k)) for k in range(n_random)]
+    y, test_y = data.train.labels, data.test.labels
+    curve = dict(sizes=list(sizes), pretrained=[], random=[], bag=[])
+    for n in sizes:
+        rows = dict(pretrained=[], random=[], bag=[])
+        for seed in range(seeds):
+            pick = few_labels(y, n, seed)
+            inputs = {"pretrained": pretrained, "random": randoms[seed % n_random]}
+            for name, (X, test_X) in inputs.items():
+                rows[name].append(_linear_accuracy(X[pick], y[pick], test_X, test_y, seed,
+                                                   HEAD_STEPS))
+            few = Split(data.train.ids[pick], data.train.lengths[pick], y[pick], [])
+            vocab = torch.unique(few.ids[few.real()])
+            rows["bag"].append(_linear_accuracy(bag_of_tokens(few, vocab), y[pick],
+                                                bag_of_tokens(data.test, vocab), test_y, seed,
+                                                BAG_STEPS))
+        for name, values in rows.items():
+            curve[name].append(values)
+    return curve

@@ -163,8 +163,9 @@ def bias_probs_text(name: str, ratios: dict[str, float], corpus_ratio: float | N
     return text
 
 
-def sink_text(name: str, scores: Tensor, baseline: float) -> str:
-    """Section 8.8: how many heads are sinks, beside GPT-2's many."""
+def sink_text(name: str, scores: Tensor, baseline: float, tokens_seen: int | None = None) -> str:
+    """Section 8.8: how many heads are sinks, beside GPT-2's many. ``tokens_seen``: how many tokens
+    the model trained on, when it is a small run (said where it grew no full sink)."""
     (l, h), = best_heads(scores, 1)
     n_sinks, total = int((scores > SINK_HEAD).sum()), scores.numel()
     best = scores[l, h].item()
@@ -177,6 +178,11 @@ def sink_text(name: str, scores: Tensor, baseline: float) -> str:
         text += "That is a sink in the making: clearly above the baseline, not yet most of the attention."
     else:
         text += "There is no attention sink: every head stays close to the baseline."
+    if not n_sinks and tokens_seen is not None:
+        text += (f" A full sink needs more training than this run had: Gu et al. (2025) found that "
+                 f"sinks emerge after effective optimization on sufficient training data (their small "
+                 f"models read 5 billion tokens), and this model read {tokens_seen:,}. The reference run "
+                 f"(the end of section 8.9) and GPT-2 itself (in Colab) measure sinks at full size.")
     return text + "\n\n" + _elsewhere(
         "many heads put most of their attention on the first token, whatever it is; "
         "Vig and Belinkov (2019) saw it in GPT-2, and Xiao et al. (2024) in every large language "

@@ -29,6 +29,11 @@ from ..generate import top_k_filter, top_p_filter
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = {"responsive": True, "displayModeBar": False, "scrollZoom": False}
+# Under the mime type, JupyterLab's renderer (jupyterlab-plotly) follows the output's width
+# itself, by relayout(autosize) that drops layout.height: responsive on too, the next full
+# redraw (a button) sizes the plot to 100% of an output as tall as its content, and the
+# figure collapses to 29 px. Responsive stays on in the HTML (the book, Colab).
+MIME_CONFIG = {**CONFIG, "responsive": False}
 HOVER = ("query %{customdata[0]} (position %{customdata[2]})<br>key %{customdata[1]} "
          "(position %{customdata[3]})<br>weight %{z:.3f}<extra></extra>")
 # Outside the book and JupyterLab (Colab's output frames, nbviewer) the HTML fetches
@@ -210,8 +215,8 @@ class Interactive:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         spec = json.loads(pio.to_json(self.figure, validate=False))
-        spec["config"] = CONFIG
-        return {PLOTLY_MIME: spec, "text/html": self.html(spec), "text/plain": self.text}
+        return {PLOTLY_MIME: {**spec, "config": MIME_CONFIG},
+                "text/html": self.html({**spec, "config": CONFIG}), "text/plain": self.text}
 
     @staticmethod
     def html(spec: dict) -> str:

@@ -126,3 +126,39 @@ def prediction_spread(model, x: Tensor) -> float:
     log_p = torch.log_softmax(model(x)[0].flatten(0, 1).float(), dim=-1)  # (B*T, V)
     log_mean = torch.log(log_p.exp().mean(dim=0, keepdim=True))  # (1, V)
     return float((log_p.exp() * (log_p - log_mean)).sum(dim=-1).mean())
+
+
+def layernorm_text(lecture: tuple[dict, dict], faster: tuple[dict, dict], lr: float,
+                   faster_lr: float) -> str:
+    """Whether LayerNorm helps, at the lecture's learning rate ``lr`` and at ``faster_lr``.
+
+    Each pair is (the rung without LayerNorm, the rung with it), as results of the ladder (``val``:
+    one validation loss per seed). LayerNorm "helps" where its mean is lower and the seeds' ranges
+    do not overlap.
+    """
+    parts = []
+    for (without, with_ln), rate in ((lecture, lr), (faster, faster_lr)):
+        m0, m1 = mean_std(without["val"])[0], mean_std(with_ln["val"])[0]
+        helps = m1 < m0 and _separate(without["val"], with_ln["val"])
+        verdict = ("every seed with it lands below every seed without" if helps else
+                   "inside the seeds' spread" if not _separate(without["val"], with_ln["val"]) else
+                   "worse, with the seeds apart")
+        parts.append(dict(rate=rate, change=f"{m0:.2f} → {m1:.2f}", helps=helps, verdict=verdict,
+                          without=m0, with_ln=m1))
+    slow, fast = parts
+    text = (f"At the lecture's learning rate ({slow['rate']:g}) LayerNorm moves the loss "
+            f"{slow['change']}: {slow['verdict']}. At {fast['rate']:g}, {fast['rate'] / slow['rate']:g} "
+            f"times higher, it moves it {fast['change']}: {fast['verdict']}.")
+    if fast["helps"] and not slow["helps"]:
+        best = "with LayerNorm at the higher rate" if fast["with_ln"] < slow["with_ln"] else None
+        text += (f" The small run hides LayerNorm's gain: at a learning rate of {slow['rate']:g} "
+                 "the steps are small, and three blocks train as well without it. LayerNorm pays "
+                 "when the updates are large, because it rescales every block's input to one size "
+                 "whatever the updates did to the residual stream")
+        text += (f"; and the best of the four runs is the one {best} ({fast['with_ln']:.2f})."
+                 if best else ".")
+    elif slow["helps"]:
+        text += " At the lecture's rate the gain is already larger than the seeds' spread."
+    else:
+        text += " Neither rate shows a gain larger than the seeds' spread in this run."
+    return text

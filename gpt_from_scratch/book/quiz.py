@@ -4,7 +4,10 @@ instant feedback, shown by jupyterquiz (MIT) in the rendered book, Jupyter and C
 A chapter writes its questions in code from its own variables, so a question about a
 measured number is written from the number and stays true when the outputs change.
 jupyterquiz puts the questions and its JavaScript into the cell's output: the page needs no
-kernel and no network.
+kernel and no network. JupyterLab runs an output's JavaScript only in a trusted notebook
+(one whose cells the reader ran, or ``jupyter trust``); elsewhere the output shows the
+questions as HTML with each answer's feedback folded (``<details>``), hidden once the quiz
+is drawn.
 """
 
 from __future__ import annotations
@@ -96,12 +99,39 @@ def quiz_text(questions: Sequence[MultipleChoice | Numeric]) -> str:
     return "\n".join(lines)
 
 
+# The static quiz hides once jupyterquiz has drawn its .Quiz (in or after the container).
+STATIC_CSS = ("<style>div:has(> .Quiz) > .gfs-quiz-static, "
+              "div:has(> .Quiz) + .gfs-quiz-static {display: none}</style>")
+
+
+def quiz_static_html(questions: Sequence[MultipleChoice | Numeric]) -> str:
+    """The questions as HTML that needs no JavaScript: what an untrusted notebook shows (its
+    sanitizer keeps ``<details>``); every answer opens to its feedback."""
+    items = []
+    for q in questions:
+        if isinstance(q, MultipleChoice):
+            answers = "".join(f"<details><summary>{letter}) {as_html(c.text)}</summary>"
+                              f"<p>{as_html(c.feedback)}</p></details>"
+                              for letter, c in zip("abcdefgh", q.choices))
+        else:
+            answers = ("<details><summary>Show the answer</summary>"
+                       f"<p>{float(q.answer):.6g}. {as_html(q.feedback)}</p></details>")
+        items.append(f"<li><p>{as_html(q.question)}</p>{answers}</li>")
+    return (f'{STATIC_CSS}<div class="gfs-quiz-static"><p><strong>Check yourself.</strong> '
+            "Open an answer to see its feedback (run this cell, or trust the notebook, for "
+            f"the interactive quiz).</p><ol>{''.join(items)}</ol></div>")
+
+
 def show_quiz(questions: Sequence[MultipleChoice | Numeric]) -> None:
     """Display the questions with instant feedback (answers shuffled on each view).
 
     jupyterquiz displays an HTML container and the script that fills it; both are shown
     again with plain text fit for the PDF (the questions, and nothing for the script)
-    instead of the objects' reprs.
+    instead of the objects' reprs. The container also holds the questions as static HTML
+    for a notebook that does not run the script (``quiz_static_html``). The script runs
+    in a scope where ``MathJax`` is undefined: quiz text holds no TeX (``as_html``), and
+    jupyterquiz, finding JupyterLab's MathJax (which has no ``typeset``), would replace it
+    with MathJax 3 fetched from a CDN.
     """
     from IPython.display import display
     from IPython.utils.capture import capture_output
@@ -110,7 +140,7 @@ def show_quiz(questions: Sequence[MultipleChoice | Numeric]) -> None:
     with capture_output() as quiz:
         display_quiz(quiz_json(questions), shuffle_answers=True, max_width=720)
     container, script = (output.data for output in quiz.outputs)
-    display({"text/html": container["text/html"], "text/plain": quiz_text(questions)},
-            raw=True)
-    display({"application/javascript": script["application/javascript"], "text/plain": ""},
-            raw=True)
+    display({"text/html": container["text/html"] + quiz_static_html(questions),
+             "text/plain": quiz_text(questions)}, raw=True)
+    code = f"(function (MathJax) {{\n{script['application/javascript']}\n}})();"
+    display({"application/javascript": code, "text/plain": ""}, raw=True)

@@ -49,6 +49,7 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from IPython.display import Markdown, display
 from torch.testing import assert_close
 
 from gpt_from_scratch.checkpoint import load_checkpoint
@@ -59,7 +60,9 @@ from gpt_from_scratch.utils import seed_everything
 from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.recipes import book_model, book_model_path
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
-from gpt_from_scratch.book.samples import real_word_share
+from gpt_from_scratch.book.samples import (
+    SAMPLE_CHARS, SAMPLE_TEMPERATURE, decoding_text, real_word_share, repeated_share,
+)
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
@@ -67,7 +70,7 @@ FULL_RUN = False  # True on a GPU: the longer-trained BPE model; section 7.8 on 
 
 # %% [markdown]
 # The book's character model, trained in {ref}`ch-training` (4 layers, 128 dimensions, a context of 64
-# characters). `book_model` loads it from your cache folder, or trains it first (a little over a minute on
+# characters). `book_model` loads it from your cache folder, or trains it first (about two minutes on
 # 2 CPU cores) if Chapter 6 has not run on this machine.
 
 # %%
@@ -111,10 +114,10 @@ print("--- sampled ---")
 print(tokenizer.decode(sampled[0].tolist()))
 
 # %% [markdown]
-# Greedy decoding falls into a loop at once ("the the the the", then "thee thee thee") and never gets out. The
-# sample invents words ("mucane", "werdks") but has the shape of a play: a name on its own line followed by a
-# colon ("Mont:"), short lines, punctuation. A character model at this loss has learned spelling patterns and
-# layout, not meaning. The rest of the chapter is about sampling well.
+# Greedy decoding falls into a loop within a line or two and never gets out. The sample keeps moving: mostly
+# real words, some invented ones, and the shape of a play, with a name in capitals on its own line followed by a
+# colon, short lines and punctuation (the end of section 7.5 measures both). A character model at this loss has
+# learned spelling, common words and layout, not meaning. The rest of the chapter is about sampling well.
 #
 # ## 7.2 Temperature
 #
@@ -204,7 +207,7 @@ print("top_p_by_hand equals gpt_from_scratch.generate.top_p_filter")
 # %% tags=["nbval-check-output"]
 contexts = {"after 'It is the '": context,
             "after 'What say'": "KING RICHARD III:\nWhat say"}
-cumulative = {}
+cumulative, nucleus, top = {}, {}, {}
 for name, text in contexts.items():
     with torch.no_grad():
         z = model(torch.tensor([tokenizer.encode(text)])[:, -T_max:])[0][0, -1]  # (V,)
@@ -212,11 +215,12 @@ for name, text in contexts.items():
     cumulative[name] = torch.cumsum(sorted_probs, dim=0)
     kept = {p: int((top_p_filter(z, p) > float("-inf")).sum()) for p in (0.5, 0.9, 0.99)}
     top_char = tokenizer.decode([int(z.argmax())])
+    nucleus[name], top[name] = kept[0.9], (top_char, sorted_probs[0].item())
     print(f"{name}: top token {top_char!r} with {sorted_probs[0]:.2f}; "
           "tokens kept at p = 0.5, 0.9, 0.99: "
           f"{kept[0.5]}, {kept[0.9]}, {kept[0.99]}")
 
-# %% mystnb={"figure": {"caption": "Cumulative probability of the next character, most likely first, for two contexts. Top-p with p = 0.9 keeps the characters up to where each curve crosses the dashed line.", "name": "fig-generation-top-p"}, "image": {"alt": "Two rising step curves against the rank of the character, from 1 to 30. The curve for the context ending in 'What say' starts at about 0.78 and crosses the dashed line at 0.9 at rank 3. The curve for the context ending in a space starts at about 0.11, rises gradually and crosses 0.9 only at rank 18."}}
+# %% mystnb={"figure": {"caption": "Cumulative probability of the next character, most likely first, for two contexts. Top-p with p = 0.9 keeps the characters up to where each curve crosses the dashed line.", "name": "fig-generation-top-p"}, "image": {"alt": "Two rising step curves against the rank of the character, from 1 to 30. The curve for the context ending in 'What say' starts high and crosses the dashed line at 0.9 within the first few ranks. The curve for the context ending in a space starts low, rises gradually and crosses 0.9 much later."}}
 fig, ax = plt.subplots(figsize=(7, 3.8))
 for name, c in cumulative.items():
     ax.step(range(1, 31), c[:30].numpy(), where="mid", marker=".", label=name)
@@ -227,12 +231,23 @@ ax.set(xlabel="rank of the next character (most likely first)",
 ax.legend()
 plt.show()
 
+# %% tags=["remove-input"]
+(wide, n_wide), (sure, n_sure) = nucleus.items()
+k = 10
+cut = (f"cut off {n_wide - k} plausible continuations in the first case" if n_wide > k else
+       f"keep {k - n_wide} more than the nucleus in the first case")
+extra = (f"let in {k - n_sure} extra long shots in the second" if n_sure < k else
+         f"cut off {n_sure - k} in the second")
+(c_wide, p_wide), (c_sure, p_sure) = top[wide], top[sure]
+Markdown(f"After “It is the␣” the most likely character has probability {p_wide:.2f} "
+         f"and the nucleus of $p = 0.9$ holds {n_wide} characters. After \"What say\" "
+         f"the model puts {p_sure:.2f} on {c_sure!r} and {n_sure} characters reach 0.9. "
+         f"A fixed top-k of {k} would {cut} and {extra}; top-p follows the model's own "
+         "confidence.")
+
 # %% [markdown]
-# After “It is the␣” the most likely character has probability 0.11 and the nucleus of $p = 0.9$ holds 18
-# characters. After "What say" the model puts 0.78 on a space and 3 characters reach 0.9. A fixed top-k of 10
-# would cut off 8 plausible continuations in the first case and let in 7 extra long shots in the second;
-# top-p follows the model's own confidence. Both filters can be combined: the package applies
-# temperature, then top-k, then top-p, the order Hugging Face uses.
+# Both filters can be combined: the package applies temperature, then top-k, then top-p, the order
+# Hugging Face uses.
 #
 # ## 7.5 The generation loop
 #
@@ -303,21 +318,46 @@ out = generate(bpe_model, bpe_prompt, 60, temperature=0.8, top_k=50,
 print(encoding.decode(out[0].tolist()))
 
 # %% [markdown]
-# ### The reference runs
+# ### Scoring the samples
 #
 # How readable is a sample? A fair, repeatable proxy is the share of its words that are words of the
 # training text (`real_word_share`; a sample's last word, maybe cut short, is left out): word soup
-# scores low, the play's words high, whatever they mean. The samples above, scored:
+# scores low, the play's words high, whatever they mean. A loop scores high too, so beside it goes the
+# share of words that end a run of three words the sample has already written (`repeated_share`). The
+# character model's three ways of decoding, each as long as Chapter 6's samples, after the prompt of section 7.1,
+# and the BPE model's sample above, scored:
 
 # %%
 train_text = split_text(load_tiny_shakespeare())[0]
-scored = {"character model, greedy": tokenizer.decode(greedy[0].tolist()),
-          "character model, sampled": tokenizer.decode(sampled[0].tolist()),
+decoded = lambda ids: tokenizer.decode(ids[0].tolist())  # noqa: E731
+seeded = dict(generator=torch.Generator().manual_seed(1))
+scored = {"character model, greedy": decoded(generate(model, prompt, SAMPLE_CHARS,
+                                                      greedy=True)),
+          "character model, sampled": decoded(generate(model, prompt, SAMPLE_CHARS,
+                                                       **seeded)),
+          "character model, tau = 0.8": decoded(generate(
+              model, prompt, SAMPLE_CHARS, temperature=SAMPLE_TEMPERATURE,
+              generator=torch.Generator().manual_seed(1))),
           "BPE model, sampled": encoding.decode(out[0].tolist())}
+print(f"{'':<28}{'real words':>11}{'repeated':>10}")
 for name, text in scored.items():
-    print(f"{name:<26}{real_word_share(text, train_text):>5.0%} real words")
+    print(f"{name:<28}{real_word_share(text, train_text):>11.0%}"
+          f"{repeated_share(text):>10.0%}")
+
+# %% tags=["remove-input"]
+greedy_text, sampled_text, tempered_text, bpe_text = scored.values()
+display(Markdown(decoding_text(greedy_text, sampled_text, tempered_text, SAMPLE_TEMPERATURE,
+                               bpe_text, train_text)))
+
+# %% tags=["remove-cell"]
+shares = {name: real_word_share(text, train_text) for name, text in scored.items()}
+assert shares["character model, tau = 0.8"] >= 0.80, shares  # issue 30's bars
+assert shares["BPE model, sampled"] >= 0.60, shares
+assert repeated_share(scored["character model, sampled"]) < 0.2, scored  # no loop
 
 # %% [markdown]
+# ### The reference runs
+#
 # The book's full-size models were trained once on a GPU (`make reference-runs`, {ref}`ch-training`):
 # nanoGPT's character model and a BPE model of its size. Where they are on this machine, or can be
 # downloaded, the next cell decodes the character model greedily and by sampling, as above, and prints
@@ -402,7 +442,6 @@ for b, ids in enumerate(prompts):
 
 # %%
 import ipywidgets as widgets
-from IPython.display import display
 
 
 def sample_text(temperature=0.8, top_k=0, top_p=0.95, seed=1337, n=300):
@@ -642,7 +681,6 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 
 # %%
 import pandas as pd
-from IPython.display import Markdown
 
 from gpt_from_scratch.allocator import reuse_freed_memory
 from gpt_from_scratch.precision import resolve_precision

@@ -1,0 +1,232 @@
+"""Check the interactive figures and the quizzes in JupyterLab, with no cell run.
+
+Starts the venv's JupyterLab (127.0.0.1, a token, no browser, nothing fetched from the
+internet, temporary config and data) on temporary copies of chapters 4, 7 and 8 (a figure
+each) and 1, and opens each in headless Chromium (browser_test.py's flags; no host name but
+127.0.0.1 resolves). JupyterLab draws the saved outputs; its kernel stays idle. Checks:
+
+- Figures (Plotly's mime type, drawn by the jupyterlab-plotly extension of the plotly wheel,
+  trusted or not), as scripts/browser_interactive.py does in the book: drawn; the hover
+  label names query, key and weight; a slider (Ch. 7 temperature, Ch. 8 head), the buttons
+  or the menu change the picture; the figure keeps its height.
+- Quizzes (jupyterquiz: a JavaScript output, run only in a trusted notebook): chapter 1 is
+  trusted (``jupyter trust`` on the copy): choices and numbers show their feedback. 4, 7 and
+  8 stay untrusted (a fresh clone): the questions show as HTML; a click opens an answer.
+- No request leaves 127.0.0.1 (the page's resource list).
+
+Screenshots (figures as opened and once used, quizzes): _build/screenshots/jupyterlab/.
+Run: ``make jupyterlab-test``; ``scripts/jupyterlab_test.py [--notebooks DIR] [CHAPTER]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from scripts.browser_interactive import FIGURES, check_figure, check_quiz  # noqa: E402
+from scripts.browser_test import CHROMIUM_FLAGS, report  # noqa: E402
+
+CHAPTERS = ["04_attention", "07_generation", "08_gpt2_weights", "01_tokens_and_batches"]
+TRUSTED = {"01_tokens_and_batches"}  # opened trusted: the quiz's script runs
+FIGURES_IN = {page.removeprefix("notebooks/") for page in FIGURES}
+SHOTS = ROOT / "_build" / "screenshots" / "jupyterlab"
+BIN = Path(sys.executable).parent
+NEWS = "@jupyterlab/apputils-extension/notification.jupyterlab-settings"
+TRACKER = "@jupyterlab/notebook-extension/tracker.jupyterlab-settings"
+# The page's state: cells, drawn figures, quizzes, and requests that left 127.0.0.1.
+STATE = r"""
+return {cells: document.querySelectorAll('.jp-Notebook .jp-Cell').length,
+        plots: [...document.querySelectorAll('.jp-RenderedPlotly.js-plotly-plot')]
+          .filter(p => p.querySelector('.main-svg')).length,
+        quizzes: document.querySelectorAll('.Quiz, .gfs-quiz-static').length,
+        external: performance.getEntriesByType('resource').map(r => r.name)
+          .filter(n => !/^(https?|wss?):\/\/127\.0\.0\.1[:\/]/.test(n)
+                       && !/^(data|blob):/.test(n))};
+"""
+
+
+def start_lab(folder: Path, env: dict, token: str) -> tuple[subprocess.Popen, str]:
+    """JupyterLab serving ``folder``, once it answers, and its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [str(BIN / "jupyter"), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={folder}",
+               "--LabApp.news_url=None", "--LabApp.extension_manager=readonly",
+               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+               f"--LabApp.user_settings_dir={folder.parent / 'settings'}",
+               f"--LabApp.workspaces_dir={folder.parent / 'workspaces'}"]
+    if os.geteuid() == 0:
+        command.append("--allow-root")  # CI's containers run as root
+    log = folder.parent / "jupyterlab.log"
+    lab = subprocess.Popen(command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(240):
+        if lab.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited ({lab.returncode}): {log.read_text()}")
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+            return lab, base
+        except OSError:
+            time.sleep(0.5)
+    lab.terminate()
+    raise RuntimeError("JupyterLab did not answer within 2 minutes")
+
+
+def settings(folder: Path, figures: bool) -> None:
+    """The next page's settings: no news, no update check (both fetch from the internet).
+    With figures, every cell laid out at once: by default a cell is sized as it comes into
+    view, and a button moves between WebDriver's scroll and its click. Else the default,
+    under which a quiz is drawn after JupyterLab's MathJax is defined, as a reader sees."""
+    for name, values in {NEWS: {"fetchNews": "false", "checkForUpdates": False},
+                         TRACKER: {"windowingMode": "none"} if figures else {}}.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(json.dumps(values))
+
+
+def browser(profile: Path) -> webdriver.Chrome:
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium must not look for drivers online
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in CHROMIUM_FLAGS + [f"--user-data-dir={profile}", "--host-resolver-rules="
+                                  "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]:
+        options.add_argument(flag)
+    return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+
+
+def open_notebook(driver, url: str, figures: int) -> dict:
+    """Open a notebook; wait until its figures and quiz are drawn (an old quiz output
+    draws nothing untrusted: 10 s), 2 minutes at most."""
+    driver.get(url)
+    start = time.time()
+    while time.time() < start + 120:
+        time.sleep(1)
+        state = driver.execute_script(STATE)
+        if state["cells"] and state["plots"] >= figures and (
+                state["quizzes"] or time.time() > start + 10):
+            break
+    time.sleep(1)  # the last outputs settle
+    return driver.execute_script(STATE)
+
+
+def check_figures(driver, chapter: str, expected: int) -> list[str]:
+    figures = driver.find_elements(By.CSS_SELECTOR, ".jp-RenderedPlotly")
+    problems = [] if len(figures) >= expected else [
+        f"{len(figures)} Plotly outputs, expected {expected}"]
+    for number, figure in enumerate(figures, 1):
+        name, shot = f"interactive figure {number}", SHOTS / f"{chapter}-figure{number}"
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", figure)
+        if not figure.find_elements(By.CSS_SELECTOR, ".plot-container svg.main-svg"):
+            problems.append(f"{name}: no .plot-container with an SVG (Plotly did not draw)")
+            continue
+        figure.screenshot(f"{shot}.png")
+        height = figure.size["height"]
+        try:
+            problems += check_figure(driver, figure, name)
+        except Exception as error:  # a control that is no longer where it was drawn
+            problems.append(f"{name}: using its controls failed: {error!r}"[:300])
+        if figure.size["height"] < 0.9 * height:  # see book.interactive.MIME_CONFIG
+            problems.append(f"{name}: {height} px tall, {figure.size['height']} px once "
+                            "its controls were used")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", figure)
+        figure.screenshot(f"{shot}-used.png")
+    return problems
+
+
+def check_static_quiz(driver, chapter: str) -> list[str]:
+    """Untrusted: the quiz is HTML (book.quiz.quiz_static_html); a click opens an answer."""
+    static = driver.find_elements(By.CSS_SELECTOR, ".gfs-quiz-static")
+    if not static:
+        return ["untrusted, the quiz shows nothing (re-execute the chapter: its output "
+                "predates book.quiz.quiz_static_html)"]
+    driver.execute_script("arguments[0].scrollIntoView();", static[0])
+    answer = static[0].find_element(By.CSS_SELECTOR, "li details")
+    answer.find_element(By.TAG_NAME, "summary").click()
+    time.sleep(0.3)
+    static[0].screenshot(str(SHOTS / f"{chapter}-quiz-untrusted.png"))
+    if not answer.find_element(By.TAG_NAME, "p").is_displayed():
+        return [f"untrusted, a click on {answer.text!r} did not open its feedback"]
+    return []
+
+
+def check_chapter(driver, base: str, token: str, chapter: str) -> list[str]:
+    page = f"notebooks/{chapter}"
+    expected = FIGURES.get(page, 0)
+    state = open_notebook(driver, f"{base}/lab/tree/{chapter}.ipynb?reset&token={token}",
+                          expected)
+    if not state["cells"]:
+        return ["the notebook did not open"]
+    problems = check_figures(driver, chapter, expected)
+    if chapter in TRUSTED:
+        problems += check_quiz(driver, page)
+        for quiz in driver.find_elements(By.CSS_SELECTOR, ".Quiz")[:1]:
+            box = quiz.find_element(By.XPATH, "..")
+            driver.execute_script("arguments[0].scrollIntoView();", box)
+            box.screenshot(str(SHOTS / f"{chapter}-quiz.png"))
+        if any(e.is_displayed() for e in driver.find_elements(By.CSS_SELECTOR,
+                                                               ".gfs-quiz-static")):
+            problems.append("trusted, the static quiz still shows beside the drawn one")
+    else:
+        problems += check_static_quiz(driver, chapter)
+    external = driver.execute_script(STATE)["external"]
+    return problems + [f"requests that leave 127.0.0.1: {external[:3]}"] * bool(external)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("chapters", nargs="*", help="e.g. 07_generation (default: all)")
+    parser.add_argument("--notebooks", type=Path, default=ROOT / "notebooks",
+                        help="the folder to copy the chapters from (default: notebooks/)")
+    args = parser.parse_args()
+    chosen = [c for c in CHAPTERS if not args.chapters or c in args.chapters]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    start, token, failures = time.perf_counter(), secrets.token_hex(16), 0
+    with tempfile.TemporaryDirectory(prefix="jupyterlab-test-") as tmp:
+        folder = Path(tmp) / "notebooks"
+        folder.mkdir()
+        dirs = {f"JUPYTER_{d}_DIR": f"{tmp}/{d}" for d in ("CONFIG", "DATA", "RUNTIME")}
+        env = dict(os.environ, IPYTHONDIR=f"{tmp}/ipython", **dirs)
+        for chapter in chosen:
+            shutil.copy(args.notebooks / f"{chapter}.ipynb", folder)
+            if chapter in TRUSTED:  # signs the copy, in the temporary data folder's list
+                subprocess.run([str(BIN / "jupyter"), "trust", f"{folder / chapter}.ipynb"],
+                               env=env, check=True, capture_output=True)
+        lab, base = start_lab(folder, env, token)
+        print(f"JupyterLab {base} ({time.perf_counter() - start:.1f} s)")
+        driver = browser(folder.parent / "chromium-profile")
+        try:
+            for chapter in chosen:
+                began = time.perf_counter()
+                settings(folder.parent / "settings", chapter in FIGURES_IN)
+                problems = check_chapter(driver, base, token, chapter)
+                trust = "trusted" if chapter in TRUSTED else "untrusted"
+                failures += report(f"{chapter} ({trust}, {time.perf_counter() - began:.1f} s)",
+                                   problems)
+        finally:
+            driver.quit()
+            lab.terminate()
+            lab.wait(timeout=30)
+    print(f"jupyterlab test: {failures} failing, screenshots in {SHOTS.relative_to(ROOT)}, "
+          f"{time.perf_counter() - start:.1f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
