@@ -588,13 +588,14 @@ Markdown(ladder_text(results, unigram_val, (bigram_train, bigram_val), spread))
 
 # %%
 fast = LadderConfig(learning_rate=10 * LadderConfig().learning_rate)
+fast_steps = fast.max_iters // STEP_FRACTION  # as many steps as the rungs above
 fast_results = []
 for rung in RUNGS[-2:]:  # without LayerNorm, then with it
     losses = []
     for seed in SEEDS:
         torch.manual_seed(seed)
         net = LadderModel(V, rung, fast)
-        losses.append(train_rung(net, train_ids, val_ids, fast, seed, DEVICE, steps))
+        losses.append(train_rung(net, train_ids, val_ids, fast, seed, DEVICE, fast_steps))
     fast_results.append(dict(name=rung.name, val=losses))
     print(f"learning rate {fast.learning_rate:g}, {rung.name}: "
           f"{', '.join(f'{v:.2f}' for v in losses)}")

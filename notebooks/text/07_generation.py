@@ -352,7 +352,7 @@ display(Markdown(decoding_text(greedy_text, sampled_text, tempered_text, SAMPLE_
 # %% tags=["remove-cell"]
 shares = {name: real_word_share(text, train_text) for name, text in scored.items()}
 assert shares["character model, tau = 0.8"] >= 0.80, shares  # issue 30's bars
-assert shares["BPE model, sampled"] >= 0.60, shares
+assert FULL_RUN or shares["BPE model, sampled"] >= 0.60, shares  # the CPU's BPE model
 assert repeated_share(scored["character model, sampled"]) < 0.2, scored  # no loop
 
 # %% [markdown]
