@@ -676,9 +676,9 @@ Markdown(f"After {char_cfg.max_iters:,} steps the validation loss is {last:.2f} 
 # %%
 train_text = split_text(load_tiny_shakespeare())[0]
 codec = (char_tokenizer.encode, char_tokenizer.decode)
-cpu_sample = sample_text(char_model, *codec)  # seed 1337
-shares = [real_word_share(sample_text(char_model, *codec, seed=seed), train_text)
-          for seed in (1337, 1, 2, 3, 4)]
+samples = [sample_text(char_model, *codec, seed=seed) for seed in (1337, 1, 2, 3, 4)]
+cpu_sample = samples[0]
+shares = [real_word_share(sample, train_text) for sample in samples]
 print(cpu_sample)
 print(f"\nreal words: {shares[0]:.0%} of this sample's; "
       f"{', '.join(f'{v:.0%}' for v in shares)} in five samples")
