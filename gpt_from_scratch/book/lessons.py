@@ -1,0 +1,91 @@
+"""Every chapter — the lessons a run must show, judged where the reader runs it.
+
+A lesson is a claim about what training produced ("LayerNorm lowers the loss at ten times the
+learning rate", "the best validation loss is at most 1.80"), with the margin by which this run
+keeps it. The numbers differ from machine to machine (PyTorch's CPU kernels, MKL, the thread
+count and a GPU each sum in their own order), so a chapter never raises on a lesson: ``text``
+is the sentence the reader sees, and it says so, and why, when the lesson does not hold here.
+
+``verdicts()`` prints one line per lesson, without numbers, in a hidden cell that nbval compares
+with the committed run: the tests fail when a lesson stops holding, and no reader meets a
+traceback. With ``GPT_FROM_SCRATCH_LESSONS=file.jsonl`` every lesson is also appended to that
+file with its margin, so that ``scripts/arithmetic_spread.py`` can measure the margins under
+other arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from dataclasses import asdict, dataclass
+
+SE_BAR = 2.0  # a paired difference "shows" when it is more than two standard errors from 0
+
+
+@dataclass
+class Lesson:
+    name: str       # what is claimed, short and stable: it is the compared verdict line
+    margin: float   # how far inside its bar this run is, in ``unit`` (<= 0: it does not hold)
+    unit: str       # "nats", "points", "standard errors", ...
+    holds_text: str  # the sentence when it holds
+    fails_text: str  # the sentence when it does not: what was seen, and why that can happen
+
+    @property
+    def holds(self) -> bool:
+        return self.margin > 0
+
+    @property
+    def text(self) -> str:
+        return self.holds_text if self.holds else self.fails_text
+
+
+_LESSONS: dict[str, Lesson] = {}  # this kernel's lessons, in the order the chapter judged them
+
+
+def lesson(name: str, margin: float, unit: str, holds: str, fails: str) -> Lesson:
+    """Judge one lesson: keep it for ``verdicts()`` and return it (its ``text`` for the prose).
+
+    ``margin`` is how far the run is inside the bar (bar minus value for an upper bar, value minus
+    bar for a lower one), positive when the lesson holds.
+    """
+    if not isinstance(margin, (int, float)) or math.isnan(margin):
+        raise ValueError(f"lesson {name!r}: margin {margin!r} must be a number (not NaN); "
+                         "compute it as the distance from the bar, positive when it holds")
+    found = Lesson(name, float(margin), unit, holds, fails)
+    _LESSONS[name] = found
+    path = os.environ.get("GPT_FROM_SCRATCH_LESSONS")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(dict(asdict(found), holds=found.holds)) + "\n")
+    return found
+
+
+def verdicts() -> str:
+    """One line per lesson judged in this kernel, with no number in it: what nbval compares."""
+    if not _LESSONS:
+        return "no lesson judged in this run"
+    return "\n".join(f"{'holds' if x.holds else 'DOES NOT HOLD'}: {x.name}"
+                     for x in _LESSONS.values())
+
+
+def paired_difference(a, b) -> tuple[float, float]:
+    """Mean and standard error of ``a[i] - b[i]`` over paired runs (the same seed on both sides).
+
+    Pairing removes what the two runs share (the batches, the initial weights of shared parts),
+    so a small effect shows with few seeds where unpaired ranges overlap.
+    """
+    a, b = [float(v) for v in a], [float(v) for v in b]
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError(f"paired runs need two lists of equal length >= 2, got {len(a)} and "
+                         f"{len(b)}; pass one value per seed on each side")
+    diffs = [x - y for x, y in zip(a, b)]
+    return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+
+
+def standard_errors(mean: float, se: float) -> float:
+    """How many standard errors ``mean`` is from 0 (infinite when every pair moved alike)."""
+    if se == 0:
+        return math.copysign(math.inf, mean) if mean else 0.0
+    return mean / se

@@ -1,0 +1,55 @@
+"""nbval, with a measured tolerance for the numbers that come out of training.
+
+A compared cell (tag ``nbval-check-output``) whose metadata holds
+``"tolerance": {"abs": 0.02, "rel": 0.0, "why": "..."}`` matches its committed output when the
+text around its numbers is the same and every number is within ``abs + rel * |committed|`` of
+the committed one; ``why`` states the measured spread that justifies the width
+(``scripts/arithmetic_spread.py`` measures it). Every other cell is compared as nbval compares it.
+
+Why our own: nbval compares text exactly, and its sanitizers are regular expressions applied to
+every cell alike, so a per-cell numeric tolerance needs this small wrapper around its comparison.
+"""
+
+from __future__ import annotations
+
+import re
+
+import nbval.plugin
+
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+_compare = nbval.plugin.IPyNbCell.compare_outputs
+
+
+def within(test: str, ref: str, tolerance: dict) -> str:
+    """``test`` with each number that is within the tolerance of ``ref``'s replaced by ``ref``'s,
+    where the two texts differ only in their numbers; else ``test`` unchanged (nbval reports it)."""
+    if not isinstance(test, str) or not isinstance(ref, str):
+        return test
+    words = NUMBER.split(test)
+    if words != NUMBER.split(ref):
+        return test
+    width = lambda r: tolerance.get("abs", 0.0) + tolerance.get("rel", 0.0) * abs(r)  # noqa: E731
+    numbers = [r if abs(float(t) - float(r)) <= width(float(r)) else t
+               for t, r in zip(NUMBER.findall(test), NUMBER.findall(ref))]
+    return "".join(w + n for w, n in zip(words, numbers + [""]))
+
+
+def _align(test, ref, tolerance: dict):
+    """Apply ``within`` to every text of ``test``'s outputs, paired in order with ``ref``'s."""
+    for t, r in zip(test, ref):
+        if "text" in t and "text" in r:
+            t["text"] = within(t["text"], r["text"], tolerance)
+        for key, value in t.get("data", {}).items():
+            if key in r.get("data", {}):
+                t["data"][key] = within(value, r["data"][key], tolerance)
+    return test
+
+
+def compare_outputs(self, test, ref, skip_compare=None):
+    tolerance = self.cell.metadata.get("tolerance")
+    if tolerance:
+        test = _align(test, ref, tolerance)
+    return _compare(self, test, ref, skip_compare)
+
+
+nbval.plugin.IPyNbCell.compare_outputs = compare_outputs
