@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book.ladder import (
     BIGRAM,
     FINAL,
@@ -22,7 +23,7 @@ from gpt_from_scratch.book.ladder import (
 from gpt_from_scratch.book.ladder_prose import (
     ladder_frame,
     ladder_text,
-    layernorm_text,
+    layernorm_lesson,
     mean_std,
     prediction_spread,
 )
@@ -210,17 +211,21 @@ def test_frame_and_mean_std():
         mean_std([2.0, float("nan")])
 
 
-def test_layernorm_text_names_the_rate_where_layernorm_helps():
+def test_layernorm_lesson_is_a_paired_difference_beyond_two_standard_errors(monkeypatch):
+    monkeypatch.setattr(lessons, "_LESSONS", {})
     lecture = (_result("residual", [2.36, 2.37, 2.35]), _result("layernorm", [2.35, 2.37, 2.36]))
     faster = (_result("residual", [2.31, 2.34, 2.30]), _result("layernorm", [2.27, 2.28, 2.25]))
-    text = layernorm_text(lecture, faster, 1e-3, 1e-2)
-    assert text.startswith("At the lecture's learning rate (0.001) LayerNorm moves the loss "
-                           "2.36 → 2.36: inside the seeds' spread. At 0.01, 10 times higher,")
-    assert "2.32 → 2.27: every seed with it lands below every seed without" in text
-    assert "hides LayerNorm's gain" in text and "at the higher rate (2.27)" in text
-    already = layernorm_text(faster, faster, 1e-3, 1e-2)
-    assert "already larger than the seeds' spread" in already and "hides" not in already
-    neither = layernorm_text(lecture, lecture, 1e-3, 1e-2)
-    assert "Neither rate shows a gain" in neither
-    worse = layernorm_text(lecture, (faster[1], faster[0]), 1e-3, 1e-2)
-    assert "worse, with the seeds apart" in worse
+    found = layernorm_lesson(lecture, faster, 1e-3, 1e-2)
+    assert found.holds and found.text == found.holds_text
+    assert found.text.startswith("At the lecture's learning rate (0.001) LayerNorm leaves the "
+                                 "loss where it was (a change of 0.000 ± 0.006 nats, 0.0 standard")
+    assert "within the seeds' noise" in found.text
+    assert "At 0.01, 10 times higher, it lowers it by 0.050 ± 0.006 nats, 8.7 standard" in found.text
+    assert found.margin == pytest.approx(0.05 / (0.01 / 3 ** 0.5) - 2, rel=1e-3)
+    # One seed that flips, as on another CPU: the same mean, but not beyond the noise.
+    flipped = (faster[0], _result("layernorm", [2.27, 2.28, 2.36]))
+    lost = layernorm_lesson(lecture, flipped, 1e-3, 1e-2)
+    assert not lost.holds and "cannot tell the two rungs apart" in lost.text
+    assert lessons.verdicts() == "DOES NOT HOLD: LayerNorm lowers the loss at the raised learning rate"
+    worse = layernorm_lesson(lecture, (faster[1], faster[0]), 1e-3, 1e-2)
+    assert "it raises it by 0.050" in worse.text and not worse.holds

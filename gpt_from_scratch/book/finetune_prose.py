@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from .lessons import SE_BAR, lesson, standard_errors
+
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
@@ -125,18 +127,21 @@ def pretraining_text(curve: dict) -> str:
     randomly initialised by more than two standard errors, and where it beats the bag of tokens."""
     rows = pretraining_gaps(curve)
     seeds = len(curve["pretrained"][0])
-    won = [r for r in rows if r["vs_random"][0] > 2 * r["vs_random"][1]]
+    won = [r for r in rows if r["vs_random"][0] > SE_BAR * r["vs_random"][1]]
     lost = [r for r in rows if r not in won]
     def gap(r, key):
         m, se = r[key]
         return f"{100 * m:+.1f} ± {100 * se:.1f} points at {r['n']}"
-    if won:
-        text = (f"Pretraining pays: with {_sizes(won)} speeches per speaker, the pretrained features beat "
-                f"the same network from a random initialization by more than two standard errors "
-                f"({'; '.join(gap(r, 'vs_random') for r in won)}, {seeds} draws of the speeches each). ")
-    else:
-        text = ("In this run the pretrained features never beat the same network from a random "
-                "initialization by more than two standard errors. ")
+    best = max(standard_errors(*r["vs_random"]) for r in rows)
+    pays = (f"Pretraining pays: with {_sizes(won)} speeches per speaker, the pretrained features "
+            f"beat the same network from a random initialization by more than {SE_BAR:g} "
+            f"standard errors ({'; '.join(gap(r, 'vs_random') for r in won)}, {seeds} draws of "
+            "the speeches each). ") if won else ""
+    text = lesson(
+        "pretrained features beat a random initialization", best - SE_BAR, "standard errors",
+        pays, f"In this run the pretrained features never beat the same network from a random "
+        f"initialization by more than {SE_BAR:g} standard errors: the backbone was trained on "
+        "this machine, and a CPU that sums in another order trains another backbone. ").text
     if lost:
         text += (f"With {_sizes(lost)} the difference ({'; '.join(gap(r, 'vs_random') for r in lost)}) "
                  "is within the noise: so few speeches teach the head too little about either kind of "

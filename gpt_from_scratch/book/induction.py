@@ -17,6 +17,7 @@ from torch import Tensor
 
 from ..heads import best_heads, uniform_share
 from .ladder import LadderConfig, LadderModel, Rung
+from .lessons import Lesson, lesson
 
 ATTENTION_ONLY = Rung("attention only", n_layers=2, n_heads=4, residual=True, layernorm=True)
 
@@ -75,6 +76,24 @@ def induction_scores(maps, n: int) -> Tensor:
     A = torch.stack(list(maps))  # (L, B, H, 2n, 2n)
     t = torch.arange(n, 2 * n)
     return A[..., t, t - n + 1].mean(dim=(1, 3))
+
+
+PREVIOUS_TOKEN_BAR = 3.0  # a previous-token head puts at least 3 times a head's even share there
+
+
+def previous_token_lesson(previous: Tensor, n: int) -> Lesson:
+    """The lesson that layer 0 grows a previous-token head: its best previous-token score is at
+    least ``PREVIOUS_TOKEN_BAR`` times the even share (``previous`` is (L, H), measured on
+    sequences of length 2n). The margin is in multiples of the even share."""
+    ratio = previous[0].max().item() / uniform_share(2 * n)
+    holds = (f"Its best head of layer 0 puts {ratio:.1f} times the even share on the previous "
+             f"token, more than the {PREVIOUS_TOKEN_BAR:g} times that makes a previous-token head.")
+    fails = (f"Its best head of layer 0 puts only {ratio:.1f} times the even share on the previous "
+             f"token, less than the {PREVIOUS_TOKEN_BAR:g} times that makes a previous-token head: "
+             "a CPU that sums in another order trained another model from the same seed, and in "
+             "this one the circuit has not formed yet in the chapter's steps.")
+    return lesson("layer 0 grows a previous-token head", ratio - PREVIOUS_TOKEN_BAR,
+                  "times the even share", holds, fails)
 
 
 def uniform_induction_score(n: int) -> float:

@@ -14,6 +14,10 @@ import statistics
 import torch
 from torch import Tensor
 
+from gpt_from_scratch.book.lessons import (
+    SE_BAR, Lesson, lesson, paired_difference, standard_errors,
+)
+
 UNIGRAM_TOLERANCE = 0.02  # nats: a loss this close to the unigram loss "equals" it (2 decimals)
 
 
@@ -128,37 +132,43 @@ def prediction_spread(model, x: Tensor) -> float:
     return float((log_p.exp() * (log_p - log_mean)).sum(dim=-1).mean())
 
 
-def layernorm_text(lecture: tuple[dict, dict], faster: tuple[dict, dict], lr: float,
-                   faster_lr: float) -> str:
-    """Whether LayerNorm helps, at the lecture's learning rate ``lr`` and at ``faster_lr``.
+def layernorm_lesson(lecture: tuple[dict, dict], faster: tuple[dict, dict], lr: float,
+                     faster_lr: float) -> Lesson:
+    """Whether LayerNorm lowers the loss, at the lecture's learning rate ``lr`` and at ``faster_lr``.
 
     Each pair is (the rung without LayerNorm, the rung with it), as results of the ladder (``val``:
-    one validation loss per seed). LayerNorm "helps" where its mean is lower and the seeds' ranges
-    do not overlap.
+    one validation loss per seed, the same seeds on both sides). The lesson: at ``faster_lr`` the
+    paired difference (without - with) is more than ``SE_BAR`` standard errors above 0.
     """
-    parts = []
+    rates = []
     for (without, with_ln), rate in ((lecture, lr), (faster, faster_lr)):
-        m0, m1 = mean_std(without["val"])[0], mean_std(with_ln["val"])[0]
-        helps = m1 < m0 and _separate(without["val"], with_ln["val"])
-        verdict = ("every seed with it lands below every seed without" if helps else
-                   "inside the seeds' spread" if not _separate(without["val"], with_ln["val"]) else
-                   "worse, with the seeds apart")
-        parts.append(dict(rate=rate, change=f"{m0:.2f} → {m1:.2f}", helps=helps, verdict=verdict,
-                          without=m0, with_ln=m1))
-    slow, fast = parts
-    text = (f"At the lecture's learning rate ({slow['rate']:g}) LayerNorm moves the loss "
-            f"{slow['change']}: {slow['verdict']}. At {fast['rate']:g}, {fast['rate'] / slow['rate']:g} "
-            f"times higher, it moves it {fast['change']}: {fast['verdict']}.")
-    if fast["helps"] and not slow["helps"]:
-        best = "with LayerNorm at the higher rate" if fast["with_ln"] < slow["with_ln"] else None
-        text += (f" The small run hides LayerNorm's gain: at a learning rate of {slow['rate']:g} "
-                 "the steps are small, and three blocks train as well without it. LayerNorm pays "
-                 "when the updates are large, because it rescales every block's input to one size "
-                 "whatever the updates did to the residual stream")
-        text += (f"; and the best of the four runs is the one {best} ({fast['with_ln']:.2f})."
-                 if best else ".")
-    elif slow["helps"]:
-        text += " At the lecture's rate the gain is already larger than the seeds' spread."
-    else:
-        text += " Neither rate shows a gain larger than the seeds' spread in this run."
-    return text
+        mean, se = paired_difference(without["val"], with_ln["val"])
+        rates.append(dict(rate=rate, mean=mean, se=se, n=len(with_ln["val"]),
+                          k=standard_errors(mean, se)))
+    slow, fast = rates
+
+    def change(r, what):
+        size = (f"{abs(r['mean']):.3f} ± {r['se']:.3f} nats, {abs(r['k']):.1f} standard "
+                f"errors from no change over {r['n']} seeds")
+        if round(r["mean"], 3) == 0:
+            return f"leaves {what} where it was (a change of {size})"
+        return f"{'lowers' if r['mean'] > 0 else 'raises'} {what} by {size}"
+
+    slow_verdict = ("a gain already beyond the seeds' noise" if slow["k"] > SE_BAR else
+                    "a worse loss, beyond the noise" if slow["k"] < -SE_BAR else
+                    "within the seeds' noise")
+    start = (f"At the lecture's learning rate ({slow['rate']:g}) LayerNorm "
+             f"{change(slow, 'the loss')}: {slow_verdict}. At {fast['rate']:g}, "
+             f"{fast['rate'] / slow['rate']:g} times higher, it {change(fast, 'it')}.")
+    holds = (start + " Each seed trains both rungs on the same batches, so the paired difference "
+             "removes what the seeds share, and a gain this many standard errors from zero is not "
+             "the luck of a few seeds. LayerNorm rescales every block's input to one size, "
+             "whatever the updates did to the residual stream; that would matter most when the "
+             "updates are large, which fits where the gain appears, though this experiment shows "
+             "where the gain is, not why.")
+    fails = (start + f" That is not the clear gain (more than {SE_BAR:g} standard errors) this "
+             "section expects. At a high learning rate training is chaotic: a seed lands "
+             "elsewhere when the CPU sums in another order, so on this machine these seeds "
+             "cannot tell the two rungs apart.")
+    return lesson("LayerNorm lowers the loss at the raised learning rate",
+                  fast["k"] - SE_BAR, "standard errors", holds, fails)

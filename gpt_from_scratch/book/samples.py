@@ -1,7 +1,7 @@
 """How much a generated sample reads like its corpus: the share of its words that are real words,
 and the share that only repeat what it already said.
 
-A fair, repeatable proxy for "readable" (issue 30): the fraction of a sample's words that occur
+A fair, repeatable proxy for "readable": the fraction of a sample's words that occur
 anywhere in the training text. Word soup ("theee", "rolsunsee") scores low, a sample made of the
 play's words scores high, whatever it means. A loop ("the the the") scores high too, which is why
 ``repeated_share`` goes beside it.
@@ -10,15 +10,20 @@ play's words scores high, whatever it means. A loop ("the the the") scores high 
 from __future__ import annotations
 
 import functools
+import math
 import re
+import statistics
 
 import torch
 
 from ..generate import generate
+from .lessons import SE_BAR, Lesson, lesson
 
 WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")  # lower-cased letters, with inner apostrophes (o'er)
 SAMPLE_CHARS = 500  # the length of the samples the book scores
 SAMPLE_TEMPERATURE = 0.8  # nanoGPT's sample.py default: a little sharper than the model's distribution
+LOOP_BAR = 0.5  # greedy decoding "loops" when half its words repeat a run of three already written
+MOVING_BAR = 0.2  # sampling "keeps moving" when fewer than a fifth do
 
 
 @functools.lru_cache(maxsize=4)
@@ -99,3 +104,40 @@ def decoding_text(greedy: str, sampled: str, tempered: str, temperature: float, 
              "the measure is lenient with it: its weakness is the sense of what it writes, not the "
              "spelling.")
     return text
+
+
+def real_words_lesson(shares: list[float], what: str, bar: float = 0.80) -> Lesson:
+    """The lesson that ``what`` writes the play's words: the mean real-word share of its samples
+    (one per seed), less ``SE_BAR`` standard errors, is at least ``bar``. The margin is in points."""
+    n, mean = len(shares), statistics.fmean(shares)
+    se = statistics.stdev(shares) / math.sqrt(n) if n > 1 else 0.0
+    low = mean - SE_BAR * se
+    each = f" (the samples': {', '.join(f'{v:.0%}' for v in shares)})" if n > 1 else ""
+    seen = (f"{mean:.0%} of the words {what} writes are words of the training text" + each +
+            (f"; {SE_BAR:g} standard errors below that mean is {low:.0%}" if n > 1 else ""))
+    holds = f"{seen}, above the {bar:.0%} this book asks of a model that writes the play's words."
+    fails = (f"{seen}, below the {bar:.0%} this book asks of a model that writes the play's words. "
+             "A CPU that sums in another order trains another model from the same seed, and "
+             "this one misspells more than the one the chapter was written with.")
+    return lesson(f"{what} writes the play's words", 100 * (low - bar), "points", holds, fails)
+
+
+def decoding_lessons(greedy: str, sampled: list[str]) -> tuple[Lesson, Lesson]:
+    """Chapter 7's two lessons on loops: greedy decoding repeats itself (at least ``LOOP_BAR`` of
+    its words end a run of three it already wrote) and sampling does not (below ``MOVING_BAR`` in
+    every sample of ``sampled``). Margins in points."""
+    loop, moving = repeated_share(greedy), max(repeated_share(t) for t in sampled)
+    looping = lesson(
+        "greedy decoding loops", 100 * (loop - LOOP_BAR), "points",
+        f"Greedy decoding loops: {loop:.0%} of its words end a run of three already written.",
+        f"Greedy decoding repeats less than it usually does here ({loop:.0%} of its words end "
+        f"a run of three already written, below {LOOP_BAR:.0%}): a CPU that sums in another "
+        "order trains another model, and its most likely path wanders longer before it "
+        "returns to a phrase it already wrote.")
+    keeps_moving = lesson(
+        "sampling keeps moving", 100 * (MOVING_BAR - moving), "points",
+        f"Sampling keeps moving: at most {moving:.0%} of a sample's words repeat a run of three.",
+        f"Sampling repeats itself here ({moving:.0%} of a sample's words repeat a run of three, "
+        f"above {MOVING_BAR:.0%}): a sample as long as {SAMPLE_CHARS} characters can fall "
+        "into a loop by chance, and this one did.")
+    return looping, keeps_moving

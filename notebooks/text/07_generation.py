@@ -58,10 +58,12 @@ from gpt_from_scratch.generate import generate, top_k_filter, top_p_filter
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.utils import seed_everything
 from gpt_from_scratch.book.figure_text import book_figures
+from gpt_from_scratch.book.lessons import verdicts
 from gpt_from_scratch.book.recipes import book_model, book_model_path
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 from gpt_from_scratch.book.samples import (
-    SAMPLE_CHARS, SAMPLE_TEMPERATURE, decoding_text, real_word_share, repeated_share,
+    SAMPLE_CHARS, SAMPLE_TEMPERATURE, decoding_lessons, decoding_text, real_word_share,
+    real_words_lesson, repeated_share,
 )
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
@@ -349,11 +351,20 @@ greedy_text, sampled_text, tempered_text, bpe_text = scored.values()
 display(Markdown(decoding_text(greedy_text, sampled_text, tempered_text, SAMPLE_TEMPERATURE,
                                bpe_text, train_text)))
 
-# %% tags=["remove-cell"]
-shares = {name: real_word_share(text, train_text) for name, text in scored.items()}
-assert shares["character model, tau = 0.8"] >= 0.80, shares  # issue 30's bars
-assert FULL_RUN or shares["BPE model, sampled"] >= 0.60, shares  # the CPU's BPE model
-assert repeated_share(scored["character model, sampled"]) < 0.2, scored  # no loop
+# %% [markdown]
+# One sample per setting can be lucky. The lessons of this section are judged on more: the greedy text
+# (there is only one), and five samples at temperature 0.8, the seed above and four others:
+
+# %% tags=["remove-input"]
+tempered = [tempered_text] + [decoded(generate(
+    model, prompt, SAMPLE_CHARS, temperature=SAMPLE_TEMPERATURE,
+    generator=torch.Generator().manual_seed(seed))) for seed in (2, 3, 4, 5)]
+found = [real_words_lesson([real_word_share(t, train_text) for t in tempered],
+                           f"the character model at temperature {SAMPLE_TEMPERATURE:g}"),
+         *decoding_lessons(greedy_text, [sampled_text, *tempered]),
+         real_words_lesson([real_word_share(bpe_text, train_text)], "the BPE model",
+                           bar=0.60)]
+display(Markdown(" ".join(x.text for x in found)))
 
 # %% [markdown]
 # ### The reference runs
@@ -1007,3 +1018,6 @@ show_quiz([
                "No: the temperature comes first."),
     ]),
 ])
+
+# %% tags=["remove-cell", "nbval-check-output"]
+print(verdicts())
