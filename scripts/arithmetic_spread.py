@@ -73,11 +73,13 @@ def compare(committed, executed) -> list[dict]:
     return rows
 
 
-def run(chapters: list[Path], cap: str, threads: int, out: Path) -> dict:
-    """Execute ``chapters`` in one variant; return its report."""
+def run(chapters: list[Path], cap: str, threads: int, out: Path, execute: bool = True) -> dict:
+    """Execute ``chapters`` in one variant (or, with ``execute=False``, take the notebooks an
+    earlier run left in ``out``) and compare them with the committed ones; return the report."""
     out.mkdir(parents=True, exist_ok=True)
     lessons_file = out / "lessons.jsonl"
-    lessons_file.unlink(missing_ok=True)
+    if execute:
+        lessons_file.unlink(missing_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONHASHSEED="0",
                GPT_FROM_SCRATCH_CACHE=str(out / "cache"),
                GPT_FROM_SCRATCH_LESSONS=str(lessons_file))
@@ -85,15 +87,19 @@ def run(chapters: list[Path], cap: str, threads: int, out: Path) -> dict:
     if cap != "native":
         env["ATEN_CPU_CAPABILITY"] = cap
     report = dict(capability=cap, threads=threads, chapters={})
+    earlier = {} if execute or not (out / "report.json").exists() else \
+        json.loads((out / "report.json").read_text())["chapters"]
     for path in chapters:
         start = time.perf_counter()
         target = out / path.name
         twin = path.parent / "text" / f"{path.stem}.py"
-        subprocess.run([sys.executable, "-m", "jupytext", "--to", "notebook", "--execute",
-                        "--set-kernel", "python3", "--output", str(target), str(twin)],
-                       env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        if execute:
+            subprocess.run([sys.executable, "-m", "jupytext", "--to", "notebook", "--execute",
+                            "--set-kernel", "python3", "--output", str(target), str(twin)],
+                           env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
         report["chapters"][path.stem] = dict(
-            seconds=round(time.perf_counter() - start, 1),
+            seconds=(round(time.perf_counter() - start, 1) if execute else
+                     earlier.get(path.stem, {}).get("seconds", 0.0)),
             cells=compare(nbformat.read(path, 4), nbformat.read(target, 4)))
     if lessons_file.exists():
         report["lessons"] = [json.loads(line) for line in lessons_file.read_text().splitlines()]
@@ -121,6 +127,8 @@ def main(argv=None) -> None:
     parser.add_argument("chapters", nargs="+", help="chapter numbers, e.g. 06 07")
     parser.add_argument("--variant", type=variant, action="append", required=True)
     parser.add_argument("--out", type=Path, default=ROOT / "_build" / "spread")
+    parser.add_argument("--compare-only", action="store_true",
+                        help="compare the notebooks an earlier run left in --out, run nothing")
     args = parser.parse_args(argv)
     chapters = []
     for number in args.chapters:
@@ -130,7 +138,7 @@ def main(argv=None) -> None:
                          "number as its file name starts, e.g. 06")
         chapters += found
     for cap, threads in args.variant:
-        show(run(chapters, cap, threads, args.out / f"{cap}-{threads}"))
+        show(run(chapters, cap, threads, args.out / f"{cap}-{threads}", not args.compare_only))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Train the book's full-size reference runs and write ``reference/`` (issue 30).
+"""Train the book's full-size reference runs and write ``reference/``.
 
     python scripts/reference_runs.py --out reference          # on a GPU: the full recipes
     python scripts/reference_runs.py --out /tmp/ref --tiny    # on a CPU, in seconds: every path

@@ -4,6 +4,10 @@ from training (notebooks/conftest.py): a lesson never raises, its verdict line f
 import importlib.util
 import json
 import math
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +76,45 @@ def test_tolerance_accepts_numbers_within_it_and_nothing_else():
     rel = {"rel": 0.05}
     assert within("89% and 1.00", "86% and 1.01", rel) == "86% and 1.01"
     assert within("70% and 1.00", "86% and 1.01", rel) == "70% and 1.01"  # only the near one
+
+
+TWINS = sorted((ROOT / "notebooks" / "text").glob("*.py"))
+CELL = re.compile(r"^# %%(?P<header>[^\n]*)\n(?P<body>.*?)(?=^# %%|\Z)", re.MULTILINE | re.DOTALL)
+
+
+def _cells(path: Path):
+    return [(m["header"], m["body"]) for m in CELL.finditer(path.read_text())]
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=lambda p: p.stem)
+def test_no_hidden_cell_asserts_and_no_chapter_names_the_tracker(twin):
+    """Hidden checks are lessons (a sentence, never a traceback in a reader's run), and chapters
+    never send the reader to the issue tracker."""
+    text = twin.read_text()
+    assert not re.search(r"\bissues? ?#?\d", text, re.IGNORECASE), "a chapter names the tracker"
+    for header, body in _cells(twin):
+        if "remove-cell" in header:
+            assert not re.search(r"^\s*assert\b", body, re.MULTILINE), (
+                f"{twin.name}: a hidden cell asserts; judge it with book.lessons.lesson instead:\n"
+                + body)
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=lambda p: p.stem)
+def test_a_chapter_that_judges_lessons_shows_their_verdicts_to_nbval(twin):
+    cells, text = _cells(twin), twin.read_text()
+    if "verdicts" not in text and not re.search(r"lessons?\(", text):
+        pytest.skip("this chapter judges no lesson")
+    verdict = [h for h, body in cells if "print(verdicts())" in body]
+    assert len(verdict) == 1, f"{twin.name}: one cell prints the verdicts"
+    assert "nbval-check-output" in verdict[0] and "remove-cell" in verdict[0], (
+        f"{twin.name}: the verdict cell is hidden and compared by nbval")
+    assert cells[-1][1].strip() == "print(verdicts())", f"{twin.name}: the verdicts come last"
+
+
+def test_the_package_makes_waiting_threads_sleep_unless_the_reader_chose(tmp_path):
+    code = "import os, gpt_from_scratch; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    run = lambda e: subprocess.run([sys.executable, "-c", code], env=e, capture_output=True,  # noqa
+                                   text=True, check=True).stdout.strip()
+    assert run(env) == "PASSIVE"
+    assert run(dict(env, OMP_WAIT_POLICY="ACTIVE")) == "ACTIVE"

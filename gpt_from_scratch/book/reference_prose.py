@@ -1,4 +1,4 @@
-"""What the chapters say about a reference run, written from its manifest entry (issue 30)."""
+"""What the chapters say about a reference run, written from its manifest entry."""
 
 from __future__ import annotations
 
