@@ -138,6 +138,11 @@ def test_set_trainable_counts_and_freezes():
     assert not model.blocks[0].ln_1.weight.requires_grad and model.blocks[-1].ln_1.weight.requires_grad
     with pytest.raises(ValueError, match="unknown"):
         set_trainable(clf, "lora")
+    n_blocks = len(model.blocks)
+    assert set_trainable(clf, "last", n_last=n_blocks) < set_trainable(clf, "all")  # embeddings
+    with pytest.raises(ValueError, match=rf"n_last=99 is more blocks than the model has \({n_blocks}\)"
+                                         rf": pass n_last <= {n_blocks}, or mode='all'"):
+        set_trainable(clf, "last", n_last=99)
 
 
 def test_training_the_head_learns_a_separable_task():

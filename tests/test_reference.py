@@ -148,6 +148,18 @@ def test_a_missing_manifest_is_named_with_the_fix(data):
         reference_run("shakespeare-char-full")
 
 
+@pytest.mark.parametrize("text", ['{"format": "gpt_from_scratch.reference/1", "ru', '', '[1]'])
+def test_a_truncated_manifest_is_named_with_the_fix(tmp_path, monkeypatch, text):
+    (tmp_path / "reference").mkdir()
+    (tmp_path / "reference" / "manifest.json").write_text(text)
+    monkeypatch.setenv("GPT_FROM_SCRATCH_DATA", str(tmp_path))
+    monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path / "cache"))
+    error = ChecksumError if text != "[1]" else ValueError
+    with pytest.raises(error, match=r"reference/manifest.json (is not valid JSON .* truncated or "
+                                    r"damaged|is not a reference-run manifest).*make reference-runs"):
+        reference_run("shakespeare-char-full")
+
+
 def test_a_manifest_other_than_the_pinned_one_is_refused(data, monkeypatch):
     monkeypatch.setattr(reference, "MANIFEST_SHA256", "0" * 64)
     with pytest.raises(ChecksumError, match="manifest.json has sha256 .* the package pins 0000"):

@@ -162,7 +162,13 @@ def _manifest(root: Path, fix: str) -> dict:
     if MANIFEST_SHA256 is not None and (actual := sha256_file(path)) != MANIFEST_SHA256:
         raise ChecksumError(f"{path} has sha256 {actual}, the package pins {MANIFEST_SHA256}: it is "
                             f"not the published manifest: {fix}")
-    manifest = json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ChecksumError(f"{path} is not valid JSON ({err}): the file is truncated or damaged (an "
+                            f"interrupted copy or download): {fix}") from None
+    if not isinstance(manifest, dict):
+        manifest = {"format": type(manifest).__name__}
     if manifest.get("format") != MANIFEST_FORMAT:
         raise ValueError(f"{path} is not a reference-run manifest (format {manifest.get('format')!r},"
                          f" expected {MANIFEST_FORMAT!r}): {fix}")
