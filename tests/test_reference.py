@@ -14,7 +14,7 @@ import torch
 from gpt_from_scratch.book import ladder, offline_model, recipes, reference
 from gpt_from_scratch.book.corpus_vocab import CorpusVocabGPT
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
-from gpt_from_scratch.book.reference_prose import loss_curves, run_text
+from gpt_from_scratch.book.reference_prose import found_text, loss_curves, run_text
 from gpt_from_scratch.book.samples import real_word_share
 from gpt_from_scratch.data import ChecksumError, tiny_shakespeare_path
 from gpt_from_scratch.model import GPT, GPTConfig
@@ -263,3 +263,20 @@ def test_repeated_share_finds_loops_and_decoding_text_says_so():
     assert said.startswith("Greedy decoding is stuck in a loop: ")
     assert "writes 100% real words at temperature 1 and 100% at 0.8" in said
     assert "does not help" in said and "scores 100%" in said
+
+
+def test_a_section_describes_only_the_runs_that_are_here(monkeypatch):
+    monkeypatch.setattr(reference, "HUB_REPO_ID", None)
+    none = found_text({"shakespeare-char-full": None, "ladder": None}, "the curves")
+    assert none.startswith("No reference run (`shakespeare-char-full` and `ladder`) is on this "
+                           "machine, and this version of the book pins no published copy")
+    assert "only this chapter's own run" in none and "With one, it would show the curves." in none
+    assert "trained" not in none and "published beside" not in none
+    monkeypatch.setattr(reference, "HUB_REPO_ID", "someone/runs")
+    monkeypatch.setattr(reference, "HUB_REVISION", "0" * 40)
+    assert "could not be fetched" in found_text({"ladder": None}, "x")
+    run = reference.ReferenceRun("ladder", dict(device="NVIDIA H100", torch="2.5.1",
+                                                wall_seconds=1234.4), Path("."))
+    some = found_text({"ladder": run, "finetune": None}, "the table")
+    assert some == ("Found: `ladder` (NVIDIA H100, torch 2.5.1, 1,234 s), each file checked against "
+                    "its manifest. Not found: `finetune`; what needs it is left out. Below: the table.")

@@ -181,8 +181,8 @@ def sink_text(name: str, scores: Tensor, baseline: float, tokens_seen: int | Non
     if not n_sinks and tokens_seen is not None:
         text += (f" A full sink needs more training than this run had: Gu et al. (2025) found that "
                  f"sinks emerge after effective optimization on sufficient training data (their small "
-                 f"models read 5 billion tokens), and this model read {tokens_seen:,}. The reference run "
-                 f"(the end of section 8.9) and GPT-2 itself (in Colab) measure sinks at full size.")
+                 f"models read 5 billion tokens), and this model read {tokens_seen:,}. GPT-2 itself "
+                 f"(in Colab) measures sinks at full size.")
     return text + "\n\n" + _elsewhere(
         "many heads put most of their attention on the first token, whatever it is; "
         "Vig and Belinkov (2019) saw it in GPT-2, and Xiao et al. (2024) in every large language "

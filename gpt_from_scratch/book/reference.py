@@ -1,4 +1,4 @@
-"""Reference runs: the book's full-size models, trained once on a GPU, shown beside the reader's run.
+"""Reference runs: the book's full-size models, trained on a GPU by `make reference-runs`, shown beside
 
 ``make reference-runs`` (``scripts/reference_runs.py``) writes a folder ``reference/``: one folder per
 run (its weights in safetensors shards of at most ``MAX_SHARD`` bytes, with the Hub's index file
@@ -41,6 +41,11 @@ ROWS = "@"  # a tensor stored as row blocks: "<name>@0", "<name>@1", ...
 HUB_REPO_ID: str | None = None
 HUB_REVISION: str | None = None
 MANIFEST_SHA256: str | None = None
+
+
+def published() -> bool:
+    """Whether this version of the package pins a published copy of the reference runs."""
+    return HUB_REPO_ID is not None and HUB_REVISION is not None
 
 
 class ReferenceUnavailable(FileNotFoundError):

@@ -86,7 +86,7 @@ from gpt_from_scratch.book.recipes import (
     RECIPES, book_model, book_model_path, bpe_level_data, char_level_data,
 )
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
-from gpt_from_scratch.book.reference_prose import loss_curves, run_text
+from gpt_from_scratch.book.reference_prose import found_text, loss_curves, run_text
 from gpt_from_scratch.book.samples import real_word_share, sample_text
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
@@ -726,11 +726,11 @@ if FULL_RUN:
 # %% [markdown]
 # ### The reference run
 #
-# The full-size run was trained once on a GPU (`make reference-runs`), with the ladder at the lecture's full
-# step counts, and published beside the book: weights, losses, a sample and the ladder's table.
-# `reference_run(name)` finds it in `$GPT_FROM_SCRATCH_DATA/reference` or downloads it, and checks every
-# file against the SHA-256 its manifest records. The cells below put it beside this chapter's run: both
-# validation curves, and the two samples of 500 characters after "ROMEO:", each with its share of real words.
+# `make reference-runs` trains the full-size run on a GPU, and the ladder at the lecture's full step
+# counts, and writes their weights, losses, a sample and the ladder's table, with a manifest of the
+# SHA-256 of every file. `reference_run(name)` finds such a folder in `$GPT_FROM_SCRATCH_DATA/reference`
+# or the cache, or downloads the published copy where the package pins one, and checks every file
+# against the manifest. The cell below looks for them:
 
 # %%
 try:
@@ -738,6 +738,14 @@ try:
 except ReferenceUnavailable as err:
     ref_char = ref_ladder = None
     print(err)
+
+# %% tags=["remove-input"]
+display(Markdown(found_text(
+    {"shakespeare-char-full": ref_char, "ladder": ref_ladder},
+    "the two validation curves, the two samples of 500 characters after \"ROMEO:\" with their "
+    "shares of real words, and the ladder of section 6.4 at the lecture's step counts")))
+
+# %%
 if ref_char is not None:
     print(f"This chapter's model: {shares[0]:.0%} real words\n{cpu_sample}")
     print(f"\nThe reference run: {ref_char.info['real_words']:.0%} real words\n"
@@ -750,13 +758,12 @@ if ref_char is not None:
     loss_curves(ref_char.info, char_history)
     plt.show()
 
-# %% [markdown]
-# The ladder of section 6.4 at the lecture's step counts, from the reference run (the lecture's numbers
-# beside it, three seeds a rung, the scaled-up rung one):
-
 # %% tags=["remove-input"]
 if ref_ladder is not None:
     rows = ref_ladder.info["tables"]["ladder"]
+    display(Markdown(f"The ladder of section 6.4 at the lecture's step counts, from the reference "
+                     f"run, the lecture's numbers beside it ({len(rows[1]['val'])} seeds a rung, "
+                     f"the scaled-up rung {len(rows[-1]['val'])}):"))
     display(ladder_frame(rows))
     display(Markdown(ladder_text(rows, unigram_val, (bigram_train, bigram_val))))
 

@@ -60,6 +60,7 @@ from gpt_from_scratch.utils import seed_everything
 from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.recipes import book_model, book_model_path
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
+from gpt_from_scratch.book.reference_prose import found_text
 from gpt_from_scratch.book.samples import (
     SAMPLE_CHARS, SAMPLE_TEMPERATURE, decoding_text, real_word_share, repeated_share,
 )
@@ -358,10 +359,10 @@ assert repeated_share(scored["character model, sampled"]) < 0.2, scored  # no lo
 # %% [markdown]
 # ### The reference runs
 #
-# The book's full-size models were trained once on a GPU (`make reference-runs`, {ref}`ch-training`):
-# nanoGPT's character model and a BPE model of its size. Where they are on this machine, or can be
-# downloaded, the next cell decodes the character model greedily and by sampling, as above, and prints
-# the BPE model's published sample, each with its share of real words.
+# `make reference-runs` ({ref}`ch-training`) trains the book's full-size models on a GPU: nanoGPT's
+# character model and a BPE model of its size. Where `reference_run` finds them (on this machine, or
+# a published copy), the next cell decodes the character model greedily and by sampling, as above, and
+# prints the BPE model's sample from its manifest, each with its share of real words.
 
 # %%
 try:
@@ -370,6 +371,13 @@ try:
 except ReferenceUnavailable as err:
     ref_char = ref_bpe = None
     print(err)
+
+# %% tags=["remove-input"]
+display(Markdown(found_text(
+    {"shakespeare-char-full": ref_char, "shakespeare-bpe-full": ref_bpe},
+    "their samples, scored as this chapter's")))
+
+# %%
 if ref_char is not None:
     ref_model = ref_char.model()
     for name, options in {"greedy": dict(greedy=True), "sampled": dict(

@@ -87,6 +87,7 @@ from gpt_from_scratch.book.offline_model import EOT, offline_model
 from gpt_from_scratch.book.plotting import token_labels
 from gpt_from_scratch.book.recipes import RECIPES, book_model
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
+from gpt_from_scratch.book.reference_prose import found_text
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
@@ -692,9 +693,9 @@ plt.show()
 # %% [markdown]
 # ### The reference run
 #
-# That larger offline model was trained once on a GPU (`make reference-runs`) and published with
-# the scores of its heads, measured as above on 16 validation windows. Where it is on this
-# machine, or can be downloaded, its maps and the sentences on them come next:
+# `make reference-runs` trains that larger offline model on a GPU and stores the scores of its
+# heads, measured as above on 16 validation windows, in its manifest. Where `reference_run` finds
+# it (on this machine, or a published copy), its maps and the sentences on them come next:
 
 # %%
 try:
@@ -702,6 +703,12 @@ try:
 except ReferenceUnavailable as err:
     ref_heads = None
     print(err)
+
+# %% tags=["remove-input"]
+display(Markdown(found_text({"shakespeare-bpe-heads-full": ref_heads},
+                            "its sinks and previous-token heads, scored as this model's")))
+
+# %%
 if ref_heads is not None:
     ref_scores = ref_heads.info["tables"]
     ref_sink, ref_prev = (torch.tensor(ref_scores[k]) for k in ("sink", "previous_token"))

@@ -82,6 +82,7 @@ from gpt_from_scratch.book.finetune_runs import learning_curve
 from gpt_from_scratch.book.offline_model import DocumentStart, EOT, offline_model
 from gpt_from_scratch.book.recipes import RECIPES, book_model, bpe_level_data
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
+from gpt_from_scratch.book.reference_prose import found_text
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
@@ -292,7 +293,7 @@ show(results)
 
 # %% tags=["remove-input"]
 display(Markdown(prose.pooling_text(results["head only (last token)"]["accuracy"],
-                                    results["head only (mean)"]["accuracy"])))
+                                    results["head only (mean)"]["accuracy"], N_TEST)))
 
 # %% [markdown]
 # The head is $D \times C + C$ numbers; "everything" trains the whole model, most of it the
@@ -490,16 +491,22 @@ plt.show()
 # %% [markdown]
 # ### The reference run
 #
-# The same table on that larger backbone was computed once on a GPU (`make reference-runs`,
-# the same speeches and splits, 1,200 steps a run) and published with it. Where it is on this
-# machine, or can be downloaded:
+# `make reference-runs` computes the same table on that larger backbone on a GPU (the same
+# speeches and splits, 1,200 steps a run) and stores it in its manifest. Where `reference_run`
+# finds it (on this machine, or a published copy):
 
 # %%
 try:
-    ref_table = reference_run("finetune").info["tables"]
+    ref_run = reference_run("finetune")
 except ReferenceUnavailable as err:
-    ref_table = None
+    ref_run = None
     print(err)
+ref_table = ref_run.info["tables"] if ref_run is not None else None
+
+# %% tags=["remove-input"]
+display(Markdown(found_text({"finetune": ref_run}, "its table, beside this chapter's")))
+
+# %%
 if ref_table is not None:
     rows = dict(ref_table["finetune"])
     ref_majority, ref_bag = rows.pop("majority class"), rows.pop("bag of tokens")
@@ -544,15 +551,18 @@ trainer = DocumentStart(style.compact(), start_token=int(table[EOT]))  # style's
 
 
 @torch.no_grad()
-def lm_loss(ids: np.ndarray, n_windows: int = 48) -> float:
-    """The adapted model's mean next-token loss on ``n_windows`` windows of ``ids``."""
+def lm_losses(ids: np.ndarray, n_windows: int = 48) -> list[float]:
+    """The adapted model's mean next-token loss on each of ``n_windows`` windows of ``ids``."""
     starts = np.linspace(0, len(ids) - T_LM - 1, n_windows).astype(int)
-    w = torch.from_numpy(np.stack([ids[s: s + T_LM + 1] for s in starts]))  # (N, T + 1)
+    w = torch.from_numpy(np.stack([ids[s: s + T_LM + 1] for s in starts])).to(DEVICE)
     trainer.eval()
-    return trainer(w[:, :-1].to(DEVICE), w[:, 1:].to(DEVICE))[1].item()
+    logits = trainer(w[:, :-1])[0]  # (N, T + 1, V): T + 1 with <|endoftext|> in front
+    targets = torch.cat([w[:, :1], w[:, 1:]], dim=1)  # (N, T + 1): as DocumentStart scores
+    losses = nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    return losses.mean(dim=1).tolist()
 
 
-style_before = {k: lm_loss(v) for k, v in held_out.items()}
+style_before = {k: lm_losses(v) for k, v in held_out.items()}
 opt = torch.optim.AdamW([p for p in style.parameters() if p.requires_grad], lr=STYLE_LR)
 g = torch.Generator().manual_seed(0)
 trainer.train()
@@ -564,7 +574,7 @@ for step in range(STYLE_STEPS):
     loss.backward()
     opt.step()
 style_seconds = clock() - start
-style_after = {k: lm_loss(v) for k, v in held_out.items()}
+style_after = {k: lm_losses(v) for k, v in held_out.items()}
 style.cpu().eval()
 
 # %% tags=["nbval-check-output"]
@@ -572,8 +582,8 @@ print(f"{len(style_train):,} training tokens of {speaker}; adapter of "
       f"{count_trainable(style):,} parameters, {STYLE_STEPS} steps of 8 windows "
       f"in {style_seconds:.1f} s of CPU time")
 for k in held_out:
-    print(f"held-out loss, {k:<11} {style_before[k]:.3f} -> {style_after[k]:.3f} "
-          f"({style_after[k] - style_before[k]:+.3f})")
+    ahead, behind = np.mean(style_before[k]), np.mean(style_after[k])
+    print(f"held-out loss, {k:<11} {ahead:.3f} -> {behind:.3f} ({behind - ahead:+.3f})")
 
 # %% tags=["remove-input"]
 display(Markdown(prose.style_text(speaker, style_before, style_after)))
