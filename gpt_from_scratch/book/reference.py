@@ -1,4 +1,4 @@
-"""Reference runs: the book's full-size models, trained on a GPU by `make reference-runs`, shown beside
+"""Reference runs: the book's full-size models, trained on a GPU, shown beside the reader's run.
 
 ``make reference-runs`` (``scripts/reference_runs.py``) writes a folder ``reference/``: one folder per
 run (its weights in safetensors shards of at most ``MAX_SHARD`` bytes, with the Hub's index file
