@@ -267,7 +267,14 @@ def test_bias_texts_follow_the_numbers():
     text = prose.bias_attention_text("GPT-2 small", 5, 10, gpt2_like, real=True)
     assert "As in GPT-2" in text and "2 of 2 pronouns follow it" in text
     same = {"She": {"␣doctor": 0.1, "␣nurse": 0.5}, "He": {"␣doctor": 0.1, "␣nurse": 0.4}}
-    assert "Unlike GPT-2" in prose.bias_attention_text("the offline model", 1, 2, same, real=False)
+    both = prose.bias_attention_text("the offline model", 1, 2, same, real=False)
+    assert "both look most at the same one" in both and "layer 0 cannot" not in both
+    # Chapter 8's offline layer-0 head: She -> doctor (0.381), He -> nurse (0.247), reversed
+    reversed_ = {"She": {"␣doctor": 0.381, "␣nurse": 0.2}, "He": {"␣doctor": 0.1, "␣nurse": 0.247}}
+    text = prose.bias_attention_text("the offline model", 0, 1, reversed_, real=False)
+    assert ("split the other way round from GPT-2: \"She\" looks most at \" doctor\" and \"He\" "
+            "looks most at \" nurse\"") in text
+    assert "A head of layer 0 cannot read the sentence" in text and "not that way" not in text
     ratios = {"a": 2.0, "b": 2.5, "c": 3.0, "d": 3.1}
     text = prose.bias_probs_text("the offline model", ratios, 3.4)
     assert _numbers(text) == [2.0, 3.1, 0.5, 3.4]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -280,3 +281,23 @@ def test_a_section_describes_only_the_runs_that_are_here(monkeypatch):
     some = found_text({"ladder": run, "finetune": None}, "the table")
     assert some == ("Found: `ladder` (NVIDIA H100, torch 2.5.1, 1,234 s), each file checked against "
                     "its manifest. Not found: `finetune`; what needs it is left out. Below: the table.")
+
+
+def test_the_settings_sentences_quote_their_examples_from_the_samples():
+    from gpt_from_scratch.book.samples import settings_text, soup_words
+
+    play = "the king and the queen went to the tower to sleep, my lord"
+    assert soup_words("The kign, my lrod! the quee", play) == ["kign", "lrod"]  # "quee" may be cut
+    samples = {"temperature 0.5": "the king and the the queen went to the the tower. ",
+               "temperature 1": "the kign went to sleep. ",
+               "temperature 1.5": "Thx qu!een wnt to the towr. ",
+               "top-k 5": "the king went to the tower. ", "top-p 0.8": "my lord, the king went. "}
+    text = settings_text(samples, 0.5, 1.5, play)
+    assert ("At temperature 0.5, 100% of the words are words of the play, and its three commonest "
+            "words (\"the\", \"king\", \"and\") make 64% of them.") in text
+    assert "At 1.5, 29% are, and it writes words the play never uses: \"Thx\", \"qu!een\", \"wnt\"" in text
+    for quoted in re.findall(r'"([^"]+)"', text):
+        assert any(quoted in sample for sample in samples.values()), quoted
+    assert "top-k 5 writes 100% real words and top-p 0.8 writes 100% real words, against 80%" in text
+    samples["temperature 1.5"] = "the queen went to the tower. "
+    assert "every word it writes is still a word of the play" in settings_text(samples, 0.5, 1.5, play)

@@ -137,10 +137,21 @@ def bias_attention_text(name: str, layer: int, head: int, weights: dict[str, dic
         sentences.append(f"\"{pronoun}\" gives \" doctor\" {w['␣doctor']:.3f} and \" nurse\" "
                          f"{w['␣nurse']:.3f}")
     text = f"In {name}'s {_head(layer, head)}, " + "; ".join(sentences) + ". "
+    tops = {pronoun: max(w, key=w.get) for pronoun, w in weights.items()}
     if matches == len(weights):
         text += "As in GPT-2, \"She\" looks most at \" nurse\" and \"He\" at \" doctor\"."
+    elif matches == 0 and len(set(tops.values())) == len(tops):
+        text += ("The two pronouns split the other way round from GPT-2: " + " and ".join(
+            f"\"{p}\" looks most at \"{t.replace('␣', ' ')}\"" for p, t in tops.items()) + ".")
     else:
-        text += "Unlike GPT-2, the two pronouns do not split between the two occupations that way."
+        text += ("Unlike GPT-2, the two pronouns do not split between the two occupations: both "
+                 "look most at the same one." if len(set(tops.values())) == 1 else
+                 "Unlike GPT-2, only one of the two pronouns looks most where GPT-2's does.")
+    if layer == 0:
+        text += (" A head of layer 0 cannot read the sentence: its query is the pronoun's own "
+                 "embedding and position, and each key a word's own, so any split comes from "
+                 "what training made of those tokens and positions alone, not from who the "
+                 "sentence says is who.")
     text += "\n\n" + _elsewhere(
         f"in {_head(*_REF.pronoun_head)}, \"She\" attends most to \" nurse\" and \"He\" to \" doctor\": "
         "an occupational stereotype from its training text (Vig, 2019).")

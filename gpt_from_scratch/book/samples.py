@@ -99,3 +99,39 @@ def decoding_text(greedy: str, sampled: str, tempered: str, temperature: float, 
              "the measure is lenient with it: its weakness is the sense of what it writes, not the "
              "spelling.")
     return text
+
+
+def soup_words(sample: str, training_text: str, k: int = 3) -> list[str]:
+    """Up to ``k`` distinct words of ``sample``, as written (inner punctuation kept: "ajes!t"), that
+    are not words of ``training_text``: what a sample misspells, quoted from the sample itself."""
+    known, found = corpus_words(training_text), []
+    for token in sample.split()[:-1] if sample[-1:].isalpha() else sample.split():
+        core = token.strip(".,;:!?'\"-()[]")
+        if core and core.lower() not in known and core not in found:
+            found.append(core)
+    return found[:k]
+
+
+def _quoted(words) -> str:
+    return ", ".join(f"\"{w}\"" for w in words)
+
+
+def settings_text(samples: dict[str, str], low: float, high: float, training_text: str) -> str:
+    """Chapter 7's sentences on samples decoded with different settings from one prompt and seed:
+    ``samples`` maps "temperature <t>", "top-k <k>" and "top-p <p>" to each sample, ``low`` and
+    ``high`` are the lowest and highest temperatures. Every example is quoted from the samples."""
+    real = {name: real_word_share(text, training_text) for name, text in samples.items()}
+    words = sample_words(samples[f"temperature {low:g}"])
+    top = sorted(set(words), key=lambda w: (-words.count(w), words.index(w)))[:3]
+    share = sum(w in top for w in words) / len(words)
+    text = (f"At temperature {low:g}, {real[f'temperature {low:g}']:.0%} of the words are words of the "
+            f"play, and its three commonest words ({_quoted(top)}) make {share:.0%} of them. ")
+    soup = soup_words(samples[f"temperature {high:g}"], training_text)
+    text += f"At {high:g}, {real[f'temperature {high:g}']:.0%} are" + (
+        f", and it writes words the play never uses: {_quoted(soup)}. " if soup
+        else ", and every word it writes is still a word of the play. ")
+    others = [name for name in samples if not name.startswith("temperature")]
+    return text + ("With temperature 1, " + " and ".join(
+        f"{name} writes {real[name]:.0%} real words" for name in others)
+        + f", against {real['temperature 1']:.0%} without a filter.")
+

@@ -669,9 +669,10 @@ Markdown(f"After {char_cfg.max_iters:,} steps the validation loss is {last:.2f} 
 #
 # What does a loss like that read like? {ref}`ch-generation` is about generating text; here is a first taste,
 # 500 characters sampled after the prompt "ROMEO:" at temperature 0.8, nanoGPT's default (Chapter 7 explains
-# the temperature). One fair measure of "reads like the play" is the share of its words that are words of the
-# training text (`real_word_share`): word soup ("theee", "rolsunsee") scores low, the play's words score high,
-# whatever they mean. One sample can be lucky, so the cell also scores four more, drawn with other seeds:
+# the temperature). One repeatable measure of its spelling, though not of its sense, is the share of its
+# words that are words of the training text (`real_word_share`): letters strung into words the play never
+# uses score low, the play's words score high, whatever they mean. One sample can be lucky, so the cell also
+# scores four more, drawn with other seeds:
 
 # %%
 train_text = split_text(load_tiny_shakespeare())[0]
@@ -1168,9 +1169,14 @@ show_quiz([
         Choice("nowhere: LayerNorm only matters in much deeper models", False,
                "No: section 6.4's second run, at ten times the learning rate, shows it."),
     ]),
-    MultipleChoice("To resume training exactly where it stopped, a checkpoint needs:", [
-        Choice("the weights, the optimizer's state, the step and the random generators' "
-               "states", True, "Yes: the chapter resumed and got the same final loss."),
+    MultipleChoice("To resume training exactly where it stopped, this chapter's checkpoint "
+                   "needs:", [
+        Choice("the weights, the optimizer's state and the step", True,
+               "Yes: each step's batch and dropout masks follow from (seed, step), so the "
+               "resumed run took exactly the uninterrupted run's steps."),
+        Choice("those and the random generators' states", False,
+               "Not here: no generator's state is saved, since nothing is drawn from a "
+               "running generator. A loop that did draw from one would need it."),
         Choice("the weights only", False,
                "No: AdamW's moments and the learning-rate schedule would restart."),
     ]),

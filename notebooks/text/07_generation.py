@@ -63,6 +63,7 @@ from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 from gpt_from_scratch.book.reference_prose import found_text
 from gpt_from_scratch.book.samples import (
     SAMPLE_CHARS, SAMPLE_TEMPERATURE, decoding_text, real_word_share, repeated_share,
+    settings_text,
 )
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
@@ -292,19 +293,26 @@ print("generate_by_hand and gpt_from_scratch.generate (use_cache=False) "
 # Here are samples with a few settings, from the same prompt and seed:
 
 # %% tags=["nbval-check-output"]
+settings = {}
 for options in ({"temperature": 0.5}, {"temperature": 1.0}, {"temperature": 1.5},
                 {"temperature": 1.0, "top_k": 5}, {"temperature": 1.0, "top_p": 0.8}):
     g = torch.Generator().manual_seed(3)
     out = generate(model, prompt, 150, generator=g, **options)
     print(f"--- {options} ---")
-    print(tokenizer.decode(out[0, prompt.size(1):].tolist()))
+    name = " ".join(f"{k.replace('_', '-')} {v:g}" for k, v in options.items())
+    settings[name.removeprefix("temperature 1 ")] = tokenizer.decode(
+        out[0, prompt.size(1):].tolist())
+    print(settings[name.removeprefix("temperature 1 ")])
 
 # %% [markdown]
-# All five use the same random numbers, so they start alike and drift apart. At temperature 0.5 the text is
-# built from the commonest short words ("and the the more my my"); at 1.5 rare characters land inside words
-# ("ajes!t", "HyXeriveMes"). Top-k 5 and top-p 0.8 keep much of temperature 1's variety while cutting such
-# long shots. Settings around
-# temperature 0.8 with top-p 0.9 to 0.95 are a common default.
+# All five use the same random numbers, so they start alike and drift apart. Scored as the longer
+# samples are below (the share of their words that are words of the training text):
+
+# %% tags=["remove-input"]
+display(Markdown(settings_text(settings, 0.5, 1.5, split_text(load_tiny_shakespeare())[0])))
+
+# %% [markdown]
+# Settings around temperature 0.8 with top-p 0.9 to 0.95 are a common default.
 #
 # The BPE-level model of {ref}`ch-training` generates GPT-2 tokens, whole words or pieces of words at a time:
 
