@@ -301,3 +301,13 @@ def test_the_settings_sentences_quote_their_examples_from_the_samples():
     assert "top-k 5 writes 100% real words and top-p 0.8 writes 100% real words, against 80%" in text
     samples["temperature 1.5"] = "the queen went to the tower. "
     assert "every word it writes is still a word of the play" in settings_text(samples, 0.5, 1.5, play)
+
+
+def test_the_almost_greedy_sentence_follows_the_run():
+    from gpt_from_scratch.book.samples import almost_greedy_text
+
+    assert "greedy's to the end" in almost_greedy_text(0.01, None)
+    logits = torch.tensor([2.0, 1.99, -3.0])  # a near-tie: 0.01 apart
+    text = almost_greedy_text(0.01, 89, logits)
+    assert "first differ at position 89" in text and "0.010 apart" in text
+    assert "the runner-up kept a probability of 0.269" in text  # 1 / (1 + e)

@@ -135,3 +135,20 @@ def settings_text(samples: dict[str, str], low: float, high: float, training_tex
         f"{name} writes {real[name]:.0%} real words" for name in others)
         + f", against {real['temperature 1']:.0%} without a filter.")
 
+
+def almost_greedy_text(temperature: float, first_difference: int | None,
+                       logits: torch.Tensor | None = None) -> str:
+    """Chapter 7's Exercise 3, as this run came out: whether sampling at ``temperature`` left
+    greedy's text and, if so, at which position and how near a tie the two top ``logits`` (V,)
+    were there (the logits that chose the token at ``first_difference``)."""
+    if first_difference is None:
+        return (f"In this run the text sampled at temperature {temperature:g} is greedy's to the "
+                "end: every draw took the top token.")
+    top = logits.topk(2).values
+    runner_up = torch.softmax(logits / temperature, dim=-1).topk(2).values[1].item()
+    return (f"In this run the two texts first differ at position {first_difference}: up to there "
+            f"every draw took the top token. There the two top logits were "
+            f"{(top[0] - top[1]).item():.3f} apart, so at temperature {temperature:g} the "
+            f"runner-up kept a probability of {runner_up:.3f}, and the draw went another way "
+            "than greedy's: a near-tie, and everything after it differs.")
+

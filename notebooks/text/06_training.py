@@ -812,7 +812,7 @@ plt.show()
 # back (3.29 at the end), while the training loss keeps falling, to 1.55. The model is memorizing those 2,000
 # characters, and what it memorizes does not carry over to new text. **Dropout** {cite}`srivastava2014dropout`
 # zeroes a random 20% of the activations at each training step (GPT-2 drops at the embeddings, the attention
-# weights and each residual branch, and scales the rest up by 1/0.8), so the model cannot rely on any single
+# weights and each residual branch, and scales the kept ones up by 1/(1 − p), here 1/0.8), so the model cannot rely on any single
 # feature and memorizes more slowly: the training loss ends higher (1.87) and the validation loss ends lower (3.12).
 # Its best validation loss is no better (2.98), though: dropout slows memorization down, it does not make 2,000
 # characters teach more. With the whole training text and 3,000 steps our model is far from this regime, which
@@ -1082,7 +1082,7 @@ check_cross_entropy(cross_entropy_by_hand);
 # :class: dropdown
 # The first settings end lowest, the higher rate with warm-up about a tenth of a nat higher,
 # and the higher rate without warm-up far higher, about half a nat (the cell below prints
-# the three losses; their second decimal can move with the machine and its number of
+# the four losses; their second decimal can move with the machine and its number of
 # threads). Its first steps at the full rate, on random weights and with Adam's running
 # averages still empty, throw the model into a poor region it has not left by step 100.
 # Clipping does not bound those steps: Adam divides each gradient by its own running size, so

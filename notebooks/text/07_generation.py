@@ -63,7 +63,7 @@ from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 from gpt_from_scratch.book.reference_prose import found_text
 from gpt_from_scratch.book.samples import (
     SAMPLE_CHARS, SAMPLE_TEMPERATURE, decoding_text, real_word_share, repeated_share,
-    settings_text,
+    almost_greedy_text, settings_text,
 )
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
@@ -943,6 +943,12 @@ cold = generate(model, prompt, 250, temperature=0.01,
 differ = (cold != greedy)[0].nonzero()
 print("identical to greedy:", torch.equal(cold, greedy),
       f"; first difference at position {int(differ[0])}" if len(differ) else "")
+
+# %% tags=["remove-input"]
+first = int(differ[0]) if len(differ) else None
+there = None if first is None else model(
+    greedy[:, max(0, first - model.config.context_length):first])[0][0, -1]  # (V,)
+display(Markdown(almost_greedy_text(0.01, first, there)))
 
 # %% [markdown]
 # ### Exercise 4. The size of a KV cache (explain)

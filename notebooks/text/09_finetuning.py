@@ -120,8 +120,9 @@ for name, (model, reader) in models.items():
     print(f"{name:<25}{model.num_parameters():>11,} parameters, validation loss {loss:.3f}")
 steps = (RECIPES["shakespeare-bpe"].train["max_iters"],
          info["settings"]["train"]["max_iters"])
+text_tokens = int((backbone.vocab != EOT).sum())  # the corpus vocabulary, <|endoftext|> aside
 print(f"training steps: {steps[0]:,} (Chapter 6), {steps[1]:,} (Chapter 8, learning "
-      f"{info['corpus_vocab']:,} tokens)")
+      f"{text_tokens:,} tokens of the training text and <|endoftext|>)")
 encoding = gpt2_encoding()
 
 # %% [markdown]
@@ -349,7 +350,8 @@ print(f"trainable: {sum(p.numel() for p in theirs.parameters() if p.requires_gra
 # (attention's `c_attn` and `c_proj`, the MLP's `c_fc` and `c_proj`) in a `LoRALinear`, with
 # the initialization and scaling of Hugging Face `peft` {cite}`mangrulkar2022peft`. The
 # targets are a choice: `peft`'s default for GPT-2 is `c_attn` alone, and the book passes it
-# all four, `target_modules=["c_attn", "c_proj", "c_fc"]`, as its parity test does. Because
+# all four under three names, `target_modules=["c_attn", "c_proj", "c_fc"]` (`c_proj` names
+# both attention's output projection and the MLP's), as its parity test does. Because
 # $B = 0$, the adapted model computes exactly what the pretrained one computed:
 
 # %% tags=["nbval-check-output"]
@@ -393,8 +395,9 @@ print(f"after unmerge, W back to within 1e-6: "
 # ## 9.5 LoRA against full fine-tuning
 #
 # The same classifier (mean pooling), with LoRA of rank 1, 4 and 16 in every block plus the
-# head, next to the runs of section 9.3. LoRA's matrices are small and start at zero, so
-# they take a larger learning rate than full fine-tuning.
+# head, next to the runs of section 9.3. LoRA's update starts at zero ($B = 0$; $A$ starts
+# random) and its matrices are small, so they take a larger learning rate than full
+# fine-tuning.
 
 # %%
 for r in (1, 4, 16):
@@ -425,11 +428,12 @@ display(Markdown(prose.classification_text(results, majority, bag["test"], N_TES
 
 # %% mystnb={"figure": {"caption": "Test accuracy against the number of trainable parameters (log scale) for every fine-tuning run of this chapter; the dashed lines are the two baselines.", "name": "fig-finetune-accuracy"}, "image": {"alt": "A scatter plot, trainable parameters on a logarithmic horizontal axis and test accuracy on the vertical axis, one labelled point per fine-tuning method, and two dashed horizontal lines for the majority and bag-of-tokens baselines."}}
 fig, ax = plt.subplots(figsize=(6.4, 4))
-for name, r in results.items():
+by_size = sorted(results, key=lambda name: results[name]["trainable"])
+for i, name in enumerate(by_size):  # neighbours on the axis get their labels on opposite sides
+    r = results[name]
     ax.scatter(r["trainable"], r["accuracy"], color="C3" if "LoRA" in name else "C0")
-    below = "last token" in name  # keeps its label off the LoRA r=1 point
     ax.annotate(name, (r["trainable"], r["accuracy"]), fontsize=8,
-                xytext=(4, -11 if below else 4), textcoords="offset points")
+                xytext=(4, 4 if i % 2 == 0 else -11), textcoords="offset points")
 ax.axhline(majority, ls="--", color="grey", label="majority class")
 ax.axhline(bag["test"], ls="--", color="C2", label="bag of tokens")
 ax.set(xscale="log", xlabel="trainable parameters", ylabel="test accuracy",
