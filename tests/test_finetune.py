@@ -278,3 +278,18 @@ def test_the_pretraining_prose_follows_the_curve():
     assert "never beat" in none
     with pytest.raises(ValueError, match="two seeds"):
         prose.mean_se([0.5])
+
+
+def test_the_backbones_sentence_follows_the_numbers():
+    from gpt_from_scratch.book import finetune_prose as prose
+
+    models = {"Chapter 6 BPE model": (7_234_432, 6.334, 51_200),
+              "Chapter 8 offline model": (823_296, 5.151, 1_024_000)}
+    text = prose.backbones_text(models, 0.889, "Chapter 8 offline model")
+    assert text.startswith("The Chapter 8 offline model predicts the validation text better, "
+                           "5.151 nats per token against 6.334.")
+    assert "7,234,432 parameters (89% of them its token embedding) and read 51,200 tokens" in text
+    models["Chapter 6 BPE model"] = (7_234_432, 5.0, 51_200)  # the other way round
+    assert prose.backbones_text(models, 0.889, "Chapter 8 offline model").startswith(
+        "The Chapter 6 BPE model predicts the validation text better, 5.000 nats per token "
+        "against 5.151.")

@@ -29,6 +29,21 @@ def standard_error(p: float, n: int) -> float:
     return math.sqrt(p * (1 - p) / n)
 
 
+def backbones_text(models: dict[str, tuple[int, float, int]], embedding_share: float,
+                   chosen: str) -> str:
+    """Section 9.1: the two candidate backbones, each ``(parameters, validation loss, tokens read in
+    training)``; ``embedding_share`` is the token embedding's share of the first one's parameters,
+    and ``chosen`` the one the chapter builds on."""
+    (a, (p_a, loss_a, seen_a)), (b, (p_b, loss_b, seen_b)) = models.items()
+    for name, loss in ((a, loss_a), (b, loss_b)):
+        _check(f"validation loss ({name})", loss)
+    better, worse = ((b, loss_b), (a, loss_a)) if loss_b < loss_a else ((a, loss_a), (b, loss_b))
+    return (f"The {better[0]} predicts the validation text better, {better[1]:.3f} nats per token "
+            f"against {worse[1]:.3f}. The {a} has {p_a:,} parameters ({embedding_share:.0%} of them "
+            f"its token embedding) and read {seen_a:,} tokens in training; the {b} has {p_b:,} and "
+            f"read {seen_b:,}. This chapter builds on the {chosen}.")
+
+
 def pooling_text(last: float, mean: float, n_test: int) -> str:
     """Sentences comparing Chapter 9's two head-only classifiers: test accuracy reading the last
     token's hidden state (``last``) and the mean of all the tokens' (``mean``), on ``n_test``

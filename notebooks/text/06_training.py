@@ -743,8 +743,9 @@ except ReferenceUnavailable as err:
 # %% tags=["remove-input"]
 display(Markdown(found_text(
     {"shakespeare-char-full": ref_char, "ladder": ref_ladder},
-    "the two validation curves, the two samples of 500 characters after \"ROMEO:\" with their "
-    "shares of real words, and the ladder of section 6.4 at the lecture's step counts")))
+    "the two validation curves, the two samples of 500 characters after \"ROMEO:\" with "
+    "their shares of real words, and the ladder of section 6.4 at the lecture's step "
+    "counts")))
 
 # %%
 if ref_char is not None:
@@ -762,9 +763,10 @@ if ref_char is not None:
 # %% tags=["remove-input"]
 if ref_ladder is not None:
     rows = ref_ladder.info["tables"]["ladder"]
-    display(Markdown(f"The ladder of section 6.4 at the lecture's step counts, from the reference "
-                     f"run, the lecture's numbers beside it ({len(rows[1]['val'])} seeds a rung, "
-                     f"the scaled-up rung {len(rows[-1]['val'])}):"))
+    seeds, last_seeds = len(rows[1]["val"]), len(rows[-1]["val"])
+    display(Markdown(f"The ladder of section 6.4 at the lecture's step counts, from the "
+                     f"reference run, the lecture's numbers beside it ({seeds} seeds a "
+                     f"rung, the scaled-up rung {last_seeds}):"))
     display(ladder_frame(rows))
     display(Markdown(ladder_text(rows, unigram_val, (bigram_train, bigram_val))))
 

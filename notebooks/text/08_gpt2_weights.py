@@ -180,7 +180,7 @@ for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
 # `WeightsUnavailableError`, and this chapter turns to the offline model.
 #
 # The offline model is trained as Chapter 6 trains its models, on GPT-2's tokens of Tiny
-# Shakespeare, but it is smaller and has training settings of its own (its recipe,
+# Shakespeare, with a size and training settings of its own (its recipe,
 # `OFFLINE_RECIPES["shakespeare-bpe-heads"]`, is written out under the next cell). Two changes
 # of method matter more. The first borrows GPT-2's document separator: every training window
 # starts with `<|endoftext|>`, the token that separates the documents of GPT-2's training text
@@ -899,7 +899,8 @@ def induction_scores(model: GPT, n: int = 24, B: int = 8, generator=None) -> tor
 
 n, s = 24, len(START)
 induction = induction_scores(model, n=n, generator=torch.Generator().manual_seed(0))
-print(f"uniform attention would score {(1 / torch.arange(s + n + 1, s + 2 * n + 1)).mean():.3f} "
+uniform = (1 / torch.arange(s + n + 1, s + 2 * n + 1)).mean()
+print(f"uniform attention would score {uniform:.3f} "
       f"(mean of 1/(t+1), t = {s + n} .. {s + 2 * n - 1})")
 for i in induction.flatten().topk(3).indices:
     l, h = divmod(int(i), cfg.n_heads)

@@ -103,10 +103,9 @@ STYLE_STEPS, STYLE_LR = (600 if FULL_RUN else 150), 1e-2  # the style adapter of
 # Fine-tuning starts from what pretraining learned, so the backbone matters. The Chapter 6
 # BPE model trained for few steps: its 50,257-way output layer makes every step expensive
 # on a CPU. Chapter 8's offline model reads the same GPT-2 tokens but learns only those
-# that Tiny Shakespeare uses ({ref}`ch-gpt2-weights`), which made many more steps
-# affordable: it is smaller (2 blocks of width 64) but has seen far more text. Both scored
-# on the same validation windows, every window opened by `<|endoftext|>` for the offline
-# model as in its training:
+# that Tiny Shakespeare uses ({ref}`ch-gpt2-weights`), which lets a CPU afford many steps
+# (the cell prints both models' step counts). Both scored on the same validation windows,
+# every window opened by `<|endoftext|>` for the offline model as in its training:
 
 # %% tags=["nbval-check-output"]
 backbone, info = offline_model(full=FULL_RUN, progress=False)  # Chapter 8's offline model
@@ -115,21 +114,28 @@ _, val_ids, _ = bpe_level_data()
 windows = dict(batch_size=8, block_size=63, eval_iters=20, seed=1337)
 models = {"Chapter 6 BPE model": (ch6_model, ch6_model),
           "Chapter 8 offline model": (backbone, DocumentStart(backbone))}  # EOT first
+val_losses = {}
 for name, (model, reader) in models.items():
-    loss = estimate_loss(reader, {"val": val_ids}, **windows)["val"]
+    loss = val_losses[name] = estimate_loss(reader, {"val": val_ids}, **windows)["val"]
     print(f"{name:<25}{model.num_parameters():>11,} parameters, validation loss {loss:.3f}")
 steps = (RECIPES["shakespeare-bpe"].train["max_iters"],
          info["settings"]["train"]["max_iters"])
-text_tokens = int((backbone.vocab != EOT).sum())  # the corpus vocabulary, <|endoftext|> aside
+text_tokens = int((backbone.vocab != EOT).sum())  # the corpus vocabulary, EOT aside
 print(f"training steps: {steps[0]:,} (Chapter 6), {steps[1]:,} (Chapter 8, learning "
       f"{text_tokens:,} tokens of the training text and <|endoftext|>)")
 encoding = gpt2_encoding()
 
+# %% tags=["remove-input"]
+recipes = {"Chapter 6 BPE model": (RECIPES["shakespeare-bpe"].train, ch6_model.config),
+           "Chapter 8 offline model": (info["settings"]["train"], backbone.config)}
+seen = {name: train["max_iters"] * train["batch_size"] * config.context_length
+        for name, (train, config) in recipes.items()}  # tokens read in training
+display(Markdown(prose.backbones_text(
+    {name: (m.num_parameters(), val_losses[name], seen[name])
+     for name, (m, _) in models.items()},
+    ch6_model.wte.weight.numel() / ch6_model.num_parameters(), "Chapter 8 offline model")))
+
 # %% [markdown]
-# The offline model predicts the validation text much better, with far fewer parameters
-# (most of the Chapter 6 model's are its token embedding). It is the backbone of this
-# chapter.
-#
 # ## 9.2 A task from the play: who is speaking?
 #
 # Tiny Shakespeare is a play script: every speech starts with a line `NAME:`. That gives a
@@ -429,7 +435,7 @@ display(Markdown(prose.classification_text(results, majority, bag["test"], N_TES
 # %% mystnb={"figure": {"caption": "Test accuracy against the number of trainable parameters (log scale) for every fine-tuning run of this chapter; the dashed lines are the two baselines.", "name": "fig-finetune-accuracy"}, "image": {"alt": "A scatter plot, trainable parameters on a logarithmic horizontal axis and test accuracy on the vertical axis, one labelled point per fine-tuning method, and two dashed horizontal lines for the majority and bag-of-tokens baselines."}}
 fig, ax = plt.subplots(figsize=(6.4, 4))
 by_size = sorted(results, key=lambda name: results[name]["trainable"])
-for i, name in enumerate(by_size):  # neighbours on the axis get their labels on opposite sides
+for i, name in enumerate(by_size):  # neighbours on the axis: labels on opposite sides
     r = results[name]
     ax.scatter(r["trainable"], r["accuracy"], color="C3" if "LoRA" in name else "C0")
     ax.annotate(name, (r["trainable"], r["accuracy"]), fontsize=8,
@@ -532,8 +538,7 @@ if ref_table is not None:
 # The adapter trains, and is scored, as Chapter 8 trained the offline model: on rows of its
 # corpus vocabulary (a token outside it counts as `<unk>`). `style.compact()` is the same
 # network (the same modules, LoRA layers included) with its output layer over the corpus
-# vocabulary, without the expansion to GPT-2's 50,257 tokens, which would make every step
-# several times slower.
+# vocabulary, without the expansion to GPT-2's 50,257 tokens.
 
 # %%
 speaker = data.classes[0]
@@ -556,7 +561,7 @@ trainer = DocumentStart(style.compact(), start_token=int(table[EOT]))  # style's
 
 @torch.no_grad()
 def lm_losses(ids: np.ndarray, n_windows: int = 48) -> list[float]:
-    """The adapted model's mean next-token loss on each of ``n_windows`` windows of ``ids``."""
+    """The adapted model's mean next-token loss on each of ``n_windows`` windows."""
     starts = np.linspace(0, len(ids) - T_LM - 1, n_windows).astype(int)
     w = torch.from_numpy(np.stack([ids[s: s + T_LM + 1] for s in starts])).to(DEVICE)
     trainer.eval()
