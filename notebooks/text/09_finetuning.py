@@ -628,8 +628,9 @@ for name, m in (("before (offline model)", backbone), ("after (LoRA, merged)", s
 # - LoRA freezes $W$ and learns $\frac{\alpha}{r} BA$ with $B = 0$ at first: the adapted
 #   model starts as the pretrained one, trains a small fraction of its parameters, and
 #   merges into $W$ exactly for inference. Ours equals `peft`'s on the same weights.
-# - An adapter trained on one character's speeches lowers the loss on that character's
-#   held-out lines more than on the others'.
+# - An adapter trained on one character's speeches is judged by how its held-out loss moves
+#   on that character's lines against the others', each change with its standard error:
+#   section 9.6 says what this run shows.
 
 # %% [markdown]
 # ## Exercises
