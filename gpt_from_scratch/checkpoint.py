@@ -28,6 +28,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from .lora import lora_settings, with_lora
 from .model import GPT, GPTConfig
 from .train_config import History, TrainConfig
 from .utils import atomic_path, check_int, fsync_dir, sha256_file
@@ -107,6 +108,7 @@ def save_checkpoint(path: str | os.PathLike, model: GPT, step: int = 0, train_co
     """
     path = Path(path)
     step = check_int("save_checkpoint", "step", step, minimum=0)
+    lora = lora_settings(model)  # a fine-tune's LoRA layers, rebuilt on load (Chapter 9)
     weights, tied = _unique_tensors(model.state_dict())
     _check_finite(weights, "the weight")
     opt_tensors, groups = _optimizer_tensors(model, optimizer) if optimizer is not None else ({}, None)
@@ -126,6 +128,7 @@ def save_checkpoint(path: str | os.PathLike, model: GPT, step: int = 0, train_co
         "model_config": dataclasses.asdict(model.config),
         "train_config": dataclasses.asdict(train_config) if train_config is not None else None,
         "tied": tied,
+        "lora": lora,
         "optimizer": {"param_groups": groups} if optimizer is not None else None,
         "history": dataclasses.asdict(history) if history is not None else None,
         "extra": extra or {},
@@ -181,7 +184,8 @@ def _read_meta(path: Path) -> dict:
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise CheckpointError(f"{meta_path} has format {found!r}, expected {CHECKPOINT_FORMAT!r}")
     kinds = {"step": int, "model_config": dict, "tied": dict, "files": dict, "extra": dict,
-             "train_config": (dict, type(None)), "optimizer": (dict, type(None)), "history": (dict, type(None))}
+             "train_config": (dict, type(None)), "optimizer": (dict, type(None)), "history": (dict, type(None)),
+             "lora": (dict, type(None))}  # absent (None): no LoRA layers
     for key, kind in kinds.items():
         if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
             raise CheckpointError(f"{meta_path}: field {key!r} is {meta.get(key)!r:.80}, not a valid value: "
@@ -227,7 +231,16 @@ def _config_from(meta_path: Path, fields: dict, cls):
         raise CheckpointError(f"{meta_path}: its {cls.__name__} is not valid ({err})") from None
 
 
-def _check_shapes(weights: Path, config: GPTConfig, tied: dict, meta_path: Path) -> None:
+def _with_lora(model: GPT, meta: dict, meta_path: Path) -> GPT:
+    """``model`` with the LoRA layers ``checkpoint.json`` records (none when it records none)."""
+    try:
+        return with_lora(model, meta.get("lora"))
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{meta_path}: its LoRA settings {meta['lora']!r:.120} are not valid "
+                              f"({err}): the file was edited or damaged") from None
+
+
+def _check_shapes(weights: Path, config: GPTConfig, meta: dict, meta_path: Path) -> None:
     """Compare the stored tensor shapes with the model ``config`` describes, before allocating it.
 
     The layer count is checked first, then one layer built on the meta device (shapes, no memory)
@@ -239,16 +252,22 @@ def _check_shapes(weights: Path, config: GPTConfig, tied: dict, meta_path: Path)
     expected = None
     if layers == set(range(config.n_layers)):
         with torch.device("meta"):
-            one = GPT(dataclasses.replace(config, n_layers=1)).state_dict()
+            one = _with_lora(GPT(dataclasses.replace(config, n_layers=1)), meta, meta_path)
+            one = one.state_dict()
         expected = {re.sub(r"^blocks\.0\.", f"blocks.{i}.", name): tuple(t.shape)
                     for i in range(config.n_layers) for name, t in one.items()
                     if i == 0 or name.startswith("blocks.0.")}
-        expected = {name: shape for name, shape in expected.items() if name not in tied}
+        expected = {name: shape for name, shape in expected.items() if name not in meta["tied"]}
     if stored != expected:
-        wrong = sorted(set(stored.items()) ^ set((expected or {}).items()))[:2]
+        if expected is None:
+            wrong = f"{len(layers)} layers stored, {config.n_layers} described"
+        else:  # only the tensors that truly differ: described but not stored, stored but not, shape
+            wrong = "; ".join(sorted(
+                f"{name}: stored {stored.get(name, 'nothing')}, described {expected.get(name, 'nothing')}"
+                for name in stored.keys() | expected.keys() if stored.get(name) != expected.get(name))[:3])
         raise CheckpointError(f"{meta_path} describes a model ({config}) whose weights are not the ones "
-                              f"stored in {MODEL_FILE} ({len(layers)} layers stored; first differences: "
-                              f"{wrong}): the description was edited or damaged. Delete the folder and save again")
+                              f"stored in {MODEL_FILE} ({wrong}): the description was edited or damaged. "
+                              "Save the model again from the code that trained it, or restore the file")
 
 
 def _optimizer_state(file: Path, groups: list, device: str) -> dict:
@@ -284,8 +303,8 @@ def load_checkpoint(path: str | os.PathLike, device: str = "cpu") -> Checkpoint:
     if MODEL_FILE not in meta["files"] or (meta["optimizer"] is not None) != (OPTIMIZER_FILE in meta["files"]):
         raise CheckpointError(f"{meta_path} does not list the files its checkpoint needs: it was edited")
     config = _config_from(meta_path, meta["model_config"], GPTConfig)
-    _check_shapes(files[MODEL_FILE], config, meta["tied"], meta_path)
-    model = GPT(config)
+    _check_shapes(files[MODEL_FILE], config, meta, meta_path)
+    model = _with_lora(GPT(config), meta, meta_path)
     state = load_file(files[MODEL_FILE])
     try:
         for alias, name in meta["tied"].items():

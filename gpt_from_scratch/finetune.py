@@ -252,6 +252,10 @@ def set_trainable(clf: GPTClassifier, mode: str, n_last: int = 1) -> int:
     if mode not in TRAINABLE:
         raise ValueError(f"mode={mode!r} is unknown: choose one of {', '.join(TRAINABLE)}")
     n_last = check_int("set_trainable", "n_last", n_last, minimum=1)
+    n_blocks = len(clf.model.blocks)
+    if mode == "last" and n_last > n_blocks:
+        raise ValueError(f"set_trainable: n_last={n_last} is more blocks than the model has "
+                         f"({n_blocks}): pass n_last <= {n_blocks}, or mode='all' to train everything")
     for p in clf.parameters():
         p.requires_grad_(mode == "all")
     keep = [clf.head]

@@ -163,3 +163,42 @@ def count_trainable(model: nn.Module) -> int:
     A parameter shared by two modules (a tied ``wte`` / ``lm_head``) counts once.
     """
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def lora_settings(model: nn.Module) -> dict | None:
+    """What rebuilds ``model``'s LoRA layers on a fresh copy of its network (``with_lora``), for a
+    checkpoint: ``{"r", "alpha", "targets", "merged"}``, or None without LoRA layers.
+
+    A ValueError when one setting cannot describe them all (layers of different ranks, some merged
+    and some not, or layers ``apply_lora`` would not have put there), saying what to do instead.
+    """
+    layers = lora_layers(model)
+    if not layers:
+        return None
+    kinds = {(layer.r, layer.alpha, layer.merged) for layer in layers.values()}
+    if len(kinds) > 1:
+        raise ValueError(f"the model's LoRA layers differ in (r, alpha, merged): {sorted(kinds)}; a "
+                         "checkpoint records one setting for all: merge_lora(model) or "
+                         "unmerge_lora(model) first, or apply_lora once with one r and alpha")
+    (r, alpha, merged), = kinds
+    settings = dict(r=r, alpha=alpha, targets=sorted({n.rsplit(".", 1)[-1] for n in layers}),
+                    merged=merged)
+    missed = [name for name, m in model.named_modules()  # where apply_lora would put one more
+              if type(m) is nn.Linear and name.rsplit(".", 1)[-1] in settings["targets"]]
+    if missed:
+        raise ValueError(f"the model's LoRA layers are not the ones apply_lora(model, r, alpha, "
+                         f"targets={tuple(settings['targets'])}) puts there ({missed[0]} has "
+                         "none), so no checkpoint can rebuild them: apply LoRA with apply_lora")
+    return settings
+
+
+def with_lora(model: nn.Module, settings: dict | None) -> nn.Module:
+    """``model`` with the LoRA layers ``lora_settings`` describes (the weights still to be loaded;
+    ``merged`` set, so that a merged checkpoint's base weights are not merged a second time)."""
+    if settings is None:
+        return model
+    apply_lora(model, settings["r"], settings["alpha"], tuple(settings["targets"]))
+    for layer in lora_layers(model).values():
+        layer.merged = bool(settings["merged"])
+    return model
+

@@ -65,6 +65,7 @@ class LlamaConfig:
             self.d_ff = llama_hidden_size(self.d_model, self.multiple_of)
         self.d_ff = check_int("LlamaConfig", "d_ff", self.d_ff, minimum=1)
         self.rms_norm_eps = check_float("LlamaConfig", "rms_norm_eps", self.rms_norm_eps, 0.0, low_open=True)
+        self.rope_theta = check_float("LlamaConfig", "rope_theta", self.rope_theta, 1.0, low_open=True)
         if self.d_model % self.n_heads:
             raise ValueError(f"n_heads={self.n_heads} does not divide d_model={self.d_model}: choose n_heads "
                              "among the divisors of d_model")

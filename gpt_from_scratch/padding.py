@@ -9,6 +9,7 @@ extends every prompt at once; greedy, it gives exactly the tokens of ``generate`
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -84,6 +85,21 @@ def padded_forward(model, idx: Tensor, attention_mask: Tensor) -> Tensor:
     return model.lm_head(model.ln_f(x))  # (B, T, V)
 
 
+def _check_ids(prompts: Sequence[Sequence[int]], pad_id: int, vocab_size: int) -> None:
+    """A ValueError naming ``pad_id`` or the first prompt id outside ``[0, vocab_size)``: the embedding
+    would fail with an IndexError that names neither (on a GPU, a device-side assert)."""
+    if isinstance(pad_id, bool) or not isinstance(pad_id, numbers.Integral) or not 0 <= pad_id < vocab_size:
+        raise ValueError(f"generate_padded: pad_id={pad_id!r} must be a token id in [0, {vocab_size}) "
+                         "(the mask hides it, so any id will do): pass e.g. pad_id=0")
+    for b, prompt in enumerate(prompts):
+        bad = [(t, i) for t, i in enumerate(prompt) if not 0 <= int(i) < vocab_size]
+        if bad:
+            t, i = bad[0]
+            raise ValueError(f"generate_padded: prompt {b} has id {int(i)} at position {t}, outside the "
+                             f"model's vocabulary [0, {vocab_size}): encode the prompts with the "
+                             "tokenizer the model was trained with")
+
+
 @torch.no_grad()
 def generate_padded(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, pad_id: int = 0,
                     temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
@@ -95,6 +111,7 @@ def generate_padded(model, prompts: Sequence[Sequence[int]], max_new_tokens: int
     slid, since a slid window would cut the rows at different points.
     """
     _check_options(temperature, top_k, top_p, greedy, max_new_tokens)
+    _check_ids(prompts, pad_id, model.config.vocab_size)
     idx, attention_mask = left_pad(prompts, pad_id)
     if idx.size(1) + max_new_tokens > model.config.context_length:
         raise ValueError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -189,6 +190,22 @@ def test_a_damaged_checkpoint_json_is_refused_before_allocating(tmp_path, edit, 
     assert time.perf_counter() - start < 30
 
 
+def test_an_edited_description_names_only_the_tensors_that_differ(tmp_path):
+    model = _model()
+    save_checkpoint(tmp_path, model, 1)
+    d_ff = model.config.d_ff
+    _damage(tmp_path, lambda text: text.replace(f'"d_ff": {d_ff}', f'"d_ff": {2 * d_ff}'))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(tmp_path)
+    named = set(re.findall(r"(blocks[\w.]+): stored", str(err.value)))
+    assert named == {"blocks.0.mlp.c_fc.bias", "blocks.0.mlp.c_fc.weight",
+                     "blocks.0.mlp.c_proj.weight"}, str(err.value)  # the MLP's, nothing that matches
+    assert f"stored ({d_ff}, {model.config.d_model}), described ({2 * d_ff}" in str(err.value)
+    _damage(tmp_path, lambda text: text.replace('"n_layers": 1', '"n_layers": 3'))
+    with pytest.raises(CheckpointError, match=r"\(1 layers stored, 3 described\)"):
+        load_checkpoint(tmp_path)
+
+
 def _assert_same_optimizer_state(a: dict, b: dict) -> None:
     assert a["param_groups"] == b["param_groups"]  # betas a tuple on both sides, and every setting
     assert all(isinstance(group["betas"], tuple) for group in b["param_groups"])
@@ -345,6 +362,27 @@ def test_encode_iterable_rejects_bytes():
 ])
 def test_torchrun_picks_a_backend_and_a_device_per_process(device, local_world, gpus, expected):
     assert distributed_setup(device, 1, local_world, gpus) == expected
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-iters", "abc"], "argument --max-iters: 'abc' is not a whole number, e.g. 500"),
+    (["--compile", "maybe"], "argument --compile: 'maybe' is not true or false"),
+    (["--min-lr", "small"], "argument --min-lr: 'small' is not a number, e.g. 3e-4"),
+    (["--n-layers", "2.5"], "argument --n-layers: '2.5' is not a whole number"),
+])
+def test_the_command_line_names_the_option_of_a_bad_value(argv, message, capsys):
+    from gpt_from_scratch.book.cli import _parse_args
+
+    with pytest.raises(SystemExit):
+        _parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_the_command_line_parses_good_values():
+    from gpt_from_scratch.book.cli import _parse_args
+
+    args = _parse_args(["--max-iters", "7", "--compile", "true", "--dropout", "0.1", "--device", "cpu"])
+    assert (args.max_iters, args.compile, args.dropout, args.device) == (7, True, 0.1, "cpu")
 
 
 @pytest.mark.parametrize("device", [None, "cuda"])

@@ -262,12 +262,35 @@ def test_previous_token_text_names_the_best_head_and_gpt2s_rank_online():
     assert "Recomputed" not in offline
 
 
+def test_the_shift_sentence_follows_each_layer():
+    # Chapter 8's offline model: layer 0 above uniform and falling, layer 1 near uniform
+    text = prose.shift_text([0.072, 0.022], [0.046, 0.029], 0.036, 0.037, "`<|endoftext|>`")
+    assert "layer 0, 0.072 → 0.046: most of its excess over uniform leaves with `<|endoftext|>`" in text
+    assert "layer 1, 0.022 → 0.029: close to uniform before the shift" in text
+    kept = prose.shift_text([0.6], [0.55], 0.036, 0.037, "the window's first token")
+    assert "stays on position 0, with the position" in kept
+
+
+def test_gpt2s_he_row_is_stated_in_words_with_its_source():
+    tokens = list(heads.GPT2_REFERENCE.pronoun_tokens)
+    row = [1 / len(tokens)] * len(tokens)
+    text = prose.pronoun_text("the offline model", 0, 0, tokens, row, row, real=False)
+    assert "says in words that \"He\" attends to \" boy\"" in text and "Vig (2019)" in text
+
+
 def test_bias_texts_follow_the_numbers():
     gpt2_like = {"She": {"␣doctor": 0.1, "␣nurse": 0.5}, "He": {"␣doctor": 0.4, "␣nurse": 0.2}}
     text = prose.bias_attention_text("GPT-2 small", 5, 10, gpt2_like, real=True)
     assert "As in GPT-2" in text and "2 of 2 pronouns follow it" in text
     same = {"She": {"␣doctor": 0.1, "␣nurse": 0.5}, "He": {"␣doctor": 0.1, "␣nurse": 0.4}}
-    assert "Unlike GPT-2" in prose.bias_attention_text("the offline model", 1, 2, same, real=False)
+    both = prose.bias_attention_text("the offline model", 1, 2, same, real=False)
+    assert "both look most at the same one" in both and "layer 0 cannot" not in both
+    # Chapter 8's offline layer-0 head: She -> doctor (0.381), He -> nurse (0.247), reversed
+    reversed_ = {"She": {"␣doctor": 0.381, "␣nurse": 0.2}, "He": {"␣doctor": 0.1, "␣nurse": 0.247}}
+    text = prose.bias_attention_text("the offline model", 0, 1, reversed_, real=False)
+    assert ("split the other way round from GPT-2: \"She\" looks most at \" doctor\" and \"He\" "
+            "looks most at \" nurse\"") in text
+    assert "A head of layer 0 cannot read the sentence" in text and "not that way" not in text
     ratios = {"a": 2.0, "b": 2.5, "c": 3.0, "d": 3.1}
     text = prose.bias_probs_text("the offline model", ratios, 3.4)
     assert _numbers(text) == [2.0, 3.1, 0.5, 3.4]
@@ -282,7 +305,7 @@ def test_loaded_losses_parity_samples_and_recipe_texts():
     offline = prose.loaded_text(False, "the offline model", 3_300_000, info)
     assert "not available" in offline and "5.12" in offline and "2 layers of 4 heads, D = 64" in offline
     assert "300 steps of batch 16 at learning rate 0.003, in 61 s" in offline
-    assert "only the 11,235 GPT-2 tokens" in offline
+    assert "only 11,235 GPT-2 tokens, those its training text uses and `<|endoftext|>`" in offline
     assert "at most 1.2e-05 in any logit, and their 12 greedy tokens are the same" in prose.parity_text(
         1.23e-5, True, 12, True)
     assert "**not** the same" in prose.parity_text(1.0, False, 12, False)
@@ -292,7 +315,7 @@ def test_loaded_losses_parity_samples_and_recipe_texts():
     assert "agree at 2 of 4 positions" in samples
     recipe = prose.offline_recipe_text(info, 0.31, 0.62, 0.059, 0.036)
     assert _numbers(recipe)[-6:] == [0.31, 5.3, 0.059, 0.62, 17.2, 0.036] and "61 s" in recipe
-    assert "restricted to the 11,235 tokens" in recipe
+    assert "restricted to 11,235 tokens, those of the training text and `<|endoftext|>`" in recipe
     assert "(cpu, 2 threads)" in recipe
     assert "(cpu, 1 thread)" in prose.offline_recipe_text({**info, "threads": 1}, 0.31, 0.62, 0.059, 0.036)
     same = prose.window_loss_text("m", 6.16, 40, 6.35, 64, 0.5)  # chance spread 0.5 * 0.202 = 0.10

@@ -145,3 +145,42 @@ def test_a_non_finite_update_is_not_merged():
     with pytest.raises(FloatingPointError, match="non-finite"):
         layer.merge()
     assert not layer.merged and torch.isfinite(layer.base.weight).all()
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_a_lora_model_saves_and_loads_as_it_was(tmp_path, merged):
+    from gpt_from_scratch.checkpoint import load_checkpoint, save_checkpoint
+
+    torch.manual_seed(0)
+    model = apply_lora(GPT(GPTConfig.from_preset("tiny", vocab_size=50)), r=2, alpha=4.0)
+    with torch.no_grad():
+        for layer in lora_layers(model).values():
+            layer.lora_B.normal_()  # a trained adapter: B is no longer 0
+    if merged:
+        merge_lora(model)
+    idx = torch.randint(0, 50, (2, 9))
+    save_checkpoint(tmp_path / "ckpt", model)
+    loaded = load_checkpoint(tmp_path / "ckpt").model
+    assert set(lora_layers(loaded)) == set(lora_layers(model))
+    assert all(layer.merged == merged and (layer.r, layer.alpha) == (2, 4.0)
+               for layer in lora_layers(loaded).values())
+    assert count_trainable(loaded) == count_trainable(model)
+    assert torch.equal(loaded.eval()(idx)[0], model.eval()(idx)[0])
+    if merged:  # and it unmerges back to the network it started from
+        unmerge_lora(loaded)
+        unmerge_lora(model)
+        assert torch.equal(loaded(idx)[0], model(idx)[0])
+
+
+def test_lora_layers_one_setting_cannot_describe_are_refused_at_save_time(tmp_path):
+    from gpt_from_scratch.checkpoint import save_checkpoint
+
+    mixed = apply_lora(GPT(GPTConfig.from_preset("tiny")), r=2)
+    next(iter(lora_layers(mixed).values())).merge()  # one merged, the others not
+    with pytest.raises(ValueError, match=r"differ in \(r, alpha, merged\).*merge_lora\(model\)"):
+        save_checkpoint(tmp_path / "mixed", mixed)
+    by_hand = GPT(GPTConfig.from_preset("tiny"))
+    by_hand.blocks[0].mlp.c_fc = LoRALinear(by_hand.blocks[0].mlp.c_fc, r=2)  # one layer only
+    with pytest.raises(ValueError, match="not the ones apply_lora.*puts there"):
+        save_checkpoint(tmp_path / "by-hand", by_hand)
+    assert not (tmp_path / "mixed").exists() and not (tmp_path / "by-hand").exists()

@@ -267,6 +267,9 @@ def test_llama_from_hf_refuses_what_it_does_not_implement():
     (dict(d_model=48, n_heads=6, n_kv_heads=4), "n_kv_heads=4 does not divide n_heads=6"),
     (dict(d_model=36, n_heads=4, n_kv_heads=2), r"even head width, got d_head=9"),
     (dict(n_layers=0), "n_layers=0 must be a positive int"),
+    (dict(rope_theta="10000"), r"rope_theta='10000' must be a number \(str given\): pass e.g. "
+                               "rope_theta=10000"),
+    (dict(rope_theta=1.0), r"rope_theta=1.0 must be in \(1, inf\)"),
 ])
 def test_llama_config_rejects_bad_shapes(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):

@@ -87,3 +87,18 @@ def test_bad_inputs_raise_clear_errors(pair):
     idx, mask = left_pad(PROMPTS)
     with pytest.raises(ValueError, match="boolean tensor of idx's shape"):
         padded_forward(model, idx, mask.long())
+
+
+@pytest.mark.parametrize("pad_id", [-1, 257, 1.5])
+def test_a_pad_id_outside_the_vocabulary_is_named(pair, pad_id):
+    _, model = pair
+    with pytest.raises(ValueError, match=rf"pad_id={pad_id!r} must be a token id in \[0, 257\)"):
+        generate_padded(model, PROMPTS, max_new_tokens=2, pad_id=pad_id, greedy=True)
+
+
+@pytest.mark.parametrize("bad", [257, -3])
+def test_a_prompt_id_outside_the_vocabulary_is_named(pair, bad):
+    _, model = pair
+    prompts = [[1, 2], [4, bad, 5]]
+    with pytest.raises(ValueError, match=rf"prompt 1 has id {bad} at position 1, outside"):
+        generate_padded(model, prompts, max_new_tokens=2, greedy=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import torch
 from gpt_from_scratch.book import ladder, offline_model, recipes, reference
 from gpt_from_scratch.book.corpus_vocab import CorpusVocabGPT
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
-from gpt_from_scratch.book.reference_prose import loss_curves, run_text
+from gpt_from_scratch.book.reference_prose import found_text, loss_curves, run_text
 from gpt_from_scratch.book.samples import real_word_share
 from gpt_from_scratch.data import ChecksumError, tiny_shakespeare_path
 from gpt_from_scratch.model import GPT, GPTConfig
@@ -148,6 +149,18 @@ def test_a_missing_manifest_is_named_with_the_fix(data):
         reference_run("shakespeare-char-full")
 
 
+@pytest.mark.parametrize("text", ['{"format": "gpt_from_scratch.reference/1", "ru', '', '[1]'])
+def test_a_truncated_manifest_is_named_with_the_fix(tmp_path, monkeypatch, text):
+    (tmp_path / "reference").mkdir()
+    (tmp_path / "reference" / "manifest.json").write_text(text)
+    monkeypatch.setenv("GPT_FROM_SCRATCH_DATA", str(tmp_path))
+    monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path / "cache"))
+    error = ChecksumError if text != "[1]" else ValueError
+    with pytest.raises(error, match=r"reference/manifest.json (is not valid JSON .* truncated or "
+                                    r"damaged|is not a reference-run manifest).*make reference-runs"):
+        reference_run("shakespeare-char-full")
+
+
 def test_a_manifest_other_than_the_pinned_one_is_refused(data, monkeypatch):
     monkeypatch.setattr(reference, "MANIFEST_SHA256", "0" * 64)
     with pytest.raises(ChecksumError, match="manifest.json has sha256 .* the package pins 0000"):
@@ -251,3 +264,50 @@ def test_repeated_share_finds_loops_and_decoding_text_says_so():
     assert said.startswith("Greedy decoding is stuck in a loop: ")
     assert "writes 100% real words at temperature 1 and 100% at 0.8" in said
     assert "does not help" in said and "scores 100%" in said
+
+
+def test_a_section_describes_only_the_runs_that_are_here(monkeypatch):
+    monkeypatch.setattr(reference, "HUB_REPO_ID", None)
+    none = found_text({"shakespeare-char-full": None, "ladder": None}, "the curves")
+    assert none.startswith("No reference run (`shakespeare-char-full` and `ladder`) is on this "
+                           "machine, and this version of the book pins no published copy")
+    assert "only this chapter's own run" in none and "With one, it would show the curves." in none
+    assert "trained" not in none and "published beside" not in none
+    monkeypatch.setattr(reference, "HUB_REPO_ID", "someone/runs")
+    monkeypatch.setattr(reference, "HUB_REVISION", "0" * 40)
+    assert "could not be fetched" in found_text({"ladder": None}, "x")
+    run = reference.ReferenceRun("ladder", dict(device="NVIDIA H100", torch="2.5.1",
+                                                wall_seconds=1234.4), Path("."))
+    some = found_text({"ladder": run, "finetune": None}, "the table")
+    assert some == ("Found: `ladder` (NVIDIA H100, torch 2.5.1, 1,234 s), each file checked against "
+                    "its manifest. Not found: `finetune`; what needs it is left out. Below: the table.")
+
+
+def test_the_settings_sentences_quote_their_examples_from_the_samples():
+    from gpt_from_scratch.book.samples import settings_text, soup_words
+
+    play = "the king and the queen went to the tower to sleep, my lord"
+    assert soup_words("The kign, my lrod! the quee", play) == ["kign", "lrod"]  # "quee" may be cut
+    samples = {"temperature 0.5": "the king and the the queen went to the the tower. ",
+               "temperature 1": "the kign went to sleep. ",
+               "temperature 1.5": "Thx qu!een wnt to the towr. ",
+               "top-k 5": "the king went to the tower. ", "top-p 0.8": "my lord, the king went. "}
+    text = settings_text(samples, 0.5, 1.5, play)
+    assert ("At temperature 0.5, 100% of the words are words of the play, and its three commonest "
+            "words (\"the\", \"king\", \"and\") make 64% of them.") in text
+    assert "At 1.5, 29% are, and it writes words the play never uses: \"Thx\", \"qu!een\", \"wnt\"" in text
+    for quoted in re.findall(r'"([^"]+)"', text):
+        assert any(quoted in sample for sample in samples.values()), quoted
+    assert "top-k 5 writes 100% real words and top-p 0.8 writes 100% real words, against 80%" in text
+    samples["temperature 1.5"] = "the queen went to the tower. "
+    assert "every word it writes is still a word of the play" in settings_text(samples, 0.5, 1.5, play)
+
+
+def test_the_almost_greedy_sentence_follows_the_run():
+    from gpt_from_scratch.book.samples import almost_greedy_text
+
+    assert "greedy's to the end" in almost_greedy_text(0.01, None)
+    logits = torch.tensor([2.0, 1.99, -3.0])  # a near-tie: 0.01 apart
+    text = almost_greedy_text(0.01, 89, logits)
+    assert "first differ at position 89" in text and "0.010 apart" in text
+    assert "the runner-up kept a probability of 0.269" in text  # 1 / (1 + e)

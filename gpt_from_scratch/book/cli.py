@@ -37,8 +37,10 @@ def _parse_args(argv=None) -> argparse.Namespace:
     fields = [(f.name, "train") for f in dataclasses.fields(TrainConfig) if f.name != "learning_rate"]
     # --precision fp32|bf16|fp16|auto, --compile true|false (default: true on a GPU), --keep-best true|false
     fields += [(name, "model") for name in RECIPES["shakespeare-char"].model]
+    likes = dataclasses.asdict(TrainConfig()) | RECIPES["shakespeare-char"].model
     for name, kind in fields:
-        groups[kind].add_argument("--" + name.replace("_", "-"), dest=name, metavar=name.upper())
+        groups[kind].add_argument("--" + name.replace("_", "-"), dest=name, metavar=name.upper(),
+                                  type=_option_type(likes[name]))
     return parser.parse_args(argv)
 
 
@@ -49,6 +51,21 @@ def _convert(value: str, like):
             raise ValueError(f"expected true or false, got {value!r}")
         return value.lower() in {"true", "1"}
     return type(like)(value) if like is not None else int(value)
+
+
+def _option_type(like):
+    """argparse's ``type=`` for an option whose default is ``like``: a bad value becomes an error that
+    argparse prints beside the option's name ("argument --max-iters: 'abc' is not a whole number")."""
+    kind = ("true or false" if isinstance(like, bool) else "a number, e.g. 3e-4"
+            if isinstance(like, float) else "a whole number, e.g. 500")
+
+    def parse(value: str):
+        try:
+            return _convert(value, like)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not {kind}") from None
+
+    return parse
 
 
 def world_size() -> int:
@@ -85,7 +102,7 @@ def main(argv=None) -> None:
         if value is None or name in {"preset", "out", "resume"}:
             continue
         target = train_kw if name in train_kw else model_kw
-        target[name] = value if not isinstance(value, str) else _convert(value, target[name])
+        target[name] = value  # parsed by _option_type
     if world_size() > 1:
         backend, train_kw["device"] = distributed_setup(
             args.device, int(os.environ.get("LOCAL_RANK", "0")),

@@ -7,6 +7,9 @@ an output of this run (see CONTRIBUTING.md); tests/test_finetune.py checks them.
 from __future__ import annotations
 
 import math
+from statistics import fmean
+
+from .lessons import paired_difference
 
 from .lessons import SE_BAR, lesson, standard_errors
 
@@ -28,18 +31,42 @@ def standard_error(p: float, n: int) -> float:
     return math.sqrt(p * (1 - p) / n)
 
 
-def pooling_text(last: float, mean: float) -> str:
+def backbones_text(models: dict[str, tuple[int, float, int]], embedding_share: float,
+                   chosen: str) -> str:
+    """Section 9.1: the two candidate backbones, each ``(parameters, validation loss, tokens read in
+    training)``; ``embedding_share`` is the token embedding's share of the first one's parameters,
+    and ``chosen`` the one the chapter builds on."""
+    (a, (p_a, loss_a, seen_a)), (b, (p_b, loss_b, seen_b)) = models.items()
+    for name, loss in ((a, loss_a), (b, loss_b)):
+        _check(f"validation loss ({name})", loss)
+    better, worse = ((b, loss_b), (a, loss_a)) if loss_b < loss_a else ((a, loss_a), (b, loss_b))
+    return (f"The {better[0]} predicts the validation text better, {better[1]:.3f} nats per token "
+            f"against {worse[1]:.3f}. The {a} has {p_a:,} parameters ({embedding_share:.0%} of them "
+            f"its token embedding) and read {seen_a:,} tokens in training; the {b} has {p_b:,} and "
+            f"read {seen_b:,}. This chapter builds on the {chosen}.")
+
+
+def pooling_text(last: float, mean: float, n_test: int) -> str:
     """Sentences comparing Chapter 9's two head-only classifiers: test accuracy reading the last
-    token's hidden state (``last``) and the mean of all the tokens' (``mean``)."""
+    token's hidden state (``last``) and the mean of all the tokens' (``mean``), on ``n_test``
+    speeches; a gap within two standard errors is said to be one."""
     _check("last-token accuracy", last)
     _check("mean-pooling accuracy", mean)
+    se = math.hypot(standard_error(last, n_test), standard_error(mean, n_test))
+    gap = (f"{100 * abs(mean - last):.1f} points apart, one standard error of the difference "
+           f"{100 * se:.1f} points on {n_test} test speeches")
+    if abs(mean - last) <= 2 * se:
+        return (f"On the frozen model, the mean of the hidden states scores {_pct(mean)} and the last "
+                f"token's {_pct(last)}: {gap}, so this test set cannot tell the two apart. The runs "
+                f"below use the mean, which gathers what every position says about the speech.")
     if mean > last:
         return (f"On the frozen model, the mean of the hidden states ({_pct(mean)}) beats the last token's "
-                f"({_pct(last)}). The last token has seen the whole speech, but a model this small, trained "
-                f"to predict the next token, keeps in its last position mostly what the next token needs; "
-                f"the mean gathers what every position says about the speech. The runs below use the mean.")
-    return (f"On the frozen model, the last token's hidden state ({_pct(last)}) does at least as well as the "
-            f"mean of all of them ({_pct(mean)}): the only position that has read the whole speech carries "
+                f"({_pct(last)}), {gap}. The last token has seen the whole speech, but a model this small, "
+                f"trained to predict the next token, keeps in its last position mostly what the next token "
+                f"needs; the mean gathers what every position says about the speech. The runs below use "
+                f"the mean.")
+    return (f"On the frozen model, the last token's hidden state ({_pct(last)}) beats the mean of all of "
+            f"them ({_pct(mean)}), {gap}: the only position that has read the whole speech carries "
             f"what the head needs. The runs below use the mean, for comparison with the table.")
 
 
@@ -76,22 +103,47 @@ def classification_text(rows: dict[str, dict], majority: float, bag: float, n_te
     return text
 
 
-def style_text(speaker: str, before: dict[str, float], after: dict[str, float]) -> str:
-    """Sentences on the style fine-tuning of Chapter 9: held-out losses (nats per token) before and after,
-    for ``speaker`` and for ``"others"``."""
+def style_text(speaker: str, before: dict[str, list[float]], after: dict[str, list[float]]) -> str:
+    """Sentences on the style fine-tuning of Chapter 9: the held-out loss (nats per token) of each
+    window before and after, the same windows on both sides, for ``speaker`` and for ``"others"``.
+
+    Each change carries its standard error over the windows (paired); the adapter "helps most" on
+    its speaker only when the two changes differ by more than two standard errors, and the sizes of
+    a gain and a loss are compared as sizes. One training run: the seed's own spread is not in it.
+    """
+    change = {}
     for key in (speaker, "others"):
-        _check(f"loss before ({key})", before[key])
-        _check(f"loss after ({key})", after[key])
-    mine, others = after[speaker] - before[speaker], after["others"] - before["others"]
-    verb = "fell" if mine < 0 else "rose"
-    text = (f"On {speaker}'s held-out speeches the loss {verb} from {before[speaker]:.3f} to {after[speaker]:.3f} "
-            f"nats per token ({mine:+.3f}); on the other speakers' it went from {before['others']:.3f} to "
-            f"{after['others']:.3f} ({others:+.3f}). ")
-    if mine < 0 and mine < others:
-        text += (f"The adapter helps most on the speaker it was trained on: the {-mine:.3f} nats it gained "
-                 f"there are more than it gained (or lost) elsewhere.")
+        for name, losses in (("before", before[key]), ("after", after[key])):
+            for v in losses:
+                _check(f"loss {name} ({key})", v)
+        change[key] = paired_difference(after[key], before[key])
+    (mine, se_mine), (others, se_others) = change[speaker], change["others"]
+    n = len(before[speaker])
+    mean = {k: (fmean(before[k]), fmean(after[k])) for k in change}
+    text = (f"On {speaker}'s held-out speeches the loss {'fell' if mine < 0 else 'rose'} from "
+            f"{mean[speaker][0]:.3f} to {mean[speaker][1]:.3f} nats per token ({mine:+.3f} ± "
+            f"{se_mine:.3f}); on the other speakers' it went from {mean['others'][0]:.3f} to "
+            f"{mean['others'][1]:.3f} ({others:+.3f} ± {se_others:.3f}). Each ± is one standard error "
+            f"over the {n} windows, the same windows before and after; it leaves out the spread between "
+            f"training runs, since this is one run from one seed. ")
+    diff, se = mine - others, math.hypot(se_mine, se_others)
+    if mine < 0 and diff < -2 * se:
+        text += (f"The adapter helps most on the speaker it was trained on: its change there is "
+                 f"{-diff:.3f} ± {se:.3f} nats below the others', more than two standard errors. ")
+        if others < 0:
+            text += f"It gained {-mine:.3f} nats there and {-others:.3f} elsewhere."
+        elif others > -mine:
+            text += (f"Yet it gained {-mine:.3f} nats there and lost {others:.3f} elsewhere: the loss "
+                     "elsewhere is the larger, so what the adapter learned costs the other speakers "
+                     "more than it gains on this one.")
+        else:
+            text += (f"It gained {-mine:.3f} nats there and lost {others:.3f} elsewhere: the gain is the "
+                     "larger.")
     else:
-        text += "This run's adapter did not single out the speaker it was trained on: train it longer (FULL_RUN)."
+        text += (f"This run's adapter did not single out the speaker it was trained on: the two changes "
+                 f"differ by {diff:+.3f} ± {se:.3f} nats, "
+                 + ("within two standard errors" if abs(diff) <= 2 * se else "the wrong way")
+                 + " (train it longer: FULL_RUN).")
     return text
 
 

@@ -17,6 +17,7 @@ from ..heads import GPT2_REFERENCE, agreement, best_heads, compare_with_referenc
 
 SINK_HEAD = 0.5  # a head whose mean weight on the first token is above this is called a sink
 CLEAR = 3.0  # a score at least this many times the uniform baseline is "clearly" above it
+ABOVE = 1.5  # a share on position 0 this many times the uniform one is above it at all
 
 _REF = GPT2_REFERENCE
 
@@ -41,7 +42,8 @@ def loaded_text(real: bool, name: str, n_params: int, info: dict | None = None) 
         f"learning rate {t['learning_rate']:g}, in {info['train_seconds']:.0f} s on the machine that first "
         f"ran this chapter, which estimated its validation loss at {info['val_loss']:.2f}.")
     vocab = "" if info is None or "corpus_vocab" not in info else (
-        f", that learned only the {info['corpus_vocab']:,} GPT-2 tokens its training text uses (it reads "
+        f", that learned only {info['corpus_vocab']:,} GPT-2 tokens, those its training text uses and "
+        "`<|endoftext|>` (it reads "
         "any other token as one `<unk>`)")
     return (f"GPT-2's weights are not available here (the message above says why). Every analysis below "
             f"runs on **{name}** ({n_params:,} parameters) instead, a small GPT trained on Tiny Shakespeare "
@@ -119,7 +121,9 @@ def pronoun_text(name: str, layer: int, head: int, tokens: Sequence[str], row_sh
     text += "\n\n" + _elsewhere(
         f"{_head(*_REF.pronoun_head)} gives \" girl\" {ref_girl:.3f} and \" boy\" {ref_boy:.3f} after "
         f"\"She\", and {_REF.pronoun_row[0]:.3f} to the first token (the kind of head Vig, 2019, "
-        "looked for; the weights were measured on transformers' `gpt2` checkpoint).")
+        "looked for; the weights were measured on transformers' `gpt2` checkpoint). For \"He\" no "
+        "weights were measured for this page; Vig (2019), who shows the sentence, says in words that "
+        "\"He\" attends to \" boy\".")
     if real and (layer, head) == _REF.pronoun_head:
         diff = compare_with_reference(row_she)
         text += (f" Recomputed here, the row differs from that measurement by at most {diff:.4f}: they "
@@ -137,10 +141,21 @@ def bias_attention_text(name: str, layer: int, head: int, weights: dict[str, dic
         sentences.append(f"\"{pronoun}\" gives \" doctor\" {w['␣doctor']:.3f} and \" nurse\" "
                          f"{w['␣nurse']:.3f}")
     text = f"In {name}'s {_head(layer, head)}, " + "; ".join(sentences) + ". "
+    tops = {pronoun: max(w, key=w.get) for pronoun, w in weights.items()}
     if matches == len(weights):
         text += "As in GPT-2, \"She\" looks most at \" nurse\" and \"He\" at \" doctor\"."
+    elif matches == 0 and len(set(tops.values())) == len(tops):
+        text += ("The two pronouns split the other way round from GPT-2: " + " and ".join(
+            f"\"{p}\" looks most at \"{t.replace('␣', ' ')}\"" for p, t in tops.items()) + ".")
     else:
-        text += "Unlike GPT-2, the two pronouns do not split between the two occupations that way."
+        text += ("Unlike GPT-2, the two pronouns do not split between the two occupations: both "
+                 "look most at the same one." if len(set(tops.values())) == 1 else
+                 "Unlike GPT-2, only one of the two pronouns looks most where GPT-2's does.")
+    if layer == 0:
+        text += (" A head of layer 0 cannot read the sentence: its query is the pronoun's own "
+                 "embedding and position, and each key a word's own, so any split comes from "
+                 "what training made of those tokens and positions alone, not from who the "
+                 "sentence says is who.")
     text += "\n\n" + _elsewhere(
         f"in {_head(*_REF.pronoun_head)}, \"She\" attends most to \" nurse\" and \"He\" to \" doctor\": "
         "an occupational stereotype from its training text (Vig, 2019).")
@@ -163,6 +178,25 @@ def bias_probs_text(name: str, ratios: dict[str, float], corpus_ratio: float | N
     return text
 
 
+def shift_text(before: Sequence[float], after: Sequence[float], baseline: float,
+               shifted_baseline: float, dropped: str) -> str:
+    """Exercise 2 of Chapter 8: each layer's mean share on position 0 ``before`` and ``after``
+    dropping the first token (``dropped`` names it), against a head attending evenly (``baseline``,
+    and ``shifted_baseline`` for the shorter windows). A share at least ``ABOVE`` times the uniform
+    one has something to move; it "stays" when half its excess over uniform is still there."""
+    parts = []
+    for layer, (b, a) in enumerate(zip(before, after)):
+        if b < ABOVE * baseline:
+            how = "close to uniform before the shift: nothing to move"
+        elif a - shifted_baseline >= 0.5 * (b - baseline):
+            how = "most of its excess over uniform stays on position 0, with the position"
+        else:
+            how = f"most of its excess over uniform leaves with {dropped}, with the token"
+        parts.append(f"layer {layer}, {b:.3f} → {a:.3f}: {how}")
+    return (f"In this run (uniform attention gives {baseline:.3f}, and {shifted_baseline:.3f} on "
+            f"the shorter windows): " + "; ".join(parts) + ".")
+
+
 def sink_text(name: str, scores: Tensor, baseline: float, tokens_seen: int | None = None) -> str:
     """Section 8.8: how many heads are sinks, beside GPT-2's many. ``tokens_seen``: how many tokens
     the model trained on, when it is a small run (said where it grew no full sink)."""
@@ -181,8 +215,8 @@ def sink_text(name: str, scores: Tensor, baseline: float, tokens_seen: int | Non
     if not n_sinks and tokens_seen is not None:
         text += (f" A full sink needs more training than this run had: Gu et al. (2025) found that "
                  f"sinks emerge after effective optimization on sufficient training data (their small "
-                 f"models read 5 billion tokens), and this model read {tokens_seen:,}. The reference run "
-                 f"(the end of section 8.9) and GPT-2 itself (in Colab) measure sinks at full size.")
+                 f"models read 5 billion tokens), and this model read {tokens_seen:,}. GPT-2 itself "
+                 f"(in Colab) measures sinks at full size.")
     return text + "\n\n" + _elsewhere(
         "many heads put most of their attention on the first token, whatever it is; "
         "Vig and Belinkov (2019) saw it in GPT-2, and Xiao et al. (2024) in every large language "
@@ -213,7 +247,8 @@ def offline_recipe_text(info: dict, prev_best: float, sink_best: float, prev_bas
     """The closing note: how the offline model was made, and what its heads show."""
     m, t = info["settings"]["model"], info["settings"]["train"]
     threads = "1 thread" if info["threads"] == 1 else f"{info['threads']} threads"
-    vocab = f" restricted to the {info['corpus_vocab']:,} tokens of the training text" if "corpus_vocab" in info else ""
+    vocab = (f" restricted to {info['corpus_vocab']:,} tokens, those of the training text and "
+             "`<|endoftext|>`" if "corpus_vocab" in info else "")
     return (f"The offline model ({info['recipe']}): {m['n_layers']} layers, {m['n_heads']} heads, "
             f"D = {m['d_model']}, context {m['context_length']}, GPT-2's tokenizer{vocab}; "
             f"{t['max_iters']:,} steps of batch {t['batch_size']} at learning rate {t['learning_rate']:g}, "

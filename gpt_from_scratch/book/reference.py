@@ -1,4 +1,4 @@
-"""Reference runs: the book's full-size models, trained once on a GPU, shown beside the reader's run.
+"""Reference runs: the book's full-size models, trained on a GPU, shown beside the reader's run.
 
 ``make reference-runs`` (``scripts/reference_runs.py``) writes a folder ``reference/``: one folder per
 run (its weights in safetensors shards of at most ``MAX_SHARD`` bytes, with the Hub's index file
@@ -41,6 +41,11 @@ ROWS = "@"  # a tensor stored as row blocks: "<name>@0", "<name>@1", ...
 HUB_REPO_ID: str | None = None
 HUB_REVISION: str | None = None
 MANIFEST_SHA256: str | None = None
+
+
+def published() -> bool:
+    """Whether this version of the package pins a published copy of the reference runs."""
+    return HUB_REPO_ID is not None and HUB_REVISION is not None
 
 
 class ReferenceUnavailable(FileNotFoundError):
@@ -162,7 +167,13 @@ def _manifest(root: Path, fix: str) -> dict:
     if MANIFEST_SHA256 is not None and (actual := sha256_file(path)) != MANIFEST_SHA256:
         raise ChecksumError(f"{path} has sha256 {actual}, the package pins {MANIFEST_SHA256}: it is "
                             f"not the published manifest: {fix}")
-    manifest = json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ChecksumError(f"{path} is not valid JSON ({err}): the file is truncated or damaged (an "
+                            f"interrupted copy or download): {fix}") from None
+    if not isinstance(manifest, dict):
+        manifest = {"format": type(manifest).__name__}
     if manifest.get("format") != MANIFEST_FORMAT:
         raise ValueError(f"{path} is not a reference-run manifest (format {manifest.get('format')!r},"
                          f" expected {MANIFEST_FORMAT!r}): {fix}")

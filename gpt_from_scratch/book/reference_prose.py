@@ -1,8 +1,31 @@
-"""What the chapters say about a reference run, written from its manifest entry."""
+"""What the chapters say about a reference run, written from its manifest entry, and whether
+one is there at all: a chapter describes only the runs ``reference_run`` found."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+
+from .reference import ReferenceRun, published
+
+
+def found_text(runs: dict[str, ReferenceRun | None], shows: str) -> str:
+    """The opening of a chapter's reference-run section: which of ``runs`` (name -> the run, or None
+    where ``reference_run`` raised ``ReferenceUnavailable``) are here, and what was found of them.
+    ``shows`` names what the section adds with a run, e.g. "its samples beside this chapter's"."""
+    found = {name: run for name, run in runs.items() if run is not None}
+    names = " and ".join(f"`{name}`" for name in runs)
+    if not found:
+        where = ("and this version of the book pins no published copy" if not published()
+                 else "and the published copy could not be fetched (the message above says why)")
+        return (f"No reference run ({names}) is on this machine, {where}: this section has only "
+                f"this chapter's own run to show. With one, it would show {shows}.")
+    parts = [f"`{name}` ({run.info['device']}, torch {run.info['torch']}, "
+             f"{run.info['wall_seconds']:,.0f} s)" for name, run in found.items()]
+    missing = [f"`{name}`" for name in runs if name not in found]
+    text = f"Found: {'; '.join(parts)}, each file checked against its manifest."
+    if missing:
+        text += f" Not found: {', '.join(missing)}; what needs it is left out."
+    return text + f" Below: {shows}."
 
 
 def run_text(info: dict, cpu_best: float | None = None, cpu_steps: int | None = None) -> str:

@@ -141,3 +141,56 @@ def decoding_lessons(greedy: str, sampled: list[str]) -> tuple[Lesson, Lesson]:
         f"above {MOVING_BAR:.0%}): a sample as long as {SAMPLE_CHARS} characters can fall "
         "into a loop by chance, and this one did.")
     return looping, keeps_moving
+
+
+def soup_words(sample: str, training_text: str, k: int = 3) -> list[str]:
+    """Up to ``k`` distinct words of ``sample``, as written (inner punctuation kept: "ajes!t"), that
+    are not words of ``training_text``: what a sample misspells, quoted from the sample itself."""
+    known, found = corpus_words(training_text), []
+    for token in sample.split()[:-1] if sample[-1:].isalpha() else sample.split():
+        core = token.strip(".,;:!?'\"-()[]")
+        if core and core.lower() not in known and core not in found:
+            found.append(core)
+    return found[:k]
+
+
+def _quoted(words) -> str:
+    return ", ".join(f"\"{w}\"" for w in words)
+
+
+def settings_text(samples: dict[str, str], low: float, high: float, training_text: str) -> str:
+    """Chapter 7's sentences on samples decoded with different settings from one prompt and seed:
+    ``samples`` maps "temperature <t>", "top-k <k>" and "top-p <p>" to each sample, ``low`` and
+    ``high`` are the lowest and highest temperatures. Every example is quoted from the samples."""
+    real = {name: real_word_share(text, training_text) for name, text in samples.items()}
+    words = sample_words(samples[f"temperature {low:g}"])
+    top = sorted(set(words), key=lambda w: (-words.count(w), words.index(w)))[:3]
+    share = sum(w in top for w in words) / len(words)
+    text = (f"At temperature {low:g}, {real[f'temperature {low:g}']:.0%} of the words are words of the "
+            f"play, and its three commonest words ({_quoted(top)}) make {share:.0%} of them. ")
+    soup = soup_words(samples[f"temperature {high:g}"], training_text)
+    text += f"At {high:g}, {real[f'temperature {high:g}']:.0%} are" + (
+        f", and it writes words the play never uses: {_quoted(soup)}. " if soup
+        else ", and every word it writes is still a word of the play. ")
+    others = [name for name in samples if not name.startswith("temperature")]
+    return text + ("With temperature 1, " + " and ".join(
+        f"{name} writes {real[name]:.0%} real words" for name in others)
+        + f", against {real['temperature 1']:.0%} without a filter.")
+
+
+def almost_greedy_text(temperature: float, first_difference: int | None,
+                       logits: torch.Tensor | None = None) -> str:
+    """Chapter 7's Exercise 3, as this run came out: whether sampling at ``temperature`` left
+    greedy's text and, if so, at which position and how near a tie the two top ``logits`` (V,)
+    were there (the logits that chose the token at ``first_difference``)."""
+    if first_difference is None:
+        return (f"In this run the text sampled at temperature {temperature:g} is greedy's to the "
+                "end: every draw took the top token.")
+    top = logits.topk(2).values
+    runner_up = torch.softmax(logits / temperature, dim=-1).topk(2).values[1].item()
+    return (f"In this run the two texts first differ at position {first_difference}: up to there "
+            f"every draw took the top token. There the two top logits were "
+            f"{(top[0] - top[1]).item():.3f} apart, so at temperature {temperature:g} the "
+            f"runner-up kept a probability of {runner_up:.3f}, and the draw went another way "
+            "than greedy's: a near-tie, and everything after it differs.")
+

@@ -184,9 +184,9 @@ print("Tiny Shakespeare is pure ASCII:", text.isascii())
 # first learn to spell: build every word out of its letters, in its first layers, before it can learn
 # anything about the word, and each prediction is a fraction of a word, so a context of a fixed number of
 # tokens holds less text. Subword tokens hand the model whole words and common pieces ready-made, and
-# its capacity goes to how they combine. {ref}`ch-training` measures it on Tiny Shakespeare: trained on
-# GPT-2's tokens, a network of the same shape reaches a lower loss per character than on characters,
-# having seen a fifth as many.
+# its capacity goes to how they combine. {ref}`ch-training` puts it to a test on Tiny Shakespeare: a
+# network of one shape trained on characters and on GPT-2's tokens, both losses counted per character,
+# beside how many characters each model saw in training.
 #
 # ## 1.5 Byte-level BPE: GPT-2's 50,257 tokens
 #

@@ -87,7 +87,7 @@ from gpt_from_scratch.book.recipes import (
     RECIPES, book_model, book_model_path, bpe_level_data, char_level_data,
 )
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
-from gpt_from_scratch.book.reference_prose import loss_curves, run_text
+from gpt_from_scratch.book.reference_prose import found_text, loss_curves, run_text
 from gpt_from_scratch.book.samples import real_word_share, real_words_lesson, sample_text
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
@@ -677,9 +677,10 @@ Markdown(f"After {char_cfg.max_iters:,} steps the validation loss is {last:.2f} 
 #
 # What does a loss like that read like? {ref}`ch-generation` is about generating text; here is a first taste,
 # 500 characters sampled after the prompt "ROMEO:" at temperature 0.8, nanoGPT's default (Chapter 7 explains
-# the temperature). One fair measure of "reads like the play" is the share of its words that are words of the
-# training text (`real_word_share`): word soup ("theee", "rolsunsee") scores low, the play's words score high,
-# whatever they mean. One sample can be lucky, so the cell also scores four more, drawn with other seeds:
+# the temperature). One repeatable measure of its spelling, though not of its sense, is the share of its
+# words that are words of the training text (`real_word_share`): letters strung into words the play never
+# uses score low, the play's words score high, whatever they mean. One sample can be lucky, so the cell also
+# scores four more, drawn with other seeds:
 
 # %%
 train_text = split_text(load_tiny_shakespeare())[0]
@@ -733,11 +734,11 @@ if FULL_RUN:
 # %% [markdown]
 # ### The reference run
 #
-# The full-size run was trained once on a GPU (`make reference-runs`), with the ladder at the lecture's full
-# step counts, and published beside the book: weights, losses, a sample and the ladder's table.
-# `reference_run(name)` finds it in `$GPT_FROM_SCRATCH_DATA/reference` or downloads it, and checks every
-# file against the SHA-256 its manifest records. The cells below put it beside this chapter's run: both
-# validation curves, and the two samples of 500 characters after "ROMEO:", each with its share of real words.
+# `make reference-runs` trains the full-size run on a GPU, and the ladder at the lecture's full step
+# counts, and writes their weights, losses, a sample and the ladder's table, with a manifest of the
+# SHA-256 of every file. `reference_run(name)` finds such a folder in `$GPT_FROM_SCRATCH_DATA/reference`
+# or the cache, or downloads the published copy where the package pins one, and checks every file
+# against the manifest. The cell below looks for them:
 
 # %%
 try:
@@ -745,6 +746,15 @@ try:
 except ReferenceUnavailable as err:
     ref_char = ref_ladder = None
     print(err)
+
+# %% tags=["remove-input"]
+display(Markdown(found_text(
+    {"shakespeare-char-full": ref_char, "ladder": ref_ladder},
+    "the two validation curves, the two samples of 500 characters after \"ROMEO:\" with "
+    "their shares of real words, and the ladder of section 6.4 at the lecture's step "
+    "counts")))
+
+# %%
 if ref_char is not None:
     print(f"This chapter's model: {shares[0]:.0%} real words\n{cpu_sample}")
     print(f"\nThe reference run: {ref_char.info['real_words']:.0%} real words\n"
@@ -757,13 +767,13 @@ if ref_char is not None:
     loss_curves(ref_char.info, char_history)
     plt.show()
 
-# %% [markdown]
-# The ladder of section 6.4 at the lecture's step counts, from the reference run (the lecture's numbers
-# beside it, three seeds a rung, the scaled-up rung one):
-
 # %% tags=["remove-input"]
 if ref_ladder is not None:
     rows = ref_ladder.info["tables"]["ladder"]
+    seeds, last_seeds = len(rows[1]["val"]), len(rows[-1]["val"])
+    display(Markdown(f"The ladder of section 6.4 at the lecture's step counts, from the "
+                     f"reference run, the lecture's numbers beside it ({seeds} seeds a "
+                     f"rung, the scaled-up rung {last_seeds}):"))
     display(ladder_frame(rows))
     display(Markdown(ladder_text(rows, unigram_val, (bigram_train, bigram_val))))
 
@@ -811,7 +821,7 @@ plt.show()
 # back (3.29 at the end), while the training loss keeps falling, to 1.55. The model is memorizing those 2,000
 # characters, and what it memorizes does not carry over to new text. **Dropout** {cite}`srivastava2014dropout`
 # zeroes a random 20% of the activations at each training step (GPT-2 drops at the embeddings, the attention
-# weights and each residual branch, and scales the rest up by 1/0.8), so the model cannot rely on any single
+# weights and each residual branch, and scales the kept ones up by 1/(1 − p), here 1/0.8), so the model cannot rely on any single
 # feature and memorizes more slowly: the training loss ends higher (1.87) and the validation loss ends lower (3.12).
 # Its best validation loss is no better (2.98), though: dropout slows memorization down, it does not make 2,000
 # characters teach more. With the whole training text and 3,000 steps our model is far from this regime, which
@@ -1081,7 +1091,7 @@ check_cross_entropy(cross_entropy_by_hand);
 # :class: dropdown
 # The first settings end lowest, the higher rate with warm-up about a tenth of a nat higher,
 # and the higher rate without warm-up far higher, about half a nat (the cell below prints
-# the three losses; their second decimal can move with the machine and its number of
+# the four losses; their second decimal can move with the machine and its number of
 # threads). Its first steps at the full rate, on random weights and with Adam's running
 # averages still empty, throw the model into a poor region it has not left by step 100.
 # Clipping does not bound those steps: Adam divides each gradient by its own running size, so
@@ -1168,9 +1178,14 @@ show_quiz([
         Choice("nowhere: LayerNorm only matters in much deeper models", False,
                "No: section 6.4's second run, at ten times the learning rate, shows it."),
     ]),
-    MultipleChoice("To resume training exactly where it stopped, a checkpoint needs:", [
-        Choice("the weights, the optimizer's state, the step and the random generators' "
-               "states", True, "Yes: the chapter resumed and got the same final loss."),
+    MultipleChoice("To resume training exactly where it stopped, this chapter's checkpoint "
+                   "needs:", [
+        Choice("the weights, the optimizer's state and the step", True,
+               "Yes: each step's batch and dropout masks follow from (seed, step), so the "
+               "resumed run took exactly the uninterrupted run's steps."),
+        Choice("those and the random generators' states", False,
+               "Not here: no generator's state is saved, since nothing is drawn from a "
+               "running generator. A loop that did draw from one would need it."),
         Choice("the weights only", False,
                "No: AdamW's moments and the learning-rate schedule would restart."),
     ]),

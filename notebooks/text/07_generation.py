@@ -61,9 +61,10 @@ from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.lessons import verdicts
 from gpt_from_scratch.book.recipes import book_model, book_model_path
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
+from gpt_from_scratch.book.reference_prose import found_text
 from gpt_from_scratch.book.samples import (
-    SAMPLE_CHARS, SAMPLE_TEMPERATURE, decoding_lessons, decoding_text, real_word_share,
-    real_words_lesson, repeated_share,
+    SAMPLE_CHARS, SAMPLE_TEMPERATURE, almost_greedy_text, decoding_lessons, decoding_text,
+    real_word_share, real_words_lesson, repeated_share, settings_text,
 )
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
@@ -293,19 +294,26 @@ print("generate_by_hand and gpt_from_scratch.generate (use_cache=False) "
 # Here are samples with a few settings, from the same prompt and seed:
 
 # %% tags=["nbval-check-output"]
+settings = {}
 for options in ({"temperature": 0.5}, {"temperature": 1.0}, {"temperature": 1.5},
                 {"temperature": 1.0, "top_k": 5}, {"temperature": 1.0, "top_p": 0.8}):
     g = torch.Generator().manual_seed(3)
     out = generate(model, prompt, 150, generator=g, **options)
     print(f"--- {options} ---")
-    print(tokenizer.decode(out[0, prompt.size(1):].tolist()))
+    name = " ".join(f"{k.replace('_', '-')} {v:g}" for k, v in options.items())
+    settings[name.removeprefix("temperature 1 ")] = tokenizer.decode(
+        out[0, prompt.size(1):].tolist())
+    print(settings[name.removeprefix("temperature 1 ")])
 
 # %% [markdown]
-# All five use the same random numbers, so they start alike and drift apart. At temperature 0.5 the text is
-# built from the commonest short words ("and the the more my my"); at 1.5 rare characters land inside words
-# ("ajes!t", "HyXeriveMes"). Top-k 5 and top-p 0.8 keep much of temperature 1's variety while cutting such
-# long shots. Settings around
-# temperature 0.8 with top-p 0.9 to 0.95 are a common default.
+# All five use the same random numbers, so they start alike and drift apart. Scored as the longer
+# samples are below (the share of their words that are words of the training text):
+
+# %% tags=["remove-input"]
+display(Markdown(settings_text(settings, 0.5, 1.5, split_text(load_tiny_shakespeare())[0])))
+
+# %% [markdown]
+# Settings around temperature 0.8 with top-p 0.9 to 0.95 are a common default.
 #
 # The BPE-level model of {ref}`ch-training` generates GPT-2 tokens, whole words or pieces of words at a time:
 
@@ -369,10 +377,10 @@ display(Markdown(" ".join(x.text for x in found)))
 # %% [markdown]
 # ### The reference runs
 #
-# The book's full-size models were trained once on a GPU (`make reference-runs`, {ref}`ch-training`):
-# nanoGPT's character model and a BPE model of its size. Where they are on this machine, or can be
-# downloaded, the next cell decodes the character model greedily and by sampling, as above, and prints
-# the BPE model's published sample, each with its share of real words.
+# `make reference-runs` ({ref}`ch-training`) trains the book's full-size models on a GPU: nanoGPT's
+# character model and a BPE model of its size. Where `reference_run` finds them (on this machine, or
+# a published copy), the next cell decodes the character model greedily and by sampling, as above, and
+# prints the BPE model's sample from its manifest, each with its share of real words.
 
 # %%
 try:
@@ -381,6 +389,13 @@ try:
 except ReferenceUnavailable as err:
     ref_char = ref_bpe = None
     print(err)
+
+# %% tags=["remove-input"]
+display(Markdown(found_text(
+    {"shakespeare-char-full": ref_char, "shakespeare-bpe-full": ref_bpe},
+    "their samples, scored as this chapter's")))
+
+# %%
 if ref_char is not None:
     ref_model = ref_char.model()
     for name, options in {"greedy": dict(greedy=True), "sampled": dict(
@@ -938,6 +953,12 @@ cold = generate(model, prompt, 250, temperature=0.01,
 differ = (cold != greedy)[0].nonzero()
 print("identical to greedy:", torch.equal(cold, greedy),
       f"; first difference at position {int(differ[0])}" if len(differ) else "")
+
+# %% tags=["remove-input"]
+first = int(differ[0]) if len(differ) else None
+there = None if first is None else model(
+    greedy[:, max(0, first - model.config.context_length):first])[0][0, -1]  # (V,)
+display(Markdown(almost_greedy_text(0.01, first, there)))
 
 # %% [markdown]
 # ### Exercise 4. The size of a KV cache (explain)

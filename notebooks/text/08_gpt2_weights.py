@@ -36,8 +36,8 @@
 # **With or without a network.** GPT-2's weights download from the Hugging Face hub the
 # first time (then they are cached). Where the hub cannot be reached, as on the machine that
 # builds this book, section 8.2 says so within seconds and the chapter analyses *the offline
-# model* instead: a small GPT on GPT-2's tokens, trained (once, then cached) so that it
-# grows the heads this chapter looks for. Every sentence about the analysed model is written
+# model* instead: a small GPT on GPT-2's tokens, trained once, then cached. Whether it grows
+# the heads this chapter looks for, each section measures. Every sentence about the analysed model is written
 # from its numbers, and beside each analysis stands what GPT-2 small shows, measured
 # elsewhere. Run the chapter in Colab to see GPT-2 itself.
 # ```
@@ -88,6 +88,7 @@ from gpt_from_scratch.book.offline_model import EOT, offline_model
 from gpt_from_scratch.book.plotting import token_labels
 from gpt_from_scratch.book.recipes import RECIPES, book_model
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
+from gpt_from_scratch.book.reference_prose import found_text
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
@@ -180,10 +181,12 @@ for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
 # `WeightsUnavailableError`, and this chapter turns to the offline model.
 #
 # The offline model is trained as Chapter 6 trains its models, on GPT-2's tokens of Tiny
-# Shakespeare, but it is smaller and has training settings of its own (its recipe,
+# Shakespeare, with a size and training settings of its own (its recipe,
 # `OFFLINE_RECIPES["shakespeare-bpe-heads"]`, is written out under the next cell). Two changes
-# of method matter more. The first is taken from how GPT-2 was trained: every training window starts with `<|endoftext|>`, the
-# token that separates GPT-2's documents. A token that opens every window and says nothing
+# of method matter more. The first borrows GPT-2's document separator: every training window
+# starts with `<|endoftext|>`, the token that separates the documents of GPT-2's training text
+# (GPT-2's own windows were cut from that stream of documents, so not every one of them started
+# with it). A token that opens every window and says nothing
 # about what follows is where a trained head can park the attention it does not need;
 # section 8.8 measures whether it does. The offline model reads every text of this chapter
 # the same way, after an `<|endoftext|>`; GPT-2 reads them as they are, as in the published
@@ -428,8 +431,8 @@ print("the weighted sums of every head, through c_proj, equal the layer's output
 # ## 8.6 She and He
 #
 # To predict what follows "The girl and the boy walked home. She", a model does well to know
-# who "She" is, and bertviz {cite}`vig2019bertviz` was made to look for heads in which a
-# pronoun attends to the noun it refers to. The cell below compares the last row of a head's
+# who "She" is. bertviz {cite}`vig2019bertviz` is a general viewer of attention, and among
+# the patterns its paper shows are heads in which a pronoun attends to the noun it refers to. The cell below compares the last row of a head's
 # map, where the pronoun looks, between "... She" and "... He". With GPT-2 loaded it uses
 # the head of the reference measurement, layer 5, head 10 (counting from 0, as transformers
 # does), whose weights were measured with transformers' `gpt2` checkpoint (bertviz's paper
@@ -551,8 +554,9 @@ display(Markdown(prose.bias_probs_text(MODEL_NAME, ratios, n_he / n_she)))
 # What the parameters hold is the point. Training fits a model's next-token probabilities
 # $P(t_i \mid t_{<i})$ to its corpus; the weights store those statistics, not the text: no
 # sentence of the training data sits anywhere in them to be looked up (a model that has seen
-# a passage often enough can still reproduce it, since memorizing is one way to predict it,
-# as {ref}`ch-training` showed on a short text). Whatever regularities the corpus
+# a passage often enough can still reproduce it, since memorizing is one way to predict it:
+# {ref}`ch-training` showed n-gram tables copying their text verbatim, and a network's training
+# loss falling on a short text it memorized while its validation loss rose). Whatever regularities the corpus
 # holds come with the statistics, its grammar and its facts as much as its stereotypes: the
 # model cannot learn the one without the other, and reading a bias off its probabilities is
 # reading the corpus through it.
@@ -656,8 +660,8 @@ plt.show()
 #
 # The circuit is clearest in a model trained for it. Following {cite}`olsson2022induction`: a
 # transformer of two layers of attention only (the ladder's blocks of {ref}`ch-training` without
-# their feed-forward networks, 4 heads of width 16) learns to continue random sequences of 64
-# tokens that repeat, `[s, s]`. The second copy can be predicted only by finding where the
+# their feed-forward networks, 4 heads of width 16) learns to continue random sequences over a
+# vocabulary of 64 tokens that repeat, `[s, s]`. The second copy can be predicted only by finding where the
 # current token occurred before and copying the token that followed it. Each batch has its own
 # half length $n$, between 8 and 24, so that no head can find the earlier copy by its position
 # alone. Then each head is scored as in exercise 3, by its mean weight from query $t$ of the
@@ -693,9 +697,9 @@ plt.show()
 # %% [markdown]
 # ### The reference run
 #
-# That larger offline model was trained once on a GPU (`make reference-runs`) and published with
-# the scores of its heads, measured as above on 16 validation windows. Where it is on this
-# machine, or can be downloaded, its maps and the sentences on them come next:
+# `make reference-runs` trains that larger offline model on a GPU and stores the scores of its
+# heads, measured as above on 16 validation windows, in its manifest. Where `reference_run` finds
+# it (on this machine, or a published copy), its maps and the sentences on them come next:
 
 # %%
 try:
@@ -703,6 +707,12 @@ try:
 except ReferenceUnavailable as err:
     ref_heads = None
     print(err)
+
+# %% tags=["remove-input"]
+display(Markdown(found_text({"shakespeare-bpe-heads-full": ref_heads},
+                            "its sinks and previous-token heads, scored as this model's")))
+
+# %%
 if ref_heads is not None:
     ref_scores = ref_heads.info["tables"]
     ref_sink, ref_prev = (torch.tensor(ref_scores[k]) for k in ("sink", "previous_token"))
@@ -781,8 +791,9 @@ Interactive(explorer, "(The interactive version of this figure is in the HTML ed
 #   the outputs (next-token probabilities) and test a head's role by intervening (exercise
 #   4).
 # - Attention sinks and previous-token heads are measurable, one number per head against the
-#   baseline of a head that attends evenly. They are learned: a sink needs a first token
-#   worth parking on, such as the `<|endoftext|>` that starts GPT-2's documents.
+#   baseline of a head that attends evenly. They are learned, not built in, and they take
+#   training to emerge: section 8.8 sets the tokens a model read beside what the literature
+#   found it takes.
 # - An induction head needs two layers: a previous-token head below, a head above that
 #   matches the current token against what each position's predecessor was. A two-layer
 #   attention-only model trained on repeated random tokens grows both, shown in section 8.9.
@@ -842,14 +853,21 @@ for l in range(cfg.n_layers):
     before, after = first_share[l].mean(), shifted_share[l].mean()
     print(f"layer {l}: share on position 0 {before:.3f} -> {after:.3f} after the shift")
 
+# %% tags=["remove-input"]
+display(Markdown(prose.shift_text(
+    first_share.mean(dim=1).tolist(), shifted_share.mean(dim=1).tolist(), sink_baseline,
+    heads.uniform_share(T - 1, start=heads.SINK_FROM),
+    "`<|endoftext|>`" if START else "the window's first token")))
+
 # %% [markdown]
 # ### Exercise 3. Induction heads (predict, then run)
 #
 # {cite}`olsson2022induction` found heads that complete repeated patterns: after "... A B
 # ... A", they attend from the second "A" to the "B" that followed the first one, and copy
 # it. The cell after the answer feeds a batch of random token sequences of length $n$ (tokens of
-# the training split), each repeated twice (length $2n$), and scores each head by its mean weight from each position
-# $t$ of the second copy ($t \geq n$) to key $t - n + 1$. Before running it: can a model of
+# the training split), each repeated twice (length $2n$; the offline model reads them after
+# `<|endoftext|>`, as in section 8.4), and scores each head by its mean weight from each position
+# $t$ of the second copy to the key $n - 1$ positions back, the token after its earlier occurrence. Before running it: can a model of
 # a single layer have an induction head, and why? What is the fewest layers it takes, and
 # what should the scores look like in a model whose previous-token heads are weak?
 
@@ -873,16 +891,18 @@ pool = torch.from_numpy(np.unique(train_ids).astype(np.int64))  # (V_train,) tok
 
 def induction_scores(model: GPT, n: int = 24, B: int = 8, generator=None) -> torch.Tensor:
     half = pool[torch.randint(0, len(pool), (B, n), generator=generator)]  # (B, n)
-    idx = torch.cat([half, half], dim=1)  # (B, 2n)
-    A = torch.stack(model.attention_maps(idx))  # (L, B, H, 2n, 2n)
-    t = torch.arange(n, 2 * n)  # the queries of the second copy
+    start = torch.tensor([START] * B, dtype=torch.long).view(B, len(START))  # (B, S)
+    idx = torch.cat([start, half, half], dim=1)  # (B, S + 2n)
+    A = torch.stack(model.attention_maps(idx))  # (L, B, H, S + 2n, S + 2n)
+    t = torch.arange(len(START) + n, len(START) + 2 * n)  # the queries of the second copy
     return A[..., t, t - n + 1].mean(dim=(1, 3))  # (L, H): mean A[t, t-n+1]
 
 
-n = 24
+n, s = 24, len(START)
 induction = induction_scores(model, n=n, generator=torch.Generator().manual_seed(0))
-print(f"uniform attention would score {(1 / torch.arange(n + 1, 2 * n + 1)).mean():.3f} "
-      f"(mean of 1/(t+1), t = {n} .. {2 * n - 1})")
+uniform = (1 / torch.arange(s + n + 1, s + 2 * n + 1)).mean()
+print(f"uniform attention would score {uniform:.3f} "
+      f"(mean of 1/(t+1), t = {s + n} .. {s + 2 * n - 1})")
 for i in induction.flatten().topk(3).indices:
     l, h = divmod(int(i), cfg.n_heads)
     print(f"layer {l}, head {h}: induction score {induction[l, h]:.3f}, "

@@ -83,6 +83,7 @@ from gpt_from_scratch.book.lessons import verdicts
 from gpt_from_scratch.book.offline_model import DocumentStart, EOT, offline_model
 from gpt_from_scratch.book.recipes import RECIPES, book_model, bpe_level_data
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
+from gpt_from_scratch.book.reference_prose import found_text
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 generator = seed_everything(1337)
@@ -103,10 +104,9 @@ STYLE_STEPS, STYLE_LR = (600 if FULL_RUN else 150), 1e-2  # the style adapter of
 # Fine-tuning starts from what pretraining learned, so the backbone matters. The Chapter 6
 # BPE model trained for few steps: its 50,257-way output layer makes every step expensive
 # on a CPU. Chapter 8's offline model reads the same GPT-2 tokens but learns only those
-# that Tiny Shakespeare uses ({ref}`ch-gpt2-weights`), which made many more steps
-# affordable: it is smaller (2 blocks of width 64) but has seen far more text. Both scored
-# on the same validation windows, every window opened by `<|endoftext|>` for the offline
-# model as in its training:
+# that Tiny Shakespeare uses ({ref}`ch-gpt2-weights`), which lets a CPU afford many steps
+# (the cell prints both models' step counts). Both scored on the same validation windows,
+# every window opened by `<|endoftext|>` for the offline model as in its training:
 
 # %% tags=["nbval-check-output"]
 backbone, info = offline_model(full=FULL_RUN, progress=False)  # Chapter 8's offline model
@@ -115,20 +115,28 @@ _, val_ids, _ = bpe_level_data()
 windows = dict(batch_size=8, block_size=63, eval_iters=20, seed=1337)
 models = {"Chapter 6 BPE model": (ch6_model, ch6_model),
           "Chapter 8 offline model": (backbone, DocumentStart(backbone))}  # EOT first
+val_losses = {}
 for name, (model, reader) in models.items():
-    loss = estimate_loss(reader, {"val": val_ids}, **windows)["val"]
+    loss = val_losses[name] = estimate_loss(reader, {"val": val_ids}, **windows)["val"]
     print(f"{name:<25}{model.num_parameters():>11,} parameters, validation loss {loss:.3f}")
 steps = (RECIPES["shakespeare-bpe"].train["max_iters"],
          info["settings"]["train"]["max_iters"])
+text_tokens = int((backbone.vocab != EOT).sum())  # the corpus vocabulary, EOT aside
 print(f"training steps: {steps[0]:,} (Chapter 6), {steps[1]:,} (Chapter 8, learning "
-      f"{info['corpus_vocab']:,} tokens)")
+      f"{text_tokens:,} tokens of the training text and <|endoftext|>)")
 encoding = gpt2_encoding()
 
+# %% tags=["remove-input"]
+recipes = {"Chapter 6 BPE model": (RECIPES["shakespeare-bpe"].train, ch6_model.config),
+           "Chapter 8 offline model": (info["settings"]["train"], backbone.config)}
+seen = {name: train["max_iters"] * train["batch_size"] * config.context_length
+        for name, (train, config) in recipes.items()}  # tokens read in training
+display(Markdown(prose.backbones_text(
+    {name: (m.num_parameters(), val_losses[name], seen[name])
+     for name, (m, _) in models.items()},
+    ch6_model.wte.weight.numel() / ch6_model.num_parameters(), "Chapter 8 offline model")))
+
 # %% [markdown]
-# The offline model predicts the validation text much better, with far fewer parameters
-# (most of the Chapter 6 model's are its token embedding). It is the backbone of this
-# chapter.
-#
 # ## 9.2 A task from the play: who is speaking?
 #
 # Tiny Shakespeare is a play script: every speech starts with a line `NAME:`. That gives a
@@ -293,7 +301,7 @@ show(results)
 
 # %% tags=["remove-input"]
 display(Markdown(prose.pooling_text(results["head only (last token)"]["accuracy"],
-                                    results["head only (mean)"]["accuracy"])))
+                                    results["head only (mean)"]["accuracy"], N_TEST)))
 
 # %% [markdown]
 # The head is $D \times C + C$ numbers; "everything" trains the whole model, most of it the
@@ -349,7 +357,8 @@ print(f"trainable: {sum(p.numel() for p in theirs.parameters() if p.requires_gra
 # (attention's `c_attn` and `c_proj`, the MLP's `c_fc` and `c_proj`) in a `LoRALinear`, with
 # the initialization and scaling of Hugging Face `peft` {cite}`mangrulkar2022peft`. The
 # targets are a choice: `peft`'s default for GPT-2 is `c_attn` alone, and the book passes it
-# all four, `target_modules=["c_attn", "c_proj", "c_fc"]`, as its parity test does. Because
+# all four under three names, `target_modules=["c_attn", "c_proj", "c_fc"]` (`c_proj` names
+# both attention's output projection and the MLP's), as its parity test does. Because
 # $B = 0$, the adapted model computes exactly what the pretrained one computed:
 
 # %% tags=["nbval-check-output"]
@@ -393,8 +402,9 @@ print(f"after unmerge, W back to within 1e-6: "
 # ## 9.5 LoRA against full fine-tuning
 #
 # The same classifier (mean pooling), with LoRA of rank 1, 4 and 16 in every block plus the
-# head, next to the runs of section 9.3. LoRA's matrices are small and start at zero, so
-# they take a larger learning rate than full fine-tuning.
+# head, next to the runs of section 9.3. LoRA's update starts at zero ($B = 0$; $A$ starts
+# random) and its matrices are small, so they take a larger learning rate than full
+# fine-tuning.
 
 # %%
 for r in (1, 4, 16):
@@ -425,11 +435,12 @@ display(Markdown(prose.classification_text(results, majority, bag["test"], N_TES
 
 # %% mystnb={"figure": {"caption": "Test accuracy against the number of trainable parameters (log scale) for every fine-tuning run of this chapter; the dashed lines are the two baselines.", "name": "fig-finetune-accuracy"}, "image": {"alt": "A scatter plot, trainable parameters on a logarithmic horizontal axis and test accuracy on the vertical axis, one labelled point per fine-tuning method, and two dashed horizontal lines for the majority and bag-of-tokens baselines."}}
 fig, ax = plt.subplots(figsize=(6.4, 4))
-for name, r in results.items():
+by_size = sorted(results, key=lambda name: results[name]["trainable"])
+for i, name in enumerate(by_size):  # neighbours on the axis: labels on opposite sides
+    r = results[name]
     ax.scatter(r["trainable"], r["accuracy"], color="C3" if "LoRA" in name else "C0")
-    below = "last token" in name  # keeps its label off the LoRA r=1 point
     ax.annotate(name, (r["trainable"], r["accuracy"]), fontsize=8,
-                xytext=(4, -11 if below else 4), textcoords="offset points")
+                xytext=(4, 4 if i % 2 == 0 else -11), textcoords="offset points")
 ax.axhline(majority, ls="--", color="grey", label="majority class")
 ax.axhline(bag["test"], ls="--", color="C2", label="bag of tokens")
 ax.set(xscale="log", xlabel="trainable parameters", ylabel="test accuracy",
@@ -489,16 +500,22 @@ plt.show()
 # %% [markdown]
 # ### The reference run
 #
-# The same table on that larger backbone was computed once on a GPU (`make reference-runs`,
-# the same speeches and splits, 1,200 steps a run) and published with it. Where it is on this
-# machine, or can be downloaded:
+# `make reference-runs` computes the same table on that larger backbone on a GPU (the same
+# speeches and splits, 1,200 steps a run) and stores it in its manifest. Where `reference_run`
+# finds it (on this machine, or a published copy):
 
 # %%
 try:
-    ref_table = reference_run("finetune").info["tables"]
+    ref_run = reference_run("finetune")
 except ReferenceUnavailable as err:
-    ref_table = None
+    ref_run = None
     print(err)
+ref_table = ref_run.info["tables"] if ref_run is not None else None
+
+# %% tags=["remove-input"]
+display(Markdown(found_text({"finetune": ref_run}, "its table, beside this chapter's")))
+
+# %%
 if ref_table is not None:
     rows = dict(ref_table["finetune"])
     ref_majority, ref_bag = rows.pop("majority class"), rows.pop("bag of tokens")
@@ -520,8 +537,7 @@ if ref_table is not None:
 # The adapter trains, and is scored, as Chapter 8 trained the offline model: on rows of its
 # corpus vocabulary (a token outside it counts as `<unk>`). `style.compact()` is the same
 # network (the same modules, LoRA layers included) with its output layer over the corpus
-# vocabulary, without the expansion to GPT-2's 50,257 tokens, which would make every step
-# several times slower.
+# vocabulary, without the expansion to GPT-2's 50,257 tokens.
 
 # %%
 speaker = data.classes[0]
@@ -543,15 +559,18 @@ trainer = DocumentStart(style.compact(), start_token=int(table[EOT]))  # style's
 
 
 @torch.no_grad()
-def lm_loss(ids: np.ndarray, n_windows: int = 48) -> float:
-    """The adapted model's mean next-token loss on ``n_windows`` windows of ``ids``."""
+def lm_losses(ids: np.ndarray, n_windows: int = 48) -> list[float]:
+    """The adapted model's mean next-token loss on each of ``n_windows`` windows."""
     starts = np.linspace(0, len(ids) - T_LM - 1, n_windows).astype(int)
-    w = torch.from_numpy(np.stack([ids[s: s + T_LM + 1] for s in starts]))  # (N, T + 1)
+    w = torch.from_numpy(np.stack([ids[s: s + T_LM + 1] for s in starts])).to(DEVICE)
     trainer.eval()
-    return trainer(w[:, :-1].to(DEVICE), w[:, 1:].to(DEVICE))[1].item()
+    logits = trainer(w[:, :-1])[0]  # (N, T + 1, V): T + 1 with <|endoftext|> in front
+    targets = torch.cat([w[:, :1], w[:, 1:]], dim=1)  # (N, T + 1): as DocumentStart scores
+    losses = nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    return losses.mean(dim=1).tolist()
 
 
-style_before = {k: lm_loss(v) for k, v in held_out.items()}
+style_before = {k: lm_losses(v) for k, v in held_out.items()}
 opt = torch.optim.AdamW([p for p in style.parameters() if p.requires_grad], lr=STYLE_LR)
 g = torch.Generator().manual_seed(0)
 trainer.train()
@@ -563,7 +582,7 @@ for step in range(STYLE_STEPS):
     loss.backward()
     opt.step()
 style_seconds = clock() - start
-style_after = {k: lm_loss(v) for k, v in held_out.items()}
+style_after = {k: lm_losses(v) for k, v in held_out.items()}
 style.cpu().eval()
 
 # %% tags=["nbval-check-output"]
@@ -571,8 +590,8 @@ print(f"{len(style_train):,} training tokens of {speaker}; adapter of "
       f"{count_trainable(style):,} parameters, {STYLE_STEPS} steps of 8 windows "
       f"in {style_seconds:.1f} s of CPU time")
 for k in held_out:
-    print(f"held-out loss, {k:<11} {style_before[k]:.3f} -> {style_after[k]:.3f} "
-          f"({style_after[k] - style_before[k]:+.3f})")
+    ahead, behind = np.mean(style_before[k]), np.mean(style_after[k])
+    print(f"held-out loss, {k:<11} {ahead:.3f} -> {behind:.3f} ({behind - ahead:+.3f})")
 
 # %% tags=["remove-input"]
 display(Markdown(prose.style_text(speaker, style_before, style_after)))
@@ -608,8 +627,9 @@ for name, m in (("before (offline model)", backbone), ("after (LoRA, merged)", s
 # - LoRA freezes $W$ and learns $\frac{\alpha}{r} BA$ with $B = 0$ at first: the adapted
 #   model starts as the pretrained one, trains a small fraction of its parameters, and
 #   merges into $W$ exactly for inference. Ours equals `peft`'s on the same weights.
-# - An adapter trained on one character's speeches lowers the loss on that character's
-#   held-out lines more than on the others'.
+# - An adapter trained on one character's speeches is judged by how its held-out loss moves
+#   on that character's lines against the others', each change with its standard error:
+#   section 9.6 says what this run shows.
 
 # %% [markdown]
 # ## Exercises
