@@ -42,6 +42,7 @@ from author_year_labels import AuthorYearLabels, AuthorYearSorting  # noqa: E402
 
 MYST = create_md_parser(MdParserConfig(enable_extensions={"dollarmath", "colon_fence", "amsmath"}),
                         RendererHTML)
+CITED_AS_NOUN = re.compile(r"(^|(?<!\bal)[.!?]\s+|\b(as|of|by|before|from|than|[Ff]ollowing)\s+)$")
 NUMBERED = re.compile(r"^(\d+[a-z]?(?:\.\d+)*)\.?\s+(.*)$")  # "6. Training", "6.4 The ladder"
 ADMONITIONS = {cls.__name__.lower(): cls for cls in (
     admonitions.Admonition, admonitions.Attention, admonitions.Caution, admonitions.Danger,
@@ -222,15 +223,17 @@ class Converter:
                 text = title if explicit else self._ref_text(found, before)
             return f"[{text}]({self.index.url(found)})"
         if name in ("cite", "cite:p", "cite:t"):
+            # The book's {cite} reads "[Vaswani et al., 2017]" wherever it stands; here it is
+            # "Vaswani et al. (2017)" where it is the sentence's subject or object, else "(...)".
+            textual = name == "cite:t" or (name == "cite" and CITED_AS_NOUN.search(before))
             links = []
             for key in (k.strip() for k in content.split(",")):
                 if key not in self.index.citations:
                     raise Unsupported(f"{self.page}: {{cite}}`{key}`: not in book/references.bib")
                 url = f"{self.index.site}book/references.html#{make_id('cite-' + key)}"
                 who, _, year = self.index.citations[key].rpartition(", ")
-                text = f"{who} ({year})" if name == "cite:t" else f"{who}, {year}"
-                links.append(f"[{text}]({url})")
-            return "; ".join(links) if name == "cite:t" else f"({'; '.join(links)})"
+                links.append(f"[{who} ({year})]({url})" if textual else f"[{who}, {year}]({url})")
+            return "; ".join(links) if textual else f"({'; '.join(links)})"
         if name == "math":
             return f"${content}$"
         if name in ("glue", "glue:any", "glue:text", "glue:md"):

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -36,6 +37,15 @@ HIDDEN_SOURCE = {"remove-input", "hide-input"}
 
 def chapters() -> list[Path]:
     return sorted(CHAPTERS.glob("*.ipynb"))
+
+
+def colab_url(chapter: str) -> str:
+    """Where Colab opens a chapter's edition (``chapter``: "06_training"), from ``_config.yml``
+    as the book's Colab button (book/_ext/jupyter_launch.py)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    repository = config["repository"]["url"].rstrip("/").removeprefix("https://github.com/")
+    return (f"{config['launch_buttons']['colab_url'].rstrip('/')}/github/{repository}/blob/"
+            f"{config['repository'].get('branch', 'main')}/notebooks/jupyter/{chapter}.ipynb")
 
 
 def edition(chapter: Path, index: BookIndex) -> nbformat.NotebookNode:

@@ -50,6 +50,14 @@ def test_every_chapter_has_an_edition_and_they_are_up_to_date():
         "notebooks/jupyter/ differs from the chapters: run make jupyter and commit it")
 
 
+def test_the_readme_opens_every_edition_in_colab():
+    readme = (ROOT / "README.md").read_text()
+    links = set(re.findall(r"https://colab\.research\.google\.com/\S+?\.ipynb", readme))
+    wanted = {jupyter_notebooks.colab_url(chapter.stem) for chapter in CHAPTERS}
+    assert links == wanted, (f"README.md's Colab links: missing {sorted(wanted - links)}, "
+                             f"not an edition {sorted(links - wanted)}")
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
 def test_no_myst_left_and_answers_folded(chapter):
     source = nbformat.read(chapter, as_version=4)
@@ -119,6 +127,14 @@ def test_references_become_links_with_plain_text(convert):
         f"Chapter 6 ([*Training*]({url}#ch-training)) and [Chapter 6, section 6.4]({url}#sec-ladder); "
         f"[Fig. 6.1]({url}#fig-lr), [Figure 6.1]({url}#fig-lr), [the loop]({url}#sec-ladder), "
         f"[Notation]({SITE}book/notation.html). `{{ref}}` stays.")
+
+
+def test_a_citation_reads_as_a_name_where_it_is_one(convert):
+    refs = f"{SITE}book/references.html#cite-vaswani2017"
+    assert convert.markdown("Attention {cite}`vaswani2017`. {cite}`vaswani2017` found it, as "
+                            "{cite}`vaswani2017` did; see {cite:p}`vaswani2017`.") == (
+        f"Attention ([Vaswani et al., 2017]({refs})). [Vaswani et al. (2017)]({refs}) found it, "
+        f"as [Vaswani et al. (2017)]({refs}) did; see ([Vaswani et al., 2017]({refs})).")
 
 
 def test_citations_admonitions_and_dropdowns(convert):
