@@ -61,8 +61,9 @@ TRACKER = "@jupyterlab/notebook-extension/tracker.jupyterlab-settings"
 STATE = r"""
 const markdown = [...document.querySelectorAll('.jp-Notebook .jp-RenderedMarkdown')];
 return {cells: document.querySelectorAll('.jp-Notebook .jp-Cell').length,
-        markdown: document.querySelectorAll(
-          '.jp-Notebook .jp-MarkdownCell .jp-RenderedMarkdown').length,
+        markdown: [...document.querySelectorAll(
+          '.jp-Notebook .jp-MarkdownCell .jp-RenderedMarkdown')].filter(
+          m => m.childElementCount).length,  // rendered, not only attached
         myst: markdown.flatMap(m => {  // MyST as Jupyter shows it, e.g. {ref}<code>ch-gpt</code>
           const walk = document.createTreeWalker(m, NodeFilter.SHOW_TEXT), found = [];
           while (walk.nextNode()) {
@@ -127,6 +128,16 @@ def start_lab(folder: Path, env: dict, token: str) -> tuple[subprocess.Popen, st
     raise RuntimeError("JupyterLab did not answer within 2 minutes")
 
 
+def stop_kernels(base: str, token: str) -> None:
+    """Shut down the kernels JupyterLab started for the notebooks opened so far (they run no
+    cell, but each is a Python process the next chapter's page competes with)."""
+    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=30) as answer:
+        sessions = json.load(answer)
+    for session in sessions:
+        urllib.request.urlopen(urllib.request.Request(
+            f"{base}/api/sessions/{session['id']}?token={token}", method="DELETE"), timeout=30)
+
+
 def settings(folder: Path, all_at_once: bool) -> None:
     """The next page's settings: no news, no update check (both fetch from the internet).
     All at once: every cell laid out when the notebook opens (by default a cell is sized as
@@ -167,7 +178,8 @@ def ready(state: dict, want: dict, figures: int, trusted: bool) -> bool:
     drawn, the quiz drawn (trusted: its script has run) or shown as HTML (untrusted)."""
     quiz = state["drawnQuizzes"] if trusted else state["staticQuizzes"]
     return (state["cells"] >= want["cells"] and state["markdown"] >= want["markdown"]
-            and not state["rawMath"] and state["plots"] >= figures
+            and len(state["details"]) >= want["details"] and not state["rawMath"]
+            and state["plots"] >= figures
             and (quiz or not want["quiz"]))
 
 
@@ -304,6 +316,7 @@ def main() -> int:
                 began = time.perf_counter()
                 settings(folder.parent / "settings", path.stem not in TRUSTED)
                 problems = check_chapter(driver, base, token, folder / path.name)
+                stop_kernels(base, token)
                 trust = "trusted" if path.stem in TRUSTED else "untrusted"
                 failures += report(f"{path.stem} ({trust}, {time.perf_counter() - began:.1f} s)",
                                    problems)
