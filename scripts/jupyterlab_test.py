@@ -1,16 +1,16 @@
 """Check every chapter's Jupyter edition as JupyterLab shows it, with no cell run.
 
 Starts the venv's JupyterLab (127.0.0.1, a token, no browser, nothing fetched from the
-internet, temporary config and data) on temporary copies of every chapter's Jupyter and Colab
-edition (notebooks/jupyter/, scripts/jupyter_notebooks.py), and opens each in headless Chromium
-(browser_test.py's flags; no host name but 127.0.0.1 resolves). JupyterLab draws the saved
-outputs; its kernel stays idle. Every wait is for a condition (polled), 2 minutes at most.
-Checks:
+internet, temporary config and data) on temporary copies of every chapter's Jupyter and
+Colab edition (notebooks/jupyter/, scripts/jupyter_notebooks.py), and opens each in headless
+Chromium (browser_test.py's flags; no host name but 127.0.0.1 resolves). JupyterLab draws
+the saved outputs; the kernel it starts runs no cell and is shut down after each chapter.
+Every wait is for a condition (polled), 2 minutes at most. Checks:
 
 - Markdown: every Markdown cell rendered, no raw MyST in the rendered text (a role such as
-  ``{ref}`...```, a ``(label)=`` target, a ``:class:`` option, a directive fence), every answer
-  folded in a closed ``<details>`` that opens on a click, and the hidden sources (generated
-  prose, quizzes, solutions) collapsed.
+  ``{ref}`...```, a ``(label)=`` target, a ``:class:`` option, a directive fence), every
+  answer folded in a closed ``<details>`` that opens on a click, and the hidden sources
+  (generated prose, quizzes, solutions) collapsed.
 - Figures (Plotly's mime type, drawn by the jupyterlab-plotly extension of the plotly wheel,
   trusted or not), as scripts/browser_interactive.py does in the book: drawn; the hover
   label names query, key and weight; a slider (Ch. 7 temperature, Ch. 8 head), the buttons
@@ -64,7 +64,7 @@ return {cells: document.querySelectorAll('.jp-Notebook .jp-Cell').length,
         markdown: [...document.querySelectorAll(
           '.jp-Notebook .jp-MarkdownCell .jp-RenderedMarkdown')].filter(
           m => m.childElementCount).length,  // rendered, not only attached
-        myst: markdown.flatMap(m => {  // MyST as Jupyter shows it, e.g. {ref}<code>ch-gpt</code>
+        myst: markdown.flatMap(m => {  // MyST as Jupyter shows it: {ref}<code>ch-gpt</code>
           const walk = document.createTreeWalker(m, NodeFilter.SHOW_TEXT), found = [];
           while (walk.nextNode()) {
             const node = walk.currentNode, text = node.textContent;
@@ -73,11 +73,13 @@ return {cells: document.querySelectorAll('.jp-Notebook .jp-Cell').length,
             if (!inCode && role && next && next.nodeName === 'CODE')
               found.push(role[0] + next.textContent);
             found.push(...(/\{[a-z][\w:+-]*\}`|:class:/.exec(text) || []));
-            if (!inCode) found.push(...(/^\s*(\([\w.:-]+\)=|:::)/m.exec(text) || []).slice(0, 1));
+            const target = /^\s*(\([\w.:-]+\)=|:::)/m.exec(text);
+            if (!inCode && target) found.push(target[0]);
           }
           return found.concat([...m.querySelectorAll('code[class*="language-{"]')]
                               .map(c => c.className)); }),
-        details: [...document.querySelectorAll('.jp-RenderedMarkdown details')].map(d => d.open),
+        details: [...document.querySelectorAll('.jp-RenderedMarkdown details')]
+          .map(d => d.open),
         collapsed: document.querySelectorAll('.jp-Notebook .jp-InputPlaceholder').length,
         rawMath: markdown.flatMap(m => {  // math MathJax has not typeset (yet)
           const walk = document.createTreeWalker(m, NodeFilter.SHOW_TEXT), raw = [];
@@ -134,15 +136,15 @@ def stop_kernels(base: str, token: str) -> None:
     with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=30) as answer:
         sessions = json.load(answer)
     for session in sessions:
-        urllib.request.urlopen(urllib.request.Request(
-            f"{base}/api/sessions/{session['id']}?token={token}", method="DELETE"), timeout=30)
+        url = f"{base}/api/sessions/{session['id']}?token={token}"
+        urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=30)
 
 
 def settings(folder: Path, all_at_once: bool) -> None:
     """The next page's settings: no news, no update check (both fetch from the internet).
     All at once: every cell laid out when the notebook opens (by default a cell is sized as
-    it comes into view, a figure's button moves between WebDriver's scroll and its click, and
-    a long chapter takes three times as long to attach). Else the default, under which a
+    it comes into view, a figure's button moves between WebDriver's scroll and its click,
+    and a long chapter takes three times as long to attach). Else the default, under which a
     trusted quiz is drawn after JupyterLab's MathJax is defined, as a reader sees."""
     for name, values in {NEWS: {"fetchNews": "false", "checkForUpdates": False},
                          TRACKER: {"windowingMode": "none"} if all_at_once else {}}.items():
@@ -195,8 +197,8 @@ def open_notebook(driver, url: str, want: dict, figures: int, trusted: bool) -> 
 
 
 def check_markdown(driver, chapter: str, state: dict, want: dict) -> list[str]:
-    """No raw MyST in the rendered Markdown; answers folded, and opened by a click; the hidden
-    sources collapsed. Screenshots: the top of the chapter, its first answer opened."""
+    """No raw MyST in the rendered Markdown; answers folded, and opened by a click; the
+    hidden sources collapsed. Screenshots: the chapter's top, its first answer opened."""
     driver.save_screenshot(str(SHOTS / f"{chapter}.png"))
     problems = [f"{state[key]} {what}, expected {want[key]}" for key, what in (
         ("cells", "cells"), ("markdown", "Markdown cells rendered"),
@@ -205,8 +207,9 @@ def check_markdown(driver, chapter: str, state: dict, want: dict) -> list[str]:
     raw = sorted(set(state["myst"]))
     problems += [f"raw MyST shows: {raw[:5]}"] * bool(raw)
     if len(state["details"]) != want["details"] or any(state["details"]):
-        problems.append(f"answers: {len(state['details'])} <details> ({sum(state['details'])} "
-                        f"open), expected {want['details']}, all folded")
+        problems.append(f"answers: {len(state['details'])} <details> "
+                        f"({sum(state['details'])} open), expected {want['details']}, "
+                        "all folded")
     answers = driver.find_elements(By.CSS_SELECTOR, ".jp-RenderedMarkdown details")
     if answers:
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", answers[0])
@@ -289,7 +292,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("chapters", nargs="*", help="e.g. 07_generation (default: all)")
     parser.add_argument("--notebooks", type=Path, default=EDITIONS,
-                        help="the folder to copy the chapters from (default: notebooks/jupyter/)")
+                        help="the folder to copy the notebooks from "
+                        "(default: notebooks/jupyter/)")
     args = parser.parse_args()
     chosen = [p for p in sorted(args.notebooks.glob("*.ipynb"))
               if not args.chapters or p.stem in args.chapters]
@@ -318,8 +322,8 @@ def main() -> int:
                 problems = check_chapter(driver, base, token, folder / path.name)
                 stop_kernels(base, token)
                 trust = "trusted" if path.stem in TRUSTED else "untrusted"
-                failures += report(f"{path.stem} ({trust}, {time.perf_counter() - began:.1f} s)",
-                                   problems)
+                took = time.perf_counter() - began
+                failures += report(f"{path.stem} ({trust}, {took:.1f} s)", problems)
         finally:
             driver.quit()
             lab.terminate()

@@ -1,9 +1,9 @@
-"""The Colab button opens a chapter's Jupyter and Colab edition, ``notebooks/jupyter/NAME.ipynb``.
+"""The Colab button opens a chapter's Jupyter and Colab edition, notebooks/jupyter/.
 
-sphinx-book-theme points its Colab button at the page's own source, ``notebooks/NAME.ipynb``, whose
-MyST (cross-references, dropdown answers, admonitions) Colab shows as raw text. The editions are
-written from those notebooks by ``scripts/jupyter_notebooks.py``; after the theme has built its
-launch buttons, this points the Colab one at the edition of the page, when there is one.
+sphinx-book-theme points its Colab button at the page's own source, notebooks/NAME.ipynb,
+whose MyST (cross-references, dropdown answers, admonitions) Colab shows as raw text. The
+editions are written from those notebooks by ``scripts/jupyter_notebooks.py``; after the
+theme has built its launch buttons, this points the Colab one at the page's edition, if any.
 """
 
 from pathlib import Path
@@ -16,8 +16,9 @@ def _colab_to_edition(app, pagename, templatename, context, doctree):
     if not pagename.startswith("notebooks/") or \
             not (Path(app.srcdir) / EDITIONS / f"{name}.ipynb").exists():
         return
-    for group in context.get("header_buttons", []):
-        for button in group.get("buttons", []) if group.get("label") == "launch-buttons" else []:
+    groups = context.get("header_buttons", [])
+    for group in (g for g in groups if g.get("label") == "launch-buttons"):
+        for button in group.get("buttons", []):
             if button.get("text") == "Colab":
                 button["url"] = button["url"].replace(f"/{pagename}.ipynb",
                                                       f"/{EDITIONS}/{name}.ipynb")
