@@ -76,8 +76,9 @@ def test_no_myst_left_and_answers_folded(chapter):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
-def test_hidden_cells(chapter):
+def test_valid_with_hidden_cells_hidden(chapter):
     edition = read_edition(chapter)
+    nbformat.validate(edition)  # e.g. cell ids, attachments, the jupyter metadata
     tags = [set(c.metadata.get("tags", [])) for c in edition.cells]
     assert not any("remove-cell" in t for t in tags), f"{chapter.name}: a test cell shows"
     for cell, cell_tags in zip(edition.cells, tags):
