@@ -18,7 +18,7 @@ export PYTHONHASHSEED := 0
 NOTEBOOK_SOURCES := $(sort $(wildcard notebooks/text/*.py))
 NOTEBOOKS := $(patsubst notebooks/text/%.py,notebooks/%.ipynb,$(NOTEBOOK_SOURCES))
 
-.PHONY: help venv test test-unit test-notebooks book browser-test jupyterlab-test pdf test-pdf notebooks benchmarks clean
+.PHONY: help venv test test-unit test-notebooks book browser-test jupyterlab-test pdf test-pdf notebooks jupyter benchmarks clean
 
 help:
 	@echo "make test        set up .venv, run pytest, nbval over every notebook, twin sync check"
@@ -27,6 +27,7 @@ help:
 	@echo "make jupyterlab-test  the committed chapters' interactive figures and quizzes in JupyterLab, headless, no cell run"
 	@echo "make pdf         the whole book as one PDF (LuaLaTeX) into _build/latex, then checked by scripts/pdf_test.py"
 	@echo "make notebooks   re-execute the chapters whose text twin or package changed (commit the outputs)"
+	@echo "make jupyter     the chapters' Jupyter and Colab editions, notebooks/jupyter/ (no MyST; make notebooks runs it)"
 	@echo "make benchmarks  speed benchmarks, never part of the tests (NANOGPT=DIR: beside nanoGPT)"
 	@echo "make student     student copies of every chapter into _build/student"
 	@echo "make assign      per chapter: the hand-in notebook and the grader's material, into _build/assign"
@@ -61,11 +62,12 @@ test-unit: $(STAMP)
 
 # Lax mode runs every cell and fails on any error; cells tagged `nbval-check-output` are compared,
 # numbers from training within the tolerance their metadata states (notebooks/conftest.py), and
-# each chapter's lesson verdicts exactly (gpt_from_scratch.book.lessons).
+# each chapter's lesson verdicts exactly (gpt_from_scratch.book.lessons). Not the Jupyter editions
+# (notebooks/jupyter/): the same code cells, less the hidden ones.
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
 	--nbval-cell-timeout=600 -p no:cacheprovider
 test-notebooks: $(STAMP)
-	$(PY) -m pytest $(NBVAL) notebooks/
+	$(PY) -m pytest $(NBVAL) $(NOTEBOOKS)
 
 # The chapters that train or differentiate, a second time under another arithmetic: PyTorch's
 # AVX2 kernels (ARITHMETIC=default: its portable ones, about 3 times slower) and one thread, from an
@@ -99,9 +101,10 @@ browser-test: book
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 	$(PY) scripts/browser_test.py
 
-# The interactive figures (chapters 4, 7, 8) and quizzes as the committed chapters show them in the venv's
-# JupyterLab (requirements.txt), in headless Chromium (installed as for browser-test): no cell runs, nothing
-# is fetched from the internet. Screenshots in _build/screenshots/jupyterlab (measured: about 40 s).
+# Every chapter's Jupyter edition (notebooks/jupyter/) as the venv's JupyterLab (requirements.txt) shows it,
+# in headless Chromium (installed as for browser-test): no raw MyST, answers folded, the interactive
+# figures (chapters 4, 7, 8) and the quizzes drawn. No cell runs, nothing is fetched from the internet.
+# Screenshots in _build/screenshots/jupyterlab.
 jupyterlab-test: $(STAMP)
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
@@ -124,8 +127,14 @@ pdf: $(STAMP)
 test-pdf: $(STAMP)
 	$(PY) scripts/pdf_test.py
 
-# Re-execute a chapter from its text twin when the twin or the package changed.
+# Re-execute a chapter from its text twin when the twin or the package changed; then its Jupyter edition.
 notebooks: $(NOTEBOOKS)
+	$(PY) scripts/jupyter_notebooks.py
+
+# The Jupyter and Colab editions of the committed chapters, notebooks/jupyter/ (tests/test_jupyter_notebooks.py
+# fails when they are out of date). Nothing is executed: seconds.
+jupyter: $(STAMP)
+	$(PY) scripts/jupyter_notebooks.py
 notebooks/%.ipynb: notebooks/text/%.py gpt_from_scratch/*.py gpt_from_scratch/book/*.py | $(STAMP)
 	$(BIN)/jupytext --to notebook --set-kernel python3 --execute --output $@ $<
 

@@ -1,0 +1,121 @@
+"""Write every chapter's Jupyter and Colab edition from the committed, executed chapters.
+
+    python scripts/jupyter_notebooks.py           # notebooks/*.ipynb -> notebooks/jupyter/
+    python scripts/jupyter_notebooks.py --check   # exit 1 when one is missing, stale or old
+
+The chapters' MyST (cross-references, citations, admonitions, dropdown answers, figure
+captions) renders only in the book; Jupyter and Colab show it as raw text. Each edition is
+the chapter with its Markdown rewritten by ``scripts/jupyter_markdown.py`` and its outputs
+as committed (nothing is executed): the hidden test cells (``remove-cell``) are dropped; the
+source of ``remove-input`` and ``hide-input`` cells (generated prose, quizzes, exercise
+solutions) is collapsed with ``jupyter.source_hidden``, which JupyterLab and Colab honour; a
+figure's numbered caption follows it.
+
+The editions are committed, in ``notebooks/jupyter/``: Colab opens a notebook from GitHub
+by its path on a branch, so the book's Colab button (book/_ext/jupyter_launch.py) and the
+README point there. ``make test`` checks that they match the chapters
+(tests/test_jupyter_notebooks.py); ``make notebooks`` and ``make jupyter`` rewrite them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from gpt_from_scratch.utils import atomic_path  # noqa: E402
+from scripts.jupyter_markdown import BookIndex, Converter  # noqa: E402
+
+CHAPTERS = ROOT / "notebooks"
+EDITIONS = CHAPTERS / "jupyter"
+HIDDEN_SOURCE = {"remove-input", "hide-input"}
+
+
+def chapters() -> list[Path]:
+    return sorted(CHAPTERS.glob("*.ipynb"))
+
+
+def colab_url(chapter: str) -> str:
+    """Where Colab opens a chapter's edition (``chapter``: "06_training"), from
+    ``_config.yml`` as for the book's Colab button."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    repository = config["repository"]["url"].rstrip("/").removeprefix("https://github.com/")
+    branch = config["repository"].get("branch", "main")
+    return (f"{config['launch_buttons']['colab_url'].rstrip('/')}/github/{repository}/blob/"
+            f"{branch}/notebooks/jupyter/{chapter}.ipynb")
+
+
+def edition(chapter: Path, index: BookIndex) -> nbformat.NotebookNode:
+    """The chapter as Jupyter and Colab render it (see the module's docstring)."""
+    nb = nbformat.read(chapter, as_version=4)
+    page = f"notebooks/{chapter.stem}"
+    convert = Converter(index, page)
+    cells = []
+    for cell in nb.cells:
+        tags = set(cell.metadata.get("tags", []))
+        if "remove-cell" in tags:
+            continue
+        cell = copy.deepcopy(cell)
+        cells.append(cell)
+        if cell.cell_type == "markdown":
+            convert.attachments = {}
+            cell.source = convert.markdown(cell.source)
+            if convert.attachments:
+                cell.attachments = convert.attachments
+            if len(cells) == 1 and page in index.pages:  # under the title: the book's page
+                title, _, rest = cell.source.partition("\n")
+                cell.source = (f"{title}\n\n*[Read this chapter in the rendered book]"
+                               f"({index.url(index.pages[page])}); this notebook is its "
+                               f"Jupyter and Colab edition.*\n{rest}")
+        if cell.cell_type != "code":
+            continue
+        if tags & HIDDEN_SOURCE:
+            cell.metadata["jupyter"] = {"source_hidden": True}
+        figure = cell.metadata.get("mystnb", {}).get("figure")
+        if figure:
+            caption = nbformat.v4.new_markdown_cell(convert.caption_cell(figure))
+            caption.id = f"{cell.id}-caption"
+            cells.append(caption)
+    nb.cells = cells
+    nb.metadata.pop("jupytext", None)
+    nb.metadata["gpt_from_scratch"] = {"written_by": "scripts/jupyter_notebooks.py",
+                                       "from": f"notebooks/{chapter.name}",
+                                       "edit": f"notebooks/text/{chapter.stem}.py"}
+    return nb
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="report drift, write nothing")
+    args = parser.parse_args(argv)
+    index = BookIndex.read()
+    wanted = {EDITIONS / chapter.name: nbformat.writes(edition(chapter, index)) + "\n"
+              for chapter in chapters()}  # the text nbformat.write writes
+    stale = sorted(set(EDITIONS.glob("*.ipynb")) - set(wanted))
+    drifted = [path for path, text in wanted.items()
+               if not path.exists() or path.read_text() != text]
+    if args.check:
+        for path in drifted:
+            print(f"{path.relative_to(ROOT)}: differs from its chapter; run "
+                  "python scripts/jupyter_notebooks.py (make jupyter)")
+        for path in stale:
+            print(f"{path.relative_to(ROOT)}: no chapter notebooks/{path.name}; delete it")
+        return 1 if drifted or stale else 0
+    for path in drifted:
+        with atomic_path(path) as tmp:
+            tmp.write_text(wanted[path])
+        print(f"{path.relative_to(ROOT)}: written")
+    for path in stale:
+        path.unlink()
+        print(f"{path.relative_to(ROOT)}: deleted (its chapter is gone)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The chapters' Jupyter and Colab editions (notebooks/jupyter/, written by
+scripts/jupyter_notebooks.py): up to date with the committed chapters, with no MyST left
+(Jupyter and Colab would show it as raw text), every answer folded in <details>, the hidden
+test cells dropped, the hidden sources collapsed, and the README's Colab links on them; and
+the MyST rewrite itself (scripts/jupyter_markdown.py) on small examples of each construct.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from scripts import jupyter_notebooks  # noqa: E402
+from scripts.jupyter_markdown import (  # noqa: E402
+    MYST, BookIndex, Converter, Target, Unsupported)
+
+CHAPTERS = jupyter_notebooks.chapters()
+MYST_LEFT = {
+    "a role": re.compile(r"\{[a-z][\w:+-]*\}`"),
+    "a target": re.compile(r"^\s*\([\w.:-]+\)=\s*$", re.MULTILINE),
+    "a directive": re.compile(r"^\s*(```+|~~~+)\s*\{|^\s*:::", re.MULTILINE),
+    "a directive option": re.compile(r"^\s*:(class|name|label|alt|width|align):",
+                                     re.MULTILINE),
+}
+
+
+def myst_left(text: str) -> list[str]:
+    return [f"{kind}: {m.group(0).strip()!r}" for kind, pattern in MYST_LEFT.items()
+            for m in pattern.finditer(text)]
+
+
+def markdown_texts(nb) -> list[str]:
+    """Every Markdown the page shows: the Markdown cells and the Markdown outputs."""
+    return [c.source for c in nb.cells if c.cell_type == "markdown"] + [
+        output["data"]["text/markdown"] for c in nb.cells if c.cell_type == "code"
+        for output in c.outputs if "text/markdown" in output.get("data", {})]
+
+
+def read_edition(chapter: Path):
+    return nbformat.read(jupyter_notebooks.EDITIONS / chapter.name, as_version=4)
+
+
+def test_every_chapter_has_an_edition_and_they_are_up_to_date():
+    assert jupyter_notebooks.main(["--check"]) == 0, (
+        "notebooks/jupyter/ differs from the chapters: run make jupyter and commit it")
+
+
+def test_the_readme_opens_every_edition_in_colab():
+    readme = (ROOT / "README.md").read_text()
+    links = set(re.findall(r"https://colab\.research\.google\.com/\S+?\.ipynb", readme))
+    wanted = {jupyter_notebooks.colab_url(chapter.stem) for chapter in CHAPTERS}
+    assert links == wanted, (f"README.md's Colab links: missing {sorted(wanted - links)}, "
+                             f"not an edition {sorted(links - wanted)}")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_no_myst_left_and_answers_folded(chapter):
+    source, edition = nbformat.read(chapter, as_version=4), read_edition(chapter)
+    left = [found for text in markdown_texts(edition) for found in myst_left(text)]
+    assert not left, f"{chapter.name}'s Jupyter edition shows raw MyST: {left[:5]}"
+    dropdowns = sum(token.info.startswith("{") and "dropdown" in token.content
+                    for cell in source.cells if cell.cell_type == "markdown"
+                    for token in MYST.parse(cell.source))
+    folded = sum(c.source.count("<details>") for c in edition.cells
+                 if c.cell_type == "markdown")
+    assert folded == dropdowns, f"{chapter.name}: {dropdowns} dropdowns, {folded} <details>"
+    for cell in (c for c in edition.cells if "answer" in c.metadata.get("tags", [])):
+        assert cell.source.startswith("<details>") and cell.source.endswith("</details>"), (
+            f"{chapter.name}: an answer is not folded in <details>: {cell.source[:80]!r}")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_valid_with_hidden_cells_hidden(chapter):
+    edition = read_edition(chapter)
+    nbformat.validate(edition)  # e.g. cell ids, attachments, the jupyter metadata
+    tags = [set(c.metadata.get("tags", [])) for c in edition.cells]
+    assert not any("remove-cell" in t for t in tags), f"{chapter.name}: a test cell shows"
+    for cell, cell_tags in zip(edition.cells, tags):
+        if cell_tags & {"remove-input", "hide-input"}:
+            assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, (
+                f"{chapter.name}: a {sorted(cell_tags)} cell's source is not collapsed")
+
+
+def test_the_myst_check_finds_each_construct():
+    planted = ("(ch-x)=\n# Title\nSee {ref}`ch-x` and {cite:p}`a`.\n"
+               "```{admonition} Answer\n:class: dropdown\nYes.\n```\n:::{note}\nHi\n:::\n")
+    assert {found.split(":")[0] for found in myst_left(planted)} == set(MYST_LEFT)
+    assert myst_left("Plain `code`, $\\{x\\}$ and <details>text</details>.") == []
+
+
+# ---------------------------------------------------------------------------------------
+# The rewrite, construct by construct, on a small made-up book
+# ---------------------------------------------------------------------------------------
+
+SITE = "https://example.org/book/"
+REFS = f"{SITE}book/references.html"
+CH6 = f"{SITE}notebooks/06_training.html"
+
+
+@pytest.fixture
+def convert() -> Converter:
+    training, generation = "notebooks/06_training", "notebooks/07_generation"
+    pages = {training: Target(training, "", "Training", "6"),
+             generation: Target(generation, "", "Generating", "7"),
+             "book/notation": Target("book/notation", "", "Notation")}
+    labels = {"ch-training": Target(training, "ch-training", "Training", "6"),
+              "sec-ladder": Target(training, "sec-ladder", "The ladder", "6.4"),
+              "fig-lr": Target(training, "fig-lr", "Fig. 6.1", "6.1")}
+    citations = {"vaswani2017": "Vaswani et al., 2017", "k": "K, 2023b"}
+    return Converter(BookIndex(SITE, pages, labels, citations), generation)
+
+
+def test_references_become_links_with_plain_text(convert):
+    text = convert.markdown(
+        "(ch-generation)=\n# 7. Generating\n\nAs {ref}`ch-training` showed, Chapter 6 "
+        "({ref}`ch-training`) and {ref}`sec-ladder`; {numref}`fig-lr`, {numref}`Figure "
+        "{number} <fig-lr>`, {ref}`the loop <sec-ladder>`, {doc}`/book/notation`. "
+        "`{ref}` stays.")
+    assert text == (
+        f"# 7. Generating\n\nAs [Chapter 6, *Training*]({CH6}#ch-training) showed, "
+        f"Chapter 6 ([*Training*]({CH6}#ch-training)) and "
+        f"[Chapter 6, section 6.4]({CH6}#sec-ladder); [Fig. 6.1]({CH6}#fig-lr), "
+        f"[Figure 6.1]({CH6}#fig-lr), [the loop]({CH6}#sec-ladder), "
+        f"[Notation]({SITE}book/notation.html). `{{ref}}` stays.")
+
+
+def test_a_citation_reads_as_a_name_where_it_is_one(convert):
+    link = f"{REFS}#cite-vaswani2017"
+    text = convert.markdown("Attention {cite}`vaswani2017`. {cite}`vaswani2017` found it, "
+                            "as {cite}`vaswani2017` did; see {cite:p}`vaswani2017`.")
+    assert text == (
+        f"Attention ([Vaswani et al., 2017]({link})). [Vaswani et al. (2017)]({link}) "
+        f"found it, as [Vaswani et al. (2017)]({link}) did; see "
+        f"([Vaswani et al., 2017]({link})).")
+
+
+def test_citations_admonitions_and_dropdowns(convert):
+    text = convert.markdown(
+        "Both {cite}`vaswani2017,k`.\n\n```{note}\nA {cite:t}`k` note.\n```\n\n"
+        "- item\n\n  :::{admonition} Answer\n  :class: dropdown\n  $x$ is 1.\n  :::\n")
+    assert text == (
+        f"Both ([Vaswani et al., 2017]({REFS}#cite-vaswani2017); "
+        f"[K, 2023b]({REFS}#cite-k)).\n\n"
+        f"> **Note**\n>\n> A [K (2023b)]({REFS}#cite-k) note.\n\n- item\n\n  <details>\n"
+        "  <summary><b>Answer</b></summary>\n\n  $x$ is 1.\n\n  </details>")
+
+
+def test_a_figure_becomes_its_image_and_numbered_caption(convert):
+    text = convert.markdown("```{figure} /book/favicon.svg\n:alt: The icon\n"
+                            ":name: fig-icon\nThe {ref}`ch-training` icon.\n```")
+    assert text == ("![The icon](attachment:fig-icon.svg)\n\n**Fig. 7.1.** The "
+                    f"[Chapter 6, *Training*]({CH6}#ch-training) icon.")
+    assert "<svg" in convert.attachments["fig-icon.svg"]["image/svg+xml"]
+    assert convert.caption_cell({"caption": "Second."}) == "**Fig. 7.2.** Second."
+
+
+@pytest.mark.parametrize("myst, message", [
+    ("{kbd}`Ctrl`", "the role {kbd}"), ("{ref}`nowhere`", "no such label"),
+    ("{cite}`nobody`", "not in book/references.bib"), ("{glue}`x`", "the role {glue}"),
+    ("```{code-cell}\nx\n```", "the directive {code-cell}"),
+    ("$$x$$ (eq-x)", "math_block_label")])
+def test_what_has_no_jupyter_rendering_fails_with_its_name(convert, myst, message):
+    with pytest.raises(Unsupported, match=re.escape(message)):
+        convert.markdown(myst)
+
+
+def test_the_book_index_reads_chapters_figures_and_citations():
+    index = BookIndex.read()
+    assert index.site.startswith("https://") and index.site.endswith("/")
+    chapters = [t for page, t in index.pages.items() if page.startswith("notebooks/")]
+    assert len(chapters) == len(CHAPTERS) and all(t.number for t in chapters)
+    figures = [t for t in index.labels.values() if t.title.startswith("Fig. ")]
+    assert figures and all(t.title == f"Fig. {t.number}" for t in figures)
+    assert all(re.fullmatch(r".+, \d{4}[a-z]?", label)
+               for label in index.citations.values())
