@@ -118,3 +118,18 @@ def test_the_package_makes_waiting_threads_sleep_unless_the_reader_chose(tmp_pat
                                    text=True, check=True).stdout.strip()
     assert run(env) == "PASSIVE"
     assert run(dict(env, OMP_WAIT_POLICY="ACTIVE")) == "ACTIVE"
+
+
+def test_real_words_and_loops_are_judged_with_their_margins():
+    from gpt_from_scratch.book.samples import decoding_lessons, real_words_lesson
+
+    good = real_words_lesson([0.86, 0.88, 0.86, 0.88, 0.86], "the model")
+    assert good.holds and good.margin == pytest.approx(100 * (0.868 - 2 * 0.0049 - 0.80), abs=0.1)
+    assert "(the samples': 86%, 88%, 86%, 88%, 86%)" in good.text
+    bad = real_words_lesson([0.70, 0.95], "the model")  # a high mean, too spread to trust
+    assert not bad.holds and "below the bar of 80%" in bad.text
+    loop = "the king is dead the king is dead the king is dead the king is dead now"
+    looping, moving = decoding_lessons(loop, [loop])
+    assert looping.holds and not moving.holds and "repeats itself here" in moving.text
+    looping, moving = decoding_lessons("a b c d e f g h", ["i j k l m n o p"])
+    assert not looping.holds and moving.holds and "no sample repeats" in moving.text

@@ -115,10 +115,10 @@ def real_words_lesson(shares: list[float], what: str, bar: float = 0.80) -> Less
     each = f" (the samples': {', '.join(f'{v:.0%}' for v in shares)})" if n > 1 else ""
     seen = (f"{mean:.0%} of the words {what} writes are words of the training text" + each +
             (f"; {SE_BAR:g} standard errors below that mean is {low:.0%}" if n > 1 else ""))
-    holds = f"{seen}, above the {bar:.0%} this book asks of a model that writes the play's words."
-    fails = (f"{seen}, below the {bar:.0%} this book asks of a model that writes the play's words. "
-             "A CPU that sums in another order trains another model from the same seed, and "
-             "this one misspells more than the one the chapter was written with.")
+    holds = f"{seen}: above the bar of {bar:.0%} this book sets for it."
+    fails = (f"{seen}: below the bar of {bar:.0%} this book sets for it. A CPU that sums in "
+             "another order trains another model from the same seed, and this one misspells "
+             "more than the one the chapter was written with.")
     return lesson(f"{what} writes the play's words", 100 * (low - bar), "points", holds, fails)
 
 
@@ -136,7 +136,9 @@ def decoding_lessons(greedy: str, sampled: list[str]) -> tuple[Lesson, Lesson]:
         "returns to a phrase it already wrote.")
     keeps_moving = lesson(
         "sampling keeps moving", 100 * (MOVING_BAR - moving), "points",
-        f"Sampling keeps moving: at most {moving:.0%} of a sample's words repeat a run of three.",
+        "Sampling keeps moving: " + ("no sample repeats a run of three words." if moving == 0
+                                     else f"at most {moving:.0%} of a sample's words repeat a "
+                                          "run of three."),
         f"Sampling repeats itself here ({moving:.0%} of a sample's words repeat a run of three, "
         f"above {MOVING_BAR:.0%}): a sample as long as {SAMPLE_CHARS} characters can fall "
         "into a loop by chance, and this one did.")
