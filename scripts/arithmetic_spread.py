@@ -16,6 +16,7 @@ notebooks and a JSON report go to ``_build/spread/<variant>/``; the tables go to
 from __future__ import annotations
 
 import argparse
+import configparser
 import json
 import os
 import re
@@ -27,6 +28,9 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "notebooks"))
+from conftest import within  # noqa: E402  (nbval's tolerance, as make test applies it)
+
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 CAPABILITIES = ("native", "default", "avx2", "avx512")
 
@@ -39,6 +43,19 @@ def variant(text: str) -> tuple[str, int]:
             f"variant {text!r} must be CAPABILITY:THREADS with CAPABILITY one of "
             f"{', '.join(CAPABILITIES)} and THREADS a whole number >= 1, e.g. avx2:1")
     return cap, int(threads)
+
+
+def sanitizers() -> list[tuple[str, str]]:
+    """nbval_sanitize.cfg's patterns (timings, addresses), applied as ``make test`` applies them."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "nbval_sanitize.cfg")
+    return [(config[s]["regex"], config[s]["replace"]) for s in config.sections()]
+
+
+def sanitize(text: str) -> str:
+    for regex, replace in sanitizers():
+        text = re.sub(regex, replace, text)
+    return text
 
 
 def texts(cell) -> list[str]:
@@ -60,9 +77,10 @@ def compare(committed, executed) -> list[dict]:
     for i, (old, new) in enumerate(zip(committed.cells, executed.cells)):
         if old.cell_type != "code" or "nbval-check-output" not in old.metadata.get("tags", []):
             continue
-        a, b = "\n".join(texts(old)), "\n".join(texts(new))
+        a, b = (sanitize("\n".join(texts(c))) for c in (old, new))
         row = dict(cell=i, first_line=old.source.splitlines()[0][:60] if old.source else "",
                    tolerance=old.metadata.get("tolerance"))
+        row["passes"] = a == b or bool(row["tolerance"]) and within(b, a, row["tolerance"]) == a
         if NUMBER.split(a) != NUMBER.split(b):
             row["text_changed"] = True
         else:
@@ -115,8 +133,9 @@ def show(report: dict) -> None:
             moved = ("text changed" if "text_changed" in row else
                      f"abs {row.get('abs', 0):.4g}  rel {row.get('rel', 0):.3g}")
             if "text_changed" in row or row.get("abs", 0) > 0:
-                print(f"  cell {row['cell']:3d} {moved:<32} tolerance {row['tolerance']}  "
-                      f"| {row['first_line']}")
+                verdict = "passes" if row["passes"] else "FAILS"
+                print(f"  cell {row['cell']:3d} {verdict:6} {moved:<30} tolerance "
+                      f"{row['tolerance']} | {row['first_line']}")
     for x in report.get("lessons", []):
         print(f"  lesson {'holds' if x['holds'] else 'FAILS'}: {x['name']}: margin "
               f"{x['margin']:.4g} {x['unit']}")
