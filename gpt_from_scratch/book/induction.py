@@ -86,10 +86,12 @@ def previous_token_lesson(previous: Tensor, n: int) -> Lesson:
     least ``PREVIOUS_TOKEN_BAR`` times the even share (``previous`` is (L, H), measured on
     sequences of length 2n). The margin is in multiples of the even share."""
     ratio = previous[0].max().item() / uniform_share(2 * n)
-    holds = (f"The model's best head of layer 0 puts {ratio:.1f} times the even share on the previous "
-             f"token, more than the {PREVIOUS_TOKEN_BAR:g} times that makes a previous-token head.")
-    fails = (f"The model's best head of layer 0 puts only {ratio:.1f} times the even share on the previous "
-             f"token, less than the {PREVIOUS_TOKEN_BAR:g} times that makes a previous-token head: "
+    holds = (f"The model's best head of layer 0 puts {ratio:.1f} times the even share on the "
+             f"previous token, more than the {PREVIOUS_TOKEN_BAR:g} times that makes a "
+             "previous-token head.")
+    fails = (f"The model's best head of layer 0 puts only {ratio:.1f} times the even share on the "
+             f"previous token, less than the {PREVIOUS_TOKEN_BAR:g} times that makes a "
+             "previous-token head: "
              "a CPU that sums in another order trained another model from the same seed, and in "
              "this one the circuit has not formed yet in the chapter's steps.")
     return lesson("layer 0 grows a previous-token head", ratio - PREVIOUS_TOKEN_BAR,
