@@ -69,16 +69,18 @@ NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with nbval_sanitize.cf
 test-notebooks: $(STAMP)
 	$(PY) -m pytest $(NBVAL) $(NOTEBOOKS)
 
-# The chapters that train or differentiate, a second time under another arithmetic: PyTorch's
-# AVX2 kernels (ARITHMETIC=default: its portable ones, about 3 times slower) and one thread, from an
-# empty model cache, so that every model is trained anew under it. The committed outputs come from
-# the AVX-512 kernels and two threads; every compared cell and every lesson must hold under both.
+# The chapters that train or differentiate, a second time under another arithmetic: PyTorch's AVX2
+# kernels (ARITHMETIC=default: its portable ones, about 3 times slower) and one thread
+# (ARITHMETIC_THREADS=4: four), from an empty model cache, so that every model is trained anew
+# under it. The committed outputs come from the AVX-512 kernels and two threads; every compared
+# cell and every lesson must hold under both.
 ARITHMETIC ?= avx2
+ARITHMETIC_THREADS ?= 1
 ARITHMETIC_CHAPTERS ?= 03 05 06 07 08 09 10
 .PHONY: test-arithmetic
 test-arithmetic: $(STAMP)
 	rm -rf _build/cache-$(ARITHMETIC)
-	ATEN_CPU_CAPABILITY=$(ARITHMETIC) OMP_NUM_THREADS=1 \
+	ATEN_CPU_CAPABILITY=$(ARITHMETIC) OMP_NUM_THREADS=$(ARITHMETIC_THREADS) \
 		GPT_FROM_SCRATCH_CACHE=$(abspath _build/cache-$(ARITHMETIC)) \
 		$(PY) -m pytest $(NBVAL) $(foreach c,$(ARITHMETIC_CHAPTERS),$(wildcard notebooks/$(c)_*.ipynb))
 
