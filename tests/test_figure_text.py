@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from gpt_from_scratch.book.figure_text import (  # noqa: E402
-    SMALLEST_TEXT, retina_png, smallest_text_pt)
+    COLOURS, SMALLEST_TEXT, max_width_in, retina_png, smallest_text_pt)
 
 
 def test_smallest_text_counts_drawn_text_only():
@@ -43,4 +43,11 @@ def test_retina_png_records_the_smallest_text_and_the_dpi():
     assert image.text[SMALLEST_TEXT] == "7.5"
     assert round(image.info["dpi"][0]) == 200
     assert size["width"] == image.width // 2
+    assert image.mode == "P" and len(image.getpalette()) // 3 <= COLOURS  # light on a phone
     plt.close(fig)
+
+
+def test_the_widest_legible_figure_grows_with_its_type():
+    # 10-point text in a 5.5-inch figure drawn 358 CSS px wide is 9.1 CSS px tall.
+    assert 5.4 < max_width_in(10) < 5.6
+    assert max_width_in(8) == 0.8 * max_width_in(10)
