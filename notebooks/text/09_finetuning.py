@@ -407,9 +407,10 @@ for r in (1, 4, 16):
 try:
     gpt2 = from_pretrained("gpt2")
     REAL_GPT2 = True
-except WeightsUnavailableError as err:
+except WeightsUnavailableError:  # not in the cache, and no network to download them
     gpt2, REAL_GPT2 = None, False
-    print(f"The real GPT-2 weights are unavailable on this machine:\n  {err}")
+    print("Offline: GPT-2's weights cannot be downloaded on this machine, so "
+          "GPT-2 itself is not fine-tuned in this run.")
 if REAL_GPT2:
     results["GPT-2, head only"] = fine_tune(gpt2, "head", lr=1e-2)
     results["GPT-2, LoRA r=8 + head"] = fine_tune(gpt2, "lora", r=8, lr=1e-3)
@@ -565,7 +566,7 @@ for step in range(STYLE_STEPS):
     opt.step()
 style_seconds = clock() - start
 style_after = {k: lm_loss(v) for k, v in held_out.items()}
-style.cpu().eval()
+style = style.cpu().eval()  # for the samples below
 
 # %% tags=["nbval-check-output"]
 print(f"{len(style_train):,} training tokens of {speaker}; adapter of "
