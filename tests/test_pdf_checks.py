@@ -34,3 +34,21 @@ def test_missing_glyphs_and_unresolved_references_are_found_in_the_log():
                  "LaTeX Warning: There were undefined references."]:
         assert pdf_test.UNRESOLVED.search(line), line
     assert not pdf_test.UNRESOLVED.search("Overfull \\vbox (2.3pt too high) at line 1252")
+
+
+def test_the_appendix_must_come_last_and_hold_every_answer():
+    chapter = "Exercise 1.\nThe answer is in the appendix, page 3.\nThe solution is in the " \
+              "appendix, page 3."
+    appendix = f"{pdf_test.APPENDIX}\n1. Answers"
+    contents = f"Contents\n{pdf_test.APPENDIX} 3"
+    assert pdf_test.check_appendix([contents, chapter, appendix], expected=2) == []
+    assert "no appendix" in pdf_test.check_appendix([chapter], expected=2)[0]
+    missing = pdf_test.check_appendix([contents, chapter, appendix], expected=3)
+    assert missing == ["2 lines point at the appendix, for 3 answers, solutions and quizzes "
+                       "in the notebooks"]
+    wrong_page = chapter.replace("page 3.", "page 2.", 1)
+    assert "outside the appendix" in pdf_test.check_appendix(
+        [contents, wrong_page, appendix], expected=2)[0]
+    spoiled = chapter + "\nAnswer\nThe loss barely moves."
+    assert "still printed" in pdf_test.check_appendix(
+        [contents, spoiled, appendix], expected=2)[0]
