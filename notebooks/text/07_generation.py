@@ -138,15 +138,15 @@ for t, p in tempered.items():
     print(f"temperature {t}: top token {p.max():.2f}, entropy {entropy:.2f} nats "
           f"(uniform over 65: {np.log(65):.2f})")
 
-# %% mystnb={"figure": {"caption": "The model's next-character probabilities after “It is the␣” (␣ is the space) at temperatures 0.5, 1 and 2, for the 15 characters most likely at temperature 1.", "name": "fig-generation-temperature"}, "image": {"alt": "Three bar charts side by side over the same 15 characters, t, s, m, a and so on. At temperature 0.5 the bar for t reaches about 0.23, well above the next one at about 0.13; at temperature 1 the bars decrease gradually from about 0.11; at temperature 2 they are nearly even, all between about 0.03 and 0.06."}}
+# %% mystnb={"figure": {"caption": "The model's next-character probabilities after “It is the␣” (␣ is the space) at temperatures 0.5, 1 and 2, for the 15 characters most likely at temperature 1.", "name": "fig-generation-temperature"}, "image": {"alt": "Three bar charts, one above the other, over the same 15 characters, t, s, m, a and so on. At temperature 0.5 the bar for t reaches about 0.23, well above the next one at about 0.13; at temperature 1 the bars decrease gradually from about 0.11; at temperature 2 they are nearly even, all between about 0.03 and 0.06."}}
 order = torch.argsort(probs, descending=True)[:15]
 labels = [repr(tokenizer.decode([i]))[1:-1] or "?" for i in order.tolist()]
-fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), sharey=True)
+fig, axes = plt.subplots(3, 1, figsize=(5.2, 8), sharex=True, sharey=True)
 for ax, (t, p) in zip(axes, tempered.items()):
     ax.bar(range(15), p[order].numpy())
-    ax.set_xticks(range(15), labels, fontsize=8)
-    ax.set(title=f"temperature {t}", xlabel="next character")
-axes[0].set_ylabel("probability")
+    ax.set_xticks(range(15), labels)
+    ax.set(title=f"temperature {t}", ylabel="probability")
+axes[-1].set_xlabel("next character")
 plt.show()
 
 # %% [markdown]
@@ -221,7 +221,7 @@ for name, text in contexts.items():
           f"{kept[0.5]}, {kept[0.9]}, {kept[0.99]}")
 
 # %% mystnb={"figure": {"caption": "Cumulative probability of the next character, most likely first, for two contexts. Top-p with p = 0.9 keeps the characters up to where each curve crosses the dashed line.", "name": "fig-generation-top-p"}, "image": {"alt": "Two rising step curves against the rank of the character, from 1 to 30. The curve for the context ending in 'What say' starts high and crosses the dashed line at 0.9 within the first few ranks. The curve for the context ending in a space starts low, rises gradually and crosses 0.9 much later."}}
-fig, ax = plt.subplots(figsize=(7, 3.8))
+fig, ax = plt.subplots(figsize=(5.2, 3.8))
 for name, c in cumulative.items():
     ax.step(range(1, 31), c[:30].numpy(), where="mid", marker=".", label=name)
 ax.axhline(0.9, color="gray", linestyle="--", linewidth=1, label="p = 0.9")
