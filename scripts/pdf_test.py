@@ -161,13 +161,24 @@ def notebook_answers() -> int:
     return count
 
 
+def printed_page_numbers(pages: list[str]) -> dict[int, int]:
+    """Each printed page number (the last line of a page's text) and its page in the file,
+    counted from 1: the title and the contents come before page 1."""
+    numbers = {}
+    for index, page in enumerate(pages, start=1):
+        lines = [line.strip() for line in page.splitlines() if line.strip()]
+        if lines and lines[-1].isdigit():
+            numbers.setdefault(int(lines[-1]), index)
+    return numbers
+
+
 def check_appendix(pages: list[str], expected: int) -> list[str]:
-    """The appendix comes last and holds every answer; the chapters point at it (``pages``: the
-    PDF's text, one string per page)."""
-    starts = [n for n, page in enumerate(pages, start=1) if APPENDIX in page]
-    if not starts:
+    """The appendix follows the chapters and holds every answer; the chapters point at it
+    (``pages``: the PDF's text, one string per page; a pointer names a printed page number)."""
+    starts = [n for n, page in enumerate(pages, start=1) if APPENDIX.lower() in page.lower()]
+    if len(starts) < 2:  # the table of contents names it first
         return [f"no appendix titled {APPENDIX!r}"]
-    start = starts[-1]  # the table of contents names it too
+    start, physical = starts[1], printed_page_numbers(pages)
     problems, pointers = [], []
     for number, page in enumerate(pages[:start - 1], start=1):
         pointers += [(number, int(target)) for target in POINTER.findall(normalise(page))]
@@ -176,9 +187,8 @@ def check_appendix(pages: list[str], expected: int) -> list[str]:
     if len(pointers) != expected:
         problems.append(f"{len(pointers)} lines point at the appendix, for {expected} answers, "
                         "solutions and quizzes in the notebooks")
-    problems += [f"page {page}: points at page {target}, outside the appendix (pages {start} "
-                 f"to {len(pages)})" for page, target in pointers
-                 if not start <= target <= len(pages)]
+    problems += [f"page {page}: points at page {target}, outside the appendix"
+                 for page, target in pointers if physical.get(target, 0) < start]
     return problems
 
 

@@ -217,7 +217,7 @@ def move_answers(app, doctree, docname):
         entries.append((chapter, exercise, label, node))
     if not entries:
         return
-    doctree_end(doctree).append(appendix(entries))
+    place_appendix(doctree, appendix(entries))
 
 
 def _kind(node: nodes.Node) -> str:
@@ -249,12 +249,17 @@ def appendix(entries) -> nodes.section:
     return part
 
 
-def doctree_end(doctree) -> nodes.Element:
-    """Where a chapter appended to the book goes: beside the last page's top section (in the
-    same parent, so that the LaTeX writer makes it a chapter too)."""
-    last = [section for section in doctree.findall(nodes.section)
-            if len(_sections_around(section)) == 1][-1]
-    return last.parent
+def place_appendix(doctree, part: nodes.section) -> None:
+    """Put the appendix after the last chapter and before the References, whose entries the
+    LaTeX writer prints at the very end of the book (a top-level section beside the others,
+    so that it is a chapter too)."""
+    tops = [section for section in doctree.findall(nodes.section)
+            if len(_sections_around(section)) == 1]
+    references = next((top for top in tops if next(top.findall(nodes.citation), None)), None)
+    if references is None:
+        tops[-1].parent.append(part)
+    else:
+        references.parent.insert(references.parent.index(references), part)
 
 
 def make_preface(doctree) -> None:

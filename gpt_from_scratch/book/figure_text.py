@@ -12,7 +12,7 @@ a quarter the size), so that a chapter with figures stays light on a phone. ``bo
 also sets the book's one figure style (``STYLE``): type large enough for a phone, where a
 figure ``W`` inches wide is drawn ``PHONE_COLUMN_PX`` CSS px wide, so its text of ``s`` points
 is ``s * PHONE_COLUMN_PX / (72 * W)`` CSS px: 10-point ticks need ``W`` <= 5.5 inches
-(``max_width_in``).
+(``max_width_in``); the book's figures are at most ``WIDTH_IN`` wide.
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ SMALLEST_TEXT = "Smallest text (pt)"
 PHONE_COLUMN_PX = 358  # the content column of a 390-px phone, in CSS px
 MIN_TEXT_PX = 9  # the smallest legible text, in CSS px (scripts/browser_phone.py)
 COLOURS = 256
-# The book's figure style: every chapter's figures, set by book_figures().
+WIDTH_IN = 5.2  # the widest figure, in inches: 10-point text stays legible (max_width_in(10))
+# The book's figure style: every chapter's figures, set by book_figures(). Panels that would
+# not fit WIDTH_IN side by side are stacked.
 STYLE = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 10,
          "ytick.labelsize": 10, "legend.fontsize": 10, "figure.titlesize": 12,
-         "figure.figsize": (5.5, 3.6)}
+         "figure.figsize": (WIDTH_IN, 3.6)}
 
 
 def max_width_in(points: float) -> float:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .figure_text import WIDTH_IN
 from .plotting import LABEL_PT, _as_array, attention_heatmap
 
 # Inches per token label along a map's side: labels at LABEL_PT, a little space between them.
@@ -132,7 +133,8 @@ def compare_attention(
         cmap: the colour map.
         panel_size: width and height of one map, in inches.
         ncols: maps per row; more maps wrap onto further rows. The default puts as many in a row
-            as fit in 9.5 inches, the widest figure whose labels stay legible in the book.
+            as fit in ``figure_text.WIDTH_IN``, the widest figure whose labels stay legible on
+            a phone (one map per row at the default ``panel_size``).
 
     Returns:
         The ``Figure``: one axes per map (row by row), then one colour-bar axes.
@@ -156,8 +158,8 @@ def compare_attention(
     if annotate is None:
         annotate = all(a.shape[1] <= 12 for a in arrays)
 
-    if ncols is None:
-        ncols = max(1, int((9.5 - 1.2) // panel_size))
+    if ncols is None:  # as many as fit the book's figure width, else one above the other
+        ncols = max(1, int((WIDTH_IN - 1.2) // panel_size))
     ncols = max(1, min(ncols, len(arrays)))
     nrows = -(-len(arrays) // ncols)
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
