@@ -7,8 +7,8 @@ that text at ``points / 72 * dpi * shown / stored`` CSS px, from the PNG's dpi a
 and stored widths; ``scripts/browser_test.py`` reads it there and fails a figure whose text
 is under 9 CSS px.
 
-The PNG keeps at most 256 colours (a line plot or a heatmap looks the same; the file is about
-a quarter the size), so that a chapter with figures stays light on a phone. ``book_figures()``
+The PNG keeps at most 256 colours, on white (a line plot or a heatmap looks the same; the file
+is about a third the size), so that a chapter with figures stays light on a phone. ``book_figures()``
 also sets the book's one figure style (``STYLE``): type large enough for a phone, where a
 figure ``W`` inches wide is drawn ``PHONE_COLUMN_PX`` CSS px wide, so its text of ``s`` points
 is ``s * PHONE_COLUMN_PX / (72 * W)`` CSS px: 10-point ticks need ``W`` <= 5.5 inches
@@ -78,7 +78,10 @@ def retina_png(fig, **kwargs):
     info = PngImagePlugin.PngInfo()
     if size is not None:
         info.add_text(SMALLEST_TEXT, f"{size:g}")
-    fewer = image.quantize(COLOURS, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    opaque = Image.alpha_composite(Image.new("RGBA", image.size, "white"), image.convert("RGBA"))
+    # Median cut keeps a colour bar's gradient smooth (the fast octree left 96 colours, in bands).
+    fewer = opaque.convert("RGB").quantize(COLOURS, method=Image.Quantize.MEDIANCUT,
+                                           dither=Image.Dither.NONE)
     out = io.BytesIO()
     fewer.save(out, "PNG", optimize=True, pnginfo=info, dpi=image.info["dpi"])
     return base64.b64encode(out.getvalue()).decode("ascii"), shape

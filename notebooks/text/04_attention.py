@@ -390,7 +390,7 @@ print("softmax over keys    (dim=-1):", " ".join(f"{v:.4f}" for v in future_leak
 print("softmax over queries (dim=0) :", " ".join(f"{v:.4f}" for v in future_leak(0)))
 
 # %% mystnb={"figure": {"caption": "The same masked scores normalized over the keys (top, correct: each row sums to 1) and over the queries (bottom, the slip: each column sums to 1).", "name": "fig-attention-wrong-axis-heatmaps"}, "image": {"alt": "Two lower-triangular heatmaps. At the top the first row is a single bright cell of weight 1. At the bottom the last column holds a single bright cell of weight 1 and the first row is dim."}}
-fig, axes = plt.subplots(2, 1, figsize=(5.2, 8.5), layout="constrained")
+fig, axes = plt.subplots(2, 1, figsize=(5, 8.3), layout="constrained")
 labels = [f"t={t}" for t in range(T_demo)]
 attention_heatmap(right, labels, ax=axes[0], title="softmax(dim=-1): rows sum to 1",
                   vmin=0, vmax=1, colorbar=False)
@@ -435,7 +435,7 @@ with torch.no_grad():
 labels = token_labels(xb[0], enc)
 
 # %% mystnb={"figure": {"caption": "One head of causal attention on a Tiny Shakespeare sequence (random, untrained weights). Top: the scaled scores, with the future masked to minus infinity (grey: the mask's False entries). Bottom: the softmax of each row. Spaces are shown as ␣ and newlines as ↵.", "name": "fig-attention-causal-heatmaps"}, "image": {"alt": "Two 12 by 12 heatmaps with the decoded GPT-2 tokens of the sequence on both axes, each with a colour bar. The scores are finite on and below the diagonal and grey above, where the mask forbids attending. The weights are zero above the diagonal; the first row puts all its weight on the first token and later rows spread their weight over more tokens."}}
-fig, axes = plt.subplots(2, 1, figsize=(5.2, 9.5), layout="constrained")
+fig, axes = plt.subplots(2, 1, figsize=(4.8, 9), layout="constrained")
 attention_heatmap(scores[0], labels, ax=axes[0], title="scores q·k/√d_k, future = −∞",
                   colorbar_label="score")
 attention_heatmap(weights[0], labels, ax=axes[1], title="weights = softmax(scores)",
@@ -569,7 +569,7 @@ torch.manual_seed(1)
 layer = MultiHeadAttention(d_model=D, n_heads=4).eval()
 with torch.no_grad():
     _, head_weights = layer(embedding(xb), return_weights=True)  # (B, H, T, T)
-fig, axes = plt.subplots(2, 2, figsize=(5.2, 5.8), layout="constrained")
+fig, axes = plt.subplots(2, 2, figsize=(4.8, 5.4), layout="constrained")
 for hh, ax in enumerate(axes.flat):
     attention_heatmap(head_weights[0, hh], labels, ax=ax, title=f"head {hh}",
                       vmin=0, vmax=1, colorbar=False)
