@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 from html.parser import HTMLParser
 
@@ -77,8 +78,10 @@ def quiz_answers(questions: list[dict]) -> nodes.enumerated_list:
             right = next(a for a in q["answers"] if a.get("correct"))
             low, high = right["range"]
             feedback = re.sub(r"^Correct:\s*", "", right["feedback"])
+            decimals = max(0, -math.floor(math.log10((high - low) / 2)))  # the tolerance's digits
             item += nodes.paragraph("", "", nodes.strong(text="Answer: "), *_inline(feedback),
-                                    nodes.Text(f" (accepted: {low:.6g} to {high:.6g})"))
+                                    nodes.Text(f" (accepted: {low:,.{decimals}f} to "
+                                               f"{high:,.{decimals}f})"))
         listing += item
     return listing
 
@@ -217,7 +220,7 @@ def move_answers(app, doctree, docname):
         entries.append((chapter, exercise, label, node))
     if not entries:
         return
-    place_appendix(doctree, appendix(entries))
+    place_appendix(app, doctree, appendix(entries))
 
 
 def _kind(node: nodes.Node) -> str:
@@ -249,13 +252,15 @@ def appendix(entries) -> nodes.section:
     return part
 
 
-def place_appendix(doctree, part: nodes.section) -> None:
-    """Put the appendix after the last chapter and before the References, whose entries the
-    LaTeX writer prints at the very end of the book (a top-level section beside the others,
-    so that it is a chapter too)."""
+def place_appendix(app, doctree, part: nodes.section) -> None:
+    """Put the appendix after the last chapter and before the page of references (the
+    ``bibliography`` of sphinxcontrib-bibtex, whose entries the LaTeX writer prints at the very
+    end of the book): a top-level section beside the others, so that it is a chapter too."""
     tops = [section for section in doctree.findall(nodes.section)
             if len(_sections_around(section)) == 1]
-    references = next((top for top in tops if next(top.findall(nodes.citation), None)), None)
+    cite = app.env.domains.get("cite")
+    sources = {str(app.env.doc2path(key.docname)) for key in cite.bibliographies} if cite else set()
+    references = next((top for top in tops if str(top.source) in sources), None)
     if references is None:
         tops[-1].parent.append(part)
     else:
