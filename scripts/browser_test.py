@@ -69,6 +69,8 @@ from scripts.browser_phone import MIN_TEXT_PX, PhoneReport  # noqa: E402  (the p
 WIDE, PHONE = 1280, 390
 # Raw TeX that MathJax left: a dollar sign, a backslash command (\\times) or a \\( \\[ delimiter.
 RAW_TEX = re.compile(r"\$|\\[A-Za-z]+|\\[()\[\]]")
+# TeX math left in a printed output ("$p = 0.9$"): printed text may hold backslashes ('\n').
+RAW_MATH = re.compile(r"\$[^$\s][^$\n]*\$")
 # An invisible character quoted in the prose: ' ' or a quoted newline reads as nothing.
 INVISIBLE = re.compile(r"(['\"‘“])\s+(['\"’”])")
 HTML = ROOT / "_build" / "html"
@@ -138,13 +140,14 @@ const headings = [...main.querySelectorAll('h1, h2, h3, h4, h5, h6')].map(h => N
 const links = [...document.querySelectorAll('a[href]')].map(a => a.href);
 const math = document.querySelectorAll('mjx-container').length;
 const outputs = [...main.querySelectorAll('div.cell_output')].map(o => o.innerText.trim());
+const printed = [...main.querySelectorAll('div.cell_output pre')].map(p => p.textContent);
 // textContent, not innerText: a citation inside a folded answer is hidden, and innerText is empty then.
 const citations = [...main.querySelectorAll('span.bibtex-citation a')].map(a => a.textContent.trim());
 const references = [...main.querySelectorAll('div.citation')].map(c => ({
   label: c.querySelector('.label')?.innerText.replace(/^\\[|\\]$/g, '').trim() || '',
   link: !!c.querySelector('a.reference.external')}));
 return {images, headings, links, math, text: main.innerText, prose, mathjax: typeof MathJax !== 'undefined',
-        outputs, citations, references, html: main.innerHTML.includes('NBVAL'),
+        outputs, printed, citations, references, html: main.innerHTML.includes('NBVAL'),
         splitStreams: main.querySelectorAll('div.output.stream + div.output.stream').length,
         title: main.querySelector('h1')?.textContent.replace(/#$/, '').trim() || '',
         sections: [...main.querySelectorAll('article h2')].map(h => h.textContent.replace(/#$/, '').trim()),
@@ -212,6 +215,8 @@ def check_page(driver, base: str, page: str, repo: str, phone: PhoneReport) -> l
             problems.append(f"image without alt text or caption: {image['src']}")
     for snippet in raw_tex(facts["prose"]):
         problems.append(f"raw TeX in the text (MathJax did not render it): {snippet!r}")
+    problems += [f"raw TeX in a printed output: {m.group()!r}"
+                 for text in facts["printed"] for m in RAW_MATH.finditer(text)]
     problems += [f"an invisible character quoted in the text: {text[:80]!r}"
                  for text in facts["prose"] if INVISIBLE.search(text)]
     if "NBVAL" in facts["text"] or facts["html"]:
