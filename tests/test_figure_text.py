@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from gpt_from_scratch.book.figure_text import (  # noqa: E402
-    COLOURS, SMALLEST_TEXT, max_width_in, retina_png, smallest_text_pt)
+    COLOURS, SMALLEST_TEXT, WIDTH_IN, max_width_in, retina_png, smallest_text_pt)
 
 
 def test_smallest_text_counts_drawn_text_only():
@@ -48,6 +48,7 @@ def test_retina_png_records_the_smallest_text_and_the_dpi():
 
 
 def test_the_widest_legible_figure_grows_with_its_type():
-    # 10-point text in a 5.5-inch figure drawn 358 CSS px wide is 9.1 CSS px tall.
-    assert 5.4 < max_width_in(10) < 5.6
+    # 10-point text in a 5.3-inch figure drawn 343 CSS px wide is 9 CSS px tall.
+    assert 5.25 < max_width_in(10) < 5.35
     assert max_width_in(8) == 0.8 * max_width_in(10)
+    assert WIDTH_IN < max_width_in(10)  # the book's figures leave room for their labels

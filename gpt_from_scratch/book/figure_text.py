@@ -11,7 +11,7 @@ The PNG keeps at most 256 colours, on white (a line plot or a heatmap looks the 
 is about a third the size), so that a chapter with figures stays light on a phone. ``book_figures()``
 also sets the book's one figure style (``STYLE``): type large enough for a phone, where a
 figure ``W`` inches wide is drawn ``PHONE_COLUMN_PX`` CSS px wide, so its text of ``s`` points
-is ``s * PHONE_COLUMN_PX / (72 * W)`` CSS px: 10-point ticks need ``W`` <= 5.5 inches
+is ``s * PHONE_COLUMN_PX / (72 * W)`` CSS px: 10-point ticks need ``W`` <= 5.3 inches
 (``max_width_in``); the book's figures are at most ``WIDTH_IN`` wide.
 """
 
@@ -21,7 +21,7 @@ import base64
 import io
 
 SMALLEST_TEXT = "Smallest text (pt)"
-PHONE_COLUMN_PX = 358  # the content column of a 390-px phone, in CSS px
+PHONE_COLUMN_PX = 343  # a figure on a 390-px phone (book.css), in CSS px, as the test draws it
 MIN_TEXT_PX = 9  # the smallest legible text, in CSS px (scripts/browser_phone.py)
 COLOURS = 256
 WIDTH_IN = 5.2  # the widest figure, in inches: 10-point text stays legible (max_width_in(10))
