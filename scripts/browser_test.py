@@ -72,7 +72,7 @@ RAW_TEX = re.compile(r"\$|\\[A-Za-z]+|\\[()\[\]]")
 # TeX math left in a printed output ("$p = 0.9$"): printed text may hold backslashes ('\n').
 RAW_MATH = re.compile(r"\$[^$\s][^$\n]*\$")
 # An invisible character quoted in the prose: ' ' or a quoted newline reads as nothing.
-INVISIBLE = re.compile(r"(['\"‘“])\s+(['\"’”])")
+INVISIBLE = re.compile(r"(['\"‘’“”])\s+(['\"‘’“”])")
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_FLAGS = [

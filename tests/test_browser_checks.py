@@ -70,3 +70,7 @@ def test_the_phone_bars_fail_the_book_only_where_it_misses_them():
     problems = report.problems()
     assert len(problems) == 4 and "11% of code cells" in problems[0]
     assert "cut" in problems[1] and "6.7 CSS px" in problems[2] and "b weighs 5.00 MB" in problems[3]
+
+
+def test_an_invisible_character_in_smart_quotes_is_caught():
+    assert browser_test.INVISIBLE.search("the model puts 0.63 on ’ ’ and 4 characters")
