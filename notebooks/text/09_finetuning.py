@@ -269,8 +269,8 @@ def fine_tune(model: GPT, mode: str, r: int | None = None, lr: float = 1e-3,
 
 
 def show(results: dict) -> None:
-    """The runs as a table, the test accuracy first: the column the text quotes stays in view
-    on a narrow screen."""
+    """The runs as a table, the test accuracy first: the column the text quotes stays
+    in view on a narrow screen."""
     print(f"{'method':<23}{'test':>7}{'val':>7}{'trainable':>10}  CPU time")
     print(f"{'majority class':<23}{majority:>7.1%}")
     print(f"{'bag of tokens':<23}{bag['test']:>7.1%}{bag['val']:>7.1%}"
