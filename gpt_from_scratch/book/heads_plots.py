@@ -264,10 +264,14 @@ def head_scores_heatmap(scores, title: str, label: str):
     if array.ndim != 2 or not np.isfinite(array).all():
         raise ValueError(f"scores must be a finite (layers, heads) array, got shape {array.shape}")
     L, H = array.shape
-    fig, ax = plt.subplots(figsize=(min(0.55 * H + 2.5, 9), 0.45 * L + 1.5), layout="constrained")
+    width = min(0.55 * H + 2.5, 9)
+    fig, ax = plt.subplots(figsize=(width, 0.45 * L + 1.5), layout="constrained")
     image = ax.imshow(array, cmap="magma", vmin=0.0, vmax=1.0)
+    # The values in the book's type size where the figure fits a phone (a small model's few
+    # heads), smaller for GPT-2's 12 x 12, whose figure is read at full size.
+    size = LABEL_PT if width <= WIDTH_IN else 7
     for (l, h), value in np.ndenumerate(array):
-        ax.text(h, l, f"{value:.2f}", ha="center", va="center", fontsize=7,
+        ax.text(h, l, f"{value:.2f}", ha="center", va="center", fontsize=size,
                 color="black" if value > 0.6 else "white")
     ax.set_xticks(range(H))
     ax.set_yticks(range(L))
