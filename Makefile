@@ -8,6 +8,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 MATHJAX_VERSION := 3.2.2
 MATHJAX := .mathjax/dist/mathjax/tex-mml-chtml.js
+# The interactive figures draw heatmaps and bars: plotly.js's cartesian bundle (1.5 MB, not the full
+# 4.8 MB), of the version plotly.py bundles (book/_ext/plotly_js.py checks it).
+PLOTLY_JS_VERSION := 4.1.1
+PLOTLY_JS := .plotly/node_modules/plotly.js-cartesian-dist-min/plotly-cartesian.min.js
 
 # The corpus: ../shared/data when it is beside the checkout (CI), else the package downloads it.
 ifneq ($(wildcard ../shared/data/tinyshakespeare/input.txt),)
@@ -91,7 +95,11 @@ $(MATHJAX):
 
 # sphinxcontrib-bibtex reads references.bib once per environment: after an edit of it, an incremental
 # build keeps the old References page (a new entry missing), so the build then starts afresh.
-book: $(STAMP) $(MATHJAX)
+$(PLOTLY_JS):
+	npm install --silent --no-save --no-audit --no-fund --prefix .plotly \
+		plotly.js-cartesian-dist-min@$(PLOTLY_JS_VERSION)
+
+book: $(STAMP) $(MATHJAX) $(PLOTLY_JS)
 	@if [ -f _build/html/book/references.html ] && [ book/references.bib -nt _build/html/book/references.html ]; \
 		then echo "references.bib changed: building afresh"; rm -rf _build/.doctrees _build/html; fi
 	$(BIN)/jupyter-book build . --warningiserror --keep-going

@@ -5,8 +5,8 @@ On each page: every interactive figure (gpt_from_scratch.book.interactive) is dr
 plotly.js the book serves from its own ``_static`` (no request leaves the local server);
 hovering over a heatmap shows a query, a key and a weight, and another cell shows another; a
 slider step, a button or a menu entry changes what is drawn. Every chapter has a quiz;
-picking an answer and typing a number (a wrong one, then the right one, read from the
-question) each show their feedback.
+picking an answer and typing a number (a wrong one, a near miss, then the right one written
+as readers write it, 1.244e+08, read from the question) each show their feedback.
 """
 
 from __future__ import annotations
@@ -123,15 +123,20 @@ def check_quiz(driver, page: str) -> list[str]:
     field = numbers[0].find_element(By.CSS_SELECTOR, "input.Input-text")
     low, high = driver.execute_script(
         "return JSON.parse(arguments[0].dataset.answers)[0].range;", field)
-    wrong, right = repr(high + 1000.0), repr((low + high) / 2)  # every digit: 124439808.0, not 1.2444e+08
-    for typed, expected in ((wrong, "Not quite"), (right, "Correct")):
+    middle, tolerance = (low + high) / 2, (high - low) / 2
+    far = repr(middle + 20 * tolerance + 0.1 * abs(middle) + 1000.0)  # no rounding explains it
+    near = repr(middle + 3 * tolerance)  # a digit off: told to check the rounding
+    written = f"{middle:.3e}"  # as readers write it (quiz.NUMBER_JS): 1.244e+08 for 124439808
+    for typed, expected in ((far, "Not quite"), (near, "Close"), (written, "Correct")):
         _click(driver, field)
+        field.clear()
         field.send_keys(typed + Keys.ENTER)
         time.sleep(0.2)
         shown = numbers[0].find_element(By.CSS_SELECTOR, ".Feedback").text
         if expected not in shown:
             problems.append(f"typing {typed} in a numeric question showed {shown!r}, "
-                            f"not {expected!r}")
+                            f"not {expected!r} (a quiz from before quiz.NUMBER_JS: re-execute "
+                            "the chapter)")
     return problems
 
 

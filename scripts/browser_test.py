@@ -6,7 +6,8 @@ Serves ``_build/html`` on 127.0.0.1, opens every page of the table of contents i
 - no console errors;
 - every image loaded (``naturalWidth > 0``) and has real alt text or a caption;
 - formulas rendered by the vendored MathJax: no raw TeX (a ``$`` or a backslash command) in the
-  text outside code and outputs;
+  text outside code, generated prose (a cell's Markdown output) included, and no invisible
+  character quoted there (``' '``);
 - chapter pages: a Colab button and a download button that point at this chapter's notebook;
 - every internal link answered by the local server;
 - heading levels never skip a level;
@@ -26,7 +27,10 @@ Serves ``_build/html`` on 127.0.0.1, opens every page of the table of contents i
 - the ☰ button opens and closes the chapter list, and the contents button the page's sections,
   at 1280 px and at 390 px (pydata-sphinx-theme#2451 made both do nothing);
 - the interactive figures and the quizzes respond (scripts/browser_interactive.py);
-- at 390 px (a phone): the page never scrolls sideways.
+- at 390 px (a phone): the page never scrolls sideways; and, over the whole book, the bars of
+  scripts/browser_phone.py: at most 10% of code cells scroll sideways, no display equation cut,
+  every figure's smallest text at least 9 CSS px as drawn, interactive pages under 4 MB (the
+  numbers are printed at the end whether or not they pass).
 
 A screenshot of each page at both widths goes to ``_build/screenshots/`` (``name.png`` at 1280 px,
 ``name-390.png`` at 390 px), and one of every figure at 390 px to ``_build/screenshots/figures/``
@@ -60,11 +64,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from gpt_from_scratch.book.figure_text import SMALLEST_TEXT  # noqa: E402
 from scripts.browser_interactive import check_interactive  # noqa: E402  (figures and quizzes)
+from scripts.browser_phone import MIN_TEXT_PX, PhoneReport  # noqa: E402  (the phone's bars)
 
 WIDE, PHONE = 1280, 390
-MIN_TEXT_PX = 9  # the smallest legible text in a figure, in CSS px
 # Raw TeX that MathJax left: a dollar sign, a backslash command (\\times) or a \\( \\[ delimiter.
 RAW_TEX = re.compile(r"\$|\\[A-Za-z]+|\\[()\[\]]")
+# TeX math left in a printed output ("$p = 0.9$"): printed text may hold backslashes ('\n').
+RAW_MATH = re.compile(r"\$[^$\s][^$\n]*\$")
+# An invisible character quoted in the prose: ' ' or a quoted newline reads as nothing.
+INVISIBLE = re.compile(r"(['\"‘’“”])\s+(['\"‘’“”])")
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_FLAGS = [
@@ -120,9 +128,10 @@ const images = [...document.querySelectorAll('main img, article img')].map(img =
   alt: (img.getAttribute('alt') || '').trim(),
   caption: (img.closest('figure')?.querySelector('figcaption')?.innerText || '').trim()}));
 const main = document.querySelector('main') || document.body;
-// The text a reader reads as prose: every text node outside code, outputs and rendered formulas.
+// The text a reader reads as prose: every text node outside code, printed outputs and rendered
+// formulas; a cell's Markdown output (generated prose) is prose.
 const outsideCode = {acceptNode: node => node.parentElement.closest(
-  'code, pre, kbd, samp, mjx-container, script, style, div.cell_output, div.highlight')
+  'code, pre, kbd, samp, mjx-container, script, style, div.highlight, div.plotly-graph-div, svg')
   ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT};
 const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, outsideCode);
 const prose = [];
@@ -131,13 +140,14 @@ const headings = [...main.querySelectorAll('h1, h2, h3, h4, h5, h6')].map(h => N
 const links = [...document.querySelectorAll('a[href]')].map(a => a.href);
 const math = document.querySelectorAll('mjx-container').length;
 const outputs = [...main.querySelectorAll('div.cell_output')].map(o => o.innerText.trim());
+const printed = [...main.querySelectorAll('div.cell_output pre')].map(p => p.textContent);
 // textContent, not innerText: a citation inside a folded answer is hidden, and innerText is empty then.
 const citations = [...main.querySelectorAll('span.bibtex-citation a')].map(a => a.textContent.trim());
 const references = [...main.querySelectorAll('div.citation')].map(c => ({
   label: c.querySelector('.label')?.innerText.replace(/^\\[|\\]$/g, '').trim() || '',
   link: !!c.querySelector('a.reference.external')}));
 return {images, headings, links, math, text: main.innerText, prose, mathjax: typeof MathJax !== 'undefined',
-        outputs, citations, references, html: main.innerHTML.includes('NBVAL'),
+        outputs, printed, citations, references, html: main.innerHTML.includes('NBVAL'),
         splitStreams: main.querySelectorAll('div.output.stream + div.output.stream').length,
         title: main.querySelector('h1')?.textContent.replace(/#$/, '').trim() || '',
         sections: [...main.querySelectorAll('article h2')].map(h => h.textContent.replace(/#$/, '').trim()),
@@ -186,7 +196,7 @@ return {chapters: visible('nav.bd-docs-nav a'), contents: visible('.bd-toc-nav a
 """
 
 
-def check_page(driver, base: str, page: str, repo: str) -> list[str]:
+def check_page(driver, base: str, page: str, repo: str, phone: PhoneReport) -> list[str]:
     problems = []
     url = urljoin(base, page + ".html")
     driver.set_window_size(WIDE, 1600)
@@ -205,6 +215,10 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
             problems.append(f"image without alt text or caption: {image['src']}")
     for snippet in raw_tex(facts["prose"]):
         problems.append(f"raw TeX in the text (MathJax did not render it): {snippet!r}")
+    problems += [f"raw TeX in a printed output: {m.group()!r}"
+                 for text in facts["printed"] for m in RAW_MATH.finditer(text)]
+    problems += [f"an invisible character quoted in the text: {text[:80]!r}"
+                 for text in facts["prose"] if INVISIBLE.search(text)]
     if "NBVAL" in facts["text"] or facts["html"]:
         problems.append("test scaffolding shows: NBVAL in the page")
     if facts["splitStreams"]:
@@ -237,12 +251,15 @@ def check_page(driver, base: str, page: str, repo: str) -> list[str]:
     problems += check_interactive(driver, page)
     problems += check_navigation(driver, url, WIDE, contents=False)
     driver.set_window_size(PHONE, 900)
+    driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})  # weigh it all
     load(driver, url)
+    driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": False})
+    phone_notes = phone.measure(driver, page)
     problems += check_layout(driver, page, PHONE)
     driver.save_screenshot(str(SHOTS / (page.replace("/", "__") + f"-{PHONE}.png")))
-    figure_problems, phone_note = check_figures(driver, page, PHONE)
+    figure_problems, phone_note = check_figures(driver, page, PHONE, phone)
     problems += figure_problems
-    facts["figureNotes"] = [note for note in (wide_note, phone_note) if note]
+    facts["figureNotes"] = [note for note in (wide_note, phone_note) if note] + phone_notes
     problems += check_navigation(driver, url, PHONE, contents=page.startswith("notebooks/"))
     driver.set_window_size(WIDE, 1600)
     return problems, facts
@@ -346,10 +363,12 @@ return {open: !!dialog?.open, shown: dialog?.querySelector('img').getBoundingCli
 """
 
 
-def check_figures(driver, page: str, width: int) -> tuple[list[str], str]:
+def check_figures(driver, page: str, width: int,
+                  phone: PhoneReport | None = None) -> tuple[list[str], str]:
     """Every figure's smallest text is at least MIN_TEXT_PX as drawn, or the figure opens at full
-    size on a tap and is legible there. At 390 px each figure is photographed both ways. Returns
-    the problems and a line saying how many figures were legible which way."""
+    size on a tap and is legible there. At 390 px each figure is photographed both ways, and its
+    text size as drawn goes to ``phone``. Returns the problems and a line saying how many figures
+    were legible which way."""
     problems, in_place, tapped = [], 0, 0
     figures = driver.execute_script(LAYOUT_FACTS)["figures"]
     images = [img for img in driver.find_elements(By.CSS_SELECTOR, "main img")
@@ -368,6 +387,7 @@ def check_figures(driver, page: str, width: int) -> tuple[list[str], str]:
             driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", image)
             figure_box = image.find_elements(By.XPATH, "ancestor::figure[1]") or [image]
             figure_box[0].screenshot(str(SHOTS / "figures" / f"{name}-{width}.png"))  # with caption
+            phone.smallest_px[f"{page}: {name}"] = drawn
         if drawn >= MIN_TEXT_PX:
             in_place += 1
             continue
@@ -475,10 +495,11 @@ def main() -> int:
     server, base = serve(HTML)
     driver = browser()
     failures, internal, citations, references = 0, set(), set(), {}
+    phone = PhoneReport()
     try:
         chosen = sys.argv[1:]
         for page in [page for page in toc_pages() if not chosen or page in chosen]:
-            problems, facts = check_page(driver, base, page, repository_url())
+            problems, facts = check_page(driver, base, page, repository_url(), phone)
             internal |= {urldefrag(link)[0] for link in facts["links"] if link.startswith(base)}
             citations |= set(facts["citations"])
             references |= {entry["label"]: entry["link"] for entry in facts["references"]}
@@ -490,6 +511,8 @@ def main() -> int:
             failures += report(f"{len(references)} references, {len(citations)} distinct "
                                "citations", reference_problems)
         failures += report(f"{len(internal)} internal links", link_problems)
+        failures += report("the phone (390 px), every page checked", phone.problems(),
+                           notes=phone.summary())
     finally:
         driver.quit()
         server.shutdown()

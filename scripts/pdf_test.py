@@ -11,7 +11,12 @@ Reads ``_build/latex/gpt-from-scratch.pdf`` and its LaTeX log with poppler's ``p
 - the bookmarks (``pdftohtml -xml`` lists them) keep the math of every section title that has
   some, as Unicode text (``# ## 4.5 Why divide by $\\sqrt{d_k}$`` in a text twin is the
   bookmark "4.5 Why divide by √dₖ": book/_ext/math_bookmarks.py), and hyperref dropped nothing
-  from any bookmark ("Token not allowed in a PDF string" in the log).
+  from any bookmark ("Token not allowed in a PDF string" in the log);
+- the print edition's appendix (book/_ext/print_edition.py): it follows every chapter; each
+  exercise's answer, each solution and each chapter's quiz answers left a line in the chapter
+  ("The answer is in the appendix, page N."), as many lines as the notebooks hold answers,
+  solutions and quizzes, each naming a page of the appendix; and no answer is still printed
+  where its exercise is (an answer box's title, "Answer", never ends up in a chapter).
 
 Prints the size and the page count. Run it with ``make pdf`` (``make test-pdf``: a built PDF).
 """
@@ -43,6 +48,8 @@ UNRESOLVED = re.compile(r"Missing character|reference .* undefined|Citation .* u
 DROPPED = "Token not allowed in a PDF string"
 # A section title with math in a text twin: "# ## 4.5 Why divide by $\sqrt{d_k}$".
 MATH_TITLE = re.compile(r"^# #+ (.*\$.+\$.*)$", re.MULTILINE)
+APPENDIX = "Appendix: answers and solutions"  # book/_ext/print_edition.py's title
+POINTER = re.compile(r"The (?:answer is|solution is|answers are) in the appendix, page (\d+)\.")
 
 
 def run(*command: str) -> str:
@@ -139,6 +146,52 @@ def check_bookmarks(log: str) -> list[str]:
     return problems
 
 
+def notebook_answers() -> int:
+    """How many things the print edition moves to its appendix: answers (dropdown admonitions),
+    solution cells and quizzes, in every chapter."""
+    count = 0
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            tags = cell.get("metadata", {}).get("tags", [])
+            source = "".join(cell["source"])
+            if cell["cell_type"] == "markdown":
+                count += source.count(":class: dropdown")
+            else:
+                count += "solution" in tags or "quiz" in tags
+    return count
+
+
+def printed_page_numbers(pages: list[str]) -> dict[int, int]:
+    """Each printed page number (the last line of a page's text) and its page in the file,
+    counted from 1: the title and the contents come before page 1."""
+    numbers = {}
+    for index, page in enumerate(pages, start=1):
+        lines = [line.strip() for line in page.splitlines() if line.strip()]
+        if lines and lines[-1].isdigit():
+            numbers.setdefault(int(lines[-1]), index)
+    return numbers
+
+
+def check_appendix(pages: list[str], expected: int) -> list[str]:
+    """The appendix follows the chapters and holds every answer; the chapters point at it
+    (``pages``: the PDF's text, one string per page; a pointer names a printed page number)."""
+    starts = [n for n, page in enumerate(pages, start=1) if APPENDIX.lower() in page.lower()]
+    if len(starts) < 2:  # the table of contents names it first
+        return [f"no appendix titled {APPENDIX!r}"]
+    start, physical = starts[1], printed_page_numbers(pages)
+    problems, pointers = [], []
+    for number, page in enumerate(pages[:start - 1], start=1):
+        pointers += [(number, int(target)) for target in POINTER.findall(normalise(page))]
+        if re.search(r"^Answer$", page, re.MULTILINE):
+            problems.append(f"page {number}: an answer box is still printed in its chapter")
+    if len(pointers) != expected:
+        problems.append(f"{len(pointers)} lines point at the appendix, for {expected} answers, "
+                        "solutions and quizzes in the notebooks")
+    problems += [f"page {page}: points at page {target}, outside the appendix"
+                 for page, target in pointers if physical.get(target, 0) < start]
+    return problems
+
+
 def check() -> list[str]:
     problems = []
     info = run("pdfinfo", str(PDF))
@@ -163,6 +216,8 @@ def check() -> list[str]:
     unresolved = {line.strip() for line in log.splitlines() if UNRESOLVED.search(line)}
     problems += [f"LaTeX log: {line}" for line in sorted(unresolved)]
     problems += check_bookmarks(log)
+    pages_text = run("pdftotext", "-enc", "UTF-8", str(PDF), "-").split("\f")[:pages]
+    problems += check_appendix(pages_text, notebook_answers())
     size = PDF.stat().st_size / 2**20
     print(f"{PDF.relative_to(ROOT)}: {pages} pages, {size:.1f} MiB, {len(images)} images "
           f"for {figures} figures, {len(bookmarks())} bookmarks "

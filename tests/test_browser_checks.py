@@ -47,3 +47,30 @@ def test_figure_text_size_in_css_px():
     # 10-point text, a 200-dpi PNG 2,000 pixels wide: 13.9 CSS px shown 1,000 wide, 4.7 at 342.
     assert round(browser_test.text_px(10, 200, 1000, 2000), 1) == 13.9
     assert browser_test.text_px(10, 200, 342, 2000) < browser_test.MIN_TEXT_PX
+
+
+def test_invisible_characters_and_printed_tex_are_caught():
+    assert browser_test.INVISIBLE.search("the model puts 0.63 on ' ' and 4 characters")
+    assert not browser_test.INVISIBLE.search("the model puts 0.63 on “␣” and 4 characters")
+    assert browser_test.RAW_MATH.search("the nucleus of $p = 0.9$ holds 17 characters")
+    assert not browser_test.RAW_MATH.search("'a\\nb' costs 5 $ per line")
+
+
+def test_the_phone_bars_fail_the_book_only_where_it_misses_them():
+    from scripts.browser_phone import PhoneReport
+
+    report = PhoneReport(cells=100, scrolling=[f"page: line {i}" for i in range(10)],
+                         equations=5, smallest_px={"a: fig": 9.4},
+                         weights={"a": 3 * 2**20, "b": 5 * 2**20}, interactive={"a"})
+    assert report.problems() == []  # 10% scroll (the bar), b is heavy but not interactive
+    report.scrolling.append("page: one more")
+    report.cut.append("page: FFN(x) = ...")
+    report.smallest_px["a: small"] = 6.7
+    report.interactive.add("b")
+    problems = report.problems()
+    assert len(problems) == 4 and "11% of code cells" in problems[0]
+    assert "cut" in problems[1] and "6.7 CSS px" in problems[2] and "b weighs 5.00 MB" in problems[3]
+
+
+def test_an_invisible_character_in_smart_quotes_is_caught():
+    assert browser_test.INVISIBLE.search("the model puts 0.63 on ’ ’ and 4 characters")

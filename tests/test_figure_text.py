@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from gpt_from_scratch.book.figure_text import (  # noqa: E402
-    SMALLEST_TEXT, retina_png, smallest_text_pt)
+    COLOURS, SMALLEST_TEXT, WIDTH_IN, max_width_in, retina_png, smallest_text_pt)
 
 
 def test_smallest_text_counts_drawn_text_only():
@@ -43,4 +43,12 @@ def test_retina_png_records_the_smallest_text_and_the_dpi():
     assert image.text[SMALLEST_TEXT] == "7.5"
     assert round(image.info["dpi"][0]) == 200
     assert size["width"] == image.width // 2
+    assert image.mode == "P" and len(image.getpalette()) // 3 <= COLOURS  # light on a phone
     plt.close(fig)
+
+
+def test_the_widest_legible_figure_grows_with_its_type():
+    # 10-point text in a 5.3-inch figure drawn 343 CSS px wide is 9 CSS px tall.
+    assert 5.25 < max_width_in(10) < 5.35
+    assert max_width_in(8) == 0.8 * max_width_in(10)
+    assert WIDTH_IN < max_width_in(10)  # the book's figures leave room for their labels

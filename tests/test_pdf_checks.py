@@ -34,3 +34,24 @@ def test_missing_glyphs_and_unresolved_references_are_found_in_the_log():
                  "LaTeX Warning: There were undefined references."]:
         assert pdf_test.UNRESOLVED.search(line), line
     assert not pdf_test.UNRESOLVED.search("Overfull \\vbox (2.3pt too high) at line 1252")
+
+
+def test_the_appendix_must_come_last_and_hold_every_answer():
+    # Printed page numbers end each page; the title page and the contents have none.
+    chapter = "Exercise 1.\nThe answer is in the appendix, page 2.\nThe solution is in the " \
+              "appendix, page 2.\n1"
+    appendix = f"{pdf_test.APPENDIX.upper()}\n1. Answers\n2"
+    contents = f"Contents\n{pdf_test.APPENDIX} 2"
+    book = ["GPT from Scratch", contents, chapter, appendix]
+    assert pdf_test.printed_page_numbers(book) == {1: 3, 2: 4}
+    assert pdf_test.check_appendix(book, expected=2) == []
+    assert "no appendix" in pdf_test.check_appendix(book[:3], expected=2)[0]
+    missing = pdf_test.check_appendix(book, expected=3)
+    assert missing == ["2 lines point at the appendix, for 3 answers, solutions and quizzes "
+                       "in the notebooks"]
+    wrong_page = chapter.replace("page 2.", "page 1.", 1)
+    assert "outside the appendix" in pdf_test.check_appendix(
+        [book[0], contents, wrong_page, appendix], expected=2)[0]
+    spoiled = chapter.replace("\n1", "\nAnswer\nThe loss barely moves.\n1")
+    assert "still printed" in pdf_test.check_appendix(
+        [book[0], contents, spoiled, appendix], expected=2)[0]

@@ -135,3 +135,41 @@ def test_each_chapter_ends_with_a_quiz_built_from_its_own_variables(twin):
             rebound |= defined_names(ast.parse(python(cell.source)))
     assert not read & rebound, f"{twin.name}: the exercises rebind {sorted(read & rebound)}, which the quiz reads"
     assert "Numeric(" in quiz[0].source and "MultipleChoice(" in quiz[0].source
+
+
+@pytest.mark.parametrize("typed, right", [
+    ("124M", True), ("1.24e8", True), ("124,439,808", True), ("124439808", True),
+    ("124.4M", True), (" 0.1244 B ", True), ("120M", False), ("125M", False),
+    ("1.2e8", False),  # two significant digits: too coarse to count as the answer
+    ("124,000,000", True), ("1,244", False), ("abc", False)])
+def test_typed_numbers_are_read_as_readers_write_them(typed, right):
+    """The page's own reading of a typed number (quiz.NUMBER_JS, run by Node), then
+    jupyterquiz's range check."""
+    import shutil
+    import subprocess
+
+    from gpt_from_scratch.book.quiz import NUMBER_JS
+
+    if shutil.which("node") is None:
+        pytest.skip("reading typed numbers is JavaScript: the test needs Node")
+    question = Numeric("Parameters of GPT-2 small?", 124_439_808, 0.5, "124M: its name.").to_json()
+    script = ("globalThis.window = {}; globalThis.document = {addEventListener() {}};\n"
+              + NUMBER_JS + f"\nconsole.log(window.gfsTypedNumber({json.dumps(typed)}, "
+              f"{json.dumps(question['answers'])}));")
+    read = subprocess.run(["node", "-e", script], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    try:
+        number = float(read)
+    except ValueError:
+        number = float("nan")
+    assert accepts(question, number) == right, read
+
+
+def test_a_wrong_number_gets_the_reasoning_and_a_near_miss_a_word_on_rounding():
+    question = Numeric("Share held by the MLP? (Percent, one decimal.)", 66.6558, 0.06,
+                       "About two thirds: d_ff = 4D.").to_json()
+    near, default = question["answers"][1], question["answers"][2]
+    assert near["range"][0] <= 66.0 < near["range"][1] and not near["correct"]
+    assert "rounding" in near["feedback"] and "d_ff = 4D" in near["feedback"]
+    assert "d_ff = 4D" in default["feedback"] and "look at the printed output" not in \
+        default["feedback"]

@@ -349,7 +349,7 @@ def test_speedups_prose_says_faster_slower_or_the_same_as_the_numbers_do():
     text = speedups_prose({"fused AdamW": (0.2, 0.1), "bf16 autocast": (0.1, 0.9), "SDPA": (0.1, 0.102)}, "cpu")
     assert "fused AdamW: 100.0 ms against 200.0 ms, 2.0x faster" in text
     assert "bf16 autocast: 900.0 ms against 100.0 ms, slower (9.0x the time)" in text
-    assert "SDPA: 102.0 ms against 100.0 ms, about as fast (within 5%)" in text
+    assert "SDPA: 102.0 ms against 100.0 ms, no measurable change (within 5%)" in text
     assert "bf16 autocast did not help on this CPU" in text and "SDPA did not help" not in text
     assert "costs more than the narrower numbers save" in text
     assert "did not help" not in speedups_prose({"compile": (0.3, 0.1)}, "cuda")
@@ -431,3 +431,14 @@ def test_reuse_freed_memory_ends_the_page_faults_of_a_big_block_allocated_again(
     # The heap grows to hold the block within the first few steps (seen: 1 to 5, while Python's own
     # small objects settle around it); from then on no step maps pages in.
     assert int(last_five) < 0.01 * pages
+
+
+def test_lesson_prose_concludes_from_the_measurements():
+    from gpt_from_scratch.book.speed_prose import lesson_prose
+
+    mixed = lesson_prose({"fused AdamW": (0.2, 0.1), "SDPA": (0.1, 0.1)}, 5.0, 20.0, "cpu")
+    assert "only fused AdamW paid (at most 2.0x)" in mixed and "25% of the limit" in mixed
+    none = lesson_prose({"SDPA": (0.1, 0.1)}, 5.0, 20.0, "cpu")
+    assert "none of them paid" in none
+    every = lesson_prose({"compile": (0.3, 0.1)}, 5.0, 20.0, "cuda")
+    assert "every technique measured here paid" in every and "compile most (3.0x)" in every

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .figure_text import WIDTH_IN
 from .plotting import LABEL_PT, _as_array, attention_heatmap
 
 # Inches per token label along a map's side: labels at LABEL_PT, a little space between them.
@@ -132,7 +133,8 @@ def compare_attention(
         cmap: the colour map.
         panel_size: width and height of one map, in inches.
         ncols: maps per row; more maps wrap onto further rows. The default puts as many in a row
-            as fit in 9.5 inches, the widest figure whose labels stay legible in the book.
+            as fit in ``figure_text.WIDTH_IN``, the widest figure whose labels stay legible on
+            a phone (one map per row at the default ``panel_size``).
 
     Returns:
         The ``Figure``: one axes per map (row by row), then one colour-bar axes.
@@ -156,8 +158,8 @@ def compare_attention(
     if annotate is None:
         annotate = all(a.shape[1] <= 12 for a in arrays)
 
-    if ncols is None:
-        ncols = max(1, int((9.5 - 1.2) // panel_size))
+    if ncols is None:  # as many as fit the book's figure width, else one above the other
+        ncols = max(1, int((WIDTH_IN - 1.2) // panel_size))
     ncols = max(1, min(ncols, len(arrays)))
     nrows = -(-len(arrays) // ncols)
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
@@ -262,10 +264,14 @@ def head_scores_heatmap(scores, title: str, label: str):
     if array.ndim != 2 or not np.isfinite(array).all():
         raise ValueError(f"scores must be a finite (layers, heads) array, got shape {array.shape}")
     L, H = array.shape
-    fig, ax = plt.subplots(figsize=(min(0.55 * H + 2.5, 9), 0.45 * L + 1.5), layout="constrained")
+    width = min(0.55 * H + 2.5, 9)
+    fig, ax = plt.subplots(figsize=(width, 0.45 * L + 1.5), layout="constrained")
     image = ax.imshow(array, cmap="magma", vmin=0.0, vmax=1.0)
+    # The values in the book's type size where the figure fits a phone (a small model's few
+    # heads), smaller for GPT-2's 12 x 12, whose figure is read at full size.
+    size = LABEL_PT if width <= WIDTH_IN else 7
     for (l, h), value in np.ndenumerate(array):
-        ax.text(h, l, f"{value:.2f}", ha="center", va="center", fontsize=7,
+        ax.text(h, l, f"{value:.2f}", ha="center", va="center", fontsize=size,
                 color="black" if value > 0.6 else "white")
     ax.set_xticks(range(H))
     ax.set_yticks(range(L))

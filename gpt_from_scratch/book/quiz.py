@@ -58,7 +58,10 @@ class MultipleChoice:
 
 @dataclass(frozen=True)
 class Numeric:
-    """A number to type in; any answer within ``tolerance`` of ``answer`` is right."""
+    """A number to type in; any answer within ``tolerance`` of ``answer`` is right, and so is
+    one given to 3 or more significant digits that ``answer`` rounds to (124M, 1.24e8 for
+    124,439,808: ``NUMBER_JS`` reads what the reader types). ``feedback`` explains how the
+    number comes about; a wrong answer gets it too, a near miss a word on the rounding."""
 
     question: str
     answer: float
@@ -74,12 +77,16 @@ class Numeric:
     def to_json(self) -> dict:
         answer = float(self.answer)  # a number, a NumPy or a 0-d tensor value
         low, high = answer - self.tolerance, answer + self.tolerance
-        shown = f"{answer:.6g}"
+        shown = f"{int(answer):,}" if answer.is_integer() and abs(answer) < 1e15 else f"{answer:.6g}"
+        near = max(10 * self.tolerance, 0.05 * abs(answer))  # a rounding or a digit off
         return {"question": as_html(self.question), "type": "numeric", "answers": [
             {"type": "range", "range": [low, high], "correct": True,
              "feedback": as_html(f"Correct: {shown}. {self.feedback}")},
+            {"type": "range", "range": [answer - near, answer + near], "correct": False,
+             "feedback": as_html(f"Close, but not within {self.tolerance:g} of the answer: "
+                                 f"check the rounding the question asks for. {self.feedback}")},
             {"type": "default",
-             "feedback": "Not quite: look at the printed output again."}]}
+             "feedback": as_html(f"Not quite. How it comes about: {self.feedback}")}]}
 
 
 def quiz_json(questions: Sequence[MultipleChoice | Numeric]) -> list[dict]:
@@ -98,6 +105,40 @@ def quiz_text(questions: Sequence[MultipleChoice | Numeric]) -> str:
             lines += [f"   {letter}) {c.text}" for letter, c in zip("abcdefgh", q.choices)]
     return "\n".join(lines)
 
+
+# Numbers as readers type them, before jupyterquiz reads its input (on Enter, in the capture
+# phase): a thousands separator (124,439,808), a suffix k, M, B (124M), a percent sign, a
+# Unicode minus. One with 3 or more significant digits that the answer rounds to (124M, 1.24e8
+# for 124,439,808) becomes the answer itself. jupyterquiz compares the raw text with its ranges,
+# so "124M" was NaN and "124,439,808" too: this is the one place that reads them.
+NUMBER_JS = r"""
+window.gfsTypedNumber = (text, answers) => {
+  let t = text.trim().replace(/[\u2212\u2013]/g, "-").replace(/[\s_']/g, "");
+  if (/^[-+]?\d{1,3}(,\d{3})+(\.\d*)?($|[^\d,])/.test(t)) t = t.replace(/,/g, "");
+  const m = t.match(/^([-+]?(\d*\.?\d*)(?:e[-+]?\d+)?)(%|[kmbgt])?$/i);
+  if (!m || !/\d/.test(m[2])) return text;
+  const scale = {k: 1e3, m: 1e6, b: 1e9, g: 1e9, t: 1e12}[(m[3] || "").toLowerCase()] || 1;
+  const value = Number(m[1]) * scale;
+  const digits = m[2].replace(".", "").replace(/^0+/, "");
+  const significant = (m[2].includes(".") ? digits : digits.replace(/0+$/, "")).length;
+  const right = answers.find(a => a.correct && a.range);
+  if (right && significant >= 3) {
+    const exact = (right.range[0] + right.range[1]) / 2;
+    const rounded = x => Number(x.toPrecision(significant));
+    if (rounded(exact) === rounded(value)) return String(exact);
+  }
+  return String(value);
+};
+if (!window.gfsQuizNumbers) {
+  window.gfsQuizNumbers = true;
+  document.addEventListener("keypress", event => {
+    const input = event.target;
+    if (event.key === "Enter" && input.matches && input.matches("input.Input-text")) {
+      input.value = window.gfsTypedNumber(input.value, JSON.parse(input.dataset.answers));
+    }
+  }, true);
+}
+"""
 
 # The static quiz hides once jupyterquiz has drawn its .Quiz (in or after the container).
 STATIC_CSS = ("<style>div:has(> .Quiz) > .gfs-quiz-static, "
@@ -142,5 +183,6 @@ def show_quiz(questions: Sequence[MultipleChoice | Numeric]) -> None:
     container, script = (output.data for output in quiz.outputs)
     display({"text/html": container["text/html"] + quiz_static_html(questions),
              "text/plain": quiz_text(questions)}, raw=True)
-    code = f"(function (MathJax) {{\n{script['application/javascript']}\n}})();"
+    code = (f"(function (MathJax) {{\n{script['application/javascript']}\n}})();"
+            + NUMBER_JS)
     display({"application/javascript": code, "text/plain": ""}, raw=True)

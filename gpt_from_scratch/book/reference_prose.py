@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from .figure_text import WIDTH_IN
 from .reference import ReferenceRun, published
 
 
@@ -49,7 +50,7 @@ def run_text(info: dict, cpu_best: float | None = None, cpu_steps: int | None = 
 
 def loss_curves(info: dict, cpu_history, label: str = "this chapter's run (CPU)"):
     """The reference run's validation losses against the chapter's run's, step by step."""
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.4))
     ax.plot(info["history"]["eval_step"], info["history"]["val_loss"], marker=".",
             label=f"reference run ({info['device']})")
     ax.plot(cpu_history.eval_step, cpu_history.val_loss, marker=".", label=label)

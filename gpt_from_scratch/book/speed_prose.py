@@ -1,7 +1,8 @@
 """Chapter 7, last section — the measured speed-ups as the chapter's sentences.
 
 ``speedups_prose``, ``allocator_prose`` and ``bandwidth_prose`` turn ``timing``'s measurements into
-sentences, so what the text says (faster, slower) always matches the numbers of the run.
+sentences, so what the text says (faster, slower) always matches the numbers of the run;
+``lesson_prose`` draws the section's conclusion from them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ def _ratio_words(before: float, after: float) -> str:
         return f"{ratio:.1f}x faster"
     if ratio <= 0.95:
         return f"slower ({1 / ratio:.1f}x the time)"
-    return "about as fast (within 5%)"
+    return "no measurable change (within 5%)"
 
 
 def speedups_prose(rows: dict[str, tuple[float, float]], device: str) -> str:
@@ -67,3 +68,29 @@ def bandwidth_prose(n_params: int, bytes_per_param: int, bandwidth: float, rate:
             f"{bytes_per_param} bytes each. A copy on this {_where(device)} moved {bandwidth / 1e9:.1f} GB/s, so no "
             f"batch-1 decoder can exceed about {limit:,.1f} tokens/s here; ours reached {rate:,.1f}, "
             f"{rate / limit:.0%} of that limit.")
+
+
+def lesson_prose(speedups: dict[str, tuple[float, float]], rate: float, limit: float,
+                 device: str) -> str:
+    """The section's conclusion from its measurements: ``speedups`` maps each technique to
+    ``(seconds before, seconds after)``; ``rate`` and ``limit`` are the batch-1 decoding speed
+    and the bandwidth's limit on it, in tokens/s."""
+    best = max(speedups, key=lambda name: speedups[name][0] / speedups[name][1])
+    gain = speedups[best][0] / speedups[best][1]
+    helped = [name for name, (before, after) in speedups.items() if before / after >= 1.05]
+    where = _where(device)
+    if len(helped) == len(speedups):
+        measured = f"every technique measured here paid on this {where}, {best} most ({gain:.1f}x)"
+    elif helped:
+        measured = (f"on this {where} only {', '.join(helped)} paid (at most {gain:.1f}x); the "
+                    "others removed a cost this machine hardly has")
+    else:
+        measured = (f"on this {where} none of them paid (at most {gain:.1f}x): they remove "
+                    "costs this machine hardly has")
+    return (f"**What to take away.** A step's time goes to arithmetic, to moving memory, or to "
+            f"overhead, and a technique helps only where it removes the cost that dominates: "
+            f"{measured}. On a GPU the overheads and the memory traffic dominate, which is why "
+            f"`train` and `generate` switch these techniques on there. And at batch 1 no trick "
+            f"beats the bandwidth: decoding reached {rate / limit:.0%} of the limit that "
+            f"reading every weight once per token sets. Measure first, then remove what the "
+            f"measurement shows.")

@@ -337,7 +337,7 @@ print(f"tiktoken encoded the corpus in {seconds * 1000:.0f} ms")
 # GPT-2's tokens are 3.30 characters long on average, so the same 1,024-token context sees about 3,379
 # characters of Shakespeare instead of 1,024. The ratio depends on the text: the merges were learned on
 # English web pages, so English compresses best, while code, numbers and other scripts compress less. The
-# right panel measures a few samples (the Python sample is the source of this package's `get_batch`, the
+# bottom panel measures a few samples (the Python sample is the source of this package's `get_batch`, the
 # Chinese one the opening of the *Analects*):
 
 # %%
@@ -359,8 +359,8 @@ chars_per_token = {
 for name, ratio in chars_per_token.items():
     print(f"{name:15} {ratio:.2f} characters per token")
 
-# %% mystnb={"figure": {"caption": "Left: tokens needed for the whole of Tiny Shakespeare. Characters and bytes need one token per character; GPT-2's BPE needs 3.3 times fewer. Right: GPT-2's characters per token on different kinds of text.", "name": "fig-tokens-compression"}, "image": {"alt": "Two bar charts. Left: three bars, characters and UTF-8 bytes at about 1.1 million tokens, GPT-2 BPE at about 0.34 million. Right: characters per token for five samples, highest for modern English and Shakespeare, lower for Python and digits, below 1 for Chinese."}}
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+# %% mystnb={"figure": {"caption": "Top: tokens needed for the whole of Tiny Shakespeare. Characters and bytes need one token per character; GPT-2's BPE needs 3.3 times fewer. Bottom: GPT-2's characters per token on different kinds of text.", "name": "fig-tokens-compression"}, "image": {"alt": "Two bar charts. Top: three bars, characters and UTF-8 bytes at about 1.1 million tokens, GPT-2 BPE at about 0.34 million. Bottom: characters per token for five samples, highest for modern English and Shakespeare, lower for Python and digits, below 1 for Chinese."}}
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(5.2, 7))
 counts = {"characters": len(char_ids), "UTF-8 bytes": n_bytes, "GPT-2 BPE": len(tokens)}
 bars = ax1.bar(list(counts), [c / 1e6 for c in counts.values()], color=["C0", "C1", "C2"])
 ax1.bar_label(bars, labels=[f"{c:,}" for c in counts.values()])
@@ -405,8 +405,8 @@ print(f"token length: mean {lengths.mean():.2f} characters, "
       f"{(lengths == 1).mean():.1%} of tokens are a single character, "
       f"longest {lengths.max()}")
 
-# %% mystnb={"figure": {"caption": "Left: token frequency against frequency rank in Tiny Shakespeare (log-log), close to Zipf's law; the dashed line has slope -1. Right: how many characters each token of the corpus spans.", "name": "fig-tokens-zipf"}, "image": {"alt": "Left: a falling curve on log-log axes from about 40,000 occurrences at rank 1 down to single occurrences from about rank 8,000 on, lying almost on a dashed line of slope minus one up to rank 1,000 and dropping below it in the tail. Right: a histogram of token lengths in characters with a tall bar at 1 character, a second hump from 2 to 5 characters, and a tail that fades out past 10."}}
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+# %% mystnb={"figure": {"caption": "Top: token frequency against frequency rank in Tiny Shakespeare (log-log), close to Zipf's law; the dashed line has slope -1. Bottom: how many characters each token of the corpus spans.", "name": "fig-tokens-zipf"}, "image": {"alt": "Top: a falling curve on log-log axes from about 40,000 occurrences at rank 1 down to single occurrences from about rank 8,000 on, lying almost on a dashed line of slope minus one up to rank 1,000 and dropping below it in the tail. Bottom: a histogram of token lengths in characters with a tall bar at 1 character, a second hump from 2 to 5 characters, and a tail that fades out past 10."}}
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(5.2, 7))
 ax1.loglog(ranks, ranked, label="Tiny Shakespeare")
 ax1.loglog(ranks, ranked[0] / ranks, "--", color="gray", label="frequency ∝ 1 / rank")
 ax1.set_xlabel("rank of the token")

@@ -495,7 +495,7 @@ compression.round(3)
 # %% mystnb={"figure": {"caption": "Characters per token on the validation text of Tiny Shakespeare, for byte-level BPE tokenizers trained on the training text with 256 to 2,048 tokens, and for GPT-2's 50,257-token tokenizer trained on web text.", "name": "fig-bpe-compression"}, "image": {"alt": "A line rising steeply from 1.0 character per token at 256 tokens and flattening towards 2,048 tokens, with a separate star for GPT-2 at 50,257 tokens, higher still."}}
 ours_rows = compression[compression["tokenizer"] == "ours"]
 gpt2_row = compression[compression["tokenizer"] == "GPT-2"]
-fig, ax = plt.subplots(figsize=(7, 4))
+fig, ax = plt.subplots(figsize=(5.2, 3.8))
 ax.plot(ours_rows["vocab size"], ours_rows["characters per token"], "o-",
         label="ours, trained on Tiny Shakespeare")
 ax.plot(gpt2_row["vocab size"], gpt2_row["characters per token"], "*", markersize=14,

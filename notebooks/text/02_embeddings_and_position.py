@@ -219,7 +219,7 @@ for T in (10, 50, 1024):
 from gpt_from_scratch.embeddings import sinusoidal_positional_encoding
 
 positions = torch.arange(1, 1024)
-fig, ax = plt.subplots(figsize=(7, 4))
+fig, ax = plt.subplots(figsize=(5.2, 3.8))
 ax.plot(positions, raw_index(1024)[1:].norm(dim=1), label="raw index p")
 ax.plot(positions, index_over_length(1024)[1:].norm(dim=1), label="p / (T − 1), T = 1,024")
 ax.plot(positions, sinusoidal_positional_encoding(1024, D)[1:].norm(dim=1),
@@ -289,7 +289,7 @@ T_plot = 128
 pe = sinusoidal_positional_encoding(T_plot, D)  # (T, D)
 
 # %% mystnb={"figure": {"caption": "The sinusoidal table P for 128 positions and D = 64. Low dimensions oscillate quickly along the positions; higher dimensions change ever more slowly, and the top rows are almost constant (sines near 0, cosines near 1).", "name": "fig-sinusoidal-heatmap"}, "image": {"alt": "Heatmap with position on the horizontal axis and dimension on the vertical axis, colours from -1 (blue) to 1 (red). The bottom rows show fine vertical stripes; stripes widen moving up; the top third is nearly uniform, alternating rows near 0 and near 1."}}
-fig, ax = plt.subplots(figsize=(7, 4))
+fig, ax = plt.subplots(figsize=(5.2, 3.8))
 im = ax.imshow(pe.T, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, origin="lower")
 ax.set_xlabel("position p")
 ax.set_ylabel("dimension j")
@@ -304,12 +304,12 @@ plt.show()
 # apart, and no two positions within any practical length share the same combination.
 
 # %% mystnb={"figure": {"caption": "Four even dimensions of the sinusoidal table (D = 64) along the positions. Each is a sine; every 8 dimensions (4 frequency pairs) the wavelength grows by 10000^(8/64) ≈ 3.16.", "name": "fig-sinusoidal-curves"}, "image": {"alt": "Four stacked line plots over positions 0 to 127. Dimension 0 oscillates with a period of about 6 positions, dimension 8 with about 20, dimension 16 completes about two periods of 63, and dimension 24 rises slowly to 1 near position 50 and falls to about -0.77 at position 127."}}
-fig, axes = plt.subplots(4, 1, figsize=(7, 5), sharex=True, sharey=True)
+fig, axes = plt.subplots(4, 1, figsize=(5.2, 6.5), sharex=True, sharey=True)
 for ax, j in zip(axes, (0, 8, 16, 24)):
     ax.plot(pe[:, j])
     ax.set_ylabel(f"P[p, {j}]")
     period = 2 * math.pi * 10000 ** (j / D)
-    ax.set_title(f"dimension {j}: wavelength {period:.1f} positions", fontsize=9)
+    ax.set_title(f"dimension {j}: wavelength {period:.1f} positions")
 axes[-1].set_xlabel("position p")
 fig.suptitle("Even dimensions are sines of ever lower frequency")
 fig.tight_layout()
@@ -391,8 +391,8 @@ print("but not the same table:", not torch.allclose(pe_cat, pe_interleaved))
 # %%
 similarity = pe @ pe.T  # (T, T): P[p] · P[q]
 
-# %% mystnb={"figure": {"caption": "Left: the dot products P·Pᵀ of all pairs of positions (D = 64): every diagonal is constant, so the similarity depends only on the distance p − q. Right: the similarity of position 0 to each position q, and of position 64 to the positions after it (shifted): the curves coincide.", "name": "fig-sinusoidal-similarity"}, "image": {"alt": "Left, a square heatmap bright along the main diagonal and darker away from it, with faint bands parallel to the diagonal. Right, two coinciding curves that start at 32 at distance 0, fall to about 21 within 10 positions, then drift down between about 11 and 20 with ripples."}}
-fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 4))
+# %% mystnb={"figure": {"caption": "Top: the dot products P·Pᵀ of all pairs of positions (D = 64): every diagonal is constant, so the similarity depends only on the distance p − q. Bottom: the similarity of position 0 to each position q, and of position 64 to the positions after it (shifted): the curves coincide.", "name": "fig-sinusoidal-similarity"}, "image": {"alt": "Top, a square heatmap bright along the main diagonal and darker away from it, with faint bands parallel to the diagonal. Bottom, two coinciding curves that start at 32 at distance 0, fall to about 21 within 10 positions, then drift down between about 11 and 20 with ripples."}}
+fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(5.2, 8))
 im = ax0.imshow(similarity, cmap="viridis", origin="lower")
 ax0.set_xlabel("position q")
 ax0.set_ylabel("position p")
@@ -409,7 +409,7 @@ plt.show()
 # %% [markdown]
 # Measured in float64, the largest difference between two entries on the same diagonal is below
 # $10^{-12}$, rounding level. The similarity also falls off with distance, though not monotonically
-# (the ripples on the right of the figure):
+# (the ripples in the lower panel, at large distances):
 
 # %% tags=["nbval-check-output"]
 pe_exact = sinusoidal_positional_encoding(T_plot, D, dtype=torch.float64)  # (T, D)

@@ -204,7 +204,7 @@ errors = torch.stack([
 ])
 
 # %% mystnb={"figure": {"caption": "Largest difference between (x − μ)/(σ + ε) and the correct (x − μ)/√(σ² + ε), for rows of D = 768 numbers with standard deviation σ, ε = 10⁻⁵. At σ = 1 they agree to about 2·10⁻⁵; at and below √ε (dashed) they disagree by about 1 or more. The dip at σ = 0.5 is where the two small corrections, ε/σ and ε/(2σ²), happen to cancel.", "name": "fig-std-plus-eps"}, "image": {"alt": "Log-log plot of max absolute error against input standard deviation from 1e-4 to 1e2. The error is about 4 at the left, falls steeply past the dashed line at sigma about 0.003, dips sharply near sigma 0.5, and then declines slowly from about 2e-5 at sigma 1 to 4e-7 at sigma 100."}}
-fig, ax = plt.subplots(figsize=(7, 4))
+fig, ax = plt.subplots(figsize=(5.2, 3.8))
 ax.loglog(stds, errors, marker=".", label="max |(x−μ)/(σ+ε) − (x−μ)/√(σ²+ε)|")
 ax.axvline(math.sqrt(eps), color="gray", linestyle="--", label="σ = √ε")
 ax.set_xlabel("standard deviation σ of the input row")
@@ -263,16 +263,16 @@ acts = feature_offset + token_spread * noise  # (tokens, features)
 after_ln = LayerNorm(n_features, elementwise_affine=False)(acts)
 after_bn = nn.BatchNorm1d(n_features, affine=False)(acts)
 
-# %% mystnb={"figure": {"caption": "The same activations (12 tokens × 16 features) before normalization, after LayerNorm (each row, one token, rescaled on its own) and after BatchNorm (each column, one feature, rescaled across the tokens). LayerNorm keeps the feature offsets visible as a left-to-right gradient; BatchNorm removes them but keeps the tokens' different spreads.", "name": "fig-layernorm-vs-batchnorm"}, "image": {"alt": "Three heatmaps, tokens on the vertical axis and features on the horizontal axis. The input runs from blue on the left to red on the right, with the lower rows much more contrasted. After LayerNorm every row has similar contrast and the blue-to-red trend remains. After BatchNorm the trend is gone, and the lower rows still have stronger colours than the upper ones."}}
-fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), sharey=True)
+# %% mystnb={"figure": {"caption": "The same activations (12 tokens × 16 features) before normalization, after LayerNorm (each row, one token, rescaled on its own) and after BatchNorm (each column, one feature, rescaled across the tokens). LayerNorm keeps the feature offsets visible as a left-to-right gradient; BatchNorm removes them but keeps the tokens' different spreads.", "name": "fig-layernorm-vs-batchnorm"}, "image": {"alt": "Three heatmaps, one above the other, tokens on the vertical axis and features on the horizontal axis. The input runs from blue on the left to red on the right, with the lower rows much more contrasted. After LayerNorm every row has similar contrast and the blue-to-red trend remains. After BatchNorm the trend is gone, and the lower rows still have stronger colours than the upper ones."}}
+fig, axes = plt.subplots(3, 1, figsize=(5.2, 9), sharex=True)
 panels = [("input", acts), ("LayerNorm: each row", after_ln),
           ("BatchNorm: each column", after_bn)]
 for ax, (title, values) in zip(axes, panels):
     im = ax.imshow(values.detach(), cmap="RdBu_r", vmin=-4, vmax=4)
     ax.set_title(title)
-    ax.set_xlabel("feature")
+    ax.set_ylabel("token")
     ax.set_yticks(range(0, n_tokens, 2))  # whole tokens, not 2.5
-axes[0].set_ylabel("token")
+axes[-1].set_xlabel("feature")
 fig.colorbar(im, ax=axes, shrink=0.8, label="value")
 plt.show()
 
@@ -412,8 +412,8 @@ with torch.no_grad():
         means = torch.stack([h.mean().abs() for h in stream])
         stats[name] = (means, torch.stack([h.std() for h in stream]))
 
-# %% mystnb={"figure": {"caption": "Absolute mean (left) and standard deviation (right) of the residual stream after each of 48 random residual blocks (D = 128, weights N(0, 1/fan-in)). Without normalization the stream grows geometrically; post-LN pins it to mean 0 (up to float32 rounding; exact zeros sit on the bottom edge) and std 1 after every block; pre-LN lets it grow slowly, since each block adds a branch of bounded size.", "name": "fig-depth-variance"}, "image": {"alt": "Two log-scale line plots against layer 0 to 48. Without normalization both the absolute mean and the standard deviation climb steadily by many orders of magnitude. Post-LN stays at standard deviation 1 with a mean near float32 rounding. Pre-LN's standard deviation rises gently and its mean stays small."}}
-fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 4))
+# %% mystnb={"figure": {"caption": "Absolute mean (top) and standard deviation (bottom) of the residual stream after each of 48 random residual blocks (D = 128, weights N(0, 1/fan-in)). Without normalization the stream grows geometrically; post-LN pins it to mean 0 (up to float32 rounding; exact zeros sit on the bottom edge) and std 1 after every block; pre-LN lets it grow slowly, since each block adds a branch of bounded size.", "name": "fig-depth-variance"}, "image": {"alt": "Two log-scale line plots against layer 0 to 48. Without normalization both the absolute mean and the standard deviation climb steadily by many orders of magnitude. Post-LN stays at standard deviation 1 with a mean near float32 rounding. Pre-LN's standard deviation rises gently and its mean stays small."}}
+fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(5.2, 7), sharex=True)
 for name, (means, stds_) in stats.items():
     ax0.plot(means.clamp_min(1e-10), label=name)  # exact zeros drawn at 1e-10, the bottom
     ax1.plot(stds_, label=name)
@@ -421,8 +421,7 @@ ax0.set_yscale("log")
 ax1.set_yscale("log")
 ax0.set_title("|mean| of the residual stream")
 ax1.set_title("standard deviation of the residual stream")
-for ax in (ax0, ax1):
-    ax.set_xlabel("layer")
+ax1.set_xlabel("layer")
 ax1.legend()  # one legend, where it covers no curve
 plt.show()
 
@@ -476,7 +475,7 @@ grad_post = branch_grad_norms(PostLNBlock, L)
 grad_pre = branch_grad_norms(PreLNBlock, L, ln_f=LayerNorm(D))
 
 # %% mystnb={"figure": {"caption": "Norm of the gradient of each block's output weight (ff[-1]) at initialization, 48 residual blocks, D = 128. The post-LN gradients are larger than the pre-LN ones, and the gap is widest at the output end.", "name": "fig-gradients-per-layer"}, "image": {"alt": "Line plot of gradient norm against layer 1 to 48 for post-LN and for pre-LN with a final LayerNorm. At the output end the post-LN curve stays well above the pre-LN curve."}}
-fig, ax = plt.subplots(figsize=(7, 4))
+fig, ax = plt.subplots(figsize=(5.2, 3.8))
 ax.plot(range(1, L + 1), grad_post, label="post-LN")
 ax.plot(range(1, L + 1), grad_pre, label="pre-LN (with final ln_f)")
 ax.set_xlabel("layer")

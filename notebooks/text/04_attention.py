@@ -257,8 +257,8 @@ scaled = raw / math.sqrt(d_k)
 print(f"variance of q·k          : {raw.var():.1f}   (d_k = {d_k})")
 print(f"variance of q·k / sqrt(d_k): {scaled.var():.3f}")
 
-# %% mystnb={"figure": {"caption": "Dot products of unit-Gaussian vectors of width 512: unscaled (left) they have variance about 512 and spread over roughly ±90; divided by the square root of 512 (right) they have variance about 1.", "name": "fig-attention-scaling-hist"}, "image": {"alt": "Two histograms. The left one, of raw dot products, spans roughly minus 90 to 90. The right one, of scaled dot products, is a standard bell curve between minus 4 and 4."}}
-fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+# %% mystnb={"figure": {"caption": "Dot products of unit-Gaussian vectors of width 512: unscaled (top) they have variance about 512 and spread over roughly ±90; divided by the square root of 512 (bottom) they have variance about 1.", "name": "fig-attention-scaling-hist"}, "image": {"alt": "Two histograms. The top one, of raw dot products, spans roughly minus 90 to 90. The bottom one, of scaled dot products, is a standard bell curve between minus 4 and 4."}}
+fig, axes = plt.subplots(2, 1, figsize=(5.2, 5.5))
 axes[0].hist(raw.numpy(), bins=80, color="tab:red")
 axes[0].set_title(f"q·k, variance {raw.var():.0f}")
 axes[1].hist(scaled.numpy(), bins=80, color="tab:blue")
@@ -316,7 +316,7 @@ for c, label in [(1.0, "scaled, c = 1"), (math.sqrt(512), "unscaled, c = sqrt(51
 print(f"the gradient norm peaks at c = {factors[int(np.argmax(grads))]:.2f}")
 
 # %% mystnb={"figure": {"caption": "Softmax saturation. As the scores grow (c is their standard deviation), the attention rows lose entropy; beyond a moderate scale the softmax passes on less and less gradient. Scaled attention sits at c = 1; unscaled attention with d_k = 512 at about 22.6.", "name": "fig-attention-saturation"}, "image": {"alt": "Two curves against the score scale c on a log axis. Entropy falls from about 4.2 nats at small c to near 0 at large c. The gradient norm rises to a peak around c of 2 to 3 and then falls towards 0. Vertical lines mark c = 1 and c = 22.6."}}
-fig, ax1 = plt.subplots(figsize=(7, 4))
+fig, ax1 = plt.subplots(figsize=(5.2, 4))
 ax1.semilogx(factors, entropies, color="tab:blue", label="entropy of a row (nats)")
 ax1.set_xlabel("score scale c (standard deviation of the scores)")
 ax1.set_ylabel("entropy (nats)", color="tab:blue")
@@ -389,8 +389,8 @@ def future_leak(dim):
 print("softmax over keys    (dim=-1):", " ".join(f"{v:.4f}" for v in future_leak(-1)))
 print("softmax over queries (dim=0) :", " ".join(f"{v:.4f}" for v in future_leak(0)))
 
-# %% mystnb={"figure": {"caption": "The same masked scores normalized over the keys (left, correct: each row sums to 1) and over the queries (right, the slip: each column sums to 1).", "name": "fig-attention-wrong-axis-heatmaps"}, "image": {"alt": "Two lower-triangular heatmaps. On the left the first row is a single bright cell of weight 1. On the right the last column holds a single bright cell of weight 1 and the first row is dim."}}
-fig, axes = plt.subplots(1, 2, figsize=(9, 4), layout="constrained")
+# %% mystnb={"figure": {"caption": "The same masked scores normalized over the keys (top, correct: each row sums to 1) and over the queries (bottom, the slip: each column sums to 1).", "name": "fig-attention-wrong-axis-heatmaps"}, "image": {"alt": "Two lower-triangular heatmaps. At the top the first row is a single bright cell of weight 1. At the bottom the last column holds a single bright cell of weight 1 and the first row is dim."}}
+fig, axes = plt.subplots(2, 1, figsize=(5, 8.3), layout="constrained")
 labels = [f"t={t}" for t in range(T_demo)]
 attention_heatmap(right, labels, ax=axes[0], title="softmax(dim=-1): rows sum to 1",
                   vmin=0, vmax=1, colorbar=False)
@@ -434,8 +434,8 @@ with torch.no_grad():
     out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, T, d_k), (B, T, T)
 labels = token_labels(xb[0], enc)
 
-# %% mystnb={"figure": {"caption": "One head of causal attention on a Tiny Shakespeare sequence (random, untrained weights). Left: the scaled scores, with the future masked to minus infinity (grey: the mask's False entries). Right: the softmax of each row. Spaces are shown as ␣ and newlines as ↵.", "name": "fig-attention-causal-heatmaps"}, "image": {"alt": "Two 12 by 12 heatmaps with the decoded GPT-2 tokens of the sequence on both axes, each with a colour bar. The scores are finite on and below the diagonal and grey above, where the mask forbids attending. The weights are zero above the diagonal; the first row puts all its weight on the first token and later rows spread their weight over more tokens."}}
-fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.8), layout="constrained")
+# %% mystnb={"figure": {"caption": "One head of causal attention on a Tiny Shakespeare sequence (random, untrained weights). Top: the scaled scores, with the future masked to minus infinity (grey: the mask's False entries). Bottom: the softmax of each row. Spaces are shown as ␣ and newlines as ↵.", "name": "fig-attention-causal-heatmaps"}, "image": {"alt": "Two 12 by 12 heatmaps with the decoded GPT-2 tokens of the sequence on both axes, each with a colour bar. The scores are finite on and below the diagonal and grey above, where the mask forbids attending. The weights are zero above the diagonal; the first row puts all its weight on the first token and later rows spread their weight over more tokens."}}
+fig, axes = plt.subplots(2, 1, figsize=(4.8, 9), layout="constrained")
 attention_heatmap(scores[0], labels, ax=axes[0], title="scores q·k/√d_k, future = −∞",
                   colorbar_label="score")
 attention_heatmap(weights[0], labels, ax=axes[1], title="weights = softmax(scores)",
@@ -569,7 +569,7 @@ torch.manual_seed(1)
 layer = MultiHeadAttention(d_model=D, n_heads=4).eval()
 with torch.no_grad():
     _, head_weights = layer(embedding(xb), return_weights=True)  # (B, H, T, T)
-fig, axes = plt.subplots(2, 2, figsize=(9, 9), layout="constrained")
+fig, axes = plt.subplots(2, 2, figsize=(4.8, 5.4), layout="constrained")
 for hh, ax in enumerate(axes.flat):
     attention_heatmap(head_weights[0, hh], labels, ax=ax, title=f"head {hh}",
                       vmin=0, vmax=1, colorbar=False)
@@ -790,8 +790,8 @@ print("written-out memory ratio per doubling of T:", " ".join(f"{g:.2f}" for g i
 weight_mib = 4 * 2048 * 2048 * 4 / 2**20
 print(f"one (B=1, H=4, T=2048, T=2048) float32 weight tensor: {weight_mib:.0f} MiB")
 
-# %% mystnb={"figure": {"caption": "Cost of one attention call against sequence length T on log-log axes (B = 1, H = 4, d_k = 16, CPU). Dashed lines show slopes 1 and 2. The written-out path's memory grows as T squared; the fused kernel keeps only O(T).", "name": "fig-attention-cost"}, "image": {"alt": "Two log-log plots against T from 64 to 2048. Left, time: the written-out path rises steeply at large T, the fused kernel stays lower. Right, memory saved for backward: the written-out path follows the slope-2 guide line, the fused kernel runs parallel to the slope-1 line, far below it."}}
-fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+# %% mystnb={"figure": {"caption": "Cost of one attention call against sequence length T on log-log axes (B = 1, H = 4, d_k = 16, CPU). Dashed lines show slopes 1 and 2. The written-out path's memory grows as T squared; the fused kernel keeps only O(T).", "name": "fig-attention-cost"}, "image": {"alt": "Two log-log plots against T from 64 to 2048. Top, time: the written-out path rises steeply at large T, the fused kernel stays lower. Bottom, memory saved for backward: the written-out path follows the slope-2 guide line, the fused kernel runs parallel to the slope-1 line, far below it."}}
+fig, axes = plt.subplots(2, 1, figsize=(5.2, 7))
 Ts_arr = np.array(Ts, dtype=float)
 panels = [(axes[0], "time", "ms", 1e3), (axes[1], "memory", "MiB", 1 / 2**20)]
 for ax, key, unit, scale in panels:
@@ -802,7 +802,7 @@ for ax, key, unit, scale in panels:
     ax.loglog(Ts, ref[-1] * (Ts_arr / Ts_arr[-1]), "k:", lw=0.8, label="∝ T")
     ax.set_xlabel("sequence length T")
     ax.set_ylabel(f"{key} ({unit})")
-    ax.legend(fontsize=8)
+    ax.legend()
 axes[0].set_title("forward time")
 axes[1].set_title("memory saved for backward")
 fig.tight_layout()

@@ -170,8 +170,8 @@ print(f"largest |GELU - GELU_tanh| on [-5, 5]: {gap.max():.2e} "
       f"at x = {grid[gap.argmax()]:+.3f}")
 print(f"GELU's minimum: {gelu_exact.min():.4f} at x = {grid[gelu_exact.argmin()]:+.4f}")
 
-# %% mystnb={"figure": {"caption": "Left: ReLU, exact GELU and GPT-2's tanh approximation; the two GELUs overlap at this scale. Right: their difference, below 5e-4 everywhere.", "name": "fig-gpt-gelu"}, "image": {"alt": "Left, three activation curves between x = -4 and 4: ReLU is a hinge at zero, both GELU curves dip slightly below zero for negative x and then follow the line y = x. Right, the difference between exact and tanh GELU wiggles between about -0.0005 (near x = plus or minus 2.7) and +0.00025, and vanishes at 0 and far from it."}}
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+# %% mystnb={"figure": {"caption": "Top: ReLU, exact GELU and GPT-2's tanh approximation; the two GELUs overlap at this scale. Bottom: their difference, below 5e-4 everywhere.", "name": "fig-gpt-gelu"}, "image": {"alt": "Top, three activation curves between x = -4 and 4: ReLU is a hinge at zero, both GELU curves dip slightly below zero for negative x and then follow the line y = x. Bottom, the difference between exact and tanh GELU wiggles between about -0.0005 (near x = plus or minus 2.7) and +0.00025, and vanishes at 0 and far from it."}}
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(5.2, 6))
 inside = grid.abs() <= 4
 ax1.plot(grid[inside], relu[inside], label="ReLU", color="grey", linestyle=":")
 ax1.plot(grid[inside], gelu_exact[inside], label="GELU (exact)")
@@ -213,14 +213,13 @@ h = 2 * torch.randn(64, generator=torch.Generator().manual_seed(0))  # a hidden 
 print(f"the largest of {h.numel()} features holds {top_share(F.gelu(h)):.1%} of GELU's "
       f"output and {top_share(solu(h)):.1%} of SoLU's (squared norm)")
 
-# %% mystnb={"figure": {"caption": "One hidden vector of 64 random pre-activations, sorted, after GELU (left) and after SoLU, x times softmax(x) (right): SoLU keeps the few largest features and pushes the rest towards zero.", "name": "fig-gpt-solu"}, "image": {"alt": "Two bar charts over 64 features sorted by their input. Left, GELU: about half the bars near zero, the rest rising steadily to about 7. Right, SoLU: every bar near zero except the last one, at about 5."}}
+# %% mystnb={"figure": {"caption": "One hidden vector of 64 random pre-activations, sorted, after GELU (top) and after SoLU, x times softmax(x) (bottom): SoLU keeps the few largest features and pushes the rest towards zero.", "name": "fig-gpt-solu"}, "image": {"alt": "Two bar charts over 64 features sorted by their input. Top, GELU: about half the bars near zero, the rest rising steadily to about 7. Bottom, SoLU: every bar near zero except the last one, at about 5."}}
 order = h.argsort()
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3), sharex=True)
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(5.2, 5), sharex=True)
 ax1.bar(range(h.numel()), F.gelu(h)[order])
-ax1.set(xlabel="feature (sorted by input)", ylabel="output",
-        title="GELU: each number alone")
+ax1.set(ylabel="output", title="GELU: each number alone")
 ax2.bar(range(h.numel()), solu(h)[order], color="C1")
-ax2.set(xlabel="feature (sorted by input)", title="SoLU: x * softmax(x)")
+ax2.set(xlabel="feature (sorted by input)", ylabel="output", title="SoLU: x * softmax(x)")
 fig.tight_layout()
 plt.show()
 
@@ -346,7 +345,7 @@ print(f"without residuals, the gradient shrinks by a factor {per_block:.2f} per 
       "on average")
 
 # %% mystnb={"figure": {"caption": "Gradient norm at the input of each of 48 GPT-2 blocks at initialization, with the residual connections (GPT-2) and with the same weights but no residual additions. Log scale.", "name": "fig-gpt-residual-gradients"}, "image": {"alt": "Two lines against the block index from 0 to 47 on a logarithmic y axis. With residuals the line is nearly flat, between about 0.57 and 0.71. Without residuals it rises steadily from about 5e-10 at block 0 to about 2 at block 47."}}
-fig, ax = plt.subplots(figsize=(7, 4))
+fig, ax = plt.subplots(figsize=(5.2, 3.6))
 ax.semilogy(with_residual, label="x + f(x)  (GPT-2)")
 ax.semilogy(without_residual, label="f(x)  (no residual)")
 ax.set(xlabel="block (0 = next to the embeddings)",
@@ -680,7 +679,7 @@ print(f"after 48 blocks:   std {std_scaled[-1]:.3f} with GPT-2's scaling, "
       f"{std_plain[-1]:.3f} without")
 
 # %% mystnb={"figure": {"caption": "Standard deviation of the residual stream after each of 48 blocks at initialization (D = 128), with GPT-2's 0.02 / sqrt(2L) scaling of the output projections and with plain 0.02.", "name": "fig-gpt-residual-scaling"}, "image": {"alt": "Two rising curves against the number of blocks from 0 to 48. Without the scaling the standard deviation climbs steeply, to about 0.5 after 48 blocks. With the scaling it rises slowly from 0.03 to about 0.05."}}
-fig, ax = plt.subplots(figsize=(7, 4))
+fig, ax = plt.subplots(figsize=(5.2, 3.6))
 ax.plot(std_plain, label="c_proj std 0.02")
 ax.plot(std_scaled, label="c_proj std 0.02 / sqrt(2L)  (GPT-2)")
 ax.set(xlabel="blocks applied", ylabel="std of the residual stream",

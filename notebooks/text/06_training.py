@@ -333,7 +333,7 @@ for field in dataclasses.fields(char_cfg):
 print(")")
 
 # %% mystnb={"figure": {"caption": "The learning rate of the book's character model: 100 steps of linear warm-up to 3e-3, then a half cosine down to 3e-4 at step 3,000.", "name": "fig-training-lr"}, "image": {"alt": "A curve that rises in a straight line from near 0 to 0.003 over the first 100 steps, then falls smoothly like half a cosine wave to 0.0003 at step 3000, and stays flat after that."}}
-fig, ax = plt.subplots(figsize=(7, 3.5))
+fig, ax = plt.subplots(figsize=(5.2, 3.4))
 ax.plot(list(steps), [lr_at(s, char_cfg) for s in steps])
 ax.axvline(char_cfg.warmup_iters, color="gray", linestyle=":", label="end of warm-up")
 ax.set(xlabel="step", ylabel="learning rate", title="Warm-up, then cosine decay")
@@ -640,7 +640,7 @@ for step, tr, va in zip(hist.eval_step, hist.train_loss, hist.val_loss):
     print(f"step {step:5d}  train {tr:.2f}  val {va:.2f}")
 
 # %% mystnb={"figure": {"caption": "Training the book's character model: the loss of every mini-batch (light), and the train and validation losses estimated every 500 steps.", "name": "fig-training-char-curves"}, "image": {"alt": "A noisy light curve of mini-batch losses falling from about 4.2 quickly, then slowly over the remaining steps to below 1.8. The train and validation estimates follow it closely, the validation points slightly above the training points at the end."}}
-fig, ax = plt.subplots(figsize=(7, 4))
+fig, ax = plt.subplots(figsize=(5.2, 3.8))
 ax.plot(char_history.step, char_history.loss, color="lightgray", label="mini-batch loss")
 hist = char_history
 ax.plot(hist.eval_step, hist.train_loss, marker="o", label="train (estimate)")
@@ -718,7 +718,7 @@ if FULL_RUN:
     full_cfg = TrainConfig(**full.train, device=DEVICE, compile=DEVICE == "cuda")
     full_history = train(full_model, train_ids, val_ids, full_cfg)
     print(f"{time.perf_counter() - start:.0f} s on {DEVICE}: {full_history.summary()}")
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(5.2, 3.4))
     ax.plot(full_history.eval_step, full_history.val_loss, marker=".", label="validation")
     ax.plot(full_history.eval_step, full_history.train_loss, marker=".", label="training")
     ax.axvline(full_history.best_step, color="gray", linestyle=":", label="best (kept)")
@@ -806,13 +806,13 @@ for dropout, h in overfit.items():
           f"at step {h.eval_step[best]}; "
           f"at the end train {h.train_loss[-1]:.2f}, val {h.val_loss[-1]:.2f}")
 
-# %% mystnb={"figure": {"caption": "The book's model trained on only 2,000 characters. Without dropout (left) the training loss keeps falling while the validation loss turns back up: overfitting. With dropout 0.2 (right) the gap opens more slowly.", "name": "fig-training-overfit"}, "image": {"alt": "Two panels of loss against step. Left, without dropout: the training curve falls steadily; the validation curve falls, reaches a minimum and then rises, so the two curves separate widely. Right, with dropout 0.2: the training curve falls more slowly and the validation curve stays lower at the end than on the left."}}
-fig, axes = plt.subplots(1, 2, figsize=(8, 3.5), sharey=True)
+# %% mystnb={"figure": {"caption": "The book's model trained on only 2,000 characters. Without dropout (top) the training loss keeps falling while the validation loss turns back up: overfitting. With dropout 0.2 (bottom) the gap opens more slowly.", "name": "fig-training-overfit"}, "image": {"alt": "Two panels of loss against step. Top, without dropout: the training curve falls steadily; the validation curve falls, reaches a minimum and then rises, so the two curves separate widely. Bottom, with dropout 0.2: the training curve falls more slowly and the validation curve stays lower at the end than in the top panel."}}
+fig, axes = plt.subplots(2, 1, figsize=(5.2, 6.5), sharex=True, sharey=True)
 for ax, (dropout, h) in zip(axes, overfit.items()):
     ax.plot(h.eval_step, h.train_loss, marker=".", label="train")
     ax.plot(h.eval_step, h.val_loss, marker=".", label="validation")
-    ax.set(xlabel="step", title=f"dropout {dropout}")
-axes[0].set_ylabel("loss (nats per character)")
+    ax.set(ylabel="loss (nats per character)", title=f"dropout {dropout}")
+axes[-1].set_xlabel("step")
 axes[0].legend()
 plt.show()
 

@@ -141,15 +141,15 @@ for t, p in tempered.items():
     print(f"temperature {t}: top token {p.max():.2f}, entropy {entropy:.2f} nats "
           f"(uniform over 65: {np.log(65):.2f})")
 
-# %% mystnb={"figure": {"caption": "The model's next-character probabilities after “It is the␣” (␣ is the space) at temperatures 0.5, 1 and 2, for the 15 characters most likely at temperature 1.", "name": "fig-generation-temperature"}, "image": {"alt": "Three bar charts side by side over the same 15 characters, t, s, m, a and so on. At temperature 0.5 the bar for t reaches about 0.23, well above the next one at about 0.13; at temperature 1 the bars decrease gradually from about 0.11; at temperature 2 they are nearly even, all between about 0.03 and 0.06."}}
+# %% mystnb={"figure": {"caption": "The model's next-character probabilities after “It is the␣” (␣ is the space) at temperatures 0.5, 1 and 2, for the 15 characters most likely at temperature 1.", "name": "fig-generation-temperature"}, "image": {"alt": "Three bar charts, one above the other, over the same 15 characters, t, s, m, a and so on. At temperature 0.5 the bar for t reaches about 0.23, well above the next one at about 0.13; at temperature 1 the bars decrease gradually from about 0.11; at temperature 2 they are nearly even, all between about 0.03 and 0.06."}}
 order = torch.argsort(probs, descending=True)[:15]
 labels = [repr(tokenizer.decode([i]))[1:-1] or "?" for i in order.tolist()]
-fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), sharey=True)
+fig, axes = plt.subplots(3, 1, figsize=(5.2, 8), sharex=True, sharey=True)
 for ax, (t, p) in zip(axes, tempered.items()):
     ax.bar(range(15), p[order].numpy())
-    ax.set_xticks(range(15), labels, fontsize=8)
-    ax.set(title=f"temperature {t}", xlabel="next character")
-axes[0].set_ylabel("probability")
+    ax.set_xticks(range(15), labels)
+    ax.set(title=f"temperature {t}", ylabel="probability")
+axes[-1].set_xlabel("next character")
 plt.show()
 
 # %% [markdown]
@@ -224,7 +224,7 @@ for name, text in contexts.items():
           f"{kept[0.5]}, {kept[0.9]}, {kept[0.99]}")
 
 # %% mystnb={"figure": {"caption": "Cumulative probability of the next character, most likely first, for two contexts. Top-p with p = 0.9 keeps the characters up to where each curve crosses the dashed line.", "name": "fig-generation-top-p"}, "image": {"alt": "Two rising step curves against the rank of the character, from 1 to 30. The curve for the context ending in 'What say' starts high and crosses the dashed line at 0.9 within the first few ranks. The curve for the context ending in a space starts low, rises gradually and crosses 0.9 much later."}}
-fig, ax = plt.subplots(figsize=(7, 3.8))
+fig, ax = plt.subplots(figsize=(5.2, 3.8))
 for name, c in cumulative.items():
     ax.step(range(1, 31), c[:30].numpy(), where="mid", marker=".", label=name)
 ax.axhline(0.9, color="gray", linestyle="--", linewidth=1, label="p = 0.9")
@@ -242,9 +242,11 @@ cut = (f"cut off {n_wide - k} plausible continuations in the first case" if n_wi
 extra = (f"let in {k - n_sure} extra long shots in the second" if n_sure < k else
          f"cut off {n_sure - k} in the second")
 (c_wide, p_wide), (c_sure, p_sure) = top[wide], top[sure]
+# The top character as the figures show it: a space is ␣, a newline ↵ (never ' ').
+top_char = c_sure.replace(" ", "␣").replace("\n", "↵")
 Markdown(f"After “It is the␣” the most likely character has probability {p_wide:.2f} "
-         f"and the nucleus of $p = 0.9$ holds {n_wide} characters. After \"What say\" "
-         f"the model puts {p_sure:.2f} on {c_sure!r} and {n_sure} characters reach 0.9. "
+         f"and the nucleus of *p* = 0.9 holds {n_wide} characters. After \"What say\" "
+         f"the model puts {p_sure:.2f} on “{top_char}” and {n_sure} characters reach 0.9. "
          f"A fixed top-k of {k} would {cut} and {extra}; top-p follows the model's own "
          "confidence.")
 
@@ -665,45 +667,49 @@ for name, m, p, n in (("book model, context 64", model, prompt, 56),
 #
 # ## 7.8 Making training and generation fast
 #
-# Everything so far ran in float32, one operation at a time, as written. On a GPU that leaves most of the
-# hardware idle. Seven techniques close the gap; `train` and `generate` use each, or offer it as a setting:
+# Everything so far ran in float32, one operation at a time, as written. Where does a step's
+# time go? To three things: **arithmetic** (the multiply-adds), **memory traffic** (reading
+# and writing tensors), and **overhead** (launching each operation, waiting for a result).
+# Making a model fast means finding which of the three dominates and removing it. On a GPU
+# the arithmetic is cheap and the other two dominate; the techniques below each remove one
+# of them, and `train` and `generate` use each on a GPU, or offer it as a setting.
 #
-# - **No waits for the GPU.** A GPU runs asynchronously: the CPU queues kernels and moves on until it needs
-#   a value back. `loss.item()`, or an `if` on a tensor such as `GPT.forward`'s check that every token id
-#   is below $V$, makes it wait until everything queued has run, and the GPU then idles while the next
-#   kernels are launched. `train` reads the losses back every `eval_interval` steps only, and checks each
-#   batch's token ids on the host, before the batch is copied to the GPU, so that the model's own checks
-#   can be off meanwhile (`model.check_token_ids = False`); nanoGPT's step waits for nothing either.
-#   Greedy `generate` checks the prompt once, and reads back once per call, not per token, whether any
-#   step's logits were broken. `host_reads` counts the reads on any device (the cell after the timings);
-#   what they cost, only a GPU run can time: a CPU has nothing to wait for.
-# - **TF32.** On recent NVIDIA GPUs, float32 matrix products can run on the tensor cores with a 10-bit
-#   mantissa (TF32) and float32 range. `train` turns it on for a GPU, as nanoGPT does, and back off
-#   when it returns (`utils.float32_matmul_precision("high")`): what runs next stays exact.
-# - **bf16 autocast.** `torch.autocast` runs the matrix products in bfloat16 (8 bits of exponent like
-#   float32, 7 of mantissa) while the weights, the optimizer and the loss stay float32:
-#   `TrainConfig(precision="bf16")`. GPUs before Ampere, such as Colab's T4, only emulate bfloat16,
-#   slowly, so there `precision="fp16"` runs the products in float16 and adds a gradient scaler, since
-#   float16's small range would round small gradients to 0; `"auto"` picks for you and stays float32 on
-#   the CPU.
-# - **Fused AdamW.** One kernel updates every parameter instead of a handful of kernels per tensor
+# *Less overhead.*
+#
+# - **No waits for the GPU.** A GPU runs asynchronously: the CPU queues work and moves on
+#   until it needs a value back. `loss.item()`, or an `if` on a tensor (such as `GPT.forward`'s
+#   check that every token id is below $V$), makes it wait until the queue has run, and the
+#   GPU idles meanwhile. `train` reads the losses back every `eval_interval` steps only and
+#   checks each batch's ids on the host (`model.check_token_ids = False`); greedy `generate`
+#   reads back once per call, not per token. `host_reads` counts these reads below.
+# - **A static cache and CUDA graphs.** Decoding one token launches hundreds of small
+#   kernels, each faster than the CPU can launch the next. `generate(..., compile=True)`
+#   keeps keys and values in fixed-size buffers (`fast.StaticDecoder`), so every step has
+#   the same shapes, and records the step once as a CUDA graph replayed with one launch.
+#
+# *Less memory traffic.*
+#
+# - **`torch.compile`** fuses a LayerNorm, a GELU or a residual addition into the kernels
+#   around them, so they no longer each read and write the whole activation tensor
+#   (`TrainConfig(compile=True)`). **Fused AdamW** updates every parameter in one kernel
 #   (`make_optimizer` uses it on a GPU).
-# - **Flash attention.** `F.scaled_dot_product_attention` (SDPA, Chapter 4) never materializes the
-#   $(T, T)$ score matrix on a GPU: it computes attention in tiles kept in fast on-chip memory.
-# - **`torch.compile`.** It traces the model into a graph and generates fused kernels: a LayerNorm, a GELU or
-#   a residual addition no longer each read and write the whole activation tensor
-#   (`TrainConfig(compile=True)`).
-# - **A static cache and CUDA graphs.** Decoding one token launches hundreds of small kernels; at batch 1
-#   each finishes faster than the CPU can launch the next. `generate(..., compile=True)` keeps the keys and
-#   values in buffers of fixed size (`fast.StaticDecoder`), so every step has the same shapes and
-#   addresses, and compiles the step with `mode="reduce-overhead"`: on a GPU it is recorded once as a CUDA
-#   graph and replayed with a single launch per token.
+# - **Flash attention.** `F.scaled_dot_product_attention` (SDPA, Chapter 4) never writes the
+#   $(T, T)$ score matrix to memory on a GPU: it computes attention in tiles kept on chip.
 #
-# The next cell measures what it can on this machine, one training step of the character model's shape (on
-# a GPU with `FULL_RUN = True` in the imports cell: nanoGPT's 6-layer, 384-dimension GPU shape, and also
-# the waits, TF32 and `torch.compile`). The settings take turns, one step each per round, so that a busy
-# moment of the machine slows them alike. Timings are shown, not checked: they depend on the machine and
-# on what else it does.
+# *Cheaper arithmetic.*
+#
+# - **TF32 and bf16.** On recent NVIDIA GPUs, float32 products can run on the tensor cores
+#   with a 10-bit mantissa (TF32): `train` turns it on for a GPU and back off when it
+#   returns. `torch.autocast` runs the products in bfloat16 (float32's range, 7 bits of
+#   mantissa), half the bytes too, while weights, optimizer and loss stay float32:
+#   `TrainConfig(precision="bf16")`, or `"fp16"` with a gradient scaler on a GPU without
+#   bfloat16 (Colab's T4); `"auto"` picks.
+#
+# The next cell measures what it can on this machine: one training step of the character
+# model's shape with each setting (on a GPU, with `FULL_RUN = True` in the imports cell:
+# nanoGPT's 6-layer, 384-dimension shape, and also the waits, TF32 and `torch.compile`). The
+# settings take turns, one step each per round, so that a busy moment slows them alike.
+# Timings are shown, not checked: they depend on the machine.
 
 # %%
 import pandas as pd
@@ -712,7 +718,7 @@ from gpt_from_scratch.allocator import reuse_freed_memory
 from gpt_from_scratch.precision import resolve_precision
 from gpt_from_scratch.utils import default_device
 from gpt_from_scratch.book.speed_prose import (
-    allocator_prose, bandwidth_prose, speedups_prose,
+    allocator_prose, bandwidth_prose, lesson_prose, speedups_prose,
 )
 from gpt_from_scratch.book.timing import (
     copy_bandwidth, decode_rate, host_reads, median_time, page_faults, step_time,
@@ -780,14 +786,13 @@ for what, count in reads.items():
     print(f"{what:38s} {count} reads back")
 
 # %% [markdown]
-# One cost of a CPU run lies outside PyTorch. Chapter 6's BPE model computes 50,257 logits at each of its
-# 8 x 64 positions, 103 MB, and as much again for their log-softmax and for each of their gradients. Linux's
-# C allocator (glibc's `malloc`) hands every freed block that large straight back to the operating system,
-# so each step maps the same memory in afresh: a *page fault* per 4 KiB page, each page zeroed before use.
-# `reuse_freed_memory()` tells `malloc` to keep such blocks for the next step (`mallopt`: the in-process
-# form of PyTorch's CPU tuning advice to preload another allocator, jemalloc or tcmalloc); Chapter 6 calls
-# it before it trains. The next cell counts the page faults (`page_faults`) and times a forward and
-# backward pass of that model's shape, before and after the call. Not checked: both depend on the machine.
+# Memory traffic can hide outside PyTorch, too. Chapter 6's BPE model computes 50,257 logits
+# at each of its 8 x 64 positions, 103 MB, and as much again for their log-softmax and each
+# of their gradients. By default, Linux's C allocator returns every freed block that large to
+# the operating system, which must then map and zero the same memory again at the next step,
+# one *page fault* per 4 KiB page. `reuse_freed_memory()` keeps such blocks for the next step
+# instead (Chapter 6 calls it before it trains). The next cell times a forward and backward
+# pass of that shape, and counts its page faults, before and after the call.
 
 # %%
 big_vocab = GPT(GPTConfig.from_preset("shakespeare-char", vocab_size=50_257, dropout=0.0))
@@ -865,6 +870,10 @@ Markdown(bandwidth_prose(n_weights, 4, bandwidth, gpt2_rate, FAST_DEVICE))
 # `python -m benchmarks generate --device cuda` measures all of this on a GPU, against transformers'
 # `generate`, and `python -m benchmarks train --device cuda` the training step against transformers'.
 
+# %% tags=["remove-input"]
+Markdown(lesson_prose({**rows, **per_token}, gpt2_rate,
+                      bandwidth / (4 * n_weights), FAST_DEVICE))
+
 # %% [markdown]
 # ## Summary
 #
@@ -883,8 +892,9 @@ Markdown(bandwidth_prose(n_weights, 4, bandwidth, gpt2_rate, FAST_DEVICE))
 #   gets alone (section 7.5).
 # - **Speed** (section 7.8): on a GPU, no waits for values read back, TF32, bf16 autocast (fp16 with a
 #   gradient scaler on a T4), fused AdamW, flash attention, `torch.compile`, and CUDA graphs for decoding.
-#   At batch 1, decoding is bound by memory: tokens per second $\le$ bandwidth / bytes of weights. On a
-#   CPU, a large vocabulary's 100 MB tensors are cheaper when the allocator reuses them.
+#   Each removes one of a step's three costs (overhead, memory traffic, arithmetic) and helps
+#   only where that cost dominates: measure first. At batch 1, decoding is bound by memory:
+#   tokens per second $\le$ bandwidth / bytes of weights.
 #
 # ## Exercises
 #

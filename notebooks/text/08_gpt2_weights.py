@@ -204,9 +204,10 @@ for preset in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
 try:
     gpt2 = from_pretrained("gpt2")
     REAL_GPT2 = True
-except WeightsUnavailableError as err:
+except WeightsUnavailableError:  # not in the cache, and no network to download them
     gpt2, REAL_GPT2 = None, False
-    print(f"The real GPT-2 weights are unavailable on this machine:\n  {err}")
+    print("Offline: GPT-2's weights cannot be downloaded on this machine, so "
+          "the analyses below use a small model trained on Tiny Shakespeare instead.")
 
 mine, _ = book_model("shakespeare-bpe", progress=False)  # Chapter 6's BPE-level model
 if REAL_GPT2:

@@ -278,12 +278,14 @@ def fine_tune(model: GPT, mode: str, r: int | None = None, lr: float = 1e-3,
 
 
 def show(results: dict) -> None:
-    print(f"{'method':<28}{'trainable':>10}{'val':>8}{'test':>8}  CPU time")
-    print(f"{'majority class':<28}{'':>10}{'':>8}{majority:>8.1%}")
-    print(f"{'bag of tokens':<28}{len(vocab) * C + C:>10,}{bag['val']:>8.1%}"
-          f"{bag['test']:>8.1%}")
+    """The runs as a table, the test accuracy first: the column the text quotes stays
+    in view on a narrow screen."""
+    print(f"{'method':<23}{'test':>7}{'val':>7}{'trainable':>10}  CPU time")
+    print(f"{'majority class':<23}{majority:>7.1%}")
+    print(f"{'bag of tokens':<23}{bag['test']:>7.1%}{bag['val']:>7.1%}"
+          f"{len(vocab) * C + C:>10,}")
     for name, r in results.items():  # the time last: its width varies from run to run
-        print(f"{name:<28}{r['trainable']:>10,}{r['val']:>8.1%}{r['accuracy']:>8.1%}"
+        print(f"{name:<23}{r['accuracy']:>7.1%}{r['val']:>7.1%}{r['trainable']:>10,}"
               f"  {r['seconds']:.1f} s")
 
 
@@ -418,9 +420,10 @@ for r in (1, 4, 16):
 try:
     gpt2 = from_pretrained("gpt2")
     REAL_GPT2 = True
-except WeightsUnavailableError as err:
+except WeightsUnavailableError:  # not in the cache, and no network to download them
     gpt2, REAL_GPT2 = None, False
-    print(f"The real GPT-2 weights are unavailable on this machine:\n  {err}")
+    print("Offline: GPT-2's weights cannot be downloaded on this machine, so "
+          "GPT-2 itself is not fine-tuned in this run.")
 if REAL_GPT2:
     results["GPT-2, head only"] = fine_tune(gpt2, "head", lr=1e-2)
     results["GPT-2, LoRA r=8 + head"] = fine_tune(gpt2, "lora", r=8, lr=1e-3)
@@ -434,19 +437,19 @@ show(results)
 display(Markdown(prose.classification_text(results, majority, bag["test"], N_TEST)))
 
 # %% mystnb={"figure": {"caption": "Test accuracy against the number of trainable parameters (log scale) for every fine-tuning run of this chapter; the dashed lines are the two baselines.", "name": "fig-finetune-accuracy"}, "image": {"alt": "A scatter plot, trainable parameters on a logarithmic horizontal axis and test accuracy on the vertical axis, one labelled point per fine-tuning method, and two dashed horizontal lines for the majority and bag-of-tokens baselines."}}
-fig, ax = plt.subplots(figsize=(6.4, 4))
+fig, ax = plt.subplots(figsize=(5.2, 4.4))
 by_size = sorted(results, key=lambda name: results[name]["trainable"])
 for i, name in enumerate(by_size):  # neighbours on the axis: labels on opposite sides
     r = results[name]
     ax.scatter(r["trainable"], r["accuracy"], color="C3" if "LoRA" in name else "C0")
-    ax.annotate(name, (r["trainable"], r["accuracy"]), fontsize=8,
-                xytext=(4, 4 if i % 2 == 0 else -11), textcoords="offset points")
+    ax.annotate(name, (r["trainable"], r["accuracy"]), fontsize=10,
+                xytext=(4, 4 if i % 2 == 0 else -13), textcoords="offset points")
 ax.axhline(majority, ls="--", color="grey", label="majority class")
 ax.axhline(bag["test"], ls="--", color="C2", label="bag of tokens")
 ax.set(xscale="log", xlabel="trainable parameters", ylabel="test accuracy",
        title="Speaker classification: accuracy vs trainable parameters")
 ax.margins(x=0.25)  # room for the labels
-ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=8)
+ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
 plt.show()
 
 # %% [markdown]
@@ -484,7 +487,7 @@ display(Markdown(prose.pretraining_text(curve)))
 
 
 # %% mystnb={"figure": {"caption": "Test accuracy against the number of labelled speeches per speaker: head-only classifiers on the pretrained backbone's features and on the same network randomly initialised, and the bag of tokens; mean and one standard error over 20 draws of the speeches.", "name": "fig-finetune-curve"}, "image": {"alt": "Three lines of test accuracy rising with the number of labelled speeches per speaker on a logarithmic axis, with error bars, one line for each kind of input, and a dashed horizontal line for the majority baseline."}}
-fig, ax = plt.subplots(figsize=(6.4, 4))
+fig, ax = plt.subplots(figsize=(5.2, 4))
 lines = {"bag": "bag of tokens", "pretrained": "pretrained backbone, head only",
          "random": "random initialization, head only"}
 for key, label in lines.items():
@@ -494,7 +497,7 @@ ax.axhline(100 * majority, ls="--", color="grey", label="majority class")
 ax.set(xscale="log", xticks=curve["sizes"], xticklabels=[str(n) for n in curve["sizes"]],
        xlabel="labelled speeches per speaker", ylabel="test accuracy (%)",
        title="What pretraining buys")
-ax.legend(fontsize=8)
+ax.legend()
 plt.show()
 
 # %% [markdown]
@@ -583,7 +586,7 @@ for step in range(STYLE_STEPS):
     opt.step()
 style_seconds = clock() - start
 style_after = {k: lm_losses(v) for k, v in held_out.items()}
-style.cpu().eval()
+style = style.cpu().eval()  # for the samples below
 
 # %% tags=["nbval-check-output"]
 print(f"{len(style_train):,} training tokens of {speaker}; adapter of "

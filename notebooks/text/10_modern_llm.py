@@ -292,7 +292,7 @@ print(f"without rotation every score is q·k = {(q1[0] @ k1[0]):.3f}; with it, f
       f"{scores.min():.3f} to {scores.max():.3f}")
 
 # %% mystnb={"figure": {"caption": "The score of one fixed query and one fixed key, rotated by RoPE to every query position m and key position n (d_head = 16). Every diagonal (constant m − n) has one colour: the score depends only on the offset.", "name": "fig-rope-offset-heatmap"}, "image": {"alt": "Square heatmap, query position m on the vertical axis and key position n on the horizontal axis, 0 to 31. The colours form stripes parallel to the main diagonal, each stripe a single colour, varying irregularly from one stripe to the next."}}
-fig, ax = plt.subplots(figsize=(5.5, 4.5))
+fig, ax = plt.subplots(figsize=(5.2, 4.3))
 im = ax.imshow(scores, cmap="RdBu_r", origin="lower")
 ax.set_xlabel("key position n", fontsize=LABEL_PT)
 ax.set_ylabel("query position m", fontsize=LABEL_PT)
@@ -561,7 +561,7 @@ for lo, hi in ((0, CONTEXT), (CONTEXT, 2 * CONTEXT), (2 * CONTEXT, 4 * CONTEXT))
     print(f"positions {lo:>3}-{hi - 1:<3}: mean loss {per_position[lo:hi].mean():.2f}")
 
 # %% mystnb={"figure": {"caption": "Validation loss of the Llama-style model at each position of 256-character windows (mean over 64 windows), trained on windows of 64 (dashed line). Past the training context the loss rises: the model meets offsets between query and key that it never saw in training.", "name": "fig-rope-extrapolation"}, "image": {"alt": "Line plot of loss against position 0 to 255. The loss falls over the first few positions, stays low up to the dashed line at 64, then rises and stays higher for the rest of the window."}}
-fig, ax = plt.subplots(figsize=(7, 3.8))
+fig, ax = plt.subplots(figsize=(5.2, 3.8))
 ax.plot(per_position, lw=1)
 ax.axvline(CONTEXT, color="gray", linestyle="--", label="training context")
 ax.set_xlabel("position in the window")
