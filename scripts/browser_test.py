@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 from gpt_from_scratch.book.figure_text import SMALLEST_TEXT  # noqa: E402
 from scripts.browser_interactive import check_interactive  # noqa: E402  (figures and quizzes)
 from scripts.browser_phone import MIN_TEXT_PX, PhoneReport  # noqa: E402  (the phone's bars)
+from scripts.jupyter_notebooks import colab_url  # noqa: E402  (the Jupyter editions Colab opens)
 
 WIDE, PHONE = 1280, 390
 # Raw TeX that MathJax left: a dollar sign, a backslash command (\\times) or a \\( \\[ delimiter.
@@ -241,7 +242,7 @@ def check_page(driver, base: str, page: str, repo: str, phone: PhoneReport) -> l
 
     if page.startswith("notebooks/"):
         notebook = page + ".ipynb"
-        colab = f"colab.research.google.com/github/{urlparse(repo).path.strip('/')}/blob/main/{notebook}"
+        colab = colab_url(page.removeprefix("notebooks/")).removeprefix("https://")
         if not any(colab in link for link in facts["links"]):
             problems.append(f"no Colab button pointing at {colab}")
         if not any(link.endswith("_sources/" + notebook) for link in facts["links"]):
