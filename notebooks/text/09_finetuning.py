@@ -108,7 +108,7 @@ STYLE_STEPS, STYLE_LR = (600 if FULL_RUN else 150), 1e-2  # the style adapter of
 # (the cell prints both models' step counts). Both scored on the same validation windows,
 # every window opened by `<|endoftext|>` for the offline model as in its training:
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance={"abs": 0.05, "why": "measured across PyTorch's AVX-512, AVX2 and portable kernels and 1-2 threads (scripts/arithmetic_spread.py): at most 0.015"}
 backbone, info = offline_model(full=FULL_RUN, progress=False)  # Chapter 8's offline model
 ch6_model, _ = book_model("shakespeare-bpe", progress=False)  # Chapter 6's BPE model
 _, val_ids, _ = bpe_level_data()
@@ -296,7 +296,7 @@ results = {
     "everything": fine_tune(backbone, "all", lr=3e-4),
 }
 
-# %% tags=["nbval-check-output"]
+# %%
 print(f"fine-tuning runs: {STEPS} steps of 16 speeches, "
       f"{STEPS * 16 / len(data.train):.1f} passes over the training set")
 show(results)
@@ -378,7 +378,7 @@ print(f"trainable {count_trainable(lora_model):,} of {backbone.num_parameters():
 # costs nothing extra at inference. `unmerge_lora` subtracts it again, to switch adapters.
 # With random $B$ standing in for a trained one:
 
-# %% tags=["nbval-check-output"]
+# %%
 torch.manual_seed(1)
 for layer in lora_layers(lora_model).values():
     nn.init.normal_(layer.lora_B, std=0.05)
@@ -389,6 +389,8 @@ with torch.no_grad():
     unmerged = unmerge_lora(lora_model)(idx)[0]
 change = (adapted - backbone(idx)[0]).abs().max()
 print(f"largest logit change from the update: {change:.3f}")
+
+# %% tags=["nbval-check-output"]
 print(f"merged vs adapted, largest difference below 1e-4: "
       f"{(merged - adapted).abs().max().item() < 1e-4}")
 restored = lora_model.blocks[0].attn.c_attn.base.weight
@@ -430,7 +432,7 @@ if REAL_GPT2:
     if FULL_RUN:
         results["GPT-2, everything"] = fine_tune(gpt2, "all", lr=1e-4)
 
-# %% tags=["nbval-check-output"]
+# %%
 show(results)
 
 # %% tags=["remove-input"]
@@ -588,7 +590,7 @@ style_seconds = clock() - start
 style_after = {k: lm_losses(v) for k, v in held_out.items()}
 style = style.cpu().eval()  # for the samples below
 
-# %% tags=["nbval-check-output"]
+# %%
 print(f"{len(style_train):,} training tokens of {speaker}; adapter of "
       f"{count_trainable(style):,} parameters, {STYLE_STEPS} steps of 8 windows "
       f"in {style_seconds:.1f} s of CPU time")
