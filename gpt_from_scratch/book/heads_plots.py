@@ -186,7 +186,7 @@ def attention_lines(
     *,
     heads: Sequence[int] | None = None,
     title: str | None = None,
-    ncols: int = 2,
+    ncols: int | None = None,
 ):
     """A static version of bertviz's head view: for each head, a line from every query token (left)
     to every key token (right), as opaque as its attention weight.
@@ -197,7 +197,8 @@ def attention_lines(
         tokens: the ``T`` token labels.
         heads: which heads to draw, one panel each (default: all).
         title: the figure's title.
-        ncols: panels per row; more heads wrap onto further rows.
+        ncols: panels per row; more heads wrap onto further rows. The default puts as many in a
+            row as fit in ``figure_text.WIDTH_IN``, so that the labels stay legible on a phone.
 
     Returns:
         The ``Figure``, with one axes per head drawn.
@@ -219,9 +220,11 @@ def attention_lines(
         raise ValueError(f"heads={heads} is not a non-empty selection of the {H} heads 0 .. {H - 1}")
 
     colours = plt.get_cmap("tab10")
+    label_width = 0.6 * LABEL_PT / 72 * max(map(len, tokens)) + 0.1  # inches, longest label
+    if ncols is None:  # as many panels as fit the book's figure width
+        ncols = max(1, int((WIDTH_IN - 0.2) // (2 * label_width + 0.6)))
     ncols = max(1, min(ncols, len(heads)))
     nrows = -(-len(heads) // ncols)
-    label_width = 0.6 * LABEL_PT / 72 * max(map(len, tokens)) + 0.1  # inches, longest label
     margin = label_width / 0.6  # in data units: the lines span x = 0 .. 1, drawn 0.6 inches wide
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
                              figsize=((2 * label_width + 0.6) * ncols + 0.2,

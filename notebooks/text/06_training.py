@@ -1025,7 +1025,11 @@ print(f"final val loss {resumed.val_loss[-1]:.4f} and {uninterrupted.val_loss[-1
 # - On a CPU, a 50,257-token vocabulary makes the output layer most of the work.
 # - Checkpoints are safetensors plus JSON, written atomically, verified by SHA-256, and resume exactly;
 #   `python -m gpt_from_scratch.book.cli` and `torchrun` run the same loop from a terminal.
-#
+
+# %% tags=["remove-cell", "nbval-check-output"]
+print(verdicts())
+
+# %% [markdown]
 # ## Exercises
 #
 # ### Exercise 1. Two reference losses (predict, then run)
@@ -1190,6 +1194,3 @@ show_quiz([
                "No: AdamW's moments and the learning-rate schedule would restart."),
     ]),
 ])
-
-# %% tags=["remove-cell", "nbval-check-output"]
-print(verdicts())

@@ -895,7 +895,11 @@ Markdown(lesson_prose({**rows, **per_token}, gpt2_rate,
 #   Each removes one of a step's three costs (overhead, memory traffic, arithmetic) and helps
 #   only where that cost dominates: measure first. At batch 1, decoding is bound by memory:
 #   tokens per second $\le$ bandwidth / bytes of weights.
-#
+
+# %% tags=["remove-cell", "nbval-check-output"]
+print(verdicts())
+
+# %% [markdown]
 # ## Exercises
 #
 # ### Exercise 1. Min-p (implement)
@@ -1049,6 +1053,3 @@ show_quiz([
                "No: the temperature comes first."),
     ]),
 ])
-
-# %% tags=["remove-cell", "nbval-check-output"]
-print(verdicts())

@@ -636,6 +636,9 @@ for name, m in (("before (offline model)", backbone), ("after (LoRA, merged)", s
 #   on that character's lines against the others', each change with its standard error:
 #   section 9.6 says what this run shows.
 
+# %% tags=["remove-cell", "nbval-check-output"]
+print(verdicts())
+
 # %% [markdown]
 # ## Exercises
 #
@@ -753,6 +756,3 @@ show_quiz([
                "No: unmerging subtracts BA and gives W back."),
     ]),
 ])
-
-# %% tags=["remove-cell", "nbval-check-output"]
-print(verdicts())
