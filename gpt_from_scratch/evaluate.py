@@ -19,6 +19,7 @@ loss in bits over the UTF-8 bytes of the text it predicted.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,9 +71,13 @@ def _next_token_logprobs(model: nn.Module, idx: Tensor, rows: Tensor, positions:
     A ``GPT`` applies its output layer at those K positions only: with GPT-2's 50,257 tokens the
     output layer is most of the work, and a choice is a few of a window's positions. Any other
     model (a bigram table) gives all its logits."""
+    device = next(itertools.chain(model.parameters(), model.buffers())).device
+    idx, rows, positions = idx.to(device), rows.to(device), positions.to(device)
     if isinstance(model, GPT):
-        return F.log_softmax(model.lm_head(hidden_states(model, idx)[rows, positions]).float(), -1)
-    return F.log_softmax(model(idx)[0][rows, positions].float(), dim=-1)
+        logits = model.lm_head(hidden_states(model, idx)[rows, positions])  # (K, V)
+    else:
+        logits = model(idx)[0][rows, positions]  # (K, V)
+    return F.log_softmax(logits.float(), dim=-1).cpu()
 
 
 @torch.no_grad()
@@ -169,6 +174,7 @@ def summed_nats(model: nn.Module, ids: np.ndarray | Tensor, batch_size: int = 16
     ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
     first = torch.tensor(list(start), dtype=torch.long)  # (S,)
     T = model.config.context_length - len(first)  # the text's tokens per window
+    device = next(itertools.chain(model.parameters(), model.buffers())).device
     total, predicted = 0.0, []
     with eval_mode(model):
         for begin in range(0, len(ids) - 1, T * batch_size):  # batch_size windows per forward
@@ -177,7 +183,7 @@ def summed_nats(model: nn.Module, ids: np.ndarray | Tensor, batch_size: int = 16
             for length in sorted({len(w) for w in windows}, reverse=True):  # a short last one apart
                 w = torch.stack([x for x in windows if len(x) == length])  # (B, T + 1)
                 idx = torch.cat([first.expand(len(w), -1), w[:, :-1]], dim=1)  # (B, S + T)
-                logits = model(idx)[0][:, len(first):].float()  # (B, T, V)
+                logits = model(idx.to(device))[0][:, len(first):].float().cpu()  # (B, T, V)
                 total += F.cross_entropy(logits.flatten(0, 1), w[:, 1:].flatten(),
                                          reduction="sum").item()
                 predicted.append(w[:, 1:].flatten())

@@ -94,6 +94,46 @@ def next_line_items(text: str, seed: int, settings: NextLineSettings = NextLineS
     return items
 
 
+def last_word_items(text: str, seed: int, n_items: int = 100, n_choices: int = 4,
+                    tolerance: int = 1, train_frac: float = 0.9) -> list[MultipleChoice]:
+    """"Which word ends this line?" items from the validation split of ``text`` (a cloze test).
+
+    The context is the speech up to the line's last word (punctuation after it dropped), the
+    right choice that word; the distractors are last words of other speeches' lines whose length
+    is within ``tolerance`` characters of it. One item per speech, drawn with ``seed``.
+    """
+    found = speeches(split_text(text, train_frac)[1])
+    rng = random.Random(seed)
+
+    def split_last(line: str) -> tuple[str, str] | None:
+        words = line.rstrip(" ,.;:!?'-").split(" ")
+        ok = len(words) >= 4 and words[-1].isalpha() and len(words[-1]) >= 3
+        return (" ".join(words[:-1]), words[-1]) if ok else None
+
+    endings = {(k, i): split_last(sp[i]) for k, sp in enumerate(found) for i in range(1, len(sp))}
+    endings = {key: e for key, e in endings.items() if e}
+    words: dict[int, set[str]] = {}
+    for (k, _), (_, word) in endings.items():
+        words.setdefault(len(word), set()).add((k, word))
+    by_speech: dict[int, list[int]] = {}
+    for k, i in endings:
+        by_speech.setdefault(k, []).append(i)
+    if len(by_speech) < n_items:
+        raise ValueError(f"the validation split has {len(by_speech)} speeches with a line to end: "
+                         f"ask for at most that many items (n_items={n_items})")
+    items = []
+    for k in rng.sample(sorted(by_speech), n_items):
+        i = rng.choice(by_speech[k])
+        head, gold = endings[(k, i)]
+        pool = sorted({w for n in range(len(gold) - tolerance, len(gold) + tolerance + 1)
+                       for j, w in words.get(n, ()) if j != k and w.lower() != gold.lower()})
+        choices = rng.sample(pool, n_choices - 1)
+        answer = rng.randrange(n_choices)
+        choices.insert(answer, gold)
+        items.append(MultipleChoice("\n".join(found[k][:i] + [head]), choices, answer))
+    return items
+
+
 def write_jsonl(items: list[MultipleChoice], path: str | Path) -> Path:
     """``items`` as JSON lines (``context``, ``choices``, ``gold``), the file a harness task reads."""
     path = Path(path)
