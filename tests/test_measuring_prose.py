@@ -38,17 +38,19 @@ def test_a_clear_win_holds_and_a_coin_flip_does_not():
     assert not prose.above_chance("model", [0.24, 0.27, 0.25], 0.25, "acc_norm", "test").holds
 
 
-def test_bits_per_byte_sentence_names_the_per_token_artefact():
-    text = prose.bpb_text({"character model": dict(per_token=1.70, bpb=2.45),
-                           "BPE model": dict(per_token=1.50, bpb=2.93)})
-    assert "**BPE model** has the lowest loss (1.50 nats)" in text
-    assert "**character model** predicts best: 2.45 bits per byte" in text and "artefact" in text
+def test_bits_per_byte_sentence_and_lesson():
+    text, found = prose.bpb_text({"character model": dict(per_token=1.60, bpb=2.40),
+                                  "BPE model": dict(per_token=6.40, bpb=2.90)})
+    assert found.holds and "4.0 times apart" in text and "better, by 0.50 bits per byte" in text
+    text, found = prose.bpb_text({"character model": dict(per_token=1.60, bpb=3.00),
+                                  "BPE model": dict(per_token=6.40, bpb=2.90)})
+    assert not found.holds and "only seemed better" in text
 
 
 def test_next_line_reading_says_who_stands_clear_of_a_guess():
     text = prose.next_line_text({"a": {"acc_norm": [0.25, 0.26, 0.24]},
                                  "b": {"acc_norm": [0.60, 0.62, 0.58]}}, 0.25)
-    assert "Only b stands clear" in text
+    assert "Clear of a guess by two standard errors: b." in text
 
 
 def test_the_two_hellaswag_readings():
@@ -68,3 +70,17 @@ def test_the_cleaning_equals_the_harness():
     assert doc["query"] == item.context and doc["choices"] == item.choices
     for text in ROW["endings"] + [ROW["ctx"], " [step] x [title] y  z "]:
         assert preprocess(text) == utils.preprocess(text)
+
+
+def test_the_hellaswag_sentence_offline_and_online():
+    import torch
+
+    from gpt_from_scratch.evaluate import ChoiceScores
+
+    offline = prose.hellaswag_text("no network", None)
+    assert "did not run here (no network)" in offline and "0.2955" in offline
+    one = torch.ones(2, 2, dtype=torch.float64)
+    scores = ChoiceScores(torch.tensor([[-1.0, -2.0], [-3.0, -1.0]], dtype=torch.float64), one,
+                          one, torch.tensor([0, 0]))
+    online = prose.hellaswag_text(None, {"nanogpt": scores, "harness": scores})
+    assert "On 2 items, build-nanogpt's reading gives 0.5000" in online and "+0.0 points" in online

@@ -27,17 +27,24 @@ def mean_se(values) -> tuple[float, float]:
     return mean, math.sqrt(var / len(values))
 
 
-def bpb_text(rows: dict[str, dict]) -> str:
-    """``rows``: model name -> ``{"per_token": nats per token, "bpb": bits per byte}``."""
-    best = min(rows, key=lambda k: rows[k]["bpb"])
-    by_token = min(rows, key=lambda k: rows[k]["per_token"])
-    text = (f"Per token, **{by_token}** has the lowest loss ({rows[by_token]['per_token']:.2f} nats), "
-            f"but its tokens are not the others' tokens. Per byte of the same text, **{best}** "
-            f"predicts best: {rows[best]['bpb']:.2f} bits per byte.")
-    if best != by_token:
-        text += (" The per-token ranking was an artefact of the tokenizers: a BPE token carries "
-                 "several characters, so its loss is several characters' worth.")
-    return text
+def bpb_text(rows: dict[str, dict]) -> tuple[str, Lesson]:
+    """``rows``: "character model" and "BPE model" -> ``{"per_token": nats, "bpb": bits per
+    byte}``. The sentences, and the lesson "the character model predicts this text better"."""
+    char, bpe = rows["character model"], rows["BPE model"]
+    ratio = bpe["per_token"] / char["per_token"]
+    margin = bpe["bpb"] - char["bpb"]
+    head = (f"Per token the two losses are {ratio:.1f} times apart ({char['per_token']:.2f} "
+            f"against {bpe['per_token']:.2f} nats), because a GPT-2 token spells several "
+            f"characters. Per byte of the same text they are {char['bpb']:.2f} and "
+            f"{bpe['bpb']:.2f} bits: ")
+    found = lesson("the character model has fewer bits per byte than the BPE model", margin,
+                   "bits per byte",
+                   head + f"the character model predicts this text better, by {margin:.2f} "
+                   "bits per byte, far less than the per-token numbers suggest. (The BPE model "
+                   "trained for few steps: its 50,257-way output layer makes each step costly.)",
+                   head + "here the BPE model predicts the text at least as well: per token, the "
+                   "character model only seemed better.")
+    return found.text, found
 
 
 def beats(name: str, a: dict, b: dict, rule: str, what: str, task: str) -> Lesson:
@@ -80,8 +87,8 @@ def next_line_text(scores: dict[str, dict], chance: float, rule: str = "acc_norm
                      f"chance)")
     clear = [n for n, s in scores.items() if (mean_se(s[rule])[0] - chance)
              > 2 * mean_se(s[rule])[1]]
-    verdict = (f"Only {', '.join(clear)} stands clear of a guess." if clear else
-               "None stands clear of a guess.")
+    verdict = (f"Clear of a guess by two standard errors: {', '.join(clear)}." if clear else
+               "None stands clear of a guess by two standard errors.")
     return (f"On *which line continues this speech?* ({rule}): {'; '.join(parts)}. {verdict} "
             "A line that follows another shares its speaker, its subject and often its sentence, "
             "but a model must *read* the previous lines to use that, and these models read 64 "
@@ -97,3 +104,26 @@ def shortest_text(acc_share: float, norm_share: float, chance: float) -> str:
             "negative term per token: every extra character costs probability, so the plain sum "
             "prefers short answers whatever they say. Dividing by the length in characters "
             "scores the answer's *average* plausibility instead.")
+
+
+PUBLISHED = {("nanogpt", "acc_token"): 0.2955, ("harness", "acc_norm"): 0.3114}  # GPT-2 small
+
+
+def hellaswag_text(why_not: str | None, scores: dict | None) -> str:
+    """One sentence when the online run could not happen (``why_not``), else what it measured:
+    ``scores`` maps a reading ("nanogpt", "harness") to its ``ChoiceScores``."""
+    if why_not is not None:
+        return (f"This section did not run here ({why_not}); online it scores GPT-2 small on "
+                "HellaSwag's validation items under both readings and all three rules, where "
+                f"the published numbers are {PUBLISHED[('nanogpt', 'acc_token')]} "
+                f"(build-nanogpt) and {PUBLISHED[('harness', 'acc_norm')]} (the harness).")
+    got = {key: scores[key[0]].accuracy(key[1]) for key in PUBLISHED}
+    n = len(scores["nanogpt"].gold)
+    rule_only = scores["nanogpt"].accuracy("acc_norm") - got[("nanogpt", "acc_token")]
+    text_only = scores["harness"].accuracy("acc_token") - got[("nanogpt", "acc_token")]
+    return (f"On {n:,} items, build-nanogpt's reading gives {got[('nanogpt', 'acc_token')]:.4f} "
+            f"(published {PUBLISHED[('nanogpt', 'acc_token')]}) and the harness's "
+            f"{got[('harness', 'acc_norm')]:.4f} (published {PUBLISHED[('harness', 'acc_norm')]}). "
+            f"Changing only the rule (per character instead of per token) moves the score by "
+            f"{100 * rule_only:+.1f} points; changing only the text (cleaned, with the label) by "
+            f"{100 * text_only:+.1f}.")

@@ -124,7 +124,8 @@ for name, r in bpb.items():
           f"{r['bytes']:>9,}{r['per_token']:>12.3f}{r['bpb']:>11.3f}")
 
 # %% tags=["remove-input"]
-display(Markdown(prose.bpb_text(bpb)))
+bpb_text, _ = prose.bpb_text(bpb)
+display(Markdown(bpb_text))
 
 # %% [markdown]
 # ## 11.2 Multiple choice by likelihood
@@ -264,8 +265,8 @@ print("share of picks that are the shortest choice:",
       {k: f"{100 * prose.mean_se(v)[0]:.1f}%" for k, v in short.items()})
 
 # %% tags=["remove-input"]
-prefers_short = prose.beats("acc", {"x": short["acc"]}, {"x": short["acc_norm"]}, "x",
-                            "acc_norm", "picking the shortest answer")
+prefers_short = prose.beats("acc", {"share": short["acc"]}, {"share": short["acc_norm"]},
+                            "share", "acc_norm", "picking the shortest choice")
 display(Markdown(prose.shortest_text(prose.mean_se(short["acc"])[0],
                                      prose.mean_se(short["acc_norm"])[0],
                                      prose.mean_se(short["gold"])[0])))
@@ -281,43 +282,35 @@ display(Markdown(prose.shortest_text(prose.mean_se(short["acc"])[0],
 # picks the lowest loss *per token*; the harness cleans the text (drops WikiHow's bracketed
 # markers), puts the activity's label in front of the context (`"Baking cookies: A
 # woman..."`) and picks the highest log-likelihood *per character*. Where GPT-2's weights
-# can be downloaded (Colab), the next cell scores both readings (the whole split on a GPU,
-# its first 200 items on a CPU):
+# can be downloaded (Colab), the next cell scores both readings under both rules, so that each
+# change is measured alone (the whole split on a GPU, its first 200 items on a CPU):
 
 # %%
+hellaswag, why_not = None, None
 try:
     gpt2 = from_pretrained("gpt2")
-except WeightsUnavailableError as err:
-    gpt2, gpt2_error = None, str(err).splitlines()[0]
-hellaswag = None
-if gpt2 is not None:
-    rows = hellaswag_rows()
+    rows = hellaswag_rows()  # downloaded once into the cache
+except WeightsUnavailableError:  # offline, as Chapters 8 and 9 find out
+    why_not = "GPT-2's weights cannot be downloaded"
+except OSError as err:  # the weights came, the items did not
+    why_not = f"HellaSwag's items could not be downloaded: {err}"
+if why_not is None:
     rows = rows if default_device() == "cuda" else rows[:200]
     gpt2.to(default_device())
-    hellaswag = {
-        "build-nanogpt (raw text, per token)": score_choices(
-            gpt2, encoding.encode_ordinary, hellaswag_items(rows, "nanogpt")).accuracy("acc_token"),
-        "harness (cleaned, per character)": score_choices(
-            gpt2, encoding.encode_ordinary, hellaswag_items(rows, "harness")).accuracy("acc_norm"),
-    }
-    for name, acc in hellaswag.items():
-        print(f"{name:<38}{acc:.4f} on {len(rows):,} items")
+    hellaswag = {reading: score_choices(gpt2, encoding.encode_ordinary,
+                                        hellaswag_items(rows, reading))
+                 for reading in ("nanogpt", "harness")}
+    print(f"{'reading of the text':<22}" + "".join(f"{rule:>11}" for rule in prose.RULES))
+    for reading, scores in hellaswag.items():
+        print(f"{reading:<22}" + "".join(f"{scores.accuracy(r):>11.4f}" for r in prose.RULES))
+    print(f"({len(rows):,} items)")
 
 # %% tags=["remove-input"]
-display(Markdown(
-    f"GPT-2's weights could not be loaded here ({gpt2_error}), so this section did not run; "
-    "online it scores GPT-2 small on HellaSwag's 10,042 validation items with both rules, where "
-    "the published numbers are 0.2955 (per token, raw text) and 0.3114 (per character, cleaned)."
-    if gpt2 is None else
-    "On these items, " + " and ".join(f"{k} gives {v:.4f}" for k, v in hellaswag.items())
-    + "; the published numbers for all 10,042 are 0.2955 and 0.3114."))
+display(Markdown(prose.hellaswag_text(why_not, hellaswag)))
 
 # %% [markdown]
-# On the full split the harness's reading scores higher. Both changes push the same way: a
-# label such as "Baking cookies" narrows which endings make sense, and per-token
-# normalisation favours endings of long, rare, many-token words less than per-character
-# normalisation does. The lesson for reading a leaderboard: a number is a model *and* a rule,
-# and two rules on the same model can differ by more than many model improvements.
+# The lesson for reading a leaderboard: a score is a model, a rule and a way of writing the
+# items. Compare two scores only when the rule and the items are the same.
 #
 # ## Summary
 #
@@ -396,7 +389,8 @@ check_bits_per_byte(bits_per_byte_of);
 
 # %%
 r = bpb["BPE model"]
-print(f"uniform over 50,257 tokens: {math.log(50_257):.2f} nats per token; "
+print(f"uniform over 50,257 tokens: {math.log(50_257):.2f} nats or "
+      f"{math.log2(50_257):.2f} bits per token; "
       f"{r['bytes'] / r['tokens']:.2f} bytes per token here, so "
       f"{math.log2(50_257) * r['tokens'] / r['bytes']:.2f} bits per byte")
 
