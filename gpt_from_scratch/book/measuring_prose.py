@@ -69,9 +69,10 @@ def above_chance(name: str, values, chance: float, rule: str, task: str) -> Less
     """Judge "``name`` scores above chance on ``task``": mean - chance > 2 standard errors."""
     mean, se = mean_se(values)
     z = (mean - chance) / se if se else math.copysign(math.inf, mean - chance)
-    holds = (f"{name} answers {_pts(mean)}% ± {_pts(se)} of *{task}* right ({rule}), "
+    holds = (f"{name[:1].upper() + name[1:]} answers {_pts(mean)}% ± {_pts(se)} of *{task}* "
+             f"right ({rule}), "
              f"{z:.1f} standard errors above the {_pts(chance)}% of a guess.")
-    fails = (f"{name} answers {_pts(mean)}% ± {_pts(se)} of *{task}* right ({rule}): not two "
+    fails = (f"{name[:1].upper() + name[1:]} answers {_pts(mean)}% ± {_pts(se)} of *{task}* right ({rule}): not two "
              f"standard errors above the {_pts(chance)}% of a guess on this run.")
     return lesson(f"{name} above chance on {task} ({rule})", z - 2.0, "standard errors",
                   holds, fails)

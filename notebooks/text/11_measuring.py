@@ -155,16 +155,19 @@ display(Markdown(bpb_text))
 item = MultipleChoice("ROMEO:\nBut, soft! what light through yonder window",
                       ["breaks", "sings", "is it"], 0)
 print(f"context: {item.context!r}")
-for label, encode in (("characters", char_tok.encode), ("GPT-2 tokens", encoding.encode_ordinary)):
+for label, encode in (("characters", char_tok.encode),
+                      ("GPT-2 tokens", encoding.encode_ordinary)):
     for c in item.choices:
         ctx, cont = encode_pair(encode, item.context, " " + c)
         print(f"{label:<13}{c!r:<9} -> {len(ctx)} context ids, continuation ids {cont}")
 
 # %%
 one = score_choices(char_model, char_tok.encode, [item])
-print(f"{'choice':<10}{'log p':>9}{'chars':>7}{'tokens':>8}{'per char':>10}{'per token':>11}")
+print(f"{'choice':<10}{'log p':>9}{'chars':>7}{'tokens':>8}{'per char':>10}"
+      f"{'per token':>11}")
 for j, c in enumerate(item.choices):
-    ll, n_c, n_t = one.loglik[0, j].item(), one.n_chars[0, j].item(), one.n_tokens[0, j].item()
+    ll = one.loglik[0, j].item()
+    n_c, n_t = one.n_chars[0, j].item(), one.n_tokens[0, j].item()
     print(f"{c!r:<10}{ll:>9.2f}{n_c:>7.0f}{n_t:>8.0f}{ll / n_c:>10.2f}{ll / n_t:>11.2f}")
 print("picks:", {rule: item.choices[one.picks(rule).item()] for rule in prose.RULES})
 
@@ -204,8 +207,10 @@ for name, sets in (("which line continues", line_sets), ("which word ends", word
 bigram = BigramTable(char_train, char_tok.vocab_size)
 readers = {"bigram table": (bigram, char_tok.encode, [])} | {
     name: (m, encode, start) for name, (m, encode, _, start) in models.items()}
-tasks = {"which line continues": (line_sets, DELIMITER), "which word ends": (word_sets, " ")}
-results = {task: {name: {rule: [] for rule in prose.RULES} for name in readers} for task in tasks}
+tasks = {"which line continues": (line_sets, DELIMITER),
+         "which word ends": (word_sets, " ")}
+results = {task: {name: {rule: [] for rule in prose.RULES} for name in readers}
+           for task in tasks}
 for task, (sets, delimiter) in tasks.items():
     for items in sets:
         for name, (model, encode, start) in readers.items():
@@ -221,12 +226,13 @@ for task, rows in results.items():
     print(f"{'a guess':<18}" + f"{100 * CHANCE:>14.1f}" * len(prose.RULES))
     for name, r in rows.items():
         cells = [prose.mean_se(r[rule]) for rule in prose.RULES]
-        print(f"{name:<18}" + "".join(f"{100 * m:>8.1f} ± {100 * s:>3.1f}" for m, s in cells))
+        print(f"{name:<18}"
+              + "".join(f"{100 * m:>8.1f} ± {100 * s:>3.1f}" for m, s in cells))
 
 # %% tags=["remove-input"]
 word = results["which word ends"]
-found = [prose.above_chance("the character model", word["character model"]["acc_norm"], CHANCE,
-                            "acc_norm", "which word ends"),
+found = [prose.above_chance("the character model", word["character model"]["acc_norm"],
+                            CHANCE, "acc_norm", "which word ends"),
          prose.beats("the character model", word["character model"], word["bigram table"],
                      "acc_norm", "the bigram table", "which word ends")]
 display(Markdown(" ".join(f.text for f in found) + " "
@@ -302,7 +308,8 @@ if why_not is None:
                  for reading in ("nanogpt", "harness")}
     print(f"{'reading of the text':<22}" + "".join(f"{rule:>11}" for rule in prose.RULES))
     for reading, scores in hellaswag.items():
-        print(f"{reading:<22}" + "".join(f"{scores.accuracy(r):>11.4f}" for r in prose.RULES))
+        print(f"{reading:<22}"
+              + "".join(f"{scores.accuracy(r):>11.4f}" for r in prose.RULES))
     print(f"({len(rows):,} items)")
 
 # %% tags=["remove-input"]
