@@ -4,7 +4,8 @@ A multiple-choice item is a context and a few continuations, one of them right. 
 answers by likelihood: each continuation's log-probability after the context, and the highest wins.
 Three rules circulate for turning log-probabilities into a pick:
 
-- ``acc``: the sum of the continuation's token log-probabilities (lm-evaluation-harness, Gao et al.);
+- ``acc``: the sum of the continuation's token log-probabilities (lm-evaluation-harness,
+  Gao et al.);
 - ``acc_norm``: that sum divided by the continuation's length in *characters* (the harness's
   ``acc_norm``: ``lls / len(choice)``, the choice without its leading delimiter);
 - ``acc_token``: the mean log-probability per *token* (build-nanogpt's HellaSwag rule, which it
@@ -46,7 +47,8 @@ class MultipleChoice:
 
 
 def encode_pair(encode: Encode, context: str, continuation: str) -> tuple[list[int], list[int]]:
-    """Token ids of ``context`` and of ``continuation`` after it, as lm-evaluation-harness makes them.
+    """Token ids of ``context`` and of ``continuation`` after it, as lm-evaluation-harness
+    makes them.
 
     Trailing spaces of the context move to the continuation, the two are encoded *together*, and the
     continuation is what follows the context's own ids: with BPE, ``encode(a + b)`` need not be
@@ -125,7 +127,8 @@ class ChoiceScores:
     gold: Tensor  # (N,) the right choice
 
     def picks(self, rule: str) -> Tensor:
-        """(N,) the chosen index under ``rule``: "acc", "acc_norm" or "acc_token" (first on ties)."""
+        """(N,) the chosen index under ``rule``: "acc", "acc_norm" or "acc_token" (the first
+        on ties)."""
         scores = {"acc": self.loglik, "acc_norm": self.loglik / self.n_chars,
                   "acc_token": self.loglik / self.n_tokens}
         if rule not in scores:
@@ -150,8 +153,9 @@ def score_choices(model: nn.Module, encode: Encode, items: Sequence[MultipleChoi
     C = len(items[0].choices)
     for i, item in enumerate(items):
         if len(item.choices) != C or not 0 <= item.gold < C:
-            raise ValueError(f"item {i} has {len(item.choices)} choices and gold {item.gold}; every "
-                             f"item needs {C} choices (as item 0) and a gold index in [0, {C})")
+            raise ValueError(f"item {i} has {len(item.choices)} choices and gold {item.gold}; "
+                             f"every item needs {C} choices (as item 0) and a gold index "
+                             f"in [0, {C})")
     pairs = [encode_pair(encode, it.context, delimiter + ch) for it in items for ch in it.choices]
     logps = continuation_logprobs(model, pairs, batch_size, start)
     N = len(items)

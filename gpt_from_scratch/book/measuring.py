@@ -135,7 +135,8 @@ def last_word_items(text: str, seed: int, n_items: int = 100, n_choices: int = 4
 
 
 def write_jsonl(items: list[MultipleChoice], path: str | Path) -> Path:
-    """``items`` as JSON lines (``context``, ``choices``, ``gold``), the file a harness task reads."""
+    """``items`` as JSON lines (``context``, ``choices``, ``gold``): the file a harness task
+    reads."""
     path = Path(path)
     path.write_text("".join(json.dumps(asdict(it)) + "\n" for it in items), encoding="utf-8")
     return path

@@ -1,7 +1,7 @@
-"""Chapter 11 — the chapter's run-dependent sentences and lessons, written from the measured numbers.
+"""Chapter 11 — the chapter's run-dependent sentences and lessons, from the measured numbers.
 
-Each function takes what a cell measured and returns Markdown (or a judged ``Lesson``), so that every
-number in the prose is an output of this run; tests/test_measuring_prose.py checks them.
+Each function takes what a cell measured and returns Markdown (or a judged ``Lesson``), so that
+every number in the prose is an output of this run; tests/test_measuring_prose.py checks them.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def above_chance(name: str, values, chance: float, rule: str, task: str) -> Less
     holds = (f"{name[:1].upper() + name[1:]} answers {_pts(mean)}% ± {_pts(se)} of *{task}* "
              f"right ({rule}), "
              f"{z:.1f} standard errors above the {_pts(chance)}% of a guess.")
-    fails = (f"{name[:1].upper() + name[1:]} answers {_pts(mean)}% ± {_pts(se)} of *{task}* right ({rule}): not two "
+    fails = (f"{name[:1].upper() + name[1:]} answers {_pts(mean)}% ± {_pts(se)} of *{task}* "
+             f"right ({rule}): not two "
              f"standard errors above the {_pts(chance)}% of a guess on this run.")
     return lesson(f"{name} above chance on {task} ({rule})", z - 2.0, "standard errors",
                   holds, fails)

@@ -1,4 +1,5 @@
-"""Checkers for the exercises of Chapter 11 (measuring): ``check_acc_norm``, ``check_bits_per_byte``."""
+"""Checkers for the exercises of Chapter 11 (measuring): ``check_acc_norm`` and
+``check_bits_per_byte``."""
 
 from __future__ import annotations
 
