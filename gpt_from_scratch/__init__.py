@@ -33,6 +33,7 @@ the GPT             chapter
 ``rope``            10 rotary position embeddings (Llama's layout)
 ``gqa``             10 grouped-query attention and the KV cache's size
 ``modern``          10 a Llama-style model, exact to transformers'
+``evaluate``        11 multiple choice by likelihood (acc, acc_norm), bits per byte
 ==================  =========================================================
 
 ==========================  ================================================
@@ -60,6 +61,9 @@ the book (``book.``)        chapter
 ``book.finetune_runs``      9  the fine-tuning runs as functions (chapter, reference runs)
 ``book.finetune_prose``     9  the chapter's sentences from the measured numbers
 ``book.modern_prose``       10 the GPT-2 versus Llama verdict
+``book.measuring``          11 the next-line and last-word tests, the bigram baseline
+``book.measuring_prose``    11 the chapter's sentences and lessons from its numbers
+``book.hellaswag``          11 HellaSwag read as build-nanogpt and the harness read it
 ==========================  ================================================
 
 ``exercises`` holds every chapter's exercise checks (``check_*``). Modules are imported

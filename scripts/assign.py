@@ -87,6 +87,9 @@ ASSIGNMENTS = {a.chapter: a for a in [
                (Exercise("RMSNormModule", 2, "check_rms_norm"),
                 Exercise("rope_interleaved", 3, "check_rope_interleaved"),
                 Exercise("repeat_kv_heads", 2, "check_repeat_kv"))),
+    Assignment("11_measuring", "import math\n\nimport torch",
+               (Exercise("acc_norm_picks", 2, "check_acc_norm"),
+                Exercise("bits_per_byte_of", 2, "check_bits_per_byte"))),
 ]}
 
 

@@ -341,6 +341,25 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
     B, H_kv, T, d = x.shape
     return x[:, :, None].expand(B, H_kv, 3, T, d).reshape(B, H_kv * 3, T, d)  # n_rep fixed at 3""", 1 / 3),
     ],
+    "acc_norm_picks": [
+        ("""def acc_norm_picks(loglik, choices):
+    return loglik.argmax(dim=1)  # the plain sum: acc, not acc_norm""", 0.0),
+        ("""def acc_norm_picks(loglik, choices):
+    lengths = torch.tensor([[len(c) for c in row] for row in choices], dtype=loglik.dtype)
+    return (loglik / lengths).argmin(dim=1)  # the lowest""", 0.0),
+        ("""def acc_norm_picks(loglik, choices):
+    lengths = torch.tensor([[len(c) for c in row] for row in choices], dtype=loglik.dtype)
+    per_char = (loglik / lengths).flip(1)
+    return loglik.shape[1] - 1 - per_char.argmax(dim=1)  # the last on ties""", 0.5),
+    ],
+    "bits_per_byte_of": [
+        ("""def bits_per_byte_of(losses, token_bytes):
+    return (losses.sum() / token_bytes.sum()).item()  # nats, not bits""", 0.0),
+        ("""def bits_per_byte_of(losses, token_bytes):
+    return (losses.sum() / (math.log(2) * len(losses))).item()  # bits per token""", 0.5),
+        ("""def bits_per_byte_of(losses, token_bytes):
+    return (losses.sum() * math.log(2) / token_bytes.sum()).item()  # multiplied by ln 2""", 0.0),
+    ],
 }
 
 

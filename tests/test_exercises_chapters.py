@@ -420,3 +420,31 @@ def test_the_no_tril_hint_does_not_suggest_tril(capsys):
     fails(ex.check_causal_mask, lambda T: torch.arange(T)[None, :] >= torch.arange(T)[:, None], capsys,
           "key <= query")
     assert ".tril()" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------- 11
+def acc_norm_picks(loglik, choices, divide=True):
+    lengths = torch.tensor([[len(c) for c in row] for row in choices], dtype=loglik.dtype)
+    return (loglik / lengths if divide else loglik).argmax(dim=1)
+
+
+def test_acc_norm(capsys):
+    passes(ex.check_acc_norm, acc_norm_picks, capsys)
+    fails(ex.check_acc_norm, lambda l, c: acc_norm_picks(l, c, divide=False), capsys, "plain sum is acc")
+    fails(ex.check_acc_norm, lambda l, c: (-acc_norm_picks(-l, c)).neg(), capsys, "argmax")  # argmin
+    fails(ex.check_acc_norm, lambda l, c: (l * torch.tensor([[len(x) for x in r] for r in c])).argmax(1),
+          capsys, "do not multiply")
+
+
+def bits_per_byte_of(losses, token_bytes, bits=True, by_bytes=True):
+    total = losses.sum() / (math.log(2) if bits else 1.0)
+    return (total / (token_bytes.sum() if by_bytes else len(losses))).item()
+
+
+def test_bits_per_byte(capsys):
+    passes(ex.check_bits_per_byte, bits_per_byte_of, capsys)
+    fails(ex.check_bits_per_byte, lambda l, b: bits_per_byte_of(l, b, bits=False), capsys, "divide by ln 2")
+    fails(ex.check_bits_per_byte, lambda l, b: bits_per_byte_of(l, b, by_bytes=False), capsys,
+          "not by the number of tokens")
+    fails(ex.check_bits_per_byte, lambda l, b: (l.sum() * math.log(2) / b.sum()).item(), capsys,
+          "do not multiply")

@@ -32,6 +32,8 @@ checker                                  candidate
 ``check_rms_norm``            (ch. 10)   ``rms_norm(x, weight, eps)`` -> Tensor, or a module class ``RMS(D, eps=...)``
 ``check_rope_interleaved``    (ch. 10)   ``rope_interleaved(x, positions, theta)`` -> Tensor, pairs (2i, 2i + 1)
 ``check_repeat_kv``           (ch. 10)   ``repeat_kv(x, n_rep)`` -> Tensor, without ``repeat_interleave``
+``check_acc_norm``            (ch. 11)   ``acc_norm_picks(loglik, choices)`` -> Tensor (N,) of picks
+``check_bits_per_byte``       (ch. 11)   ``bits_per_byte_of(losses, token_bytes)`` -> float
 =======================================  ===============================================================
 """
 
@@ -46,6 +48,7 @@ from .ch07 import check_min_p_filter, check_top_k_filter, check_top_p_filter
 from .ch08 import check_offset_scores
 from .ch09 import check_lora_forward
 from .ch10 import check_repeat_kv, check_rms_norm, check_rope_interleaved
+from .ch11 import check_acc_norm, check_bits_per_byte
 from .core import FAIL_MARK, PASS_MARK
 
 __all__ = [
@@ -67,6 +70,8 @@ __all__ = [
     "check_rms_norm",
     "check_rope_interleaved",
     "check_repeat_kv",
+    "check_acc_norm",
+    "check_bits_per_byte",
     "FAIL_MARK",
     "PASS_MARK",
 ]

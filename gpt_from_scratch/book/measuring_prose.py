@@ -1,0 +1,131 @@
+"""Chapter 11 — the chapter's run-dependent sentences and lessons, from the measured numbers.
+
+Each function takes what a cell measured and returns Markdown (or a judged ``Lesson``), so that
+every number in the prose is an output of this run; tests/test_measuring_prose.py checks them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .lessons import Lesson, lesson, paired_difference, standard_errors
+
+RULES = ("acc", "acc_norm", "acc_token")
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def mean_se(values) -> tuple[float, float]:
+    """Mean and standard error of per-draw accuracies (at least two draws)."""
+    values = [float(v) for v in values]
+    if len(values) < 2:
+        raise ValueError(f"{len(values)} draw(s): a standard error needs at least two draws")
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return mean, math.sqrt(var / len(values))
+
+
+def bpb_text(rows: dict[str, dict]) -> tuple[str, Lesson]:
+    """``rows``: "character model" and "BPE model" -> ``{"per_token": nats, "bpb": bits per
+    byte}``. The sentences, and the lesson "the character model predicts this text better"."""
+    char, bpe = rows["character model"], rows["BPE model"]
+    ratio = bpe["per_token"] / char["per_token"]
+    margin = bpe["bpb"] - char["bpb"]
+    head = (f"Per token the two losses are {ratio:.1f} times apart ({char['per_token']:.2f} "
+            f"against {bpe['per_token']:.2f} nats), because a GPT-2 token spells several "
+            f"characters. Per byte of the same text they are {char['bpb']:.2f} and "
+            f"{bpe['bpb']:.2f} bits: ")
+    found = lesson("the character model has fewer bits per byte than the BPE model", margin,
+                   "bits per byte",
+                   head + f"the character model predicts this text better, by {margin:.2f} "
+                   "bits per byte, far less than the per-token numbers suggest. (The BPE model "
+                   "trained for few steps: its 50,257-way output layer makes each step costly.)",
+                   head + "here the BPE model predicts the text at least as well: per token, the "
+                   "character model only seemed better.")
+    return found.text, found
+
+
+def beats(name: str, a: dict, b: dict, rule: str, what: str, task: str) -> Lesson:
+    """Judge "``name`` beats ``what`` on ``task``": the paired difference of per-draw accuracies
+    ``a[rule]`` - ``b[rule]`` is more than two standard errors above 0."""
+    mean, se = paired_difference(a[rule], b[rule])
+    z = standard_errors(mean, se)
+    margin = z - 2.0
+    n = len(a[rule])
+    holds = (f"On *{task}*, {name} beats {what} by {_pts(mean)} ± {_pts(se)} points "
+             f"({rule}, {n} draws, {z:.1f} standard errors): a difference no draw of the set "
+             "explains.")
+    fails = (f"On *{task}*, {name} is {_pts(mean)} ± {_pts(se)} points from {what} "
+             f"({rule}, {n} draws): within two standard errors here, so this run cannot tell "
+             "them apart; another draw of the items, or another machine's arithmetic, moves "
+             "numbers this close.")
+    return lesson(f"{name} beats {what} on {task} ({rule})", margin, "standard errors",
+                  holds, fails)
+
+
+def above_chance(name: str, values, chance: float, rule: str, task: str) -> Lesson:
+    """Judge "``name`` scores above chance on ``task``": mean - chance > 2 standard errors."""
+    mean, se = mean_se(values)
+    z = (mean - chance) / se if se else math.copysign(math.inf, mean - chance)
+    holds = (f"{name[:1].upper() + name[1:]} answers {_pts(mean)}% ± {_pts(se)} of *{task}* "
+             f"right ({rule}), "
+             f"{z:.1f} standard errors above the {_pts(chance)}% of a guess.")
+    fails = (f"{name[:1].upper() + name[1:]} answers {_pts(mean)}% ± {_pts(se)} of *{task}* "
+             f"right ({rule}): not two "
+             f"standard errors above the {_pts(chance)}% of a guess on this run.")
+    return lesson(f"{name} above chance on {task} ({rule})", z - 2.0, "standard errors",
+                  holds, fails)
+
+
+def next_line_text(scores: dict[str, dict], chance: float, rule: str = "acc_norm") -> str:
+    """Where each model stands on "which line continues this speech?" (no lesson: a reading)."""
+    parts = []
+    for name, s in scores.items():
+        mean, se = mean_se(s[rule])
+        z = (mean - chance) / se if se else 0.0
+        parts.append(f"{name} {_pts(mean)}% ± {_pts(se)} ({z:+.1f} standard errors from "
+                     f"chance)")
+    clear = [n for n, s in scores.items() if (mean_se(s[rule])[0] - chance)
+             > 2 * mean_se(s[rule])[1]]
+    verdict = (f"Clear of a guess by two standard errors: {', '.join(clear)}." if clear else
+               "None stands clear of a guess by two standard errors.")
+    return (f"On *which line continues this speech?* ({rule}): {'; '.join(parts)}. {verdict} "
+            "A line that follows another shares its speaker, its subject and often its sentence, "
+            "but a model must *read* the previous lines to use that, and these models read 64 "
+            "characters or 64 tokens: the character model sees little more than the end of one "
+            "line.")
+
+
+def shortest_text(acc_share: float, norm_share: float, chance: float) -> str:
+    """Sentences on how often ``acc`` and ``acc_norm`` pick the shortest of unmatched choices."""
+    return (f"With distractors of any length, `acc` picks the shortest choice "
+            f"{_pts(acc_share)}% of the time and `acc_norm` {_pts(norm_share)}% (the right word is "
+            f"the shortest in {_pts(chance)}% of the items). A sum of log-probabilities has one "
+            "negative term per token: every extra character costs probability, so the plain sum "
+            "prefers short answers whatever they say. Dividing by the length in characters "
+            "scores the answer's *average* plausibility instead.")
+
+
+PUBLISHED = {("nanogpt", "acc_token"): 0.2955, ("harness", "acc_norm"): 0.3114}  # GPT-2 small
+
+
+def hellaswag_text(why_not: str | None, scores: dict | None) -> str:
+    """One sentence when the online run could not happen (``why_not``), else what it measured:
+    ``scores`` maps a reading ("nanogpt", "harness") to its ``ChoiceScores``."""
+    if why_not is not None:
+        return (f"This section did not run here ({why_not}); online it scores GPT-2 small on "
+                "HellaSwag's validation items under both readings and all three rules, where "
+                f"the published numbers are {PUBLISHED[('nanogpt', 'acc_token')]} "
+                f"(build-nanogpt) and {PUBLISHED[('harness', 'acc_norm')]} (the harness).")
+    got = {key: scores[key[0]].accuracy(key[1]) for key in PUBLISHED}
+    n = len(scores["nanogpt"].gold)
+    rule_only = scores["nanogpt"].accuracy("acc_norm") - got[("nanogpt", "acc_token")]
+    text_only = scores["harness"].accuracy("acc_token") - got[("nanogpt", "acc_token")]
+    return (f"On {n:,} items, build-nanogpt's reading gives {got[('nanogpt', 'acc_token')]:.4f} "
+            f"(published {PUBLISHED[('nanogpt', 'acc_token')]}) and the harness's "
+            f"{got[('harness', 'acc_norm')]:.4f} (published {PUBLISHED[('harness', 'acc_norm')]}). "
+            f"Changing only the rule (per character instead of per token) moves the score by "
+            f"{100 * rule_only:+.1f} points; changing only the text (cleaned, with the label) by "
+            f"{100 * text_only:+.1f}.")

@@ -1,0 +1,86 @@
+"""Chapter 11's generated sentences and lessons (book.measuring_prose) and its HellaSwag readings
+(book.hellaswag), the harness's cleaning checked against the harness itself where installed."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpt_from_scratch.book import lessons
+from gpt_from_scratch.book import measuring_prose as prose
+from gpt_from_scratch.book.hellaswag import hellaswag_items, preprocess
+
+ROW = {"activity_label": "Baking cookies", "ctx_a": "A woman [header] pours flour.",
+       "ctx_b": "then", "ctx": "A woman [header] pours flour. then",
+       "endings": ["she stirs it [title] Mix well.", "a dog  barks.", "he sings.", "it rains."],
+       "label": "0"}
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    monkeypatch.setattr(lessons, "_LESSONS", {})
+
+
+def test_mean_and_standard_error_need_two_draws():
+    assert prose.mean_se([0.2, 0.4]) == pytest.approx((0.3, 0.1))
+    with pytest.raises(ValueError, match="at least two draws"):
+        prose.mean_se([0.5])
+
+
+def test_a_clear_win_holds_and_a_coin_flip_does_not():
+    a = {"acc_norm": [0.50, 0.48, 0.52, 0.49, 0.51]}
+    b = {"acc_norm": [0.30, 0.31, 0.29, 0.33, 0.30]}
+    won = prose.beats("model", a, b, "acc_norm", "the table", "test")
+    assert won.holds and "19.4 ± 1.3 points" in won.text
+    tie = prose.beats("model", a, {"acc_norm": [0.52, 0.47, 0.50, 0.50, 0.50]}, "acc_norm",
+                      "the table", "test")
+    assert not tie.holds and "cannot tell" in tie.text
+    assert prose.above_chance("model", a["acc_norm"], 0.25, "acc_norm", "test").holds
+    assert not prose.above_chance("model", [0.24, 0.27, 0.25], 0.25, "acc_norm", "test").holds
+
+
+def test_bits_per_byte_sentence_and_lesson():
+    text, found = prose.bpb_text({"character model": dict(per_token=1.60, bpb=2.40),
+                                  "BPE model": dict(per_token=6.40, bpb=2.90)})
+    assert found.holds and "4.0 times apart" in text and "better, by 0.50 bits per byte" in text
+    text, found = prose.bpb_text({"character model": dict(per_token=1.60, bpb=3.00),
+                                  "BPE model": dict(per_token=6.40, bpb=2.90)})
+    assert not found.holds and "only seemed better" in text
+
+
+def test_next_line_reading_says_who_stands_clear_of_a_guess():
+    text = prose.next_line_text({"a": {"acc_norm": [0.25, 0.26, 0.24]},
+                                 "b": {"acc_norm": [0.60, 0.62, 0.58]}}, 0.25)
+    assert "Clear of a guess by two standard errors: b." in text
+
+
+def test_the_two_hellaswag_readings():
+    nanogpt, harness = hellaswag_items([ROW], "nanogpt")[0], hellaswag_items([ROW], "harness")[0]
+    assert nanogpt.context == ROW["ctx"] and nanogpt.choices == ROW["endings"]
+    assert harness.context == "Baking cookies: A woman pours flour. Then"
+    assert harness.choices[0] == "she stirs it. Mix well." and harness.choices[1] == "a dog barks."
+    with pytest.raises(ValueError, match="unknown reading"):
+        hellaswag_items([ROW], "raw")
+
+
+def test_the_cleaning_equals_the_harness():
+    utils = pytest.importorskip("lm_eval.tasks.hellaswag.utils")
+    datasets = pytest.importorskip("datasets")
+    doc = utils.process_docs(datasets.Dataset.from_list([ROW]))[0]
+    item = hellaswag_items([ROW], "harness")[0]
+    assert doc["query"] == item.context and doc["choices"] == item.choices
+    for text in ROW["endings"] + [ROW["ctx"], " [step] x [title] y  z "]:
+        assert preprocess(text) == utils.preprocess(text)
+
+
+def test_the_hellaswag_sentence_offline_and_online():
+    import torch
+
+    from gpt_from_scratch.evaluate import ChoiceScores
+
+    offline = prose.hellaswag_text("no network", None)
+    assert "did not run here (no network)" in offline and "0.2955" in offline
+    one = torch.ones(2, 2, dtype=torch.float64)
+    scores = ChoiceScores(torch.tensor([[-1.0, -2.0], [-3.0, -1.0]], dtype=torch.float64), one,
+                          one, torch.tensor([0, 0]))
+    online = prose.hellaswag_text(None, {"nanogpt": scores, "harness": scores})
+    assert "On 2 items, build-nanogpt's reading gives 0.5000" in online and "+0.0 points" in online
