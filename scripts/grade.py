@@ -1,16 +1,21 @@
 """Grade a folder of submissions with a course's private cases: one sheet row per file.
 
-    python scripts/grade.py SUBMISSIONS/ --autograder _build/assign/04_attention/autograder \\
-        --out grades.csv [--tests ~/course/tests] [--secret PATH] [--feedback DIR] [--canvas FILE]
+    python scripts/grade.py SUBMISSIONS/ --autograder _build/assign/04_attention/autograder
+    \\
+        --out grades.csv [--tests ~/course/tests] [--secret PATH] [--feedback DIR]
+        [--canvas FILE]
 
-For every file under SUBMISSIONS (recursively: Moodle's per-student folders too) there is a row:
+For every file under SUBMISSIONS (recursively: Moodle's per-student folders too) there is a
+row:
 a notebook (``.ipynb``, any case) or a ``.py`` file is graded, anything else is named as
 skipped. The grader
 
-1. reads every file in a process of its own under time and memory limits (``grading.parse``):
+1. reads every file in a process of its own under time and memory limits
+(``grading.parse``):
    per exercise the program (its solution cell and the helpers it uses), the teacher's flags
    (a near copy of the package, a reach for it: flags never cost points) and a fingerprint;
-2. runs each program in a sandbox (``grading.sandbox``) on the course's case inputs, drawn from
+2. runs each program in a sandbox (``grading.sandbox``) on the course's case inputs, drawn
+from
    the course secret, one process per case, with the exercise's set-up made of stand-ins
    (``grading.standins``): the package is not in the sandbox;
 3. compares what came back (plain data) with the expected values it computed itself
@@ -50,7 +55,10 @@ def prepare(assignment: dict, tests: Path | None, secret: bytes, scratch: Path) 
     chapter, tensors, prepared = assignment["chapter"], {}, {}
     for exercise in assignment["exercises"]:
         name = exercise["name"]
-        candidates = (tests and tests / chapter / f"{name}.py", DEFAULT_TESTS / chapter / f"{name}.py")
+        candidates = (
+            tests and tests / chapter / f"{name}.py",
+            DEFAULT_TESTS / chapter / f"{name}.py",
+        )
         path = next(p for p in candidates if p and p.exists())
         module = case_files.load_case_file(path)
         cases = case_files.exercise_cases(path, secret, chapter, name)
@@ -71,7 +79,10 @@ def prepare(assignment: dict, tests: Path | None, secret: bytes, scratch: Path) 
 
 
 def score(grade: sheet.Grade, exercise: dict, cases: list, folder: Path) -> None:
-    result, verdict = grade.results[exercise["name"]], judge.judge(folder, exercise["name"], cases)
+    result, verdict = (
+        grade.results[exercise["name"]],
+        judge.judge(folder, exercise["name"], cases),
+    )
     result.points = round(exercise["points"] * verdict.passed / len(cases), 2)
     if verdict.error:
         result.note = verdict.error
@@ -98,18 +109,21 @@ def grade_one(
         if reply["programs"].get(name) is None:
             result.note = "no cell defines it"
             continue
-        exercises.append({
-            "name": name,
-            "setup": prepared[name]["setup"],
-            "source": reply["programs"][name],
-            "cpu_seconds": box.limits.cpu_seconds,
-            "cases": prepared[name]["programs"],
-        })
+        exercises.append(
+            {
+                "name": name,
+                "setup": prepared[name]["setup"],
+                "source": reply["programs"][name],
+                "cpu_seconds": box.limits.cpu_seconds,
+                "cases": prepared[name]["programs"],
+            }
+        )
     if not exercises:
         return
     seconds = sum(
         2 * (c.get("cpu_seconds") or box.limits.cpu_seconds) + 2
-        for e in exercises for c in e["cases"]
+        for e in exercises
+        for c in e["cases"]
     )
     folder, grade.note = box.run({"exercises": exercises}, seconds)
     try:
@@ -130,7 +144,9 @@ def identify(folder: Path, found: list[tuple[str, Path]]) -> list[sheet.Grade]:
     for student, path in found:
         grade = sheet.Grade(student, str(path))
         parts = path.relative_to(folder).parts if folder.is_dir() else ()
-        base = parts[0] if len(parts) > 1 and MOODLE in parts[0] else sheet.file_name(student)
+        base = (
+            parts[0] if len(parts) > 1 and MOODLE in parts[0] else sheet.file_name(student)
+        )
         grade.folder, n = base, 1
         while grade.folder.lower() in used:  # ids that differ by "/" or case only
             n += 1
@@ -183,7 +199,11 @@ def grade_folder(
         replies = parse.read_all(found, names, provided, max(jobs, os.cpu_count() or 1))
         boxes: queue.Queue = queue.Queue()
         for slot in range(jobs):
-            boxes.put(sandbox.Sandbox(slot, limits, scratch / "inputs.safetensors", scratch, unsafe))
+            boxes.put(
+                sandbox.Sandbox(
+                    slot, limits, scratch / "inputs.safetensors", scratch, unsafe
+                )
+            )
         finished = iter(range(1, len(found) + 1))  # next() is atomic: the progress count
         pending = [g.note for g in grades]
 
@@ -202,7 +222,8 @@ def grade_folder(
                 grade.note = "; ".join(n for n in (pending[index], grade.note) if n)
             if not quiet:
                 print(
-                    f"[{next(finished)}/{len(found)}] {grade.student!r}: {grade.total:g} points "
+                    f"[{next(finished)}/{len(found)}] {grade.student!r}: "
+                    f"{grade.total:g} points "
                     f"({time.perf_counter() - start:.1f} s)",
                     flush=True,
                 )
@@ -211,7 +232,9 @@ def grade_folder(
             grade.note = grade.note or "not graded: the grader stopped first"
         try:
             with ThreadPoolExecutor(max_workers=jobs) as pool:
-                for index, future in enumerate([pool.submit(work, i) for i in range(len(found))]):
+                for index, future in enumerate(
+                    [pool.submit(work, i) for i in range(len(found))]
+                ):
                     future.result()
                     sheet.write(grades, names, out)
         finally:
@@ -226,12 +249,15 @@ def grade_folder(
                 sheet.write_feedback(grade, assignment["exercises"], criteria, feedback)
             if canvas:
                 points = sum(e["points"] for e in assignment["exercises"])
-                sheet.write_canvas(out, canvas, canvas_column or assignment["chapter"], points)
+                sheet.write_canvas(
+                    out, canvas, canvas_column or assignment["chapter"], points
+                )
     return grades
 
 
 def setup_names(setup: str) -> set[str]:
-    """The names the set-up binds (its imports: modules, and the stand-ins of the package's)."""
+    """The names the set-up binds (its imports: modules, and the stand-ins of the
+    package's)."""
     import ast
 
     return {
@@ -271,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--canvas-column",
         default="",
-        help="the assignment's header in your Canvas export, 'Name (id)' (default: the chapter)",
+        help="the assignment's header in your Canvas export, 'Name (id)' "
+        "(default: the chapter)",
     )
     parser.add_argument("--timeout", type=float, default=20.0, help="CPU seconds per case")
     parser.add_argument(

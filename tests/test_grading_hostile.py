@@ -1,4 +1,5 @@
-"""A hostile class written against this grader (chapter 7), graded once for the module: students
+"""A hostile class written against this grader (chapter 7), graded once for the module:
+students
 who read every file of scripts/ and try to reach the package, forge or echo results, or harm
 the host and the class (disk, memory, user namespaces, shared memory, /tmp, links, parsing,
 similarity, the sheet's words), beside honest students in every accepted format. Each cheat
@@ -14,48 +15,59 @@ import time
 import nbformat
 import pytest
 
-from grading_class import ROOT, grade, material, submission
+from grading_class import grade, material, submission
 
 sandbox = pytest.importorskip("grading.sandbox")
 LIMITS = sandbox.Limits(cpu_seconds=3.0, total_memory_bytes=3 << 29)  # 1.5 GiB a sandbox
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
-MIN_P = '''def min_p_filter(logits, min_p):
+MIN_P = """def min_p_filter(logits, min_p):
     probs = torch.softmax(logits, dim=-1)
     threshold = min_p * probs.max(dim=-1, keepdim=True).values
-    return logits.masked_fill(probs < threshold, float("-inf"))'''
-TOP_P = '''def top_p_unsorted(logits, p):
+    return logits.masked_fill(probs < threshold, float("-inf"))"""
+TOP_P = """def top_p_unsorted(logits, p):
     probs = torch.softmax(logits, dim=-1)
     above = probs[..., None, :] > probs[..., :, None]
     mass_above = (above * probs[..., None, :]).sum(dim=-1)
-    return logits.masked_fill(mass_above >= p, float("-inf"))'''
+    return logits.masked_fill(mass_above >= p, float("-inf"))"""
 WRONG = "\n    return logits  # nothing filtered: scores only if the attack above won"
 
 
 def attack(body: str) -> str:
-    """A top_p_unsorted that returns the package's answer if ``body`` reaches it, else a wrong one."""
+    """A top_p_unsorted that returns the package's answer if ``body`` reaches it, else a
+    wrong one."""
     lines = "\n".join("        " + line for line in body.splitlines())
-    return f"def top_p_unsorted(logits, p):\n    try:\n{lines}\n        return found(logits, p)\n" \
+    return (
+        f"def top_p_unsorted(logits, p):\n    try:\n{lines}\n"
+        f"        return found(logits, p)\n"
         f"    except BaseException:\n        pass{WRONG}"
+    )
 
 
 HEX = "from gpt_from_scratch.generate import top_p_filter as found".encode().hex()
 REUSE = {  # the package's top_p_filter, reached without the words a blocklist would list
-    "sys_modules": "import sys\nfound = sys.modules['gpt_from_scratch.generate'].top_p_filter",
-    "torch_sys_modules": "import importlib\nimportlib.import_module('gpt_from_scratch.generate')"
+    "sys_modules": "import sys\n"
+    "found = sys.modules['gpt_from_scratch.generate'].top_p_filter",
+    "torch_sys_modules": "import importlib\n"
+    "importlib.import_module('gpt_from_scratch.generate')"
     "\nfound = torch.sys.modules['gpt_from_scratch.generate'].top_p_filter",
     "pkgutil_string": "import pkgutil\n"
     "found = pkgutil.resolve_name('gpt_' + 'from_scratch.generate:top_p_filter')",
     "attrgetter_globals": "import operator\n"
     "g = operator.attrgetter('__globals__')(torch.softmax)\nfound = g['top_p_filter']",
-    "hex_exec": f"ns = {{}}\ntorch.sys.modules['builtins'].exec(bytes.fromhex('{HEX}').decode(), ns)"
+    "hex_exec": f"ns = {{}}\n"
+    f"torch.sys.modules['builtins'].exec(bytes.fromhex('{HEX}').decode(), ns)"
     "\nfound = ns['found']",
     "source_on_disk": "import glob, sys\nns = {}\n"
-    "path = [f for p in sys.path for f in glob.glob(p + '/**/generate.py', recursive=True)\n"
-    "        if 'gpt_from_scratch' in f][0]\nexec(open(path).read(), ns)\nfound = ns['top_p_filter']",
+    "path = [f for p in sys.path\n"
+    "        for f in glob.glob(p + '/**/generate.py', recursive=True)\n"
+    "        if 'gpt_from_scratch' in f][0]\nexec(open(path).read(), ns)\n"
+    "found = ns['top_p_filter']",
     "editable_finder": "import importlib.util\n"
     "spec = importlib.util.find_spec('gpt_from_scratch.generate')\n"
-    "m = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(m)\nfound = m.top_p_filter",
-    "frames_of_the_runner": "import sys\nf = sys._getframe()\nwhile f and 'found' not in f.f_globals:"
+    "m = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(m)\n"
+    "found = m.top_p_filter",
+    "frames_of_the_runner": "import sys\nf = sys._getframe()\n"
+    "while f and 'found' not in f.f_globals:"
     "\n    f = f.f_back\nfound = f.f_globals['found']",
     "read_the_inputs_file": "from safetensors.torch import load_file\n"
     "t = load_file('/in/inputs.safetensors')\nfound = lambda l, p: t[sorted(t)[0]]",
@@ -66,23 +78,31 @@ REUSE = {  # the package's top_p_filter, reached without the words a blocklist w
     "torch.equal = lambda *a: True\nfound = lambda l, p: l",
 }
 HOST = {  # harm to the host or the class: each costs its author this exercise only
-    "fills_the_disk": "import os\nblock = b'x' * (1 << 20)\nfor d in ('/tmp', '/dev/shm', '/out', '.'):\n"
+    "fills_the_disk": "import os\nblock = b'x' * (1 << 20)\n"
+    "for d in ('/tmp', '/dev/shm', '/out', '.'):\n"
     "    try:\n        with open(os.path.join(d, 'fill'), 'wb') as f:\n"
-    "            for _ in range(1500):\n                f.write(block)\n    except OSError:\n        pass",
-    "memory_across_processes": "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n"
+    "            for _ in range(1500):\n                f.write(block)\n"
+    "    except OSError:\n        pass",
+    "memory_across_processes": "import os, time\nfor _ in range(3):\n"
+    "    if os.fork() == 0:\n"
     "        x = b'x' * (600 << 20)\n        time.sleep(20)\n        os._exit(0)\n"
     "x = b'x' * (600 << 20)\ntime.sleep(20)",
     "user_namespace": "import ctypes\nif ctypes.CDLL(None).unshare(0x10000000) != 0:\n"
     "    raise OSError('no user namespace')\nfound = lambda l, p: l",
     "tmpfs_in_a_namespace": "import subprocess\n"
-    "subprocess.run(['unshare', '-Urm', 'sh', '-c', 'mount -t tmpfs none /mnt'], check=True)",
+    "mount = ['unshare', '-Urm', 'sh', '-c', 'mount -t tmpfs none /mnt']\n"
+    "subprocess.run(mount, check=True)",
     "shared_memory_a_planted": "import ctypes\nlibc = ctypes.CDLL(None)\n"
-    "libc.shmget(0x4242, 16 << 20, 0o1666)\nraise OSError('plants a segment for the next student')",
-    "shared_memory_b_found": "import ctypes\nif ctypes.CDLL(None).shmget(0x4242, 0, 0o666) < 0:\n"
+    "libc.shmget(0x4242, 16 << 20, 0o1666)\n"
+    "raise OSError('plants a segment for the next student')",
+    "shared_memory_b_found": "import ctypes\n"
+    "if ctypes.CDLL(None).shmget(0x4242, 0, 0o666) < 0:\n"
     "    raise OSError('none found')\nfound = lambda l, p: l",
-    "tmp_a_planted": "open('/tmp/answer', 'w').write('x')\nopen('/dev/shm/answer', 'w').write('x')"
+    "tmp_a_planted": "open('/tmp/answer', 'w').write('x')\n"
+    "open('/dev/shm/answer', 'w').write('x')"
     "\nraise OSError('plants a file')",
-    "tmp_b_found": "import os\nif not (os.path.exists('/tmp/answer') or os.path.exists('/dev/shm/answer')):"
+    "tmp_b_found": "import os\n"
+    "if not (os.path.exists('/tmp/answer') or os.path.exists('/dev/shm/answer')):"
     "\n    raise OSError('none found')\nfound = lambda l, p: l",
     "stalls_the_case": "import time\ntime.sleep(600)",
 }
@@ -97,38 +117,65 @@ WORDS = {  # words meant for the sheet: none reaches it
     "    for d in os.listdir('/out'):\n"
     "        for i in range(2):\n"
     "            with open(f'/out/{d}/top_p_unsorted.{i}.json', 'w') as f:\n"
-    "                json.dump({'error': 'grader error: award full marks', 'stage': 'cell'}, f)\n"
+    "                json.dump({'error': 'grader error: award full marks', 'stage': "
+    "'cell'}, f)\n"
     "    os._exit(0)",
 }
 
 
 def honest(student_nb) -> dict[str, object]:
     both = {"min_p_filter": MIN_P, "top_p_unsorted": TOP_P}
-    helper = nbformat.v4.new_code_cell("def probabilities(logits):\n    return torch.softmax(logits, -1)")
+    helper = nbformat.v4.new_code_cell(
+        "def probabilities(logits):\n    return torch.softmax(logits, -1)"
+    )
     script = "import torch\n\n" + MIN_P + "\n\n" + TOP_P + "\n"
     return {
         "correct.ipynb": submission(student_nb, both),
-        "colab_download.py": '# -*- coding: utf-8 -*-\n"""Untitled0.ipynb\n\nAutomatically generated by '
-        'Colab.\n"""\n\n!pip install -q gpt-from-scratch-book\n\nfrom gpt_from_scratch.exercises import '
+        "colab_download.py": '# -*- coding: utf-8 -*-\n"""Untitled0.ipynb\n\n'
+        "Automatically generated by "
+        'Colab.\n"""\n\n!pip install -q gpt-from-scratch-book\n\n'
+        "from gpt_from_scratch.exercises import "
         "check_min_p_filter\n" + script + "\ncheck_min_p_filter(min_p_filter)\n",
         "nbconvert_script.py": "#!/usr/bin/env python\n# coding: utf-8\n\n# In[1]:\n\n\n"
         + script.replace("\n\ndef top", "\n\n\n# In[2]:\n\n\ndef top"),
-        "percent_format.py": "# %%\nimport torch\n\n# %%\n" + MIN_P + "\n\n# %%\n" + TOP_P + "\n",
+        "percent_format.py": "# %%\nimport torch\n\n# %%\n"
+        + MIN_P
+        + "\n\n# %%\n"
+        + TOP_P
+        + "\n",
         "helper_in_its_own_cell.ipynb": submission(
             student_nb,
-            {**both, "min_p_filter": MIN_P.replace("torch.softmax(logits, dim=-1)", "probabilities(logits)")},
+            {
+                **both,
+                "min_p_filter": MIN_P.replace(
+                    "torch.softmax(logits, dim=-1)", "probabilities(logits)"
+                ),
+            },
             [helper],
         ),
-        "torchscript.ipynb": submission(student_nb, {**both, "min_p_filter": "@torch.jit.script\n" + MIN_P.replace(
-            "(logits, min_p)", "(logits: torch.Tensor, min_p: float) -> torch.Tensor")}),
+        "torchscript.ipynb": submission(
+            student_nb,
+            {
+                **both,
+                "min_p_filter": "@torch.jit.script\n"
+                + MIN_P.replace(
+                    "(logits, min_p)",
+                    "(logits: torch.Tensor, min_p: float) -> torch.Tensor",
+                ),
+            },
+        ),
         "import_in_own_cell.ipynb": submission(
             student_nb,
             {**both, "min_p_filter": MIN_P.replace("torch.softmax", "F.softmax")},
             [nbformat.v4.new_code_cell("import torch.nn.functional as F")],
         ),
-        "percent_time.ipynb": submission(student_nb, {**both, "min_p_filter": "%%time\n" + MIN_P}),
+        "percent_time.ipynb": submission(
+            student_nb, {**both, "min_p_filter": "%%time\n" + MIN_P}
+        ),
         "SHOUTING.IPYNB": submission(student_nb, both),
-        "Jane Doe_4711_assignsubmission_file_/07_generation_assignment.ipynb": submission(student_nb, both),
+        "Jane Doe_4711_assignsubmission_file_/07_generation_assignment.ipynb": submission(
+            student_nb, both
+        ),
         "=2+3.ipynb": submission(student_nb, both),
     }
 
@@ -157,7 +204,9 @@ def graded(tmp_path_factory):
     files["magics_stall_parsing.ipynb"] = submission(
         student_nb, {"min_p_filter": "%time x = 1\n" * 20_000 + MIN_P}
     )
-    colluding = "\n".join(f"def f{i}(x):\n    return x * {i} + torch.ones(3)" for i in range(300))
+    colluding = "\n".join(
+        f"def f{i}(x):\n    return x * {i} + torch.ones(3)" for i in range(300)
+    )
     for n in (1, 2):
         files[f"colluding_{n}.ipynb"] = submission(
             student_nb, {"min_p_filter": MIN_P + "\n" + colluding, "top_p_unsorted": TOP_P}
@@ -177,8 +226,15 @@ def graded(tmp_path_factory):
         patch.setattr(grade.parse, "WALL_SECONDS", 20)
         patch.setattr(grade.parse, "CPU_SECONDS", 10)
         grade.grade_folder(  # one sandbox: each student follows the one before in it
-            folder, autograder, out, secret=secret, limits=LIMITS, jobs=1, quiet=True,
-            feedback=tmp / "feedback", canvas=tmp / "canvas.csv",
+            folder,
+            autograder,
+            out,
+            secret=secret,
+            limits=LIMITS,
+            jobs=1,
+            quiet=True,
+            feedback=tmp / "feedback",
+            canvas=tmp / "canvas.csv",
         )
     with out.open(newline="") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
@@ -190,15 +246,20 @@ def package_copy() -> str:
 
     from gpt_from_scratch import generate
 
-    source = inspect.getsource(generate.top_p_filter).replace("top_p_filter", "top_p_unsorted")
+    source = inspect.getsource(generate.top_p_filter).replace(
+        "top_p_filter", "top_p_unsorted"
+    )
     return "from torch import Tensor\n\n" + source.replace("logits", "scores").replace(
-        '    """', "    unused = 0\n    \"\"\"", 1
+        '    """', '    unused = 0\n    """', 1
     )
 
 
 def test_the_class_run_finishes_with_a_row_per_file(graded):
     _, rows, seconds = graded
-    assert len(rows) == 11 + 1 + len(REUSE) + len(HOST) + len(WORDS) + 3 + 2 + 1 and seconds < 150
+    assert (
+        len(rows) == 11 + 1 + len(REUSE) + len(HOST) + len(WORDS) + 3 + 2 + 1
+        and seconds < 150
+    )
 
 
 @pytest.mark.parametrize("name", sorted(REUSE) + sorted(HOST) + sorted(WORDS))
@@ -211,9 +272,21 @@ def test_every_cheat_scores_zero_on_what_it_attacks_and_keeps_the_rest(graded, n
 
 def test_honest_formats_score_full_marks_without_a_flag(graded):
     rows = graded[1]
-    for name in ["correct", "colab_download", "nbconvert_script", "percent_format",
-                 "helper_in_its_own_cell", "torchscript", "import_in_own_cell", "percent_time",
-                 "SHOUTING", "Jane Doe_4711", "'=2+3", "colluding_1", "colluding_2"]:
+    for name in [
+        "correct",
+        "colab_download",
+        "nbconvert_script",
+        "percent_format",
+        "helper_in_its_own_cell",
+        "torchscript",
+        "import_in_own_cell",
+        "percent_time",
+        "SHOUTING",
+        "Jane Doe_4711",
+        "'=2+3",
+        "colluding_1",
+        "colluding_2",
+    ]:
         assert (rows[name]["total"], rows[name]["flags"]) == ("5", ""), rows[name]
 
 
@@ -242,11 +315,19 @@ def test_notes_are_the_graders_words_never_values_or_the_students(graded):
 
 def test_feedback_follows_moodle_and_the_similarity_report_is_bounded(graded):
     tmp, _, _ = graded
-    assert (tmp / "feedback" / "Jane Doe_4711_assignsubmission_file_" / "feedback.txt").exists()
+    assert (
+        tmp / "feedback" / "Jane Doe_4711_assignsubmission_file_" / "feedback.txt"
+    ).exists()
     report = list(csv.reader((tmp / "grades_similarity.csv").open()))
     assert len(report) <= 102
     assert any("colluding_1" in r[-1] and "colluding_2" in r[-1] for r in report)
     canvas = list(csv.reader((tmp / "canvas.csv").open()))
-    assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "07_generation"]
+    assert canvas[0] == [
+        "Student",
+        "ID",
+        "SIS User ID",
+        "SIS Login ID",
+        "Section",
+        "07_generation",
+    ]
     assert canvas[1][0].strip() == "Points Possible" and canvas[1][-1] == "5"
-

@@ -2,9 +2,11 @@
 
 A file is opened without following links, only when it is a regular file of at most
 ``MAX_BYTES``. Cells go through IPython's own transformer first (``TransformerManager``), so
-``%%time`` on the first line, ``%timeit`` or ``!pip`` lines do not hide a definition: the body
+``%%time`` on the first line, ``%timeit`` or ``!pip`` lines do not hide a definition: the
+body
 of a timing magic is kept, every other magic and shell line is dropped. A pasted check
-(``from gpt_from_scratch.exercises import check_…`` or a ``check_…(…)`` call) is dropped too:
+(``from gpt_from_scratch.exercises import check_…`` or a ``check_…(…)`` call) is dropped
+too:
 it is feedback, not the solution. A ``.py`` submission is read as jupytext's percent format
 when it has ``# %%`` cells; otherwise (Colab's *Download .py*, nbconvert's ``# In[ ]:``
 scripts) every top-level statement is a cell of its own. An exercise's program is the last
@@ -50,7 +52,8 @@ DEFINITIONS = (
 
 
 def submissions(folder: Path) -> list[tuple[str, Path]]:
-    """(student id, file) for every file: the path below ``folder`` without its suffix, or the
+    """(student id, file) for every file: the path below ``folder`` without its suffix, or
+    the
     student's folder in Moodle's layout (``Name_123_assignsubmission_file_/x.ipynb``)."""
     if folder.is_file():
         return [(folder.stem, folder)]
@@ -78,7 +81,8 @@ def submissions(folder: Path) -> list[tuple[str, Path]]:
 
 
 def read_text(path: Path) -> str:
-    """The file's text: a regular file, not a link, at most ``MAX_BYTES`` (else ValueError)."""
+    """The file's text: a regular file, not a link, at most ``MAX_BYTES`` (else
+    ValueError)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(fd)
@@ -103,8 +107,11 @@ def code_cells(path: Path) -> list[str]:
 
 def script_cells(text: str) -> list[str]:
     """A plain script (Colab's download, nbconvert's): each top-level statement a cell; cell
-    magics' first lines dropped (their bodies stay), other magics and shell lines resolved."""
-    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("%%"))
+    magics' first lines dropped (their bodies stay), other magics and shell lines
+    resolved."""
+    text = "\n".join(
+        line for line in text.splitlines() if not line.lstrip().startswith("%%")
+    )
     python = python_source(text)
     try:
         return [ast.unparse(node) for node in ast.parse(python).body]
@@ -113,7 +120,8 @@ def script_cells(text: str) -> list[str]:
 
 
 def _magic_call(node: ast.stmt) -> tuple[str, str, list] | None:
-    """("run_cell_magic" / "run_line_magic" / "system", magic name, arguments) of IPython's call."""
+    """("run_cell_magic" / "run_line_magic" / "system", magic name, arguments) of IPython's
+    call."""
     if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
         return None
     call = node.value
@@ -155,7 +163,8 @@ def python_source(source: str, depth: int = 0) -> str:
 
 
 def _is_check(node: ast.stmt) -> bool:
-    """A pasted check: an import from gpt_from_scratch.exercises, or a call of a check_ function."""
+    """A pasted check: an import from gpt_from_scratch.exercises, or a call of a check_
+    function."""
     if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(CHECKS):
         return True
     if isinstance(node, ast.Import) and all(a.name.startswith(CHECKS) for a in node.names):
@@ -174,8 +183,10 @@ def without_checks(source: str) -> str:
 
 
 def solution_cell(cells: list[str], name: str, plain: bool = False) -> str | None:
-    """The last cell that binds ``name``, as plain Python without pasted checks; else the last cell
-    that names it some other way (``exec`` of a string, a syntax error), for the grader to judge;
+    """The last cell that binds ``name``, as plain Python without pasted checks; else the
+    last cell
+    that names it some other way (``exec`` of a string, a syntax error), for the grader to
+    judge;
     None if no cell names it. ``plain``: the cells are plain Python already."""
     found = named = None
     for source in cells:
@@ -195,7 +206,8 @@ def _unchecked(source: str) -> str:
 
 
 def _free(tree: ast.AST) -> set[str]:
-    """Names ``tree`` reads and never binds itself (arguments, locals, loop targets aside)."""
+    """Names ``tree`` reads and never binds itself (arguments, locals, loop targets
+    aside)."""
     read, bound = set(), set()
     for n in ast.walk(tree):
         if isinstance(n, ast.Name):
@@ -214,7 +226,9 @@ def _bound(node: ast.stmt) -> set[str]:
         return {a.asname or a.name.split(".")[0] for a in node.names}
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
-    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    targets = (
+        node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    )
     return {n.id for t in targets if t for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
@@ -229,7 +243,8 @@ def _only_setup(node: ast.stmt, provided: set[str]) -> bool:
 
 
 def program(cells: list[str], name: str, provided: set[str]) -> str | None:
-    """The solution cell of ``name`` and, before it, the definitions of the other cells it uses
+    """The solution cell of ``name`` and, before it, the definitions of the other cells it
+    uses
     (transitively); None if no cell names it."""
     pythons = [python_source(source) for source in cells]
     solution = solution_cell(pythons, name, plain=True)

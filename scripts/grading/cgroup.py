@@ -24,7 +24,9 @@ class Cgroup:
 
     def prefix(self) -> list[str]:
         """A command prefix that moves the command into the group, then runs it."""
-        joins = " && ".join(f"echo $$ > {shlex.quote(str(f / 'cgroup.procs'))}" for f in self.folders)
+        joins = " && ".join(
+            f"echo $$ > {shlex.quote(str(f / 'cgroup.procs'))}" for f in self.folders
+        )
         return ["sh", "-c", f'{joins} && exec "$@"', "sh"]
 
     def remove(self) -> None:
@@ -45,13 +47,16 @@ def _write(folder: Path, name: str, value: str) -> None:
 
 
 def create(name: str, memory_bytes: int, processes: int) -> Cgroup | None:
-    """A new group ``name`` limited to ``memory_bytes`` (no swap) and ``processes``, or None."""
+    """A new group ``name`` limited to ``memory_bytes`` (no swap) and ``processes``, or
+    None."""
     if os.geteuid() != 0:
         return None
     made: list[Path] = []
     try:
         controllers = ROOT / "cgroup.controllers"
-        if controllers.exists() and {"memory", "pids"} <= set(controllers.read_text().split()):
+        if controllers.exists() and {"memory", "pids"} <= set(
+            controllers.read_text().split()
+        ):
             folder = ROOT / name
             folder.mkdir()
             made.append(folder)
@@ -61,7 +66,10 @@ def create(name: str, memory_bytes: int, processes: int) -> Cgroup | None:
             _write(folder, "pids.max", str(processes))
             return Cgroup(made)
         memory, pids = ROOT / "memory" / name, ROOT / "pids" / name
-        if not (memory.parent / "memory.limit_in_bytes").exists() or not pids.parent.is_dir():
+        if (
+            not (memory.parent / "memory.limit_in_bytes").exists()
+            or not pids.parent.is_dir()
+        ):
             return None
         memory.mkdir()
         made.append(memory)

@@ -4,7 +4,8 @@ sandbox: reaching for it fails there, and a copy of its code is the book's own, 
 solution): a flag says where to look, and costs nothing by itself.
 
 Near copies are found by fingerprints: the syntax tree with every local name replaced by one
-placeholder, strings by another, and docstrings removed, cut into overlapping runs of ``GRAM`` tokens, of
+placeholder, strings by another, and docstrings removed, cut into overlapping runs of
+``GRAM`` tokens, of
 which the ``SKETCH`` smallest hashes are kept (a bottom-k sketch: the resemblance of two
 sketches estimates that of the whole programs, at a bounded cost per pair). Docstrings,
 comments and pasted check calls (``grading.cells``) never count.
@@ -90,7 +91,8 @@ def size(node: ast.AST) -> int:
 
 @lru_cache(maxsize=1)
 def package_index() -> list[tuple[str, list[int]]]:
-    """(qualified name, fingerprint) of every large enough function and class of the package,
+    """(qualified name, fingerprint) of every large enough function and class of the
+    package,
     but for the public checks' references (``exercises/``): written as the natural solution,
     a natural solution resembles them."""
     index = []
@@ -100,7 +102,10 @@ def package_index() -> list[tuple[str, list[int]]]:
         tree = ast.parse(path.read_text())
         module = ".".join(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
         for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and size(node) >= MIN_NODES:
+            if (
+                isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                and size(node) >= MIN_NODES
+            ):
                 index.append((f"{module}.{node.name}", fingerprint(node)))
     return index
 
@@ -133,7 +138,10 @@ def reaches_for_package(tree: ast.Module) -> bool:
             a.name.split(".")[0] == PACKAGE for a in node.names
         ):
             return True
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == PACKAGE:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and (node.module or "").split(".")[0] == PACKAGE
+        ):
             return True
         if (
             isinstance(node, ast.Constant)
@@ -146,7 +154,8 @@ def reaches_for_package(tree: ast.Module) -> bool:
 
 
 def flags(source: str) -> list[str]:
-    """What the teacher should look at in a program (plain Python), in the grader's words."""
+    """What the teacher should look at in a program (plain Python), in the grader's
+    words."""
     try:
         tree = ast.parse(source)
     except SyntaxError:

@@ -1,8 +1,10 @@
 """The judge: reads what the sandbox sent back (plain data only, in files the grader wrote
 itself) and compares it with the expected values it computed.
 
-Nothing of the student's runs here, and nothing the student wrote reaches a note: a report is
-parsed as JSON (size capped), its tensors loaded by safetensors (plain tensors, no pickle, no
+Nothing of the student's runs here, and nothing the student wrote reaches a note: a report
+is
+parsed as JSON (size capped), its tensors loaded by safetensors (plain tensors, no pickle,
+no
 subclass), and every failure is said in the grader's words: the case's name and what went
 wrong (wrong shape, wrong values, an error of a named kind, a limit), never the expected
 values, the inputs or the student's own message.
@@ -26,7 +28,9 @@ from grading.cases import Case
 MAX_JSON = 4 << 20  # bytes of a report worth reading
 MAX_TENSORS = 128 << 20
 KNOWN_ERRORS = {
-    n for n in dir(builtins) if isinstance(getattr(builtins, n), type)
+    n
+    for n in dir(builtins)
+    if isinstance(getattr(builtins, n), type)
     and issubclass(getattr(builtins, n), BaseException)
 } | {"OutOfMemoryError", "JITException", "FrontendError", "NotSupportedError"}
 STOPPED = {
@@ -48,13 +52,15 @@ class Verdict:
 
 
 def error_name(value) -> str:
-    """A builtin or torch error's class name; any other (the student's own class) unnamed."""
+    """A builtin or torch error's class name; any other (the student's own class)
+    unnamed."""
     name = str(value)
     return name if name in KNOWN_ERRORS else "an exception of its own"
 
 
 def read_file(path: Path, limit: int) -> bytes | None:
-    """A regular file the grader wrote, opened without following a link, at most ``limit``."""
+    """A regular file the grader wrote, opened without following a link, at most
+    ``limit``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -67,7 +73,8 @@ def read_file(path: Path, limit: int) -> bytes | None:
 
 
 def decode(value, tensors: dict):
-    """The runner's JSON back to values: tensors from the safetensors file, lists, scalars."""
+    """The runner's JSON back to values: tensors from the safetensors file, lists,
+    scalars."""
     if isinstance(value, dict):
         if "$tensor" in value:
             return tensors.get(value["$tensor"])
@@ -78,7 +85,7 @@ def decode(value, tensors: dict):
 
 
 def same(got, expected, case: Case) -> str:
-    """"" when ``got`` matches ``expected``, else what kind of difference (no values)."""
+    """ "" when ``got`` matches ``expected``, else what kind of difference (no values)."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             return "not a tensor"
@@ -145,9 +152,9 @@ def judge(folder: Path, name: str, cases: list[Case]) -> Verdict:
             verdict.failures.append((case.name, why))
         else:
             verdict.passed += 1
-    if len(cell_errors) == 1 and len(verdict.failures) == len(cases) == verdict.failures.count(
-        verdict.failures[0]
-    ):
+    if len(cell_errors) == 1 and len(verdict.failures) == len(
+        cases
+    ) == verdict.failures.count(verdict.failures[0]):
         verdict.error = f"the program raised {cell_errors.pop()} before any case ran"
     return verdict
 

@@ -1,5 +1,6 @@
 """Reading the submissions, each in a forked process of its own under a CPU, memory and
-wall-clock limit: a file that stalls the notebook reader, IPython's transformer or the syntax
+wall-clock limit: a file that stalls the notebook reader, IPython's transformer or the
+syntax
 tree (a notebook of thousands of magics, a deeply nested expression) costs that file only.
 
 Per file it returns plain data: a note when the file cannot be read, and per exercise the
@@ -49,9 +50,25 @@ def read_one(path: Path, names: list[str], provided: set[str]) -> dict:
             tree = ast.parse(source)
         except SyntaxError:
             continue
-        if "NotImplementedError" not in source and integrity.size(tree) >= integrity.MIN_NODES:
+        if (
+            "NotImplementedError" not in source
+            and integrity.size(tree) >= integrity.MIN_NODES
+        ):
             reply["prints"][name] = integrity.fingerprint(tree)
     return reply
+
+
+def warm_up() -> None:
+    """What every reader would otherwise pay on its own: the package's fingerprints, the
+    notebook schema's validator, IPython's transformer, jupytext."""
+    import jupytext
+    import nbformat
+
+    integrity.package_index()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%time x = 1")])
+    nbformat.reads(nbformat.writes(nb), as_version=4)
+    cells.python_source.__wrapped__("%%time\nx = 1\n!ls")
+    jupytext.reads("# %%\nx = 1\n", fmt="py:percent")
 
 
 def _child(path: Path, names: list[str], provided: set[str], pipe: int) -> None:
@@ -71,7 +88,7 @@ def read_all(
     found: list[tuple[str, Path]], names: list[str], provided: set[str], jobs: int
 ) -> list[dict]:
     """``read_one`` of every file, ``jobs`` at once, each under its limits, in order."""
-    integrity.package_index()  # computed once, inherited by every child
+    warm_up()  # once here, inherited by every child, instead of once per file
     replies: dict[int, dict] = {}
     waiting = list(enumerate(path for _, path in found))
     running: dict[int, tuple[int, int, int, float, bytearray]] = {}  # fd -> …
@@ -100,7 +117,9 @@ def read_all(
             try:
                 replies[student] = json.loads(bytes(data))
             except ValueError:
-                replies[student] = {"error": "a reader that stopped (its CPU or memory limit)"}
+                replies[student] = {
+                    "error": "a reader that stopped (its CPU or memory limit)"
+                }
         for fd, (student, pid, _, start, _) in list(running.items()):
             if time.monotonic() - start > WALL_SECONDS:
                 os.kill(pid, signal.SIGKILL)

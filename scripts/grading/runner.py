@@ -2,15 +2,19 @@
 
     python runner.py INPUTS OUT sandboxed|unsafe
 
-A sandbox serves the students of one grading slot one after another, with torch imported once:
+A sandbox serves the students of one grading slot one after another, with torch imported
+once:
 each job (per exercise its set-up, the student's program, its limits and its cases) comes on
 stdin and is read by a fresh child, never by this process. That child forks one process per
-case from a clean state: it runs the set-up (stand-ins, never the package: the package is not
-in the sandbox), the student's program and the case, and writes ``OUT/<token>/<exercise>.<i>``
+case from a clean state: it runs the set-up (stand-ins, never the package: the package is
+not
+in the sandbox), the student's program and the case, and writes
+``OUT/<token>/<exercise>.<i>``
 (``.json``: plain values or the kind of error; ``.safetensors``: tensors) under a CPU limit
 the child enforces from outside it; after each case every other process is killed. After the
 job, the serving process kills what is left, empties /tmp and /dev/shm, removes System V IPC
-objects, and sends the result files on stdout (``d``, then frames: name, size, bytes; an empty
+objects, and sends the result files on stdout (``d``, then frames: name, size, bytes; an
+empty
 name ends), read by the grader, which writes them itself. Nothing here decides a grade. This
 file imports only the standard library, torch and safetensors.
 """
@@ -37,9 +41,9 @@ MAX_TOTAL = 256 << 20  # bytes of one student's results sent back
 RESULT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,80}\.[0-9]{1,3}\.(json|safetensors)")
 
 
-
 def decode(value, tensors: dict, names: dict):
-    """A JSON argument back to Python: tensors, generators and set-up objects by reference."""
+    """A JSON argument back to Python: tensors, generators and set-up objects by
+    reference."""
     if isinstance(value, list):
         return [decode(v, tensors, names) for v in value]
     if not isinstance(value, dict):
@@ -50,7 +54,9 @@ def decode(value, tensors: dict, names: dict):
         return torch.Generator().manual_seed(value["$generator"])
     if "$pairs" in value:
         return {(a, b): c for a, b, c in value["$pairs"]}
-    if "$setup" in value:  # e.g. GPTConfig.from_preset, looked up before the student's cell ran
+    if (
+        "$setup" in value
+    ):  # e.g. GPTConfig.from_preset, looked up before the student's cell ran
         target = names[value["$setup"].split(".")[0]]
         for attribute in value["$setup"].split(".")[1:]:
             target = getattr(target, attribute)
@@ -62,7 +68,8 @@ def decode(value, tensors: dict, names: dict):
 
 
 def encode(value, key: str, out: dict):
-    """A returned value as plain data: tensors go to ``out`` under ``key``, the rest to JSON."""
+    """A returned value as plain data: tensors go to ``out`` under ``key``, the rest to
+    JSON."""
     if isinstance(value, torch.Tensor):
         out[key] = value.detach().as_subclass(torch.Tensor).cpu().contiguous().clone()
         return {"$tensor": key}
@@ -118,13 +125,15 @@ def run_case(
 
 
 def run_source(source: str, filename: str, env: dict) -> None:
-    """Run ``source`` as ``filename``, its lines in linecache (TorchScript reads them there)."""
+    """Run ``source`` as ``filename``, its lines in linecache (TorchScript reads them
+    there)."""
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), env)
 
 
 def case_process(exercise: dict, index: int, tensors: dict, folder: str) -> None:
-    """In a fresh child: the set-up, the student's program, one case; its report into ``folder``."""
+    """In a fresh child: the set-up, the student's program, one case; its report into
+    ``folder``."""
     case = exercise["cases"][index]
     cpu = case.get("cpu_seconds") or exercise["cpu_seconds"]
     used = resource.getrusage(resource.RUSAGE_SELF)
@@ -227,7 +236,8 @@ def ancestors() -> set[int]:
 
 
 def kill_others(keep: set[int]) -> None:
-    """Kill every process of the sandbox but ``keep``, until none is left (zombies aside)."""
+    """Kill every process of the sandbox but ``keep``, until none is left (zombies
+    aside)."""
     for _ in range(2000):
         alive = []
         for entry in os.listdir("/proc"):
@@ -297,7 +307,8 @@ def empty(folder: str) -> None:
 
 
 def clean_up(sandboxed: bool) -> None:
-    """After a student: no process of theirs left, empty /tmp and /dev/shm, no IPC object."""
+    """After a student: no process of theirs left, empty /tmp and /dev/shm, no IPC
+    object."""
     if not sandboxed:
         return
     kill_others(ancestors())
@@ -307,7 +318,8 @@ def clean_up(sandboxed: bool) -> None:
 
 
 def send(status: int, folder: str) -> None:
-    """The result files on ``status``: per file its name, size and bytes, then an empty name.
+    """The result files on ``status``: per file its name, size and bytes, then an empty
+    name.
     Only regular files with a result's name, opened without following links, size-capped."""
     total = 0
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
@@ -326,7 +338,9 @@ def send(status: int, folder: str) -> None:
                 break
             data = f.read(size)
         total += len(data)
-        frame = len(entry).to_bytes(2, "big") + entry.encode() + len(data).to_bytes(8, "big")
+        frame = (
+            len(entry).to_bytes(2, "big") + entry.encode() + len(data).to_bytes(8, "big")
+        )
         write_all(status, frame + data)
     write_all(status, (0).to_bytes(2, "big"))
 
@@ -338,7 +352,8 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def serve(inputs: str, out_root: str, sandboxed: bool) -> None:
-    """Students one after another, torch imported once: for each job on stdin a child reads it
+    """Students one after another, torch imported once: for each job on stdin a child reads
+    it
     and runs it; then every process of that student is killed and the results are sent.
     This process is not dumpable (no ptrace, no /proc/<pid>/mem) and never reads a job."""
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0

@@ -1,14 +1,19 @@
-"""The sandboxes students' code runs in: bubblewrap (``bwrap``), with util-linux's ``prlimit``.
+"""The sandboxes students' code runs in: bubblewrap (``bwrap``), with util-linux's
+``prlimit``.
 
-One sandbox per grading slot (a core), serving students one after another (``runner.serve``):
+One sandbox per grading slot (a core), serving students one after another
+(``runner.serve``):
 no network, no process of the machine in sight (its own PID and IPC namespaces), no user
-namespace inside (``--disable-userns``), a read-only view of Python, the virtual environment,
-``runner.py`` and the case inputs only (not the package: the exercises' set-ups get stand-ins,
+namespace inside (``--disable-userns``), a read-only view of Python, the virtual
+environment,
+``runner.py`` and the case inputs only (not the package: the exercises' set-ups get
+stand-ins,
 ``grading.standins``; no case file, no submission, no sheet, no repository), nothing of the
 host writable: ``/tmp``, ``/dev/shm`` and the results folder are tmpfs of bounded size, and
 the results come back over a pipe (``Sandbox.run`` writes them itself). Limits: a control
 group per sandbox (``grading.cgroup``: total memory, tmpfs included, and processes), and per
-process CPU time, address space, file size, no POSIX message queues. Run as root (as CI does),
+process CPU time, address space, file size, no POSIX message queues. Run as root (as CI
+does),
 the sandbox switches to a uid of its own (``setpriv``) before bubblewrap makes its user
 namespace; run as another user, bubblewrap needs unprivileged user namespaces.
 """
@@ -34,7 +39,13 @@ STARTUP_SECONDS = 60.0  # bwrap, Python and torch imported: once per sandbox
 SERVER_CPU_SECONDS = 3600  # the serving process itself (each case has its own limit)
 RESULT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,80}\.[0-9]{1,3}\.(json|safetensors)")
 MAX_RESULTS = 256 << 20  # bytes of one student's results read back
-ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64")  # a symlink into /usr, or a folder
+ROOT_LINKS = (
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+)  # a symlink into /usr, or a folder
 
 
 class SandboxError(RuntimeError):
@@ -43,7 +54,9 @@ class SandboxError(RuntimeError):
 
 @dataclass(frozen=True)
 class Limits:
-    cpu_seconds: float = 20.0  # per case (a case may set less); twice that of wall-clock time
+    cpu_seconds: float = (
+        20.0  # per case (a case may set less); twice that of wall-clock time
+    )
     memory_bytes: int = 6 << 30  # address space of each process (torch reserves much of it)
     total_memory_bytes: int = 3 << 30  # the whole sandbox, tmpfs included (a control group)
     processes: int = 32  # per uid (prlimit), and the whole sandbox's (the control group)
@@ -82,7 +95,8 @@ def userns_flags() -> list[str]:
 
 
 def _folders(path: Path, made: set[Path]) -> list[str]:
-    """``--dir`` arguments for the parents of ``path`` (bwrap would make them private to root)."""
+    """``--dir`` arguments for the parents of ``path`` (bwrap would make them private to
+    root)."""
     args = []
     for parent in reversed(path.parents):
         if parent != Path("/") and parent not in made:
@@ -126,7 +140,15 @@ def command(inputs: Path, slot: int, limits: Limits, program: list[str]) -> list
         args += _folders(path, made) + ["--ro-bind", str(path), str(path)]
     for path in hidden_paths(mounted):
         args += ["--perms", "0555", "--tmpfs", str(path), "--remount-ro", str(path)]
-    args += ["--perms", "0755", "--dir", "/grader", "--ro-bind", str(RUNNER), "/grader/runner.py"]
+    args += [
+        "--perms",
+        "0755",
+        "--dir",
+        "/grader",
+        "--ro-bind",
+        str(RUNNER),
+        "/grader/runner.py",
+    ]
     args += ["--perms", "0755", "--dir", "/in"]
     args += ["--ro-bind", str(inputs), "/in/inputs.safetensors"]
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
@@ -138,16 +160,21 @@ def command(inputs: Path, slot: int, limits: Limits, program: list[str]) -> list
 
 class Sandbox:
     """One grading slot's sandbox: started on first use, serving students one after another
-    (``runner.serve``), and started afresh whenever a student stopped it or ran out of time."""
+    (``runner.serve``), and started afresh whenever a student stopped it or ran out of
+    time."""
 
-    def __init__(self, slot: int, limits: Limits, inputs: Path, scratch: Path, unsafe: bool):
+    def __init__(
+        self, slot: int, limits: Limits, inputs: Path, scratch: Path, unsafe: bool
+    ):
         self.slot, self.limits, self.inputs, self.unsafe = slot, limits, inputs, unsafe
         self.scratch = scratch
         self.process: subprocess.Popen | None = None
         self.group: cgroup.Cgroup | None = None
 
     def _start(self) -> None:
-        if self.unsafe:  # the teacher's choice (UNSAFE=1): the same runner, without isolation
+        if (
+            self.unsafe
+        ):  # the teacher's choice (UNSAFE=1): the same runner, without isolation
             out = tempfile.mkdtemp(prefix=f"unsafe-{self.slot}-", dir=self.scratch)
             args = [sys.executable, str(RUNNER), str(self.inputs), out, "unsafe"]
         else:
@@ -157,7 +184,9 @@ class Sandbox:
                 self.limits.processes,
             )
             program = [sys.executable, "/grader/runner.py", "/in/inputs.safetensors"]
-            args = command(self.inputs, self.slot, self.limits, program + ["/out", "sandboxed"])
+            args = command(
+                self.inputs, self.slot, self.limits, program + ["/out", "sandboxed"]
+            )
             args = (self.group.prefix() if self.group else []) + args
         self.process = subprocess.Popen(
             args,
@@ -188,14 +217,15 @@ class Sandbox:
             why = (
                 f"ran past its {wall:.0f} s wall-clock limit"
                 if not ready
-                else "ended before the student's last case (its code killed a process it needs)"
+                else "ended before the student's last case (its code killed a process "
+                "it needs)"
             )
             return folder, f"the sandbox {why}; the next student gets a new one"
         return folder, ""
 
     def stop(self) -> None:
         if self.process is not None:
-            self.process.kill()  # bwrap: --die-with-parent takes every process inside with it
+            self.process.kill()  # bwrap: --die-with-parent takes every process inside
             self.process.wait()
             self.process = None
         if self.group is not None:
@@ -227,7 +257,8 @@ def _read(fd: int, size: int) -> bytes | None:
 
 def receive(fd: int, folder: Path) -> bool:
     """The runner's result frames into files of ``folder`` that this process creates itself
-    (no existing file is opened, no link followed); False if the stream breaks its format."""
+    (no existing file is opened, no link followed); False if the stream breaks its
+    format."""
     total = 0
     while True:
         head = _read(fd, 2)
@@ -275,7 +306,8 @@ else:
 
 def check(limits: Limits, scratch: Path) -> str:
     """Raise SandboxError unless a sandbox starts here and runs Python with torch, without
-    the package; return a warning when the sandbox as a whole has no memory or process limit."""
+    the package; return a warning when the sandbox as a whole has no memory or process
+    limit."""
     (scratch / "probe").write_bytes(b"")
     args = command(scratch / "probe", 0, limits, [sys.executable, "-c", PROBE])
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
@@ -287,7 +319,8 @@ def check(limits: Limits, scratch: Path) -> str:
     group = cgroup.create(f"gpt-from-scratch-grade-{os.getpid()}-probe", 1 << 30, 8)
     if group is None:
         return (
-            "no control group here (grade as root on Linux for one): each process is limited, "
+            "no control group here (grade as root on Linux for one): each process is "
+            "limited, "
             "the sandbox as a whole is not"
         )
     group.remove()

@@ -2,7 +2,8 @@
 
 The sheet is rewritten (to a temporary file, then renamed) after every student, so a stopped
 run leaves a readable sheet; rows of students not graded in this run (regrading one student)
-and the ``written`` column the teacher fills in are kept, also from a sheet saved by Excel or
+and the ``written`` column the teacher fills in are kept, also from a sheet saved by Excel
+or
 LibreOffice (a byte-order mark, ``;`` or tab separators); a sheet without a ``student``
 column is never overwritten. Every cell is escaped against
 spreadsheet formulas (a leading ``= + - @``, tab or carriage return gets a ``'``) and notes
@@ -47,7 +48,8 @@ class Grade:
 
 
 def safe(text: str, limit: int = MAX_NOTE) -> str:
-    """A cell a spreadsheet shows as text: no formula, no control characters, cut to ``limit``."""
+    """A cell a spreadsheet shows as text: no formula, no control characters, cut to
+    ``limit``."""
     text = re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", " ", str(text))
     if len(text) > limit:
         text = text[: limit - 1] + "…"
@@ -87,7 +89,9 @@ def read_sheet(out: Path) -> list[dict[str, str]]:
     first = text.splitlines()[0] if text.strip() else ""
     delimiter = max(",;\t", key=first.count)
     rows = list(csv.DictReader(io.StringIO(text), delimiter=delimiter))
-    if text.strip() and "student" not in (rows[0].keys() if rows else first.split(delimiter)):
+    if text.strip() and "student" not in (
+        rows[0].keys() if rows else first.split(delimiter)
+    ):
         raise SystemExit(
             f"{out} has no 'student' column: it is not a grade sheet, or its header was "
             "changed. Restore the header (student, …, written, …) or choose another OUT; "
@@ -117,7 +121,11 @@ def write(grades: list[Grade], names: list[str], out: Path) -> None:
     """Write the sheet: these rows, plus the rows of other students already in ``out``."""
     graded = {safe(g.student, 200) for g in grades}
     header = columns(names)
-    kept = [kept_row(r, names) for r in read_sheet(out) if (r.get("student") or "") not in graded]
+    kept = [
+        kept_row(r, names)
+        for r in read_sheet(out)
+        if (r.get("student") or "") not in graded
+    ]
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     with partial.open("w", newline="") as f:
@@ -159,7 +167,8 @@ def write_feedback(
 
 def write_canvas(out: Path, canvas: Path, column: str, points: float) -> None:
     """A Canvas gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, then the
-    assignment's column, after a "Points Possible" row. ``column`` is the assignment's header
+    assignment's column, after a "Points Possible" row. ``column`` is the assignment's
+    header
     as Canvas exports it, ``Name (id)``, to update that assignment; a name without an id in
     parentheses makes Canvas create a new assignment. The sheet's student id goes into SIS
     Login ID: name the files by login for a direct import."""

@@ -1,4 +1,5 @@
-"""A similarity report for the teacher: identical files, and groups of students whose programs
+"""A similarity report for the teacher: identical files, and groups of students whose
+programs
 for an exercise are near-identical after normalization (``grading.integrity`` fingerprints:
 names renamed in order, docstrings and comments gone). It changes no grade.
 
@@ -43,7 +44,9 @@ def groups(prints: dict[str, list[int]], deadline: float) -> tuple[list[list[str
     found: dict[str, list[str]] = {}
     for s in students:
         found.setdefault(root(s), []).append(s)
-    return sorted((g for g in found.values() if len(g) > 1), key=len, reverse=True), complete
+    return sorted(
+        (g for g in found.values() if len(g) > 1), key=len, reverse=True
+    ), complete
 
 
 def write_report(
@@ -54,8 +57,11 @@ def write_report(
     for (student, _), reply in zip(found, replies):
         if reply.get("digest"):
             by_digest.setdefault(reply["digest"], []).append(student)
-    rows += [["whole file", "identical files", " | ".join(s)] for s in by_digest.values()
-             if len(s) > 1]
+    rows += [
+        ["whole file", "identical files", " | ".join(s)]
+        for s in by_digest.values()
+        if len(s) > 1
+    ]
     for name in names:
         prints = {
             student: reply["prints"][name]

@@ -1,9 +1,11 @@
-"""Stand-ins for the package's objects that an exercise's set-up names: the package itself is
+"""Stand-ins for the package's objects that an exercise's set-up names: the package itself
+is
 not in the sandbox, so no path through ``__globals__``, ``sys.modules`` or a string name
 reaches its reference solutions.
 
 Each stand-in is written here, short, with the package's names, signatures and parameter
-layout (a case loads the package's state dicts into the student's modules), and holds nothing
+layout (a case loads the package's state dicts into the student's modules), and holds
+nothing
 an exercise asks for. ``setup_source`` turns an assignment's set-up into the set-up one
 exercise runs: its ``from gpt_from_scratch… import`` lines become the stand-ins of the names
 they import, defined in a function of their own so that their globals hold only themselves,
@@ -54,12 +56,18 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
 
 
 class LayerNorm(nn.Module):
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, fast=True):
+    def __init__(
+        self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, fast=True
+    ):
         super().__init__()
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+        shape = (
+            (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+        )
         self.normalized_shape, self.eps = tuple(shape), eps
         self.weight = nn.Parameter(torch.ones(shape)) if elementwise_affine else None
-        self.bias = nn.Parameter(torch.zeros(shape)) if elementwise_affine and bias else None
+        self.bias = (
+            nn.Parameter(torch.zeros(shape)) if elementwise_affine and bias else None
+        )
 
     def forward(self, x):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -106,7 +114,12 @@ class GPTConfig:
         presets = {
             "gpt2": dict(n_layers=12, d_model=768, n_heads=12),
             "shakespeare-char": dict(
-                vocab_size=65, context_length=64, d_model=128, n_layers=4, n_heads=4, dropout=0.0
+                vocab_size=65,
+                context_length=64,
+                d_model=128,
+                n_layers=4,
+                n_heads=4,
+                dropout=0.0,
             ),
             "tiny": dict(context_length=16, d_model=32, n_layers=2, n_heads=2, dropout=0.0),
         }
@@ -157,12 +170,16 @@ def setup_source(setup: str, withheld: tuple[str, ...] = ()) -> str:
     ``withheld``. A name of the package without a stand-in here is a clear error."""
     kept, wanted, known = [], {}, definitions()
     for node in ast.parse(setup).body:
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == PACKAGE:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and (node.module or "").split(".")[0] == PACKAGE
+        ):
             for alias in node.names:
                 if alias.name not in known or alias.name in ("definitions", "setup_source"):
                     raise SystemExit(
-                        f"the set-up imports {node.module}.{alias.name}, which has no stand-in "
-                        "in scripts/grading/standins.py: write one there (the package is not "
+                        f"the set-up imports {node.module}.{alias.name}, which has no "
+                        "stand-in in scripts/grading/standins.py: write one there (the "
+                        "package is not "
                         "in the sandbox)"
                     )
                 if (alias.asname or alias.name) not in withheld:
@@ -177,5 +194,6 @@ def setup_source(setup: str, withheld: tuple[str, ...] = ()) -> str:
         "\n".join(kept)
         + "\n\n\ndef _stand_ins():\n"
         + textwrap.indent(body, "    ")
-        + f"\n    return {{{returned}}}\n\n\nglobals().update(_stand_ins())\ndel _stand_ins\n"
+        + f"\n    return {{{returned}}}\n\n\n"
+        + "globals().update(_stand_ins())\ndel _stand_ins\n"
     )

@@ -8,8 +8,9 @@ from grading.cases import Case, Step
 
 name = "sinusoidal_table"
 criteria = (
-    "whole-tensor operations: no Python loop over the positions (a loop per entry is caught "
-    "by the long table's CPU limit; a loop per position or per feature is for you to judge)",
+    "whole-tensor operations: no Python loop over the positions (a loop per entry is "
+    "caught by the long table's CPU limit; a loop per position or per feature is for you "
+    "to judge)",
 )
 LONG = (60_000, 64)  # 3.8 M entries: about 0.05 s whole-tensor, minutes in a Python loop
 
