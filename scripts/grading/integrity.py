@@ -76,12 +76,15 @@ def fingerprint(node: ast.AST) -> list[int]:
     return sorted(runs)[:SKETCH]
 
 
-def resemblance(a: list[int], b: list[int]) -> float:
-    """Estimated Jaccard resemblance of two sketches (Broder's bottom-k estimate)."""
+def resemblance(a: list[int], b: list[int], floor: float = 0.0) -> float:
+    """Estimated Jaccard resemblance of two sketches (Broder's bottom-k estimate); 0.0 at once
+    when it cannot reach ``floor`` (the shared hashes bound it)."""
     if not a or not b:
         return 0.0
-    union = sorted(set(a) | set(b))[:SKETCH]
-    both = set(a) & set(b)
+    both = set(a).intersection(b)
+    if len(both) < floor * max(len(a), len(b)):
+        return 0.0
+    union = sorted(set(a).union(b))[:SKETCH]
     return sum(1 for h in union if h in both) / len(union)
 
 
@@ -118,7 +121,7 @@ def package_match(tree: ast.Module) -> str:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and size(node) >= MIN_NODES:
             mine = fingerprint(node)
             for qualified, theirs in package_index():
-                alike = resemblance(mine, theirs)
+                alike = resemblance(mine, theirs, floor=max(best, NEAR))
                 if alike > best:
                     best, where = alike, qualified
     return f"{where} ({best:.0%} alike)" if best >= NEAR else ""

@@ -39,7 +39,10 @@ def groups(prints: dict[str, list[int]], deadline: float) -> tuple[list[list[str
             complete = False
             break
         for b in students[i + 1 :]:
-            if root(a) != root(b) and integrity.resemblance(prints[a], prints[b]) >= NEAR:
+            if (
+                root(a) != root(b)
+                and integrity.resemblance(prints[a], prints[b], NEAR) >= NEAR
+            ):
                 parent[root(b)] = root(a)
     found: dict[str, list[str]] = {}
     for s in students:
