@@ -36,7 +36,6 @@ import queue
 import sys
 import tempfile
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -47,7 +46,6 @@ from grading.secret import read_secret, secret_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TESTS = ROOT / "scripts" / "private_tests"
-MOODLE = "_assignsubmission_"
 
 
 def prepare(assignment: dict, tests: Path | None, secret: bytes, scratch: Path) -> dict:
@@ -136,28 +134,6 @@ def grade_one(
         folder.rmdir()
 
 
-def identify(folder: Path, found: list[tuple[str, Path]]) -> list[sheet.Grade]:
-    """A row per file: its feedback folder (Moodle's own name, else the id made safe, made
-    unique) and a note on ids that more than one file has."""
-    count = Counter(sheet.safe(s, 200) for s, _ in found)
-    grades, used = [], set()
-    for student, path in found:
-        grade = sheet.Grade(student, str(path))
-        parts = path.relative_to(folder).parts if folder.is_dir() else ()
-        base = (
-            parts[0] if len(parts) > 1 and MOODLE in parts[0] else sheet.file_name(student)
-        )
-        grade.folder, n = base, 1
-        while grade.folder.lower() in used:  # ids that differ by "/" or case only
-            n += 1
-            grade.folder = f"{base}_{n}"
-        used.add(grade.folder.lower())
-        if count[sheet.safe(student, 200)] > 1:
-            grade.note = f"duplicate id: {count[sheet.safe(student, 200)]} files have it"
-        grades.append(grade)
-    return grades
-
-
 def grade_folder(
     folder: Path,
     autograder: Path,
@@ -181,7 +157,7 @@ def grade_folder(
     key = read_secret(secret or secret_path())
     written = sheet.read_written(out)  # also refuses a sheet it must not overwrite
     jobs = jobs or os.cpu_count() or 1
-    grades = identify(folder, found)
+    grades = sheet.identify(folder, found)
     for grade in grades:
         grade.written = written.get(sheet.safe(grade.student, 200), "")
         grade.results = {n: sheet.Result() for n in names}
@@ -195,7 +171,7 @@ def grade_folder(
             print(f"warning: {warning}")
         prepared = prepare(assignment, tests, key, scratch)
         os.chmod(scratch / "inputs.safetensors", 0o644)
-        provided = setup_names(assignment["setup"])
+        provided = standins.setup_names(assignment["setup"])
         replies = parse.read_all(found, names, provided, max(jobs, os.cpu_count() or 1))
         boxes: queue.Queue = queue.Queue()
         for slot in range(jobs):
@@ -253,24 +229,6 @@ def grade_folder(
                     out, canvas, canvas_column or assignment["chapter"], points
                 )
     return grades
-
-
-def setup_names(setup: str) -> set[str]:
-    """The names the set-up binds (its imports: modules, and the stand-ins of the
-    package's)."""
-    import ast
-
-    return {
-        a.asname or a.name
-        for node in ast.walk(ast.parse(setup))
-        if isinstance(node, ast.ImportFrom)
-        for a in node.names
-    } | {
-        a.asname or a.name.split(".")[0]
-        for node in ast.walk(ast.parse(setup))
-        if isinstance(node, ast.Import)
-        for a in node.names
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

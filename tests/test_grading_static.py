@@ -216,7 +216,7 @@ def test_duplicate_ids_and_colliding_folders_are_reported(tmp_path):
     ):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("{}")
-    grades = grade.identify(folder, cells.submissions(folder))
+    grades = grade.sheet.identify(folder, cells.submissions(folder))
     by_file = {g.file.split("subs/")[1]: g for g in grades}
     assert (
         by_file["c.ipynb"].note == by_file["c.py"].note == "duplicate id: 2 files have it"

@@ -77,8 +77,8 @@ def fingerprint(node: ast.AST) -> list[int]:
 
 
 def resemblance(a: list[int], b: list[int], floor: float = 0.0) -> float:
-    """Estimated Jaccard resemblance of two sketches (Broder's bottom-k estimate); 0.0 at once
-    when it cannot reach ``floor`` (the shared hashes bound it)."""
+    """Estimated Jaccard resemblance of two sketches (Broder's bottom-k estimate); 0.0 at
+    once when it cannot reach ``floor`` (the shared hashes bound it)."""
     if not a or not b:
         return 0.0
     both = set(a).intersection(b)

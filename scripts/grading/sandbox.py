@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import select
 import shutil
 import subprocess
@@ -32,13 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading import cgroup
+from grading.results import receive
 
 RUNNER = Path(__file__).with_name("runner.py")
+CLEANUP = Path(__file__).with_name("cleanup.py")  # the runner imports it
 FIRST_UID = 64000  # as root, sandbox slot k runs as uid FIRST_UID + k (no account needed)
 STARTUP_SECONDS = 60.0  # bwrap, Python and torch imported: once per sandbox
 SERVER_CPU_SECONDS = 3600  # the serving process itself (each case has its own limit)
-RESULT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,80}\.[0-9]{1,3}\.(json|safetensors)")
-MAX_RESULTS = 256 << 20  # bytes of one student's results read back
 ROOT_LINKS = (
     "/bin",
     "/sbin",
@@ -140,15 +139,9 @@ def command(inputs: Path, slot: int, limits: Limits, program: list[str]) -> list
         args += _folders(path, made) + ["--ro-bind", str(path), str(path)]
     for path in hidden_paths(mounted):
         args += ["--perms", "0555", "--tmpfs", str(path), "--remount-ro", str(path)]
-    args += [
-        "--perms",
-        "0755",
-        "--dir",
-        "/grader",
-        "--ro-bind",
-        str(RUNNER),
-        "/grader/runner.py",
-    ]
+    args += ["--perms", "0755", "--dir", "/grader"]
+    args += ["--ro-bind", str(RUNNER), "/grader/runner.py"]
+    args += ["--ro-bind", str(CLEANUP), "/grader/cleanup.py"]
     args += ["--perms", "0755", "--dir", "/in"]
     args += ["--ro-bind", str(inputs), "/in/inputs.safetensors"]
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
@@ -240,47 +233,6 @@ class Sandbox:
             except subprocess.TimeoutExpired:
                 pass
         self.stop()
-
-
-def _read(fd: int, size: int) -> bytes | None:
-    """Exactly ``size`` bytes from ``fd`` within 60 s, or None."""
-    data = bytearray()
-    while len(data) < size:
-        if not select.select([fd], [], [], 60)[0]:
-            return None
-        chunk = os.read(fd, min(size - len(data), 1 << 20))
-        if not chunk:
-            return None
-        data += chunk
-    return bytes(data)
-
-
-def receive(fd: int, folder: Path) -> bool:
-    """The runner's result frames into files of ``folder`` that this process creates itself
-    (no existing file is opened, no link followed); False if the stream breaks its
-    format."""
-    total = 0
-    while True:
-        head = _read(fd, 2)
-        if head is None:
-            return False
-        length = int.from_bytes(head, "big")
-        if length == 0:
-            return True
-        name = _read(fd, length)
-        size = _read(fd, 8)
-        if name is None or size is None:
-            return False
-        name, size = name.decode("ascii", "replace"), int.from_bytes(size, "big")
-        total += size
-        if not RESULT.fullmatch(name) or total > MAX_RESULTS:
-            return False
-        data = _read(fd, size)
-        if data is None:
-            return False
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        with os.fdopen(os.open(folder / name, flags, 0o600), "wb") as f:
-            f.write(data)
 
 
 NO_USERNS = (

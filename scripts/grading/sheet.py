@@ -15,11 +15,13 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_NOTE = 600  # characters of a notes or flags cell
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+MOODLE = "_assignsubmission_"  # in the folder names of Moodle's submissions download
 WRITTEN = "written"  # points for the predict/explain answers, filled in by the teacher
 
 
@@ -181,3 +183,23 @@ def write_canvas(out: Path, canvas: Path, column: str, points: float) -> None:
         for r in rows:
             writer.writerow([r["student"], "", "", r["student"], "", r["total"]])
     partial.replace(canvas)
+
+
+def identify(folder: Path, found: list[tuple[str, Path]]) -> list[Grade]:
+    """A row per file: its feedback folder (Moodle's own name, else the id made safe, made
+    unique) and a note on ids that more than one file has."""
+    count = Counter(safe(s, 200) for s, _ in found)
+    grades, used = [], set()
+    for student, path in found:
+        grade = Grade(student, str(path))
+        parts = path.relative_to(folder).parts if folder.is_dir() else ()
+        base = parts[0] if len(parts) > 1 and MOODLE in parts[0] else file_name(student)
+        grade.folder, n = base, 1
+        while grade.folder.lower() in used:  # ids that differ by "/" or case only
+            n += 1
+            grade.folder = f"{base}_{n}"
+        used.add(grade.folder.lower())
+        if count[safe(student, 200)] > 1:
+            grade.note = f"duplicate id: {count[safe(student, 200)]} files have it"
+        grades.append(grade)
+    return grades

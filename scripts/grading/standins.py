@@ -197,3 +197,19 @@ def setup_source(setup: str, withheld: tuple[str, ...] = ()) -> str:
         + f"\n    return {{{returned}}}\n\n\n"
         + "globals().update(_stand_ins())\ndel _stand_ins\n"
     )
+
+
+def setup_names(setup: str) -> set[str]:
+    """The names the set-up binds (its imports: modules, and the stand-ins of the
+    package's)."""
+    return {
+        a.asname or a.name
+        for node in ast.walk(ast.parse(setup))
+        if isinstance(node, ast.ImportFrom)
+        for a in node.names
+    } | {
+        a.asname or a.name.split(".")[0]
+        for node in ast.walk(ast.parse(setup))
+        if isinstance(node, ast.Import)
+        for a in node.names
+    }
