@@ -172,12 +172,14 @@ assign: $(STAMP)
 
 # Grade a folder (or one file) of submissions in a bubblewrap sandbox (installed here when missing):
 #   make grade CHAPTER=04 SUBMISSIONS=folder [TESTS=course-cases] [OUT=sheet.csv] [UNSAFE=1]
+#     [CANVAS_COLUMN="Week 4 (12345)"]: the assignment's header in your Canvas gradebook export
 # Writes the sheet, <sheet>_similarity.csv, <sheet>_canvas.csv and <sheet>_feedback/<student>/.
 CHAPTER ?=
 SUBMISSIONS ?=
 TESTS ?=
 OUT ?=
 UNSAFE ?=
+CANVAS_COLUMN ?=
 grade: $(STAMP)
 	@test -n "$(CHAPTER)" -a -e "$(SUBMISSIONS)" || { echo "usage: make grade CHAPTER=04 SUBMISSIONS=folder [TESTS=folder] [OUT=file.csv] [UNSAFE=1]"; exit 2; }
 	@test -n "$(UNSAFE)" || command -v bwrap >/dev/null || \
@@ -186,7 +188,8 @@ grade: $(STAMP)
 	chapter=$$(basename $$(ls -d _build/assign/$(CHAPTER)_*)) && out=$(or $(OUT),_build/grades/$$chapter.csv) && \
 	$(PY) scripts/grade.py "$(SUBMISSIONS)" --autograder _build/assign/$$chapter/autograder --out $$out \
 		--feedback $${out%.csv}_feedback --canvas $${out%.csv}_canvas.csv \
-		$(if $(TESTS),--tests "$(TESTS)") $(if $(SECRET),--secret "$(SECRET)") $(if $(UNSAFE),--unsafe)
+		$(if $(TESTS),--tests "$(TESTS)") $(if $(SECRET),--secret "$(SECRET)") $(if $(UNSAFE),--unsafe) \
+		$(if $(CANVAS_COLUMN),--canvas-column "$(CANVAS_COLUMN)")
 
 # The package as published: wheel and sdist, checked by twine (metadata, README rendering).
 package: $(STAMP)

@@ -129,12 +129,12 @@ def assignment_notebook(chapter_nb, assignment: Assignment):
     cells = [
         nbformat.v4.new_markdown_cell(
             f"# Assignment: {title}\n\nWrite each solution in its own cell, where the stub is, without renaming "
-            f"it; helpers go in the same cell. Run the check under it for feedback. Your grade ({points} points) "
-            "comes from other, private test cases run on your solution cells only, in a sandbox without "
-            "network or files: what the notebook prints, and any change to the check cells, does not count. "
-            "In a solution cell, do not import `gpt_from_scratch`, `os`, `sys`, `importlib` or the like, nor "
-            "use `exec` or `eval`: such a cell, or one that uses the package's own implementation, scores 0 "
-            "and is flagged for your teacher."),
+            f"it; helpers may go in the same cell or in cells of their own. Run the check under it for feedback. "
+            f"Your grade ({points} points) comes from other, private test cases run on your solution and the "
+            "helpers it uses, in a sandbox without network, files or the `gpt_from_scratch` package (the names "
+            "the set-up cell imports are given there): what the notebook prints, and any change to the check "
+            "cells, does not count. The rules an exercise states that no test can see (such as \"no `tril`\") "
+            "are read by your teacher."),
         copy_cell(setup_cell),
         nbformat.v4.new_code_cell(f"# The names the exercises may use.\n{assignment.setup}",
                                   metadata={"tags": ["assignment-setup"]}),

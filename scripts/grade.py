@@ -1,18 +1,28 @@
 """Grade a folder of submissions with a course's private cases: one sheet row per file.
 
-    python scripts/grade.py SUBMISSIONS/ --autograder _build/assign/04_attention/autograder \\
-        --out grades.csv [--tests ~/course/tests] [--secret PATH] [--feedback DIR] [--canvas FILE]
+    python scripts/grade.py SUBMISSIONS/ --autograder _build/assign/04_attention/autograder
+    \\
+        --out grades.csv [--tests ~/course/tests] [--secret PATH] [--feedback DIR]
+        [--canvas FILE]
 
-For every file under SUBMISSIONS (recursively: Moodle's per-student folders too) there is a row:
-a notebook (``.ipynb``, any case) or a percent-format ``.py`` is graded, anything else is named
-as skipped. For each graded exercise the grader
+For every file under SUBMISSIONS (recursively: Moodle's per-student folders too) there is a
+row:
+a notebook (``.ipynb``, any case) or a ``.py`` file is graded, anything else is named as
+skipped. The grader
 
-1. takes the last code cell that defines the exercise's name, as plain Python (``grading.cells``);
-2. judges its integrity and the exercise's rules from the syntax tree (``grading.integrity``,
-   ``grading.rules``): a flagged exercise scores 0, with the reason;
-3. runs the cells of one student in a sandbox (``grading.sandbox``) on the course's case inputs,
-   drawn from the course secret, which writes plain data only;
-4. compares that data with the expected values it computed itself (``grading.judge``).
+1. reads every file in a process of its own under time and memory limits
+(``grading.parse``):
+   per exercise the program (its solution cell and the helpers it uses), the teacher's flags
+   (a near copy of the package, a reach for it: flags never cost points) and a fingerprint;
+2. runs each program in a sandbox (``grading.sandbox``) on the course's case inputs, drawn
+from
+   the course secret, one process per case, with the exercise's set-up made of stand-ins
+   (``grading.standins``): the package is not in the sandbox;
+3. compares what came back (plain data) with the expected values it computed itself
+   (``grading.judge``); points are the share of cases passed. Rules that no output shows are
+   the teacher's written criteria, printed in each feedback file;
+4. writes the sheet after every student, then the similarity report, the feedback folders
+   and the Canvas import, whatever happened before.
 
 SUBMISSIONS may be a single file: that student's row is replaced in the existing sheet.
 """
@@ -25,46 +35,40 @@ import os
 import queue
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grading import cases as case_files  # noqa: E402  (scripts/ is not a package)
-from grading import cells, integrity, judge, rules, sandbox, sheet, similarity  # noqa: E402
+from grading import cells, judge, parse, sandbox, sheet, similarity, standins  # noqa: E402
 from grading.secret import read_secret, secret_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TESTS = ROOT / "scripts" / "private_tests"
-# Python 3.11's ast is not thread-safe ("AST constructor recursion depth mismatch"): the syntax
-# tree is read by one grading thread at a time (the sandboxes run in parallel).
-SYNTAX = threading.Lock()
 
 
 def prepare(assignment: dict, tests: Path | None, secret: bytes, scratch: Path) -> dict:
-    """Per exercise: its cases (expected values kept here), rules, and the runner's programs."""
+    """Per exercise: its cases (expected values kept here), criteria, set-up, programs."""
     chapter, tensors, prepared = assignment["chapter"], {}, {}
     for exercise in assignment["exercises"]:
         name = exercise["name"]
-        path = next(
-            p
-            for p in (
-                tests and tests / chapter / f"{name}.py",
-                DEFAULT_TESTS / chapter / f"{name}.py",
-            )
-            if p and p.exists()
+        candidates = (
+            tests and tests / chapter / f"{name}.py",
+            DEFAULT_TESTS / chapter / f"{name}.py",
         )
+        path = next(p for p in candidates if p and p.exists())
         module = case_files.load_case_file(path)
         cases = case_files.exercise_cases(path, secret, chapter, name)
-        programs = [
-            case_files.program(c, f"{name}.{i}", tensors) for i, c in enumerate(cases)
-        ]
         prepared[name] = {
             "cases": cases,
-            "rules": getattr(module, "rules", ()),
-            "programs": programs,
-            "file": str(path),
+            "criteria": tuple(getattr(module, "criteria", ())),
+            "setup": standins.setup_source(
+                assignment["setup"], tuple(getattr(module, "withheld", ()))
+            ),
+            "programs": [
+                case_files.program(c, f"{name}.{i}", tensors) for i, c in enumerate(cases)
+            ],
         }
     from safetensors.torch import save_file
 
@@ -72,94 +76,62 @@ def prepare(assignment: dict, tests: Path | None, secret: bytes, scratch: Path) 
     return prepared
 
 
-def static(
-    path: Path, assignment: dict, prepared: dict, grade: sheet.Grade
-) -> dict[str, str]:
-    """Fill ``grade`` with what the syntax tree decides; the cells left to run, by exercise."""
-    try:
-        sources = cells.code_cells(path)
-    except Exception as error:  # noqa: BLE001 - an unreadable file is that row's note
-        grade.note = f"unreadable file ({type(error).__name__}: {judge.short(error, 120)})"
-        return {}
-    to_run = {}
-    for exercise in assignment["exercises"]:
-        name = exercise["name"]
-        result = grade.results.setdefault(name, sheet.Result())
-        source = cells.solution_cell(sources, name)
-        if source is None:
-            result.note = "no cell defines it"
-            continue
-        try:
-            flags = integrity.flags(source, name, assignment["setup"])
-        except SyntaxError as error:
-            result.note = (
-                f"syntax error on line {error.lineno}: {judge.short(error.msg, 80)}"
-            )
-            continue
-        if flags:
-            result.flag = "; ".join(flags)
-            continue
-        to_run[name] = source
-    return to_run
-
-
-def score(
-    grade: sheet.Grade, exercise: dict, prepared: dict, source: str, folder: Path
-) -> None:
-    name, info = exercise["name"], prepared[exercise["name"]]
-    result, verdict = grade.results[name], judge.judge(folder, name, info["cases"])
+def score(grade: sheet.Grade, exercise: dict, cases: list, folder: Path) -> None:
+    result, verdict = (
+        grade.results[exercise["name"]],
+        judge.judge(folder, exercise["name"], cases),
+    )
+    result.points = round(exercise["points"] * verdict.passed / len(cases), 2)
     if verdict.error:
         result.note = verdict.error
         return
-    with SYNTAX:
-        broken = rules.judge_rules(source, info["rules"])
-    kept = len(info["rules"]) - len(broken) if not verdict.failures else 0
-    total = len(info["cases"]) + len(info["rules"])
-    result.points = round(exercise["points"] * (verdict.passed + kept) / total, 2)
-    reasons: dict[str, list[str]] = {}  # the same reason once, with every case it failed
-    for case, why in verdict.failures:
-        reasons.setdefault(why, []).append(case)
-    result.note = "; ".join(
-        [f"case {', '.join(c)}: {why}" for why, c in reasons.items()]
-        + [f"rule '{label}' broken: {why}" for label, why in broken]
-    )
-    result.feedback = judge.short(judge.check_output(folder, name), 400)
+    by_case = {c.name: c for c in cases}
+    result.note = "; ".join(judge.describe(by_case[n], why) for n, why in verdict.failures)
 
 
 def grade_one(
-    student: str, path: Path, assignment: dict, prepared: dict, box: sandbox.Sandbox
-) -> sheet.Grade:
-    grade = sheet.Grade(student, str(path))
-    if path.suffix.lower() not in cells.GRADED or path.is_symlink():
-        grade.note = f"skipped: not a notebook or a .py file ({path.suffix or 'no suffix'})"
-        return grade
-    with SYNTAX:
-        to_run = static(path, assignment, prepared, grade)
-    if not to_run:
-        return grade
-    limits = box.limits
-    exercises = [
-        {
-            "name": e["name"],
-            "source": to_run[e["name"]],
-            "check": e.get("check", ""),
-            "cpu_seconds": limits.cpu_seconds,
-            "wall_seconds": limits.wall_seconds,
-            "cases": prepared[e["name"]]["programs"],
-        }
-        for e in assignment["exercises"]
-        if e["name"] in to_run
-    ]
-    try:
-        out, grade.note = box.run(
-            {"setup": assignment["setup"], "exercises": exercises}, len(exercises)
+    grade: sheet.Grade, reply: dict, assignment: dict, prepared: dict, box: sandbox.Sandbox
+) -> None:
+    """Fill ``grade`` from the file's ``reply`` (``grading.parse``) and a run in ``box``."""
+    if "skipped" in reply:
+        grade.note = f"skipped: {reply['skipped']}"
+        return
+    if "error" in reply:
+        grade.note = f"unreadable file ({reply['error']})"
+        return
+    exercises = []
+    for exercise in assignment["exercises"]:
+        name = exercise["name"]
+        result = grade.results[name]
+        result.flag = "; ".join(reply["flags"].get(name, []))
+        if reply["programs"].get(name) is None:
+            result.note = "no cell defines it"
+            continue
+        exercises.append(
+            {
+                "name": name,
+                "setup": prepared[name]["setup"],
+                "source": reply["programs"][name],
+                "cpu_seconds": box.limits.cpu_seconds,
+                "cases": prepared[name]["programs"],
+            }
         )
+    if not exercises:
+        return
+    seconds = sum(
+        2 * (c.get("cpu_seconds") or box.limits.cpu_seconds) + 2
+        for e in exercises
+        for c in e["cases"]
+    )
+    folder, grade.note = box.run({"exercises": exercises}, seconds)
+    try:
         for exercise in assignment["exercises"]:
-            if exercise["name"] in to_run:
-                score(grade, exercise, prepared, to_run[exercise["name"]], out)
+            if any(e["name"] == exercise["name"] for e in exercises):
+                score(grade, exercise, prepared[exercise["name"]]["cases"], folder)
     finally:
-        box.clear()
-    return grade
+        for entry in folder.iterdir():
+            entry.unlink()
+        folder.rmdir()
 
 
 def grade_folder(
@@ -174,6 +146,7 @@ def grade_folder(
     jobs: int = 0,
     feedback: Path | None = None,
     canvas: Path | None = None,
+    canvas_column: str = "",
     quiet: bool = False,
 ) -> list[sheet.Grade]:
     assignment = json.loads((autograder / "assignment.json").read_text())
@@ -182,15 +155,24 @@ def grade_folder(
     if not found:
         raise SystemExit(f"no files in {folder}: nothing to grade")
     key = read_secret(secret or secret_path())
-    written = sheet.read_written(out)
+    written = sheet.read_written(out)  # also refuses a sheet it must not overwrite
+    jobs = jobs or os.cpu_count() or 1
+    grades = sheet.identify(folder, found)
+    for grade in grades:
+        grade.written = written.get(sheet.safe(grade.student, 200), "")
+        grade.results = {n: sheet.Result() for n in names}
+    duplicates = sorted({g.student for g in grades if g.note.startswith("duplicate")})
+    if duplicates and not quiet:
+        print(f"duplicate student ids (each gets a row per file): {', '.join(duplicates)}")
     with tempfile.TemporaryDirectory(prefix="grade-") as scratch_name:
         scratch = Path(scratch_name)
-        os.chmod(scratch, 0o711)  # the sandbox's own uid reaches its folders, lists nothing
-        if not unsafe:
-            sandbox.check(limits, scratch)
+        os.chmod(scratch, 0o711)  # the sandbox's own uid reaches the inputs, lists nothing
+        if not unsafe and (warning := sandbox.check(limits, scratch)) and not quiet:
+            print(f"warning: {warning}")
         prepared = prepare(assignment, tests, key, scratch)
         os.chmod(scratch / "inputs.safetensors", 0o644)
-        jobs = jobs or os.cpu_count() or 1
+        provided = standins.setup_names(assignment["setup"])
+        replies = parse.read_all(found, names, provided, max(jobs, os.cpu_count() or 1))
         boxes: queue.Queue = queue.Queue()
         for slot in range(jobs):
             boxes.put(
@@ -198,61 +180,55 @@ def grade_folder(
                     slot, limits, scratch / "inputs.safetensors", scratch, unsafe
                 )
             )
-        done: list[sheet.Grade] = []
         finished = iter(range(1, len(found) + 1))  # next() is atomic: the progress count
-        pending = {
-            student: sheet.Grade(
-                student, str(path), note="not graded: the grader stopped first"
-            )
-            for student, path in found
-        }
+        pending = [g.note for g in grades]
 
-        def work(student: str, path: Path) -> sheet.Grade:
-            start = time.perf_counter()
+        def work(index: int) -> None:
+            grade, start = grades[index], time.perf_counter()
+            grade.note = ""
             try:
                 box = boxes.get()
                 try:
-                    grade = grade_one(student, path, assignment, prepared, box)
+                    grade_one(grade, replies[index], assignment, prepared, box)
                 finally:
                     boxes.put(box)
             except Exception as error:  # noqa: BLE001 - one student never costs the class
-                grade = sheet.Grade(
-                    student,
-                    str(path),
-                    note=f"grader error: {type(error).__name__}: {judge.short(error, 200)}",
-                )
-            grade.written = written.get(sheet.safe(student, 200), "")
-            for name in names:
-                grade.results.setdefault(name, sheet.Result())
+                grade.note = f"not graded: the grader met {type(error).__name__}"
+            if pending[index]:
+                grade.note = "; ".join(n for n in (pending[index], grade.note) if n)
             if not quiet:
                 print(
-                    f"[{next(finished)}/{len(found)}] {student!r}: {grade.total:g} points "
+                    f"[{next(finished)}/{len(found)}] {grade.student!r}: "
+                    f"{grade.total:g} points "
                     f"({time.perf_counter() - start:.1f} s)",
                     flush=True,
                 )
-            return grade
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            try:
-                for future in [pool.submit(work, s, p) for s, p in found]:
-                    grade = future.result()
-                    done.append(grade)
-                    pending.pop(grade.student, None)
-                    sheet.write(done + list(pending.values()), names, out)
-            finally:
-                while not boxes.empty():
-                    boxes.get().close()
-    similarity.write_report(found, assignment, out.with_name(out.stem + "_similarity.csv"))
-    for grade in done:
-        if feedback:
-            sheet.write_feedback(grade, assignment["exercises"], feedback)
-    if canvas:
-        sheet.write_canvas(
-            out,
-            canvas,
-            f"{assignment['chapter']} ({sum(e['points'] for e in assignment['exercises'])})",
-        )
-    return done
+        for grade in grades:
+            grade.note = grade.note or "not graded: the grader stopped first"
+        try:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                for index, future in enumerate(
+                    [pool.submit(work, i) for i in range(len(found))]
+                ):
+                    future.result()
+                    sheet.write(grades, names, out)
+        finally:
+            while not boxes.empty():
+                boxes.get().close()
+            sheet.write(grades, names, out)
+            similarity.write_report(
+                found, replies, names, out.with_name(out.stem + "_similarity.csv")
+            )
+            criteria = {n: prepared[n]["criteria"] for n in names}
+            for grade in grades if feedback else []:
+                sheet.write_feedback(grade, assignment["exercises"], criteria, feedback)
+            if canvas:
+                points = sum(e["points"] for e in assignment["exercises"])
+                sheet.write_canvas(
+                    out, canvas, canvas_column or assignment["chapter"], points
+                )
+    return grades
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,8 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         "--canvas", type=Path, help="write a Canvas gradebook import CSV here"
     )
     parser.add_argument(
-        "--timeout", type=float, default=30.0, help="CPU seconds per exercise"
+        "--canvas-column",
+        default="",
+        help="the assignment's header in your Canvas export, 'Name (id)' "
+        "(default: the chapter)",
     )
+    parser.add_argument("--timeout", type=float, default=20.0, help="CPU seconds per case")
     parser.add_argument(
         "--jobs", type=int, default=0, help="sandboxes at once (default: one per core)"
     )
@@ -286,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "--unsafe", action="store_true", help="grade without a sandbox (UNSAFE=1)"
     )
     args = parser.parse_args(argv)
-    limits = sandbox.Limits(cpu_seconds=args.timeout, wall_seconds=2 * args.timeout)
+    limits = sandbox.Limits(cpu_seconds=args.timeout)
     start = time.perf_counter()
     try:
         grades = grade_folder(
@@ -300,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs=args.jobs,
             feedback=args.feedback,
             canvas=args.canvas,
+            canvas_column=args.canvas_column,
         )
     except sandbox.SandboxError as error:
         print(f"no sandbox, nothing graded: {error}", file=sys.stderr)

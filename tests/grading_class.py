@@ -119,7 +119,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         self.eps = eps
         self.weight, self.bias = torch.nn.Parameter(torch.ones(D)), torch.nn.Parameter(torch.zeros(D))
     def forward(self, x):
-        return (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + self.eps) * self.weight + self.bias''', 1 / 3),  # one value case of two: the rule does not count
+        return (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + self.eps) * self.weight + self.bias''', 1 / 2),  # one value case of two
         ('''class LayerNormModule(torch.nn.Module):
     def __init__(self, D, eps=1e-5):
         super().__init__()
@@ -127,7 +127,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         self.weight, self.bias = torch.nn.Parameter(torch.ones(D)), torch.nn.Parameter(torch.zeros(D))
     def forward(self, x):
         centred = x - x.mean(-1, keepdim=True)
-        return centred / (centred.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.weight + self.bias''', 1 / 3),
+        return centred / (centred.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.weight + self.bias''', 1 / 2),
         ('''class LayerNormModule(torch.nn.Module):
     def __init__(self, D, eps=1e-5):
         super().__init__()
@@ -141,10 +141,10 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         ('''def causal_mask_arange(T):
     return torch.arange(T)[None, :] < torch.arange(T)[:, None]  # no diagonal''', 0.0),
         ('''def causal_mask_arange(T):
-    return torch.ones(T, T, dtype=torch.bool).tril()  # the forbidden tril''', 0.75),
+    return torch.ones(T, T, dtype=torch.bool).tril()  # the forbidden tril''', 1.0),
         ('''def causal_mask_arange(T):
     return (torch.arange(T)[None, :] <= torch.arange(T)[:, None]).long()  # not bool''', 0.0),
-        # (a rule counts when every value case passes)
+        # (a rule no output shows is the teacher's written criterion: no points here)
     ],
     "einsum_attention": [
         ('''def einsum_attention(q, k, v, mask=None):
@@ -164,7 +164,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(-1)
-    return weights @ v, weights''', 2 / 3),  # right values, the rule broken
+    return weights @ v, weights''', 1.0),  # right values: the rule is a written criterion
     ],
     "LoopedMultiHeadAttention": [
         ('''class LoopedMultiHeadAttention(nn.Module):
@@ -191,7 +191,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         for h in range(self.n_heads):
             c = slice(h, None, self.n_heads)  # strided columns: not head h's block
             heads.append(scaled_dot_product_attention(q[..., c], k[..., c], v[..., c], mask)[0])
-        return self.c_proj(torch.cat(heads, dim=-1))''', 1 / 3),  # right with one head only
+        return self.c_proj(torch.cat(heads, dim=-1))''', 1 / 2),  # right with one head only
         ('''class LoopedMultiHeadAttention(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -201,7 +201,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         B, T, D = x.shape
         q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in self.c_attn(x).split(D, dim=2))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, D))''', 2 / 3),
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, D))''', 1.0),  # the loop: a written criterion
     ],
     "ParallelBlock": [
         ('''class ParallelBlock(nn.Module):
@@ -231,12 +231,12 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
     "cross_entropy_by_hand": [
         ('''def cross_entropy_by_hand(logits, targets):
     log_sum_exp = torch.log(torch.exp(logits).sum(-1))  # no max: overflows
-    return (log_sum_exp - logits.gather(-1, targets[..., None])[..., 0]).mean()''', 1 / 3),
+    return (log_sum_exp - logits.gather(-1, targets[..., None])[..., 0]).mean()''', 1 / 2),
         ('''def cross_entropy_by_hand(logits, targets):
     z = logits - logits.max(-1, keepdim=True).values
     return (torch.log(torch.exp(z).sum(-1)) - z.gather(-1, targets[..., None])[..., 0]).sum()  # sum''', 0.0),
         ('''def cross_entropy_by_hand(logits, targets):
-    return -torch.log_softmax(logits, -1).gather(-1, targets[..., None]).mean()  # ruled out''', 2 / 3),  # right values, the rule broken
+    return -torch.log_softmax(logits, -1).gather(-1, targets[..., None]).mean()  # ruled out''', 1.0),  # a written criterion
     ],
     "min_p_filter": [
         ('''def min_p_filter(logits, min_p):
@@ -258,7 +258,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         ('''def top_p_unsorted(logits, p):
     sorted_probs, order = torch.softmax(logits, -1).sort(descending=True)  # sorts
     remove = sorted_probs.cumsum(-1) - sorted_probs >= p
-    return logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), float("-inf"))''', 2 / 3),  # right values, the rule broken
+    return logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), float("-inf"))''', 1.0),  # a written criterion
         ('''def top_p_unsorted(logits, p):
     probs = torch.softmax(logits, -1)
     return logits.masked_fill(probs.cumsum(-1) - probs >= p, float("-inf"))  # in vocabulary order''',
@@ -274,7 +274,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
     t = torch.arange(k, A.shape[-1])
     return A[..., t, t - k].sum(-1).mean(1)  # summed over the queries''', 0.0),
         ('''def offset_scores(maps, k):
-    return torch.stack(maps).diagonal(-k, -2, -1).mean(dim=(1, 3))  # ruled out''', 2 / 3),  # right values, the rule broken
+    return torch.stack(maps).diagonal(-k, -2, -1).mean(dim=(1, 3))  # ruled out''', 1.0),  # a written criterion
     ],
     "lora_forward": [
         ('''def lora_forward(x, weight, bias, A, B, scaling):
@@ -302,7 +302,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
 
     def forward(self, x):
         rms = x.pow(2).mean(-1, keepdim=True).sqrt()
-        return x / (rms + self.eps) * self.weight  # eps outside the root: wrong for a large eps""", 1 / 3),
+        return x / (rms + self.eps) * self.weight  # eps outside the root: wrong for a large eps""", 1 / 2),
         ("""class RMSNormModule(nn.Module):
     def __init__(self, D, eps=1e-5):
         super().__init__()
@@ -336,10 +336,10 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         ("""def repeat_kv_heads(x, n_rep):
     return x.repeat(1, n_rep, 1, 1)  # tiles the group instead of repeating each head""", 0.0),
         ("""def repeat_kv_heads(x, n_rep):
-    return x.repeat_interleave(n_rep, dim=1)  # the function the exercise rules out""", 2 / 3),  # right values, the rule broken
+    return x.repeat_interleave(n_rep, dim=1)  # the function the exercise rules out""", 1.0),  # a written criterion
         ("""def repeat_kv_heads(x, n_rep):
     B, H_kv, T, d = x.shape
-    return x[:, :, None].expand(B, H_kv, 3, T, d).reshape(B, H_kv * 3, T, d)  # n_rep fixed at 3""", 1 / 3),
+    return x[:, :, None].expand(B, H_kv, 3, T, d).reshape(B, H_kv * 3, T, d)  # n_rep fixed at 3""", 1 / 2),
     ],
     "acc_norm_picks": [
         ("""def acc_norm_picks(loglik, choices):

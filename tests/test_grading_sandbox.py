@@ -19,7 +19,7 @@ import pytest
 from grading_class import ROOT, grade, material, submission
 
 sandbox = pytest.importorskip("grading.sandbox")
-LIMITS = sandbox.Limits(cpu_seconds=4.0, wall_seconds=6.0)
+LIMITS = sandbox.Limits(cpu_seconds=3.0)
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None,
     reason="grading needs bubblewrap (apt-get install bubblewrap)",
@@ -112,10 +112,7 @@ def leftover_processes() -> list[str]:
     return found
 
 
-def test_hostile_code_without_the_syntax_checks_earns_nothing_and_changes_nothing(
-    tmp_path, monkeypatch
-):
-    monkeypatch.setattr(grade.integrity, "flags", lambda *args: [])  # the sandbox alone
+def test_hostile_code_earns_nothing_and_changes_nothing(tmp_path):
     secret = tmp_path / "course_secret"
     secret.write_text("another-course-secret-for-the-tests-" + "1" * 32)
     canary = tmp_path / "canary.txt"

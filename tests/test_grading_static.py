@@ -1,81 +1,52 @@
-"""What the grader decides from the syntax tree and the files alone (no sandbox, fast):
-cells through IPython's transformer, integrity flags, the exercises' rules, the sheet, the
-secret."""
+"""What the grader decides from the files alone (no sandbox, fast): cells through IPython's
+transformer, programs with their helpers, the teacher's flags, the sheet, the secret."""
 
 from __future__ import annotations
 
 import csv
 import inspect
+import re
 
 import pytest
+import torch
 
 from grading_class import assign, grade  # noqa: F401  (puts scripts/ on the path)
-from grading import cells, integrity, rules, secret, sheet
-from grading.cases import seed_for
+from grading import cells, integrity, secret, sheet, standins
+from grading.draw import Draw
 
 SETUP = (
     "import math\n\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n"
     "from gpt_from_scratch.attention import causal_mask, scaled_dot_product_attention"
 )
-MASK = "def causal_mask_arange(T):\n    return torch.arange(T)[None, :] <= torch.arange(T)[:, None]"
+MASK = (
+    "def causal_mask_arange(T):\n"
+    "    return torch.arange(T)[None, :] <= torch.arange(T)[:, None]"
+)
 
 
 def flags(source: str, name: str = "causal_mask_arange") -> list[str]:
-    return integrity.flags(cells.solution_cell([source], name), name, SETUP)
+    return integrity.flags(cells.program([source], name, set()))
 
 
-@pytest.mark.parametrize(
-    "source, reason",
-    [
-        (
-            "import importlib\ncausal_mask_arange = importlib.import_module('x').f",
-            "imports importlib",
-        ),
-        ("causal_mask_arange = __import__('x').f", "uses __import__"),
-        ("exec('def causal_mask_arange(T): pass')", "uses exec"),
-        ("causal_mask_arange = eval('lambda T: T')", "uses eval"),
-        ("import sys\ncausal_mask_arange = sys.modules['x'].f", "imports sys"),
-        ("causal_mask_arange = torch.ones.__globals__['x']", "uses .__globals__"),
-        ("def causal_mask_arange(T):\n    return (lambda: 0).__code__", "uses .__code__"),
-        (
-            "import inspect\ncausal_mask_arange = inspect.currentframe().f_back.f_globals['f']",
-            "inspect",
-        ),
-        ("causal_mask_arange = __builtins__['__import__']('x').f", "uses __builtins__"),
-        (
-            "import builtins\nbuiltins.isinstance = lambda *a: True\n" + MASK,
-            "imports builtins",
-        ),
-        ("import os\n" + MASK, "imports os"),
-        ("from subprocess import run\n" + MASK, "imports subprocess"),
-        ("import socket\n" + MASK, "imports socket"),
-        ("import signal\n" + MASK, "imports signal"),
-        ("import gpt_from_scratch\n" + MASK, "imports gpt_from_scratch"),
-        ("torch.testing.assert_close = lambda *a, **k: None\n" + MASK, "patches a library"),
-        ("setattr(torch, 'equal', lambda *a: True)\n" + MASK, "patches a library"),
-        ("class Liar(torch.Tensor):\n    pass\n" + MASK, "derives from torch.Tensor"),
-        ("causal_mask_arange = causal_mask", "the package's causal_mask"),
-        (
-            "def causal_mask_arange(T):\n    return getattr(torch, 'tr' + 'il')(torch.ones(T, T))",
-            "getattr",
-        ),
-    ],
-)
-def test_every_route_around_the_grader_is_flagged_with_its_reason(source, reason):
-    found = flags(source)
-    assert any(reason in f for f in found), found
-
-
-def test_pasted_package_source_is_flagged_even_renamed():
+def test_pasted_package_source_is_flagged_even_renamed_with_a_no_op_line():
     from gpt_from_scratch import generate
 
     source = inspect.getsource(generate.top_p_filter).replace(
         "top_p_filter", "top_p_unsorted"
     )
     source = source.replace("logits", "scores").replace("probs", "p_sorted")
+    source = source.replace('    """', '    unused = 0\n    """', 1)  # a no-op line
     assert any(
-        "the same code as the package's gpt_from_scratch.generate.top_p_filter" in f
-        for f in integrity.flags(source, "top_p_unsorted", "import torch")
+        "near copy of the package's gpt_from_scratch.generate.top_p_filter" in f
+        for f in flags(source, "top_p_unsorted")
+    )
+
+
+def test_reaching_for_the_package_is_flagged_not_a_docstring():
+    assert (
+        flags("import gpt_from_scratch\n" + MASK)
+        and flags("x = __import__('gpt_' + 'from_scratch')\n" + MASK) == []
+        and flags("m = 'gpt_from_scratch.attention'\n" + MASK)
     )
 
 
@@ -85,12 +56,13 @@ def test_pasted_package_source_is_flagged_even_renamed():
         '"""Same maths as gpt_from_scratch.attention.causal_mask."""\n' + MASK,
         MASK.replace(
             "):\n",
-            '):\n    """Like gpt_from_scratch.attention.causal_mask."""\n    # gpt_from_scratch\n',
+            '):\n    """Like gpt_from_scratch.attention.causal_mask."""\n'
+            "    # gpt_from_scratch\n",
         ),
-        MASK
-        + "\n\nfrom gpt_from_scratch.exercises import check_causal_mask\ncheck_causal_mask(causal_mask_arange)",
-        MASK
-        + "\n\nimport gpt_from_scratch.exercises as ex\nex.check_causal_mask(causal_mask_arange)",
+        MASK + "\n\nfrom gpt_from_scratch.exercises import check_causal_mask\n"
+        "check_causal_mask(causal_mask_arange)",
+        MASK + "\n\nimport gpt_from_scratch.exercises as ex\n"
+        "ex.check_causal_mask(causal_mask_arange)",
         "%%time\n" + MASK,
         "%matplotlib inline\n!pip list\n" + MASK,
     ],
@@ -107,79 +79,39 @@ def test_a_timing_magic_keeps_its_body_as_the_solution():
     )
 
 
-@pytest.mark.parametrize(
-    "source, rule, broken",
-    [
-        (
-            "def f(T):\n    return torch.ones(T, T).tril()",
-            rules.Forbid("no tril", ("tril", "tril_")),
-            True,
-        ),
-        (
-            "t = torch.tril\ndef f(T):\n    return t(torch.ones(T, T))",
-            rules.Forbid("no tril", ("tril",)),
-            True,
-        ),
-        (
-            "def f(T):\n    return torch.ones(T, T).tril_()",
-            rules.Forbid("no tril", ("tril", "tril_")),
-            True,
-        ),
-        (MASK, rules.Forbid("no tril", ("tril", "tril_")), False),
-        (
-            "def f(q, k):\n    return q @ k",
-            rules.Forbid("einsum only", ("matmul",), matmul=True),
-            True,
-        ),
-        (
-            "def f(q, k):\n    return torch.einsum('qd,kd->qk', q, k)",
-            rules.Forbid("e", ("matmul",), matmul=True),
-            False,
-        ),
-        (
-            "class M:\n    def forward(self, x):\n        return x",
-            rules.Loop("heads", True, "forward", "head"),
-            True,
-        ),
-        (
-            "class M:\n    def forward(self, x):\n        return [h for h in range(self.n_heads)]",
-            rules.Loop("heads", True, "forward", "head"),
-            False,
-        ),
-        ("def f(T):\n    return [i for i in range(T)]", rules.Loop("no loop", False), True),
-    ],
-)
-def test_rules_are_judged_from_the_syntax_tree(source, rule, broken):
-    assert bool(rules.judge_rules(source, [rule])) == broken
+def test_a_helper_in_its_own_cell_joins_the_program_and_scratch_cells_do_not():
+    found = [
+        "import torch.nn.functional as F",
+        "EPS = 1e-9\n\ndef helper(x):\n    return F.relu(x) + EPS",
+        "x = torch.randn(3)\nprint(solution(x))",
+        "from gpt_from_scratch.attention import causal_mask",
+        "def solution(x):\n    mask = causal_mask(3)\n    return helper(x)",
+    ]
+    program = cells.program(found, "solution", {"torch", "causal_mask"})
+    assert program.splitlines()[0] == "import torch.nn.functional as F"
+    assert "def helper" in program and "EPS = 1e-09" in program
+    assert "print" not in program and "gpt_from_scratch" not in program
 
 
-NO_BA = rules.NoProduct("B A never formed", "B", "A")
-
-
-@pytest.mark.parametrize(
-    "body, formed",
-    [
-        ("x @ weight.T + bias + (x @ A.T @ B.T) * scaling", False),
-        ("x @ (weight + scaling * B @ A).T + bias", True),
-        ("x @ (weight + scaling * (B @ A)).T + bias", True),
-        ("F.linear(x, weight + scaling * torch.mm(B, A), bias)", True),
-        ("F.linear(x, weight + scaling * B.matmul(A), bias)", True),
-        (
-            "x @ weight.T + bias + scaling * torch.einsum('...i,ri,or->...o', x, A, B)",
-            False,
-        ),
-    ],
-)
-def test_the_lora_rule_catches_b_a_formed(body, formed):
-    assert (
-        bool(
-            rules.judge_rules(
-                f"def lora_forward(x, weight, bias, A, B, scaling):\n    return {body}",
-                [NO_BA],
-            )
-        )
-        == formed
+def test_a_colab_download_is_read_statement_by_statement(tmp_path):
+    script = tmp_path / "colab.py"
+    script.write_text(
+        '# -*- coding: utf-8 -*-\n"""Untitled0.ipynb\n\n'
+        'Automatically generated by Colab.\n"""\n\n'
+        "!pip install -q gpt-from-scratch-book\n\nimport torch\n\n# In[ ]:\n\n"
+        "%%time\n" + MASK + "\n\ncheck_causal_mask(causal_mask_arange)\n"
     )
+    program = cells.program(cells.code_cells(script), "causal_mask_arange", {"torch"})
+    assert program.strip() == MASK
+
+
+def test_a_link_or_a_huge_file_is_not_read(tmp_path):
+    (tmp_path / "link.ipynb").symlink_to("/proc/kmsg")
+    with pytest.raises(OSError):
+        cells.code_cells(tmp_path / "link.ipynb")
+    (tmp_path / "huge.py").write_text("x = 1\n" * (cells.MAX_BYTES // 6 + 10))
+    with pytest.raises(ValueError, match="larger than"):
+        cells.code_cells(tmp_path / "huge.py")
 
 
 def test_the_sheet_escapes_formulas_cuts_notes_and_keeps_other_rows(tmp_path):
@@ -219,7 +151,14 @@ def test_inputs_come_from_the_course_secret(tmp_path):
     first = path.read_text()
     assert secret.create_secret(path, rotate=True) and path.read_text() != first
     assert oct(path.stat().st_mode)[-3:] == "600"
-    assert seed_for(b"a" * 32, "04", "f") != seed_for(b"b" * 32, "04", "f")
+    one, same, other = (
+        Draw(b"a" * 32, "04/f"),
+        Draw(b"a" * 32, "04/f"),
+        Draw(b"b" * 32, "04/f"),
+    )
+    assert torch.equal(one.randn(5), same.randn(5)) and not torch.equal(
+        one.randn(5), other.randn(5)
+    )
     with pytest.raises(SystemExit, match="make assign"):
         secret.read_secret(tmp_path / "missing")
 
@@ -231,3 +170,107 @@ def test_assign_keeps_the_teachers_folders(tmp_path, monkeypatch):
     course.write_text("# the teacher's")
     assign.main(["07", "--out", str(tmp_path / "assign")])
     assert course.read_text() == "# the teacher's" and (tmp_path / "course_secret").exists()
+
+
+def test_a_sheet_saved_by_excel_keeps_its_written_column(tmp_path):
+    """Excel's "CSV UTF-8" in a ;-locale: a byte-order mark, ; between cells, CRLF lines."""
+    out = tmp_path / "grades.csv"
+    sheet.write(
+        [
+            sheet.Grade("ann", "a.ipynb", {"f": sheet.Result(1.0)}),
+            sheet.Grade("bob", "b.ipynb", {"f": sheet.Result(2.0)}),
+        ],
+        ["f"],
+        out,
+    )
+    table = list(csv.reader(out.open(newline="")))
+    table[1][table[0].index("written")] = "3"
+    text = "\r\n".join(";".join(r) for r in table) + "\r\n"
+    out.write_bytes("\ufeff".encode() + text.encode())
+    assert sheet.read_written(out) == {"ann": "3", "bob": ""}
+    sheet.write([sheet.Grade("bob", "b.ipynb", {"f": sheet.Result(1.0)})], ["f"], out)
+    rows = {r["student"]: r for r in csv.DictReader(out.open(newline=""))}
+    assert (
+        rows["ann"]["written"] == "3"
+        and rows["ann"]["total"] == "4"
+        and set(rows) == {"ann", "bob"}
+    )
+
+
+def test_a_file_that_is_not_a_sheet_is_never_overwritten(tmp_path):
+    out = tmp_path / "grades.csv"
+    out.write_text("name;points\njane;4\n")
+    with pytest.raises(SystemExit, match="no 'student' column"):
+        sheet.write([sheet.Grade("bob", "b.ipynb")], ["f"], out)
+    assert out.read_text() == "name;points\njane;4\n"
+
+
+def test_duplicate_ids_and_colliding_folders_are_reported(tmp_path):
+    folder = tmp_path / "subs"
+    for name in (
+        "a/b.ipynb",
+        "a_b.ipynb",
+        "c.ipynb",
+        "c.py",
+        "Jane Doe_4711_assignsubmission_file_/x.ipynb",
+    ):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("{}")
+    grades = grade.sheet.identify(folder, cells.submissions(folder))
+    by_file = {g.file.split("subs/")[1]: g for g in grades}
+    assert (
+        by_file["c.ipynb"].note == by_file["c.py"].note == "duplicate id: 2 files have it"
+    )
+    assert by_file["a/b.ipynb"].folder != by_file["a_b.ipynb"].folder
+    assert by_file["Jane Doe_4711_assignsubmission_file_/x.ipynb"].folder == (
+        "Jane Doe_4711_assignsubmission_file_"
+    )
+
+
+def test_the_feedback_zip_matches_moodles_import_rule(tmp_path):
+    """Moodle's feedback-zip import splits each path on "_" into at most five parts: the
+    name,
+    the participant id (a number), the plugin type and name, then the file."""
+    grade_ = sheet.Grade(
+        "Jane Doe_4711",
+        "x.ipynb",
+        {"f": sheet.Result(2.0, note="case a: wrong values")},
+        folder="Jane Doe_4711_assignsubmission_file_",
+    )
+    path = sheet.write_feedback(
+        grade_, [{"name": "f", "points": 2}], {"f": ("no loops",)}, tmp_path
+    )
+    parts = path.relative_to(tmp_path).as_posix().split("_", 4)
+    assert parts[1].isdigit() and parts[2:4] == ["assignsubmission", "file"]
+    assert parts[4] == "/feedback.txt"
+    assert "your teacher reads: no loops" in path.read_text()
+
+
+def test_the_canvas_file_follows_the_gradebook_export(tmp_path):
+    out, canvas = tmp_path / "grades.csv", tmp_path / "canvas.csv"
+    sheet.write([sheet.Grade("jdoe", "jdoe.ipynb", {"f": sheet.Result(2.0)})], ["f"], out)
+    sheet.write_canvas(out, canvas, "Week 4 (12345)", 7)
+    rows = list(csv.reader(canvas.open(newline="")))
+    assert rows[0] == [
+        "Student",
+        "ID",
+        "SIS User ID",
+        "SIS Login ID",
+        "Section",
+        "Week 4 (12345)",
+    ]
+    assert rows[1] == ["    Points Possible", "", "", "", "", "7"]
+    assert rows[2] == ["jdoe", "", "", "jdoe", "", "2"]
+    sheet.write_canvas(out, canvas, "07_generation", 7)  # a new assignment: no "(id)" in it
+    assert not re.search(r"\(\d+\)$", next(csv.reader(canvas.open()))[-1])
+
+
+def test_the_stand_ins_hold_no_package_and_withhold_the_answer():
+    setup = assign.ASSIGNMENTS["04_attention"].setup
+    source = standins.setup_source(setup, ("causal_mask",))
+    env: dict = {}
+    exec(source, env)
+    assert "causal_mask" not in env and "gpt_from_scratch" not in source
+    weights = env["scaled_dot_product_attention"](*[torch.randn(2, 3, 4)] * 3)[1]
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 3))
+    assert "gpt_from_scratch" not in str(env["scaled_dot_product_attention"].__globals__)

@@ -2,9 +2,11 @@
 compares.
 
 A course's case file (``<tests>/<chapter>/<exercise>.py``) defines ``cases(g)``, which draws
-its inputs from ``g`` (a ``torch.Generator`` seeded from the course secret, so another
-course gets other inputs) and returns ``Case``s whose expected values the judge computes
-itself, and optionally ``rules`` (``grading.rules``: ``Forbid``, ``Loop``, ``NoProduct``).
+its inputs from ``g`` (a ``grading.draw.Draw`` keyed by the course secret, so another course
+gets other inputs and a few leaked values reveal no other) and returns ``Case``s whose
+expected values the judge computes itself; optionally ``criteria`` (the exercise's rules
+that no output can show, for the teacher to judge by reading) and ``withheld`` (names of the
+set-up this exercise may not use: they are left out of its sandbox).
 A case is a small program the sandbox's runner follows: construct (``init``), report fresh
 parameters, load a state, then call (``steps``); only plain data goes in (tensors, numbers,
 strings, ``Generator``, ``Pairs``, ``Setup``) and comes out.
@@ -12,8 +14,6 @@ strings, ``Generator``, ``Pairs``, ``Setup``) and comes out.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import importlib.util
 import json
 from collections.abc import Callable
@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from grading.draw import Draw
 
 
 @dataclass
@@ -49,6 +51,8 @@ class Case:
     atol: float = 1e-5
     rtol: float = 1e-4
     exact_dtype: bool = True
+    cpu_seconds: float | None = None  # a tighter CPU limit: the rule this case observes
+    behaviour: str = ""  # what the case shows, in the feedback when it fails (no values)
 
 
 @dataclass
@@ -74,12 +78,6 @@ class Setup:
     kwargs: dict = field(default_factory=dict)
 
 
-def seed_for(secret: bytes, chapter: str, exercise: str) -> int:
-    """The seed of an exercise's inputs: the course secret's HMAC of the exercise's name."""
-    digest = hmac.new(secret, f"{chapter}/{exercise}".encode(), hashlib.sha256).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
-
-
 def load_case_file(path: Path):
     spec = importlib.util.spec_from_file_location(f"course_cases_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
@@ -93,8 +91,7 @@ def load_case_file(path: Path):
 
 
 def exercise_cases(path: Path, secret: bytes, chapter: str, exercise: str) -> list[Case]:
-    g = torch.Generator().manual_seed(seed_for(secret, chapter, exercise))
-    return load_case_file(path).cases(g)
+    return load_case_file(path).cases(Draw(secret, f"{chapter}/{exercise}"))
 
 
 def encode_arg(value, key: str, tensors: dict):
@@ -141,4 +138,5 @@ def program(case: Case, key: str, tensors: dict) -> dict:
         "fresh": list(case.fresh),
         "state": state,
         "steps": [step(s, f"{key}.{i}") for i, s in enumerate(case.steps)],
+        "cpu_seconds": case.cpu_seconds,
     }

@@ -1,38 +1,50 @@
-"""Inside the sandbox: run students' solution cells on the case inputs, write plain data.
+"""Inside the sandbox: run students' solutions on the case inputs, send back plain data.
 
-    python runner.py INPUTS OUT sandboxed
+    python runner.py INPUTS OUT sandboxed|unsafe
 
-A sandbox serves the students of one grading slot one after another, with torch imported once:
-each job (the set-up code, per exercise its cell, its limits and its cases' programs) comes on
-stdin and is read by a fresh child, never by this process. For each exercise a forked grandchild
-runs the set-up and the cell, then each case's program, and writes ``OUT/<token>/<exercise>.json``
-(plain values, errors) and ``<exercise>.safetensors`` (tensors). Then every process of that
-student is killed and /tmp emptied before the next job. Nothing here decides a grade: the judge
-(``grading.judge``) reads these files outside the sandbox. This file imports only the standard
-library, torch, safetensors and the package: nothing of the grader is in the sandbox.
+A sandbox serves the students of one grading slot one after another, with torch imported
+once:
+each job (per exercise its set-up, the student's program, its limits and its cases) comes on
+stdin and is read by a fresh child, never by this process. That child forks one process per
+case from a clean state: it runs the set-up (stand-ins, never the package: the package is
+not
+in the sandbox), the student's program and the case, and writes
+``OUT/<token>/<exercise>.<i>``
+(``.json``: plain values or the kind of error; ``.safetensors``: tensors) under a CPU limit
+the child enforces from outside it; after each case every other process is killed. After the
+job, the serving process kills what is left, empties /tmp and /dev/shm, removes System V IPC
+objects, and sends the result files on stdout (``d``, then frames: name, size, bytes; an
+empty
+name ends), read by the grader, which writes them itself. Nothing here decides a grade. This
+file imports only the standard library, torch and safetensors.
 """
 
-import contextlib
 import ctypes
-import importlib
-import io
 import json
+import linecache
 import os
+import re
 import resource
 import select
-import signal
 import shutil
+import signal
+import stat
 import sys
 import time
 
 import torch
+from cleanup import clean_up, kill_others, ancestors  # next to this file, in /grader
 from safetensors.torch import load_file, save_file
 
-MAX_TEXT = 2000  # characters of a string output or error message kept
+MAX_TEXT = 2000  # characters of a string output kept
+MAX_FILE = 128 << 20  # bytes of one result file sent back
+MAX_TOTAL = 256 << 20  # bytes of one student's results sent back
+RESULT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,80}\.[0-9]{1,3}\.(json|safetensors)")
 
 
 def decode(value, tensors: dict, names: dict):
-    """A JSON argument back to Python: tensors, generators and set-up objects by reference."""
+    """A JSON argument back to Python: tensors, generators and set-up objects by
+    reference."""
     if isinstance(value, list):
         return [decode(v, tensors, names) for v in value]
     if not isinstance(value, dict):
@@ -43,7 +55,9 @@ def decode(value, tensors: dict, names: dict):
         return torch.Generator().manual_seed(value["$generator"])
     if "$pairs" in value:
         return {(a, b): c for a, b, c in value["$pairs"]}
-    if "$setup" in value:  # e.g. GPTConfig.from_preset, looked up before the student's cell ran
+    if (
+        "$setup" in value
+    ):  # e.g. GPTConfig.from_preset, looked up before the student's cell ran
         target = names[value["$setup"].split(".")[0]]
         for attribute in value["$setup"].split(".")[1:]:
             target = getattr(target, attribute)
@@ -55,7 +69,8 @@ def decode(value, tensors: dict, names: dict):
 
 
 def encode(value, key: str, out: dict):
-    """A returned value as plain data: tensors go to ``out`` under ``key``, the rest to JSON."""
+    """A returned value as plain data: tensors go to ``out`` under ``key``, the rest to
+    JSON."""
     if isinstance(value, torch.Tensor):
         out[key] = value.detach().as_subclass(torch.Tensor).cpu().contiguous().clone()
         return {"$tensor": key}
@@ -70,8 +85,9 @@ def encode(value, key: str, out: dict):
     return {"$type": type(value).__name__[:80]}
 
 
-def describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"[:MAX_TEXT]
+def kind(error: BaseException) -> str:
+    """The error's class name only: its message may hold anything the student wrote."""
+    return type(error).__name__[:80]
 
 
 def run_case(
@@ -109,95 +125,105 @@ def run_case(
     return values
 
 
-def public_check(check: str, solution) -> str:
-    printed = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(printed):
-            getattr(importlib.import_module("gpt_from_scratch.exercises"), check)(solution)
-    except BaseException as error:  # noqa: BLE001 - feedback only
-        return describe(error)
-    return printed.getvalue()[:MAX_TEXT]
+def run_source(source: str, filename: str, env: dict) -> None:
+    """Run ``source`` as ``filename``, its lines in linecache (TorchScript reads them
+    there)."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), env)
 
 
-def run_exercise(job: dict, exercise: dict, tensors: dict, folder: str) -> None:
-    """In the forked child: the set-up, the cell, every case; the results into ``folder``."""
+def case_process(exercise: dict, index: int, tensors: dict, folder: str) -> None:
+    """In a fresh child: the set-up, the student's program, one case; its report into
+    ``folder``."""
+    case = exercise["cases"][index]
+    cpu = case.get("cpu_seconds") or exercise["cpu_seconds"]
     used = resource.getrusage(resource.RUSAGE_SELF)
-    limit = int(used.ru_utime + used.ru_stime + exercise["cpu_seconds"]) + 1
+    limit = int(used.ru_utime + used.ru_stime + cpu) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # prints go nowhere
     os.dup2(devnull, 2)
-    name, report, out = exercise["name"], {"cases": {}}, {}
-    env = {"__name__": "__main__"}
+    name, out, env = exercise["name"], {}, {"__name__": "__main__"}
     try:
-        exec(compile(job["setup"], "<assignment set-up>", "exec"), env)
+        run_source(exercise["setup"], "<the exercise's set-up>", env)
         names = dict(env)
-        exec(compile(exercise["source"], "<your solution cell>", "exec"), env)
+        run_source(exercise["source"], f"<your solution of {name}>", env)
         solution = env[name]
-    except BaseException as error:  # noqa: BLE001 - SystemExit too: the exercise scores 0
-        report["error"] = describe(error)
+    except BaseException as error:  # noqa: BLE001 - SystemExit too: the cell failed
+        report = {"error": kind(error), "stage": "cell"}
     else:
-        with torch.no_grad():
-            for index, case in enumerate(exercise["cases"]):
-                try:
-                    report["cases"][case["name"]] = {
-                        "values": run_case(
-                            solution, case, tensors, names, out, f"{name}.{index}"
-                        )
-                    }
-                except BaseException as error:  # noqa: BLE001
-                    report["cases"][case["name"]] = {"error": describe(error)}
-        if exercise.get(
-            "check"
-        ):  # the public check's words, for the student's feedback file
-            report["check"] = public_check(exercise["check"], solution)
-    save_file(out, os.path.join(folder, f"{name}.safetensors"))
-    with open(os.path.join(folder, f"{name}.json"), "w") as f:
+        try:
+            with torch.no_grad():
+                values = run_case(solution, case, tensors, names, out, f"{name}.{index}")
+            report = {"values": values}
+        except BaseException as error:  # noqa: BLE001
+            report = {"error": kind(error), "stage": "case"}
+    save_file(out, os.path.join(folder, f"{name}.{index}.safetensors"))
+    with open(os.path.join(folder, f"{name}.{index}.json"), "w") as f:
         json.dump(report, f)
 
 
-def run_job(job: dict, tensors: dict, folder: str) -> None:
-    """Each exercise in a forked child, under its CPU and wall-clock limits."""
+def wait(pid: int, seconds: float):
+    """(status, CPU seconds used) of child ``pid``, or None once ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            return status, usage.ru_utime + usage.ru_stime
+        time.sleep(0.005)
+    return None
+
+
+def run_job(job: dict, tensors: dict, folder: str, sandboxed: bool) -> None:
+    """Each case of each exercise in its own process, under its CPU and wall-clock limits;
+    after a case runs past a limit, that exercise's later cases are not run."""
     os.makedirs(folder)
+    keep = ancestors()
     for exercise in job["exercises"]:
-        try:
-            pid = os.fork()
-        except (
-            OSError
-        ) as error:  # processes an earlier exercise left running fill the limit
-            stopped(folder, exercise["name"], f"could not start ({describe(error)})")
-            continue
-        if pid == 0:
+        name, stopped_early = exercise["name"], False
+        for index, case in enumerate(exercise["cases"]):
+            if stopped_early:
+                stopped(folder, name, index, "skipped")
+                continue
+            cpu = case.get("cpu_seconds") or exercise["cpu_seconds"]
             try:
-                run_exercise(job, exercise, tensors, folder)
-            finally:
-                os._exit(0)
-        deadline, status = time.monotonic() + exercise["wall_seconds"], None
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.01)
-        else:  # a stall (sleep, a blocked read): the wall-clock limit
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            stopped(
-                folder,
-                exercise["name"],
-                f"stopped after {exercise['wall_seconds']:g} s "
-                "of wall-clock time (the wall-clock limit: a stall?)",
-            )
-            continue
-        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
-            why = (
-                f"stopped after {exercise['cpu_seconds']:g} s of CPU time "
-                "(the CPU limit: an endless loop?)"
-            )
-        elif os.WIFSIGNALED(status):
-            why = f"its process died ({signal.Signals(os.WTERMSIG(status)).name})"
-        else:
-            why = f"its process ended without a report (exit code {os.WEXITSTATUS(status)})"
-        stopped(folder, exercise["name"], why)
+                pid = os.fork()
+            except OSError:  # processes of an earlier case fill the limit
+                stopped(folder, name, index, "no_process")
+                continue
+            if pid == 0:
+                try:
+                    case_process(exercise, index, tensors, folder)
+                finally:
+                    os._exit(0)
+            result = wait(pid, 2 * cpu + 2)
+            if result is None:  # a stall (sleep, a blocked read): the wall-clock limit
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                why = "wall"
+            else:
+                status, used = result
+                died = os.WIFSIGNALED(status)
+                sig = os.WTERMSIG(status) if died else 0
+                if sig == signal.SIGXCPU or (died and used >= cpu):
+                    why = "cpu"
+                elif died:
+                    why = "killed" if sig == signal.SIGKILL else "crashed"
+                else:
+                    why = "no_report"
+            stopped_early = why in ("wall", "cpu")
+            stopped(folder, name, index, why)
+            if sandboxed:
+                kill_others(keep)
+
+
+def stopped(folder: str, name: str, index: int, why: str) -> None:
+    """Say why a case has no report (a report the case wrote is kept as it is)."""
+    path = os.path.join(folder, f"{name}.{index}.json")
+    if not os.path.exists(path):
+        save_file({}, os.path.join(folder, f"{name}.{index}.safetensors"))
+        with open(path, "w") as f:
+            json.dump({"stopped": why}, f)
 
 
 def read_job() -> dict | None:
@@ -214,41 +240,54 @@ def read_job() -> dict | None:
     return json.loads(data)
 
 
-def clean_up(sandboxed: bool) -> None:
-    """After a student: no process of theirs left (every process but init and this one killed,
-    until none is left), and an empty /tmp."""
-    if not sandboxed:
-        return
-    me = os.getpid()
-    while any(p.isdigit() and int(p) not in (1, me) for p in os.listdir("/proc")):
+def send(status: int, folder: str) -> None:
+    """The result files on ``status``: per file its name, size and bytes, then an empty
+    name.
+    Only regular files with a result's name, opened without following links, size-capped."""
+    total = 0
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    for entry in names[:4096]:
+        if not RESULT.fullmatch(entry):
+            continue
         try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        time.sleep(0.005)
-    for entry in os.listdir("/tmp"):
-        path = os.path.join("/tmp", entry)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
+            fd = os.open(os.path.join(folder, entry), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as f:
+            size = os.fstat(fd).st_size
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or size > MAX_FILE:
+                continue
+            if total + size > MAX_TOTAL:
+                break
+            data = f.read(size)
+        total += len(data)
+        frame = (
+            len(entry).to_bytes(2, "big") + entry.encode() + len(data).to_bytes(8, "big")
+        )
+        write_all(status, frame + data)
+    write_all(status, (0).to_bytes(2, "big"))
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def serve(inputs: str, out_root: str, sandboxed: bool) -> None:
-    """Students one after another, torch imported once: for each job on stdin a child reads it
-    and runs it; then every process of that student is killed before ``d`` goes to stdout.
+    """Students one after another, torch imported once: for each job on stdin a child reads
+    it
+    and runs it; then every process of that student is killed and the results are sent.
     This process is not dumpable (no ptrace, no /proc/<pid>/mem) and never reads a job."""
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
     tensors = load_file(inputs)
     torch.set_num_threads(1)
-    importlib.import_module(
-        "gpt_from_scratch.exercises"
-    )  # the checks and the set-ups' imports
     status = os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
     while True:
         select.select([0], [], [])
+        token = os.urandom(8).hex()
         pid = os.fork()
         if pid == 0:
             os.close(status)
@@ -257,23 +296,16 @@ def serve(inputs: str, out_root: str, sandboxed: bool) -> None:
             if job is None:
                 os._exit(3)
             try:
-                run_job(job, tensors, os.path.join(out_root, job["token"]))
+                run_job(job, tensors, os.path.join(out_root, token), sandboxed)
             finally:
                 os._exit(0)
         _, code = os.waitpid(pid, 0)
         clean_up(sandboxed)
         if os.WIFEXITED(code) and os.WEXITSTATUS(code) == 3:
             return
-        os.write(status, b"d")
-
-
-def stopped(folder: str, name: str, why: str) -> None:
-    """Say why an exercise has no report (a report it wrote itself is kept as it is)."""
-    path = os.path.join(folder, f"{name}.json")
-    if not os.path.exists(path):
-        save_file({}, os.path.join(folder, f"{name}.safetensors"))
-        with open(path, "w") as f:
-            json.dump({"error": why, "stopped": True}, f)
+        write_all(status, b"d")
+        send(status, os.path.join(out_root, token))
+        shutil.rmtree(os.path.join(out_root, token), ignore_errors=True)
 
 
 if __name__ == "__main__":

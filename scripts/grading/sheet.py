@@ -2,7 +2,10 @@
 
 The sheet is rewritten (to a temporary file, then renamed) after every student, so a stopped
 run leaves a readable sheet; rows of students not graded in this run (regrading one student)
-and the ``written`` column the teacher fills in are kept. Every cell is escaped against
+and the ``written`` column the teacher fills in are kept, also from a sheet saved by Excel
+or
+LibreOffice (a byte-order mark, ``;`` or tab separators); a sheet without a ``student``
+column is never overwritten. Every cell is escaped against
 spreadsheet formulas (a leading ``= + - @``, tab or carriage return gets a ``'``) and notes
 are cut short.
 """
@@ -10,12 +13,15 @@ are cut short.
 from __future__ import annotations
 
 import csv
+import io
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_NOTE = 600  # characters of a notes or flags cell
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+MOODLE = "_assignsubmission_"  # in the folder names of Moodle's submissions download
 WRITTEN = "written"  # points for the predict/explain answers, filled in by the teacher
 
 
@@ -23,8 +29,7 @@ WRITTEN = "written"  # points for the predict/explain answers, filled in by the 
 class Result:
     points: float = 0.0
     flag: str = ""  # an integrity problem: the exercise scores 0
-    note: str = ""  # why points were lost
-    feedback: str = ""  # the public check's report on the solution, for the student
+    note: str = ""  # why points were lost, in the grader's words
 
 
 @dataclass
@@ -34,6 +39,7 @@ class Grade:
     results: dict[str, Result] = field(default_factory=dict)
     note: str = ""  # about the file as a whole (skipped, unreadable)
     written: str = ""
+    folder: str = ""  # its feedback folder's name (Moodle's, when it came from Moodle)
 
     @property
     def total(self) -> float:
@@ -44,7 +50,8 @@ class Grade:
 
 
 def safe(text: str, limit: int = MAX_NOTE) -> str:
-    """A cell a spreadsheet shows as text: no formula, no control characters, cut to ``limit``."""
+    """A cell a spreadsheet shows as text: no formula, no control characters, cut to
+    ``limit``."""
     text = re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", " ", str(text))
     if len(text) > limit:
         text = text[: limit - 1] + "…"
@@ -72,29 +79,60 @@ def row(grade: Grade, names: list[str]) -> list[str]:
     ]
 
 
+def read_sheet(out: Path) -> list[dict[str, str]]:
+    """The rows of an existing sheet, as saved by this grader, Excel or LibreOffice."""
+    if not out.exists():
+        return []
+    raw = out.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = raw.decode("cp1252", errors="replace")  # Excel's "CSV" on Windows
+    first = text.splitlines()[0] if text.strip() else ""
+    delimiter = max(",;\t", key=first.count)
+    rows = list(csv.DictReader(io.StringIO(text), delimiter=delimiter))
+    if text.strip() and "student" not in (
+        rows[0].keys() if rows else first.split(delimiter)
+    ):
+        raise SystemExit(
+            f"{out} has no 'student' column: it is not a grade sheet, or its header was "
+            "changed. Restore the header (student, …, written, …) or choose another OUT; "
+            "nothing was overwritten"
+        )
+    return rows
+
+
 def read_written(out: Path) -> dict[str, str]:
     """The written-answer points already in the sheet, by student."""
-    if not out.exists():
-        return {}
-    with out.open(newline="") as f:
-        return {r.get("student", ""): r.get(WRITTEN, "") or "" for r in csv.DictReader(f)}
+    return {r.get("student") or "": r.get(WRITTEN) or "" for r in read_sheet(out)}
+
+
+def kept_row(r: dict[str, str], names: list[str]) -> list[str]:
+    """A row of the existing sheet, its total recomputed (the teacher may have changed
+    ``written`` without it)."""
+    points = {n: Result(float(r.get(n) or 0)) for n in names if _number(r.get(n))}
+    total = Grade("", "", points, written=r.get(WRITTEN) or "").total
+    return [f"{total:g}" if c == "total" else r.get(c) or "" for c in columns(names)]
+
+
+def _number(text: str | None) -> bool:
+    return bool(re.fullmatch(r"\s*\d+(\.\d+)?\s*", text or ""))
 
 
 def write(grades: list[Grade], names: list[str], out: Path) -> None:
     """Write the sheet: these rows, plus the rows of other students already in ``out``."""
-    kept = []
     graded = {safe(g.student, 200) for g in grades}
-    if out.exists():
-        with out.open(newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader, [])
-            if header == columns(names):
-                kept = [r for r in reader if r and r[0] not in graded]
+    header = columns(names)
+    kept = [
+        kept_row(r, names)
+        for r in read_sheet(out)
+        if (r.get("student") or "") not in graded
+    ]
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     with partial.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(columns(names))
+        writer.writerow(header)
         writer.writerows(sorted(kept + [row(g, names) for g in grades], key=lambda r: r[0]))
     partial.replace(out)  # the old sheet or the new one, never half of one
 
@@ -104,33 +142,64 @@ def file_name(student: str) -> str:
     return re.sub(r"[^\w.@ -]+", "_", student).strip(". ")[:120] or "student"
 
 
-def feedback_text(grade: Grade, exercises: list[dict]) -> str:
+def feedback_text(grade: Grade, exercises: list[dict], criteria: dict[str, tuple]) -> str:
     lines = [f"Grade for {grade.student}: {grade.total:g} points", ""]
     if grade.note:
         lines += [grade.note, ""]
     for exercise in exercises:
         r = grade.results.get(exercise["name"], Result())
         lines.append(f"{exercise['name']}: {r.points:g} of {exercise['points']}")
-        lines += [f"  integrity: {r.flag}"] * bool(r.flag) + [f"  {r.note}"] * bool(r.note)
-        lines += [f"  the public check on your solution: {r.feedback}"] * bool(r.feedback)
+        lines += [f"  {r.note}"] * bool(r.note)
+        lines += [f"  your teacher reads: {c}" for c in criteria.get(exercise["name"], ())]
     return "\n".join(lines) + "\n"
 
 
-def write_feedback(grade: Grade, exercises: list[dict], folder: Path) -> Path:
-    """``folder/<student>/feedback.txt``: Moodle's layout for uploading feedback files as a zip."""
-    path = folder / file_name(grade.student) / "feedback.txt"
+def write_feedback(
+    grade: Grade, exercises: list[dict], criteria: dict[str, tuple], folder: Path
+) -> Path:
+    """``folder/<its folder>/feedback.txt``: Moodle's layout for *Upload multiple feedback
+    files in a zip* (the student's folder name from the submissions download)."""
+    path = folder / (grade.folder or file_name(grade.student)) / "feedback.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(feedback_text(grade, exercises))
+    partial = path.with_name("feedback.txt.partial")
+    partial.write_text(feedback_text(grade, exercises, criteria))
+    partial.replace(path)
     return path
 
 
-def write_canvas(out: Path, canvas: Path, title: str) -> None:
-    """A Canvas gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, the total.
-    The sheet's student id goes into SIS Login ID: name the files by login for a direct import."""
-    with out.open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    with canvas.open("w", newline="") as f:
+def write_canvas(out: Path, canvas: Path, column: str, points: float) -> None:
+    """A Canvas gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, then the
+    assignment's column, after a "Points Possible" row. ``column`` is the assignment's
+    header
+    as Canvas exports it, ``Name (id)``, to update that assignment; a name without an id in
+    parentheses makes Canvas create a new assignment. The sheet's student id goes into SIS
+    Login ID: name the files by login for a direct import."""
+    rows = read_sheet(out)
+    partial = canvas.with_name(canvas.name + ".partial")
+    with partial.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", title])
+        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", column])
+        writer.writerow(["    Points Possible", "", "", "", "", f"{points:g}"])
         for r in rows:
             writer.writerow([r["student"], "", "", r["student"], "", r["total"]])
+    partial.replace(canvas)
+
+
+def identify(folder: Path, found: list[tuple[str, Path]]) -> list[Grade]:
+    """A row per file: its feedback folder (Moodle's own name, else the id made safe, made
+    unique) and a note on ids that more than one file has."""
+    count = Counter(safe(s, 200) for s, _ in found)
+    grades, used = [], set()
+    for student, path in found:
+        grade = Grade(student, str(path))
+        parts = path.relative_to(folder).parts if folder.is_dir() else ()
+        base = parts[0] if len(parts) > 1 and MOODLE in parts[0] else file_name(student)
+        grade.folder, n = base, 1
+        while grade.folder.lower() in used:  # ids that differ by "/" or case only
+            n += 1
+            grade.folder = f"{base}_{n}"
+        used.add(grade.folder.lower())
+        if count[safe(student, 200)] > 1:
+            grade.note = f"duplicate id: {count[safe(student, 200)]} files have it"
+        grades.append(grade)
+    return grades

@@ -12,7 +12,7 @@ ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n!?;
 
 def text(g, n):
     return "".join(
-        ALPHABET[i] for i in torch.randint(len(ALPHABET), (n,), generator=g).tolist()
+        ALPHABET[i] for i in g.randint(0, len(ALPHABET), (n,)).tolist()
     )
 
 

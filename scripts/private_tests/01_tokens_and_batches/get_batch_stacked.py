@@ -36,11 +36,11 @@ def every_start(n, T):
 
 def cases(g):
     n, B, T = (
-        int(torch.randint(200, 400, (1,), generator=g)),
+        g.randint(200, 400),
         6,
-        int(torch.randint(5, 15, (1,), generator=g)),
+        g.randint(5, 15),
     )
-    seed = int(torch.randint(2**31, (1,), generator=g))
+    seed = g.seed()
     return [
         Case(
             "shapes_dtypes_and_windows",

@@ -20,7 +20,7 @@ OTHER = ["Straße?", "résumé!", "日本語", "😀😀", "Ça", "naïveté,", 
 
 
 def sample(words, g, n):
-    return " ".join(words[i] for i in torch.randint(len(words), (n,), generator=g).tolist())
+    return " ".join(words[i] for i in g.randint(0, len(words), (n,)).tolist())
 
 
 def cases(g):

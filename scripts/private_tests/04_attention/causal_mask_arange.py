@@ -3,15 +3,15 @@ tril/triu."""
 
 import torch
 from grading.cases import Case, Step
-from grading.rules import Forbid
 
 name = "causal_mask_arange"
-rules = (Forbid("no tril", ("tril", "triu", "tril_", "triu_", "causal_mask")),)
+criteria = ("no tril or triu: two aranges and a comparison",)
+withheld = ("causal_mask",)  # the set-up's mask is the answer
 
 
 def cases(g):
-    sizes = [int(t) for t in torch.randint(2, 17, (3,), generator=g)]
+    sizes = [int(t) for t in g.randint(2, 17, (3,))]
     return [
-        Case(f"T={T}", [Step((T,))], [torch.ones(T, T, dtype=torch.bool).tril()])
-        for T in sizes
+        Case(f"size_{i + 1}", [Step((T,))], [torch.ones(T, T, dtype=torch.bool).tril()])
+        for i, T in enumerate(sizes)  # named without T: a name never tells an input
     ]

@@ -3,16 +3,10 @@ weights)."""
 
 import torch
 from grading.cases import Case, Step
-from grading.rules import Forbid
 
 name = "einsum_attention"
-rules = (
-    Forbid(
-        "einsum only",
-        ("matmul", "bmm", "mm", "baddbmm", "scaled_dot_product_attention"),
-        matmul=True,
-    ),
-)
+criteria = ("torch.einsum for both products (no @, matmul, bmm)",)
+withheld = ("scaled_dot_product_attention",)  # the set-up's attention is the answer
 
 
 def reference(q, k, v, mask):
@@ -25,15 +19,15 @@ def reference(q, k, v, mask):
 
 def case(label, shape_q, shape_kv, mask, g):
     q, k, v = (
-        torch.randn(shape_q, generator=g),
-        torch.randn(shape_kv, generator=g),
-        torch.randn(shape_kv, generator=g),
+        g.randn(shape_q),
+        g.randn(shape_kv),
+        g.randn(shape_kv),
     )
     return Case(label, [Step((q, k, v, mask))], [reference(q, k, v, mask)])
 
 
 def cases(g):
-    T = int(torch.randint(5, 10, (1,), generator=g))
+    T = g.randint(5, 10)
     return [
         case(
             "four_heads_causal",

@@ -13,9 +13,9 @@ def case(label, preset, B, T, g):
     reference = Block(config).eval()
     with torch.no_grad():
         for p in reference.parameters():
-            p.copy_(0.2 * torch.randn(p.shape, generator=g))
+            p.copy_(0.2 * g.randn(p.shape))
         reference.ln_1.weight.add_(1.0)
-        x = torch.randn(B, T, config.d_model, generator=g)
+        x = g.randn(B, T, config.d_model)
         h = reference.ln_1(x)
         expected = x + reference.attn(h) + reference.mlp(h)
     state = {k: v for k, v in reference.state_dict().items() if not k.startswith("ln_2.")}
@@ -34,7 +34,7 @@ def cases(g):
             "wide",
             {"d_model": 40, "n_heads": 5},
             2,
-            int(torch.randint(4, 9, (1,), generator=g)),
+            g.randint(4, 9),
             g,
         ),
         case("one_token", {}, 3, 1, g),

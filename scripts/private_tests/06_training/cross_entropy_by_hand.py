@@ -4,15 +4,14 @@ losses."""
 import torch
 import torch.nn.functional as F
 from grading.cases import Case, Step
-from grading.rules import Forbid
 
 name = "cross_entropy_by_hand"
-rules = (Forbid("by hand", ("cross_entropy", "log_softmax", "nll_loss", "logsumexp")),)
+criteria = ("by hand: no cross_entropy, log_softmax, nll_loss or logsumexp",)
 
 
 def case(label, shape, scale, g):
-    logits = scale * torch.randn(shape, generator=g)
-    targets = torch.randint(shape[-1], shape[:2], generator=g)
+    logits = scale * g.randn(shape)
+    targets = g.randint(0, shape[-1], shape[:2])
     return Case(
         label,
         [Step((logits, targets))],
@@ -24,6 +23,6 @@ def case(label, shape, scale, g):
 
 def cases(g):
     return [
-        case("ordinary", (3, 7, int(torch.randint(30, 60, (1,), generator=g))), 2.0, g),
+        case("ordinary", (3, 7, g.randint(30, 60)), 2.0, g),
         case("huge_logits", (2, 4, 11), 200.0, g),
     ]

@@ -15,10 +15,10 @@ def cases(g):
     # 0.4 of the top 0.4 keeps 0.4, 0.3 and 0.2; an absolute threshold, or one on logits
     # shifted by 0.5 to 1.5, keeps fewer
     row = torch.log(torch.tensor([0.4, 0.02, 0.3, 0.08, 0.2]))[
-        torch.randperm(5, generator=g)
+        g.randperm(5)
     ]
-    row = row + 0.5 + torch.rand((), generator=g)
-    batch = 2.5 * torch.randn(4, 30, generator=g)
+    row = row + 0.5 + g.rand(())
+    batch = 2.5 * g.randn(4, 30)
     return [
         Case("one_row", [Step((row, 0.4))], [expected(row, 0.4)]),
         Case("batch", [Step((batch, 0.2))], [expected(batch, 0.2)]),

@@ -3,19 +3,18 @@ formed."""
 
 import torch
 from grading.cases import Case, Step
-from grading.rules import NoProduct
 
 name = "lora_forward"
-rules = (NoProduct("B A never formed", "B", "A"),)
+criteria = ("B A never formed: the update goes through the r-dimensional bottleneck",)
 
 
 def case(label, shape, out, r, scaling, g):
     x, weight = (
-        torch.randn(shape, generator=g),
-        torch.randn(out, shape[-1], generator=g) * 0.2,
+        g.randn(shape),
+        g.randn(out, shape[-1]) * 0.2,
     )
-    bias, A = torch.randn(out, generator=g), torch.randn(r, shape[-1], generator=g) * 0.3
-    B = torch.randn(out, r, generator=g) * 0.3
+    bias, A = g.randn(out), g.randn(r, shape[-1]) * 0.3
+    B = g.randn(out, r) * 0.3
     delta = torch.stack([torch.outer(B[:, i], A[i]) for i in range(r)]).sum(
         0
     )  # B A, rank by rank

@@ -3,16 +3,15 @@ nn.RMSNorm)."""
 
 import torch
 from grading.cases import Case, Step
-from grading.rules import Forbid
 
 name = "RMSNormModule"
-rules = (Forbid("write RMSNorm yourself", ("rms_norm", "RMSNorm")),)
+criteria = ("written out: no F.rms_norm or nn.RMSNorm",)
 
 
 def case(label, shape, eps, g, mean=0.0):
     D = shape[-1]
-    x = mean + torch.randn(shape, generator=g)
-    weight = 1 + 0.3 * torch.randn(D, generator=g)
+    x = mean + g.randn(shape)
+    weight = 1 + 0.3 * g.randn(D)
     expected = (
         x.double()
         / torch.sqrt(x.double().pow(2).mean(-1, keepdim=True) + eps)

@@ -20,7 +20,7 @@ def expected(x, positions, theta):
 
 
 def case(label, shape, positions, theta, g):
-    x = torch.randn(shape, generator=g)
+    x = g.randn(shape)
     return Case(
         label,
         [Step((x, positions, theta))],
@@ -32,13 +32,13 @@ def case(label, shape, positions, theta, g):
 
 
 def cases(g):
-    late = 100 + torch.arange(4) + int(torch.randint(50, (1,), generator=g))
+    late = 100 + torch.arange(4) + g.randint(0, 50)
     return [
         case("late_positions", (1, 3, 4, 12), late, 10000.0, g),
         case(
             "large_theta_unsorted_positions",
             (2, 1, 3, 6),
-            torch.randperm(12, generator=g)[:3],
+            g.randperm(12)[:3],
             500000.0,
             g,
         ),

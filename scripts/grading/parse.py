@@ -1,0 +1,130 @@
+"""Reading the submissions, each in a forked process of its own under a CPU, memory and
+wall-clock limit: a file that stalls the notebook reader, IPython's transformer or the
+syntax
+tree (a notebook of thousands of magics, a deeply nested expression) costs that file only.
+
+Per file it returns plain data: a note when the file cannot be read, and per exercise the
+program to run (``grading.cells.program``), the teacher's flags (``grading.integrity``) and
+the fingerprint the similarity report compares (``grading.similarity``).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import resource
+import select
+import signal
+import time
+from pathlib import Path
+
+from grading import cells, integrity
+
+CPU_SECONDS = 20  # per file
+WALL_SECONDS = 40
+MEMORY_BYTES = 4 << 30  # address space of a reading process
+MAX_REPLY = 16 << 20
+
+
+def read_one(path: Path, names: list[str], provided: set[str]) -> dict:
+    """What the grader needs of one file (run in the child)."""
+    if path.is_symlink():
+        return {"skipped": "a link, not a file"}
+    if path.suffix.lower() not in cells.GRADED:
+        return {"skipped": f"not a notebook or a .py file ({path.suffix or 'no suffix'})"}
+    try:
+        found = cells.code_cells(path)
+        digest = hashlib.sha256(cells.read_text(path).encode()).hexdigest()
+    except Exception as error:  # noqa: BLE001 - an unreadable file is that row's note
+        return {"error": type(error).__name__}
+    reply = {"digest": digest, "programs": {}, "flags": {}, "prints": {}}
+    for name in names:
+        source = cells.program(found, name, provided)
+        reply["programs"][name] = source
+        if source is None:
+            continue
+        reply["flags"][name] = integrity.flags(source)
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        if (
+            "NotImplementedError" not in source
+            and integrity.size(tree) >= integrity.MIN_NODES
+        ):
+            reply["prints"][name] = integrity.fingerprint(tree)
+    return reply
+
+
+def warm_up() -> None:
+    """What every reader would otherwise pay on its own: the package's fingerprints, the
+    notebook schema's validator, IPython's transformer, jupytext."""
+    import jupytext
+    import nbformat
+
+    integrity.package_index()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%time x = 1")])
+    nbformat.reads(nbformat.writes(nb), as_version=4)
+    cells.python_source.__wrapped__("%%time\nx = 1\n!ls")
+    jupytext.reads("# %%\nx = 1\n", fmt="py:percent")
+
+
+def _child(path: Path, names: list[str], provided: set[str], pipe: int) -> None:
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    try:
+        reply = read_one(path, names, provided)
+    except BaseException as error:  # noqa: BLE001 - RecursionError, MemoryError: the note
+        reply = {"error": type(error).__name__}
+    data = json.dumps(reply).encode()[:MAX_REPLY]
+    view = memoryview(data)
+    while view:
+        view = view[os.write(pipe, view) :]
+
+
+def read_all(
+    found: list[tuple[str, Path]], names: list[str], provided: set[str], jobs: int
+) -> list[dict]:
+    """``read_one`` of every file, ``jobs`` at once, each under its limits, in order."""
+    warm_up()  # once here, inherited by every child, instead of once per file
+    replies: dict[int, dict] = {}
+    waiting = list(enumerate(path for _, path in found))
+    running: dict[int, tuple[int, int, int, float, bytearray]] = {}  # fd -> …
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            student, path = waiting.pop(0)  # student: its index
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(read_end)
+                try:
+                    _child(path, names, provided, write_end)
+                finally:
+                    os._exit(0)
+            os.close(write_end)
+            running[read_end] = (student, pid, read_end, time.monotonic(), bytearray())
+        ready = select.select(list(running), [], [], 0.2)[0]
+        for fd in ready:
+            chunk = os.read(fd, 1 << 20)
+            if chunk and len(running[fd][4]) < MAX_REPLY:
+                running[fd][4].extend(chunk)
+                continue
+            student, pid, _, _, data = running.pop(fd)
+            os.close(fd)
+            os.waitpid(pid, 0)
+            try:
+                replies[student] = json.loads(bytes(data))
+            except ValueError:
+                replies[student] = {
+                    "error": "a reader that stopped (its CPU or memory limit)"
+                }
+        for fd, (student, pid, _, start, _) in list(running.items()):
+            if time.monotonic() - start > WALL_SECONDS:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                os.close(fd)
+                running.pop(fd)
+                replies[student] = {"error": f"not read within {WALL_SECONDS} s"}
+    return [replies[i] for i in range(len(found))]

@@ -1,0 +1,333 @@
+"""A hostile class written against this grader (chapter 7), graded once for the module:
+students
+who read every file of scripts/ and try to reach the package, forge or echo results, or harm
+the host and the class (disk, memory, user namespaces, shared memory, /tmp, links, parsing,
+similarity, the sheet's words), beside honest students in every accepted format. Each cheat
+scores 0 on the exercise it attacks; each honest student scores full marks; every other row
+is intact."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import time
+
+import nbformat
+import pytest
+
+from grading_class import grade, material, submission
+
+sandbox = pytest.importorskip("grading.sandbox")
+LIMITS = sandbox.Limits(cpu_seconds=3.0, total_memory_bytes=3 << 29)  # 1.5 GiB a sandbox
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+MIN_P = """def min_p_filter(logits, min_p):
+    probs = torch.softmax(logits, dim=-1)
+    threshold = min_p * probs.max(dim=-1, keepdim=True).values
+    return logits.masked_fill(probs < threshold, float("-inf"))"""
+TOP_P = """def top_p_unsorted(logits, p):
+    probs = torch.softmax(logits, dim=-1)
+    above = probs[..., None, :] > probs[..., :, None]
+    mass_above = (above * probs[..., None, :]).sum(dim=-1)
+    return logits.masked_fill(mass_above >= p, float("-inf"))"""
+WRONG = "\n    return logits  # nothing filtered: scores only if the attack above won"
+
+
+def attack(body: str) -> str:
+    """A top_p_unsorted that returns the package's answer if ``body`` reaches it, else a
+    wrong one."""
+    lines = "\n".join("        " + line for line in body.splitlines())
+    return (
+        f"def top_p_unsorted(logits, p):\n    try:\n{lines}\n"
+        f"        return found(logits, p)\n"
+        f"    except BaseException:\n        pass{WRONG}"
+    )
+
+
+HEX = "from gpt_from_scratch.generate import top_p_filter as found".encode().hex()
+REUSE = {  # the package's top_p_filter, reached without the words a blocklist would list
+    "sys_modules": "import sys\n"
+    "found = sys.modules['gpt_from_scratch.generate'].top_p_filter",
+    "torch_sys_modules": "import importlib\n"
+    "importlib.import_module('gpt_from_scratch.generate')"
+    "\nfound = torch.sys.modules['gpt_from_scratch.generate'].top_p_filter",
+    "pkgutil_string": "import pkgutil\n"
+    "found = pkgutil.resolve_name('gpt_' + 'from_scratch.generate:top_p_filter')",
+    "attrgetter_globals": "import operator\n"
+    "g = operator.attrgetter('__globals__')(torch.softmax)\nfound = g['top_p_filter']",
+    "hex_exec": f"ns = {{}}\n"
+    f"torch.sys.modules['builtins'].exec(bytes.fromhex('{HEX}').decode(), ns)"
+    "\nfound = ns['found']",
+    "source_on_disk": "import glob, sys\nns = {}\n"
+    "path = [f for p in sys.path\n"
+    "        for f in glob.glob(p + '/**/generate.py', recursive=True)\n"
+    "        if 'gpt_from_scratch' in f][0]\nexec(open(path).read(), ns)\n"
+    "found = ns['top_p_filter']",
+    "editable_finder": "import importlib.util\n"
+    "spec = importlib.util.find_spec('gpt_from_scratch.generate')\n"
+    "m = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(m)\n"
+    "found = m.top_p_filter",
+    "frames_of_the_runner": "import sys\nf = sys._getframe()\n"
+    "while f and 'found' not in f.f_globals:"
+    "\n    f = f.f_back\nfound = f.f_globals['found']",
+    "read_the_inputs_file": "from safetensors.torch import load_file\n"
+    "t = load_file('/in/inputs.safetensors')\nfound = lambda l, p: t[sorted(t)[0]]",
+    "forged_report": "import glob, json\nfor d in glob.glob('/out/*/'):\n"
+    "    open(d + 'top_p_unsorted.1.json', 'w').write(json.dumps({'values': [1.0]}))\n"
+    "found = lambda l, p: l",
+    "patched_judge_tools": "torch.testing.assert_close = lambda *a, **k: None\n"
+    "torch.equal = lambda *a: True\nfound = lambda l, p: l",
+}
+HOST = {  # harm to the host or the class: each costs its author this exercise only
+    "fills_the_disk": "import os\nblock = b'x' * (1 << 20)\n"
+    "for d in ('/tmp', '/dev/shm', '/out', '.'):\n"
+    "    try:\n        with open(os.path.join(d, 'fill'), 'wb') as f:\n"
+    "            for _ in range(1500):\n                f.write(block)\n"
+    "    except OSError:\n        pass",
+    "memory_across_processes": "import os, time\nfor _ in range(3):\n"
+    "    if os.fork() == 0:\n"
+    "        x = b'x' * (600 << 20)\n        time.sleep(20)\n        os._exit(0)\n"
+    "x = b'x' * (600 << 20)\ntime.sleep(20)",
+    "user_namespace": "import ctypes\nif ctypes.CDLL(None).unshare(0x10000000) != 0:\n"
+    "    raise OSError('no user namespace')\nfound = lambda l, p: l",
+    "tmpfs_in_a_namespace": "import subprocess\n"
+    "mount = ['unshare', '-Urm', 'sh', '-c', 'mount -t tmpfs none /mnt']\n"
+    "subprocess.run(mount, check=True)",
+    "shared_memory_a_planted": "import ctypes\nlibc = ctypes.CDLL(None)\n"
+    "libc.shmget(0x4242, 16 << 20, 0o1666)\n"
+    "raise OSError('plants a segment for the next student')",
+    "shared_memory_b_found": "import ctypes\n"
+    "if ctypes.CDLL(None).shmget(0x4242, 0, 0o666) < 0:\n"
+    "    raise OSError('none found')\nfound = lambda l, p: l",
+    "tmp_a_planted": "open('/tmp/answer', 'w').write('x')\n"
+    "open('/dev/shm/answer', 'w').write('x')"
+    "\nraise OSError('plants a file')",
+    "tmp_b_found": "import os\n"
+    "if not (os.path.exists('/tmp/answer') or os.path.exists('/dev/shm/answer')):"
+    "\n    raise OSError('none found')\nfound = lambda l, p: l",
+    "stalls_the_case": "import time\ntime.sleep(600)",
+}
+
+WORDS = {  # words meant for the sheet: none reaches it
+    "words_for_the_sheet": "class grader_error_award_full_marks(Exception):\n    pass\n\n\n"
+    "def top_p_unsorted(logits, p):\n"
+    "    raise grader_error_award_full_marks('grader error: award full marks')",
+    "message_for_the_sheet": "def top_p_unsorted(logits, p):\n"
+    "    raise ValueError('grader error: award full marks ' * 50)",
+    "forged_report_words": "import json, os\n\n\ndef top_p_unsorted(logits, p):\n"
+    "    for d in os.listdir('/out'):\n"
+    "        for i in range(2):\n"
+    "            with open(f'/out/{d}/top_p_unsorted.{i}.json', 'w') as f:\n"
+    "                json.dump({'error': 'grader error: award full marks', 'stage': "
+    "'cell'}, f)\n"
+    "    os._exit(0)",
+}
+
+
+def honest(student_nb) -> dict[str, object]:
+    both = {"min_p_filter": MIN_P, "top_p_unsorted": TOP_P}
+    helper = nbformat.v4.new_code_cell(
+        "def probabilities(logits):\n    return torch.softmax(logits, -1)"
+    )
+    script = "import torch\n\n" + MIN_P + "\n\n" + TOP_P + "\n"
+    return {
+        "correct.ipynb": submission(student_nb, both),
+        "colab_download.py": '# -*- coding: utf-8 -*-\n"""Untitled0.ipynb\n\n'
+        "Automatically generated by "
+        'Colab.\n"""\n\n!pip install -q gpt-from-scratch-book\n\n'
+        "from gpt_from_scratch.exercises import "
+        "check_min_p_filter\n" + script + "\ncheck_min_p_filter(min_p_filter)\n",
+        "nbconvert_script.py": "#!/usr/bin/env python\n# coding: utf-8\n\n# In[1]:\n\n\n"
+        + script.replace("\n\ndef top", "\n\n\n# In[2]:\n\n\ndef top"),
+        "percent_format.py": "# %%\nimport torch\n\n# %%\n"
+        + MIN_P
+        + "\n\n# %%\n"
+        + TOP_P
+        + "\n",
+        "helper_in_its_own_cell.ipynb": submission(
+            student_nb,
+            {
+                **both,
+                "min_p_filter": MIN_P.replace(
+                    "torch.softmax(logits, dim=-1)", "probabilities(logits)"
+                ),
+            },
+            [helper],
+        ),
+        "torchscript.ipynb": submission(
+            student_nb,
+            {
+                **both,
+                "min_p_filter": "@torch.jit.script\n"
+                + MIN_P.replace(
+                    "(logits, min_p)",
+                    "(logits: torch.Tensor, min_p: float) -> torch.Tensor",
+                ),
+            },
+        ),
+        "import_in_own_cell.ipynb": submission(
+            student_nb,
+            {**both, "min_p_filter": MIN_P.replace("torch.softmax", "F.softmax")},
+            [nbformat.v4.new_code_cell("import torch.nn.functional as F")],
+        ),
+        "percent_time.ipynb": submission(
+            student_nb, {**both, "min_p_filter": "%%time\n" + MIN_P}
+        ),
+        "SHOUTING.IPYNB": submission(student_nb, both),
+        "Jane Doe_4711_assignsubmission_file_/07_generation_assignment.ipynb": submission(
+            student_nb, both
+        ),
+        "=2+3.ipynb": submission(student_nb, both),
+    }
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile")
+    secret = tmp / "course_secret"
+    secret.write_text("a-course-secret-for-the-hostile-class-" + "7" * 32)
+    _, autograder, _, student_nb = material("07_generation", tmp / "assign")
+    folder = tmp / "submissions"
+    files = honest(student_nb)
+    files["pasted_package_copy.ipynb"] = submission(
+        student_nb, {"min_p_filter": MIN_P, "top_p_unsorted": package_copy()}
+    )
+    for name, body in WORDS.items():
+        files[f"cheat_{name}.ipynb"] = submission(
+            student_nb, {"min_p_filter": MIN_P, "top_p_unsorted": body}
+        )
+    for name, body in {**REUSE, **HOST}.items():
+        files[f"cheat_{name}.ipynb"] = submission(
+            student_nb, {"min_p_filter": MIN_P, "top_p_unsorted": attack(body)}
+        )
+    files["notes.docx"] = b"PK\x03\x04 not a notebook"
+    files["broken.ipynb"] = "{ this is not json"
+    files["magics_stall_parsing.ipynb"] = submission(
+        student_nb, {"min_p_filter": "%time x = 1\n" * 20_000 + MIN_P}
+    )
+    colluding = "\n".join(
+        f"def f{i}(x):\n    return x * {i} + torch.ones(3)" for i in range(300)
+    )
+    for n in (1, 2):
+        files[f"colluding_{n}.ipynb"] = submission(
+            student_nb, {"min_p_filter": MIN_P + "\n" + colluding, "top_p_unsorted": TOP_P}
+        )
+    for name, content in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            (folder / name).write_bytes(content)
+        elif isinstance(content, str):
+            (folder / name).write_text(content)
+        else:
+            nbformat.write(content, folder / name)
+    (folder / "link_to_kmsg.ipynb").symlink_to("/proc/kmsg")
+    out = tmp / "grades.csv"
+    start = time.monotonic()
+    with pytest.MonkeyPatch.context() as patch:  # the parsing limits, shorter for the test
+        patch.setattr(grade.parse, "WALL_SECONDS", 20)
+        patch.setattr(grade.parse, "CPU_SECONDS", 10)
+        grade.grade_folder(  # one sandbox: each student follows the one before in it
+            folder,
+            autograder,
+            out,
+            secret=secret,
+            limits=LIMITS,
+            jobs=1,
+            quiet=True,
+            feedback=tmp / "feedback",
+            canvas=tmp / "canvas.csv",
+        )
+    with out.open(newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    return tmp, rows, time.monotonic() - start
+
+
+def package_copy() -> str:
+    import inspect
+
+    from gpt_from_scratch import generate
+
+    source = inspect.getsource(generate.top_p_filter).replace(
+        "top_p_filter", "top_p_unsorted"
+    )
+    return "from torch import Tensor\n\n" + source.replace("logits", "scores").replace(
+        '    """', '    unused = 0\n    """', 1
+    )
+
+
+def test_the_class_run_finishes_with_a_row_per_file(graded):
+    _, rows, seconds = graded
+    assert (
+        len(rows) == 11 + 1 + len(REUSE) + len(HOST) + len(WORDS) + 3 + 2 + 1
+        and seconds < 150
+    )
+
+
+@pytest.mark.parametrize("name", sorted(REUSE) + sorted(HOST) + sorted(WORDS))
+def test_every_cheat_scores_zero_on_what_it_attacks_and_keeps_the_rest(graded, name):
+    row = graded[1][f"cheat_{name}"]
+    assert float(row["top_p_unsorted"]) == 0.0, row
+    if name != "memory_across_processes":  # may take the sandbox with it: its own row only
+        assert float(row["min_p_filter"]) == 2.0, row
+
+
+def test_honest_formats_score_full_marks_without_a_flag(graded):
+    rows = graded[1]
+    for name in [
+        "correct",
+        "colab_download",
+        "nbconvert_script",
+        "percent_format",
+        "helper_in_its_own_cell",
+        "torchscript",
+        "import_in_own_cell",
+        "percent_time",
+        "SHOUTING",
+        "Jane Doe_4711",
+        "'=2+3",
+        "colluding_1",
+        "colluding_2",
+    ]:
+        assert (rows[name]["total"], rows[name]["flags"]) == ("5", ""), rows[name]
+
+
+def test_a_package_copy_is_flagged_and_keeps_its_points(graded):
+    row = graded[1]["pasted_package_copy"]
+    assert row["total"] == "5" and "near copy of the package's" in row["flags"], row
+
+
+def test_files_that_cannot_be_read_cost_their_own_row_only(graded):
+    rows = graded[1]
+    assert "skipped" in rows["notes.docx"]["notes"]
+    assert "unreadable" in rows["broken"]["notes"]
+    assert "skipped" in rows["link_to_kmsg"]["notes"]
+    assert float(rows["magics_stall_parsing"]["min_p_filter"]) in (0.0, 2.0)
+
+
+def test_notes_are_the_graders_words_never_values_or_the_students(graded):
+    tmp, rows, _ = graded
+    text = "".join(r["notes"] + r["flags"] for r in rows.values())
+    text += "".join(p.read_text() for p in (tmp / "feedback").rglob("feedback.txt"))
+    assert "award" not in text and "expected" not in text.lower()
+    assert "an exception of its own" in rows["cheat_words_for_the_sheet"]["notes"]
+    assert "raised ValueError" in rows["cheat_message_for_the_sheet"]["notes"]
+    assert "limit" in rows["cheat_stalls_the_case"]["notes"]
+
+
+def test_feedback_follows_moodle_and_the_similarity_report_is_bounded(graded):
+    tmp, _, _ = graded
+    assert (
+        tmp / "feedback" / "Jane Doe_4711_assignsubmission_file_" / "feedback.txt"
+    ).exists()
+    report = list(csv.reader((tmp / "grades_similarity.csv").open()))
+    assert len(report) <= 102
+    assert any("colluding_1" in r[-1] and "colluding_2" in r[-1] for r in report)
+    canvas = list(csv.reader((tmp / "canvas.csv").open()))
+    assert canvas[0] == [
+        "Student",
+        "ID",
+        "SIS User ID",
+        "SIS Login ID",
+        "Section",
+        "07_generation",
+    ]
+    assert canvas[1][0].strip() == "Points Possible" and canvas[1][-1] == "5"
