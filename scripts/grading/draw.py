@@ -1,13 +1,11 @@
 """The private cases' random inputs, drawn from the course secret so that a few leaked
-numbers
-cannot reveal the rest.
+numbers cannot reveal the rest.
 
 A ``torch.Generator`` keeps 32 bits of its seed (mt19937), so three printed values of a case
 identify every input of it by brute force. ``Draw`` is a stream of SHAKE-256 output keyed by
 the course secret and the exercise (an extendable-output hash: its output reveals nothing of
 its key or of its other bytes), turned into tensors: uniform floats from 24 random bits
-each,
-normal values by the Box-Muller transform, integers and permutations by rejection-free
+each, normal values by the Box-Muller transform, integers and permutations by rejection-free
 modular draws on 64-bit words (bias below 2**-40 for the sizes used here). Written here
 because neither torch nor numpy offers a generator whose state cannot be recovered from its
 output; ``hashlib`` does the cryptography.
@@ -23,8 +21,7 @@ import torch
 
 
 class Draw:
-    """Random tensors for one exercise's cases: ``g.randn(3, 4)``, ``g.randint(5, 12)``,
-    …"""
+    """Random tensors for one exercise's cases: ``g.randn(3, 4)``, ``g.randint(5, 12)``, …"""
 
     def __init__(self, secret: bytes, label: str):
         self.key = hmac.new(secret, label.encode(), hashlib.sha256).digest()
@@ -71,8 +68,7 @@ class Draw:
         return torch.argsort(self._words(n))
 
     def seed(self) -> int:
-        """A seed for a ``torch.Generator`` the student's code receives (an input, not a
-        secret)."""
+        """A seed for a ``torch.Generator`` the student's code receives (an input, not a secret)."""
         return int.from_bytes(self._bytes(8), "big") >> 2
 
 

@@ -9,15 +9,15 @@ WORDS = ["my", "lord", "noble", "gentle", "o", "thee", "banished", "sweet", "kin
 
 
 def case(label, n, c, g, tie=False):
-    picks = torch.randint(len(WORDS), (n, c, 3), generator=g).tolist()
-    sizes = torch.randint(1, 4, (n, c), generator=g).tolist()
+    picks = g.randint(0, len(WORDS), (n, c, 3)).tolist()
+    sizes = g.randint(1, 4, (n, c)).tolist()
     choices = [[" ".join(WORDS[w] for w in picks[i][j][: sizes[i][j]]) for j in range(c)]
                for i in range(n)]
     if tie:  # choice 2 is choice 0 backwards: the same length, and the same score below
         for row in choices:
             row[2] = row[0][::-1]
     lengths = torch.tensor([[float(len(x)) for x in row] for row in choices], dtype=torch.float64)
-    loglik = -lengths * (0.5 + 2 * torch.rand(n, c, generator=g, dtype=torch.float64))
+    loglik = -lengths * (0.5 + 2 * g.rand(n, c).double())
     if tie:  # an exact tie per character: the first wins
         loglik[:, 2] = loglik[:, 0]
     per_char = [[loglik[i, j].item() / len(choices[i][j]) for j in range(c)] for i in range(n)]

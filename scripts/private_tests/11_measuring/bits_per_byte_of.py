@@ -9,8 +9,8 @@ name = "bits_per_byte_of"
 
 
 def case(label, T, max_bytes, g):
-    losses = 5 * torch.rand(T, generator=g)
-    sizes = torch.randint(1, max_bytes + 1, (T,), generator=g)
+    losses = 5 * g.rand(T)
+    sizes = g.randint(1, max_bytes + 1, (T,))
     bits = sum(float(x) for x in losses.double()) / math.log(2)
     return Case(label, [Step((losses, sizes))], [bits / sum(int(b) for b in sizes)],
                 atol=1e-6, rtol=1e-5)
