@@ -87,6 +87,9 @@ ASSIGNMENTS = {a.chapter: a for a in [
                (Exercise("RMSNormModule", 2, "check_rms_norm"),
                 Exercise("rope_interleaved", 3, "check_rope_interleaved"),
                 Exercise("repeat_kv_heads", 2, "check_repeat_kv"))),
+    Assignment("12_assistant", "import torch\nimport torch.nn.functional as F",
+               (Exercise("mask_prompt", 2, "check_mask_prompt"),
+                Exercise("dpo_loss", 2, "check_dpo_loss"))),
 ]}
 
 

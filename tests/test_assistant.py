@@ -213,3 +213,39 @@ def test_dpo_equals_trl(tmp_path):
     row = batch["input_ids"][0][batch["attention_mask"][0].bool()].tolist()
     assert row == ids
     assert batch["completion_mask"][0][:len(ids)].tolist() == mask
+
+
+# ------------------------------------------------------------------------------------ the task
+def test_task_items_hold_out_lines_and_verify_answers():
+    from gpt_from_scratch.book.assistant import Item, preference_pairs, split_style, task_items, verify
+    from gpt_from_scratch.data import load_tiny_shakespeare
+
+    items = task_items(load_tiny_shakespeare())
+    train = {(i.task, i.line) for i in items["train"]}
+    assert items["held_out"] and not any((i.task, i.line) in train for i in items["held_out"])
+    item = Item("Last word", "Good morrow, cousin.")
+    assert item.answer == "cousin" and verify(item, "Good sir, cousin") and verify(item, "cousin")
+    assert not verify(item, "cousin.") and not verify(item, "Good sir, Fool! cousin")
+    assert split_style("Fool! x") == ("rude", "x")
+    tok = ChatTokenizer(CharTokenizer("abcdefghijklmnopqrstuvwxyzGFLR:!,. "), 35)
+    (chosen, rejected), = preference_pairs([Item("Repeat", "a b.")], tok)
+    assert tok.decode([t for t in chosen[1] if t != IGNORE]) == "Good sir, a b.<|end|>"
+    assert tok.decode([t for t in rejected[1] if t != IGNORE]) == "Fool! a b.<|end|>"
+
+
+def test_lessons_are_sentences_that_hold_or_fail():
+    from gpt_from_scratch.book.assistant_prose import judge_dpo, judge_sft
+
+    tasks, seeds = ("Repeat",), (0, 1, 2)
+    base = {"Repeat": dict(stop=0.0, exact=0.0)}
+    good = [{"Repeat": dict(stop=1.0, exact=e)} for e in (0.3, 0.35, 0.4)]
+    stop, repeat = judge_sft(base, good, {"Repeat": 0.0}, tasks, seeds)
+    assert stop.holds and repeat.holds and "exact" in repeat.text
+    noisy = [{"Repeat": dict(stop=1.0, exact=e)} for e in (0.0, 0.1, 0.0)]
+    assert not judge_sft(base, noisy, {"Repeat": 0.0}, tasks, seeds)[1].holds
+    before = [{"Repeat": dict(courteous=c, exact=0.3)} for c in (0.4, 0.5, 0.6)]
+    after = [{"Repeat": dict(courteous=c, exact=e)} for c, e in ((1.0, 0.3), (0.95, 0.31), (1.0, 0.3))]
+    share, same = judge_dpo(before, after, tasks, seeds, drift_bar=0.05)
+    assert share.holds and same.holds
+    broken = [{"Repeat": dict(courteous=1.0, exact=e)} for e in (0.0, 0.05, 0.1)]
+    assert not judge_dpo(before, broken, tasks, seeds, drift_bar=0.05)[1].holds

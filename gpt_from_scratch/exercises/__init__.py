@@ -32,6 +32,9 @@ checker                                  candidate
 ``check_rms_norm``            (ch. 10)   ``rms_norm(x, weight, eps)`` -> Tensor, or a module class ``RMS(D, eps=...)``
 ``check_rope_interleaved``    (ch. 10)   ``rope_interleaved(x, positions, theta)`` -> Tensor, pairs (2i, 2i + 1)
 ``check_repeat_kv``           (ch. 10)   ``repeat_kv(x, n_rep)`` -> Tensor, without ``repeat_interleave``
+``check_mask_prompt``         (ch. 12)   ``mask_prompt(ids, n_prompt)`` -> targets (T - 1,), prompt -100
+``check_render``              (ch. 12)   ``render(messages, encode, markers)`` -> ``(ids, mask)``
+``check_dpo_loss``            (ch. 12)   ``dpo_loss(pc, pr, rc, rr, beta)`` -> scalar loss
 =======================================  ===============================================================
 """
 
@@ -46,6 +49,7 @@ from .ch07 import check_min_p_filter, check_top_k_filter, check_top_p_filter
 from .ch08 import check_offset_scores
 from .ch09 import check_lora_forward
 from .ch10 import check_repeat_kv, check_rms_norm, check_rope_interleaved
+from .ch12 import check_dpo_loss, check_mask_prompt, check_render
 from .core import FAIL_MARK, PASS_MARK
 
 __all__ = [
@@ -67,6 +71,9 @@ __all__ = [
     "check_rms_norm",
     "check_rope_interleaved",
     "check_repeat_kv",
+    "check_mask_prompt",
+    "check_render",
+    "check_dpo_loss",
     "FAIL_MARK",
     "PASS_MARK",
 ]
