@@ -33,6 +33,9 @@ the GPT             chapter
 ``rope``            10 rotary position embeddings (Llama's layout)
 ``gqa``             10 grouped-query attention and the KV cache's size
 ``modern``          10 a Llama-style model, exact to transformers'
+``chat``            12 a chat format: turn tokens, ``render`` and its loss mask, ``chat``
+``sft``             12 supervised fine-tuning with a masked loss
+``dpo``             12 direct preference optimization from scratch
 ==================  =========================================================
 
 ==========================  ================================================
@@ -60,6 +63,9 @@ the book (``book.``)        chapter
 ``book.finetune_runs``      9  the fine-tuning runs as functions (chapter, reference runs)
 ``book.finetune_prose``     9  the chapter's sentences from the measured numbers
 ``book.modern_prose``       10 the GPT-2 versus Llama verdict
+``book.assistant``          12 the instruction task from the play, its verifier, DPO runs
+``book.assistant_prose``    12 the chapter's lessons and sentences
+``book.assistant_online``   12 the Colab track: GPT-2 small on 1,100 instructions
 ==========================  ================================================
 
 ``exercises`` holds every chapter's exercise checks (``check_*``). Modules are imported
