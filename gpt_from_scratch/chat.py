@@ -172,11 +172,18 @@ def respond(model: nn.Module, tok: ChatTokenizer, messages: list[dict], max_new_
 
 
 def chat(model: nn.Module, tok: ChatTokenizer, history: list[dict], message: str,
-         max_new_tokens: int = 60) -> list[dict]:
+         max_new_tokens: int = 60, room: int = 16) -> list[dict]:
     """One exchange: ``history`` plus the user's ``message`` and the model's greedy answer, as a new
-    list (``history`` is left as it was). The answer is what came before ``<|end|>``."""
+    list (``history`` is left as it was). The answer is what came before ``<|end|>``.
+
+    The model reads the most recent exchanges that fit in its context with ``room`` tokens left
+    for the answer; older ones stay in the returned history but are no longer read."""
     messages = [*history, {"role": "user", "content": message}]
-    text, _ = respond(model, tok, messages, max_new_tokens)
+    seen = messages
+    T = model.config.context_length
+    while len(seen) > 1 and len(tok.render(seen, add_generation_prompt=True)[0]) + room > T:
+        seen = seen[2:]  # drop the oldest exchange (a user turn and its answer)
+    text, _ = respond(model, tok, seen, max_new_tokens)
     return [*messages, {"role": "assistant", "content": text}]
 
 

@@ -243,9 +243,24 @@ def test_lessons_are_sentences_that_hold_or_fail():
     assert stop.holds and repeat.holds and "exact" in repeat.text
     noisy = [{"Repeat": dict(stop=1.0, exact=e)} for e in (0.0, 0.1, 0.0)]
     assert not judge_sft(base, noisy, {"Repeat": 0.0}, tasks, seeds)[1].holds
-    before = [{"Repeat": dict(courteous=c, exact=0.3)} for c in (0.4, 0.5, 0.6)]
-    after = [{"Repeat": dict(courteous=c, exact=e)} for c, e in ((1.0, 0.3), (0.95, 0.31), (1.0, 0.3))]
-    share, same = judge_dpo(before, after, tasks, seeds, drift_bar=0.05)
+    share, same = judge_dpo([0.4, 0.5, 0.6], [1.0, 0.95, 1.0], [0.3] * 3, [0.3, 0.31, 0.3],
+                            seeds, drift_bar=0.05)
     assert share.holds and same.holds
-    broken = [{"Repeat": dict(courteous=1.0, exact=e)} for e in (0.0, 0.05, 0.1)]
-    assert not judge_dpo(before, broken, tasks, seeds, drift_bar=0.05)[1].holds
+    assert not judge_dpo([0.5] * 3, [1.0] * 3, [0.3] * 3, [0.0, 0.05, 0.1], seeds, 0.05)[1].holds
+
+
+def test_greedy_turns_equal_generate_padded_and_stop_at_the_end_marker():
+    from gpt_from_scratch.book.assistant import greedy_turns
+    from gpt_from_scratch.padding import generate_padded
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, context_length=24, d_model=16, n_layers=2, n_heads=2,
+                          dropout=0.0)).eval()
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
+    full = generate_padded(model, prompts, 10, pad_id=0, greedy=True)
+    new = [row[len(p):] for row, p in zip(full, prompts)]
+    assert greedy_turns(model, prompts, 10, end_id=-1, pad_id=0) == new
+    end = new[0][2]  # a token every row will have written by some step
+    cut = greedy_turns(model, prompts, 10, end_id=end, pad_id=0)
+    assert all(row == n[:len(row)] for row, n in zip(cut, new))
+    assert len(cut[0]) <= 10 and (len(cut[0]) == 10 or all(end in row for row in cut))

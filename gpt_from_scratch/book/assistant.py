@@ -24,8 +24,9 @@ import torch
 from ..chat import ChatTokenizer, answer_ids
 from ..data import split_text
 from ..dpo import dpo_batch_loss
-from ..padding import generate_padded
+from ..padding import left_pad, padded_forward
 from ..sft import collate, lr_schedule, shift
+from ..utils import eval_mode
 
 TASKS = {"Last word": (12, 28), "Repeat": (8, 21)}  # instruction: line lengths kept (characters)
 STYLES = {"courteous": "Good sir, ", "rude": "Fool! "}
@@ -102,18 +103,39 @@ def sft_examples(items: list[Item], tok: ChatTokenizer, seed: int = 0) -> list:
 
 
 @torch.no_grad()
+def greedy_turns(model, prompts: list[list[int]], max_new_tokens: int, end_id: int, pad_id: int
+                 ) -> list[list[int]]:
+    """Each prompt's greedy continuation (new tokens only), the prompts left-padded in one batch
+    (Chapter 7's ``padded_forward``); it stops early once every row has written ``end_id``."""
+    idx, attention_mask = left_pad(prompts, pad_id)  # (B, T) each
+    done, start = torch.zeros(len(prompts), dtype=torch.bool), idx.shape[1]  # (B,), T
+    with eval_mode(model):
+        for _ in range(max_new_tokens):
+            token = padded_forward(model, idx, attention_mask)[:, -1].argmax(-1)  # (B,)
+            idx = torch.cat([idx, token[:, None]], dim=1)  # (B, T + 1)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(prompts), 1)],
+                                       dim=1)
+            done |= token == end_id
+            if done.all():
+                break
+    return idx[:, start:].tolist()
+
+
+@torch.no_grad()
 def evaluate(model, tok: ChatTokenizer, items: list[Item], batch_size: int = 64) -> dict:
     """Each task's ``stop`` rate, ``exact`` match and ``courteous`` share (of the answers that
     open in a style) on ``items``, greedy; ``responses`` lists ``(item, text, stopped)``."""
     T = model.config.context_length
     responses = []
-    for start in range(0, len(items), batch_size):
-        batch = items[start:start + batch_size]
+    batches = [group[k:k + batch_size] for group in ([i for i in items if i.task == task]
+                                                      for task in TASKS)
+               for k in range(0, len(group), batch_size)]  # one task per batch: its own length
+    for batch in batches:
         prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in batch]
         longest = max(len(p) for p in prompts)
-        outs = generate_padded(model, prompts, T - longest, pad_id=tok.pad_id, greedy=True)
-        for item, prompt, out in zip(batch, prompts, outs):
-            new, stopped = answer_ids(out[len(prompt):], tok.end_id)
+        outs = greedy_turns(model, prompts, T - longest, tok.end_id, tok.pad_id)
+        for item, out in zip(batch, outs):
+            new, stopped = answer_ids(out, tok.end_id)
             text = tok.decode([i for i in new if i < tok.base_vocab_size])
             responses.append((item, text, stopped))
     scores = {}
@@ -127,6 +149,19 @@ def evaluate(model, tok: ChatTokenizer, items: list[Item], batch_size: int = 64)
             courteous=styled.count("courteous") / len(styled) if styled else float("nan"))
     scores["responses"] = responses
     return scores
+
+
+@torch.no_grad()
+def courtesy(model, tok: ChatTokenizer, items: list[Item]) -> float:
+    """The mean over ``items`` of the probability that the answer opens courteously rather than
+    rudely: at the answer's first position, p("G") / (p("G") + p("F")), the first characters of
+    the two openings. Greedy decoding shows only the likelier opening; this shows the odds."""
+    prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in items]
+    idx, attention_mask = left_pad(prompts, tok.pad_id)  # (B, T) each
+    with eval_mode(model):
+        p = padded_forward(model, idx, attention_mask)[:, -1].softmax(-1)  # (B, V)
+    good, rude = (tok.encode(STYLES[s])[0] for s in ("courteous", "rude"))
+    return (p[:, good] / (p[:, good] + p[:, rude])).mean().item()
 
 
 def preference_pairs(items: list[Item], tok: ChatTokenizer) -> list:

@@ -29,10 +29,12 @@ def transcript(messages: list[dict]) -> str:
                      for m in messages)
 
 
-def judge_sft(base: dict, sft: list[dict], majority: dict, tasks, seeds) -> list[Lesson]:
-    """Lessons of SFT: it stops, and it answers each task better than the base model and the
-    majority answer. ``base`` and each of ``sft`` (one per seed) map a task to its scores;
-    ``majority`` maps a task to the majority answer's exact match."""
+def judge_sft(base: dict, sft: list[dict], majority: dict, tasks, seeds, judged=None
+              ) -> list[Lesson]:
+    """Lessons of SFT: it stops (over ``tasks``), and it answers each task of ``judged`` (all by
+    default) better than the base model and the majority answer. ``base`` and each of ``sft``
+    (one per seed) map a task to its scores; ``majority`` maps a task to the majority answer's
+    exact match."""
     n, found = len(seeds), []
     stop_sft = [sum(s[t]["stop"] for t in tasks) / len(tasks) for s in sft]
     stop_base = [sum(base[t]["stop"] for t in tasks) / len(tasks)] * n
@@ -45,7 +47,7 @@ def judge_sft(base: dict, sft: list[dict], majority: dict, tasks, seeds) -> list
         fails=f"Over {n} seeds, the stop rate rose by {_pts(mean)} ± {_pts(se)} points only, "
               f"not {SE_BAR:g} standard errors clear of zero here: the runs are short, and another "
               f"CPU's arithmetic can shift when the end marker is learned."))
-    for task in tasks:
+    for task in tasks if judged is None else judged:
         exact = [s[task]["exact"] for s in sft]
         bar = max(base[task]["exact"], majority[task])
         mean, se, margin = _beyond(exact, [bar] * n)
@@ -62,40 +64,41 @@ def judge_sft(base: dict, sft: list[dict], majority: dict, tasks, seeds) -> list
     return found
 
 
-def judge_dpo(before: list[dict], after: list[dict], tasks, seeds, drift_bar: float
-              ) -> list[Lesson]:
-    """Lessons of DPO on the style pairs: the courteous share rises; exact match moves by less
-    than ``drift_bar`` (a share, e.g. 0.05). ``before``/``after``: per seed, task -> scores."""
+def early_text(task: str, exact: list[float], base: float, majority: float) -> str:
+    """A sentence on a task whose lesson this run does not judge (too few steps to expect it)."""
+    n = len(exact)
+    return (f"**{task}** is not judged at this length of run: {_pts(sum(exact) / n)}% exact on "
+            f"held-out lines (seeds: {', '.join(_pts(e) for e in exact)}), against "
+            f"{_pts(base)}% for the base model and {_pts(majority)}% for the majority answer. "
+            f"Copying a whole line is the slow skill; longer runs (`FULL_RUN = True`) judge it.")
+
+
+def judge_dpo(share_before: list[float], share_after: list[float], exact_before: list[float],
+              exact_after: list[float], seeds, drift_bar: float) -> list[Lesson]:
+    """Lessons of DPO on the style pairs, one value per seed: the probability of the courteous
+    opening rises; exact match (averaged over the tasks) moves by less than ``drift_bar``."""
     n = len(seeds)
-
-    def mean_over_tasks(scores: dict, key: str) -> float:
-        values = [scores[t][key] for t in tasks if not math.isnan(scores[t][key])]
-        return sum(values) / len(values) if values else 0.0
-
-    share_b = [mean_over_tasks(s, "courteous") for s in before]
-    share_a = [mean_over_tasks(s, "courteous") for s in after]
-    mean, se, margin = _beyond(share_a, share_b)
+    mean, se, margin = _beyond(share_after, share_before)
     found = [lesson(
         "preference tuning makes the courteous opening the usual one", 100 * margin, "points",
-        holds=f"Over {n} seeds, DPO raised the share of courteous openings on held-out prompts "
-              f"from {_pts(sum(share_b) / n)}% to {_pts(sum(share_a) / n)}% ({_pts(mean)} ± "
-              f"{_pts(se)} points).",
-        fails=f"Over {n} seeds, DPO moved the courteous share by {_pts(mean)} ± {_pts(se)} points, "
-              f"not {SE_BAR:g} standard errors clear of zero on this machine: the runs are short.")]
-    exact_b = [mean_over_tasks(s, "exact") for s in before]
-    exact_a = [mean_over_tasks(s, "exact") for s in after]
-    mean, se = paired_difference(exact_a, exact_b)
+        holds=f"Over {n} seeds, DPO raised the probability of the courteous opening on held-out "
+              f"prompts from {_pts(sum(share_before) / n)}% to {_pts(sum(share_after) / n)}% "
+              f"({_pts(mean)} ± {_pts(se)} points, one standard error over the seeds).",
+        fails=f"Over {n} seeds, DPO moved the probability of the courteous opening by "
+              f"{_pts(mean)} ± {_pts(se)} points, not {SE_BAR:g} standard errors clear of zero on "
+              f"this machine: the runs are short.")]
+    mean, se = paired_difference(exact_after, exact_before)
     margin = drift_bar - (abs(mean) + SE_BAR * se)
     found.append(lesson(
         "preference tuning leaves the answers as right as they were", 100 * margin, "points",
         holds=f"Exact match, averaged over the tasks, moved by {_pts(mean)} ± {_pts(se)} points "
-              f"({_pts(sum(exact_b) / n)}% before, {_pts(sum(exact_a) / n)}% after): within "
-              f"{_pts(drift_bar)} points, even at {SE_BAR:g} standard errors. The preference "
-              f"changed how the model opens, not what it knows.",
-        fails=f"Exact match moved by {_pts(mean)} ± {_pts(se)} points ({_pts(sum(exact_b) / n)}% "
-              f"before, {_pts(sum(exact_a) / n)}% after), more than {_pts(drift_bar)} points at "
-              f"{SE_BAR:g} standard errors: on this machine the preference also changed the "
-              f"answers."))
+              f"({_pts(sum(exact_before) / n)}% before, {_pts(sum(exact_after) / n)}% after): "
+              f"within {_pts(drift_bar)} points, even at {SE_BAR:g} standard errors. The "
+              f"preference changed how the model opens, not what it answers.",
+        fails=f"Exact match moved by {_pts(mean)} ± {_pts(se)} points "
+              f"({_pts(sum(exact_before) / n)}% before, {_pts(sum(exact_after) / n)}% after), "
+              f"more than {_pts(drift_bar)} points at {SE_BAR:g} standard errors: on this "
+              f"machine the preference also changed the answers."))
     return found
 
 
