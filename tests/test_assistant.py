@@ -3,6 +3,7 @@ SFTTrainer, the DPO loss and its margins equal TRL's DPOTrainer; guards for the 
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -34,14 +35,11 @@ def hf_chat_tokenizer():
     files = gpt2_files()
     vocab = json.loads(files["encoder.json"].read_text(encoding="utf-8"))
     lines = files["vocab.bpe"].read_text(encoding="utf-8").split("\n")[1:-1]
-    try:  # transformers 5: the vocabulary and merges themselves
+    if "vocab_file" in inspect.signature(transformers.GPT2TokenizerFast.__init__).parameters:
+        tok = transformers.GPT2TokenizerFast(vocab_file=str(files["encoder.json"]),  # 4.x
+                                             merges_file=str(files["vocab.bpe"]))
+    else:  # transformers 5: the vocabulary and merges themselves (4.x names give no vocabulary)
         tok = transformers.GPT2TokenizerFast(vocab=vocab, merges=[tuple(m.split()) for m in lines])
-    except TypeError:  # transformers 4: file paths
-        tok = transformers.GPT2TokenizerFast(vocab_file=str(files["encoder.json"]),
-                                             merges_file=str(files["vocab.bpe"]))
-    if len(tok) == 0:  # transformers 5 given 4.x names builds an empty vocabulary, silently
-        tok = transformers.GPT2TokenizerFast(vocab_file=str(files["encoder.json"]),
-                                             merges_file=str(files["vocab.bpe"]))
     assert len(tok) == 50_257, f"GPT-2's tokenizer has 50,257 tokens, this one {len(tok)}"
     tok.add_tokens(list(SPECIAL_TOKENS), special_tokens=True)  # in this order: ids 50257..50260
     tok.pad_token = SPECIAL_TOKENS[3]
