@@ -367,8 +367,8 @@ except ImportError:
 # itself) with
 #
 # $$
-# L = -\log \sigma\Big(\beta \big[(\log \pi(y_w|x) - \log \pi_{ref}(y_w|x))
-#     - (\log \pi(y_l|x) - \log \pi_{ref}(y_l|x))\big]\Big),
+# L = -\log \sigma\Big(\beta \big[(\log \pi(y_w|x) - \log \pi_{ref}(y_w|x)) -
+#     (\log \pi(y_l|x) - \log \pi_{ref}(y_l|x))\big]\Big),
 # $$
 #
 # where $\log \pi(y|x)$ is the **sum** of the answer's token log-probabilities (the tokens of
