@@ -292,7 +292,8 @@ found = prose.judge_sft({t: base_scores[t] for t in TASKS},
                         [{t: sft_scores[s][t] for t in TASKS} for s in SEEDS],
                         majority, TASKS, SEEDS, judged=JUDGED)
 early = [prose.early_text(t, [sft_scores[s][t]["exact"] for s in SEEDS],
-                          base_scores[t]["exact"], majority[t]) for t in TASKS if t not in JUDGED]
+                          base_scores[t]["exact"], majority[t])
+         for t in TASKS if t not in JUDGED]
 display(Markdown("\n\n".join([f.text for f in found] + early)))
 
 # %% mystnb={"figure": {"caption": "The masked training loss of each fine-tuning run (a running mean over 20 steps).", "name": "fig-sft-loss"}, "image": {"alt": "Three falling curves of the masked loss against the training step, one per seed."}}
