@@ -34,6 +34,9 @@ the GPT             chapter
 ``gqa``             10 grouped-query attention and the KV cache's size
 ``modern``          10 a Llama-style model, exact to transformers'
 ``evaluate``        11 multiple choice by likelihood (acc, acc_norm), bits per byte
+``chat``            12 a chat format: turn tokens, ``render`` and its loss mask, ``chat``
+``sft``             12 supervised fine-tuning with a masked loss
+``dpo``             12 direct preference optimization from scratch
 ==================  =========================================================
 
 ==========================  ================================================
@@ -64,6 +67,9 @@ the book (``book.``)        chapter
 ``book.measuring``          11 the next-line and last-word tests, the bigram baseline
 ``book.measuring_prose``    11 the chapter's sentences and lessons from its numbers
 ``book.hellaswag``          11 HellaSwag read as build-nanogpt and the harness read it
+``book.assistant``          12 the instruction task from the play, its verifier, DPO runs
+``book.assistant_prose``    12 the chapter's lessons and sentences
+``book.assistant_online``   12 the Colab track: GPT-2 small on 1,100 instructions
 ==========================  ================================================
 
 ``exercises`` holds every chapter's exercise checks (``check_*``). Modules are imported

@@ -90,6 +90,9 @@ ASSIGNMENTS = {a.chapter: a for a in [
     Assignment("11_measuring", "import math\n\nimport torch",
                (Exercise("acc_norm_picks", 2, "check_acc_norm"),
                 Exercise("bits_per_byte_of", 2, "check_bits_per_byte"))),
+    Assignment("12_assistant", "import torch\nimport torch.nn.functional as F",
+               (Exercise("mask_prompt", 2, "check_mask_prompt"),
+                Exercise("dpo_loss", 2, "check_dpo_loss"))),
 ]}
 
 

@@ -360,6 +360,28 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         ("""def bits_per_byte_of(losses, token_bytes):
     return (losses.sum() * math.log(2) / token_bytes.sum()).item()  # multiplied by ln 2""", 0.0),
     ],
+    "mask_prompt": [
+        ("""def mask_prompt(ids, n_prompt):
+    targets = ids[1:].clone()
+    targets[:n_prompt] = -100  # one too many: the first answer token is lost
+    return targets""", 0.0),
+        ("""def mask_prompt(ids, n_prompt):
+    return ids[1:]  # nothing masked""", 0.0),
+        ("""def mask_prompt(ids, n_prompt):
+    targets = ids.clone()  # not shifted
+    targets[:n_prompt] = -100
+    return targets""", 0.0),
+    ],
+    "dpo_loss": [
+        ("""def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    z = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)  # beta forgotten
+    return -F.logsigmoid(z).mean()""", 0.5),  # right where beta = 1
+        ("""def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    return -F.logsigmoid(beta * (policy_chosen - policy_rejected)).mean()  # no reference""", 0.0),
+        ("""def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    z = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected))
+    return -F.logsigmoid(z).sum()  # summed over the pairs""", 0.0),
+    ],
 }
 
 

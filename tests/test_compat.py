@@ -11,9 +11,17 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Extras of reference libraries for parity tests that need releases above the oldest pins
+# (trl >= 0.29 needs transformers >= 4.56.2; the harness, like it, is tested at its pin in
+# requirements.txt): the oldest job does not install them, and their tests skip there.
+NOT_IN_OLDEST = {"eval", "posttrain"}
+
+
 def _lower_bounds() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    specs = project["dependencies"] + [s for extra in project["optional-dependencies"].values() for s in extra]
+    extras = project["optional-dependencies"]
+    specs = project["dependencies"] + [s for name, extra in extras.items()
+                                       if name not in NOT_IN_OLDEST for s in extra]
     bounds = {}
     for spec in specs:
         match = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9.]+)", spec.split(";")[0].strip())

@@ -448,3 +448,48 @@ def test_bits_per_byte(capsys):
           "not by the number of tokens")
     fails(ex.check_bits_per_byte, lambda l, b: (l.sum() * math.log(2) / b.sum()).item(), capsys,
           "do not multiply")
+# ---------------------------------------------------------------------------------------------- 12
+def mask_prompt(ids, n_prompt, first=None):
+    targets = ids[1:].clone()
+    targets[: (n_prompt - 1 if first is None else first)] = -100
+    return targets
+
+
+def test_mask_prompt(capsys):
+    passes(ex.check_mask_prompt, mask_prompt, capsys)
+    fails(ex.check_mask_prompt, lambda ids, n: mask_prompt(ids, n, first=n), capsys, "first answer token")
+    fails(ex.check_mask_prompt, lambda ids, n: ids[1:], capsys, "-100")
+    fails(ex.check_mask_prompt, lambda ids, n: torch.cat([mask_prompt(ids, n), ids[-1:]]), capsys,
+          "one fewer")
+
+
+def render(messages, encode, markers, end=True, opener=False, user_end=True):
+    ids, mask = [], []
+    for m in messages:
+        ours = m["role"] == "assistant"
+        ids += [markers[m["role"]]] + encode(m["content"])
+        mask += [int(ours and opener)] + [int(ours)] * len(encode(m["content"]))
+        if ours or user_end:
+            ids.append(markers["end"])
+            mask.append(int(ours and end))
+    return ids, mask
+
+
+def test_render(capsys):
+    passes(ex.check_render, render, capsys)
+    fails(ex.check_render, lambda m, e, k: render(m, e, k, end=False), capsys, "how the model learns to stop")
+    fails(ex.check_render, lambda m, e, k: render(m, e, k, opener=True), capsys, "assistant marker is 0")
+    fails(ex.check_render, lambda m, e, k: render(m, e, k, user_end=False), capsys, "user's turn ends")
+    fails(ex.check_render, lambda m, e, k: render(m, e, k)[0], capsys, "expected a pair")
+
+
+def dpo(pc, pr, rc, rr, beta):
+    return -torch.nn.functional.logsigmoid(beta * ((pc - rc) - (pr - rr))).mean()
+
+
+def test_dpo_loss(capsys):
+    passes(ex.check_dpo_loss, dpo, capsys)
+    fails(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, rc, rr, 1.0), capsys, "by beta")
+    fails(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, 0 * rc, 0 * rr, b), capsys, "reference")
+    fails(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pr, pc, rr, rc, b), capsys, "comes first")
+    fails(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: 4 * dpo(pc, pr, rc, rr, b), capsys, "case 1 of 3")

@@ -34,6 +34,9 @@ checker                                  candidate
 ``check_repeat_kv``           (ch. 10)   ``repeat_kv(x, n_rep)`` -> Tensor, without ``repeat_interleave``
 ``check_acc_norm``            (ch. 11)   ``acc_norm_picks(loglik, choices)`` -> Tensor (N,) of picks
 ``check_bits_per_byte``       (ch. 11)   ``bits_per_byte_of(losses, token_bytes)`` -> float
+``check_mask_prompt``         (ch. 12)   ``mask_prompt(ids, n_prompt)`` -> targets (T - 1,), prompt -100
+``check_render``              (ch. 12)   ``render(messages, encode, markers)`` -> ``(ids, mask)``
+``check_dpo_loss``            (ch. 12)   ``dpo_loss(pc, pr, rc, rr, beta)`` -> scalar loss
 =======================================  ===============================================================
 """
 
@@ -49,6 +52,7 @@ from .ch08 import check_offset_scores
 from .ch09 import check_lora_forward
 from .ch10 import check_repeat_kv, check_rms_norm, check_rope_interleaved
 from .ch11 import check_acc_norm, check_bits_per_byte
+from .ch12 import check_dpo_loss, check_mask_prompt, check_render
 from .core import FAIL_MARK, PASS_MARK
 
 __all__ = [
@@ -72,6 +76,9 @@ __all__ = [
     "check_repeat_kv",
     "check_acc_norm",
     "check_bits_per_byte",
+    "check_mask_prompt",
+    "check_render",
+    "check_dpo_loss",
     "FAIL_MARK",
     "PASS_MARK",
 ]

