@@ -8,7 +8,7 @@ name = "dpo_loss"
 
 
 def case(label, n, beta, g):
-    pc, pr, rc, rr = (-40 * torch.rand(n, generator=g) for _ in range(4))
+    pc, pr, rc, rr = (-40 * g.rand(n) for _ in range(4))
     z = beta * ((pc.double() - rc.double()) - (pr.double() - rr.double()))
     expected = torch.nn.functional.softplus(-z).mean().float()  # -log sigmoid(z) = log(1 + e^-z)
     return Case(label, [Step((pc, pr, rc, rr, beta))], [expected], atol=1e-5, rtol=1e-4)

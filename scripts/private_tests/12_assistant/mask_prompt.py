@@ -8,7 +8,7 @@ name = "mask_prompt"
 
 
 def case(label, T, n_prompt, g):
-    ids = torch.randint(69, (T,), generator=g)
+    ids = g.randint(0, 69, (T,))
     expected = ids[1:].clone()
     expected[: n_prompt - 1] = -100  # targets 0 .. n_prompt - 2 are prompt tokens 1 .. n_prompt - 1
     return Case(label, [Step((ids, n_prompt))], [expected])
