@@ -87,7 +87,7 @@ torch.set_printoptions(precision=3, sci_mode=False)
 FULL_RUN = False
 clock = time.process_time  # CPU seconds: other programs on the machine do not inflate them
 SEEDS = (0, 1, 2, 3) if FULL_RUN else (0, 1, 2)
-SFT_STEPS, SFT_BATCH, SFT_LR = (1500, 32, 1e-3) if FULL_RUN else (300, 16, 2e-3)
+SFT_STEPS, SFT_BATCH, SFT_LR = (1500, 32, 1e-3) if FULL_RUN else (600, 16, 2e-3)
 DPO_STEPS, DPO_BATCH, DPO_LR, BETA = 40, 16, 3e-5, 0.1
 N_HELD_OUT = 100 if FULL_RUN else 40  # held-out prompts per task
 JUDGED = tuple(TASKS) if FULL_RUN else ("Last word",)  # the tasks whose lesson is judged
