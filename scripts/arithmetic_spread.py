@@ -47,7 +47,7 @@ def variant(text: str) -> tuple[str, int]:
 
 def sanitizers() -> list[tuple[str, str]]:
     """nbval_sanitize.cfg's patterns (timings, addresses), applied as ``make test`` applies them."""
-    config = configparser.ConfigParser()
+    config = configparser.ConfigParser(interpolation=None)
     config.read(ROOT / "nbval_sanitize.cfg")
     return [(config[s]["regex"], config[s]["replace"]) for s in config.sections()]
 
@@ -77,7 +77,7 @@ def compare(committed, executed) -> list[dict]:
     for i, (old, new) in enumerate(zip(committed.cells, executed.cells)):
         if old.cell_type != "code" or "nbval-check-output" not in old.metadata.get("tags", []):
             continue
-        a, b = (sanitize("\n".join(texts(c))) for c in (old, new))
+        a, b = (sanitize("".join(texts(c))) for c in (old, new))
         row = dict(cell=i, first_line=old.source.splitlines()[0][:60] if old.source else "",
                    tolerance=old.metadata.get("tolerance"))
         row["passes"] = a == b or bool(row["tolerance"]) and within(b, a, row["tolerance"]) == a
