@@ -96,9 +96,10 @@ def judge_dpo(share_before: list[float], share_after: list[float], exact_before:
               f"within {_pts(drift_bar)} points, even at {SE_BAR:g} standard errors. The "
               f"preference changed how the model opens, not what it answers.",
         fails=f"Exact match moved by {_pts(mean)} ± {_pts(se)} points "
-              f"({_pts(sum(exact_before) / n)}% before, {_pts(sum(exact_after) / n)}% after), "
-              f"more than {_pts(drift_bar)} points at {SE_BAR:g} standard errors: on this "
-              f"machine the preference also changed the answers."))
+              f"({_pts(sum(exact_before) / n)}% before, {_pts(sum(exact_after) / n)}% after): "
+              f"{SE_BAR:g} standard errors from that change reach past {_pts(drift_bar)} points, "
+              f"so on this machine these {n} seeds cannot show that the preference left the "
+              "answers alone."))
     return found
 
 

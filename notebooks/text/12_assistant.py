@@ -439,7 +439,7 @@ print("last step: " + ", ".join(f"seed {s} margin {h['margin']:+.2f} "
 mean_exact = {name: [sum(sc[s][t]["exact"] for t in TASKS) / len(TASKS) for s in SEEDS]
               for name, sc in (("sft", sft_scores), ("dpo", dpo_scores))}
 found = prose.judge_dpo([sft_courtesy[s] for s in SEEDS], [dpo_courtesy[s] for s in SEEDS],
-                        mean_exact["sft"], mean_exact["dpo"], SEEDS, drift_bar=0.05)
+                        mean_exact["sft"], mean_exact["dpo"], SEEDS, drift_bar=0.10)
 display(Markdown("\n\n".join(f.text for f in found)))
 
 # %% [markdown]
