@@ -40,7 +40,8 @@ def bpb_text(rows: dict[str, dict]) -> tuple[str, Lesson]:
     found = lesson("the character model has fewer bits per byte than the BPE model", margin,
                    "bits per byte",
                    head + f"the character model predicts this text better, by {margin:.2f} "
-                   "bits per byte, far less than the per-token numbers suggest. (The BPE model "
+                   f"bits per byte; per token the losses looked {ratio:.1f} times apart, a "
+                   "difference of units, not of skill. (The BPE model "
                    "trained for few steps: its 50,257-way output layer makes each step costly.)",
                    head + "here the BPE model predicts the text at least as well: per token, the "
                    "character model only seemed better.")
@@ -70,8 +71,8 @@ def above_chance(name: str, values, chance: float, rule: str, task: str) -> Less
     mean, se = mean_se(values)
     z = (mean - chance) / se if se else math.copysign(math.inf, mean - chance)
     holds = (f"{name[:1].upper() + name[1:]} answers {_pts(mean)}% ± {_pts(se)} of *{task}* "
-             f"right ({rule}), "
-             f"{z:.1f} standard errors above the {_pts(chance)}% of a guess.")
+             f"right ({rule}); a guess scores {_pts(chance)}%, and this run is {z:.1f} "
+             "standard errors clear of it.")
     fails = (f"{name[:1].upper() + name[1:]} answers {_pts(mean)}% ± {_pts(se)} of *{task}* "
              f"right ({rule}): not two "
              f"standard errors above the {_pts(chance)}% of a guess on this run.")
