@@ -659,9 +659,9 @@ memorizing = ("the model already predicts text it has seen better than new text,
 loss_bar = lesson(
     "the character model's best validation loss is at most 1.80", 1.80 - best, "nats",
     "That is below 1.80, the bar this book sets for a model that writes the play's words.",
-    "That is above 1.80, the bar this book sets for a model that writes the play's words: a "
-    "CPU that sums in another order trains another model from the same seed, and this one "
-    "learned less in the same steps.")
+    "That is above 1.80, the bar this book sets for a model that writes the play's words: "
+    "a CPU that sums in another order trains another model from the same seed, and this "
+    "one learned less in the same steps.")
 Markdown(f"After {char_cfg.max_iters:,} steps the validation loss is {last:.2f} nats per "
          f"character (the lowest estimate, which `train` keeps, {best:.2f}), well below "
          f"the bigram table's {bigram_val:.2f}. {loss_bar.text} The training loss is "
