@@ -410,7 +410,7 @@ print("largest weight on a future token:", max(A[..., future].max().item() for A
 
 # %% mystnb={"figure": {"caption": "Every head of the analysed model on one sentence: one small map per layer (rows) and head (columns), all on one colour scale from 0 to 1. Within a map, row t is where query t puts its attention; the future (above the diagonal) is always 0.", "name": "fig-attention-grid"}, "image": {"alt": "A grid of small triangular heatmaps, one per layer and head, showing the attention weights of each head on the sentence 'The girl and the boy walked home. She'."}}
 fig = attention_grid(maps, tokens, title=f"{MODEL_NAME}: every head",
-                     cell_size=min(1.8, 3.8 / cfg.n_heads))  # the grid within WIDTH_IN
+                     cell_size=min(1.8, 3.4 / cfg.n_heads))  # the grid within WIDTH_IN
 plt.show()
 
 # %% [markdown]

@@ -239,7 +239,7 @@ display(Markdown(" ".join(f.text for f in found) + " "
                  + prose.next_line_text(results["which line continues"], CHANCE)))
 
 # %% mystnb={"figure": {"caption": "Accuracy of each model on the two tests (acc_norm), mean and one standard error over the draws; the dashed line is a guess.", "name": "fig-measuring-tests"}, "image": {"alt": "Grouped bars: for each test, the accuracy of the bigram table and of the two language models, with error bars, and a dashed line for a guess."}}
-fig, ax = plt.subplots(figsize=(6.4, 3.8))
+fig, ax = plt.subplots(figsize=(5.2, 3.8))
 width = 0.8 / len(readers)
 for k, name in enumerate(readers):
     stats = [prose.mean_se(results[task][name]["acc_norm"]) for task in tasks]
@@ -248,7 +248,7 @@ for k, name in enumerate(readers):
 ax.axhline(100 * CHANCE, ls="--", color="grey", label="a guess")
 ax.set(xticks=[i + width * (len(readers) - 1) / 2 for i in range(len(tasks))],
        xticklabels=list(tasks), ylabel="acc_norm (%)", title="Two tests from the play")
-ax.legend(fontsize=8, loc="upper left")
+ax.legend(loc="upper left")
 plt.show()
 
 # %% [markdown]

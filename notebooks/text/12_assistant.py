@@ -200,7 +200,7 @@ print(f"wte {tuple(base.wte.weight.shape)} -> {tuple(model0.wte.weight.shape)}; 
 # fit in the model's context of 64 with the answer. Training prompts use lines of the first 90%
 # of the text; held-out prompts use lines of the last 10%, which neither pretraining nor
 # fine-tuning ever saw. Every training answer opens at random, half of the time each, with a
-# courteous "Good sir, " or a rude "Fool! ": a style the fine-tuned model will produce both
+# courteous "Good sir," or a rude "Fool!" and a space: a style the fine-tuned model will produce both
 # ways, for section 12.6. `verify` compares strings, whatever the opening.
 
 # %% tags=["nbval-check-output"]
@@ -297,13 +297,13 @@ early = [prose.early_text(t, [sft_scores[s][t]["exact"] for s in SEEDS],
 display(Markdown("\n\n".join([f.text for f in found] + early)))
 
 # %% mystnb={"figure": {"caption": "The masked training loss of each fine-tuning run (a running mean over 20 steps).", "name": "fig-sft-loss"}, "image": {"alt": "Three falling curves of the masked loss against the training step, one per seed."}}
-fig, ax = plt.subplots(figsize=(6.4, 3.6))
+fig, ax = plt.subplots(figsize=(5.2, 3.6))
 for seed, losses in sft_losses.items():
     w = min(20, len(losses))  # a running mean over w steps
     smooth = torch.tensor(losses).unfold(0, w, 1).mean(1)
     ax.plot(range(w, len(losses) + 1), smooth, label=f"seed {seed}")
 ax.set(xlabel="step", ylabel="masked loss (nats)", title="Fine-tuning on the instructions")
-ax.legend(fontsize=8)
+ax.legend()
 plt.show()
 
 # %% [markdown]
@@ -481,9 +481,9 @@ for k, seed in enumerate(SEEDS):
 
 # %% tags=["remove-input"]
 warning = prose.judge_collapse(exact["sft"], exact["hot"], SEEDS, COLLAPSE_LR)
-display(Markdown(warning.text + " The last column is the mean of $\\log \\pi - \\log "
-                 "\\pi_{ref}$ on the held-out courteous answers: how far the policy "
-                 "drifted from the reference that DPO is meant to stay near."))
+display(Markdown(warning.text + " The last column is the mean of log π − log π_ref on "
+                 "the held-out courteous answers: how far the policy drifted from the "
+                 "reference that DPO is meant to stay near."))
 
 # %% [markdown]
 # ## 12.7 On Colab: GPT-2 small follows instructions
