@@ -16,7 +16,9 @@ from pybtex.style.sorting import BaseSortingStyle
 
 def _label(entry) -> str:
     people = entry.persons.get("author") or entry.persons.get("editor") or []
-    names = [" ".join(person.last_names) for person in people]
+    # "von Werra", as the citations print it: the particle belongs to the name
+    names = [" ".join(person.prelast_names + person.last_names).replace("{", "").replace("}", "")
+             for person in people]
     if not names:
         who = entry.fields.get("title", "Anonymous")
     elif len(names) == 1:
