@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import functools
 import json
 import os
 import re
@@ -45,11 +46,12 @@ def variant(text: str) -> tuple[str, int]:
     return cap, int(threads)
 
 
-def sanitizers() -> list[tuple[str, str]]:
+@functools.lru_cache(maxsize=1)
+def sanitizers() -> tuple[tuple[str, str], ...]:
     """nbval_sanitize.cfg's patterns (timings, addresses), applied as ``make test`` applies them."""
     config = configparser.ConfigParser(interpolation=None)
     config.read(ROOT / "nbval_sanitize.cfg")
-    return [(config[s]["regex"], config[s]["replace"]) for s in config.sections()]
+    return tuple((config[s]["regex"], config[s]["replace"]) for s in config.sections())
 
 
 def sanitize(text: str) -> str:
