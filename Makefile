@@ -42,6 +42,7 @@ help:
 	@echo "make reference-runs  on a GPU: the full-size reference runs (TINY=1: tiny stand-ins on a CPU, seconds)"
 	@echo "make test-oldest the unit tests and chapters 1 and 4 with the oldest versions pyproject.toml allows"
 	@echo "make test-arithmetic  the training chapters again under PyTorch's AVX2 kernels and one thread"
+	@echo "make system-packages  the Debian packages the checks use (bubblewrap, Chromium, TeX), as root"
 
 # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
 $(STAMP): requirements.txt pyproject.toml
@@ -128,6 +129,14 @@ jupyterlab-test: $(STAMP)
 # its figure numbering (book/_ext/chapter_figure_numbers.py).
 TEX_PACKAGES := texlive-latex-recommended texlive-latex-extra texlive-fonts-recommended \
 	texlive-luatex latexmk lmodern fonts-dejavu-core fonts-wqy-microhei fonts-symbola poppler-utils
+# Every Debian package the checks above install when missing, at once: CI installs them in the
+# background while the venv is built, so that no later step waits for apt or holds its lock.
+.PHONY: system-packages
+system-packages:
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap chromium chromium-driver
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TEX_PACKAGES)
+
 pdf: $(STAMP)
 	command -v lualatex >/dev/null && command -v latexmk >/dev/null && command -v pdftotext >/dev/null \
 		&& fc-list -q Symbola && fc-list -q "WenQuanYi Micro Hei" && fc-list -q "DejaVu Serif" || \
