@@ -41,7 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grading import cases as case_files  # noqa: E402  (scripts/ is not a package)
-from grading import cells, judge, parse, sandbox, sheet, similarity, standins  # noqa: E402
+from grading import cells, judge, parse, sandbox, sheet, similarity  # noqa: E402
+from grading import standins, startup  # noqa: E402
 from grading.secret import read_secret, secret_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,8 +168,9 @@ def grade_folder(
     with tempfile.TemporaryDirectory(prefix="grade-") as scratch_name:
         scratch = Path(scratch_name)
         os.chmod(scratch, 0o711)  # the sandbox's own uid reaches the inputs, lists nothing
-        if not unsafe and (warning := sandbox.check(limits, scratch)) and not quiet:
-            print(f"warning: {warning}")
+        setup = standins.setup_source(assignment["setup"])
+        if (warning := startup.check(limits, scratch, setup, unsafe)) and not quiet:
+            print(f"warning: {warning}")  # a broken sandbox or runner raised SandboxError
         prepared = prepare(assignment, tests, key, scratch)
         os.chmod(scratch / "inputs.safetensors", 0o644)
         provided = standins.setup_names(assignment["setup"])
@@ -283,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             canvas_column=args.canvas_column,
         )
     except sandbox.SandboxError as error:
-        print(f"no sandbox, nothing graded: {error}", file=sys.stderr)
+        print(f"nothing graded: {error}", file=sys.stderr)
         return 2
     seconds = time.perf_counter() - start
     print(f"{args.out}: {len(grades)} file(s) graded in {seconds:.1f} s")

@@ -1,7 +1,8 @@
 """The sandbox and the judge hold on their own: with the syntax checks switched off, code
 that reads or writes outside, uses the network, forks, crashes, kills its parent, stalls or
 forges its output runs, and still earns nothing, changes nothing outside its row and leaves
-no process behind."""
+no process behind; and a sandbox, runner or set-up that does not work stops the grader
+once, at its start-up check, with its own error."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading_class import ROOT, grade, material, submission
+from grading_class import ROOT, assign, grade, material, submission
 
 sandbox = pytest.importorskip("grading.sandbox")
+from grading import standins, startup  # noqa: E402  (grading_class puts scripts/ on the path)
 LIMITS = sandbox.Limits(cpu_seconds=3.0)
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None,
@@ -182,14 +184,53 @@ def test_hostile_code_earns_nothing_and_changes_nothing(tmp_path):
 def test_without_bubblewrap_the_grader_refuses_and_names_the_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     with pytest.raises(sandbox.SandboxError, match="apt-get install bubblewrap.*UNSAFE=1"):
-        sandbox.check(LIMITS, tmp_path)
+        startup.check(LIMITS, tmp_path)
 
 
 def test_without_user_namespaces_the_error_names_the_sysctl(tmp_path, monkeypatch):
-    class Failed:
-        returncode = 1
-        stderr = "bwrap: No permissions to creating new namespace, likely because the kernel does not allow"
-
-    monkeypatch.setattr(sandbox.subprocess, "run", lambda *a, **k: Failed())
+    refused = "bwrap: No permissions to creating new namespace, likely because the kernel"
+    refusing = ["sh", "-c", f"echo '{refused} does not allow' >&2; exit 1"]
+    monkeypatch.setattr(sandbox, "command", lambda *a: refusing)
     with pytest.raises(sandbox.SandboxError, match="unprivileged_userns_clone"):
-        sandbox.check(LIMITS, tmp_path)
+        startup.check(LIMITS, tmp_path)
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_a_broken_runner_is_reported_once_before_any_student(
+    tmp_path, monkeypatch, capsys, unsafe
+):
+    """The start-up check runs the runner itself: a runner that cannot start stops the
+    grader with the runner's own error, once, before a sheet exists."""
+    _, autograder, _, student_nb = material("07_generation", tmp_path / "assign")
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    right = {"min_p_filter": "def min_p_filter(logits, min_p):\n" + RIGHT}
+    for name in ("jane", "john"):
+        nbformat.write(submission(student_nb, right), folder / f"{name}.ipynb")
+    secret = tmp_path / "course_secret"
+    secret.write_text("a-course-secret-for-the-start-up-check-" + "2" * 32)
+    broken = tmp_path / "runner.py"
+    broken.write_text("import a_module_the_runner_lacks\n")
+    broken.chmod(0o644)
+    monkeypatch.setattr(sandbox, "RUNNER", broken)
+    argv = [str(folder), "--autograder", str(autograder), "--secret", str(secret)]
+    argv += ["--out", str(tmp_path / "grades.csv")] + (["--unsafe"] if unsafe else [])
+    assert grade.main(argv) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and printed.err.count("\n") == 1, printed
+    assert "nothing graded: the start-up check failed" in printed.err
+    assert "No module named 'a_module_the_runner_lacks'" in printed.err
+    assert not (tmp_path / "grades.csv").exists()
+
+
+def test_the_start_up_check_runs_the_chapters_set_up_and_finds_the_package(
+    tmp_path, monkeypatch
+):
+    setup = standins.setup_source(assign.ASSIGNMENTS["04_attention"].setup)
+    assert startup.check(LIMITS, tmp_path, setup) == startup.check(LIMITS, tmp_path)
+    with pytest.raises(sandbox.SandboxError, match="set-up raised ImportError"):
+        startup.check(LIMITS, tmp_path, setup + "\nfrom torch import a_name_torch_lacks")
+    monkeypatch.setattr(startup, "PROBE", "def probe(x):\n    return x + 1, True\n")
+    with pytest.raises(sandbox.SandboxError, match="package is importable in the sandbox"):
+        startup.check(LIMITS, tmp_path)
+    assert startup.check(LIMITS, tmp_path, unsafe=True) == ""  # the teacher's choice

@@ -15,7 +15,8 @@ group per sandbox (``grading.cgroup``: total memory, tmpfs included, and process
 process CPU time, address space, file size, no POSIX message queues. Run as root (as CI
 does),
 the sandbox switches to a uid of its own (``setpriv``) before bubblewrap makes its user
-namespace; run as another user, bubblewrap needs unprivileged user namespaces.
+namespace; run as another user, bubblewrap needs unprivileged user namespaces. Before a
+class, ``grading.startup`` runs one trivial case through such a sandbox.
 """
 
 from __future__ import annotations
@@ -157,10 +158,16 @@ class Sandbox:
     time."""
 
     def __init__(
-        self, slot: int, limits: Limits, inputs: Path, scratch: Path, unsafe: bool
+        self,
+        slot: int,
+        limits: Limits,
+        inputs: Path,
+        scratch: Path,
+        unsafe: bool,
+        stderr=subprocess.DEVNULL,  # the start-up check keeps the runner's errors
     ):
         self.slot, self.limits, self.inputs, self.unsafe = slot, limits, inputs, unsafe
-        self.scratch = scratch
+        self.scratch, self.stderr = scratch, stderr
         self.process: subprocess.Popen | None = None
         self.group: cgroup.Cgroup | None = None
 
@@ -185,7 +192,7 @@ class Sandbox:
             args,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self.stderr,
             bufsize=0,
         )
 
@@ -233,47 +240,3 @@ class Sandbox:
             except subprocess.TimeoutExpired:
                 pass
         self.stop()
-
-
-NO_USERNS = (
-    "bubblewrap cannot create its namespaces here ({error}). As a user other than root "
-    "it needs unprivileged user namespaces: enable them (Debian: sysctl -w "
-    "kernel.unprivileged_userns_clone=1; Ubuntu 24.04: sysctl -w "
-    "kernel.apparmor_restrict_unprivileged_userns=0; any: sysctl -w "
-    "user.max_user_namespaces=15000), grade as root, or grade without a sandbox with "
-    "UNSAFE=1 (make) / --unsafe, on a machine you can throw away."
-)
-
-
-PROBE = """
-import torch, safetensors
-try:
-    import gpt_from_scratch.model
-except ImportError:
-    pass
-else:
-    raise SystemExit("the package is visible in the sandbox")
-"""
-
-
-def check(limits: Limits, scratch: Path) -> str:
-    """Raise SandboxError unless a sandbox starts here and runs Python with torch, without
-    the package; return a warning when the sandbox as a whole has no memory or process
-    limit."""
-    (scratch / "probe").write_bytes(b"")
-    args = command(scratch / "probe", 0, limits, [sys.executable, "-c", PROBE])
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
-    if done.returncode != 0:
-        error = " ".join(done.stderr.split())[-400:] or f"exit code {done.returncode}"
-        if "namespace" in error or "uid map" in error or "Operation not permitted" in error:
-            raise SandboxError(NO_USERNS.format(error=error))
-        raise SandboxError(f"the sandbox does not start: {error}")
-    group = cgroup.create(f"gpt-from-scratch-grade-{os.getpid()}-probe", 1 << 30, 8)
-    if group is None:
-        return (
-            "no control group here (grade as root on Linux for one): each process is "
-            "limited, "
-            "the sandbox as a whole is not"
-        )
-    group.remove()
-    return ""

@@ -1,0 +1,105 @@
+"""The grader's start-up check: one trivial case through the path every student's code takes
+(a ``Sandbox`` as a class gets it: bubblewrap, its control group, ``runner.py`` serving a
+job, the chapter's set-up of stand-ins, the result frames, the judge's reading of them), so
+that a sandbox or a runner that does not work is reported once, with its own error output,
+before any student is graded, instead of as a note on every row.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from grading import cases, judge
+from grading.sandbox import Limits, Sandbox, SandboxError
+
+NO_USERNS = (
+    "bubblewrap cannot create its namespaces here ({error}). As a user other than root "
+    "it needs unprivileged user namespaces: enable them (Debian: sysctl -w "
+    "kernel.unprivileged_userns_clone=1; Ubuntu 24.04: sysctl -w "
+    "kernel.apparmor_restrict_unprivileged_userns=0; any: sysctl -w "
+    "user.max_user_namespaces=15000), grade as root, or grade without a sandbox with "
+    "UNSAFE=1 (make) / --unsafe, on a machine you can throw away."
+)
+PROBE = '''def probe(x):
+    try:
+        import gpt_from_scratch.model  # not in the sandbox: its set-up has stand-ins
+    except ImportError:
+        return x + 1, False
+    return x + 1, True
+'''
+
+
+def check(limits: Limits, scratch: Path, setup: str = "", unsafe: bool = False) -> str:
+    """Raise SandboxError unless the runner, started as for a class (in the sandbox unless
+    ``unsafe``), runs ``setup`` and a trivial case and returns its answer, without the
+    package in sight; return a warning when the sandbox as a whole has no memory or process
+    limit (no control group: not root, or not Linux)."""
+    x, tensors = torch.arange(6.0), {}
+    case = cases.Case("probe", [cases.Step((x,))])
+    job = {
+        "name": "probe",
+        "setup": setup,
+        "source": PROBE,
+        "cpu_seconds": limits.cpu_seconds,
+        "cases": [cases.program(case, "probe.0", tensors)],
+    }
+    inputs = scratch / "probe.safetensors"
+    save_file(tensors, inputs)
+    os.chmod(inputs, 0o644)  # the sandbox's own uid reads it
+    with tempfile.TemporaryFile(dir=scratch) as log:
+        box = Sandbox(0, limits, inputs, scratch, unsafe, stderr=log)
+        try:
+            folder, stopped = box.run({"exercises": [job]}, 2 * limits.cpu_seconds + 2)
+            ungrouped = box.group is None
+        finally:
+            box.close()
+        log.seek(0)
+        error = " ".join(log.read().decode(errors="replace").split())[-400:]
+    failure = "the sandbox sent no result" if stopped else _failure(folder, x, unsafe)
+    shutil.rmtree(folder)
+    if failure:
+        if "namespace" in error or "uid map" in error or "Operation not permitted" in error:
+            raise SandboxError(NO_USERNS.format(error=error))
+        raise SandboxError(
+            "the start-up check failed (a trivial case, run as every student's code is: "
+            f"scripts/grading/runner.py in the sandbox): {failure}"
+            + (f"; the error output: {error}" if error else "")
+            + ". Nothing was graded"
+        )
+    if ungrouped and not unsafe:
+        return (
+            "no control group here (grade as root on Linux for one): each process is "
+            "limited, the sandbox as a whole is not"
+        )
+    return ""
+
+
+def _failure(folder: Path, x: torch.Tensor, unsafe: bool) -> str:
+    """What went wrong with the trivial case whose report is in ``folder``, or ""."""
+    report, tensors = judge.report(folder, "probe", 0)
+    if report is None:
+        return f"the case left {tensors}"  # judge.report's reason: "no report (…)"
+    if "stopped" in report:
+        return f"the case {judge.STOPPED.get(report['stopped'], 'stopped')}"
+    if "error" in report:
+        kind = judge.error_name(report["error"])
+        if report.get("stage") == "cell":  # the probe's own cell only defines a function
+            return (
+                f"the chapter's set-up raised {kind} (the set-up of assignment.json, "
+                "with the stand-ins of scripts/grading/standins.py)"
+            )
+        return f"the case raised {kind}"
+    values = report.get("values")
+    got = [judge.decode(v, tensors) for v in values] if isinstance(values, list) else []
+    case = cases.Case("probe", [])
+    if judge.same(got, [[x + 1, False]], case) == "":
+        return ""
+    if judge.same(got, [[x + 1, True]], case) == "":  # without the sandbox: in sight
+        return "" if unsafe else "the package is importable in the sandbox"
+    return "the runner sent back wrong values"
