@@ -116,6 +116,28 @@ def test_masked_loss_differs_from_unmasked_loss():
     assert abs(masked_loss(logits, targets) - masked_loss(logits, full)) > 1e-3
 
 
+
+def test_a_run_stopped_part_way_is_the_start_of_the_full_run():
+    from gpt_from_scratch.sft import train_sft
+
+    chars = CharTokenizer("".join(m["content"] for c in CONVERSATIONS for m in c))
+    tok = ChatTokenizer(chars, chars.vocab_size)
+    examples = [shift(*tok.render(m)) for m in CONVERSATIONS] * 4
+
+    def run(**kw):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=tok.vocab_size, context_length=96, d_model=16,
+                              n_layers=1, n_heads=2, dropout=0.0))
+        return model, train_sft(model, examples, tok.pad_id, 8, batch_size=4, lr=1e-2,
+                                warmup=2, **kw)
+
+    seen = []
+    _, full = run()
+    model, part = run(on_step=lambda step, _: seen.append(step) or step == 5)
+    assert seen == [1, 2, 3, 4, 5] and part == full[:5] and not model.training
+    assert run(masked=False)[1][0] != full[0]
+
+
 @pytest.mark.parametrize("kind", ["prompt-completion", "conversational"])
 def test_sft_loss_equals_trl(tmp_path, kind):
     trl = pytest.importorskip("trl")
