@@ -269,6 +269,27 @@ def test_lessons_are_sentences_that_hold_or_fail():
     assert not judge_dpo([0.5] * 3, [1.0] * 3, [0.3] * 3, [0.0, 0.05, 0.1], seeds, 0.05)[1].holds
 
 
+
+def test_the_mask_ablation_is_judged_on_paired_seeds():
+    from gpt_from_scratch.book.assistant_prose import judge_mask
+
+    tasks, seeds = ("Last word", "Repeat"), (0, 1, 2)
+
+    def runs(exact, stop=1.0):
+        return [{"Last word": dict(stop=stop, exact=e), "Repeat": dict(stop=stop, exact=0.0)}
+                for e in exact]
+
+    found, rest = judge_mask(runs([0.5, 0.4, 0.45]), runs([0.05, 0.0, 0.1]), [0.5] * 3,
+                             [0.9, 0.95, 0.9], tasks, seeds, 300, judged=("Last word",))
+    assert len(found) == 1 and found[0].holds and "worth 40.0 ± 2.9 points" in found[0].text
+    assert "**Repeat** is not judged" in rest and "Both learn to stop" in rest
+    assert "0.50 nats per token after the masked runs and 0.92" in rest
+    found, rest = judge_mask(runs([0.5, 0.0, 0.45]), runs([0.05, 0.4, 0.1], stop=0.5),
+                             [0.5] * 3, [0.9] * 3, tasks, seeds, 300)
+    assert not found[0].holds and "not 2 standard errors clear" in found[0].text
+    assert len(found) == 2 and "The stop rates differ" in rest
+
+
 def test_greedy_turns_equal_generate_padded_and_stop_at_the_end_marker():
     from gpt_from_scratch.book.assistant import greedy_turns
     from gpt_from_scratch.padding import generate_padded
