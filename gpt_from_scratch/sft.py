@@ -12,6 +12,7 @@ mean of per-conversation means).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -86,11 +87,14 @@ def lr_schedule(step: int, steps: int, lr: float, warmup: int) -> float:
 
 def train_sft(model: nn.Module, examples: list[tuple[list[int], list[int]]], pad_id: int,
               steps: int, batch_size: int = 32, lr: float = 1e-3, warmup: int = 30,
-              seed: int = 0, masked: bool = True, clip: float = 1.0) -> list[float]:
+              seed: int = 0, masked: bool = True, clip: float = 1.0,
+              on_step: Callable[[int, nn.Module], bool | None] | None = None) -> list[float]:
     """AdamW on random batches of ``examples`` (shifted, see ``shift``); returns each step's loss.
 
-    ``masked=False`` trains on every token but the pads (the ablation). The loss is checked to be
-    finite at every step; the model ends in eval mode.
+    ``masked=False`` trains on every token but the pads (the ablation). ``on_step(step, model)``
+    runs after each step (counted from 1); when it returns True, training stops there, part of
+    the way through the schedule of ``steps``. The loss is checked to be finite at every step;
+    the model ends in eval mode.
     """
     steps = check_int("train_sft", "steps", steps, minimum=1)
     lr = check_float("train_sft", "lr", lr, 0.0, low_open=True)
@@ -115,5 +119,7 @@ def train_sft(model: nn.Module, examples: list[tuple[list[int], list[int]]], pad
         nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         losses.append(loss.item())
+        if on_step is not None and on_step(step + 1, model):
+            break
     model.eval()
     return losses

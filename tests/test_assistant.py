@@ -116,6 +116,28 @@ def test_masked_loss_differs_from_unmasked_loss():
     assert abs(masked_loss(logits, targets) - masked_loss(logits, full)) > 1e-3
 
 
+
+def test_a_run_stopped_part_way_is_the_start_of_the_full_run():
+    from gpt_from_scratch.sft import train_sft
+
+    chars = CharTokenizer("".join(m["content"] for c in CONVERSATIONS for m in c))
+    tok = ChatTokenizer(chars, chars.vocab_size)
+    examples = [shift(*tok.render(m)) for m in CONVERSATIONS] * 4
+
+    def run(**kw):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=tok.vocab_size, context_length=96, d_model=16,
+                              n_layers=1, n_heads=2, dropout=0.0))
+        return model, train_sft(model, examples, tok.pad_id, 8, batch_size=4, lr=1e-2,
+                                warmup=2, **kw)
+
+    seen = []
+    _, full = run()
+    model, part = run(on_step=lambda step, _: seen.append(step) or step == 5)
+    assert seen == [1, 2, 3, 4, 5] and part == full[:5] and not model.training
+    assert run(masked=False)[1][0] != full[0]
+
+
 @pytest.mark.parametrize("kind", ["prompt-completion", "conversational"])
 def test_sft_loss_equals_trl(tmp_path, kind):
     trl = pytest.importorskip("trl")
@@ -245,6 +267,27 @@ def test_lessons_are_sentences_that_hold_or_fail():
                             seeds, drift_bar=0.05)
     assert share.holds and same.holds
     assert not judge_dpo([0.5] * 3, [1.0] * 3, [0.3] * 3, [0.0, 0.05, 0.1], seeds, 0.05)[1].holds
+
+
+
+def test_the_mask_ablation_is_judged_on_paired_seeds():
+    from gpt_from_scratch.book.assistant_prose import judge_mask
+
+    tasks, seeds = ("Last word", "Repeat"), (0, 1, 2)
+
+    def runs(exact, stop=1.0):
+        return [{"Last word": dict(stop=stop, exact=e), "Repeat": dict(stop=stop, exact=0.0)}
+                for e in exact]
+
+    found, rest = judge_mask(runs([0.5, 0.4, 0.45]), runs([0.05, 0.0, 0.1]), [0.5] * 3,
+                             [0.9, 0.95, 0.9], tasks, seeds, 300, judged=("Last word",))
+    assert len(found) == 1 and found[0].holds and "worth 40.0 ± 2.9 points" in found[0].text
+    assert "**Repeat** is not judged" in rest and "Both learn to stop" in rest
+    assert "0.50 nats per token after the masked runs and 0.92" in rest
+    found, rest = judge_mask(runs([0.5, 0.0, 0.45]), runs([0.05, 0.4, 0.1], stop=0.5),
+                             [0.5] * 3, [0.9] * 3, tasks, seeds, 300)
+    assert not found[0].holds and "not 2 standard errors clear" in found[0].text
+    assert len(found) == 2 and "The stop rates differ" in rest
 
 
 def test_greedy_turns_equal_generate_padded_and_stop_at_the_end_marker():

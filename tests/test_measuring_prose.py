@@ -47,6 +47,21 @@ def test_bits_per_byte_sentence_and_lesson():
     assert not found.holds and "only seemed better" in text
 
 
+def test_the_offline_model_read_per_byte_beside_the_other_two():
+    rows = {"character model": dict(bpb=2.37), "BPE model": dict(bpb=2.94),
+            "offline model": dict(bpb=2.40)}
+    steps = {"character model": 3000, "BPE model": 100, "offline model": 2000}
+    text = prose.offline_bpb_text(rows, steps, 11_235)
+    assert "only the 11,235 tokens" in text and "2,000 training steps" in text
+    assert "2.40 bits per byte, below the BPE model's 2.94" in text
+    assert "the character model (2.37) still predicts this text better, by 0.03" in text
+    rows["offline model"] = dict(bpb=2.30)
+    assert "better than the character model (2.37) too, by 0.07 bits per byte." in (
+        prose.offline_bpb_text(rows, steps, 11_235))
+    rows["offline model"] = dict(bpb=2.368)
+    assert "(2.37) predicts this text as well." in prose.offline_bpb_text(rows, steps, 11_235)
+
+
 def test_next_line_reading_says_who_stands_clear_of_a_guess():
     text = prose.next_line_text({"a": {"acc_norm": [0.25, 0.26, 0.24]},
                                  "b": {"acc_norm": [0.60, 0.62, 0.58]}}, 0.25)

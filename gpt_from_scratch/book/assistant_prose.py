@@ -73,6 +73,49 @@ def early_text(task: str, exact: list[float], base: float, majority: float) -> s
             f"Copying a whole line is the slow skill; longer runs (`FULL_RUN = True`) judge it.")
 
 
+def judge_mask(masked: list[dict], unmasked: list[dict], loss_masked: list[float],
+               loss_unmasked: list[float], tasks, seeds, steps: int, judged=None
+               ) -> tuple[list[Lesson], str]:
+    """The ablation of the loss mask: the same runs with and without it, after ``steps`` steps.
+
+    ``masked`` and ``unmasked`` hold one dict per seed, a task -> its scores; ``loss_*`` the
+    held-out answer loss per seed. Returns the lessons (for each task of ``judged``, all by
+    default: the masked runs answer it better) and sentences on the rest, judged or not.
+    """
+    n, found, notes = len(seeds), [], []
+    judged = tuple(tasks) if judged is None else judged
+    for task in tasks:
+        a, b = [s[task]["exact"] for s in masked], [s[task]["exact"] for s in unmasked]
+        mean, se, margin = _beyond(a, b)
+        if task not in judged:
+            notes.append(f"**{task}** is not judged at this length of run: {_pts(sum(a) / n)}% "
+                         f"exact with the mask, {_pts(sum(b) / n)}% without.")
+            continue
+        seen = (f"after {steps} steps the masked runs answer **{task}** right "
+                f"{_pts(sum(a) / n)}% of the time (seeds: {', '.join(_pts(e) for e in a)}), the "
+                f"runs on every token {_pts(sum(b) / n)}% (seeds: {', '.join(_pts(e) for e in b)})")
+        found.append(lesson(
+            f"at the same step, fine-tuning with the mask answers '{task}' better than without",
+            100 * margin, "points",
+            holds=f"With the same batches, {seen}: the mask is worth {_pts(mean)} ± {_pts(se)} "
+                  f"points of exact match at this step, over {n} seeds.",
+            fails=f"With the same batches, {seen}: {_pts(mean)} ± {_pts(se)} points apart, not "
+                  f"{SE_BAR:g} standard errors clear of zero on this machine."))
+    stop = [[sum(s[t]["stop"] for t in tasks) / len(tasks) for s in runs]
+            for runs in (masked, unmasked)]
+    mean, se = paired_difference(*stop)
+    rates = (f"{_pts(sum(stop[0]) / n)}% of the answers end with `<|end|>` with the mask, "
+             f"{_pts(sum(stop[1]) / n)}% without (with minus without: {_pts(mean)} ± "
+             f"{_pts(se)} points)")
+    notes.append(f"Both learn to stop, the end marker being a target either way: {rates}."
+                 if abs(mean) <= SE_BAR * se else f"The stop rates differ: {rates}.")
+    mean, se = paired_difference(loss_unmasked, loss_masked)
+    notes.append(f"On the held-out conversations, the answers cost {sum(loss_masked) / n:.2f} "
+                 f"nats per token after the masked runs and {sum(loss_unmasked) / n:.2f} after "
+                 f"the runs on every token (without minus with: {mean:+.2f} ± {se:.2f}).")
+    return found, " ".join(notes)
+
+
 def judge_dpo(share_before: list[float], share_after: list[float], exact_before: list[float],
               exact_after: list[float], seeds, drift_bar: float) -> list[Lesson]:
     """Lessons of DPO on the style pairs, one value per seed: the probability of the courteous

@@ -48,6 +48,26 @@ def bpb_text(rows: dict[str, dict]) -> tuple[str, Lesson]:
     return found.text, found
 
 
+def offline_bpb_text(rows: dict[str, dict], steps: dict[str, int], corpus_vocab: int) -> str:
+    """Where Chapter 8's offline model stands per byte (a reading, not a lesson): ``rows`` as for
+    ``bpb_text`` with an "offline model" row too, ``steps`` each model's training steps and
+    ``corpus_vocab`` the tokens the offline model's output layer learns."""
+    off, bpe, char = (rows[k]["bpb"] for k in ("offline model", "BPE model", "character model"))
+    gap = abs(off - char)
+    if round(gap, 2) == 0:
+        versus = f"the character model ({char:.2f}) predicts this text as well"
+    elif off < char:
+        versus = f"it predicts this text better than the character model ({char:.2f}) too"
+    else:
+        versus = f"the character model ({char:.2f}) still predicts this text better"
+    versus += "" if round(gap, 2) == 0 else f", by {gap:.2f} bits per byte"
+    return (f"Chapter 8's offline model reads the same GPT-2 tokens as the BPE model, but its "
+            f"output layer learns only the {corpus_vocab:,} tokens of the training text, which "
+            f"made {steps['offline model']:,} training steps affordable on a CPU where the BPE "
+            f"model took {steps['BPE model']:,}. It scores {off:.2f} bits per byte, "
+            f"{'below' if off < bpe else 'above'} the BPE model's {bpe:.2f}; {versus}.")
+
+
 def beats(name: str, a: dict, b: dict, rule: str, what: str, task: str) -> Lesson:
     """Judge "``name`` beats ``what`` on ``task``": the paired difference of per-draw accuracies
     ``a[rule]`` - ``b[rule]`` is more than two standard errors above 0."""

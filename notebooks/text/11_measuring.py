@@ -31,8 +31,9 @@
 # 4. online (Colab): GPT-2 small on HellaSwag {cite}`zellers2019hellaswag`, the benchmark
 #    whose two published GPT-2 numbers differ only by the rule.
 #
-# Nothing here trains: the chapter loads the two models of {ref}`ch-training` (trained and
-# cached there, or here the first time) and reads them.
+# Nothing here trains: the chapter loads the two models of {ref}`ch-training` and the offline
+# model of {ref}`ch-gpt2-weights` (each trained and cached there, or here the first time) and
+# reads them.
 
 # %% tags=["colab-setup"]
 # Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
@@ -70,7 +71,8 @@ from gpt_from_scratch.book.hellaswag import hellaswag_items, hellaswag_rows
 from gpt_from_scratch.book.measuring import (
     DELIMITER, BigramTable, NextLineSettings, last_word_items, next_line_items,
 )
-from gpt_from_scratch.book.recipes import book_model, char_level_data
+from gpt_from_scratch.book.offline_model import EOT, offline_model
+from gpt_from_scratch.book.recipes import RECIPES, book_model, char_level_data
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 torch.set_printoptions(precision=3, sci_mode=False)
@@ -84,8 +86,10 @@ VAL_CHARS = 20_000  # the validation text scored for bits per byte
 # ## 11.1 One scale for every tokenizer: bits per byte
 #
 # Chapter 6 trained the same network twice: on characters (the character model) and on
-# GPT-2's tokens (the BPE model). Their validation losses are in nats *per token*, and a token
-# is one character for the first and several for the second: the numbers do not compare.
+# GPT-2's tokens (the BPE model). Chapter 8 trained a third model on GPT-2's tokens, the
+# offline model, which learns only the tokens of its training text. Their validation losses
+# are in nats *per token*, and a token is one character for the first and several for the
+# others: the numbers do not compare.
 #
 # Bits per byte do. Score the same text with each model, add up the loss of every predicted
 # token (in nats), and divide by the number of bytes those tokens spell, times $\ln 2$:
@@ -94,21 +98,27 @@ VAL_CHARS = 20_000  # the validation text scored for bits per byte
 #
 # A text costs the same number of bits whatever it is cut into, so the model with fewer bits
 # per byte predicts the text better. (Tiny Shakespeare is plain ASCII, one byte per
-# character.) `summed_nats` cuts the text into windows of the model's context. (A model
-# trained to read a document token first, as Chapter 8's offline model, is given it with
-# `start=[EOT]`, here and in `score_choices`.)
+# character.) `summed_nats` cuts the text into windows of the model's context. The offline
+# model was trained to read `<|endoftext|>` first, as a document starts: it is given that
+# token with `start=[EOT]`, here and in `score_choices`.
 
 # %%
 text = load_tiny_shakespeare()
 val_text = split_text(text, 0.9)[1][:VAL_CHARS]
 char_model, char_tok = book_model("shakespeare-char", progress=False)
 bpe_model, encoding = book_model("shakespeare-bpe", progress=False)
+offline, offline_info = offline_model()  # Chapter 8's, a CorpusVocabGPT
 char_train, _, _ = char_level_data(text)
 models = {  # name: (model, encode, bytes of a token, start tokens)
     "character model": (char_model, char_tok.encode, lambda t: 1, []),
     "BPE model": (bpe_model, encoding.encode_ordinary,
                   lambda t: len(encoding.decode_single_token_bytes(t)), []),
+    "offline model": (offline, encoding.encode_ordinary,
+                      lambda t: len(encoding.decode_single_token_bytes(t)), [EOT]),
 }
+steps = {"character model": RECIPES["shakespeare-char"].train["max_iters"],
+         "BPE model": RECIPES["shakespeare-bpe"].train["max_iters"],
+         "offline model": offline_info["settings"]["train"]["max_iters"]}
 bpb = {}
 for name, (model, encode, token_bytes, start) in models.items():
     nats, targets = summed_nats(model, encode(val_text), start=start)
@@ -117,15 +127,16 @@ for name, (model, encode, token_bytes, start) in models.items():
                      bpb=bits_per_byte(nats, n_bytes))
 
 # %%
-print(f"{'model':<18}{'parameters':>12}{'tokens':>9}{'bytes':>9}{'nats/token':>12}"
-      f"{'bits/byte':>11}")
+print(f"{'model':<18}{'parameters':>12}{'steps':>7}{'tokens':>9}{'bytes':>9}"
+      f"{'nats/token':>12}{'bits/byte':>11}")
 for name, r in bpb.items():
-    print(f"{name:<18}{models[name][0].num_parameters():>12,}{r['tokens']:>9,}"
-          f"{r['bytes']:>9,}{r['per_token']:>12.3f}{r['bpb']:>11.3f}")
+    print(f"{name:<18}{models[name][0].num_parameters():>12,}{steps[name]:>7,}"
+          f"{r['tokens']:>9,}{r['bytes']:>9,}{r['per_token']:>12.3f}{r['bpb']:>11.3f}")
 
 # %% tags=["remove-input"]
 bpb_text, _ = prose.bpb_text(bpb)
-display(Markdown(bpb_text))
+display(Markdown(bpb_text + " " + prose.offline_bpb_text(bpb, steps,
+                                                        offline_info["corpus_vocab"])))
 
 # %% [markdown]
 # ## 11.2 Multiple choice by likelihood
@@ -234,11 +245,13 @@ word = results["which word ends"]
 found = [prose.above_chance("the character model", word["character model"]["acc_norm"],
                             CHANCE, "acc_norm", "which word ends"),
          prose.beats("the character model", word["character model"], word["bigram table"],
-                     "acc_norm", "the bigram table", "which word ends")]
+                     "acc_norm", "the bigram table", "which word ends"),
+         prose.beats("the offline model", word["offline model"], word["character model"],
+                     "acc_norm", "the character model", "which word ends")]
 display(Markdown(" ".join(f.text for f in found) + " "
                  + prose.next_line_text(results["which line continues"], CHANCE)))
 
-# %% mystnb={"figure": {"caption": "Accuracy of each model on the two tests (acc_norm), mean and one standard error over the draws; the dashed line is a guess.", "name": "fig-measuring-tests"}, "image": {"alt": "Grouped bars: for each test, the accuracy of the bigram table and of the two language models, with error bars, and a dashed line for a guess."}}
+# %% mystnb={"figure": {"caption": "Accuracy of each model on the two tests (acc_norm), mean and one standard error over the draws; the dashed line is a guess.", "name": "fig-measuring-tests"}, "image": {"alt": "Grouped bars: for each test, the accuracy of the bigram table and of the three language models, with error bars, and a dashed line for a guess."}}
 fig, ax = plt.subplots(figsize=(5.2, 3.8))
 width = 0.8 / len(readers)
 for k, name in enumerate(readers):

@@ -30,7 +30,7 @@
 #    with held-out lines the model never saw;
 # 3. **supervised fine-tuning (SFT)** with the masked loss, equal to TRL's `SFTTrainer`
 #    {cite}`vonwerra2020trl` on the same batch, measured against the base model and a
-#    baseline, over several seeds;
+#    baseline, over several seeds, and against the same runs without the mask;
 # 4. **direct preference optimization (DPO)** {cite}`rafailov2023dpo`, written from scratch and
 #    equal to TRL's `DPOTrainer`: it moves a style the fine-tuned model already has, and,
 #    pushed too hard, breaks the answers.
@@ -90,6 +90,7 @@ SEEDS = (0, 1, 2, 3) if FULL_RUN else (0, 1, 2)
 SFT_STEPS, SFT_BATCH, SFT_LR = (1500, 32, 1e-3) if FULL_RUN else (600, 16, 2e-3)
 DPO_STEPS, DPO_BATCH, DPO_LR, BETA = 40, 16, 3e-5, 0.1
 N_HELD_OUT = 100 if FULL_RUN else 40  # held-out prompts per task
+ABLATION_STEPS = SFT_STEPS if FULL_RUN else SFT_STEPS // 2  # fine-tuning without the mask
 JUDGED = tuple(TASKS) if FULL_RUN else ("Last word",)  # the tasks whose lesson is judged
 
 # %% [markdown]
@@ -262,12 +263,18 @@ print(f"masked loss {masked_loss(logits, targets):.3f}, "
 
 # %%
 sft_models, sft_losses, sft_scores = {}, {}, {}
+snapshots = {}  # each run's model after ABLATION_STEPS steps, for the end of this section
 start = clock()
 for seed in SEEDS:
     torch.manual_seed(seed)
     m = add_chat_tokens(base)
+
+    def snapshot(step, model, seed=seed):
+        if step == ABLATION_STEPS:
+            snapshots[seed] = copy.deepcopy(model).eval()
+
     sft_losses[seed] = train_sft(m, examples[seed], tok.pad_id, SFT_STEPS, SFT_BATCH,
-                                 SFT_LR, seed=seed)
+                                 SFT_LR, seed=seed, on_step=snapshot)
     sft_models[seed] = m
 sft_seconds = (clock() - start) / len(SEEDS)
 sft_scores = {seed: evaluate(m, tok, held_out) for seed, m in sft_models.items()}
@@ -313,6 +320,62 @@ plt.show()
 # heads of {ref}`ch-gpt2-weights`: the copying scores climb only once the model has learned to
 # look back. Longer runs (`FULL_RUN = True`) take both tasks much further.
 #
+# ### Why the mask matters
+#
+# Without the mask, the loss counts every token but the pads: the model also learns to write
+# the user's turn, which it will always be given. The loss is a mean over its targets, and
+# the answers are a minority of them (the batch above counted both), so without the mask the
+# answers weigh only their share of each step's loss. To see what the mask buys, the same
+# runs with `train_sft(..., masked=False)`: the same model, seeds, examples, batches and
+# schedule, only the targets differ. To keep the chapter within a few minutes on a CPU,
+# these runs stop after `ABLATION_STEPS` of their `SFT_STEPS` steps (`on_step` returns True
+# there), and they are compared with the masked runs at that same step, from a copy
+# `on_step` kept during the runs above. Besides the stop rate and exact match, the table
+# gives each model's *answer loss*: the masked loss on the held-out conversations, what the
+# right answers cost it.
+
+# %%
+held_idx, held_targets = collate([shift(*tok.render(i.messages("courteous")))
+                                  for i in held_out], tok.pad_id, 64)  # (B, T) each
+
+
+def answer_loss(model):
+    with torch.no_grad():
+        logits, _ = model(held_idx)  # (B, T, V)
+    return masked_loss(logits, held_targets).item()
+
+
+ablation = {"masked": {s: snapshots[s] for s in SEEDS}, "every token": {}}
+for seed in SEEDS:
+    torch.manual_seed(seed)
+    m = add_chat_tokens(base)
+    train_sft(m, examples[seed], tok.pad_id, SFT_STEPS, SFT_BATCH, SFT_LR, seed=seed,
+              masked=False, on_step=lambda step, _: step == ABLATION_STEPS)
+    ablation["every token"][seed] = m
+ablation_scores = {k: {s: evaluate(m, tok, held_out) for s, m in runs.items()}
+                   for k, runs in ablation.items()}
+ablation_loss = {k: {s: answer_loss(m) for s, m in runs.items()}
+                 for k, runs in ablation.items()}
+
+# %%
+print(f"{f'after {ABLATION_STEPS} of {SFT_STEPS} steps':<26}" + "".join(
+    f"{t + ': stop':>17}{'exact':>7}" for t in TASKS) + f"{'answer loss':>13}")
+for seed in SEEDS:
+    for kind, scores in ablation_scores.items():
+        print(f"{f'seed {seed}, {kind}':<26}" + "".join(
+            f"{scores[seed][t]['stop']:>17.0%}{scores[seed][t]['exact']:>7.0%}"
+            for t in TASKS) + f"{ablation_loss[kind][seed]:>13.3f}")
+
+# %% tags=["remove-input"]
+found, rest = prose.judge_mask(
+    [{t: ablation_scores["masked"][s][t] for t in TASKS} for s in SEEDS],
+    [{t: ablation_scores["every token"][s][t] for t in TASKS} for s in SEEDS],
+    [ablation_loss["masked"][s] for s in SEEDS],
+    [ablation_loss["every token"][s] for s in SEEDS], TASKS, SEEDS, ABLATION_STEPS,
+    judged=JUDGED)
+display(Markdown("\n\n".join([f.text for f in found] + [rest])))
+
+# %% [markdown]
 # ## 12.5 Talking to it
 #
 # `chat(model, tok, history, message)` renders the history and the new message with the
@@ -509,7 +572,9 @@ display(Markdown(online.text))
 #   grows with them, and the old logits do not change.
 # - SFT is next-token training on conversations with the prompt masked out. It teaches the
 #   format (answer, then stop) quickly; skills such as copying come later, and only on held-out
-#   prompts do the numbers say what was learned rather than memorised.
+#   prompts do the numbers say what was learned rather than memorised. The mask puts the whole
+#   loss on what the assistant writes; the same runs without it, compared at the same step,
+#   measure what that buys.
 # - DPO learns from pairs against a frozen reference with summed log-probabilities. It moves a
 #   behaviour the model already has, here a courteous opening, without touching what it knows;
 #   pushed too hard, the margins keep growing while the answers break.
