@@ -108,9 +108,10 @@ book: $(STAMP) $(MATHJAX) $(PLOTLY_JS)
 	@echo "open _build/html/index.html"
 
 # Debian's Chromium and its driver; installed when missing (needs root, as on CI).
+CHROMIUM_PACKAGES := chromium chromium-driver
 browser-test: book
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CHROMIUM_PACKAGES); }
 	$(PY) scripts/browser_test.py
 
 # Every chapter's Jupyter edition (notebooks/jupyter/) as the venv's JupyterLab (requirements.txt) shows it,
@@ -119,7 +120,7 @@ browser-test: book
 # Screenshots in _build/screenshots/jupyterlab.
 jupyterlab-test: $(STAMP)
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CHROMIUM_PACKAGES); }
 	$(PY) scripts/jupyterlab_test.py
 
 # The PDF edition: Sphinx's LaTeX builder and LuaLaTeX, with Debian's TeX, the fonts the book's text
@@ -134,7 +135,7 @@ TEX_PACKAGES := texlive-latex-recommended texlive-latex-extra texlive-fonts-reco
 .PHONY: system-packages
 system-packages:
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap chromium chromium-driver
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap $(CHROMIUM_PACKAGES)
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TEX_PACKAGES)
 
 pdf: $(STAMP)

@@ -20,8 +20,9 @@ import nbval.plugin
 # nbval reads a cell's messages only once the cell has finished, and the kernel's message socket
 # keeps about a thousand: past that, messages are dropped, the "idle" one too, and nbval fails
 # with "Timeout of 5 seconds exceeded waiting for output". A progress bar redrawn every 0.1 s
-# passes that in a few minutes of training (a 200 s loop of a hundred thousand steps under nbval
-# failed so). Redrawn every 5 s, a cell within nbval's 600 s limit sends a few hundred.
+# passes that in minutes of one-thread training (Chapter 6 under test-arithmetic failed so; a
+# 60 s loop redrawn every 0.01 s fails alike). Redrawn every 5 s, a cell within nbval's 600 s
+# limit sends a few hundred.
 os.environ.setdefault("TQDM_MININTERVAL", "5")  # the kernels nbval starts inherit it
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
