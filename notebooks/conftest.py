@@ -21,8 +21,8 @@ import nbval.plugin
 # keeps about a thousand: past that, messages are dropped, the "idle" one too, and nbval fails
 # with "Timeout of 5 seconds exceeded waiting for output". A progress bar redrawn every 0.1 s
 # passes that in minutes of one-thread training (Chapter 6 under test-arithmetic failed so; a
-# 60 s loop redrawn every 0.01 s fails alike). Redrawn every 5 s, a cell within nbval's 600 s
-# limit sends a few hundred.
+# 60 s loop redrawn every 0.01 s fails alike). Redrawn every 5 s, a cell within the Makefile's
+# cell limit (CELL_TIMEOUT, 1200 s) sends a few hundred.
 os.environ.setdefault("TQDM_MININTERVAL", "5")  # the kernels nbval starts inherit it
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
