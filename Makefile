@@ -26,6 +26,7 @@ NOTEBOOKS := $(patsubst notebooks/text/%.py,notebooks/%.ipynb,$(NOTEBOOK_SOURCES
 
 help:
 	@echo "make test        set up .venv, run pytest, nbval over every notebook, twin sync check"
+	@echo "                 (a slow machine: CELL_TIMEOUT=2400, seconds a notebook cell may take; 1200)"
 	@echo "make book        set up .venv, build the HTML book from the committed notebooks into _build/html"
 	@echo "make browser-test  build the book, check every page in headless Chromium at 1280 and 390 px (screenshots in _build/screenshots)"
 	@echo "make jupyterlab-test  the committed chapters' interactive figures and quizzes in JupyterLab, headless, no cell run"
@@ -80,11 +81,11 @@ test-notebooks: $(STAMP)
 
 # The chapters whose numbers come out of training or score its models (6-9, 11, 12), a second time
 # under another arithmetic (3, 5 and 10 also differentiate, print the same under AVX2 as under
-# AVX-512, and judge no lesson): PyTorch's AVX2
-# kernels (ARITHMETIC=default: its portable ones, about 3 times slower) and one thread
-# (ARITHMETIC_THREADS=4: four), from an empty model cache, so that every model is trained anew
-# under it. The committed outputs come from the AVX-512 kernels and two threads; every compared
-# cell and every lesson must hold under both.
+# AVX-512, and judge no lesson): PyTorch's AVX2 kernels (ARITHMETIC=default: its portable ones,
+# about 3 times slower) and one thread (ARITHMETIC_THREADS=4: four, where there are four cores;
+# torch 2.13 uses no more threads than cores), from an empty model cache, so that every model is
+# trained anew under it. The committed outputs come from the AVX-512 kernels and two threads;
+# every compared cell and every lesson must hold under both.
 ARITHMETIC ?= avx2
 ARITHMETIC_THREADS ?= 1
 ARITHMETIC_CHAPTERS ?= 06 07 08 09 11 12
