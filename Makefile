@@ -19,6 +19,17 @@ export GPT_FROM_SCRATCH_DATA ?= $(abspath ../shared/data)
 endif
 export PYTHONHASHSEED := 0
 
+# ATEN_CPU_CAPABILITY=avx2 or =default makes this CPU compute as an AVX2 or a portable one would.
+# torch.compile's C++ must then be built for that CPU too: inductor builds for this one
+# (-march=native) and, with AVX2 forced on an AVX-512 CPU, computes wrong numbers (measured on torch
+# 2.13: a compiled GELU-then-softmax off by 1.0, training's first loss nan); with the portable
+# kernels forced it does not compile. A reader's own AVX2 or older CPU builds for itself.
+CPP_MARCH_avx2 := x86-64-v3
+CPP_MARCH_default := x86-64
+ifneq ($(CPP_MARCH_$(ATEN_CPU_CAPABILITY)),)
+export TORCHINDUCTOR_CPP_MARCH ?= $(CPP_MARCH_$(ATEN_CPU_CAPABILITY))
+endif
+
 NOTEBOOK_SOURCES := $(sort $(wildcard notebooks/text/*.py))
 NOTEBOOKS := $(patsubst notebooks/text/%.py,notebooks/%.ipynb,$(NOTEBOOK_SOURCES))
 
@@ -93,6 +104,7 @@ ARITHMETIC_CHAPTERS ?= 06 07 08 09 11 12
 test-arithmetic: $(STAMP)
 	rm -rf _build/cache-$(ARITHMETIC)
 	ATEN_CPU_CAPABILITY=$(ARITHMETIC) OMP_NUM_THREADS=$(ARITHMETIC_THREADS) \
+		$(if $(CPP_MARCH_$(ARITHMETIC)),TORCHINDUCTOR_CPP_MARCH=$(CPP_MARCH_$(ARITHMETIC))) \
 		GPT_FROM_SCRATCH_CACHE=$(abspath _build/cache-$(ARITHMETIC)) \
 		$(PY) -m pytest $(NBVAL) $(foreach c,$(ARITHMETIC_CHAPTERS),$(wildcard notebooks/$(c)_*.ipynb))
 
