@@ -93,8 +93,8 @@ test-notebooks: $(STAMP)
 # The chapters whose numbers come out of training or score its models (6-9, 11, 12), a second time
 # under another arithmetic (3, 5 and 10 also differentiate, print the same under AVX2 as under
 # AVX-512, and judge no lesson): PyTorch's AVX2 kernels (ARITHMETIC=default: its portable ones,
-# about 3 times slower) and one thread (ARITHMETIC_THREADS=4: four, where there are four cores;
-# torch 2.13 uses no more threads than cores), from an empty model cache, so that every model is
+# about 3 times slower) and one thread (ARITHMETIC_THREADS=4: four, even on two cores: MKL_DYNAMIC
+# would hold torch to one thread a core), from an empty model cache, so that every model is
 # trained anew under it. The committed outputs come from the AVX-512 kernels and two threads;
 # every compared cell and every lesson must hold under both.
 ARITHMETIC ?= avx2
@@ -103,7 +103,7 @@ ARITHMETIC_CHAPTERS ?= 06 07 08 09 11 12
 .PHONY: test-arithmetic
 test-arithmetic: $(STAMP)
 	rm -rf _build/cache-$(ARITHMETIC)
-	ATEN_CPU_CAPABILITY=$(ARITHMETIC) OMP_NUM_THREADS=$(ARITHMETIC_THREADS) \
+	ATEN_CPU_CAPABILITY=$(ARITHMETIC) OMP_NUM_THREADS=$(ARITHMETIC_THREADS) MKL_DYNAMIC=FALSE \
 		$(if $(CPP_MARCH_$(ARITHMETIC)),TORCHINDUCTOR_CPP_MARCH=$(CPP_MARCH_$(ARITHMETIC))) \
 		GPT_FROM_SCRATCH_CACHE=$(abspath _build/cache-$(ARITHMETIC)) \
 		$(PY) -m pytest $(NBVAL) $(foreach c,$(ARITHMETIC_CHAPTERS),$(wildcard notebooks/$(c)_*.ipynb))
