@@ -136,7 +136,7 @@ print("softmax of masked zeros equals W:", torch.allclose(W3, W))
 data_scores = torch.randn(T, T, generator=generator) * 2
 weights = torch.softmax(data_scores.masked_fill(~mask, float("-inf")), dim=-1)
 print(weights)
-print("row sums:", weights.sum(dim=-1))
+print("row sums:", weights.sum(dim=-1).round(decimals=3))  # a sum is 1 or 0.99999994, by CPU
 
 # %% [markdown]
 # The rows still sum to 1 and the upper triangle is still exactly 0, but now the weights are uneven:
@@ -362,10 +362,10 @@ def attention_weights(x, dim):
 
 right, wrong = attention_weights(x_demo, dim=-1), attention_weights(x_demo, dim=0)
 indent = "\n" + " " * 29
-print("softmax over keys (dim=-1):  row sums", right.sum(1),
-      indent + "column sums", right.sum(0))
-print("softmax over queries (dim=0): row sums", wrong.sum(1),
-      indent + "column sums", wrong.sum(0))
+print("softmax over keys (dim=-1):  row sums", right.sum(1).round(decimals=3),
+      indent + "column sums", right.sum(0).round(decimals=3))
+print("softmax over queries (dim=0): row sums", wrong.sum(1).round(decimals=3),
+      indent + "column sums", wrong.sum(0).round(decimals=3))
 
 # %% [markdown]
 # With the wrong axis, query 0's weights add up to 0.160 (its output shrinks) and the last query's to 2.816
