@@ -6,6 +6,13 @@ import pytest
 import torch
 
 
+@pytest.fixture(autouse=True)
+def no_lesson_record(monkeypatch):
+    """The lessons the tests judge are made up: keep them out of a run's record of the chapters'
+    margins (``GPT_FROM_SCRATCH_LESSONS``, set for ``make test`` to measure them)."""
+    monkeypatch.delenv("GPT_FROM_SCRATCH_LESSONS", raising=False)
+
+
 @pytest.fixture(scope="session")
 def corpus() -> str:
     """The whole Tiny Shakespeare text, verified (found through $GPT_FROM_SCRATCH_DATA or the cache)."""

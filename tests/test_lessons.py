@@ -27,7 +27,6 @@ def _tolerance_plugin():
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
     monkeypatch.setattr(lessons, "_LESSONS", {})
-    monkeypatch.delenv("GPT_FROM_SCRATCH_LESSONS", raising=False)
 
 
 def test_a_lesson_that_holds_and_one_that_does_not():
