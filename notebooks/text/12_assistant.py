@@ -223,7 +223,7 @@ print("verify:", verify(held_out[0], "Fool! " + held_out[0].answer),
 # the other baseline: `evaluate` asks every held-out prompt greedily and measures how often
 # the answer ends with `<|end|>` (the *stop rate*) and how often it is exactly right.
 
-# %% tags=["nbval-check-output"]
+# %%
 start = clock()
 base_scores = evaluate(model0, tok, held_out)
 eval_seconds = clock() - start
@@ -244,7 +244,7 @@ print(repr(base_scores["responses"][0][1][:50]))
 # its prompt-completion format, gives the same number on the same batch
 # (`tests/test_assistant.py`). On one batch, the masked loss and the loss over every token:
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance={"rel": 0.1, "why": "measured across PyTorch's AVX-512 and AVX2 kernels and 1-2 threads (make test): at most 2.5% (a masked loss of 3.464 against 3.551)"}
 examples = {seed: sft_examples(items["train"], tok, seed) for seed in SEEDS}
 idx, targets = collate(examples[0][:8], tok.pad_id, 64)  # (B, T) each
 full = unmask(idx, targets, tok.pad_id)
@@ -280,7 +280,7 @@ sft_seconds = (clock() - start) / len(SEEDS)
 sft_scores = {seed: evaluate(m, tok, held_out) for seed, m in sft_models.items()}
 sft_courtesy = {seed: courtesy(m, tok, held_out) for seed, m in sft_models.items()}
 
-# %% tags=["nbval-check-output"]
+# %%
 print(f"{len(SEEDS)} runs of {SFT_STEPS} steps x {SFT_BATCH} conversations, "
       f"{sft_seconds:.0f} s of CPU time each")
 print(f"{'':<22}{'stop rate':>12}{'exact':>9}{'courteous':>11}")
@@ -384,7 +384,7 @@ display(Markdown("\n\n".join([f.text for f in found] + [rest])))
 # with room for the answer: with 64 characters, that is the new message alone. A scripted
 # conversation, with held-out lines:
 
-# %% tags=["nbval-check-output"]
+# %%
 assistant = sft_models[SEEDS[0]]
 history = []
 for line in (held_out[1], held_out[2], held_out[-2]):
@@ -447,7 +447,7 @@ except ImportError:
 # loss is $\log 2$. Some tutorials average the log-probabilities over the answer's tokens
 # instead of summing them; on a batch of pairs of a perturbed policy, the two differ:
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance={"abs": 0.05, "why": "measured across PyTorch's AVX-512 and AVX2 kernels and 1-2 threads (make test): at most 0.009 (a mean margin of +0.0148 against +0.0234)"}
 pairs = preference_pairs(items["train"], tok)
 batch = [p[0] for p in pairs[:8]] + [p[1] for p in pairs[:8]]  # chosen rows, then rejected
 idx, targets = collate(batch, tok.pad_id, 64)  # (2N, T) each
@@ -482,7 +482,7 @@ for seed in SEEDS:
     dpo_courtesy[seed] = courtesy(policy, tok, held_out)
 dpo_seconds = (clock() - start) / len(SEEDS)
 
-# %% tags=["nbval-check-output"]
+# %%
 print(f"{len(SEEDS)} DPO runs of {DPO_STEPS} steps x {DPO_BATCH} pairs, "
       f"{dpo_seconds:.0f} s of CPU time each (evaluation included)")
 print(f"{'':<22}{'exact':>12}{'courteous (greedy)':>22}   (before -> after DPO)")
@@ -531,7 +531,7 @@ for seed in SEEDS:
         drift = (sequence_logps(policy, hi, ht) - sequence_logps(sft_models[seed], hi, ht))
     collapse_history[seed][-1]["drift"] = drift.mean().item()
 
-# %% tags=["nbval-check-output"]
+# %%
 runs = {"sft": sft_scores, "dpo": dpo_scores, "hot": collapse_scores}
 exact = {name: [sum(sc[s][t]["exact"] for t in TASKS) / len(TASKS) for s in SEEDS]
          for name, sc in runs.items()}
