@@ -136,7 +136,7 @@ print("softmax of masked zeros equals W:", torch.allclose(W3, W))
 data_scores = torch.randn(T, T, generator=generator) * 2
 weights = torch.softmax(data_scores.masked_fill(~mask, float("-inf")), dim=-1)
 print(weights)
-print("row sums:", weights.sum(dim=-1).round(decimals=3))  # a sum is 1 or 0.99999994, by CPU
+print("row sums:", weights.sum(dim=-1).round(decimals=3))  # 1 or 0.99999994, by CPU
 
 # %% [markdown]
 # The rows still sum to 1 and the upper triangle is still exactly 0, but now the weights are uneven:
