@@ -81,8 +81,8 @@ test-unit: $(STAMP)
 # numbers from training within the tolerance their metadata states (notebooks/conftest.py), and
 # each chapter's lesson verdicts exactly (gpt_from_scratch.book.lessons). Not the Jupyter editions
 # (notebooks/jupyter/): the same code cells, less the hidden ones. A cell may take CELL_TIMEOUT
-# seconds, enough for the longest (Chapter 6's LayerNorm pairs, 242 s on two idle AVX-512 cores) on
-# a laptop whose cores are shared with other work, still short enough to catch a hang. PyTorch's
+# seconds, enough for the longest (Chapter 6 trains its character model in one cell, 242 s on two
+# idle AVX-512 cores) on a laptop whose cores are shared, still short enough to catch a hang. PyTorch's
 # portable kernels (ATEN_CPU_CAPABILITY=default) are about 3 times slower: CELL_TIMEOUT=2400.
 CELL_TIMEOUT ?= 1200
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
