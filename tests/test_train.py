@@ -227,6 +227,39 @@ def test_book_model_trains_once_then_loads_the_same_weights(tmp_path, monkeypatc
         book_model("shakespeare-word")
 
 
+TWO_AT_ONCE = """
+import dataclasses, sys, time
+from gpt_from_scratch.book import recipes
+from gpt_from_scratch.model import GPTConfig
+
+tiny = GPTConfig(vocab_size=65, context_length=16, d_model=32, n_layers=2, n_heads=4, dropout=0.0)
+recipes.RECIPES["shakespeare-char"] = recipes.Recipe(
+    "char", dataclasses.asdict(tiny), dict(max_iters=4, batch_size=2, eval_interval=2, eval_iters=1))
+train = recipes.train
+def slow_train(*args, **kwargs):  # long enough for the other process to ask meanwhile
+    print("this process trains it", flush=True)
+    time.sleep(3)
+    return train(*args, **kwargs)
+recipes.train = slow_train
+recipes.book_model("shakespeare-char", progress=False)
+"""
+
+
+def test_two_processes_that_ask_for_a_book_model_at_once_train_it_once(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = os.environ | {"GPT_FROM_SCRATCH_CACHE": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    runs = [subprocess.Popen([sys.executable, "-c", TWO_AT_ONCE], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outputs = [run.communicate(timeout=120) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
+    said = "".join(out for out, _ in outputs)
+    assert said.count("this process trains it") == 1, said  # one trained it...
+    assert "another process is training this model; waiting for it" in said  # ...the other waited
+
+
 class _Wrapper(torch.nn.Module):
     """A new module around a model (as ``DocumentStart`` or a reader's own wrapper): in training mode."""
 

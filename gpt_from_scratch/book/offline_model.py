@@ -28,7 +28,7 @@ from ..train import estimate_loss, train
 from ..train_config import TrainConfig
 from ..utils import default_device
 from .corpus_vocab import CorpusVocabGPT, compact_ids, corpus_vocabulary
-from .recipes import Recipe, bpe_level_data
+from .recipes import Recipe, bpe_level_data, trained_once
 
 EOT = 50_256  # GPT-2's <|endoftext|>, which separates its training documents
 
@@ -92,8 +92,15 @@ def offline_model(full: bool = False, progress: bool = False, device: str | None
     ``train_seconds`` (of the run that made it) and ``val_loss`` (over GPT-2's 50,257 tokens).
 
     Loaded from ``offline_model_path(full)`` when it was made with the current recipe; otherwise
-    trained from seed 1337 (on ``device``, by default the best available) and saved there.
+    trained from seed 1337 (on ``device``, by default the best available) and saved there, once when
+    two processes ask at the same time (``trained_once``).
     """
+    with trained_once(offline_model_path(full)):
+        return _offline_model(full, progress, device)
+
+
+def _offline_model(full: bool, progress: bool, device: str | None):
+    """``offline_model``'s work, under its lock."""
     name = _name(full)
     recipe = OFFLINE_RECIPES[name]
     path = offline_model_path(full)
@@ -104,7 +111,7 @@ def offline_model(full: bool = False, progress: bool = False, device: str | None
                 vocab = torch.tensor(ckpt.extra["vocabulary"], dtype=torch.long)
                 return CorpusVocabGPT(ckpt.model, vocab).eval(), ckpt.extra["info"]
         except (ValueError, KeyError, TypeError, OSError) as err:
-            warnings.warn(f"retraining {name}: its cached checkpoint could not be used ({err})", stacklevel=2)
+            warnings.warn(f"retraining {name}: its cached checkpoint could not be used ({err})", stacklevel=3)
     train_ids, val_ids, _ = bpe_level_data()
     vocab = corpus_vocabulary(train_ids, extra=(EOT,))  # (V_corpus,) GPT-2 ids; <unk> comes after them
     table = compact_ids(vocab).numpy()

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from filelock import FileLock, Timeout
 
 from ..checkpoint import META_FILE, load_checkpoint, save_checkpoint
 from ..data import cache_dir, load_tiny_shakespeare, prepare_tokens, read_tokens, split_text
@@ -105,6 +108,26 @@ def book_model_path(name: str, full: bool = False) -> Path:
     return cache_dir() / "checkpoints" / (name + FULL if full else name)
 
 
+@contextmanager
+def trained_once(path: Path) -> Iterator[None]:
+    """Hold the lock file beside the checkpoint folder ``path`` while its model is looked up, trained
+    and saved: a second process that asks for the same model (another notebook, a parallel test run)
+    waits, then loads what the first one saved, rather than training it again beside it. The lock is
+    the operating system's, so it is released when its process ends, even by a crash."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path.parent / f"{path.name}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"{path.name}: another process is training this model; waiting for it "
+              f"(lock file {lock.lock_file})", flush=True)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def book_model(name: str, progress: bool = True, full: bool = False):
     """One of the two models Chapter 6 trains, ``"shakespeare-char"`` or ``"shakespeare-bpe"``.
 
@@ -118,11 +141,18 @@ def book_model(name: str, progress: bool = True, full: bool = False):
     The checkpoint in ``book_model_path(name)`` is loaded (and verified) when it exists and was made with
     the book's current settings; otherwise the model is trained from seed 1337 with ``RECIPES[name]``
     and saved there. Training is deterministic, so both routes give the same weights on one machine
-    (other CPUs or PyTorch versions may differ in the last bits). Its ``History`` is
-    ``load_checkpoint(book_model_path(name)).history``.
+    (other CPUs, thread counts or PyTorch versions may differ in the last bits). Its ``History`` is
+    ``load_checkpoint(book_model_path(name)).history``. Two processes that ask for the same model at
+    once train it once (``trained_once``).
     """
     path = book_model_path(name, full)  # checks the name
-    recipe = RECIPES[name + FULL if full else name]
+    with trained_once(path):
+        return _book_model(path, RECIPES[name + FULL if full else name], progress, full)
+
+
+def _book_model(path: Path, recipe: Recipe, progress: bool, full: bool):
+    """``book_model``'s work, under its lock."""
+    name = path.name
     train_ids, val_ids, tokenizer = load_data(recipe.data)
     device = default_device() if full else "cpu"
     cfg = TrainConfig(**recipe.train, progress=progress, device=device, compile=full and device == "cuda")
@@ -132,7 +162,7 @@ def book_model(name: str, progress: bool = True, full: bool = False):
             if ckpt.extra.get("recipe") == dataclasses.asdict(recipe):
                 return ckpt.model, tokenizer
         except (ValueError, KeyError, TypeError, OSError) as err:
-            warnings.warn(f"retraining {name}: its cached checkpoint could not be used ({err})", stacklevel=2)
+            warnings.warn(f"retraining {name}: its cached checkpoint could not be used ({err})", stacklevel=3)
     torch.manual_seed(cfg.seed)
     model = GPT(GPTConfig(**recipe.model))
     history = train(model, train_ids, val_ids, cfg)  # ends with the best weights (keep_best)
