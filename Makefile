@@ -37,6 +37,7 @@ NOTEBOOKS := $(patsubst notebooks/text/%.py,notebooks/%.ipynb,$(NOTEBOOK_SOURCES
 
 help:
 	@echo "make test        set up .venv, run pytest, nbval over every notebook, twin sync check"
+	@echo "                 (JOBS=4: four processes at once, each on one thread; 2)"
 	@echo "                 (a slow machine: CELL_TIMEOUT=2400, seconds a notebook cell may take; 1200)"
 	@echo "make book        set up .venv, build the HTML book from the committed notebooks into _build/html"
 	@echo "make browser-test  build the book, check every page in headless Chromium at 1280 and 390 px (screenshots in _build/screenshots)"
@@ -49,7 +50,7 @@ help:
 	@echo "make assign      per chapter: the hand-in notebook and the grader's material, into _build/assign"
 	@echo "make grade CHAPTER=04 SUBMISSIONS=dir   grade a folder of notebooks -> _build/grades/04_*.csv"
 	@echo "make package     build the wheel and sdist into _build/dist and check them with twine"
-	@echo "make test-student  run every untouched full student copy top to bottom (minutes)"
+	@echo "make test-student  run every untouched full student copy top to bottom (make test runs their exercises)"
 	@echo "make test-full-run chapters 6, 7 and 9 with FULL_RUN = True on the CPU, tiny GPU recipes"
 	@echo "make reference-runs  on a GPU: the full-size reference runs (TINY=1: tiny stand-ins on a CPU, seconds)"
 	@echo "make test-oldest the unit tests and chapters 1 and 4 with the oldest versions pyproject.toml allows"
@@ -66,20 +67,44 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-test: test-unit test-notebooks
+# JOBS processes at once. The book's models are small: two threads train them no faster than one
+# (measured: 52.8 against 51.7 ms a step of Chapter 6's character model), so two notebooks or test
+# files side by side take about half the time of one after the other (two kernels of two threads
+# each on two cores: 58 ms a step each). JOBS=4 on a machine with four cores to spare.
+JOBS ?= 2
+XDIST := -n $(JOBS) --dist loadfile
+# Each notebook kernel's threads (OMP_NUM_THREADS) under make test, and the book models' training:
+# two, as in the committed run, so that its numbers come out again to the last bit (a thread count
+# is another arithmetic: Chapters 7-9 differ with one).
+THREADS ?= 2
 
-# One OpenMP thread per process: the DDP test runs two processes at once, and two threads fighting
-# for two cores can make a step 30x slower (measured: 3,486 ms vs 106 ms for one training step).
+# The unit tests and the book's models side by side, then the chapters.
+test: $(STAMP)
+	$(MAKE) --no-print-directory -j2 test-unit book-models
+	$(MAKE) --no-print-directory test-notebooks
+
+# One OpenMP thread per process, one test file to a worker (its fixtures are built once): the DDP
+# test runs two processes at once, and two threads fighting for two cores can make a step 30x
+# slower (measured: 3,486 ms vs 106 ms for one training step).
 # The grading tests run submissions in bubblewrap's sandbox: Debian's package, installed when missing
 # (needs root, as on CI); without it those tests are skipped, and pytest's summary says so.
 test-unit: $(STAMP)
 	command -v bwrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq bubblewrap; } || echo "bubblewrap not installed: the grading tests will skip"
-	OMP_NUM_THREADS=1 $(PY) -m pytest -rs tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -rs $(XDIST) tests
+
+# The models the chapters load from the cache (Chapter 6's two, Chapter 8's offline one), each
+# trained by a process of its own, so that no chapter run beside another waits for one.
+.PHONY: book-models
+book-models: $(STAMP)
+	$(PY) scripts/book_models.py --jobs $(JOBS) --threads $(THREADS)
 
 # Lax mode runs every cell and fails on any error; cells tagged `nbval-check-output` are compared,
 # numbers from training within the tolerance their metadata states (notebooks/conftest.py), and
-# each chapter's lesson verdicts exactly (gpt_from_scratch.book.lessons). Not the Jupyter editions
+# each chapter's lesson verdicts exactly (gpt_from_scratch.book.lessons). Each chapter runs with
+# its student copy's exercises after its own code (scripts/make_student.py --with-chapter): the
+# stubs and the cells after them, all that a student copy changes, run as in an untouched copy.
+# JOBS notebooks at once, longest first, each kernel on one thread. Not the Jupyter editions
 # (notebooks/jupyter/): the same code cells, less the hidden ones. A cell may take CELL_TIMEOUT
 # seconds, enough for the longest (Chapter 6 trains its character model in one cell, 242 s on two
 # idle AVX-512 cores) on a laptop whose cores are shared, still short enough to catch a hang. PyTorch's
@@ -87,26 +112,34 @@ test-unit: $(STAMP)
 CELL_TIMEOUT ?= 1200
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
 	--nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider
+NBVAL_PARALLEL := $(XDIST) --no-loadscope-reorder
+NBVAL_DIR := _build/nbval
 test-notebooks: $(STAMP)
-	$(PY) -m pytest $(NBVAL) $(NOTEBOOKS)
+	rm -rf $(NBVAL_DIR)
+	$(PY) scripts/make_student.py --with-chapter --out $(NBVAL_DIR) $(NOTEBOOKS) >/dev/null
+	cp nbval_sanitize.cfg notebooks/conftest.py $(NBVAL_DIR)/  # conftest: the tolerances, the order
+	cd $(NBVAL_DIR) && OMP_NUM_THREADS=$(THREADS) $(abspath $(PY)) -m pytest $(NBVAL) $(NBVAL_PARALLEL) *.ipynb
 
 # The chapters whose numbers come out of training or score its models (6-9, 11, 12), a second time
 # under another arithmetic (3, 5 and 10 also differentiate, print the same under AVX2 as under
 # AVX-512, and judge no lesson): PyTorch's AVX2 kernels (ARITHMETIC=default: its portable ones,
-# about 3 times slower) and one thread (ARITHMETIC_THREADS=4: four, even on two cores: MKL_DYNAMIC
-# would hold torch to one thread a core), from an empty model cache, so that every model is
-# trained anew under it. The committed outputs come from the AVX-512 kernels and two threads;
+# about 3 times slower), from an empty model cache, so that every model is trained anew under it
+# (book-models first, then JOBS chapters at once, each kernel on ARITHMETIC_THREADS threads:
+# ARITHMETIC_THREADS=4 means four, even on two cores: MKL_DYNAMIC would hold torch to one thread a
+# core; then use JOBS=1). The committed outputs come from the AVX-512 kernels and two threads;
 # every compared cell and every lesson must hold under both.
 ARITHMETIC ?= avx2
 ARITHMETIC_THREADS ?= 1
 ARITHMETIC_CHAPTERS ?= 06 07 08 09 11 12
+ARITHMETIC_ENV = ATEN_CPU_CAPABILITY=$(ARITHMETIC) OMP_NUM_THREADS=$(ARITHMETIC_THREADS) MKL_DYNAMIC=FALSE \
+	$(if $(CPP_MARCH_$(ARITHMETIC)),TORCHINDUCTOR_CPP_MARCH=$(CPP_MARCH_$(ARITHMETIC))) \
+	GPT_FROM_SCRATCH_CACHE=$(abspath _build/cache-$(ARITHMETIC))
 .PHONY: test-arithmetic
 test-arithmetic: $(STAMP)
 	rm -rf _build/cache-$(ARITHMETIC)
-	ATEN_CPU_CAPABILITY=$(ARITHMETIC) OMP_NUM_THREADS=$(ARITHMETIC_THREADS) MKL_DYNAMIC=FALSE \
-		$(if $(CPP_MARCH_$(ARITHMETIC)),TORCHINDUCTOR_CPP_MARCH=$(CPP_MARCH_$(ARITHMETIC))) \
-		GPT_FROM_SCRATCH_CACHE=$(abspath _build/cache-$(ARITHMETIC)) \
-		$(PY) -m pytest $(NBVAL) $(foreach c,$(ARITHMETIC_CHAPTERS),$(wildcard notebooks/$(c)_*.ipynb))
+	$(ARITHMETIC_ENV) $(PY) scripts/book_models.py --jobs $(JOBS) --threads $(ARITHMETIC_THREADS)
+	$(ARITHMETIC_ENV) $(PY) -m pytest $(NBVAL) $(NBVAL_PARALLEL) \
+		$(foreach c,$(ARITHMETIC_CHAPTERS),$(wildcard notebooks/$(c)_*.ipynb))
 
 $(MATHJAX):
 	npm install --silent --no-save --no-audit --no-fund --prefix .mathjax/npm mathjax@$(MATHJAX_VERSION)
@@ -184,13 +217,15 @@ benchmarks: $(STAMP)
 student: $(STAMP)
 	$(PY) scripts/make_student.py --out _build/student
 
-# Every untouched full student copy runs top to bottom (nbval, lax: no cell may raise). The fast
-# static half of this and the hand-in notebooks run in `make test` (tests/test_student.py, test_grading.py).
+# Every untouched full student copy runs top to bottom (nbval, lax: no cell may raise), as a teacher
+# about to hand them out may want to see. `make test` already runs what a copy changes, its
+# exercises, after each chapter's own code (test-notebooks), and the static checks and the hand-in
+# notebooks (tests/test_student.py, test_grading.py); CI does not run this.
 .PHONY: test-student assign grade package
 test-student: student
 	cp nbval_sanitize.cfg _build/student/
 	cp notebooks/conftest.py _build/student/  # the tolerances for numbers from training
-	cd _build/student && $(abspath $(PY)) -m pytest $(NBVAL) -q *.ipynb
+	cd _build/student && OMP_NUM_THREADS=$(THREADS) $(abspath $(PY)) -m pytest $(NBVAL) $(NBVAL_PARALLEL) -q *.ipynb
 
 # Per chapter: the notebook students hand in and the grader's material; creates the course secret
 # (outside the repository) when there is none. ROTATE=1 draws a new one; SECRET=path names another.
@@ -260,10 +295,11 @@ oldest-venv: $(OLDEST_STAMP)
 test-oldest: $(OLDEST_STAMP) _build/nbval_sanitize_oldest.cfg
 	$(OLDEST_VENV)/bin/python -c "import torch, transformers, numpy; \
 		print('oldest: torch', torch.__version__, 'transformers', transformers.__version__, 'numpy', numpy.__version__)"
-	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/python -m pytest -p no:cacheprovider tests --ignore=tests/test_colab.py
+	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/python -m pytest -p no:cacheprovider $(XDIST) tests \
+		--ignore=tests/test_colab.py
 	$(OLDEST_VENV)/bin/python -m pytest --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with _build/nbval_sanitize_oldest.cfg \
-		--nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider $(OLDEST_CHAPTERS)
+		--nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider $(NBVAL_PARALLEL) $(OLDEST_CHAPTERS)
 
 # Older torch lays printed tensors out with other spacing: the oldest job compares outputs without whitespace.
 _build/nbval_sanitize_oldest.cfg: nbval_sanitize.cfg

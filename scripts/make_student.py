@@ -2,6 +2,7 @@
 
     python scripts/make_student.py                      # every notebooks/*.ipynb -> _build/student/
     python scripts/make_student.py notebooks/04_attention.ipynb --out /tmp/handout
+    python scripts/make_student.py --with-chapter --out _build/nbval   # what make test runs
 
 In a student copy:
 
@@ -244,16 +245,48 @@ def make_student(nb):
     return nb
 
 
-def write_student_copies(notebooks: list[Path], out_dir: Path) -> list[Path]:
+def with_student_exercises(nb):
+    """The notebook ``make test`` runs for a chapter: the chapter up to its exercises, then its student
+    copy's exercises (stubs, answer prompts, the checks that call them), then the chapter's own.
+
+    A student copy differs from its chapter only from the exercises on (``make_student``), so this
+    checks, at the cost of the exercises alone, what running the whole copy would: every stub and
+    every cell after it runs as a student's untouched copy would run it, on the state the chapter's
+    code leaves. The chapter's exercises come last, so the stubs see nothing their solutions define.
+    A ``ValueError`` when a code cell before the exercises differs in the student copy (the premise).
+    """
+    start = exercises_start(nb)
+    if start is None:
+        return copy.deepcopy(nb)
+    student = make_student(nb)
+    for index in range(start):
+        mine, theirs = nb.cells[index], student.cells[index]
+        if mine.cell_type == "code" and (theirs.cell_type != "code" or theirs.source != mine.source):
+            raise ValueError(f"cell {index}, before the exercises (cell {start}), differs in the student "
+                             "copy: make_student changes only the exercises, so fix that first")
+    combined = copy.deepcopy(nb)
+    copied = student.cells[start:]
+    for cell in copied:
+        if "id" in cell:  # unique within the notebook, as nbformat wants
+            cell.id = f"student-{cell.id}"[:64]
+    combined.cells[start:start] = copied
+    nbformat.validate(combined)
+    return combined
+
+
+def write_student_copies(notebooks: list[Path], out_dir: Path, checked: bool = False) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
-        student = make_student(nb)
         target = out_dir / path.name
-        nbformat.write(student, target)
-        n_solutions = sum(is_solution(cell) for cell in nb.cells)
-        print(f"{target}: {n_solutions} solution cell(s) replaced by stubs")
+        if checked:
+            nbformat.write(with_student_exercises(nb), target)
+            print(f"{target}: the chapter with its student copy's exercises")
+        else:
+            nbformat.write(make_student(nb), target)
+            n_solutions = sum(is_solution(cell) for cell in nb.cells)
+            print(f"{target}: {n_solutions} solution cell(s) replaced by stubs")
         written.append(target)
     return written
 
@@ -262,12 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="chapter notebooks (default: notebooks/*.ipynb)")
     parser.add_argument("--out", type=Path, default=ROOT / "_build" / "student", help="output folder")
+    parser.add_argument("--with-chapter", action="store_true",
+                        help="write what make test runs: each chapter with its copy's exercises after "
+                             "its own code (with_student_exercises)")
     args = parser.parse_args(argv)
     notebooks = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
     if not notebooks:
         print("no notebooks found in notebooks/: nothing to do", file=sys.stderr)
         return 1
-    write_student_copies(notebooks, args.out)
+    write_student_copies(notebooks, args.out, checked=args.with_chapter)
     return 0
 
 

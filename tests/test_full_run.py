@@ -79,8 +79,20 @@ def test_the_rehearsal_keeps_the_cpu_sizes_and_switches_full_run_on():
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
-    """One model cache for the chapters, in order: Chapter 7 and 9 reuse the models Chapter 6 trains."""
-    return tmp_path_factory.mktemp("cache")
+    """A model cache of the rehearsal's own, where its tiny "-full" models go (never the reader's), with
+    links to what the reader's cache already holds (token files, the book's CPU-sized models): those
+    are not trained again. Chapters 7 and 9 reuse the models Chapter 6 trains."""
+    from gpt_from_scratch.data import cache_dir
+
+    own, reader = tmp_path_factory.mktemp("cache"), cache_dir()
+    (own / "checkpoints").mkdir()
+    for entry in reader.glob("*") if reader.is_dir() else []:
+        if entry.name != "checkpoints":
+            (own / entry.name).symlink_to(entry)
+    for model in (reader / "checkpoints").glob("*"):
+        if model.is_dir() and not model.name.endswith("-full"):
+            (own / "checkpoints" / model.name).symlink_to(model)
+    return own
 
 
 @pytest.mark.parametrize("stem", chapters_with_full_run())

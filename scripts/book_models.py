@@ -1,0 +1,60 @@
+"""Train the book's cached models before the chapters that load them run side by side.
+
+    python scripts/book_models.py            # Chapter 6's two models and Chapter 8's offline one
+    python scripts/book_models.py --jobs 1   # one at a time
+
+Each model is trained (or found in the cache, ``GPT_FROM_SCRATCH_CACHE``) by a process of its own on
+one thread (``--threads``), the longest first, ``--jobs`` at a time: on two cores the character model's run takes
+one core while the other trains the rest. ``make test`` and ``make test-arithmetic`` run this
+before the chapters, so that no chapter waits for another to finish training a model it needs
+(``book.recipes.trained_once`` makes such a chapter wait rather than train it a second time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+# The longest first. Each is the call a chapter makes.
+MODELS = {
+    "shakespeare-char": "from gpt_from_scratch.book.recipes import book_model\n"
+                        "book_model('shakespeare-char', progress=False)",
+    "shakespeare-bpe": "from gpt_from_scratch.book.recipes import book_model\n"
+                       "book_model('shakespeare-bpe', progress=False)",
+    "shakespeare-bpe-heads": "from gpt_from_scratch.book.offline_model import offline_model\n"
+                             "offline_model(progress=False)",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=2, help="models trained at once (default 2)")
+    parser.add_argument("--threads", type=int, default=1, help="threads of each process (default 1)")
+    args = parser.parse_args(argv)
+    for option in ("jobs", "threads"):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option} must be at least 1, got {getattr(args, option)}")
+    env = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
+    waiting, running, failed = list(MODELS), {}, []
+    while waiting or running:
+        while waiting and len(running) < args.jobs:
+            name = waiting.pop(0)
+            running[name] = (subprocess.Popen([sys.executable, "-c", MODELS[name]], env=env),
+                             time.perf_counter())
+        time.sleep(0.5)
+        for name, (process, started) in list(running.items()):
+            if process.poll() is not None:
+                del running[name]
+                seconds = time.perf_counter() - started
+                print(f"{name}: {'ready' if process.returncode == 0 else 'FAILED'} after {seconds:.0f} s",
+                      flush=True)
+                if process.returncode != 0:
+                    failed.append(name)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
