@@ -77,6 +77,7 @@ lazily, so ``import gpt_from_scratch`` stays fast.
 """
 
 import os
+import sys
 
 __version__ = "0.1.0"
 
@@ -85,5 +86,8 @@ __version__ = "0.1.0"
 # step of Chapter 6's model took 13.4 s with two spinning threads and 0.37 s with two sleeping ones
 # (2 cores at load average 16). OpenMP reads its policy once, when torch first loads, so it counts
 # where the package is imported first, as every chapter's first cell does; a reader's own setting
-# wins.
+# wins. Where torch came first, its threads spin, and ``train`` then computes on the cores other
+# programs leave free (``utils.free_threads``).
+SPINNING_THREADS = os.environ.get("OMP_WAIT_POLICY", "").upper() == "ACTIVE" or (
+    "torch" in sys.modules and "OMP_WAIT_POLICY" not in os.environ)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

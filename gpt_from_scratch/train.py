@@ -24,7 +24,7 @@ from .data import get_batch
 from .model import GPT
 from .precision import autocast, grad_scaler, resolve_precision
 from .train_config import History, TrainConfig, lr_at, make_optimizer
-from .utils import check_int, eval_mode, float32_matmul_precision, skip_token_id_checks
+from .utils import check_int, eval_mode, float32_matmul_precision, free_threads, skip_token_id_checks
 
 
 class TrainingDivergedError(FloatingPointError):
@@ -138,6 +138,8 @@ def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.
     GPU, float32 matrix products use TF32 there during the run (``utils.float32_matmul_precision``), the
     next batch is drawn while the GPU computes, and on a GPU the losses are read back (and checked
     for nan) only every ``eval_interval`` steps, not after every step: reading one waits for the GPU.
+    On a CPU whose cores other programs keep busy, where torch's threads spin while they wait, it
+    trains on the cores left free (``utils.free_threads``, with a warning).
 
     Under ``torchrun`` (``torch.distributed`` initialised) the model is wrapped in
     ``DistributedDataParallel``: each process draws its own batches, gradients are averaged, and only
@@ -145,7 +147,8 @@ def train(model: GPT, train_data, val_data, cfg: TrainConfig, out_dir: str | os.
     """
     on_gpu = torch.device(cfg.device).type == "cuda"
     matmuls = "high" if on_gpu else torch.get_float32_matmul_precision()  # TF32 on a GPU, as nanoGPT
-    with skip_token_id_checks(model), float32_matmul_precision(matmuls):  # batches: checked on the host
+    with (skip_token_id_checks(model),  # batches: checked on the host
+          float32_matmul_precision(matmuls), free_threads(cfg.device)):
         return _train(model, train_data, val_data, cfg, out_dir, resume)
 
 

@@ -8,6 +8,8 @@ import numbers
 import os
 import random
 import tempfile
+import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -142,6 +144,52 @@ def float32_matmul_precision(precision: str) -> Iterator[None]:
         yield
     finally:
         torch.set_float32_matmul_precision(was)
+
+
+def _others_running() -> int | None:
+    """Threads of other programs running now: Linux's count of running threads (``/proc/stat``), this
+    one aside, the least of five looks 10 ms apart (a look can catch a thread between two waits).
+    ``None`` where the count cannot be read."""
+    seen = []
+    for _ in range(5):
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                line = next(line for line in f if line.startswith("procs_running "))
+        except (OSError, StopIteration):
+            return None
+        seen.append(int(line.split()[1]) - 1)
+        time.sleep(0.01)
+    return max(0, min(seen))
+
+
+@contextmanager
+def free_threads(device: str) -> Iterator[None]:
+    """On a CPU whose cores other programs keep busy, compute on the cores they leave free, inside the
+    block only (``train`` uses it; Chapter 6). Only when torch's OpenMP threads spin while they wait:
+    torch was imported before this package, which asks them to sleep (``OMP_WAIT_POLICY=PASSIVE``)
+    only before torch loads. A spinning thread that waits for one the system has paused keeps a core
+    from it: a step then takes many times as long (measured: 4 to 80 times on two busy cores). The
+    fewer threads give other last bits than the usual count, and a warning says so."""
+    from . import SPINNING_THREADS
+
+    threads = torch.get_num_threads()
+    on_cpu = torch.device(device).type == "cpu"
+    others = _others_running() if SPINNING_THREADS and on_cpu and threads > 1 else None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    wanted = threads if others is None else max(1, min(threads, cores - others))
+    if wanted == threads:
+        yield
+        return
+    warnings.warn(f"{others} other thread(s) keep the cores busy, and torch's {threads} threads "
+                  "spin while they wait (torch was imported before gpt_from_scratch): computing "
+                  f"on {wanted} thread(s) until this ends, with other last bits. To keep every "
+                  "thread, import gpt_from_scratch before torch, or start Python with "
+                  "OMP_WAIT_POLICY=PASSIVE", stacklevel=3)
+    torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def check_int(owner: str, name: str, value, minimum: int | None = None, optional: bool = False) -> int | None:

@@ -123,6 +123,51 @@ def test_the_package_makes_waiting_threads_sleep_unless_the_reader_chose(tmp_pat
     assert run(dict(env, OMP_WAIT_POLICY="ACTIVE")) == "ACTIVE"
 
 
+def test_the_package_knows_when_torchs_threads_spin():
+    code = "import sys\nif sys.argv[1] == 'torch': import torch\nimport gpt_from_scratch as g\n" \
+           "print(g.SPINNING_THREADS)"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    run = lambda first, e: subprocess.run([sys.executable, "-c", code, first], env=e,  # noqa: E731
+                                          capture_output=True, text=True, check=True).stdout.strip()
+    assert run("package", env) == "False"  # the package asked them to sleep before torch loaded
+    assert run("torch", env) == "True"  # too late: torch read the policy when it loaded
+    assert run("torch", dict(env, OMP_WAIT_POLICY="passive")) == "False"  # the reader's choice
+    assert run("package", dict(env, OMP_WAIT_POLICY="ACTIVE")) == "True"
+
+
+@pytest.mark.parametrize("spinning, others, wanted", [
+    (True, 1, 1),  # one core of two busy: one thread, and a warning
+    (True, 0, 2),  # quiet cores: every thread
+    (False, 1, 2),  # sleeping threads wait well: every thread
+    (True, None, 2),  # no count of running threads (not Linux): every thread
+])
+def test_training_takes_the_free_cores_when_threads_spin(monkeypatch, spinning, others, wanted):
+    import warnings
+
+    import torch
+
+    import gpt_from_scratch
+    from gpt_from_scratch import utils
+
+    monkeypatch.setattr(gpt_from_scratch, "SPINNING_THREADS", spinning)
+    monkeypatch.setattr(utils, "_others_running", lambda: others)
+    monkeypatch.setattr(utils.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            with utils.free_threads("cpu"):
+                inside = torch.get_num_threads()
+        assert inside == wanted and torch.get_num_threads() == 2  # and back afterwards
+        assert [str(w.message) for w in said if "spin while they wait" in str(w.message)] == (
+            [] if wanted == 2 else [said[0].message.args[0]])
+        with utils.free_threads("cuda"):  # a GPU's work is not the CPU threads'
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_real_words_and_loops_are_judged_with_their_margins():
     from gpt_from_scratch.book.samples import decoding_lessons, real_words_lesson
 
