@@ -83,8 +83,8 @@ class ChatTokenizer:
     def encode(self, text: str) -> list[int]:
         """Plain text only: a chat marker written as text is an error, never a special id."""
         if not isinstance(text, str):
-            raise TypeError(f"ChatTokenizer.encode: text must be a str, got {type(text).__name__} "
-                            f"{text!r:.40}: pass the message's text")
+            raise TypeError("ChatTokenizer.encode: text must be a str, got "
+                            f"{type(text).__name__} {text!r:.40}: pass the message's text")
         for token in SPECIAL_TOKENS:
             if token in text:
                 raise ValueError(f"the text {text[:40]!r} contains the chat marker {token}: markers "
@@ -115,9 +115,9 @@ class ChatTokenizer:
         the prompt and counting: the boundary is exact by construction.
         """
         if not isinstance(messages, (list, tuple)):
-            raise TypeError(f"render: messages must be a list of {{'role', 'content'}} dicts, got "
-                            f"a {type(messages).__name__}: wrap one message as [{{'role': 'user', "
-                            "'content': text}]")
+            raise TypeError("render: messages must be a list of {'role', 'content'} "
+                            f"dicts, got a {type(messages).__name__}: wrap one message as "
+                            "[{'role': 'user', 'content': text}]")
         if not messages:
             raise ValueError("render needs at least one message, got an empty list")
         ids: list[int] = []
@@ -144,23 +144,24 @@ def add_chat_tokens(model: GPT, n_new: int = len(SPECIAL_TOKENS)) -> GPT:
     on (a random row of a trained table is far smaller than its typical row), and with the tied
     head its output logit starts at ``h . mean``, the average of the old tokens' logits: neither
     a token the model already prefers nor one it can never reach. Fine-tuning then moves the rows.
-    The tied ``lm_head`` grows with ``wte``; an untied head gets the mean of its own rows. LoRA
-    layers (Chapter 9) are kept, with their weights and which parameters train.
+    The tied ``lm_head`` grows with ``wte``; an untied head gets the mean of its own rows.
+    LoRA layers (Chapter 9) are kept, with their weights and which parameters train.
     """
     if not isinstance(model, GPT):
-        raise TypeError(f"add_chat_tokens: model is a {type(model).__name__}, not a GPT: it grows a "
-                        "GPT's wte and lm_head (a Llama's tables are not grown here)")
+        raise TypeError(f"add_chat_tokens: model is a {type(model).__name__}, not a GPT: "
+                        "it grows a GPT's wte and lm_head (a Llama's tables are not grown "
+                        "here)")
     n_new = check_int("add_chat_tokens", "n_new", n_new, minimum=1)
     V, D = model.wte.weight.shape
     config = dataclasses.replace(model.config, vocab_size=V + n_new)
     grown = with_lora(GPT(config), lora_settings(model))  # the same LoRA layers, if any
     tables = ("wte.weight", "lm_head.weight")
     state = {k: v for k, v in model.state_dict().items() if k not in tables}
-    missing, unexpected = grown.load_state_dict(state, strict=False)  # all but the two tables
+    missing, unexpected = grown.load_state_dict(state, strict=False)  # all but the tables
     if set(missing) - set(tables) or unexpected:
-        raise ValueError(f"add_chat_tokens: the grown copy lacks {unexpected[:3]} and has no "
-                         f"weights for {sorted(set(missing) - set(tables))[:3]}: grow the model "
-                         "before changing its layers")
+        raise ValueError(f"add_chat_tokens: the grown copy lacks {unexpected[:3]} and has "
+                         f"no weights for {sorted(set(missing) - set(tables))[:3]}: grow "
+                         "the model before changing its layers")
     trains = dict(model.named_parameters())
     for name, p in grown.named_parameters():
         p.requires_grad_(trains[name].requires_grad)

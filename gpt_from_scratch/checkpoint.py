@@ -40,7 +40,7 @@ CHECKPOINT_FORMAT = "gpt_from_scratch.checkpoint/1"
 MODEL_FILE, OPTIMIZER_FILE, META_FILE = "model.safetensors", "optimizer.safetensors", "checkpoint.json"
 STAGING = ".next"  # where a save writes its files before the commit point
 MAX_META_BYTES = 64 << 20  # checkpoint.json holds configs and a history: megabytes at most
-MODELS = {"GPT": (GPT, GPTConfig), "Llama": (Llama, LlamaConfig)}  # what a checkpoint can hold
+MODELS = {"GPT": (GPT, GPTConfig), "Llama": (Llama, LlamaConfig)}  # what checkpoints hold
 
 
 class CheckpointError(ValueError):
@@ -106,14 +106,14 @@ def _model_kind(model: nn.Module) -> str:
     for name, (cls, _) in MODELS.items():
         if isinstance(model, cls):
             return name
-    raise TypeError(f"save_checkpoint: model is a {type(model).__name__}, and a checkpoint rebuilds "
-                    f"only {' or '.join(MODELS)}: save another module's weights with "
-                    "safetensors.torch.save_model(model, path)")
+    raise TypeError(f"save_checkpoint: model is a {type(model).__name__}, and a checkpoint "
+                    f"rebuilds only {' or '.join(MODELS)}: save another module's weights "
+                    "with safetensors.torch.save_model(model, path)")
 
 
-def save_checkpoint(path: str | os.PathLike, model: GPT | Llama, step: int = 0, train_config=None,
-                    optimizer: torch.optim.Optimizer | None = None, history=None,
-                    extra: dict | None = None) -> Path:
+def save_checkpoint(path: str | os.PathLike, model: GPT | Llama, step: int = 0,
+                    train_config=None, optimizer: torch.optim.Optimizer | None = None,
+                    history=None, extra: dict | None = None) -> Path:
     """Write a checkpoint folder ``path``: weights, optimizer state (if given) and a JSON description.
 
     Crash-safe (see the module docstring): interrupted at any moment, the folder still loads as the
@@ -206,9 +206,10 @@ def _read_meta(path: Path) -> dict:
         if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
             raise CheckpointError(f"{meta_path}: field {key!r} is {meta.get(key)!r:.80}, not a valid value: "
                                   "the file was edited or damaged. Delete the folder and save again")
-    if meta.get("model", "GPT") not in MODELS:  # written before Llamas could be saved: a GPT
-        raise CheckpointError(f"{meta_path}: field 'model' is {meta['model']!r:.80}, expected one of "
-                              f"{list(MODELS)}: the file was edited or damaged")
+    if meta.get("model", "GPT") not in MODELS:  # absent: saved before Llamas were, a GPT
+        raise CheckpointError(f"{meta_path}: field 'model' is {meta['model']!r:.80}, "
+                              f"expected one of {list(MODELS)}: the file was edited or "
+                              "damaged")
     if meta.get("staging", STAGING) != STAGING:
         raise CheckpointError(f"{meta_path}: field 'staging' is {meta['staging']!r}, expected {STAGING!r}")
     return meta
@@ -272,7 +273,8 @@ def _check_shapes(weights: Path, config, meta: dict, meta_path: Path) -> None:
     if layers == set(range(config.n_layers)):
         with torch.device("meta"):
             model_class = MODELS[meta.get("model", "GPT")][0]
-            one = _with_lora(model_class(dataclasses.replace(config, n_layers=1)), meta, meta_path)
+            one = model_class(dataclasses.replace(config, n_layers=1))
+            one = _with_lora(one, meta, meta_path)
             one = one.state_dict()
         expected = {re.sub(r"^blocks\.0\.", f"blocks.{i}.", name): tuple(t.shape)
                     for i in range(config.n_layers) for name, t in one.items()
@@ -311,8 +313,9 @@ def _optimizer_state(file: Path, groups: list, device: str) -> dict:
 def load_checkpoint(path: str | os.PathLike, device: str = "cpu") -> Checkpoint:
     """Read a folder written by ``save_checkpoint``, verifying every file's SHA-256 first.
 
-    Rebuilds the model (a ``GPT`` or a ``Llama``) from its stored config (after checking that the stored tensors have its
-    shapes, so a damaged description cannot make it allocate a huge model), loads the weights
+    Rebuilds the model (a ``GPT`` or a ``Llama``) from its stored config (after checking
+    that the stored tensors have its shapes, so a damaged description cannot make it
+    allocate a huge model), loads the weights
     (re-tying tied ones, strictly) and returns a ``Checkpoint``. A damaged folder raises a
     ``CheckpointError`` (a ValueError) saying what is wrong.
     """

@@ -113,7 +113,7 @@ def generate_padded(model, prompts: Sequence[Sequence[int]], max_new_tokens: int
     _check_options(temperature, top_k, top_p, greedy, max_new_tokens)
     _check_ids(prompts, pad_id, model.config.vocab_size)
     idx, attention_mask = left_pad(prompts, pad_id)
-    room = model.config.context_length - idx.size(1)  # new tokens that fit after the longest prompt
+    room = model.config.context_length - idx.size(1)  # new tokens after the longest prompt
     if max_new_tokens > room:
         fix = (f"generate at most {room} tokens" if room > 0 else
                f"shorten the prompts to fewer than {model.config.context_length} tokens")

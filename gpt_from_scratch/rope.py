@@ -22,7 +22,8 @@ from torch import Tensor
 
 def rope_frequencies(d_head: int, theta: float = 10_000.0) -> Tensor:
     """The ``d_head / 2`` angular frequencies ``theta ** (-2i / d_head)``, from 1 down to about 1/theta."""
-    if isinstance(d_head, bool) or not isinstance(d_head, numbers.Integral) or d_head <= 0 or d_head % 2:
+    whole = isinstance(d_head, numbers.Integral) and not isinstance(d_head, bool)
+    if not whole or d_head <= 0 or d_head % 2:
         raise ValueError(
             f"RoPE needs an even head width, got d_head={d_head!r}: it rotates pairs of features, so choose "
             "d_model and n_heads with d_model / n_heads even (Llama uses 128)"

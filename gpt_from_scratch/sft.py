@@ -40,8 +40,8 @@ def collate(examples: list[tuple[list[int], list[int]]], pad_id: int, context_le
     """Right-pad shifted examples into ``idx`` (B, T) and ``targets`` (B, T); pads get ``pad_id``
     in ``idx`` and ``IGNORE`` in ``targets``, so a pad is never learned (the end marker is)."""
     if not examples:
-        raise ValueError("collate: examples is empty: pass at least one (inputs, targets) pair "
-                         "(shift(*render(messages)))")
+        raise ValueError("collate: examples is empty: pass at least one (inputs, targets) "
+                         "pair (shift(*render(messages)))")
     T = max(len(x) for x, _ in examples)
     if T > context_length:
         raise ValueError(f"an example has {T} input tokens, the model reads {context_length}: drop "
@@ -58,8 +58,8 @@ def labels_to_targets(labels: Tensor) -> Tensor:
     """Hugging Face's ``labels`` (B, T), aligned with the inputs, as shifted ``targets`` (B, T):
     ``targets[:, t] = labels[:, t + 1]``, the last position ignored."""
     if labels.dim() != 2:
-        raise ValueError(f"labels_to_targets: labels of shape {tuple(labels.shape)} must be (B, T): "
-                         "add the batch dimension, labels[None]")
+        raise ValueError(f"labels_to_targets: labels of shape {tuple(labels.shape)} must "
+                         "be (B, T): add the batch dimension, labels[None]")
     return torch.cat([labels[:, 1:], labels.new_full((labels.shape[0], 1), IGNORE)], dim=1)
 
 
@@ -71,8 +71,9 @@ def masked_loss(logits: Tensor, targets: Tensor) -> Tensor:
     """
     if logits.dim() != 3 or targets.shape != logits.shape[:2]:
         raise ValueError(f"masked_loss: logits {tuple(logits.shape)} and targets "
-                         f"{tuple(targets.shape)} must be (B, T, V) and (B, T): pass the model's "
-                         "logits for the idx that collate returned with these targets")
+                         f"{tuple(targets.shape)} must be (B, T, V) and (B, T): pass the "
+                         "model's logits for the idx that collate returned with these "
+                         "targets")
     if not (targets != IGNORE).any():
         raise ValueError("every target is ignored (-100): the masked loss would be 0 / 0; check "
                          "that the mask marks the assistant's tokens with 1")
@@ -100,9 +101,10 @@ def _divergence_fix(model: nn.Module, step: int, lr: float) -> str:
     if step == 0:
         broken = [n for n, p in model.named_parameters() if not p.isfinite().all()]
         if broken:
-            return (f"the model's weights were not finite before the first step ({broken[0]}): "
-                    "it diverged earlier; fine-tune a model whose weights are finite")
-        return "the model's outputs are not finite before any update: check the model and the ids"
+            return ("the model's weights were not finite before the first step ("
+                    f"{broken[0]}): it diverged earlier; fine-tune a model whose weights "
+                    "are finite")
+        return "the model's outputs are not finite before any update: check model and ids"
     return f"training diverged: lower lr={lr:g}"
 
 
@@ -121,7 +123,7 @@ def train_sft(model: nn.Module, examples: list[tuple[list[int], list[int]]], pad
     lr = check_float("train_sft", "lr", lr, 0.0, low_open=True)
     batch_size = check_int("train_sft", "batch_size", batch_size, minimum=1)
     if not examples:
-        raise ValueError("train_sft: examples is empty: pass the shifted conversations to train on")
+        raise ValueError("train_sft: examples is empty: pass the shifted conversations")
     g = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     T = model.config.context_length

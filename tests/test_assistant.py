@@ -307,7 +307,7 @@ def test_greedy_turns_equal_generate_padded_and_stop_at_the_end_marker():
     assert len(cut[0]) <= 10 and (len(cut[0]) == 10 or all(end in row for row in cut))
 
 
-# ------------------------------------------------------------------------- odd inputs, loudly
+# ----------------------------------------------------------------- odd inputs, loudly
 def char_chat(context_length: int = 48, seed: int = 0) -> tuple[GPT, ChatTokenizer]:
     chars = CharTokenizer("abcdefghijklmnopqrstuvwxyzGFLR:!,. ")
     torch.manual_seed(seed)
@@ -320,8 +320,8 @@ def test_add_chat_tokens_keeps_the_lora_layers():
     from gpt_from_scratch.lora import apply_lora, lora_layers
 
     torch.manual_seed(0)
-    model = apply_lora(GPT(GPTConfig(vocab_size=20, context_length=16, d_model=16, n_layers=1,
-                                     n_heads=2, dropout=0.0)), r=2)
+    model = apply_lora(GPT(GPTConfig(vocab_size=20, context_length=16, d_model=16,
+                                     n_layers=1, n_heads=2, dropout=0.0)), r=2)
     for layer in lora_layers(model).values():
         torch.nn.init.normal_(layer.lora_B)  # a trained adapter (B starts at 0)
     grown = add_chat_tokens(model)
@@ -369,14 +369,14 @@ def test_sft_on_a_model_already_nan_does_not_advise_a_lower_lr():
     with torch.no_grad():
         model.wte.weight.fill_(float("nan"))
     examples = [shift(*tok.render(Item("Repeat", "to be").messages("rude")))]
-    with pytest.raises(FloatingPointError, match=r"step 0: the model's weights were not finite "
-                                                 r"before the first step \(wte.weight\)"):
+    with pytest.raises(FloatingPointError, match=r"step 0: the model's weights were not "
+                                                 r"finite before the first step \(wte"):
         train_sft(model, examples, tok.pad_id, 2)
 
 
 @pytest.mark.parametrize("call, error, fragment", [
     (lambda m, t: t.render("hi"), TypeError, "messages must be a list"),
-    (lambda m, t: t.render(["hi"]), ValueError, "message 0 is 'hi': each message needs a role"),
+    (lambda m, t: t.render(["hi"]), ValueError, "message 0 is 'hi': each message needs"),
     (lambda m, t: t.encode(5), TypeError, "text must be a str, got int"),
     (lambda m, t: add_chat_tokens(torch.nn.Linear(2, 2)), TypeError, "Linear, not a GPT"),
     (lambda m, t: add_chat_tokens(m, -1), ValueError, "n_new=-1 must be a positive int"),
@@ -391,19 +391,19 @@ def test_sft_on_a_model_already_nan_does_not_advise_a_lower_lr():
                                  torch.zeros(2, 4, dtype=torch.long)), ValueError,
      r"targets of shape \(2, 4\) must have idx's shape \(2, 3\)"),
     (lambda m, t: dpo_loss(*[torch.zeros(0)] * 4), ValueError, "N >= 1"),
-    (lambda m, t: dpo_loss(*[torch.zeros(2)] * 4, beta="0.1"), ValueError, "beta='0.1' must be"),
+    (lambda m, t: dpo_loss(*[torch.zeros(2)] * 4, beta="0.1"), ValueError, "beta='0.1'"),
 ])
 def test_chat_sft_and_dpo_name_a_bad_value_and_the_fix(call, error, fragment):
-    """Each used to be a bare AttributeError, IndexError, max() or torch error, or a NaN loss."""
+    """Each was a bare AttributeError, IndexError, max() or torch error, or a NaN loss."""
     with pytest.raises(error, match=fragment):
         call(*char_chat())
 
 
 @pytest.mark.parametrize("call, fragment", [
     (lambda A, m, t: A.Item("Repeat", "..."), r"the line must hold a word"),
-    (lambda A, m, t: A.Item("Sing", "to be"), r"the task must be one of \['Last word', 'Repeat'\]"),
-    (lambda A, m, t: A.Item("Repeat", "to be").messages("polite"), "style='polite' is not one"),
-    (lambda A, m, t: A.majority_answer([], "Repeat"), "no item of task 'Repeat' among 0 items"),
+    (lambda A, m, t: A.Item("Sing", "to be"), r"task must be one of \['Last word'"),
+    (lambda A, m, t: A.Item("Repeat", "to be").messages("polite"), "style='polite' is not"),
+    (lambda A, m, t: A.majority_answer([], "Repeat"), "no item of task 'Repeat' among 0"),
     (lambda A, m, t: A.evaluate(m, t, []), "items is empty"),
     (lambda A, m, t: A.evaluate(m, t, [A.Item("Repeat", "to be")], batch_size=0),
      "batch_size=0 must be a positive int"),
@@ -413,7 +413,7 @@ def test_chat_sft_and_dpo_name_a_bad_value_and_the_fix(call, error, fragment):
      r"lr=-1.0 must be in \(0, inf\)"),
 ])
 def test_the_instruction_task_names_a_bad_value_and_the_fix(call, fragment):
-    """Each used to be a bare IndexError, KeyError, ZeroDivisionError or range()/randint error."""
+    """Each was a bare IndexError, KeyError, ZeroDivisionError or range()/randint error."""
     from gpt_from_scratch.book import assistant
 
     with pytest.raises(ValueError, match=fragment):

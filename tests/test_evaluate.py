@@ -87,7 +87,7 @@ def test_score_choices_refuses_ragged_items():
 
 
 def test_a_context_of_only_spaces_is_refused_not_scored_from_the_wrong_position():
-    """Its spaces all moved to the continuation, whose first token was scored from position -1."""
+    """Its spaces all moved to the continuation, whose first token was read at -1."""
     with pytest.raises(ValueError, match=r"context is empty or only spaces \('   '\)"):
         encode_pair(CharTokenizer("ab ").encode, "   ", "a")
 
@@ -102,8 +102,8 @@ def test_a_diverged_model_is_refused_not_scored_100_percent():
 
 
 @pytest.mark.parametrize("call, error, fragment", [
-    (lambda m, e: score_choices(m, e, [dict(context="a", choices=["b"], gold=0)]), TypeError,
-     "item 0 is a dict: pass MultipleChoice"),
+    (lambda m, e: score_choices(m, e, [dict(context="a", choices=["b"], gold=0)]),
+     TypeError, "item 0 is a dict: pass MultipleChoice"),
     (lambda m, e: score_choices(torch.nn.Linear(2, 2), e, [MultipleChoice("a", ["b"], 0)]),
      TypeError, "model is a Linear without config.context_length"),
     (lambda m, e: continuation_logprobs(m, [([0], [])]), ValueError,
@@ -118,7 +118,7 @@ def test_a_diverged_model_is_refused_not_scored_100_percent():
     (lambda m, e: bits_per_byte(math.nan, 10), ValueError, "nats=nan must be a finite"),
 ])
 def test_odd_inputs_name_the_value_and_the_fix(call, error, fragment):
-    """Each used to be a bare AttributeError, torch.cat or range() error, or a silent result."""
+    """Each was a bare AttributeError, torch.cat or range() error, or a silent result."""
     with pytest.raises(error, match=fragment):
         call(tiny_gpt(3), CharTokenizer("ab ").encode)
 
@@ -155,14 +155,14 @@ def test_next_line_items_are_deterministic_and_length_matched(corpus):
 
 
 @pytest.mark.parametrize("draw, fragment", [
-    (lambda text: last_word_items(text, 0, n_items=2, n_choices=0), "needs n_items >= 1, n_choices"),
+    (lambda text: last_word_items(text, 0, n_items=2, n_choices=0), "n_choices >= 2"),
     (lambda text: last_word_items(text, 0, n_items=2, tolerance=-5), "tolerance >= 0"),
-    (lambda text: last_word_items(text, 0, n_items=2, n_choices=400), "raise the tolerance"),
-    (lambda text: next_line_items(text, 0, NextLineSettings(n_items=-1)), "needs n_items >= 1"),
-    (lambda text: BigramTable(np.array([1, 2, 30]), 5), r"span \[1, 30\], outside .*\[0, 5\)"),
+    (lambda text: last_word_items(text, 0, n_choices=400), "raise the tolerance"),
+    (lambda text: next_line_items(text, 0, NextLineSettings(n_items=-1)), "n_items >= 1"),
+    (lambda text: BigramTable(np.array([1, 2, 30]), 5), r"span \[1, 30\], outside .*5\)"),
 ])
 def test_the_offline_sets_name_a_bad_setting(corpus, draw, fragment):
-    """Each used to fail as random.sample's "Sample larger than population" or a view error."""
+    """Each failed as random.sample's "Sample larger than population" or a view error."""
     with pytest.raises(ValueError, match=fragment):
         draw(corpus)
 

@@ -147,7 +147,7 @@ def test_a_numpy_margin_is_a_number(margin):
 
 
 def test_a_tensor_margin_and_a_nan_run_are_refused_with_the_fix():
-    with pytest.raises(ValueError, match=r"must be a number, not a Tensor.*margin.item\(\)"):
+    with pytest.raises(ValueError, match=r"a number, not a Tensor.*margin.item\(\)"):
         lessons.lesson("x", torch.tensor(0.5), "nats", "a", "b")
     with pytest.raises(ValueError, match="diverged has no loss to compare"):
         lessons.paired_difference([1.0, math.nan], [1.0, 2.0])  # an AttributeError before

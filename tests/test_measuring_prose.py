@@ -103,8 +103,8 @@ def test_the_hellaswag_sentence_offline_and_online():
 
 def test_a_damaged_hellaswag_file_is_named_with_its_line(tmp_path):
     path = tmp_path / "hellaswag_val.jsonl"
-    path.write_text('{"ctx": "a"}\n{"ctx": "b", "end\n', encoding="utf-8")  # cut mid-download
-    with pytest.raises(ValueError, match=r"hellaswag_val.jsonl, line 2, is not JSON .*delete it"):
+    path.write_text('{"ctx": "a"}\n{"ctx": "b", "end\n', encoding="utf-8")  # cut short
+    with pytest.raises(ValueError, match=r"val.jsonl, line 2, is not JSON .*delete it"):
         hellaswag_rows(path)  # a bare JSONDecodeError before
 
 
@@ -117,6 +117,6 @@ def test_a_failed_hellaswag_download_says_where_to_put_a_copy(tmp_path, monkeypa
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     path = tmp_path / "hellaswag" / "hellaswag_val.jsonl"
-    with pytest.raises(OSError, match="cannot download .*put a copy of hellaswag_val.jsonl at"):
+    with pytest.raises(OSError, match="cannot download .*put a copy of hellaswag_val"):
         hellaswag_rows(path)  # a bare URLError before
     assert not path.exists() and list(path.parent.iterdir()) == []  # no half-written file

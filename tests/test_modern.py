@@ -303,15 +303,16 @@ def test_llama_weights_run_at_a_longer_context():
 
 
 def test_a_llama_trained_with_out_dir_loads_and_resumes(tmp_path):
-    """Its checkpoints name the model they hold: load_checkpoint and resume=True rebuild a Llama
-    (they used to refuse them as an invalid GPTConfig)."""
+    """Its checkpoints name the model they hold: load_checkpoint and resume=True rebuild a
+    Llama (they used to refuse them as an invalid GPTConfig)."""
     model = Llama(LlamaConfig(**SHAPES[2]))
     data = np.random.default_rng(0).integers(0, 64, 400).astype(np.uint16)
     cfg = dict(batch_size=2, block_size=8, eval_interval=2, eval_iters=1, progress=False)
     train(model, data, data, TrainConfig(max_iters=2, **cfg), out_dir=tmp_path)
     loaded = load_checkpoint(tmp_path).model
     assert type(loaded) is Llama and loaded.config == model.config
-    assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
+    state = model.state_dict()
+    assert all(torch.equal(v, state[k]) for k, v in loaded.state_dict().items())
     history = train(model, data, data, TrainConfig(max_iters=3, **cfg), out_dir=tmp_path,
                     resume=True)
     assert history.step == [0, 1, 2] and load_checkpoint(tmp_path).step == 3
@@ -321,7 +322,8 @@ def test_a_llama_trained_with_out_dir_loads_and_resumes(tmp_path):
 
 @pytest.mark.parametrize("build, fragment", [
     (lambda: llama_hidden_size(64, multiple_of=0), "multiple_of=0 must be a positive int"),
-    (lambda: Llama(LlamaConfig(**SHAPES[2]))(torch.zeros(1, 2, dtype=torch.long), kv_cache=[]),
+    (lambda: Llama(LlamaConfig(**SHAPES[2]))(torch.zeros(1, 2, dtype=torch.long),
+                                              kv_cache=[]),
      "kv_cache has 0 layers, the model 1: use model.new_kv_cache()"),
     (lambda: rope_frequencies(8, theta="1e4"), "rope theta='1e4' must be > 1"),
     (lambda: GroupedQueryAttention(32, "4"), r"n_heads='4' must be an int \(str given\)"),
@@ -330,7 +332,7 @@ def test_chapter_10_parts_name_a_bad_value_and_the_fix(build, fragment):
     """Each used to fail with a bare ZeroDivisionError, IndexError or TypeError."""
     with pytest.raises(ValueError, match=fragment):
         build()
-    assert torch.equal(rope_frequencies(np.int64(8)), rope_frequencies(8))  # a NumPy width is one
+    assert torch.equal(rope_frequencies(np.int64(8)), rope_frequencies(8))  # NumPy's is one
 
 # ----- The generated verdict ---------------------------------------------------------------------------
 

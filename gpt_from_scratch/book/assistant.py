@@ -39,9 +39,11 @@ class Item:
     line: str
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS or not isinstance(self.line, str) or not WORD.search(self.line):
+        line_ok = isinstance(self.line, str) and WORD.search(self.line)
+        if self.task not in TASKS or not line_ok:
             raise ValueError(f"Item({self.task!r}, {self.line!r}): the task must be one of "
-                             f"{list(TASKS)} and the line must hold a word (task_items makes them)")
+                             f"{list(TASKS)} and the line must hold a word (task_items "
+                             "makes them)")
 
     @property
     def prompt(self) -> str:
@@ -57,7 +59,8 @@ class Item:
         if style is None:
             return user
         if style not in STYLES:
-            raise ValueError(f"style={style!r} is not one of {list(STYLES)} (or None: no answer)")
+            raise ValueError(f"style={style!r} is not one of {list(STYLES)} (None: no "
+                             "answer)")
         return user + [{"role": "assistant", "content": STYLES[style] + self.answer}]
 
 
@@ -102,8 +105,8 @@ def majority_answer(items: list[Item], task: str) -> str:
     the line would give."""
     answers = Counter(i.answer for i in items if i.task == task)
     if not answers:
-        raise ValueError(f"majority_answer: no item of task {task!r} among {len(items)} items: "
-                         f"pass items of that task (tasks: {list(TASKS)})")
+        raise ValueError(f"majority_answer: no item of task {task!r} among {len(items)} "
+                         f"items: pass items of that task (tasks: {list(TASKS)})")
     return answers.most_common(1)[0][0]
 
 
@@ -135,11 +138,12 @@ def greedy_turns(model, prompts: list[list[int]], max_new_tokens: int, end_id: i
 @torch.no_grad()
 def evaluate(model, tok: ChatTokenizer, items: list[Item], batch_size: int = 64) -> dict:
     """Each task's ``stop`` rate, ``exact`` match and ``courteous`` share (of the answers that
-    open in a style) on ``items``, greedy; ``responses`` lists ``(item, text, stopped)``. A task
-    with no item in ``items`` has no scores."""
+    open in a style) on ``items``, greedy; ``responses`` lists ``(item, text, stopped)``.
+    A task with no item in ``items`` has no scores."""
     batch_size = check_int("evaluate", "batch_size", batch_size, minimum=1)
     if not items:
-        raise ValueError("evaluate: items is empty: pass the held-out items of task_items(text)")
+        raise ValueError("evaluate: items is empty: pass the held-out items of "
+                         "task_items(text)")
     T = model.config.context_length
     responses = []
     batches = [group[k:k + batch_size] for group in ([i for i in items if i.task == task]
@@ -149,9 +153,9 @@ def evaluate(model, tok: ChatTokenizer, items: list[Item], batch_size: int = 64)
         prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in batch]
         longest = max(len(p) for p in prompts)
         if longest >= T:  # no room for an answer: it would be scored "stop 0, exact 0"
-            raise ValueError(f"evaluate: a prompt is {longest} tokens, the model reads {T}: no "
-                             "token is left for the answer; evaluate with shorter lines or a "
-                             "model with a longer context")
+            raise ValueError(f"evaluate: a prompt is {longest} tokens, the model reads {T}"
+                             ": no token is left for the answer; evaluate with shorter "
+                             "lines or a model with a longer context")
         outs = greedy_turns(model, prompts, T - longest, tok.end_id, tok.pad_id)
         for item, out in zip(batch, outs):
             new, stopped = answer_ids(out, tok.end_id)
@@ -176,7 +180,7 @@ def courtesy(model, tok: ChatTokenizer, items: list[Item]) -> float:
     rudely: at the answer's first position, p("G") / (p("G") + p("F")), the first characters of
     the two openings. Greedy decoding shows only the likelier opening; this shows the odds."""
     if not items:
-        raise ValueError("courtesy: items is empty: pass the held-out items to measure it on")
+        raise ValueError("courtesy: items is empty: pass the held-out items to measure")
     prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in items]
     idx, attention_mask = left_pad(prompts, tok.pad_id)  # (B, T) each
     with eval_mode(model):
@@ -202,9 +206,9 @@ def train_dpo(policy, reference, pairs: list, tok: ChatTokenizer, steps: int, ba
     if not pairs:
         raise ValueError("train_dpo: pairs is empty: pass preference_pairs(items, tok)")
     if policy is reference:
-        raise ValueError("train_dpo: the policy is its own reference, so every log-ratio is 0 "
-                         "and the loss stays ln 2: pass reference=copy.deepcopy(policy), made "
-                         "before training")
+        raise ValueError("train_dpo: the policy is its own reference, so every log-ratio "
+                         "is 0 and the loss stays ln 2: pass "
+                         "reference=copy.deepcopy(policy), made before training")
     g = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
     reference.eval()

@@ -34,24 +34,26 @@ def preprocess(text: str) -> str:
 
 def hellaswag_rows(path: str | Path | None = None) -> list[dict]:
     """The validation split's rows, from ``path`` or the cache (downloaded there the first time);
-    a file that does not hold the split's 10,042 rows is refused, and a failed download is an
-    ``OSError`` that says where to put a copy."""
+    a file that does not hold the split's 10,042 rows is refused, and a failed download is
+    an ``OSError`` that says where to put a copy."""
     path = Path(path) if path else cache_dir() / "hellaswag" / "hellaswag_val.jsonl"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with atomic_path(path) as tmp, urllib.request.urlopen(HELLASWAG_URL, timeout=60) as r:
+            with atomic_path(path) as tmp, urllib.request.urlopen(HELLASWAG_URL,
+                                                                  timeout=60) as r:
                 tmp.write_bytes(r.read())
         except (urllib.error.URLError, TimeoutError) as err:
-            raise OSError(f"cannot download {HELLASWAG_URL} ({err}): connect to the network, or "
-                          f"put a copy of hellaswag_val.jsonl at {path}") from None
+            raise OSError(f"cannot download {HELLASWAG_URL} ({err}): connect to the "
+                          "network, or put a copy of hellaswag_val.jsonl at "
+                          f"{path}") from None
     rows = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         try:
             rows += [json.loads(line)] if line else []
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}, line {n}, is not JSON ({err}): the file is truncated or "
-                             "damaged; delete it and run again") from None
+            raise ValueError(f"{path}, line {n}, is not JSON ({err}): the file is "
+                             "truncated or damaged; delete it and run again") from None
     if (len(rows) != HELLASWAG_ITEMS or not isinstance(rows[0], dict)
             or not {"ctx", "endings", "label"} <= set(rows[0])):
         raise ValueError(f"{path} holds {len(rows)} rows, not HellaSwag's {HELLASWAG_ITEMS} "

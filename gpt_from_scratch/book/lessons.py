@@ -53,9 +53,9 @@ def lesson(name: str, margin: float, unit: str, holds: str, fails: str) -> Lesso
     """
     if not isinstance(margin, numbers.Real) or math.isnan(margin):
         what = "NaN" if isinstance(margin, numbers.Real) else f"a {type(margin).__name__}"
-        raise ValueError(f"lesson {name!r}: margin {margin!r} must be a number, not {what}; "
-                         "compute it as the distance from the bar, positive when it holds (a "
-                         "tensor's: margin.item())")
+        raise ValueError(f"lesson {name!r}: margin {margin!r} must be a number, not {what}"
+                         "; compute it as the distance from the bar, positive when it "
+                         "holds (a tensor's: margin.item())")
     found = Lesson(name, float(margin), unit, holds, fails)
     _LESSONS[name] = found
     path = os.environ.get("GPT_FROM_SCRATCH_LESSONS")
@@ -85,7 +85,8 @@ def paired_difference(a, b) -> tuple[float, float]:
                          f"{len(b)}; pass one value per seed on each side")
     if not all(map(math.isfinite, a + b)):
         raise ValueError(f"paired runs must be finite numbers, got {a} and {b}: a run that "
-                         "diverged has no loss to compare; leave its seed out on both sides")
+                         "diverged has no loss to compare; leave its seed out on both "
+                         "sides")
     diffs = [x - y for x, y in zip(a, b)]
     return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
 
