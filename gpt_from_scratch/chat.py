@@ -25,7 +25,9 @@ import torch
 from torch import Tensor, nn
 
 from .generate import generate
+from .lora import lora_settings, with_lora
 from .model import GPT
+from .utils import check_int
 
 USER, ASSISTANT, END, PAD = "<|user|>", "<|assistant|>", "<|end|>", "<|pad|>"
 SPECIAL_TOKENS = (USER, ASSISTANT, END, PAD)  # their ids follow the base vocabulary, in this order
@@ -80,6 +82,9 @@ class ChatTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Plain text only: a chat marker written as text is an error, never a special id."""
+        if not isinstance(text, str):
+            raise TypeError("ChatTokenizer.encode: text must be a str, got "
+                            f"{type(text).__name__} {text!r:.40}: pass the message's text")
         for token in SPECIAL_TOKENS:
             if token in text:
                 raise ValueError(f"the text {text[:40]!r} contains the chat marker {token}: markers "
@@ -109,12 +114,17 @@ class ChatTokenizer:
         The mask is built piece by piece while the ids are concatenated, never by re-tokenizing
         the prompt and counting: the boundary is exact by construction.
         """
+        if not isinstance(messages, (list, tuple)):
+            raise TypeError("render: messages must be a list of {'role', 'content'} "
+                            f"dicts, got a {type(messages).__name__}: wrap one message as "
+                            "[{'role': 'user', 'content': text}]")
         if not messages:
             raise ValueError("render needs at least one message, got an empty list")
         ids: list[int] = []
         mask: list[int] = []
         for n, message in enumerate(messages):
-            role, content = message.get("role"), message.get("content")
+            role, content = (message.get("role"), message.get("content")) if isinstance(
+                message, dict) else (None, None)
             if role not in ROLES or not isinstance(content, str):
                 raise ValueError(f"message {n} is {message!r}: each message needs a role in "
                                  f"{sorted(ROLES)} and a string content")
@@ -135,12 +145,26 @@ def add_chat_tokens(model: GPT, n_new: int = len(SPECIAL_TOKENS)) -> GPT:
     head its output logit starts at ``h . mean``, the average of the old tokens' logits: neither
     a token the model already prefers nor one it can never reach. Fine-tuning then moves the rows.
     The tied ``lm_head`` grows with ``wte``; an untied head gets the mean of its own rows.
+    LoRA layers (Chapter 9) are kept, with their weights and which parameters train.
     """
+    if not isinstance(model, GPT):
+        raise TypeError(f"add_chat_tokens: model is a {type(model).__name__}, not a GPT: "
+                        "it grows a GPT's wte and lm_head (a Llama's tables are not grown "
+                        "here)")
+    n_new = check_int("add_chat_tokens", "n_new", n_new, minimum=1)
     V, D = model.wte.weight.shape
     config = dataclasses.replace(model.config, vocab_size=V + n_new)
-    grown = GPT(config)
-    state = {k: v for k, v in model.state_dict().items() if k not in ("wte.weight", "lm_head.weight")}
-    grown.load_state_dict(state, strict=False)  # every weight but the two (V, D) tables
+    grown = with_lora(GPT(config), lora_settings(model))  # the same LoRA layers, if any
+    tables = ("wte.weight", "lm_head.weight")
+    state = {k: v for k, v in model.state_dict().items() if k not in tables}
+    missing, unexpected = grown.load_state_dict(state, strict=False)  # all but the tables
+    if set(missing) - set(tables) or unexpected:
+        raise ValueError(f"add_chat_tokens: the grown copy lacks {unexpected[:3]} and has "
+                         f"no weights for {sorted(set(missing) - set(tables))[:3]}: grow "
+                         "the model before changing its layers")
+    trains = dict(model.named_parameters())
+    for name, p in grown.named_parameters():
+        p.requires_grad_(trains[name].requires_grad)
     with torch.no_grad():
         old = model.wte.weight  # (V, D)
         grown.wte.weight.copy_(torch.cat([old, old.mean(0, keepdim=True).expand(n_new, D)]))
@@ -189,5 +213,7 @@ def chat(model: nn.Module, tok: ChatTokenizer, history: list[dict], message: str
 
 def pad_batch(rows: list[list[int]], value: int) -> Tensor:
     """Right-pad lists of ids to one (B, T) tensor with ``value``."""
+    if not rows:
+        raise ValueError("pad_batch: rows is empty: pass at least one list of ids")
     T = max(len(r) for r in rows)
     return torch.tensor([r + [value] * (T - len(r)) for r in rows])

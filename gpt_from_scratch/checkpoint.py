@@ -2,6 +2,7 @@
 
 A checkpoint folder holds ``model.safetensors`` (weights), ``optimizer.safetensors`` (AdamW state; no
 pickle anywhere) and ``checkpoint.json`` (configs, step, history, and the SHA-256 of the other files).
+The model is a ``GPT`` or Chapter 10's ``Llama`` (``checkpoint.json`` names which).
 
 Three files cannot be replaced in one step, so saving goes through a staging folder ``.next``:
 1. write the new tensor files into ``.next`` and flush them to disk;
@@ -27,9 +28,11 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 from .lora import lora_settings, with_lora
 from .model import GPT, GPTConfig
+from .modern import Llama, LlamaConfig
 from .train_config import History, TrainConfig
 from .utils import atomic_path, check_int, fsync_dir, sha256_file
 
@@ -37,6 +40,7 @@ CHECKPOINT_FORMAT = "gpt_from_scratch.checkpoint/1"
 MODEL_FILE, OPTIMIZER_FILE, META_FILE = "model.safetensors", "optimizer.safetensors", "checkpoint.json"
 STAGING = ".next"  # where a save writes its files before the commit point
 MAX_META_BYTES = 64 << 20  # checkpoint.json holds configs and a history: megabytes at most
+MODELS = {"GPT": (GPT, GPTConfig), "Llama": (Llama, LlamaConfig)}  # what checkpoints hold
 
 
 class CheckpointError(ValueError):
@@ -47,7 +51,7 @@ class CheckpointError(ValueError):
 class Checkpoint:
     """What ``load_checkpoint`` returns."""
 
-    model: GPT  # in eval mode, on the requested device
+    model: GPT | Llama  # in eval mode, on the requested device
     step: int  # optimizer steps taken
     train_config: object | None  # a train_config.TrainConfig
     optimizer_state: dict | None  # ready for ``optimizer.load_state_dict`` (an optimizer from ``make_optimizer``)
@@ -97,9 +101,19 @@ def _optimizer_tensors(model: GPT, optimizer: torch.optim.Optimizer) -> tuple[di
     return tensors, groups
 
 
-def save_checkpoint(path: str | os.PathLike, model: GPT, step: int = 0, train_config=None,
-                    optimizer: torch.optim.Optimizer | None = None, history=None,
-                    extra: dict | None = None) -> Path:
+def _model_kind(model: nn.Module) -> str:
+    """``model``'s name in ``MODELS``; a TypeError for a model no checkpoint can rebuild."""
+    for name, (cls, _) in MODELS.items():
+        if isinstance(model, cls):
+            return name
+    raise TypeError(f"save_checkpoint: model is a {type(model).__name__}, and a checkpoint "
+                    f"rebuilds only {' or '.join(MODELS)}: save another module's weights "
+                    "with safetensors.torch.save_model(model, path)")
+
+
+def save_checkpoint(path: str | os.PathLike, model: GPT | Llama, step: int = 0,
+                    train_config=None, optimizer: torch.optim.Optimizer | None = None,
+                    history=None, extra: dict | None = None) -> Path:
     """Write a checkpoint folder ``path``: weights, optimizer state (if given) and a JSON description.
 
     Crash-safe (see the module docstring): interrupted at any moment, the folder still loads as the
@@ -108,6 +122,7 @@ def save_checkpoint(path: str | os.PathLike, model: GPT, step: int = 0, train_co
     """
     path = Path(path)
     step = check_int("save_checkpoint", "step", step, minimum=0)
+    kind = _model_kind(model)
     lora = lora_settings(model)  # a fine-tune's LoRA layers, rebuilt on load (Chapter 9)
     weights, tied = _unique_tensors(model.state_dict())
     _check_finite(weights, "the weight")
@@ -125,6 +140,7 @@ def save_checkpoint(path: str | os.PathLike, model: GPT, step: int = 0, train_co
     meta = {
         "format": CHECKPOINT_FORMAT,
         "step": step,
+        "model": kind,
         "model_config": dataclasses.asdict(model.config),
         "train_config": dataclasses.asdict(train_config) if train_config is not None else None,
         "tied": tied,
@@ -190,6 +206,10 @@ def _read_meta(path: Path) -> dict:
         if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
             raise CheckpointError(f"{meta_path}: field {key!r} is {meta.get(key)!r:.80}, not a valid value: "
                                   "the file was edited or damaged. Delete the folder and save again")
+    if meta.get("model", "GPT") not in MODELS:  # absent: saved before Llamas were, a GPT
+        raise CheckpointError(f"{meta_path}: field 'model' is {meta['model']!r:.80}, "
+                              f"expected one of {list(MODELS)}: the file was edited or "
+                              "damaged")
     if meta.get("staging", STAGING) != STAGING:
         raise CheckpointError(f"{meta_path}: field 'staging' is {meta['staging']!r}, expected {STAGING!r}")
     return meta
@@ -231,7 +251,7 @@ def _config_from(meta_path: Path, fields: dict, cls):
         raise CheckpointError(f"{meta_path}: its {cls.__name__} is not valid ({err})") from None
 
 
-def _with_lora(model: GPT, meta: dict, meta_path: Path) -> GPT:
+def _with_lora(model: GPT | Llama, meta: dict, meta_path: Path) -> GPT:
     """``model`` with the LoRA layers ``checkpoint.json`` records (none when it records none)."""
     try:
         return with_lora(model, meta.get("lora"))
@@ -240,7 +260,7 @@ def _with_lora(model: GPT, meta: dict, meta_path: Path) -> GPT:
                               f"({err}): the file was edited or damaged") from None
 
 
-def _check_shapes(weights: Path, config: GPTConfig, meta: dict, meta_path: Path) -> None:
+def _check_shapes(weights: Path, config, meta: dict, meta_path: Path) -> None:
     """Compare the stored tensor shapes with the model ``config`` describes, before allocating it.
 
     The layer count is checked first, then one layer built on the meta device (shapes, no memory)
@@ -252,7 +272,9 @@ def _check_shapes(weights: Path, config: GPTConfig, meta: dict, meta_path: Path)
     expected = None
     if layers == set(range(config.n_layers)):
         with torch.device("meta"):
-            one = _with_lora(GPT(dataclasses.replace(config, n_layers=1)), meta, meta_path)
+            model_class = MODELS[meta.get("model", "GPT")][0]
+            one = model_class(dataclasses.replace(config, n_layers=1))
+            one = _with_lora(one, meta, meta_path)
             one = one.state_dict()
         expected = {re.sub(r"^blocks\.0\.", f"blocks.{i}.", name): tuple(t.shape)
                     for i in range(config.n_layers) for name, t in one.items()
@@ -291,8 +313,9 @@ def _optimizer_state(file: Path, groups: list, device: str) -> dict:
 def load_checkpoint(path: str | os.PathLike, device: str = "cpu") -> Checkpoint:
     """Read a folder written by ``save_checkpoint``, verifying every file's SHA-256 first.
 
-    Rebuilds the model from the stored ``GPTConfig`` (after checking that the stored tensors have its
-    shapes, so a damaged description cannot make it allocate a huge model), loads the weights
+    Rebuilds the model (a ``GPT`` or a ``Llama``) from its stored config (after checking
+    that the stored tensors have its shapes, so a damaged description cannot make it
+    allocate a huge model), loads the weights
     (re-tying tied ones, strictly) and returns a ``Checkpoint``. A damaged folder raises a
     ``CheckpointError`` (a ValueError) saying what is wrong.
     """
@@ -302,9 +325,10 @@ def load_checkpoint(path: str | os.PathLike, device: str = "cpu") -> Checkpoint:
     files = _locate(path, meta)
     if MODEL_FILE not in meta["files"] or (meta["optimizer"] is not None) != (OPTIMIZER_FILE in meta["files"]):
         raise CheckpointError(f"{meta_path} does not list the files its checkpoint needs: it was edited")
-    config = _config_from(meta_path, meta["model_config"], GPTConfig)
+    model_class, config_class = MODELS[meta.get("model", "GPT")]
+    config = _config_from(meta_path, meta["model_config"], config_class)
     _check_shapes(files[MODEL_FILE], config, meta, meta_path)
-    model = _with_lora(GPT(config), meta, meta_path)
+    model = _with_lora(model_class(config), meta, meta_path)
     state = load_file(files[MODEL_FILE])
     try:
         for alias, name in meta["tied"].items():

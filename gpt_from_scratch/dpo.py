@@ -16,6 +16,8 @@ rewards (the chapter shows by how much).
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +30,10 @@ from .sft import IGNORE
 def sequence_logps(model: nn.Module, idx: Tensor, targets: Tensor, average: bool = False) -> Tensor:
     """(B,) log-probability of each row's unmasked targets under ``model``: their sum, or with
     ``average`` their mean per token. idx and targets (B, T), targets shifted (``sft.shift``)."""
+    if targets.shape != idx.shape:
+        raise ValueError(f"sequence_logps: targets of shape {tuple(targets.shape)} must "
+                         f"have idx's shape {tuple(idx.shape)}: pass the pair that collate "
+                         "returned")
     logits, _ = model(idx)  # (B, T, V)
     logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
     keep = targets != IGNORE  # (B, T)
@@ -55,12 +61,26 @@ class DPOOutput:
         return (self.chosen_rewards > self.rejected_rewards).float().mean().item()
 
 
+def check_beta(function: str, beta) -> None:
+    """A ValueError unless ``beta`` is a finite number > 0 (NaN turns the weights NaN)."""
+    number = isinstance(beta, numbers.Real) and not isinstance(beta, bool)
+    if not number or not 0 < beta < math.inf:
+        raise ValueError(f"{function}: beta={beta!r} must be a finite number > 0: it "
+                         "scales the rewards (0.1 is usual; larger keeps the policy "
+                         "closer to the reference)")
+
+
 def dpo_loss(policy_chosen: Tensor, policy_rejected: Tensor, ref_chosen: Tensor,
              ref_rejected: Tensor, beta: float = 0.1) -> DPOOutput:
     """The sigmoid DPO loss from the four (N,) log-probabilities of N pairs."""
-    if beta <= 0:
-        raise ValueError(f"beta={beta} must be > 0: it scales the rewards (0.1 is usual; larger "
-                         "keeps the policy closer to the reference)")
+    check_beta("dpo_loss", beta)
+    logps = dict(policy_chosen=policy_chosen, policy_rejected=policy_rejected,
+                 ref_chosen=ref_chosen, ref_rejected=ref_rejected)
+    shapes = {name: tuple(x.shape) for name, x in logps.items()}
+    if len(set(shapes.values())) > 1 or policy_chosen.dim() != 1 or not len(policy_chosen):
+        raise ValueError("dpo_loss: the four log-probabilities must have one shape (N,), "
+                         f"N >= 1, got {shapes}: pass one value per pair to each (they "
+                         "would broadcast)")
     chosen = beta * (policy_chosen - ref_chosen)  # (N,)
     rejected = beta * (policy_rejected - ref_rejected)  # (N,)
     loss = -F.logsigmoid(chosen - rejected).mean()
@@ -70,9 +90,13 @@ def dpo_loss(policy_chosen: Tensor, policy_rejected: Tensor, ref_chosen: Tensor,
 def dpo_batch_loss(policy: nn.Module, reference: nn.Module, idx: Tensor, targets: Tensor,
                    beta: float = 0.1, average: bool = False) -> DPOOutput:
     """DPO on a batch that stacks the N chosen rows over the N rejected ones: idx, targets (2N, T)."""
-    if idx.shape[0] % 2:
+    if idx.shape[0] % 2 or idx.shape[0] == 0:
         raise ValueError(f"the batch has {idx.shape[0]} rows: stack N chosen rows, then their N "
-                         "rejected rows (2N in all)")
+                         "rejected rows (2N in all, N >= 1)")
+    if policy is reference:
+        raise ValueError("dpo_batch_loss: the policy is its own reference, so every "
+                         "log-ratio is 0 and the loss stays ln 2: pass a frozen copy as "
+                         "reference, copy.deepcopy(policy) made before training")
     policy_logps = sequence_logps(policy, idx, targets, average)  # (2N,)
     with torch.no_grad():
         ref_logps = sequence_logps(reference, idx, targets, average)  # (2N,)

@@ -54,9 +54,10 @@ def encode_pair(encode: Encode, context: str, continuation: str) -> tuple[list[i
     continuation is what follows the context's own ids: with BPE, ``encode(a + b)`` need not be
     ``encode(a) + encode(b)``, and the pair must score the text the model would read.
     """
-    if not context:
-        raise ValueError("context is empty: give every item a context, or start it with the "
-                         "model's document token (the harness uses <|endoftext|>)")
+    if not context.rstrip(" "):  # only spaces: they would all move to the continuation
+        raise ValueError(f"encode_pair: the context is empty or only spaces ({context!r}): "
+                         "give every item a context, or start it with the model's "
+                         "document token (the harness uses <|endoftext|>)")
     n_spaces = len(context) - len(context.rstrip(" "))
     if n_spaces:
         context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
@@ -65,6 +66,16 @@ def encode_pair(encode: Encode, context: str, continuation: str) -> tuple[list[i
         raise ValueError(f"continuation {continuation!r} encodes to no token after context "
                          f"{context[-30:]!r}: every choice needs at least one character")
     return ctx, whole[len(ctx):]
+
+
+def _context_length(function: str, model: nn.Module) -> int:
+    """``model.config.context_length``, or a TypeError saying which models can be scored."""
+    length = getattr(getattr(model, "config", None), "context_length", None)
+    if not isinstance(length, int):
+        raise TypeError(f"{function}: model is a {type(model).__name__} without "
+                        "config.context_length: pass a language model (a GPT, a Llama, a "
+                        "BigramTable) whose forward(idx) returns (logits, loss)")
+    return length
 
 
 def _next_token_logprobs(model: nn.Module, idx: Tensor, rows: Tensor, positions: Tensor) -> Tensor:
@@ -94,7 +105,16 @@ def continuation_logprobs(model: nn.Module, pairs: Sequence[tuple[list[int], lis
     """
     check_int("continuation_logprobs", "batch_size", batch_size, minimum=1)
     start = list(start)
-    keep = model.config.context_length + 1 - len(start)  # tokens of the pair that fit
+    keep = _context_length("continuation_logprobs", model) + 1 - len(start)  # pair tokens
+    if keep < 2:
+        raise ValueError(f"continuation_logprobs: start has {len(start)} tokens and the "
+                         f"model reads {keep + len(start) - 1}: no continuation fits after "
+                         "them; pass at most one or two start tokens (a document token)")
+    empty = [n for n, (_, cont) in enumerate(pairs) if len(cont) == 0]
+    if empty:
+        raise ValueError(f"continuation_logprobs: pair {empty[0]} has no continuation "
+                         "token: every pair needs at least one (make them with "
+                         "encode_pair)")
     out: list[Tensor] = []
     with eval_mode(model):
         for first in range(0, len(pairs), batch_size):
@@ -150,6 +170,11 @@ def score_choices(model: nn.Module, encode: Encode, items: Sequence[MultipleChoi
     (``start``: see ``continuation_logprobs``)."""
     if not items:
         raise ValueError("no items to score: pass at least one MultipleChoice")
+    wrong = [n for n, it in enumerate(items) if not isinstance(it, MultipleChoice)]
+    if wrong:
+        raise TypeError(f"score_choices: item {wrong[0]} is a "
+                        f"{type(items[wrong[0]]).__name__}: pass MultipleChoice(context, "
+                        "choices, gold) items")
     C = len(items[0].choices)
     for i, item in enumerate(items):
         if len(item.choices) != C or not 0 <= item.gold < C:
@@ -159,8 +184,15 @@ def score_choices(model: nn.Module, encode: Encode, items: Sequence[MultipleChoi
     pairs = [encode_pair(encode, it.context, delimiter + ch) for it in items for ch in it.choices]
     logps = continuation_logprobs(model, pairs, batch_size, start)
     N = len(items)
+    loglik = torch.stack([lp.sum() for lp in logps]).view(N, C).double()
+    if not loglik.isfinite().all():  # NaN wins every argmax: a diverged model scored 100%
+        i, c = (~loglik.isfinite()).nonzero()[0].tolist()
+        raise FloatingPointError(f"score_choices: item {i}, choice {c} has log-likelihood "
+                                 f"{loglik[i, c].item()}: the model's outputs are not "
+                                 "finite (its training diverged?); score a model whose "
+                                 "weights are finite")
     return ChoiceScores(
-        loglik=torch.stack([lp.sum() for lp in logps]).view(N, C).double(),
+        loglik=loglik,
         n_tokens=torch.tensor([len(c) for _, c in pairs], dtype=torch.float64).view(N, C),
         n_chars=torch.tensor([[len(ch) for ch in it.choices] for it in items], dtype=torch.float64),
         gold=torch.tensor([it.gold for it in items]))
@@ -175,9 +207,17 @@ def summed_nats(model: nn.Module, ids: np.ndarray | Tensor, batch_size: int = 16
     token of each window is read, never predicted; the last, shorter window is scored too).
     ``start`` is read before every window (a document token), never predicted.
     """
+    batch_size = check_int("summed_nats", "batch_size", batch_size, minimum=1)
     ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
+    if ids.dim() != 1 or len(ids) < 2:
+        raise ValueError(f"summed_nats: ids of shape {tuple(ids.shape)}: pass one sequence "
+                         "of at least 2 token ids (the first is read, the others "
+                         "predicted)")
     first = torch.tensor(list(start), dtype=torch.long)  # (S,)
-    T = model.config.context_length - len(first)  # the text's tokens per window
+    T = _context_length("summed_nats", model) - len(first)  # the text's tokens per window
+    if T < 1:
+        raise ValueError(f"summed_nats: start has {len(first)} tokens and the model reads "
+                         f"{T + len(first)}: no text fits after them; pass a shorter start")
     device = next(itertools.chain(model.parameters(), model.buffers())).device
     total, predicted = 0.0, []
     with eval_mode(model):
@@ -199,6 +239,9 @@ def bits_per_byte(nats: float, n_bytes: int) -> float:
     if n_bytes <= 0:
         raise ValueError(f"n_bytes = {n_bytes}: bits per byte needs the bytes the loss was "
                          "summed over (a positive count)")
+    if not math.isfinite(nats):
+        raise ValueError(f"bits_per_byte: nats={nats!r} must be a finite summed loss: the "
+                         "model's outputs are not finite (its training diverged?)")
     return nats / (math.log(2) * n_bytes)
 
 

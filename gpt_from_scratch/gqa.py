@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from .attention import KVCache, causal_mask, scaled_dot_product_attention
 from .rope import apply_rope
+from .utils import check_int
 
 
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
@@ -49,6 +50,10 @@ class GroupedQueryAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, bias: bool = False,
                  fast: bool = True):
         super().__init__()
+        d_model = check_int("GroupedQueryAttention", "d_model", d_model, minimum=1)
+        n_heads = check_int("GroupedQueryAttention", "n_heads", n_heads, minimum=1)
+        n_kv_heads = check_int("GroupedQueryAttention", "n_kv_heads", n_kv_heads, minimum=1,
+                               optional=True)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if n_heads <= 0 or d_model % n_heads:
             raise ValueError(

@@ -31,6 +31,8 @@ def llama_hidden_size(d_model: int, multiple_of: int = 256) -> int:
     Three matrices of ``d_model x d_ff`` then hold about as many numbers as GPT-2's two of
     ``d_model x 4 d_model``. Llama 7B: ``d_model = 4096`` gives 10,922, rounded to 11,008.
     """
+    d_model = check_int("llama_hidden_size", "d_model", d_model, minimum=1)
+    multiple_of = check_int("llama_hidden_size", "multiple_of", multiple_of, minimum=1)
     hidden = int(2 * 4 * d_model / 3)
     return multiple_of * math.ceil(hidden / multiple_of)
 
@@ -148,11 +150,11 @@ class Llama(nn.Module):
         """
         idx = _token_ids("idx", idx)
         B, T = idx.shape
-        P = 0 if kv_cache is None else len(kv_cache[0])
-        n, V = self.config.context_length, self.config.vocab_size
         if kv_cache is not None and len(kv_cache) != len(self.blocks):
             raise ValueError(f"kv_cache has {len(kv_cache)} layers, the model {len(self.blocks)}: "
                              "use model.new_kv_cache()")
+        P = 0 if kv_cache is None else len(kv_cache[0])
+        n, V = self.config.context_length, self.config.vocab_size
         if T == 0 or P + T > n:
             raise ValueError(f"{T} tokens after {P} cached positions: need 1 to context_length={n} positions "
                              f"in all; keep the last {n} tokens (idx[:, -context_length:])")

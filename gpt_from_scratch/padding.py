@@ -113,11 +113,13 @@ def generate_padded(model, prompts: Sequence[Sequence[int]], max_new_tokens: int
     _check_options(temperature, top_k, top_p, greedy, max_new_tokens)
     _check_ids(prompts, pad_id, model.config.vocab_size)
     idx, attention_mask = left_pad(prompts, pad_id)
-    if idx.size(1) + max_new_tokens > model.config.context_length:
+    room = model.config.context_length - idx.size(1)  # new tokens after the longest prompt
+    if max_new_tokens > room:
+        fix = (f"generate at most {room} tokens" if room > 0 else
+               f"shorten the prompts to fewer than {model.config.context_length} tokens")
         raise ValueError(
             f"the longest prompt ({idx.size(1)} tokens) plus max_new_tokens={max_new_tokens} exceeds "
-            f"context_length={model.config.context_length}: generate at most "
-            f"{model.config.context_length - idx.size(1)} tokens"
+            f"context_length={model.config.context_length}: {fix}"
         )
     with eval_mode(model):
         for _ in range(max_new_tokens):

@@ -14,18 +14,21 @@ head's features, which the conversion of Meta's weights to Hugging Face's applie
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 
 
 def rope_frequencies(d_head: int, theta: float = 10_000.0) -> Tensor:
     """The ``d_head / 2`` angular frequencies ``theta ** (-2i / d_head)``, from 1 down to about 1/theta."""
-    if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head <= 0 or d_head % 2:
+    whole = isinstance(d_head, numbers.Integral) and not isinstance(d_head, bool)
+    if not whole or d_head <= 0 or d_head % 2:
         raise ValueError(
             f"RoPE needs an even head width, got d_head={d_head!r}: it rotates pairs of features, so choose "
             "d_model and n_heads with d_model / n_heads even (Llama uses 128)"
         )
-    if not theta > 1:
+    if isinstance(theta, bool) or not isinstance(theta, numbers.Real) or not theta > 1:
         raise ValueError(f"rope theta={theta!r} must be > 1 (Llama 2 uses 10,000, Llama 3 500,000)")
     return 1.0 / theta ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (d_head / 2,)
 

@@ -39,6 +39,9 @@ def collate(examples: list[tuple[list[int], list[int]]], pad_id: int, context_le
             ) -> tuple[Tensor, Tensor]:
     """Right-pad shifted examples into ``idx`` (B, T) and ``targets`` (B, T); pads get ``pad_id``
     in ``idx`` and ``IGNORE`` in ``targets``, so a pad is never learned (the end marker is)."""
+    if not examples:
+        raise ValueError("collate: examples is empty: pass at least one (inputs, targets) "
+                         "pair (shift(*render(messages)))")
     T = max(len(x) for x, _ in examples)
     if T > context_length:
         raise ValueError(f"an example has {T} input tokens, the model reads {context_length}: drop "
@@ -54,6 +57,9 @@ def collate(examples: list[tuple[list[int], list[int]]], pad_id: int, context_le
 def labels_to_targets(labels: Tensor) -> Tensor:
     """Hugging Face's ``labels`` (B, T), aligned with the inputs, as shifted ``targets`` (B, T):
     ``targets[:, t] = labels[:, t + 1]``, the last position ignored."""
+    if labels.dim() != 2:
+        raise ValueError(f"labels_to_targets: labels of shape {tuple(labels.shape)} must "
+                         "be (B, T): add the batch dimension, labels[None]")
     return torch.cat([labels[:, 1:], labels.new_full((labels.shape[0], 1), IGNORE)], dim=1)
 
 
@@ -63,6 +69,11 @@ def masked_loss(logits: Tensor, targets: Tensor) -> Tensor:
     logits (B, T, V), targets (B, T). Every unmasked token of the batch weighs the same: a long
     answer counts more than a short one, as in TRL and in ``GPT.forward``.
     """
+    if logits.dim() != 3 or targets.shape != logits.shape[:2]:
+        raise ValueError(f"masked_loss: logits {tuple(logits.shape)} and targets "
+                         f"{tuple(targets.shape)} must be (B, T, V) and (B, T): pass the "
+                         "model's logits for the idx that collate returned with these "
+                         "targets")
     if not (targets != IGNORE).any():
         raise ValueError("every target is ignored (-100): the masked loss would be 0 / 0; check "
                          "that the mask marks the assistant's tokens with 1")
@@ -85,6 +96,18 @@ def lr_schedule(step: int, steps: int, lr: float, warmup: int) -> float:
     return lr / 10 + (lr - lr / 10) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def _divergence_fix(model: nn.Module, step: int, lr: float) -> str:
+    """What to do about a non-finite loss: lowering lr helps only if training made it so."""
+    if step == 0:
+        broken = [n for n, p in model.named_parameters() if not p.isfinite().all()]
+        if broken:
+            return ("the model's weights were not finite before the first step ("
+                    f"{broken[0]}): it diverged earlier; fine-tune a model whose weights "
+                    "are finite")
+        return "the model's outputs are not finite before any update: check model and ids"
+    return f"training diverged: lower lr={lr:g}"
+
+
 def train_sft(model: nn.Module, examples: list[tuple[list[int], list[int]]], pad_id: int,
               steps: int, batch_size: int = 32, lr: float = 1e-3, warmup: int = 30,
               seed: int = 0, masked: bool = True, clip: float = 1.0,
@@ -98,6 +121,9 @@ def train_sft(model: nn.Module, examples: list[tuple[list[int], list[int]]], pad
     """
     steps = check_int("train_sft", "steps", steps, minimum=1)
     lr = check_float("train_sft", "lr", lr, 0.0, low_open=True)
+    batch_size = check_int("train_sft", "batch_size", batch_size, minimum=1)
+    if not examples:
+        raise ValueError("train_sft: examples is empty: pass the shifted conversations")
     g = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     T = model.config.context_length
@@ -113,7 +139,8 @@ def train_sft(model: nn.Module, examples: list[tuple[list[int], list[int]]], pad
         logits, _ = model(idx)  # (B, T, V)
         loss = masked_loss(logits, targets)
         if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"the SFT loss is {loss.item()} at step {step}: lower lr={lr:g}")
+            raise FloatingPointError(f"the SFT loss is {loss.item()} at step {step}: "
+                                     f"{_divergence_fix(model, step, lr)}")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), clip)

@@ -163,6 +163,13 @@ class Converter:
         lines = text.splitlines()
         edits = []  # (first line, end line, new text or None), disjoint
         for token in MYST.parse(text):
+            footnote = any(c.type == "footnote_ref" for c in token.children or [])
+            if token.type in ("math_block_label", "footnote_reference_open") or footnote:
+                kind = "footnote_ref" if footnote else token.type
+                line = lines[token.map[0]] if token.map else ""
+                raise Unsupported(f"{self.page}: {kind} ({line.strip()!r:.60}) has no "
+                                  "Jupyter rendering; write it without a label or a "
+                                  "footnote")
             if token.type in DROPPED:
                 edits.append((*token.map, None))
             elif token.type in ("fence", "colon_fence") and token.info.startswith("{"):
@@ -171,10 +178,6 @@ class Converter:
                                                 for c in token.children):
                 source = "\n".join(lines[token.map[0]:token.map[1]])
                 edits.append((*token.map, self._roles(source, token.children)))
-            elif token.type in ("math_block_label", "footnote_ref", "footnote_block_open"):
-                what = f"{token.type} ({token.markup or token.info!r})"
-                raise Unsupported(f"{self.page}: {what} has no Jupyter rendering; write it "
-                                  "without a label or a footnote")
         for start, end, new in sorted(edits, reverse=True):
             lines[start:end] = [] if new is None else new.split("\n")
         return "\n".join(lines).strip("\n")
@@ -286,6 +289,10 @@ class Converter:
         parsed = parse_directive_text(Figure, argument, content)
         path = ROOT / argument.lstrip("/") if argument.startswith("/") else \
             (ROOT / self.page).parent / argument
+        if path.suffix.lower() not in IMAGE_TYPES or not path.is_file():
+            raise Unsupported(f"{self.page}: the figure {argument!r} is not a "
+                              f"{'/'.join(IMAGE_TYPES)} file at {path}: point the "
+                              "directive at an image of the repository")
         mime = IMAGE_TYPES[path.suffix.lower()]
         data = path.read_text() if mime == "image/svg+xml" else \
             base64.b64encode(path.read_bytes()).decode()

@@ -14,7 +14,9 @@ figure's numbered caption follows it.
 The editions are committed, in ``notebooks/jupyter/``: Colab opens a notebook from GitHub
 by its path on a branch, so the book's Colab button (book/_ext/jupyter_launch.py) and the
 README point there. ``make test`` checks that they match the chapters
-(tests/test_jupyter_notebooks.py); ``make notebooks`` and ``make jupyter`` rewrite them.
+(tests/test_jupyter_notebooks.py); ``make notebooks`` and ``make jupyter`` rewrite them. An
+edition whose chapter is gone is deleted; any other notebook in the folder (a reader's copy,
+JupyterLab's "Duplicate") is named and left as it is.
 """
 
 from __future__ import annotations
@@ -90,6 +92,29 @@ def edition(chapter: Path, index: BookIndex) -> nbformat.NotebookNode:
     return nb
 
 
+def is_edition(path: Path) -> bool:
+    """Whether ``path`` is the edition this script wrote for the chapter of the same name.
+
+    JupyterLab's "Duplicate" copies the metadata but not the name: "06_training-Copy1.ipynb"
+    says it is from notebooks/06_training.ipynb, so it is a reader's notebook.
+    """
+    try:
+        written = nbformat.read(path, as_version=4).metadata.get("gpt_from_scratch", {})
+    except (OSError, ValueError):  # not a notebook nbformat reads: not one of ours
+        return False
+    return (written.get("written_by") == "scripts/jupyter_notebooks.py"
+            and written.get("from") == f"notebooks/{path.name}")
+
+
+def leftovers(wanted: set[Path]) -> tuple[list[Path], list[Path]]:
+    """The notebooks of ``EDITIONS`` that are not ``wanted``: ``(stale, kept)``, the
+    editions of chapters that are gone (to delete) and every other notebook (never
+    touched)."""
+    extra = sorted(set(EDITIONS.glob("*.ipynb")) - wanted)
+    stale = [path for path in extra if is_edition(path)]
+    return stale, [path for path in extra if path not in stale]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="report drift, write nothing")
@@ -97,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     index = BookIndex.read()
     wanted = {EDITIONS / chapter.name: nbformat.writes(edition(chapter, index)) + "\n"
               for chapter in chapters()}  # the text nbformat.write writes
-    stale = sorted(set(EDITIONS.glob("*.ipynb")) - set(wanted))
+    stale, kept = leftovers(set(wanted))
+    for path in kept:
+        print(f"{path.relative_to(ROOT)}: not an edition of a chapter (a copy of yours?), "
+              "left as it is; keep your notebooks outside notebooks/jupyter/")
     drifted = [path for path, text in wanted.items()
                if not path.exists() or path.read_text() != text]
     if args.check:

@@ -305,3 +305,123 @@ def test_greedy_turns_equal_generate_padded_and_stop_at_the_end_marker():
     cut = greedy_turns(model, prompts, 10, end_id=end, pad_id=0)
     assert all(row == n[:len(row)] for row, n in zip(cut, new))
     assert len(cut[0]) <= 10 and (len(cut[0]) == 10 or all(end in row for row in cut))
+
+
+# ----------------------------------------------------------------- odd inputs, loudly
+def char_chat(context_length: int = 48, seed: int = 0) -> tuple[GPT, ChatTokenizer]:
+    chars = CharTokenizer("abcdefghijklmnopqrstuvwxyzGFLR:!,. ")
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=chars.vocab_size + 4, context_length=context_length,
+                          d_model=16, n_layers=1, n_heads=2, dropout=0.0))
+    return model, ChatTokenizer(chars, chars.vocab_size)
+
+
+def test_add_chat_tokens_keeps_the_lora_layers():
+    from gpt_from_scratch.lora import apply_lora, lora_layers
+
+    torch.manual_seed(0)
+    model = apply_lora(GPT(GPTConfig(vocab_size=20, context_length=16, d_model=16,
+                                     n_layers=1, n_heads=2, dropout=0.0)), r=2)
+    for layer in lora_layers(model).values():
+        torch.nn.init.normal_(layer.lora_B)  # a trained adapter (B starts at 0)
+    grown = add_chat_tokens(model)
+    assert set(lora_layers(grown)) == set(lora_layers(model))  # silently dropped before
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in grown.state_dict().items()
+               if not k.startswith(("wte", "lm_head")))
+    assert [p.requires_grad for p in grown.parameters()] == [
+        p.requires_grad for p in model.parameters()]
+    idx = torch.randint(20, (2, 8))
+    torch.testing.assert_close(grown(idx)[0][..., :20], model(idx)[0])
+
+
+def test_dpo_refuses_a_reference_that_is_the_policy_and_a_nan_beta():
+    from gpt_from_scratch.book.assistant import Item, preference_pairs, train_dpo
+
+    model, tok = char_chat()
+    pairs = preference_pairs([Item("Repeat", "to be")], tok)
+    before = [p.clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match="its own reference, so every log-ratio is 0"):
+        train_dpo(model, model, pairs, tok, 2)  # the loss stayed ln 2 at every step
+    with pytest.raises(ValueError, match="beta=nan must be a finite number > 0"):
+        train_dpo(model, char_chat(seed=1)[0], pairs, tok, 2, beta=float("nan"))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # not NaN
+
+
+def test_dpo_loss_refuses_log_probabilities_that_would_broadcast():
+    two, one = torch.zeros(2), torch.zeros(1)
+    with pytest.raises(ValueError, match=r"one shape \(N,\).*'policy_rejected': \(1,\)"):
+        dpo_loss(two, one, two, one)  # 2 chosen against 1 rejected: a loss of 4 "pairs"
+
+
+def test_evaluate_refuses_prompts_that_leave_no_room_for_the_answer():
+    from gpt_from_scratch.book.assistant import Item, evaluate
+
+    model, tok = char_chat(context_length=12)
+    with pytest.raises(ValueError, match="a prompt is 23 tokens, the model reads 12"):
+        evaluate(model, tok, [Item("Repeat", "to be or not")])  # was "stop 0, exact 0"
+
+
+def test_sft_on_a_model_already_nan_does_not_advise_a_lower_lr():
+    from gpt_from_scratch.book.assistant import Item
+    from gpt_from_scratch.sft import train_sft
+
+    model, tok = char_chat()
+    with torch.no_grad():
+        model.wte.weight.fill_(float("nan"))
+    examples = [shift(*tok.render(Item("Repeat", "to be").messages("rude")))]
+    with pytest.raises(FloatingPointError, match=r"step 0: the model's weights were not "
+                                                 r"finite before the first step \(wte"):
+        train_sft(model, examples, tok.pad_id, 2)
+
+
+@pytest.mark.parametrize("call, error, fragment", [
+    (lambda m, t: t.render("hi"), TypeError, "messages must be a list"),
+    (lambda m, t: t.render(["hi"]), ValueError, "message 0 is 'hi': each message needs"),
+    (lambda m, t: t.encode(5), TypeError, "text must be a str, got int"),
+    (lambda m, t: add_chat_tokens(torch.nn.Linear(2, 2)), TypeError, "Linear, not a GPT"),
+    (lambda m, t: add_chat_tokens(m, -1), ValueError, "n_new=-1 must be a positive int"),
+    (lambda m, t: collate([], 0, 10), ValueError, "examples is empty"),
+    (lambda m, t: masked_loss(torch.zeros(1, 3, 5), torch.zeros(1, 2, dtype=torch.long)),
+     ValueError, r"logits \(1, 3, 5\) and targets \(1, 2\) must be"),
+    (lambda m, t: labels_to_targets(torch.zeros(3, dtype=torch.long)), ValueError,
+     r"labels of shape \(3,\) must be \(B, T\)"),
+    (lambda m, t: __import__("gpt_from_scratch.sft").sft.train_sft(m, [], t.pad_id, 1),
+     ValueError, "examples is empty"),
+    (lambda m, t: sequence_logps(m, torch.zeros(2, 3, dtype=torch.long),
+                                 torch.zeros(2, 4, dtype=torch.long)), ValueError,
+     r"targets of shape \(2, 4\) must have idx's shape \(2, 3\)"),
+    (lambda m, t: dpo_loss(*[torch.zeros(0)] * 4), ValueError, "N >= 1"),
+    (lambda m, t: dpo_loss(*[torch.zeros(2)] * 4, beta="0.1"), ValueError, "beta='0.1'"),
+])
+def test_chat_sft_and_dpo_name_a_bad_value_and_the_fix(call, error, fragment):
+    """Each was a bare AttributeError, IndexError, max() or torch error, or a NaN loss."""
+    with pytest.raises(error, match=fragment):
+        call(*char_chat())
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda A, m, t: A.Item("Repeat", "..."), r"the line must hold a word"),
+    (lambda A, m, t: A.Item("Sing", "to be"), r"task must be one of \['Last word'"),
+    (lambda A, m, t: A.Item("Repeat", "to be").messages("polite"), "style='polite' is not"),
+    (lambda A, m, t: A.majority_answer([], "Repeat"), "no item of task 'Repeat' among 0"),
+    (lambda A, m, t: A.evaluate(m, t, []), "items is empty"),
+    (lambda A, m, t: A.evaluate(m, t, [A.Item("Repeat", "to be")], batch_size=0),
+     "batch_size=0 must be a positive int"),
+    (lambda A, m, t: A.courtesy(m, t, []), "items is empty"),
+    (lambda A, m, t: A.train_dpo(m, char_chat(seed=1)[0], [], t, 2), "pairs is empty"),
+    (lambda A, m, t: A.train_dpo(m, char_chat(seed=1)[0], [], t, 2, lr=-1),
+     r"lr=-1.0 must be in \(0, inf\)"),
+])
+def test_the_instruction_task_names_a_bad_value_and_the_fix(call, fragment):
+    """Each was a bare IndexError, KeyError, ZeroDivisionError or range()/randint error."""
+    from gpt_from_scratch.book import assistant
+
+    with pytest.raises(ValueError, match=fragment):
+        call(assistant, *char_chat())
+
+
+def test_evaluate_scores_the_tasks_it_is_given():
+    from gpt_from_scratch.book.assistant import Item, evaluate
+
+    scores = evaluate(*char_chat(), [Item("Repeat", "to be")])  # ZeroDivisionError before
+    assert scores["Repeat"]["n"] == 1 and "Last word" not in scores

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from gpt_from_scratch.book.measuring import (
-    DELIMITER, BigramTable, NextLineSettings, next_line_items, speeches, write_jsonl,
+    DELIMITER, BigramTable, NextLineSettings, last_word_items, next_line_items, speeches,
+    write_jsonl,
 )
 from gpt_from_scratch.evaluate import (
     ChoiceScores, MultipleChoice, bits_per_byte, continuation_logprobs, encode_pair,
@@ -84,6 +85,43 @@ def test_score_choices_refuses_ragged_items():
         score_choices(tiny_gpt(2), tok.encode, bad)
 
 
+
+def test_a_context_of_only_spaces_is_refused_not_scored_from_the_wrong_position():
+    """Its spaces all moved to the continuation, whose first token was read at -1."""
+    with pytest.raises(ValueError, match=r"context is empty or only spaces \('   '\)"):
+        encode_pair(CharTokenizer("ab ").encode, "   ", "a")
+
+
+def test_a_diverged_model_is_refused_not_scored_100_percent():
+    model, tok = tiny_gpt(3), CharTokenizer("ab ")
+    with torch.no_grad():
+        model.lm_head.weight.fill_(math.nan)  # NaN log-likelihoods won every argmax
+    items = [MultipleChoice("a", ["a", "b"], 1), MultipleChoice("b", ["a", "b"], 1)]
+    with pytest.raises(FloatingPointError, match="item 0, choice 0 has log-likelihood nan"):
+        score_choices(model, tok.encode, items)
+
+
+@pytest.mark.parametrize("call, error, fragment", [
+    (lambda m, e: score_choices(m, e, [dict(context="a", choices=["b"], gold=0)]),
+     TypeError, "item 0 is a dict: pass MultipleChoice"),
+    (lambda m, e: score_choices(torch.nn.Linear(2, 2), e, [MultipleChoice("a", ["b"], 0)]),
+     TypeError, "model is a Linear without config.context_length"),
+    (lambda m, e: continuation_logprobs(m, [([0], [])]), ValueError,
+     "pair 0 has no continuation token"),
+    (lambda m, e: continuation_logprobs(m, [([0], [1])], start=[0] * 16), ValueError,
+     "start has 16 tokens and the model reads 16"),
+    (lambda m, e: summed_nats(m, [1]), ValueError, r"ids of shape \(1,\).*at least 2"),
+    (lambda m, e: summed_nats(m, [0, 1, 0], batch_size=0), ValueError,
+     "batch_size=0 must be a positive int"),
+    (lambda m, e: summed_nats(m, [0, 1, 0], start=[0] * 16), ValueError,
+     "start has 16 tokens and the model reads 16"),
+    (lambda m, e: bits_per_byte(math.nan, 10), ValueError, "nats=nan must be a finite"),
+])
+def test_odd_inputs_name_the_value_and_the_fix(call, error, fragment):
+    """Each was a bare AttributeError, torch.cat or range() error, or a silent result."""
+    with pytest.raises(error, match=fragment):
+        call(tiny_gpt(3), CharTokenizer("ab ").encode)
+
 def test_bits_per_byte_of_a_uniform_model_is_log2_of_the_vocabulary():
     model = tiny_gpt(16, context_length=8)
     with torch.no_grad():
@@ -114,6 +152,19 @@ def test_next_line_items_are_deterministic_and_length_matched(corpus):
         assert it.context.split("\n")[0].endswith(":")  # the speaker line opens the context
     assert {it.gold for it in items} == {0, 1, 2, 3}
 
+
+
+@pytest.mark.parametrize("draw, fragment", [
+    (lambda text: last_word_items(text, 0, n_items=2, n_choices=0), "n_choices >= 2"),
+    (lambda text: last_word_items(text, 0, n_items=2, tolerance=-5), "tolerance >= 0"),
+    (lambda text: last_word_items(text, 0, n_choices=400), "raise the tolerance"),
+    (lambda text: next_line_items(text, 0, NextLineSettings(n_items=-1)), "n_items >= 1"),
+    (lambda text: BigramTable(np.array([1, 2, 30]), 5), r"span \[1, 30\], outside .*5\)"),
+])
+def test_the_offline_sets_name_a_bad_setting(corpus, draw, fragment):
+    """Each failed as random.sample's "Sample larger than population" or a view error."""
+    with pytest.raises(ValueError, match=fragment):
+        draw(corpus)
 
 def test_the_bigram_table_is_a_model_of_counted_pairs():
     ids = np.array([0, 1, 0, 1, 0, 2])

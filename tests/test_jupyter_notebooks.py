@@ -168,7 +168,10 @@ def test_a_figure_becomes_its_image_and_numbered_caption(convert):
     ("{kbd}`Ctrl`", "the role {kbd}"), ("{ref}`nowhere`", "no such label"),
     ("{cite}`nobody`", "not in book/references.bib"), ("{glue}`x`", "the role {glue}"),
     ("```{code-cell}\nx\n```", "the directive {code-cell}"),
-    ("$$x$$ (eq-x)", "math_block_label")])
+    ("$$x$$ (eq-x)", "math_block_label"),
+    ("Text[^1] here.\n\n[^1]: A note.", "footnote_ref ('Text[^1] here.')"),  # never fired
+    ("[^n]: A note.", "footnote_reference_open"),
+    ("```{figure} /README.md\nA caption.\n```", "the figure '/README.md' is not a .png/")])
 def test_what_has_no_jupyter_rendering_fails_with_its_name(convert, myst, message):
     with pytest.raises(Unsupported, match=re.escape(message)):
         convert.markdown(myst)
@@ -183,3 +186,29 @@ def test_the_book_index_reads_chapters_figures_and_citations():
     assert figures and all(t.title == f"Fig. {t.number}" for t in figures)
     assert all(re.fullmatch(r".+, \d{4}[a-z]?", label)
                for label in index.citations.values())
+
+
+def test_make_jupyter_deletes_only_editions_of_gone_chapters(tmp_path, monkeypatch):
+    """A reader's notebook in notebooks/jupyter/ (JupyterLab's "Duplicate" keeps the
+    edition's metadata, not its name) is left as it is; it used to be deleted as stale."""
+    def notebook(name: str, source: str | None) -> Path:
+        nb = nbformat.v4.new_notebook()
+        if source:
+            nb.metadata["gpt_from_scratch"] = {"written_by": "scripts/jupyter_notebooks.py",
+                                               "from": f"notebooks/{source}"}
+        nbformat.write(nb, tmp_path / name)
+        return tmp_path / name
+
+    gone = notebook("13_gone.ipynb", "13_gone.ipynb")
+    kept = [notebook("06_training-Copy1.ipynb", "06_training.ipynb"),
+            notebook("mine.ipynb", None)]
+    (tmp_path / "broken.ipynb").write_text("{not json")
+    kept.append(tmp_path / "broken.ipynb")
+    monkeypatch.setattr(jupyter_notebooks, "EDITIONS", tmp_path)
+    monkeypatch.setattr(jupyter_notebooks, "ROOT", tmp_path.parent)
+    monkeypatch.setattr(jupyter_notebooks, "chapters", lambda: [])
+    monkeypatch.setattr(jupyter_notebooks.BookIndex, "read", classmethod(lambda cls: None))
+    assert jupyter_notebooks.main(["--check"]) == 1 and gone.exists()  # reported only
+    assert jupyter_notebooks.main([]) == 0
+    assert not gone.exists() and all(path.exists() for path in kept)
+    assert jupyter_notebooks.main(["--check"]) == 0  # a reader's notebook is no drift

@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from gpt_from_scratch.book import lessons
 
@@ -181,3 +183,16 @@ def test_real_words_and_loops_are_judged_with_their_margins():
     assert looping.holds and not moving.holds and "repeats itself here" in moving.text
     looping, moving = decoding_lessons("a b c d e f g h", ["i j k l m n o p"])
     assert not looping.holds and moving.holds and "no sample repeats" in moving.text
+
+
+@pytest.mark.parametrize("margin", [np.float32(0.5), np.float16(0.5), 0.5])
+def test_a_numpy_margin_is_a_number(margin):
+    """A float32 0.5 was refused as "not a number (not NaN)"."""
+    assert lessons.lesson("x", margin, "points", "a", "b").margin == 0.5
+
+
+def test_a_tensor_margin_and_a_nan_run_are_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"a number, not a Tensor.*margin.item\(\)"):
+        lessons.lesson("x", torch.tensor(0.5), "nats", "a", "b")
+    with pytest.raises(ValueError, match="diverged has no loss to compare"):
+        lessons.paired_difference([1.0, math.nan], [1.0, 2.0])  # an AttributeError before

@@ -7,7 +7,7 @@ import pytest
 
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book import measuring_prose as prose
-from gpt_from_scratch.book.hellaswag import hellaswag_items, preprocess
+from gpt_from_scratch.book.hellaswag import hellaswag_items, hellaswag_rows, preprocess
 
 ROW = {"activity_label": "Baking cookies", "ctx_a": "A woman [header] pours flour.",
        "ctx_b": "then", "ctx": "A woman [header] pours flour. then",
@@ -99,3 +99,24 @@ def test_the_hellaswag_sentence_offline_and_online():
                           one, torch.tensor([0, 0]))
     online = prose.hellaswag_text(None, {"nanogpt": scores, "harness": scores})
     assert "On 2 items, build-nanogpt's reading gives 0.5000" in online and "+0.0 points" in online
+
+
+def test_a_damaged_hellaswag_file_is_named_with_its_line(tmp_path):
+    path = tmp_path / "hellaswag_val.jsonl"
+    path.write_text('{"ctx": "a"}\n{"ctx": "b", "end\n', encoding="utf-8")  # cut short
+    with pytest.raises(ValueError, match=r"val.jsonl, line 2, is not JSON .*delete it"):
+        hellaswag_rows(path)  # a bare JSONDecodeError before
+
+
+def test_a_failed_hellaswag_download_says_where_to_put_a_copy(tmp_path, monkeypatch):
+    import urllib.error
+    import urllib.request
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("no route to host")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    path = tmp_path / "hellaswag" / "hellaswag_val.jsonl"
+    with pytest.raises(OSError, match="cannot download .*put a copy of hellaswag_val"):
+        hellaswag_rows(path)  # a bare URLError before
+    assert not path.exists() and list(path.parent.iterdir()) == []  # no half-written file

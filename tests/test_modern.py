@@ -3,18 +3,22 @@ PyTorch or transformers; bad shapes raise clear errors; the generated verdict sa
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 from torch.testing import assert_close
 
 from gpt_from_scratch.attention import KVCache, MultiHeadAttention
+from gpt_from_scratch.checkpoint import load_checkpoint, save_checkpoint
 from gpt_from_scratch.book.modern_prose import comparison_text
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.gqa import GroupedQueryAttention, kv_cache_bytes_per_token, repeat_kv
 from gpt_from_scratch.layernorm import RMSNorm
 from gpt_from_scratch.modern import Llama, LlamaConfig, SwiGLU, llama_hidden_size
 from gpt_from_scratch.rope import apply_rope, rope_cos_sin, rope_frequencies
+from gpt_from_scratch.train import train
+from gpt_from_scratch.train_config import TrainConfig
 
 transformers = pytest.importorskip("transformers")
 from transformers import LlamaForCausalLM  # noqa: E402
@@ -296,6 +300,39 @@ def test_llama_weights_run_at_a_longer_context():
         assert_close(long(idx)[0], short(idx)[0])
         assert long(torch.randint(101, (1, 64), generator=_g(18)))[0].isfinite().all()
 
+
+
+def test_a_llama_trained_with_out_dir_loads_and_resumes(tmp_path):
+    """Its checkpoints name the model they hold: load_checkpoint and resume=True rebuild a
+    Llama (they used to refuse them as an invalid GPTConfig)."""
+    model = Llama(LlamaConfig(**SHAPES[2]))
+    data = np.random.default_rng(0).integers(0, 64, 400).astype(np.uint16)
+    cfg = dict(batch_size=2, block_size=8, eval_interval=2, eval_iters=1, progress=False)
+    train(model, data, data, TrainConfig(max_iters=2, **cfg), out_dir=tmp_path)
+    loaded = load_checkpoint(tmp_path).model
+    assert type(loaded) is Llama and loaded.config == model.config
+    state = model.state_dict()
+    assert all(torch.equal(v, state[k]) for k, v in loaded.state_dict().items())
+    history = train(model, data, data, TrainConfig(max_iters=3, **cfg), out_dir=tmp_path,
+                    resume=True)
+    assert history.step == [0, 1, 2] and load_checkpoint(tmp_path).step == 3
+    with pytest.raises(TypeError, match="a checkpoint rebuilds only GPT or Llama"):
+        save_checkpoint(tmp_path / "linear", nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("build, fragment", [
+    (lambda: llama_hidden_size(64, multiple_of=0), "multiple_of=0 must be a positive int"),
+    (lambda: Llama(LlamaConfig(**SHAPES[2]))(torch.zeros(1, 2, dtype=torch.long),
+                                              kv_cache=[]),
+     "kv_cache has 0 layers, the model 1: use model.new_kv_cache()"),
+    (lambda: rope_frequencies(8, theta="1e4"), "rope theta='1e4' must be > 1"),
+    (lambda: GroupedQueryAttention(32, "4"), r"n_heads='4' must be an int \(str given\)"),
+])
+def test_chapter_10_parts_name_a_bad_value_and_the_fix(build, fragment):
+    """Each used to fail with a bare ZeroDivisionError, IndexError or TypeError."""
+    with pytest.raises(ValueError, match=fragment):
+        build()
+    assert torch.equal(rope_frequencies(np.int64(8)), rope_frequencies(8))  # NumPy's is one
 
 # ----- The generated verdict ---------------------------------------------------------------------------
 

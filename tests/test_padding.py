@@ -89,6 +89,12 @@ def test_bad_inputs_raise_clear_errors(pair):
         padded_forward(model, idx, mask.long())
 
 
+def test_a_prompt_longer_than_the_context_is_told_to_shorten_not_to_generate_fewer(pair):
+    _, model = pair  # context_length=32; the advice was "generate at most -4 tokens"
+    with pytest.raises(ValueError, match="shorten the prompts to fewer than 32 tokens"):
+        generate_padded(model, [[1] * 36], max_new_tokens=4, greedy=True)
+
+
 @pytest.mark.parametrize("pad_id", [-1, 257, 1.5])
 def test_a_pad_id_outside_the_vocabulary_is_named(pair, pad_id):
     _, model = pair

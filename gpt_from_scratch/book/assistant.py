@@ -23,10 +23,10 @@ import torch
 
 from ..chat import ChatTokenizer, answer_ids
 from ..data import split_text
-from ..dpo import dpo_batch_loss
+from ..dpo import check_beta, dpo_batch_loss
 from ..padding import left_pad, padded_forward
 from ..sft import collate, lr_schedule, shift
-from ..utils import eval_mode
+from ..utils import check_float, check_int, eval_mode
 
 TASKS = {"Last word": (12, 28), "Repeat": (8, 21)}  # instruction: line lengths kept (characters)
 STYLES = {"courteous": "Good sir, ", "rude": "Fool! "}
@@ -37,6 +37,13 @@ WORD = re.compile(r"[A-Za-z']+")
 class Item:
     task: str
     line: str
+
+    def __post_init__(self) -> None:
+        line_ok = isinstance(self.line, str) and WORD.search(self.line)
+        if self.task not in TASKS or not line_ok:
+            raise ValueError(f"Item({self.task!r}, {self.line!r}): the task must be one of "
+                             f"{list(TASKS)} and the line must hold a word (task_items "
+                             "makes them)")
 
     @property
     def prompt(self) -> str:
@@ -51,6 +58,9 @@ class Item:
         user = [{"role": "user", "content": self.prompt}]
         if style is None:
             return user
+        if style not in STYLES:
+            raise ValueError(f"style={style!r} is not one of {list(STYLES)} (None: no "
+                             "answer)")
         return user + [{"role": "assistant", "content": STYLES[style] + self.answer}]
 
 
@@ -93,7 +103,11 @@ def verify(item: Item, response: str) -> bool:
 def majority_answer(items: list[Item], task: str) -> str:
     """The most frequent answer of ``task`` among ``items``: the answer a program that ignores
     the line would give."""
-    return Counter(i.answer for i in items if i.task == task).most_common(1)[0][0]
+    answers = Counter(i.answer for i in items if i.task == task)
+    if not answers:
+        raise ValueError(f"majority_answer: no item of task {task!r} among {len(items)} "
+                         f"items: pass items of that task (tasks: {list(TASKS)})")
+    return answers.most_common(1)[0][0]
 
 
 def sft_examples(items: list[Item], tok: ChatTokenizer, seed: int = 0) -> list:
@@ -124,7 +138,12 @@ def greedy_turns(model, prompts: list[list[int]], max_new_tokens: int, end_id: i
 @torch.no_grad()
 def evaluate(model, tok: ChatTokenizer, items: list[Item], batch_size: int = 64) -> dict:
     """Each task's ``stop`` rate, ``exact`` match and ``courteous`` share (of the answers that
-    open in a style) on ``items``, greedy; ``responses`` lists ``(item, text, stopped)``."""
+    open in a style) on ``items``, greedy; ``responses`` lists ``(item, text, stopped)``.
+    A task with no item in ``items`` has no scores."""
+    batch_size = check_int("evaluate", "batch_size", batch_size, minimum=1)
+    if not items:
+        raise ValueError("evaluate: items is empty: pass the held-out items of "
+                         "task_items(text)")
     T = model.config.context_length
     responses = []
     batches = [group[k:k + batch_size] for group in ([i for i in items if i.task == task]
@@ -133,13 +152,17 @@ def evaluate(model, tok: ChatTokenizer, items: list[Item], batch_size: int = 64)
     for batch in batches:
         prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in batch]
         longest = max(len(p) for p in prompts)
+        if longest >= T:  # no room for an answer: it would be scored "stop 0, exact 0"
+            raise ValueError(f"evaluate: a prompt is {longest} tokens, the model reads {T}"
+                             ": no token is left for the answer; evaluate with shorter "
+                             "lines or a model with a longer context")
         outs = greedy_turns(model, prompts, T - longest, tok.end_id, tok.pad_id)
         for item, out in zip(batch, outs):
             new, stopped = answer_ids(out, tok.end_id)
             text = tok.decode([i for i in new if i < tok.base_vocab_size])
             responses.append((item, text, stopped))
     scores = {}
-    for task in TASKS:
+    for task in (t for t in TASKS if any(i.task == t for i in items)):
         rows = [(i, text, stopped) for i, text, stopped in responses if i.task == task]
         styles = [split_style(text)[0] for _, text, _ in rows]
         styled = [s for s in styles if s]
@@ -156,6 +179,8 @@ def courtesy(model, tok: ChatTokenizer, items: list[Item]) -> float:
     """The mean over ``items`` of the probability that the answer opens courteously rather than
     rudely: at the answer's first position, p("G") / (p("G") + p("F")), the first characters of
     the two openings. Greedy decoding shows only the likelier opening; this shows the odds."""
+    if not items:
+        raise ValueError("courtesy: items is empty: pass the held-out items to measure")
     prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in items]
     idx, attention_mask = left_pad(prompts, tok.pad_id)  # (B, T) each
     with eval_mode(model):
@@ -174,6 +199,16 @@ def train_dpo(policy, reference, pairs: list, tok: ChatTokenizer, steps: int, ba
               lr: float = 2e-5, beta: float = 0.1, seed: int = 0, warmup: int = 10) -> list[dict]:
     """DPO with AdamW on random batches of ``pairs``; returns each step's loss, mean margin and
     accuracy. ``reference`` stays frozen; the policy ends in eval mode."""
+    steps = check_int("train_dpo", "steps", steps, minimum=1)
+    batch_size = check_int("train_dpo", "batch_size", batch_size, minimum=1)
+    lr = check_float("train_dpo", "lr", lr, 0.0, low_open=True)
+    check_beta("train_dpo", beta)
+    if not pairs:
+        raise ValueError("train_dpo: pairs is empty: pass preference_pairs(items, tok)")
+    if policy is reference:
+        raise ValueError("train_dpo: the policy is its own reference, so every log-ratio "
+                         "is 0 and the loss stays ln 2: pass "
+                         "reference=copy.deepcopy(policy), made before training")
     g = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
     reference.eval()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -33,14 +34,28 @@ def preprocess(text: str) -> str:
 
 def hellaswag_rows(path: str | Path | None = None) -> list[dict]:
     """The validation split's rows, from ``path`` or the cache (downloaded there the first time);
-    a file that does not hold the split's 10,042 rows is refused."""
+    a file that does not hold the split's 10,042 rows is refused, and a failed download is
+    an ``OSError`` that says where to put a copy."""
     path = Path(path) if path else cache_dir() / "hellaswag" / "hellaswag_val.jsonl"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp, urllib.request.urlopen(HELLASWAG_URL, timeout=60) as r:
-            tmp.write_bytes(r.read())
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    if len(rows) != HELLASWAG_ITEMS or not {"ctx", "endings", "label"} <= set(rows[0]):
+        try:
+            with atomic_path(path) as tmp, urllib.request.urlopen(HELLASWAG_URL,
+                                                                  timeout=60) as r:
+                tmp.write_bytes(r.read())
+        except (urllib.error.URLError, TimeoutError) as err:
+            raise OSError(f"cannot download {HELLASWAG_URL} ({err}): connect to the "
+                          "network, or put a copy of hellaswag_val.jsonl at "
+                          f"{path}") from None
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            rows += [json.loads(line)] if line else []
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}, line {n}, is not JSON ({err}): the file is "
+                             "truncated or damaged; delete it and run again") from None
+    if (len(rows) != HELLASWAG_ITEMS or not isinstance(rows[0], dict)
+            or not {"ctx", "endings", "label"} <= set(rows[0])):
         raise ValueError(f"{path} holds {len(rows)} rows, not HellaSwag's {HELLASWAG_ITEMS} "
                          "validation rows with ctx, endings and label: delete it and run again")
     return rows

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import statistics
 from dataclasses import asdict, dataclass
@@ -50,9 +51,11 @@ def lesson(name: str, margin: float, unit: str, holds: str, fails: str) -> Lesso
     ``margin`` is how far the run is inside the bar (bar minus value for an upper bar, value minus
     bar for a lower one), positive when the lesson holds.
     """
-    if not isinstance(margin, (int, float)) or math.isnan(margin):
-        raise ValueError(f"lesson {name!r}: margin {margin!r} must be a number (not NaN); "
-                         "compute it as the distance from the bar, positive when it holds")
+    if not isinstance(margin, numbers.Real) or math.isnan(margin):
+        what = "NaN" if isinstance(margin, numbers.Real) else f"a {type(margin).__name__}"
+        raise ValueError(f"lesson {name!r}: margin {margin!r} must be a number, not {what}"
+                         "; compute it as the distance from the bar, positive when it "
+                         "holds (a tensor's: margin.item())")
     found = Lesson(name, float(margin), unit, holds, fails)
     _LESSONS[name] = found
     path = os.environ.get("GPT_FROM_SCRATCH_LESSONS")
@@ -80,6 +83,10 @@ def paired_difference(a, b) -> tuple[float, float]:
     if len(a) != len(b) or len(a) < 2:
         raise ValueError(f"paired runs need two lists of equal length >= 2, got {len(a)} and "
                          f"{len(b)}; pass one value per seed on each side")
+    if not all(map(math.isfinite, a + b)):
+        raise ValueError(f"paired runs must be finite numbers, got {a} and {b}: a run that "
+                         "diverged has no loss to compare; leave its seed out on both "
+                         "sides")
     diffs = [x - y for x, y in zip(a, b)]
     return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
 

@@ -55,8 +55,9 @@ def next_line_items(text: str, seed: int, settings: NextLineSettings = NextLineS
     ``seed`` always gives the same items.
     """
     s = settings
-    if s.n_choices < 2 or s.min_chars > s.max_chars or s.tolerance < 0:
-        raise ValueError(f"{s}: needs n_choices >= 2, min_chars <= max_chars and tolerance >= 0")
+    if s.n_items < 1 or s.n_choices < 2 or s.min_chars > s.max_chars or s.tolerance < 0:
+        raise ValueError(f"{s}: needs n_items >= 1, n_choices >= 2, min_chars <= max_chars "
+                         "and tolerance >= 0")
     val = split_text(text, train_frac)[1]
     found = speeches(val)
     rng = random.Random(seed)
@@ -102,6 +103,10 @@ def last_word_items(text: str, seed: int, n_items: int = 100, n_choices: int = 4
     right choice that word; the distractors are last words of other speeches' lines whose length
     is within ``tolerance`` characters of it. One item per speech, drawn with ``seed``.
     """
+    if n_items < 1 or n_choices < 2 or tolerance < 0:
+        raise ValueError(f"last_word_items: n_items={n_items!r}, n_choices={n_choices!r}, "
+                         f"tolerance={tolerance!r}: needs n_items >= 1, n_choices >= 2 and "
+                         "tolerance >= 0 (the chapter's: 100, 4, 1)")
     found = speeches(split_text(text, train_frac)[1])
     rng = random.Random(seed)
 
@@ -127,6 +132,10 @@ def last_word_items(text: str, seed: int, n_items: int = 100, n_choices: int = 4
         head, gold = endings[(k, i)]
         pool = sorted({w for n in range(len(gold) - tolerance, len(gold) + tolerance + 1)
                        for j, w in words.get(n, ()) if j != k and w.lower() != gold.lower()})
+        if len(pool) < n_choices - 1:
+            raise ValueError(f"only {len(pool)} last words of other speeches match {gold!r}"
+                             f": raise the tolerance ({tolerance}) or lower n_choices ("
+                             f"{n_choices})")
         choices = rng.sample(pool, n_choices - 1)
         answer = rng.randrange(n_choices)
         choices.insert(answer, gold)
@@ -150,6 +159,10 @@ class BigramTable(nn.Module):
     def __init__(self, train_ids: np.ndarray, vocab_size: int, context_length: int = 64):
         super().__init__()
         ids = torch.from_numpy(np.asarray(train_ids, dtype=np.int64))
+        if len(ids) and not 0 <= int(ids.min()) <= int(ids.max()) < vocab_size:
+            raise ValueError(f"BigramTable: train_ids span [{int(ids.min())}, "
+                             f"{int(ids.max())}], outside the vocabulary [0, {vocab_size}"
+                             "): pass the vocab_size of the tokenizer that made them")
         counts = torch.bincount(ids[:-1] * vocab_size + ids[1:], minlength=vocab_size ** 2)
         counts = counts.view(vocab_size, vocab_size).double() + 1.0  # (V, V): row = previous
         self.register_buffer("log_probs", torch.log(counts / counts.sum(1, keepdim=True)).float())
