@@ -108,7 +108,8 @@ def is_colab_form(cell) -> bool:
 def test_hidden_cells_are_colab_forms_and_the_set_up_cell_comes_first(chapter):
     edition = read_edition(chapter)
     code = [c for c in edition.cells if c.cell_type == "code"]
-    assert "colab-setup" in code[0].metadata.get("tags", []) and not is_colab_form(code[0]), (
+    first = code[0]
+    assert "colab-setup" in first.metadata.get("tags", []) and not is_colab_form(first), (
         f"{chapter.name}: the first code cell must be the set-up cell, shown in full")
     for cell in code:
         hidden = set(cell.metadata.get("tags", [])) & jupyter_notebooks.HIDDEN_SOURCE
@@ -117,7 +118,7 @@ def test_hidden_cells_are_colab_forms_and_the_set_up_cell_comes_first(chapter):
             f"{'is not' if hidden else 'is'} a Colab form (cellView and #@title): "
             f"{cell.source[:80]!r}; run make jupyter")
     solutions = [c for c in code if "solution" in c.metadata.get("tags", [])]
-    assert all(is_colab_form(c) for c in solutions), f"{chapter.name}: a solution shows in Colab"
+    assert all(map(is_colab_form, solutions)), f"{chapter.name}: a solution shows in Colab"
 
 
 def rendered_text(nb, colab_forms: bool) -> str:
@@ -166,13 +167,13 @@ def test_no_solution_shows_in_a_renderer_that_honours_only_colab_forms(chapter):
     edition = read_edition(chapter)
     solutions = [c for c in edition.cells if "solution" in c.metadata.get("tags", [])]
     lines = {id(c): own_lines(c, edition) for c in solutions}
-    assert all(lines.values()), f"{chapter.name}: a solution has no line of its own to look for"
+    assert all(lines.values()), f"{chapter.name}: a solution has no line of its own to seek"
     colab = rendered_text(edition, colab_forms=True)
     shown = sorted(line for found in lines.values() for line in found if line in colab)
     assert not shown, f"{chapter.name}: solutions show under Colab's rule: {shown[:3]}"
     plain = rendered_text(edition, colab_forms=False)
     unseen = sorted(line for found in lines.values() for line in found if line not in plain)
-    assert not unseen, f"{chapter.name}: the check cannot see these lines even unhidden: {unseen}"
+    assert not unseen, f"{chapter.name}: the check cannot see these lines unhidden: {unseen}"
 
 
 def test_the_myst_check_finds_each_construct():
