@@ -1,9 +1,9 @@
-"""What the release and Pages workflows (.github/workflows/) check, from the files that say it.
+"""What the release and Pages workflows (.github/workflows/) check, read from the repository.
 
-    python scripts/release.py check-tag v0.1.0   # exit 1 unless the tag is the package's version
-    python scripts/release.py notes 0.1.0        # CHANGELOG.md's section of that version
-    python scripts/release.py site-url           # the rendered book's URL, from _config.yml
-    python scripts/release.py site-url --expect URL   # exit 1 unless Pages serves it there
+    python scripts/release.py check-tag v0.1.0  # exit 1 unless it is the package's version
+    python scripts/release.py notes 0.1.0       # CHANGELOG.md's section of that version
+    python scripts/release.py site-url          # the rendered book's URL, from _config.yml
+    python scripts/release.py site-url --expect URL  # exit 1 unless Pages serves it there
 
 Only the standard library and PyYAML: the release workflow runs it before any install. The
 version is written twice, ``pyproject.toml``'s ``[project] version`` and
@@ -68,8 +68,9 @@ def check_tag(tag: str) -> list[str]:
 
 
 def site_url(config: dict | None = None) -> str:
-    """The rendered book's URL, ending in "/": ``html.baseurl`` when ``_config.yml`` sets it,
-    else the GitHub Pages address of its ``repository.url`` (the one place it is written)."""
+    """The rendered book's URL, ending in "/": ``html.baseurl`` when ``_config.yml`` sets
+    it, else the GitHub Pages address of its ``repository.url`` (the one place it is
+    written)."""
     config = config or yaml.safe_load((ROOT / "_config.yml").read_text())
     base = (config.get("html") or {}).get("baseurl")
     if not base:
@@ -88,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check-tag":
         problems = check_tag(args.tag)
-        print("\n".join(problems) or f"{args.tag}: the version everywhere; CHANGELOG.md has it")
+        done = f"{args.tag}: the version everywhere, dated in CHANGELOG.md"
+        print("\n".join(problems) or done)
         return 1 if problems else 0
     if args.command == "notes":
         notes = changelog_section(args.version)

