@@ -1,4 +1,4 @@
-"""What the release and Pages workflows (.github/workflows/) check, read from the repository.
+"""What the release and Pages workflows (.github/workflows/) check, read from the files.
 
     python scripts/release.py check-tag v0.1.0  # exit 1 unless it is the package's version
     python scripts/release.py notes 0.1.0       # CHANGELOG.md's section of that version
