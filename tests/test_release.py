@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 yaml = pytest.importorskip("yaml", reason="reading _config.yml needs PyYAML")
-nbformat = pytest.importorskip("nbformat", reason="reading the chapters needs nbformat")
+pytest.importorskip("nbformat", reason="scripts/colab_setup.py reads the chapters with nbformat")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
