@@ -40,7 +40,9 @@ from sphinx.util.nodes import split_explicit_title
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
+sys.path.insert(0, str(ROOT))
 from author_year_labels import AuthorYearLabels, AuthorYearSorting  # noqa: E402
+from scripts.release import site_url  # noqa: E402  (the Pages workflow checks it too)
 
 MYST = create_md_parser(MdParserConfig(
     enable_extensions={"dollarmath", "colon_fence", "amsmath"}), RendererHTML)
@@ -135,15 +137,6 @@ class BookIndex:
         entries = AuthorYearSorting().sort(list(parse_file(bib).entries.values()))
         labels = AuthorYearLabels().format_labels(entries)
         self.citations = {entry.key: label for entry, label in zip(entries, labels)}
-
-
-def site_url(config: dict) -> str:
-    """``html.baseurl`` when set, else the repository's GitHub Pages address."""
-    base = (config.get("html") or {}).get("baseurl")
-    if not base:
-        owner, name = config["repository"]["url"].rstrip("/").split("/")[-2:]
-        base = f"https://{owner}.github.io/{name}"
-    return base.rstrip("/") + "/"
 
 
 def split_number(heading: str) -> tuple[str | None, str]:

@@ -8,8 +8,10 @@ captions) renders only in the book; Jupyter and Colab show it as raw text. Each 
 the chapter with its Markdown rewritten by ``scripts/jupyter_markdown.py`` and its outputs
 as committed (nothing is executed): the hidden test cells (``remove-cell``) are dropped; the
 source of ``remove-input`` and ``hide-input`` cells (generated prose, quizzes, exercise
-solutions) is collapsed with ``jupyter.source_hidden``, which JupyterLab and Colab honour; a
-figure's numbered caption follows it.
+solutions) is hidden twice over: collapsed with ``jupyter.source_hidden``, which JupyterLab
+honours, and made a Colab form (a first line ``#@title <what it is>`` and the metadata
+``cellView: "form"``), which Colab shows as its title alone, the code behind "Show code";
+Colab ignores ``source_hidden``. A figure's numbered caption follows it.
 
 The editions are committed, in ``notebooks/jupyter/``: Colab opens a notebook from GitHub
 by its path on a branch, so the book's Colab button (book/_ext/jupyter_launch.py) and the
@@ -37,6 +39,17 @@ from scripts.jupyter_markdown import BookIndex, Converter  # noqa: E402
 CHAPTERS = ROOT / "notebooks"
 EDITIONS = CHAPTERS / "jupyter"
 HIDDEN_SOURCE = {"remove-input", "hide-input"}
+# A hidden cell's title in Colab, by the first of its tags found here; any other hidden cell
+# writes text from the chapter's results (the book shows only that text).
+COLAB_TITLES = {"solution": "Solution", "quiz": "Quiz"}
+COLAB_TITLE_OTHERWISE = "Text written from this run's results"
+
+
+def colab_form(source: str, tags: set[str]) -> str:
+    """``source`` as a Colab form: its title line first, the code unchanged below it."""
+    title = next((COLAB_TITLES[tag] for tag in COLAB_TITLES if tag in tags),
+                 COLAB_TITLE_OTHERWISE)
+    return f'#@title {title} {{ display-mode: "form" }}\n{source}'
 
 
 def chapters() -> list[Path]:
@@ -79,6 +92,8 @@ def edition(chapter: Path, index: BookIndex) -> nbformat.NotebookNode:
             continue
         if tags & HIDDEN_SOURCE:
             cell.metadata["jupyter"] = {"source_hidden": True}
+            cell.metadata["cellView"] = "form"
+            cell.source = colab_form(cell.source, tags)
         figure = cell.metadata.get("mystnb", {}).get("figure")
         if figure:
             caption = nbformat.v4.new_markdown_cell(convert.caption_cell(figure))

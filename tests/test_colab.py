@@ -6,9 +6,9 @@ The fresh-environment test takes minutes, so ``make test`` skips it; ``make test
 (``COLAB_CHAPTERS="01 04"`` by default), and CI calls that target separately. It builds a new venv
 holding only torch==2.13.0 (as Colab ships a torch of its own), installs the package from this
 checkout through pyproject.toml's ranges with the ``notebooks`` extra, uninstalls the package again
-so that the chapter's own set-up cell installs it (its ``git+`` URL pointed at the checkout, the
-machine being offline), runs the chapters top to bottom under nbval, and checks that torch is still
-the one that was there before.
+so that the chapter's own set-up cell installs it (offline: from a folder holding the
+checkout's wheel, or its ``git+`` URL pointed at the checkout), runs the chapters top to
+bottom under nbval, and checks that torch is still the one that was there before.
 """
 
 from __future__ import annotations
@@ -76,13 +76,15 @@ def test_the_script_finds_no_drift():
 
 def test_setup_cell_installs_the_configured_version_and_says_why_it_failed():
     config = colab_setup.settings()
-    source = colab_setup.cell_source(config)
     assert config["url"] == REPOSITORY_URL and config["name"] == DISTRIBUTION
-    assert f'"{DISTRIBUTION}[notebooks] @ {{source}}"' in source
-    assert f"{REPOSITORY_URL}@v{config['version']}" in source  # pinned: the tag of this version
+    git = colab_setup.cell_source({**config, "install": "git-tag"})
+    assert f'"{DISTRIBUTION}[notebooks] @ {{source}}"' in git
+    assert f"{REPOSITORY_URL}@v{config['version']}" in git  # pinned: this version's tag
     pypi = colab_setup.cell_source({**config, "install": "pypi"})
     assert f'"{DISTRIBUTION}[notebooks]=={config["version"]}"' in pypi
-    assert all(len(line) <= 92 for line in (source + "\n" + pypi).splitlines())
+    modes = {"git-tag": git, "pypi": pypi}
+    assert colab_setup.cell_source(config) == modes[config["install"]]
+    assert all(len(line) <= 92 for line in (git + "\n" + pypi).splitlines())
 
 
 def test_setup_cell_stops_with_a_clear_message_when_the_install_fails(monkeypatch):
@@ -172,16 +174,23 @@ def test_chapters_run_in_a_fresh_colab_like_environment(tmp_path):
     workdir = tmp_path / "notebooks"
     workdir.mkdir()
     shutil.copy2(ROOT / "nbval_sanitize.cfg", workdir)
+    config = colab_setup.settings()
     for chapter in chapters:
         nb = nbformat.read(chapter, as_version=4)
         (cell,) = setup_cells(nb)
-        git_source = colab_setup.git_source(colab_setup.settings())
-        assert git_source in cell.source
-        cell.source = cell.source.replace(git_source, package.as_uri())  # offline: the checkout
+        if config["install"] == "git-tag":  # offline: the checkout stands for the tag
+            assert colab_setup.git_source(config) in cell.source
+            cell.source = cell.source.replace(colab_setup.git_source(config),
+                                              package.as_uri())
         nbformat.write(nb, workdir / chapter.name)
 
     env = {key: value for key, value in os.environ.items()
            if key not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", COLAB_ENV}}
+    if config["install"] == "pypi":  # offline: a folder with the checkout's wheel is PyPI
+        wheels = tmp_path / "wheels"
+        run([python, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", wheels,
+             package])
+        env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels))
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
                GPT_FROM_SCRATCH_CACHE=str(tmp_path / "cache"))  # a new reader: nothing cached yet
     run([python, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg",

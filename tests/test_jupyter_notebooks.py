@@ -1,12 +1,15 @@
 """The chapters' Jupyter and Colab editions (notebooks/jupyter/, written by
 scripts/jupyter_notebooks.py): up to date with the committed chapters, with no MyST left
 (Jupyter and Colab would show it as raw text), every answer folded in <details>, the hidden
-test cells dropped, the hidden sources collapsed, and the README's Colab links on them; and
-the MyST rewrite itself (scripts/jupyter_markdown.py) on small examples of each construct.
+test cells dropped, the hidden sources collapsed for JupyterLab and Colab forms for Colab
+(checked in nbconvert's HTML, rendered honouring Colab's rule alone), the set-up cell first,
+and the README's Colab links on them; and the MyST rewrite itself
+(scripts/jupyter_markdown.py) on small examples of each construct.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 import sys
 from pathlib import Path
@@ -89,6 +92,88 @@ def test_valid_with_hidden_cells_hidden(chapter):
         if cell_tags & {"remove-input", "hide-input"}:
             assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, (
                 f"{chapter.name}: a {sorted(cell_tags)} cell's source is not collapsed")
+
+
+COLAB_TITLE = re.compile(r"#@title (\S.*)")
+
+
+def is_colab_form(cell) -> bool:
+    """Colab shows such a cell as its title alone: ``cellView: "form"`` and a first line
+    ``#@title ...``."""
+    first = cell.source.split("\n", 1)[0]
+    return cell.metadata.get("cellView") == "form" and bool(COLAB_TITLE.fullmatch(first))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_hidden_cells_are_colab_forms_and_the_set_up_cell_comes_first(chapter):
+    edition = read_edition(chapter)
+    code = [c for c in edition.cells if c.cell_type == "code"]
+    first = code[0]
+    assert "colab-setup" in first.metadata.get("tags", []) and not is_colab_form(first), (
+        f"{chapter.name}: the first code cell must be the set-up cell, shown in full")
+    for cell in code:
+        hidden = set(cell.metadata.get("tags", [])) & jupyter_notebooks.HIDDEN_SOURCE
+        assert bool(hidden) == is_colab_form(cell), (
+            f"{chapter.name}: a cell tagged {sorted(cell.metadata.get('tags', []))} "
+            f"{'is not' if hidden else 'is'} a Colab form (cellView and #@title): "
+            f"{cell.source[:80]!r}; run make jupyter")
+    solutions = [c for c in code if "solution" in c.metadata.get("tags", [])]
+    assert all(map(is_colab_form, solutions)), f"{chapter.name}: a solution shows in Colab"
+
+
+def rendered_text(nb, colab_forms: bool) -> str:
+    """The text of nbconvert's HTML of ``nb`` (the lab template; no cell is run), with the
+    JupyterLab metadata dropped: only Colab's rule, when ``colab_forms``, hides code; a
+    Colab form then shows its title line alone, as in Colab."""
+    nbconvert = pytest.importorskip("nbconvert", reason="the check renders with nbconvert")
+    bs4 = pytest.importorskip("bs4", reason="the check reads nbconvert's HTML with bs4")
+
+    def colab_rule_only(nb, resources):
+        for cell in nb.cells:
+            cell.metadata.pop("jupyter", None)
+            if colab_forms and cell.cell_type == "code" and is_colab_form(cell):
+                cell.source = cell.source.split("\n", 1)[0]
+        return nb, resources
+
+    exporter = nbconvert.HTMLExporter(template_name="lab")
+    exporter.register_preprocessor(colab_rule_only, enabled=True)
+    html, _ = exporter.from_notebook_node(copy.deepcopy(nb))
+    return bs4.BeautifulSoup(html, "html.parser").get_text()
+
+
+def own_lines(cell, nb) -> set[str]:
+    """The lines of a solution (its title aside) that no other cell's source or text output
+    holds: seen in the rendered page, they can only come from the solution."""
+    elsewhere = "\n".join(
+        [c.source for c in nb.cells if c is not cell]
+        + [text if isinstance(text, str) else "".join(text)
+           for c in nb.cells if c.cell_type == "code"
+           for output in c.outputs
+           for text in [output.get("text", ""), *output.get("data", {}).values()]
+           if isinstance(text, (str, list))])
+    return {line.strip() for line in cell.source.split("\n")[1:]
+            if len(line.strip()) >= 20 and line.strip() not in elsewhere}
+
+
+CHAPTERS_WITH_SOLUTIONS = [
+    c for c in CHAPTERS if any("solution" in cell.metadata.get("tags", [])
+                               for cell in nbformat.read(c, as_version=4).cells)]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS_WITH_SOLUTIONS, ids=lambda p: p.stem)
+def test_no_solution_shows_in_a_renderer_that_honours_only_colab_forms(chapter):
+    """nbconvert stands in for Colab: honouring Colab's forms alone, it shows no solution's
+    own line; honouring nothing, it shows every one (so the check can see them)."""
+    edition = read_edition(chapter)
+    solutions = [c for c in edition.cells if "solution" in c.metadata.get("tags", [])]
+    lines = {id(c): own_lines(c, edition) for c in solutions}
+    assert all(lines.values()), f"{chapter.name}: a solution has no line of its own to seek"
+    colab = rendered_text(edition, colab_forms=True)
+    shown = sorted(line for found in lines.values() for line in found if line in colab)
+    assert not shown, f"{chapter.name}: solutions show under Colab's rule: {shown[:3]}"
+    plain = rendered_text(edition, colab_forms=False)
+    unseen = sorted(line for found in lines.values() for line in found if line not in plain)
+    assert not unseen, f"{chapter.name}: the check cannot see these lines unhidden: {unseen}"
 
 
 def test_the_myst_check_finds_each_construct():

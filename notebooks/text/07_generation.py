@@ -34,14 +34,13 @@
 try:
     import gpt_from_scratch
 except ImportError:
-    source = "git+https://github.com/gpt-from-scratch/gpt-from-scratch@v0.1.0"
-    %pip install --quiet "gpt-from-scratch-book[notebooks] @ {source}"
+    %pip install --quiet "gpt-from-scratch-book[notebooks]==0.1.0"
     try:
         import gpt_from_scratch
     except ImportError:
         raise RuntimeError(
-            f"could not install gpt-from-scratch-book 0.1.0 from {source}: check that the "
-            "runtime has internet access and that this tag exists") from None
+            "could not install gpt-from-scratch-book 0.1.0: check that the runtime has "
+            "internet access and that this version is on PyPI") from None
 
 # %%
 import time

@@ -1,0 +1,165 @@
+"""The release procedure (.github/workflows/release.yml, scripts/release.py), and its
+rehearsal here.
+
+Fast, in ``make test``: the version is the same wherever it is written, a tag that is not it
+is refused with the reason, CHANGELOG.md has the version's notes, and CITATION.cff agrees
+with pyproject.toml and _config.yml.
+
+Slow, ``make test-release`` (GPT_FROM_SCRATCH_TEST_RELEASE=1): the whole chain as a reader
+meets it, offline. The wheel and sdist are built (``python -m build``); a fresh venv gets
+only torch, then the package's dependencies; a folder holding the built wheel stands for
+PyPI (``PIP_NO_INDEX``, ``PIP_FIND_LINKS``); every chapter's set-up cell runs in that venv
+(the package uninstalled before each, so that each cell installs it), as IPython's ``%pip``
+runs pip; then the installed version must be the one a tag would name, and torch the one
+that was there. CITATION.cff is validated by ``cffconvert --validate`` in a venv of its own
+(cffconvert 2.0.0 needs jsonschema < 4, which requirements.txt's Jupyter stack cannot have).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="reading _config.yml needs PyYAML")
+pytest.importorskip("nbformat", reason="scripts/colab_setup.py reads the chapters with nbformat")
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from scripts import colab_setup, release  # noqa: E402
+
+RELEASE_ENV = "GPT_FROM_SCRATCH_TEST_RELEASE"
+TORCH_VERSION = "2.13.0"  # as tests/test_colab.py: Colab brings a torch of its own
+CFFCONVERT = "cffconvert==2.0.0"
+
+
+def test_the_version_is_the_same_everywhere():
+    assert len(set(release.versions().values())) == 1, release.versions()
+
+
+def test_a_tag_that_is_not_the_version_is_refused_with_each_reason():
+    problems = release.check_tag("v99.0")
+    assert len(problems) == len(release.versions()) + 1, problems
+    assert all("99.0" in p for p in problems), problems
+    assert any("CHANGELOG.md has no section '## [99.0]'" in p for p in problems)
+
+
+def test_the_changelog_has_the_version_s_notes():
+    version = release.versions()["gpt_from_scratch.__version__"]
+    assert release.changelog_section(version), release.no_notes(version)
+    assert release.main(["notes", version]) == 0
+
+
+def test_the_citation_agrees_with_pyproject_and_config():
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    settings = colab_setup.settings()
+    wanted = {"version": settings["version"], "url": release.site_url(),
+              "repository-code": config["repository"]["url"], "title": config["title"],
+              "license": "MIT", "cff-version": "1.2.0"}
+    wrong = {key: (citation.get(key), value) for key, value in wanted.items()
+             if citation.get(key) != value}
+    assert not wrong, f"CITATION.cff: (has, should have) {wrong}"
+
+
+def test_the_site_url_comes_from_the_repository_or_baseurl():
+    repository = {"repository": {"url": "https://github.com/someone/a-book/"}}
+    assert release.site_url(repository) == "https://someone.github.io/a-book/"
+    moved = {**repository, "html": {"baseurl": "https://book.example.org"}}
+    assert release.site_url(moved) == "https://book.example.org/"
+    assert release.main(["site-url", "--expect", "https://elsewhere.example.org/"]) == 1
+    assert release.main(["site-url", "--expect", release.site_url().rstrip("/")]) == 0
+
+
+# ------------------------------------------------------------------------------------------
+# The rehearsal (`make test-release`)
+# ------------------------------------------------------------------------------------------
+
+
+def run(command: list, **kwargs) -> str:
+    """Run a command, print how long it took, fail with its last lines when it fails."""
+    start = time.perf_counter()
+    result = subprocess.run([str(c) for c in command], capture_output=True, text=True,
+                            **kwargs)
+    print(f"[{time.perf_counter() - start:6.1f} s] {' '.join(map(str, command[:6]))}")
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-40:])
+        pytest.fail(f"exit {result.returncode}: {' '.join(map(str, command))}\n{tail}",
+                    pytrace=False)
+    return result.stdout
+
+
+# IPython runs `%pip LINE` as the shell command `<its python> -m pip LINE`; this stands in
+# for IPython in a venv that has none, and runs the cell that IPython's transformer wrote.
+RUN_CELL = """\
+import subprocess, sys
+class Shell:
+    def run_line_magic(self, name, line):
+        assert name == "pip", f"the set-up cell uses %{name}; only %pip is rehearsed"
+        subprocess.run(f"{sys.executable} -m pip {line}", shell=True)
+exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), {"get_ipython": Shell})
+"""
+
+
+@pytest.mark.skipif(not os.environ.get(RELEASE_ENV),
+                    reason=f"slow (minutes): run with `make test-release` ({RELEASE_ENV})")
+def test_the_release_installs_from_a_package_index_in_every_chapter(tmp_path):
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    settings = colab_setup.settings()
+    name, version = settings["name"], settings["version"]
+    assert settings["install"] == "pypi", (
+        "pyproject.toml: [tool.gpt-from-scratch.colab] install must be 'pypi', where the "
+        f"release workflow publishes; it is {settings['install']!r}")
+    # Before the release day its CHANGELOG section may still say "unreleased"; nothing else.
+    refused = [p for p in release.check_tag(f"v{version}") if "unreleased" not in p]
+    assert not refused, f"the release workflow would refuse v{version}: {refused}"
+
+    index = tmp_path / "index"
+    run([sys.executable, "-m", "build", "--outdir", index, ROOT])
+    wheels = sorted(index.glob("*.whl"))
+    built = sorted(index.iterdir())
+    assert len(wheels) == 1 and len(list(index.glob("*.tar.gz"))) == 1, built
+    assert f"-{version}-" in wheels[0].name, wheels[0].name
+
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", venv])
+    python = venv / "bin" / "python"
+    torch_version = [python, "-c", "import torch; print(torch.__version__)"]
+    run([python, "-m", "pip", "install", "--quiet", f"torch=={TORCH_VERSION}"])
+    torch_before = run(torch_version).strip()
+    # The dependencies from the index the reader has; the package itself then only from the
+    # local index, as each set-up cell installs it.
+    run([python, "-m", "pip", "install", "--quiet", f"{wheels[0]}[notebooks]"])
+    offline = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index)}
+    runner = tmp_path / "run_cell.py"
+    runner.write_text(RUN_CELL)
+    cells = {chapter.name: colab_setup.current_cell(chapter)
+             for chapter in sorted((ROOT / "notebooks").glob("*.ipynb"))}
+    assert cells and all(cells.values()), f"a chapter has no set-up cell: {cells}"
+    for chapter, source in cells.items():
+        run([python, "-m", "pip", "uninstall", "--yes", "--quiet", name])
+        cell = tmp_path / f"{chapter}.py"
+        cell.write_text(TransformerManager().transform_cell(source))
+        run([python, runner, cell], env=offline, cwd=tmp_path)
+        installed = run([python, "-c", "import gpt_from_scratch, importlib.metadata as m; "
+                         f"print(gpt_from_scratch.__version__, m.version({name!r}))"],
+                        cwd=tmp_path).split()
+        assert installed == [version, version], f"{chapter}: installed {installed}"
+    assert run(torch_version).strip() == torch_before, "the set-up cell replaced torch"
+    run([python, "-m", "pip", "check"])
+
+
+@pytest.mark.skipif(not os.environ.get(RELEASE_ENV),
+                    reason=f"installs {CFFCONVERT}: run with `make test-release`")
+def test_the_citation_is_valid_cff(tmp_path):
+    run([sys.executable, "-m", "venv", tmp_path / "cff"])
+    run([tmp_path / "cff" / "bin" / "pip", "install", "--quiet", CFFCONVERT])
+    out = run([tmp_path / "cff" / "bin" / "cffconvert", "--validate", "-i",
+               ROOT / "CITATION.cff"])
+    assert "valid" in out, out
