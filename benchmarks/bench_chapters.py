@@ -23,8 +23,9 @@ import json
 import os
 import re
 import sys
-from datetime import datetime
 from pathlib import Path
+
+from gpt_from_scratch.book.timing import cell_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINING_CHAPTERS = ("06", "07", "09", "12")  # the 5-minute bar; 2 minutes for the others
@@ -55,17 +56,13 @@ def chapters(numbers: list[str] | None = None) -> list[Path]:
     return paths
 
 
-def cell_seconds(nb: dict) -> list[tuple[int, float, str]]:
+def long_cells(nb: dict) -> list[tuple[int, float, str]]:
     """(index, seconds, first line) of each code cell that recorded its times."""
     out = []
-    for index, cell in enumerate(nb["cells"]):
-        times = cell.get("metadata", {}).get("execution", {})
-        if cell["cell_type"] == "code" and {"iopub.execute_input", "shell.execute_reply"} <= set(times):
-            start, end = (datetime.fromisoformat(times[k].replace("Z", "+00:00"))
-                          for k in ("iopub.execute_input", "shell.execute_reply"))
-            source = "".join(cell["source"])
-            first = next((line for line in source.splitlines() if line.strip()), "")
-            out.append((index, (end - start).total_seconds(), first[:60]))
+    for index, seconds in cell_seconds(nb).items():
+        source = "".join(nb["cells"][index]["source"])
+        first = next((line for line in source.splitlines() if line.strip()), "")
+        out.append((index, seconds, first[:60]))
     return out
 
 
@@ -89,7 +86,7 @@ def chapter_table(paths: list[Path], run: bool, threads: int | None) -> None:
     total = 0.0
     for path in paths:
         nb = executed(path, threads) if run else json.loads(path.read_text(encoding="utf-8"))
-        cells = cell_seconds(nb)
+        cells = long_cells(nb)
         seconds = sum(s for _, s, _ in cells)
         total += seconds
         bar = 5 if path.name[:2] in TRAINING_CHAPTERS else 2

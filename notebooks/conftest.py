@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import datetime
-from pathlib import Path
 
 import nbval.plugin
+
+from gpt_from_scratch.book.timing import cell_seconds
 
 # nbval reads a cell's messages only once the cell has finished, and the kernel's message socket
 # keeps about a thousand: past that, messages are dropped, the "idle" one too, and nbval fails
@@ -67,22 +67,10 @@ def compare_outputs(self, test, ref, skip_compare=None):
 nbval.plugin.IPyNbCell.compare_outputs = compare_outputs
 
 
-def recorded_seconds(path: Path) -> float:
-    """How long the committed run of a notebook took: the sum of its code cells' recorded times
-    (nbclient writes each cell's start and end into its metadata); 0 for cells without them."""
-    total = 0.0
-    for cell in json.loads(Path(path).read_text(encoding="utf-8"))["cells"]:
-        times = cell.get("metadata", {}).get("execution", {})
-        if "iopub.execute_input" in times and "shell.execute_reply" in times:
-            start, end = (datetime.fromisoformat(times[key].replace("Z", "+00:00"))
-                          for key in ("iopub.execute_input", "shell.execute_reply"))
-            total += (end - start).total_seconds()
-    return total
-
-
 def pytest_collection_modifyitems(items):
     """The longest notebooks first, by their committed run: run side by side (pytest-xdist,
     ``-n 2 --dist loadfile --no-loadscope-reorder``), the workers then end at about the same time.
     Each notebook's cells keep their order."""
-    seconds = {path: recorded_seconds(path) for path in {item.path for item in items}}
+    seconds = {path: sum(cell_seconds(json.loads(path.read_text(encoding="utf-8"))).values())
+               for path in {item.path for item in items}}
     items.sort(key=lambda item: -seconds[item.path])  # stable: a notebook's cells stay in order

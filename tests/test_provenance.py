@@ -387,3 +387,18 @@ def test_the_checks_fail_on_the_errata_put_back(tmp_path):
     assert misread_comparisons("It reaches 1.99 nats, lower than the character model's 1.72.")
     assert not misread_comparisons("It reaches 1.99 nats, higher than the character model's 1.72.")
     assert not misread_comparisons("by more than two standard errors (+4.1 ± 1.5 points at 32).")
+
+
+def test_the_instructors_runtime_table_is_each_chapters_committed_run():
+    """book/instructors.md's runtime per chapter is what each committed chapter recorded of itself
+    (``book.timing.cell_seconds``): re-executing a chapter changes its row, and this says which."""
+    from gpt_from_scratch.book.timing import cell_seconds
+
+    page = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
+    section = page.split("## Runtime per chapter", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| (\d+b?)\. [^|]+\| (\d+) \|$", section, re.MULTILINE))
+    recorded = {p.name.split("_")[0].lstrip("0"): round(sum(cell_seconds(json.loads(
+        p.read_text())).values())) for p in sorted((ROOT / "notebooks").glob("*.ipynb"))}
+    assert rows == {k: str(v) for k, v in recorded.items()}, (
+        "book/instructors.md's runtime table is not the committed runs': write "
+        + ", ".join(f"{k}: {v} s" for k, v in recorded.items()))

@@ -5,13 +5,15 @@
 ``decode_rate`` the tokens per second of ``generate``; ``copy_bandwidth`` the memory bandwidth a copy
 reaches; ``host_reads`` counts the values a computation reads back (each a wait for a GPU);
 ``page_faults`` the pages the operating system maps in for it, which
-``allocator.reuse_freed_memory`` saves.
+``allocator.reuse_freed_memory`` saves. ``cell_seconds`` reads how long each cell of an executed
+notebook took (the instructors' runtime table, ``python -m benchmarks chapters``).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from datetime import datetime
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -134,3 +136,16 @@ def copy_bandwidth(device="cpu", n_bytes: int = 1 << 28) -> float:
     src = torch.ones(n_bytes // 4, device=device)
     dst = torch.empty_like(src)
     return 2 * n_bytes / median_time(lambda: dst.copy_(src), 3, device)
+
+
+def cell_seconds(notebook: dict) -> dict[int, float]:
+    """``{cell index: seconds}`` for each code cell of an executed notebook (its JSON, as a dict) that
+    recorded its times: nbclient writes each cell's start and end into the cell's metadata."""
+    out = {}
+    for index, cell in enumerate(notebook["cells"]):
+        times = cell.get("metadata", {}).get("execution", {})
+        if cell["cell_type"] == "code" and {"iopub.execute_input", "shell.execute_reply"} <= set(times):
+            start, end = (datetime.fromisoformat(times[key].replace("Z", "+00:00"))
+                          for key in ("iopub.execute_input", "shell.execute_reply"))
+            out[index] = (end - start).total_seconds()
+    return out
