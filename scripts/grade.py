@@ -85,8 +85,9 @@ def score(grade: sheet.Grade, exercise: dict, cases: list, results: list) -> Non
         result.note, result.detail = verdict.error, verdict.detail
         return
     by_case = {c.name: c for c in cases}
-    result.note = "; ".join(judge.describe(by_case[n], why) for n, why, _ in verdict.failures)
-    result.detail = "; ".join(f"case {n}: {d}" for n, _, d in verdict.failures if d)
+    failures = verdict.failures
+    result.note = "; ".join(judge.describe(by_case[n], why) for n, why, _ in failures)
+    result.detail = "; ".join(f"case {n}: {d}" for n, _, d in failures if d)
 
 
 def grade_one(

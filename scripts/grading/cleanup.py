@@ -1,7 +1,7 @@
 """Inside the sandbox, between one student's cases: every other process killed (between
-students there is nothing to clean: each student gets a new sandbox, its /tmp, /dev/shm and
-System V IPC objects new and empty). Standard library only (``runner.py`` imports it from the
-same folder, mounted read-only at /grader)."""
+students there is nothing to clean: each student gets a new sandbox, its /tmp, /dev/shm
+and System V IPC objects new and empty). Standard library only (``runner.py`` imports it
+from the same folder, mounted read-only at /grader)."""
 
 import os
 import signal

@@ -3,8 +3,8 @@ and compares it with the expected values it computed.
 
 Nothing of the student's runs here, and nothing the student chose reaches the student: a
 result is parsed as JSON (size capped), its tensors loaded by safetensors (plain tensors, no
-pickle, no subclass), and every failure is said in fixed words: the case's name and what went
-wrong (wrong shape, wrong dtype, wrong values, raised an exception, a limit), never the
+pickle, no subclass), and every failure is said in fixed words: the case's name and what
+went wrong (wrong shape, wrong dtype, wrong values, raised an exception, a limit), never the
 expected values, the inputs, the student's message, nor the error class or dtype their code
 chose (those go to the teacher's ``details`` column: a student could pick them to read back
 bits of the private inputs).
@@ -98,7 +98,8 @@ def same(got, expected, case: Case) -> str:
 
 
 def report(raw: bytes | str):
-    """(report dict, tensors) of one case's result as the sandbox sent it, or (None, why)."""
+    """(report dict, tensors) of one case's result as the sandbox sent it, or (None,
+    why)."""
     if isinstance(raw, str):
         return {"stopped": raw}, {}
     size = int.from_bytes(raw[:8], "big")

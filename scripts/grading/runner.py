@@ -5,13 +5,14 @@ its own case, its result sent straight to the grader.
 
 This process imports torch, makes itself not dumpable (no ptrace, no /proc/<pid>/mem, no
 /proc/<pid>/fd) and waits, holding nothing of the job. Per case the grader writes on stdin a
-header of limits (CPU and wall-clock seconds), then the case: its exercise's set-up (stand-ins,
-that exercise's withheld names left out), the student's program, the case's program and its
-tensors. This process reads the header only and forks; the child reads the case, closes stdin,
-runs the set-up, the program and the case under the CPU limit, and writes its result (JSON, then
-safetensors bytes) on stdout, a pipe the grader reads. Then this process kills every other
-process of the sandbox and writes why the case ended on STATUS_FD, a pipe no child holds. No file
-is read or written; nothing here decides a grade. Standard library, torch and safetensors only.
+header of limits (CPU and wall-clock seconds), then the case: its exercise's set-up
+(stand-ins, that exercise's withheld names left out), the student's program, the case's
+program and its tensors. This process reads the header only and forks; the child reads the
+case, closes stdin, runs the set-up, the program and the case under the CPU limit, and
+writes its result (JSON, then safetensors bytes) on stdout, a pipe the grader reads. Then
+this process kills every other process of the sandbox and writes why the case ended on
+STATUS_FD, a pipe no child holds. No file is read or written; nothing here decides a grade.
+Standard library, torch and safetensors only.
 """
 
 import ctypes

@@ -3,18 +3,19 @@
 
 A new sandbox for every student (``Sandbox.run``): no network, no process of the machine in
 sight (its own PID and IPC namespaces), no user namespace inside (``--disable-userns``), a
-read-only view of Python, the virtual environment and ``runner.py`` only (not the package: the
-exercises' set-ups get stand-ins, ``grading.standins``; no case file, no case input, no
-submission, no sheet, no repository), nothing of the host writable: ``/tmp`` and ``/dev/shm``
-are tmpfs of bounded size, new and empty for each student, and gone with their sandbox. Each
-case comes over a pipe (its exercise's set-up, the student's program, its own inputs: never the
-rest of the job) to a fresh process, whose result comes back over a pipe to this process, out
-of the student's reach (``runner.py``); nothing is read from disk. Limits: a control group per
-sandbox (``grading.cgroup``: total memory, tmpfs included, and processes), and per process CPU
-time, address space, file size, no POSIX message queues. Run as root (as CI does), the sandbox
-switches to a uid of its own (``setpriv``) before bubblewrap makes its user namespace; run as
-another user, bubblewrap needs unprivileged user namespaces. Before a class,
-``grading.startup`` runs one trivial case through such a sandbox.
+read-only view of Python, the virtual environment and ``runner.py`` only (not the package:
+the exercises' set-ups get stand-ins, ``grading.standins``; no case file, no case input, no
+submission, no sheet, no repository), nothing of the host writable: ``/tmp`` and
+``/dev/shm`` are tmpfs of bounded size, new and empty for each student, and gone with their
+sandbox. Each case comes over a pipe (its exercise's set-up, the student's program, its own
+inputs: never the rest of the job) to a fresh process, whose result comes back over a pipe
+to this process, out of the student's reach (``runner.py``); nothing is read from disk.
+Limits: a control group per sandbox (``grading.cgroup``: total memory, tmpfs included, and
+processes), and per process CPU time, address space, file size, no POSIX message queues. Run
+as root (as CI does), the sandbox switches to a uid of its own (``setpriv``) before
+bubblewrap makes its user namespace; run as another user, bubblewrap needs unprivileged user
+namespaces. Before a class, ``grading.startup`` runs one trivial case through such a
+sandbox.
 """
 
 from __future__ import annotations
@@ -148,8 +149,9 @@ def command(slot: int, limits: Limits, program: list[str]) -> list[str]:
 
 
 class Sandbox:
-    """One grading slot's sandboxes: a new one for every student (``run``), started while the
-    grader judges the student before, so that its start (Python, torch) overlaps that work.
+    """One grading slot's sandboxes: a new one for every student (``run``), started while
+    the grader judges the student before, so that its start (Python, torch) overlaps that
+    work.
     Nothing a student leaves (files in /tmp or /dev/shm, System V objects, processes, a full
     tmpfs) outlives their sandbox."""
 
@@ -193,9 +195,9 @@ class Sandbox:
 
     def run(self, exercises: list[dict]) -> tuple[dict[str, list], str]:
         """One student's cases in a sandbox of their own: per exercise, per case, its result
-        (the bytes the case sent) or why it has none (a ``judge.STOPPED`` key); and "" or why
-        the sandbox ended early. Each exercise: name, setup, source, cpu_seconds and cases
-        (per case its program and its tensors as safetensors bytes)."""
+        (the bytes the case sent) or why it has none (a ``judge.STOPPED`` key); and "" or
+        why the sandbox ended early. Each exercise: name, setup, source, cpu_seconds and
+        cases (per case its program and its tensors as safetensors bytes)."""
         if self.process is None:
             self._start()
         results, note, extra = {}, "", STARTUP_SECONDS  # the first case waits for the start

@@ -31,7 +31,7 @@ class Result:
     points: float = 0.0
     flag: str = ""  # an integrity problem: the exercise scores 0
     note: str = ""  # why points were lost, in the grader's fixed words (the student's too)
-    detail: str = ""  # for the teacher only: the error class, dtype… the student's code chose
+    detail: str = ""  # the teacher's only: the error class, dtype… chosen by the code
 
 
 @dataclass

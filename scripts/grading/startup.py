@@ -56,9 +56,9 @@ def check(limits: Limits, setup: str = "", unsafe: bool = False) -> str:
             box.close()
         log.seek(0)
         error = " ".join(log.read().decode(errors="replace").split())[-400:]
-    failure = (
-        "the sandbox sent no result" if stopped else _failure(results["probe"][0], x, unsafe)
-    )
+    failure = "the sandbox sent no result"
+    if not stopped:
+        failure = _failure(results["probe"][0], x, unsafe)
     if failure:
         if "namespace" in error or "uid map" in error or "Operation not permitted" in error:
             raise SandboxError(NO_USERNS.format(error=error))
