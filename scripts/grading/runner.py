@@ -20,6 +20,7 @@ import json
 import linecache
 import os
 import resource
+import select
 import signal
 import sys
 import time
@@ -30,6 +31,7 @@ from safetensors.torch import load, save
 
 MAX_TEXT = 2000  # characters of a string output kept
 HEADER = 32  # bytes of a case's header: "CPU WALL", in seconds, space-padded
+TRANSFER_SECONDS = 60  # to read a case's inputs (MBs of tensors), before its clock starts
 
 
 def decode(value, tensors: dict, names: dict):
@@ -139,12 +141,15 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def case_process(cpu: float) -> None:
-    """In the fresh child: read this case from stdin, run it, write its result on stdout."""
+def case_process(cpu: float, ready: int) -> None:
+    """In the fresh child: read this case from stdin, say so on ``ready``, run it, write
+    its result on stdout."""
     size = int.from_bytes(read_exact(0, 8), "big")
     job = json.loads(read_exact(0, size))
     size = int.from_bytes(read_exact(0, 8), "big")
     tensors = load(read_exact(0, size)) if size else {}
+    os.write(ready, b"r")  # the wall clock starts now, not while a large case is read
+    os.close(ready)
     devnull = os.open(os.devnull, os.O_RDWR)
     result = os.dup(1)
     for fd in (0, 1, 2):  # stdin read to its end; prints go nowhere
@@ -205,6 +210,7 @@ def serve(status: int, sandboxed: bool) -> None:
     keep = ancestors()
     while len(header := read_exact(0, HEADER)) == HEADER:
         cpu, wall = (float(v) for v in header.split())
+        ready, told = os.pipe()
         try:
             pid = os.fork()
         except OSError:  # the process limit: the grader ends this sandbox
@@ -213,9 +219,13 @@ def serve(status: int, sandboxed: bool) -> None:
         if pid == 0:
             try:
                 os.close(status)  # the child never holds the grader's status pipe
-                case_process(cpu)
+                os.close(ready)
+                case_process(cpu, told)
             finally:
                 os._exit(0)
+        os.close(told)
+        select.select([ready], [], [], TRANSFER_SECONDS)  # the case read (or its end)
+        os.close(ready)
         why = why_ended(pid, cpu, wall)
         if sandboxed:  # unsafe: this is the teacher's machine, nothing to kill
             kill_others(keep)

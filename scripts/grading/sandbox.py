@@ -38,6 +38,7 @@ FIRST_UID = 64000  # as root, sandbox slot k runs as uid FIRST_UID + k (no accou
 STARTUP_SECONDS = 60.0  # bwrap, Python and torch imported: once per student
 SERVER_CPU_SECONDS = 3600  # the serving process itself (each case has its own limit)
 HEADER = 32  # bytes of a case's header to the runner (its limits): runner.HEADER
+TRANSFER_SECONDS = 60  # runner.TRANSFER_SECONDS: a case's inputs read before its clock
 MAX_RESULT = 132 << 20  # bytes of one case's result kept (judge.MAX_JSON + MAX_TENSORS)
 ROOT_LINKS = (
     "/bin",
@@ -225,7 +226,7 @@ class Sandbox:
     def _case(self, cpu: float, blob: bytes, wall: float, extra: float) -> tuple:
         """(the case's result or why none, "" or why the sandbox ended) of one case."""
         header = f"{cpu:g} {wall:g}".encode().ljust(HEADER)
-        deadline = time.monotonic() + wall + extra + 10
+        deadline = time.monotonic() + wall + extra + TRANSFER_SECONDS + 10
         stdin, stdout = self.process.stdin.fileno(), self.process.stdout.fileno()
         pending, received, status = memoryview(header + blob), bytearray(), b""
         while len(status) < 16:
