@@ -81,13 +81,20 @@ import sys
 
 __version__ = "0.1.0"
 
-# Threads that wait for work sleep instead of spinning (OpenMP's passive policy). On a busy laptop,
-# another program on the cores, spinning threads wait for a thread the system has paused: a training
-# step of Chapter 6's model took 13.4 s with two spinning threads and 0.37 s with two sleeping ones
-# (2 cores at load average 16). OpenMP reads its policy once, when torch first loads, so it counts
-# where the package is imported first, as every chapter's first cell does; a reader's own setting
-# wins. Where torch came first, its threads spin, and ``train`` then computes on the cores other
-# programs leave free (``utils.free_threads``).
+# How OpenMP's threads wait for their next piece of work. GNU OpenMP (PyTorch's, on Linux) spins
+# for about 3 ms first: on a busy laptop a spinning thread waits for one the system has paused (a
+# step of Chapter 6's model took 13.4 s with two spinning threads, 0.37 s with two sleeping ones,
+# on 2 cores at load average 16), while sleeping at once (OMP_WAIT_POLICY=PASSIVE) costs a wake-up
+# per operation on idle cores (56.5 ms a step against 36.0). Spinning about 10 microseconds, then
+# sleeping, is both: 37.6 ms idle, and as fast as sleeping beside busy programs (measured with
+# `python -m benchmarks busy`); the numbers are the same to the last bit whichever way threads
+# wait. LLVM's and Intel's OpenMP (macOS, some conda builds) sleep at once. OpenMP reads these
+# once, when torch loads, so they count where the package is imported first, as every chapter's
+# first cell does; a reader's own setting wins. Where torch came first its threads spin, and
+# ``train`` then computes on the cores other programs leave free (``utils.free_threads``).
+_WAITING = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 SPINNING_THREADS = os.environ.get("OMP_WAIT_POLICY", "").upper() == "ACTIVE" or (
-    "torch" in sys.modules and "OMP_WAIT_POLICY" not in os.environ)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    "torch" in sys.modules and not any(name in os.environ for name in _WAITING))
+if not any(name in os.environ for name in _WAITING):
+    os.environ["GOMP_SPINCOUNT"] = "1000"  # GNU OpenMP: about 10 microseconds
+    os.environ["KMP_BLOCKTIME"] = "0"  # LLVM's and Intel's: no spinning

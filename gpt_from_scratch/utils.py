@@ -166,8 +166,8 @@ def _others_running() -> int | None:
 def free_threads(device: str) -> Iterator[None]:
     """On a CPU whose cores other programs keep busy, compute on the cores they leave free, inside the
     block only (``train`` uses it; Chapter 6). Only when torch's OpenMP threads spin while they wait:
-    torch was imported before this package, which asks them to sleep (``OMP_WAIT_POLICY=PASSIVE``)
-    only before torch loads. A spinning thread that waits for one the system has paused keeps a core
+    torch was imported before this package, which asks them to spin only briefly
+    (``GOMP_SPINCOUNT``) only before torch loads. A spinning thread that waits for one the system has paused keeps a core
     from it: a step then takes many times as long (measured: 4 to 80 times on two busy cores). The
     fewer threads give other last bits than the usual count, and a warning says so."""
     from . import SPINNING_THREADS
@@ -184,7 +184,7 @@ def free_threads(device: str) -> Iterator[None]:
                   "spin while they wait (torch was imported before gpt_from_scratch): computing "
                   f"on {wanted} thread(s) until this ends, with other last bits. To keep every "
                   "thread, import gpt_from_scratch before torch, or start Python with "
-                  "OMP_WAIT_POLICY=PASSIVE", stacklevel=3)
+                  "GOMP_SPINCOUNT=1000", stacklevel=3)
     torch.set_num_threads(wanted)
     try:
         yield

@@ -116,24 +116,30 @@ def test_a_chapter_that_judges_lessons_shows_their_verdicts_to_nbval(twin):
         f"{twin.name}: the verdicts close the chapter's text, just before its exercises")
 
 
-def test_the_package_makes_waiting_threads_sleep_unless_the_reader_chose(tmp_path):
-    code = "import os, gpt_from_scratch; print(os.environ['OMP_WAIT_POLICY'])"
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+def test_the_package_makes_waiting_threads_spin_briefly_unless_the_reader_chose(tmp_path):
+    code = ("import os, gpt_from_scratch\n"
+            "print([os.environ.get(k) for k in ('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT', "
+            "'KMP_BLOCKTIME')])")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
     run = lambda e: subprocess.run([sys.executable, "-c", code], env=e, capture_output=True,  # noqa
                                    text=True, check=True).stdout.strip()
-    assert run(env) == "PASSIVE"
-    assert run(dict(env, OMP_WAIT_POLICY="ACTIVE")) == "ACTIVE"
+    assert run(env) == "[None, '1000', '0']"
+    assert run(dict(env, OMP_WAIT_POLICY="PASSIVE")) == "['PASSIVE', None, None]"
+    assert run(dict(env, GOMP_SPINCOUNT="5")) == "[None, '5', None]"
 
 
 def test_the_package_knows_when_torchs_threads_spin():
     code = "import sys\nif sys.argv[1] == 'torch': import torch\nimport gpt_from_scratch as g\n" \
            "print(g.SPINNING_THREADS)"
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
     run = lambda first, e: subprocess.run([sys.executable, "-c", code, first], env=e,  # noqa: E731
                                           capture_output=True, text=True, check=True).stdout.strip()
-    assert run("package", env) == "False"  # the package asked them to sleep before torch loaded
+    assert run("package", env) == "False"  # the package asked them to wait briefly, in time
     assert run("torch", env) == "True"  # too late: torch read the policy when it loaded
     assert run("torch", dict(env, OMP_WAIT_POLICY="passive")) == "False"  # the reader's choice
+    assert run("torch", dict(env, GOMP_SPINCOUNT="1000")) == "False"
     assert run("package", dict(env, OMP_WAIT_POLICY="ACTIVE")) == "True"
 
 
