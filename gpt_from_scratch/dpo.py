@@ -93,10 +93,6 @@ def dpo_batch_loss(policy: nn.Module, reference: nn.Module, idx: Tensor, targets
     if idx.shape[0] % 2 or idx.shape[0] == 0:
         raise ValueError(f"the batch has {idx.shape[0]} rows: stack N chosen rows, then their N "
                          "rejected rows (2N in all, N >= 1)")
-    if policy is reference:
-        raise ValueError("dpo_batch_loss: the policy is its own reference, so every "
-                         "log-ratio is 0 and the loss stays ln 2: pass a frozen copy as "
-                         "reference, copy.deepcopy(policy) made before training")
     policy_logps = sequence_logps(policy, idx, targets, average)  # (2N,)
     with torch.no_grad():
         ref_logps = sequence_logps(reference, idx, targets, average)  # (2N,)
