@@ -68,12 +68,12 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-# JOBS processes at once. The book's models are small: two threads train them no faster than one
-# (measured: 52.8 against 51.7 ms a step of Chapter 6's character model), so two notebooks or test
-# files side by side take about half the time of one after the other (two kernels of two threads
-# each on two cores: 58 ms a step each). JOBS=4 on a machine with four cores to spare.
+# JOBS processes at once: much of the work (Python, small models) keeps one core busy, not two, so
+# two notebooks or test files side by side end sooner than one after the other (a step of Chapter
+# 6's model: 37.6 ms alone on two threads, 61 ms each for two side by side). JOBS=4 on a machine
+# with four cores to spare; JOBS=1: one process, the files in their order.
 JOBS ?= 2
-XDIST := -n $(JOBS) --dist loadfile
+XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
 # Each notebook kernel's threads (OMP_NUM_THREADS) under make test, and the book models' training:
 # two, as in the committed run, so that its numbers come out again to the last bit (a thread count
 # is another arithmetic: Chapters 7-9 differ with one). Side by side, the threads outnumber the
