@@ -6,6 +6,9 @@ text around its numbers is the same and every number is within ``abs + rel * |co
 the committed one; ``why`` states the measured spread that justifies the width
 (``scripts/arithmetic_spread.py`` measures it). Every other cell is compared as nbval compares it.
 
+Run side by side (pytest-xdist), the notebooks go longest first, by their committed run's cell
+times (``pytest_collection_modifyitems``).
+
 Why our own: nbval compares text exactly, and its sanitizers are regular expressions applied to
 every cell alike, so a per-cell numeric tolerance needs this small wrapper around its comparison.
 """
