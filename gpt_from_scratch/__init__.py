@@ -92,9 +92,9 @@ __version__ = "0.1.0"
 # once, when torch loads, so they count where the package is imported first, as every chapter's
 # first cell does; a reader's own setting wins. Where torch came first its threads spin, and
 # ``train`` then computes on the cores other programs leave free (``utils.free_threads``).
-_WAITING = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+_READERS_OWN = any(name in os.environ for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"))
 SPINNING_THREADS = os.environ.get("OMP_WAIT_POLICY", "").upper() == "ACTIVE" or (
-    "torch" in sys.modules and not any(name in os.environ for name in _WAITING))
-if not any(name in os.environ for name in _WAITING):
+    "torch" in sys.modules and not _READERS_OWN)
+if not _READERS_OWN:
     os.environ["GOMP_SPINCOUNT"] = "1000"  # GNU OpenMP: about 10 microseconds
     os.environ["KMP_BLOCKTIME"] = "0"  # LLVM's and Intel's: no spinning
