@@ -3,9 +3,12 @@
 Run by tests/test_faults.py: ``python tests/kill_while_saving.py FOLDER KILLS SEED``. One process
 imports everything once, then forks a child per round: the child saves checkpoints 1, 2, 3, ... past
 the last one on disk (every weight and every optimizer value set to the step number, so a load shows
-which checkpoint it got) and reports each finished save on a pipe; the parent SIGKILLs it after a random
-delay, then loads the folder. It must load as the last reported checkpoint or the one after it (the
-save in flight, if it got past its commit point). Prints one JSON line: kills, outcomes, seconds.
+which checkpoint it got) and reports each finished save on a pipe. The parent waits for the child's
+first save, which times a save on this machine as loaded as it is now, then SIGKILLs the child after a
+random delay of up to 2.5 such saves and loads the folder. It must load as the last reported checkpoint
+or the one after it (the save in flight, if it got past its commit point). The delay follows the
+child's own pace, so a busy machine (CI trains models beside the tests) still sees kills on both sides
+of the commit. Prints one JSON line: kills, outcomes, seconds.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import sys
 import time
 
@@ -50,10 +54,7 @@ def main(folder: str, kills: int, seed: int) -> None:
     fill(model, optimizer, 0)
     save_checkpoint(folder, model, 0, optimizer=optimizer)
     start = time.perf_counter()
-    t0 = time.perf_counter()
-    save_checkpoint(folder, model, 0, optimizer=optimizer)
-    save_seconds = time.perf_counter() - t0
-    last, outcomes = 0, {"previous": 0, "new": 0}
+    last, outcomes, save_seconds = 0, {"previous": 0, "new": 0}, []
     for _ in range(kills):
         read, write = os.pipe()
         pid = os.fork()
@@ -66,11 +67,15 @@ def main(folder: str, kills: int, seed: int) -> None:
                 save_checkpoint(folder, model, step, optimizer=optimizer)
                 os.write(write, step.to_bytes(8, "little"))
         os.close(write)
-        time.sleep(rng.uniform(0, 2.5 * save_seconds))
+        t0 = time.perf_counter()
+        first = os.read(read, 8)  # the child's first save, timed at today's load
+        save_seconds.append(time.perf_counter() - t0)
+        assert len(first) == 8, f"the child died before its first save ({first!r})"
+        time.sleep(rng.uniform(0, 2.5 * save_seconds[-1]))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         with os.fdopen(read, "rb") as pipe:
-            reported = pipe.read()
+            reported = first + pipe.read()
         done = int.from_bytes(reported[-8:], "little") if reported else last  # last save reported finished
         ckpt = load_checkpoint(folder)
         got = value_of(ckpt)
@@ -79,7 +84,8 @@ def main(folder: str, kills: int, seed: int) -> None:
         outcomes["previous" if got == done else "new"] += 1
         last = got
     leftovers = sorted(p.name for p in os.scandir(folder))
-    print(json.dumps({"kills": kills, "saves": last, "outcomes": outcomes, "save_ms": 1000 * save_seconds,
+    save_ms = 1000 * statistics.median(save_seconds)
+    print(json.dumps({"kills": kills, "saves": last, "outcomes": outcomes, "save_ms": save_ms,
                       "seconds": time.perf_counter() - start, "files_after_last_kill": leftovers}))
 
 
