@@ -415,7 +415,7 @@ def twenty_steps(seed):
 first, again, other = twenty_steps(0), twenty_steps(0), twenty_steps(1)
 print("seed 0 twice, all 20 losses bit for bit equal:", first == again)
 print("seed 0 vs seed 1, equal losses:", sum(a == b for a, b in zip(first, other)), "of 20")
-print(f"last loss: {first[-1]:.6f} (seed 0), {other[-1]:.6f} (seed 1)")
+print(f"last loss: {first[-1]:.2f} (seed 0), {other[-1]:.2f} (seed 1)")
 
 # %% [markdown]
 # Seeds are not the whole story on a GPU. Some CUDA kernels add up many numbers in whatever order the threads
