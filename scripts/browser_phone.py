@@ -9,16 +9,24 @@ smallest figure text as drawn (``check_figures``) and says which bar the book mi
 - code cells that scroll sideways: at most ``MAX_SCROLLING_CODE`` of all cells;
 - cut display equations: none;
 - the smallest figure text as drawn, without a tap: at least ``MIN_TEXT_PX`` CSS px;
-- a page with an interactive figure: under ``MAX_INTERACTIVE_BYTES``.
+- a page with an interactive figure: under ``MAX_INTERACTIVE_BYTES``;
+- no number that the prose under an output quotes hidden in that output: a table still wider than
+  its box once text-tables.js has set it smaller scrolls, and a number past its right edge is one a
+  reader on a phone cannot see while reading the sentence that quotes it. A number counts when it
+  has a decimal point, a thousands comma, a percent sign or three digits (so that "2" in a column of
+  ranks does not match "2" in the prose), and the prose is the text from the output to the next
+  code the reader sees (generated prose included).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 MAX_SCROLLING_CODE = 0.10  # share of code cells
 MAX_INTERACTIVE_BYTES = 4 * 2**20
 MIN_TEXT_PX = 9
+QUOTABLE = re.compile(r"[.,%]|\d{3}")  # a number a sentence quotes, not a small count or index
 
 PHONE_FACTS = """
 const main = document.querySelector('main') || document.body;
@@ -33,8 +41,60 @@ return {cells: cells.length, scrolling: cells.filter(wide).map(e => longest(e).t
         cut: equations.filter(wide).map(e => e.textContent.slice(0, 60)),
         scaled: equations.filter(e => e.style.fontSize).length,
         bytes: entries.reduce((sum, r) => sum + (r.decodedBodySize || 0), 0),
-        interactive: !!main.querySelector('div.plotly-graph-div')};
+        interactive: !!main.querySelector('div.plotly-graph-div'), hidden: hiddenNumbers()};
+
+// Each number printed past the right edge of the box it scrolls in, with the line it is on and the
+// prose after its cell (up to the next cell that shows code).
+function hiddenNumbers() {
+  const scroller = (e, stop) => {
+    for (; e && e !== stop.parentElement; e = e.parentElement) {
+      const x = getComputedStyle(e).overflowX;
+      if ((x === 'auto' || x === 'scroll') && e.scrollWidth > e.clientWidth + 1) return e;
+    }
+    return null;
+  };
+  const proseAfter = cell => {
+    const parts = [];
+    for (let n = cell.nextElementSibling; n; n = n.nextElementSibling) {
+      if (n.matches('div.cell') && n.querySelector('div.cell_input')) break;
+      parts.push(n.matches('div.cell')
+        ? [...n.querySelectorAll('p, li')].map(p => p.textContent).join(' ') : n.textContent);
+    }
+    return parts.join(' ');
+  };
+  const hidden = [];
+  for (const out of main.querySelectorAll('div.cell_output')) {
+    const cell = out.closest('div.cell');
+    const walker = document.createTreeWalker(out, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const box = scroller(node.parentElement, out);
+      if (!box || !cell) continue;
+      const edge = box.getBoundingClientRect().left + box.clientWidth;
+      for (const m of node.textContent.matchAll(/\\d[\\d,.]*\\d%?|\\d%?/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const r = range.getBoundingClientRect();
+        if (r.width > 0 && r.right > edge + 1) {
+          const line = node.textContent.split('\\n').find(l => l.includes(m[0])) || '';
+          hidden.push([m[0], line.trim().slice(0, 60), proseAfter(cell)]);
+        }
+      }
+    }
+  }
+  return hidden;
+}
 """
+
+
+def quoted_and_hidden(hidden: list[list[str]]) -> list[str]:
+    """The hidden numbers (``[number, its line, the prose after it]``) that the prose quotes."""
+    found = []
+    for number, line, prose in hidden:
+        whole = r"(?<![\d.,])" + re.escape(number) + r"(?![\d]|[.,]\d)"
+        if QUOTABLE.search(number) and re.search(whole, prose):
+            found.append(f"{number} in {line!r}")
+    return list(dict.fromkeys(found))
 
 
 @dataclass
@@ -48,6 +108,7 @@ class PhoneReport:
     smallest_px: dict[str, float] = field(default_factory=dict)  # figure -> text px as drawn
     weights: dict[str, int] = field(default_factory=dict)  # page -> bytes
     interactive: set[str] = field(default_factory=set)
+    hidden_quotes: list[str] = field(default_factory=list)  # "page: number in 'line'"
 
     def measure(self, driver, page: str) -> list[str]:
         """Read the page (loaded at 390 px with the cache off); its lines for the page's report."""
@@ -59,9 +120,12 @@ class PhoneReport:
         self.weights[page] = facts["bytes"]
         if facts["interactive"]:
             self.interactive.add(page)
+        hidden = quoted_and_hidden(facts["hidden"])
+        self.hidden_quotes += [f"{page}: {entry}" for entry in hidden]
         return [f"390 px: {len(facts['scrolling'])} of {facts['cells']} code cells scroll sideways, "
                 f"{len(facts['cut'])} of {facts['equations']} display equations cut "
-                f"({facts['scaled']} set smaller to fit), {facts['bytes'] / 2**20:.2f} MB"]
+                f"({facts['scaled']} set smaller to fit), {facts['bytes'] / 2**20:.2f} MB, "
+                f"{len(hidden)} numbers the prose quotes hidden in a scrolling output"]
 
     def problems(self) -> list[str]:
         """Each bar the book misses, with what misses it."""
@@ -78,6 +142,8 @@ class PhoneReport:
                      f"under {MAX_INTERACTIVE_BYTES / 2**20:.0f} MB"
                      for page in sorted(self.interactive)
                      if self.weights[page] >= MAX_INTERACTIVE_BYTES]
+        problems += [f"hidden at 390 px past the right edge of its output, quoted by the prose "
+                     f"under it: {entry}" for entry in self.hidden_quotes]
         return problems
 
     def summary(self) -> list[str]:
@@ -89,7 +155,9 @@ class PhoneReport:
                  f"({share:.1%}; bar {MAX_SCROLLING_CODE:.0%})",
                  f"display equations cut: {len(self.cut)} of {self.equations} (bar 0)",
                  f"smallest figure text as drawn: {smallest:.1f} CSS px over "
-                 f"{len(self.smallest_px)} figures (bar {MIN_TEXT_PX})"]
+                 f"{len(self.smallest_px)} figures (bar {MIN_TEXT_PX})",
+                 f"numbers the prose quotes hidden in a scrolling output: "
+                 f"{len(self.hidden_quotes)} (bar 0)"]
         lines += [f"interactive page {page}: {self.weights[page] / 2**20:.2f} MB (bar "
                   f"{MAX_INTERACTIVE_BYTES / 2**20:.0f} MB)" for page in sorted(self.interactive)]
         if heaviest:

@@ -72,5 +72,19 @@ def test_the_phone_bars_fail_the_book_only_where_it_misses_them():
     assert "cut" in problems[1] and "6.7 CSS px" in problems[2] and "b weighs 5.00 MB" in problems[3]
 
 
+def test_a_number_the_prose_quotes_hidden_in_a_scrolling_output_fails_the_phone():
+    from scripts.browser_phone import PhoneReport, quoted_and_hidden
+
+    prose = "Greedy decoding repeats 84% of its lines; 1,024 positions, 2 heads and a loss of 0.5."
+    hidden = [["84%", "greedy   100%   84%", prose], ["2", "heads  2", prose],
+              ["0.50", "loss  0.50", prose], ["1,024", "T  1,024", prose], ["1,02", "x", prose],
+              ["73%", "sampled   73%", prose]]
+    found = quoted_and_hidden(hidden)
+    assert found == ["84% in 'greedy   100%   84%'", "1,024 in 'T  1,024'"]  # not 2, 0.50 or 73%
+    report = PhoneReport(cells=10, hidden_quotes=[f"page: {entry}" for entry in found])
+    assert len(report.problems()) == 2 and "quoted by the prose" in report.problems()[0]
+    assert PhoneReport(cells=10).problems() == []
+
+
 def test_an_invisible_character_in_smart_quotes_is_caught():
     assert browser_test.INVISIBLE.search("the model puts 0.63 on ’ ’ and 4 characters")
