@@ -33,14 +33,16 @@ endif
 NOTEBOOK_SOURCES := $(sort $(wildcard notebooks/text/*.py))
 NOTEBOOKS := $(patsubst notebooks/text/%.py,notebooks/%.ipynb,$(NOTEBOOK_SOURCES))
 
-.PHONY: help venv test test-unit test-notebooks book browser-test jupyterlab-test pdf test-pdf notebooks jupyter benchmarks clean
+.PHONY: help venv test test-unit test-notebooks book link-test browser-test jupyterlab-test pdf test-pdf notebooks jupyter benchmarks clean
 
 help:
 	@echo "make test        set up .venv, run pytest, nbval over every notebook, twin sync check"
 	@echo "                 (JOBS=4: four processes at once, each on one thread; 2)"
 	@echo "                 (a slow machine: CELL_TIMEOUT=2400, seconds a notebook cell may take; 1200)"
 	@echo "make book        set up .venv, build the HTML book from the committed notebooks into _build/html"
-	@echo "make browser-test  build the book, check every page in headless Chromium at 1280 and 390 px (screenshots in _build/screenshots)"
+	@echo "make link-test   build the book, check that every link to its own pages lands on a page and anchor,"
+	@echo "                 and that every external link is listed in book/external_links.txt (offline)"
+	@echo "make browser-test  the link test, then every page in headless Chromium at 1280 and 390 px (screenshots in _build/screenshots)"
 	@echo "make jupyterlab-test  the committed chapters' interactive figures and quizzes in JupyterLab, headless, no cell run"
 	@echo "make pdf         the whole book as one PDF (LuaLaTeX) into _build/latex, then checked by scripts/pdf_test.py"
 	@echo "make notebooks   re-execute the chapters whose text twin or package changed (commit the outputs)"
@@ -163,9 +165,17 @@ book: $(STAMP) $(MATHJAX) $(PLOTLY_JS)
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 	@echo "open _build/html/index.html"
 
+# The book's links (scripts/links.py), offline: every link of the site and of the Jupyter editions
+# to the book's own pages lands on a page and an anchor of _build/html (only the built site knows
+# Sphinx's anchors, so this is not part of `make test`, which checks the list against the sources:
+# tests/test_links.py), and every external link of the site's text is in book/external_links.txt,
+# which the Pages workflow checks live. Measured: 4 to 13 s after the book, on two shared cores.
+link-test: book
+	$(PY) scripts/links.py
+
 # Debian's Chromium and its driver; installed when missing (needs root, as on CI).
 CHROMIUM_PACKAGES := chromium chromium-driver
-browser-test: book
+browser-test: link-test
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CHROMIUM_PACKAGES); }
 	$(PY) scripts/browser_test.py
