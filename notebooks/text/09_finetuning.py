@@ -115,9 +115,10 @@ windows = dict(batch_size=8, block_size=63, eval_iters=20, seed=1337)
 models = {"Chapter 6 BPE model": (ch6_model, ch6_model),
           "Chapter 8 offline model": (backbone, DocumentStart(backbone))}  # EOT first
 val_losses = {}
+print(f"{'model':<25}{'parameters':>11}{'val loss':>10}")
 for name, (model, reader) in models.items():
     loss = val_losses[name] = estimate_loss(reader, {"val": val_ids}, **windows)["val"]
-    print(f"{name:<25}{model.num_parameters():>11,} parameters, validation loss {loss:.3f}")
+    print(f"{name:<25}{model.num_parameters():>11,}{loss:>10.3f}")
 steps = (RECIPES["shakespeare-bpe"].train["max_iters"],
          info["settings"]["train"]["max_iters"])
 text_tokens = int((backbone.vocab != EOT).sum())  # the corpus vocabulary, EOT aside
@@ -475,13 +476,12 @@ plt.show()
 # %%
 curve = learning_curve(backbone, data, sizes=(8, 32, 128), seeds=20)
 gaps = prose.pretraining_gaps(curve)
-print(f"{'speeches per speaker':<22}{'pretrained':>12}{'random init':>13}{'bag':>12}"
-      f"{'pre - random':>16}")
+print(f"{'n':>4}{'pretrained':>13}{'random init':>13}{'bag':>12}{'pre - random':>14}")
 for g in gaps:
     cells = [f"{100 * g[k][0]:.1f} ± {100 * g[k][1]:.1f}"
              for k in ("pretrained", "random", "bag", "vs_random")]
-    print(f"{g['n']:<22}{cells[0]:>12}{cells[1]:>13}{cells[2]:>12}{cells[3]:>16}")
-print("(accuracy in %, mean ± one standard error over the draws)")
+    print(f"{g['n']:>4}{cells[0]:>13}{cells[1]:>13}{cells[2]:>12}{cells[3]:>14}")
+print("(n: speeches per speaker; accuracy in %, mean ± one standard error over the draws)")
 
 # %% tags=["remove-input"]
 display(Markdown(prose.pretraining_text(curve)))

@@ -370,23 +370,23 @@ def measured_bytes_per_token(model, T=16):
 
 
 small = dict(vocab_size=256, context_length=64)  # a tiny vocabulary: the cache ignores it
-rows = [("GPT-2 small (multi-head)", 12,
+rows = [("GPT-2 small, multi-head", 12,
          measured_bytes_per_token(GPT(GPTConfig(**small)).eval()))]
 for label, h_kv in (("GPT-2 small shape, GQA", 4), ("GPT-2 small shape, MQA", 1)):
     model = Llama(LlamaConfig(**small, n_kv_heads=h_kv))
     rows.append((label, h_kv, measured_bytes_per_token(model)))
 del model
-print(f"{'model':<25}{'H_kv':>5}{'float32, measured':>19}{'float16':>9}{'formula':>9}"
-      f"{'8,192 tokens':>14}")
+print("KiB per token: float32 and float16 measured, the formula in float16;")
+print("the last column: MiB for one sequence of 8,192 tokens in float16")
+print(f"{'model':<24}{'H_kv':>5}{'fp32':>6}{'fp16':>6}{'formula':>9}{'8,192':>7}")
 for label, h_kv, measured in rows:
     formula = kv_cache_bytes_per_token(12, h_kv, 64, bytes_per_number=2)
-    print(f"{label:<25}{h_kv:>5}{measured / 1024:>15.0f} KiB{measured / 2048:>5.0f} KiB"
-          f"{formula / 1024:>5.0f} KiB{formula * 8192 / 2**20:>10.0f} MiB")
-for label, layers, h_kv in (("Llama 2 7B (multi-head)", 32, 32),
-                            ("Llama 3 8B (GQA)", 32, 8)):
+    print(f"{label:<24}{h_kv:>5}{measured / 1024:>6.0f}{measured / 2048:>6.0f}"
+          f"{formula / 1024:>9.0f}{formula * 8192 / 2**20:>7,.0f}")
+for label, layers, h_kv in (("Llama 2 7B, multi-head", 32, 32), ("Llama 3 8B, GQA", 32, 8)):
     formula = kv_cache_bytes_per_token(layers, h_kv, 128, bytes_per_number=2)
-    print(f"{label:<25}{h_kv:>5}{'':>19}{'':>9}{formula / 1024:>5.0f} KiB"
-          f"{formula * 8192 / 2**20:>10,.0f} MiB")
+    print(f"{label:<24}{h_kv:>5}{'':>12}{formula / 1024:>9.0f}"
+          f"{formula * 8192 / 2**20:>7,.0f}")
 
 # %% [markdown]
 # Per token, GPT-2 small's cache holds 72 KiB in float32, 36 KiB in float16 (the measurement and the formula
