@@ -194,10 +194,10 @@ for p in (10, 100, 1000):
 
 # %% tags=["nbval-check-output"]
 p = 5
+print(f"position {p} in a sequence of T tokens")
+print(f"{'T':>6}{'code':>10}{'gap to next':>14}")
 for T in (10, 50, 1024):
-    print(f"position {p} in a sequence of {T:>4} tokens: "
-          f"code {index_over_length(T)[p, 0]:.4f}, "
-          f"gap to the next position {1 / (T - 1):.4f}")
+    print(f"{T:>6}{index_over_length(T)[p, 0]:>10.4f}{1 / (T - 1):>14.4f}")
 
 # %% [markdown]
 # The same fifth position is 0.5556 in a 10-token text and 0.0049 in a 1,024-token one, and the step

@@ -425,9 +425,9 @@ ax1.legend()  # one legend, where it covers no curve
 plt.show()
 
 # %% tags=["nbval-check-output"]
+print(f"{'std after layer':<17}{1:>9}{12:>9}{48:>9}")
 for name, (means, stds_) in stats.items():
-    print(f"{name:<17} std after layer 1: {stds_[1]:9.3g}, "
-          f"layer 12: {stds_[12]:9.3g}, layer 48: {stds_[48]:9.3g}")
+    print(f"{name:<17}{stds_[1]:9.3g}{stds_[12]:9.3g}{stds_[48]:9.3g}")
 no_norm_std = stats["no normalization"][1]
 variance_factor = (no_norm_std[L] / no_norm_std[0]) ** (2 / L)
 print(f"no normalization: the variance grows by a factor {variance_factor:.2f} per block")
