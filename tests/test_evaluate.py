@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from gpt_from_scratch.book.measuring import (
-    DELIMITER, BigramTable, NextLineSettings, last_word_items, next_line_items, speeches,
+    DELIMITER, BigramTable, NextLineSettings, frequency_accuracy, last_word_sets, next_line_sets,
+    speeches, word_counts,
     write_jsonl,
 )
 from gpt_from_scratch.evaluate import (
@@ -139,10 +140,14 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_of_the_vocabulary():
         bits_per_byte(1.0, 0)
 
 
-def test_next_line_items_are_deterministic_and_length_matched(corpus):
-    settings = NextLineSettings(n_items=40)
-    items = next_line_items(corpus, 3, settings)
-    assert items == next_line_items(corpus, 3, settings) != next_line_items(corpus, 4, settings)
+def test_next_line_sets_are_deterministic_length_matched_and_disjoint(corpus):
+    settings = NextLineSettings(n_items=20)
+    sets = next_line_sets(corpus, 2, settings, seed=3)
+    assert sets == next_line_sets(corpus, 2, settings, seed=3) != next_line_sets(
+        corpus, 2, settings, seed=4)
+    first, second = ({"\n".join(it.context.split("\n")[:2]) for it in items} for items in sets)
+    assert not first & second  # no speech (speaker and first line) in both draws
+    items = sets[0] + sets[1]
     lines = {line for sp in speeches(corpus[int(0.9 * len(corpus)):]) for line in sp}
     for it in items:
         gold = it.choices[it.gold]
@@ -154,11 +159,46 @@ def test_next_line_items_are_deterministic_and_length_matched(corpus):
 
 
 
+def test_last_word_sets_match_lengths_and_draw_no_speech_twice(corpus):
+    sets = last_word_sets(corpus, 2, n_items=50, seed=1)
+    assert sets == last_word_sets(corpus, 2, n_items=50, seed=1) != last_word_sets(
+        corpus, 2, n_items=50, seed=2)
+    first, second = ({"\n".join(it.context.split("\n")[:2]) for it in items} for items in sets)
+    assert not first & second
+    for it in sets[0] + sets[1]:
+        gold = it.choices[it.gold]
+        assert {len(c) for c in it.choices} == {len(gold)}  # tolerance 0: one length
+        assert len({c.lower() for c in it.choices}) == 4
+        assert not it.context.endswith(" ") and gold.isalpha()
+
+
+def test_the_most_frequent_word_is_a_guess_on_the_word_test(corpus):
+    """Distractors drawn as the answers are (as they occur) leave a rule that reads only the
+    choices at a guess: 25% on average over 20 draws of 100 items (its first version, with
+    distinct words as distractors, let this rule score 44%)."""
+    counts = word_counts(corpus)
+    draws = [frequency_accuracy(items, counts) for seed in range(4)
+             for items in last_word_sets(corpus, 5, n_items=100, seed=seed)]
+    assert abs(sum(draws) / len(draws) - 0.25) < 0.03
+
+
+def test_frequency_accuracy_picks_the_most_counted_choice_first_on_ties():
+    from collections import Counter
+    counts = Counter({"thee": 9, "lord": 5, "love": 5})
+    items = [MultipleChoice("", ["lord", "thee", "zzz"], 1), MultipleChoice("", ["lord", "Love"], 1),
+             MultipleChoice("", ["Love", "lord"], 0)]
+    assert frequency_accuracy(items, counts) == pytest.approx(2 / 3)
+
+
 @pytest.mark.parametrize("draw, fragment", [
-    (lambda text: last_word_items(text, 0, n_items=2, n_choices=0), "n_choices >= 2"),
-    (lambda text: last_word_items(text, 0, n_items=2, tolerance=-5), "tolerance >= 0"),
-    (lambda text: last_word_items(text, 0, n_choices=400), "raise the tolerance"),
-    (lambda text: next_line_items(text, 0, NextLineSettings(n_items=-1)), "n_items >= 1"),
+    (lambda text: last_word_sets(text, 1, n_items=2, n_choices=0), "n_choices >= 2"),
+    (lambda text: last_word_sets(text, 1, n_items=2, tolerance=-5), "tolerance >= 0"),
+    (lambda text: last_word_sets(text, 0), "n_draws >= 1"),
+    (lambda text: last_word_sets(text, 1, n_choices=400), "raise the tolerance"),
+    (lambda text: next_line_sets(text, 1, NextLineSettings(n_items=-1)), "n_items >= 1"),
+    (lambda text: next_line_sets(text, 1, NextLineSettings(n_items=10**6)), "ask for fewer"),
+    (lambda text: word_counts("... !!!"), "has no word"),
+    (lambda text: frequency_accuracy([], word_counts(text)), "no items"),
     (lambda text: BigramTable(np.array([1, 2, 30]), 5), r"span \[1, 30\], outside .*5\)"),
 ])
 def test_the_offline_sets_name_a_bad_setting(corpus, draw, fragment):
@@ -188,8 +228,8 @@ def test_scores_equal_lm_evaluation_harness_on_the_same_weights(corpus, gpt2, tm
     from gpt_from_scratch.hf_weights import from_hf
     from gpt_from_scratch.tokenizer import hf_gpt2_tokenizer
 
-    sets = {"next_line": (next_line_items(corpus, 0, NextLineSettings(
-                n_items=24, length_matched=False)), DELIMITER),  # unmatched: acc and acc_norm differ
+    sets = {"next_line": (next_line_sets(corpus, 1, NextLineSettings(
+                n_items=24, length_matched=False))[0], DELIMITER),  # unmatched: acc and acc_norm differ
             "hand": (HAND_ITEMS, " ")}
     for name, (items, delimiter) in sets.items():
         write_jsonl(items, tmp_path / f"{name}.jsonl")

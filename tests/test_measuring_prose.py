@@ -52,7 +52,7 @@ def test_the_offline_model_read_per_byte_beside_the_other_two():
             "offline model": dict(bpb=2.40)}
     steps = {"character model": 3000, "BPE model": 100, "offline model": 2000}
     text = prose.offline_bpb_text(rows, steps, 11_235)
-    assert "only the 11,235 tokens" in text and "2,000 training steps" in text
+    assert "only the 11,234 tokens of the training text and `<|endoftext|>`" in text and "2,000 training steps" in text
     assert "2.40 bits per byte, below the BPE model's 2.94" in text
     assert "the character model (2.37) still predicts this text better, by 0.03" in text
     rows["offline model"] = dict(bpb=2.30)
@@ -63,9 +63,33 @@ def test_the_offline_model_read_per_byte_beside_the_other_two():
 
 
 def test_next_line_reading_says_who_stands_clear_of_a_guess():
-    text = prose.next_line_text({"a": {"acc_norm": [0.25, 0.26, 0.24]},
-                                 "b": {"acc_norm": [0.60, 0.62, 0.58]}}, 0.25)
+    text = prose.next_line_text({"BPE model": {"acc_norm": [0.25, 0.26, 0.24]},
+                                 "b": {"acc_norm": [0.60, 0.62, 0.58]}}, 0.25, 3.1)
     assert "Clear of a guess by two standard errors: b." in text
+    assert "about 198 characters here" in text and "for the BPE model, near a guess" in text
+    text = prose.next_line_text({"BPE model": {"acc_norm": [0.60, 0.62, 0.58]}}, 0.25, 3.1)
+    assert "several lines." in text and "near a guess" not in text
+
+
+def test_the_context_free_rules_are_read_against_a_guess():
+    near = {"acc_norm": [0.24, 0.27, 0.25, 0.26]}
+    scores = {"most frequent word": near, "bigram table": near,
+              "reader": {"acc_norm": [0.40, 0.42, 0.39, 0.41]},
+              "skimmer": {"acc_norm": [0.25, 0.26, 0.24, 0.27]}}
+    text = prose.context_free_text(scores, 0.25)
+    assert "Both stay within two standard errors of a guess" in text
+    assert "the skimmer does not beat the most frequent word" in text and "reader" not in text
+    scores["most frequent word"] = {"acc_norm": [0.44, 0.49, 0.41, 0.45]}
+    assert "still rewards something" in prose.context_free_text(scores, 0.25)
+
+
+def test_the_shortest_choice_sentence_says_which_way_acc_norm_leans():
+    share = {"acc": [0.60, 0.58, 0.62], "gold": [0.38, 0.40, 0.38],
+             "acc_norm": [0.29, 0.28, 0.30]}
+    text = prose.shortest_text(share)
+    assert "`acc` picks the shortest choice 60.0%" in text and "under-picks" in text
+    share["acc_norm"] = [0.39, 0.38, 0.39]
+    assert "about as often as the right word" in prose.shortest_text(share)
 
 
 def test_the_two_hellaswag_readings():
