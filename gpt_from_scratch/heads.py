@@ -42,6 +42,13 @@ def previous_token_scores(maps: Sequence[Tensor] | Tensor) -> Tensor:
     return _stacked(maps).diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, 3))
 
 
+def own_token_scores(maps: Sequence[Tensor] | Tensor) -> Tensor:
+    """(L, H): each head's mean weight ``A[t, t]`` on the query's own token over the batch and the
+    queries t = 1 .. T-1 (query 0 has only itself): a head that scores high here draws its line on
+    the diagonal, one place right of a previous-token head's."""
+    return _stacked(maps).diagonal(dim1=-2, dim2=-1)[..., 1:].mean(dim=(1, 3))
+
+
 def sink_scores(maps: Sequence[Tensor] | Tensor, start: int = SINK_FROM) -> Tensor:
     """(L, H): each head's mean weight on position 0 over the batch and the queries t = start .. T-1."""
     A = _stacked(maps)

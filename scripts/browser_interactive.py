@@ -127,7 +127,11 @@ def check_quiz(driver, page: str) -> list[str]:
     far = repr(middle + 20 * tolerance + 0.1 * abs(middle) + 1000.0)  # no rounding explains it
     near = repr(middle + 3 * tolerance)  # a digit off: told to check the rounding
     written = f"{middle:.3e}"  # as readers write it (quiz.NUMBER_JS): 1.244e+08 for 124439808
-    for typed, expected in ((far, "Not quite"), (near, "Close"), (written, "Correct")):
+    # and with a suffix, typed key by key past jupyterquiz's own filter: 124.4M, 50.26k
+    suffixed = (f"{middle / 1e6:.4g}M" if abs(middle) >= 1e6 else f"{middle / 1e3:.4g}k"
+                if abs(middle) >= 1e4 else f"{middle:.4g}")
+    for typed, expected in ((far, "Not quite"), (near, "Close"), (written, "Correct"),
+                            (suffixed, "Correct")):
         _click(driver, field)
         field.clear()
         field.send_keys(typed + Keys.ENTER)

@@ -425,3 +425,33 @@ def test_evaluate_scores_the_tasks_it_is_given():
 
     scores = evaluate(*char_chat(), [Item("Repeat", "to be")])  # ZeroDivisionError before
     assert scores["Repeat"]["n"] == 1 and "Last word" not in scores
+
+
+def test_rates_on_few_prompts_carry_their_binomial_spread():
+    from gpt_from_scratch.book.assistant_prose import binomial_text
+
+    text = binomial_text({"Last word": 0.8, "Repeat": 0.4}, 40)
+    assert "±6.3 points at Last word's 80.0%" in text  # sqrt(0.8 * 0.2 / 40) = 0.0632
+    assert "±7.7 points at Repeat's 40.0%" in text and "at most ±7.9 points, at 50%" in text
+    with pytest.raises(ValueError, match="n=0 prompts"):
+        binomial_text({"Repeat": 0.4}, 0)
+
+
+def test_the_order_of_format_and_copying_is_read_from_the_two_steps():
+    from gpt_from_scratch.book.assistant_prose import onset_text
+
+    came = onset_text("Repeat", (300, 600), (0.95, 0.99), (0.0, 0.4))
+    assert "at step 300 they end 95.0%" in came and "The format came first" in came
+    assert "did not come one after the other" in onset_text("Repeat", (300, 600), (0.5, 0.99),
+                                                            (0.3, 0.4))
+
+
+def test_the_drift_sentence_follows_the_signs_of_the_log_ratios():
+    from gpt_from_scratch.book.assistant_prose import drift_text
+
+    gentle = ([-0.5, -0.4], [-1.5, -1.2])
+    text = drift_text(0.1, 1.5e-3, [9.5, 7.5], [-92.1, -69.5], [-120.0, -90.0], gentle)
+    assert "gaps of 75 to 95 nats" in text and "-92.1 to -69.5" in text
+    assert "the rejected ones more so" in text and "nothing in it held" in text
+    assert "Not every answer lost probability" in drift_text(0.1, 1.5e-3, [9.5, 7.5],
+                                                             [2.0, -1.0], [-5.0, -3.0], gentle)

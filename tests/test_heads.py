@@ -51,6 +51,20 @@ def test_previous_token_head_scores_one_and_uniform_scores_the_baseline():
     assert heads.uniform_share(T) == pytest.approx(expected)
 
 
+def test_own_token_scores_tell_a_current_token_head_from_a_previous_token_head():
+    maps = _previous_token_maps()
+    maps[1][:, 3] = torch.eye(T)  # layer 1, head 3: every query on itself
+    own, previous = heads.own_token_scores(maps), heads.previous_token_scores(maps)
+    assert own[1, 3] == pytest.approx(1.0) and previous[1, 3] == pytest.approx(0.0)
+    assert own[0, 0] == pytest.approx(0.0) and previous[0, 0] == pytest.approx(1.0)
+    text = prose.ranked_heads_text([(0, 0), (1, 3)], previous, own)
+    assert "layer 1, head 3 puts 1.00 on the query's own token and 0.00" in text
+    assert "layer 0, head 0" not in text and "*current-token* head" in text
+    assert "more weight on the previous token" in prose.ranked_heads_text([(0, 0)], previous, own)
+    with pytest.raises(ValueError, match=r"\(L, B, H, T, T\)"):
+        heads.own_token_scores(torch.ones(2, 3, T, T))
+
+
 def test_sink_scores_average_queries_from_start():
     maps = _uniform_maps()
     torch.testing.assert_close(heads.sink_scores(maps, start=8),
@@ -271,11 +285,11 @@ def test_the_shift_sentence_follows_each_layer():
     assert "stays on position 0, with the position" in kept
 
 
-def test_gpt2s_he_row_is_stated_in_words_with_its_source():
+def test_the_sentence_is_said_to_be_adapted_from_its_source():
     tokens = list(heads.GPT2_REFERENCE.pronoun_tokens)
     row = [1 / len(tokens)] * len(tokens)
     text = prose.pronoun_text("the offline model", 0, 0, tokens, row, row, real=False)
-    assert "says in words that \"He\" attends to \" boy\"" in text and "Vig (2019)" in text
+    assert "The sentence is adapted from Vig (2019)" in text and "who shows" not in text
 
 
 def test_bias_texts_follow_the_numbers():

@@ -165,6 +165,45 @@ def test_typed_numbers_are_read_as_readers_write_them(typed, right):
     assert accepts(question, number) == right, read
 
 
+@pytest.mark.parametrize("key, passes", [("M", False), (",", False), ("%", False),
+                                          ("Enter", True)])
+def test_letters_reach_a_numeric_field_past_jupyterquizs_key_filter(key, passes):
+    """jupyterquiz drops every key but digits, ".", "-", "e" and "/" (its isValid), so "124M"
+    could not be typed: the page's capture listener stops the others before that filter, in a
+    numeric question only, and reads the number on Enter."""
+    import shutil
+    import subprocess
+
+    from gpt_from_scratch.book.quiz import NUMBER_JS
+
+    if shutil.which("node") is None:
+        pytest.skip("the key listener is JavaScript: the test needs Node")
+    answers = Numeric("Parameters?", 124_439_808, 0.5, "Its name.").to_json()["answers"]
+    script = (
+        "const listeners = [];\n"
+        "globalThis.window = {};\n"
+        "globalThis.document = {addEventListener(type, f, capture) {"
+        " listeners.push([type, f, capture]); }};\n" + NUMBER_JS + "\n"
+        "const field = (numeric) => ({value: '124M', dataset: {answers: "
+        f"{json.dumps(json.dumps(answers))}}}, matches: s => s === 'input.Input-text',"
+        " closest: s => (numeric && s === '.NumericQn') ? {} : null});\n"
+        "const out = [];\n"
+        "for (const numeric of [true, false]) {\n"
+        "  let stopped = false;\n"
+        "  const input = field(numeric);\n"
+        f"  const event = {{key: {json.dumps(key)}, target: input,"
+        " stopPropagation() { stopped = true; }};\n"
+        "  for (const [type, f, capture] of listeners) if (type === 'keypress' && capture) f(event);\n"
+        "  out.push({stopped, value: input.value});\n"
+        "}\n"
+        "console.log(JSON.stringify(out));")
+    numeric, other = json.loads(subprocess.run(["node", "-e", script], capture_output=True,
+                                               text=True, check=True).stdout)
+    assert numeric["stopped"] is not passes and not other["stopped"]
+    assert numeric["value"] == ("124439808" if key == "Enter" else "124M")
+    assert other["value"] == "124M"
+
+
 def test_a_wrong_number_gets_the_reasoning_and_a_near_miss_a_word_on_rounding():
     question = Numeric("Share held by the MLP? (Percent, one decimal.)", 66.6558, 0.06,
                        "About two thirds: d_ff = 4D.").to_json()

@@ -157,3 +157,63 @@ def judge_collapse(before: list[float], after: list[float], seeds, lr: float) ->
               f"{_pts(se)} points over {n} seeds), while its reward margins kept growing.",
         fails=f"At a learning rate of {lr:g}, exact match fell by {_pts(mean)} ± {_pts(se)} "
               f"points only, not {SE_BAR:g} standard errors clear of zero on this machine.")
+
+
+def binomial_text(rates: dict[str, float], n: int) -> str:
+    """The spread of a rate measured on ``n`` prompts: the binomial standard error
+    ``sqrt(p (1 - p) / n)`` at each task's mean rate (``rates``: task -> mean), and at 50%,
+    where it is largest."""
+    n = int(n)
+    if n < 1 or not rates:
+        raise ValueError(f"binomial_text: n={n} prompts and {len(rates)} rates: pass each "
+                         "task's mean rate and the number of prompts it was measured on (>= 1)")
+    at = ", ".join(f"±{_pts(math.sqrt(p * (1 - p) / n))} points at {task}'s {_pts(p)}%"
+                   for task, p in rates.items())
+    return (f"Each rate is a share of {n} prompts, so another draw of {n} prompts would move "
+            f"it: one binomial standard error is {at}, and at most "
+            f"±{_pts(math.sqrt(0.25 / n))} points, at 50%. The lessons' standard errors are "
+            "over seeds on these same prompts: they measure how much a run varies, not how "
+            "far another draw of prompts would move a rate.")
+
+
+def onset_text(task: str, steps: tuple[int, int], stop: tuple[float, float],
+               exact: tuple[float, float]) -> str:
+    """When the format and the copying came, from the masked runs at two steps: ``stop`` and
+    ``exact`` (on ``task``) at ``steps[0]`` and ``steps[1]``, each a mean over the seeds."""
+    (early, late), (stop_early, stop_late), (copy_early, copy_late) = steps, stop, exact
+    text = (f"The masked runs measured at two steps show the order: at step {early} they end "
+            f"{_pts(stop_early)}% of their answers with `<|end|>` and answer **{task}** "
+            f"{_pts(copy_early)}% exactly; at step {late}, {_pts(stop_late)}% and "
+            f"{_pts(copy_late)}%.")
+    if stop_early >= 0.9 and copy_late > copy_early + 0.1:
+        return text + " The format came first, the copying after it."
+    return text + " Here the two did not come one after the other."
+
+
+def drift_text(beta: float, lr: float, margin: list[float], chosen: list[float],
+               rejected: list[float], gentle: tuple[list[float], list[float]]) -> str:
+    """What the reference did not do: per seed, the last margin of the run at ``lr`` and the
+    mean log-ratio (log pi - log pi_ref, nats) of the held-out chosen and rejected answers;
+    ``gentle``: the same two log-ratios after the chapter's own DPO runs."""
+    n = len(margin)
+
+    def span(xs: list[float], digits: int = 1) -> str:
+        return f"{min(xs):+.{digits}f} to {max(xs):+.{digits}f}"
+
+    gap = [m / beta for m in margin]
+    text = (f"At a learning rate of {lr:g}, the last margins ({span(margin)}) are gaps of "
+            f"{min(gap):.0f} to {max(gap):.0f} nats between the two log-ratios "
+            f"(margin / β, β = {beta:g}). The held-out answers show how they were reached: the "
+            f"**chosen** answers' log-ratio fell to {span(chosen)} nats and the rejected "
+            f"answers' to {span(rejected)}, over {n} seeds. ")
+    if max(chosen) < 0 and max(rejected) < 0:
+        more = ("the rejected ones more so" if sum(rejected) < sum(chosen) else
+                "the chosen ones more so")
+        text += (f"Both answers became far less likely than under the reference, {more}: the "
+                 "loss sees only the difference of the two log-ratios, and nothing in it held "
+                 "the policy near the reference. ")
+    else:
+        text += "Not every answer lost probability here. "
+    return text + (f"After the chapter's own DPO runs the same log-ratios are "
+                   f"{span(gentle[0], 2)} (chosen) and {span(gentle[1], 2)} (rejected) nats: a "
+                   "short run at a small learning rate, not the loss, kept that policy close.")

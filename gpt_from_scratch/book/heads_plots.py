@@ -1,5 +1,6 @@
-"""Chapter 8 — plots of many heads at once: a layers x heads grid of attention maps, maps side by
-side on one colour scale, bertviz's head view as a static figure, and one score per head.
+"""Chapter 8 — plots of many heads at once: a layers x heads grid of attention maps, maps on one
+colour scale (in a row where they fit, else stacked), bertviz's head view as a static figure, and
+one score per head.
 
 The one-map heatmap and the label size these share are Chapter 4's, in ``plotting``.
 """
@@ -120,7 +121,8 @@ def compare_attention(
     panel_size: float = 3.3,
     ncols: int | None = None,
 ):
-    """Attention maps side by side, on one colour scale with one shared colour bar.
+    """Attention maps in a row where they fit the book's width, else one above the other, on one
+    colour scale with one shared colour bar.
 
     Args:
         weights: 2-D maps ``(T_q, T_k)``, e.g. the same head for two inputs; sizes may differ.

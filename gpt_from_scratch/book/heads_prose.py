@@ -122,8 +122,8 @@ def pronoun_text(name: str, layer: int, head: int, tokens: Sequence[str], row_sh
         f"{_head(*_REF.pronoun_head)} gives \" girl\" {ref_girl:.3f} and \" boy\" {ref_boy:.3f} after "
         f"\"She\", and {_REF.pronoun_row[0]:.3f} to the first token (the kind of head Vig, 2019, "
         "looked for; the weights were measured on transformers' `gpt2` checkpoint). For \"He\" no "
-        "weights were measured for this page; Vig (2019), who shows the sentence, says in words that "
-        "\"He\" attends to \" boy\".")
+        "weights were measured for this page. The sentence is adapted from Vig (2019), whose "
+        "figures show such heads on sentences of their own.")
     if real and (layer, head) == _REF.pronoun_head:
         diff = compare_with_reference(row_she)
         text += (f" Recomputed here, the row differs from that measurement by at most {diff:.4f}: they "
@@ -240,6 +240,21 @@ def previous_token_text(name: str, scores: Tensor, baseline: float, real: bool) 
         text += (f" Recomputed here, it scores {scores[rl, rh].item():.3f}, rank {rank} of "
                  f"{scores.numel()} heads.")
     return text
+
+
+def ranked_heads_text(top: Sequence[tuple[int, int]], previous: Tensor, own: Tensor) -> str:
+    """Section 8.9: which of the heads ranked by their previous-token score put more weight on the
+    query's own token than on the one before it (``previous``, ``own``: (L, H) mean weights)."""
+    own_heads = [(l, h) for l, h in top if own[l, h] > previous[l, h]]
+    if not own_heads:
+        return (f"Each of these {len(top)} heads puts more weight on the previous token than on the "
+                "query's own.")
+    said = "; ".join(f"{_head(l, h)} puts {own[l, h].item():.2f} on the query's own token and "
+                     f"{previous[l, h].item():.2f} on the previous one" for l, h in own_heads)
+    kind = ("Its line lies on the diagonal itself: a *current-token* head" if len(own_heads) == 1
+            else "Their lines lie on the diagonal itself: *current-token* heads")
+    return (f"A high rank is not a role: {said}. {kind}. A ranking by one score says which heads "
+            "score highest, not what each of them does.")
 
 
 def offline_recipe_text(info: dict, prev_best: float, sink_best: float, prev_base: float,

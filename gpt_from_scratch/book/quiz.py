@@ -110,7 +110,9 @@ def quiz_text(questions: Sequence[MultipleChoice | Numeric]) -> str:
 # phase): a thousands separator (124,439,808), a suffix k, M, B (124M), a percent sign, a
 # Unicode minus. One with 3 or more significant digits that the answer rounds to (124M, 1.24e8
 # for 124,439,808) becomes the answer itself. jupyterquiz compares the raw text with its ranges,
-# so "124M" was NaN and "124,439,808" too: this is the one place that reads them.
+# so "124M" was NaN and "124,439,808" too: this is the one place that reads them. jupyterquiz
+# also refuses, key by key, every character but digits, ".", "-", "e" and "/" (its isValid), so
+# "124M" could not even be typed: in a numeric question, the other keys stop here, before it.
 NUMBER_JS = r"""
 window.gfsTypedNumber = (text, answers) => {
   let t = text.trim().replace(/[\u2212\u2013]/g, "-").replace(/[\s_']/g, "");
@@ -133,8 +135,13 @@ if (!window.gfsQuizNumbers) {
   window.gfsQuizNumbers = true;
   document.addEventListener("keypress", event => {
     const input = event.target;
-    if (event.key === "Enter" && input.matches && input.matches("input.Input-text")) {
+    if (!(input.matches && input.matches("input.Input-text") && input.closest(".NumericQn"))) {
+      return;
+    }
+    if (event.key === "Enter") {
       input.value = window.gfsTypedNumber(input.value, JSON.parse(input.dataset.answers));
+    } else {
+      event.stopPropagation();  // jupyterquiz's own key filter drops M, k, "," and "%"
     }
   }, true);
 }

@@ -435,7 +435,8 @@ print("the weighted sums of every head, through c_proj, equal the layer's output
 #
 # To predict what follows "The girl and the boy walked home. She", a model does well to know
 # who "She" is. bertviz {cite}`vig2019bertviz` is a general viewer of attention, and among
-# the patterns its paper shows are heads in which a pronoun attends to the noun it refers to. The cell below compares the last row of a head's
+# the patterns its paper shows are heads in which a pronoun attends to the noun it refers to;
+# the sentence here is adapted from that paper, not taken from it. The cell below compares the last row of a head's
 # map, where the pronoun looks, between "... She" and "... He". With GPT-2 loaded it uses
 # the head of the reference measurement, layer 5, head 10 (counting from 0, as transformers
 # does), whose weights were measured with transformers' `gpt2` checkpoint (bertviz's paper
@@ -473,7 +474,7 @@ display(Markdown(prose.pronoun_text(
     MODEL_NAME, layer, head, token_labels(she[0], enc), last_she[layer, head].tolist(),
     last_he[layer, head].tolist(), REAL_GPT2)))
 
-# %% mystnb={"figure": {"caption": "One head on the two sentences, on one colour scale. The last row is where the pronoun looks; every earlier row is identical in both, since a query cannot see the tokens after it.", "name": "fig-she-he"}, "image": {"alt": "Two triangular attention heatmaps side by side with a shared colour bar, for the sentences ending in She and in He, with each weight written in its cell."}}
+# %% mystnb={"figure": {"caption": "One head on the two sentences, on one colour scale. The last row is where the pronoun looks; every earlier row is identical in both, since a query cannot see the tokens after it.", "name": "fig-she-he"}, "image": {"alt": "Two triangular attention heatmaps, one above the other, with a shared colour bar, for the sentences ending in She and in He, with each weight written in its cell."}}
 fig = compare_attention(
     [maps_she[layer][0, head], maps_he[layer][0, head]],
     [f"... She (layer {layer}, head {head})", f"... He (layer {layer}, head {head})"],
@@ -641,13 +642,18 @@ plt.show()
 # %% [markdown]
 # The three best-scoring heads, on the first line of the play:
 
-# %% mystnb={"figure": {"caption": "The three heads with the highest previous-token scores, on one sentence, on one colour scale from 0 to 1. A previous-token head draws a bright line just below the diagonal; a sink, a bright first column.", "name": "fig-prev-token-maps"}, "image": {"alt": "Three triangular attention heatmaps side by side with a shared colour bar, one for each of the three heads with the highest previous-token score."}}
+# %% mystnb={"figure": {"caption": "The three heads with the highest previous-token scores, on one sentence, on one colour scale from 0 to 1; each title gives the head's mean weight, over the 16 windows, on the previous token and on the query's own. A previous-token head draws a bright line just below the diagonal; a current-token head, a line on the diagonal itself; a sink, a bright first column.", "name": "fig-prev-token-maps"}, "image": {"alt": "Three triangular attention heatmaps, one above the other, with a shared colour bar, one for each of the three heads with the highest previous-token score, each titled with its mean weights on the previous token and on its own."}}
 idx = encode("First Citizen:\nBefore we proceed any further, hear me speak.")
 top_maps = model.attention_maps(idx)
+own_score = heads.own_token_scores(batch_maps)  # (L, H): mean A[t, t]
 fig = compare_attention([top_maps[l][0, h] for l, h in top_heads],
-                        [f"layer {l}, head {h}" for l, h in top_heads],
+                        [f"layer {l}, head {h}\nprevious {prev_score[l, h]:.2f}, "
+                         f"own {own_score[l, h]:.2f}" for l, h in top_heads],
                         token_labels(idx[0], enc), vmax=1.0, annotate=False)
 plt.show()
+
+# %% tags=["remove-input"]
+display(Markdown(prose.ranked_heads_text(top_heads, prev_score, own_score)))
 
 # %% [markdown]
 # {cite}`olsson2022induction` saw induction heads form abruptly, early in training, in what
@@ -688,13 +694,16 @@ display(Markdown(induction.induction_text(ind_scores, ind_prev, n_ind, ind_losse
 # %% tags=["remove-input"]
 display(Markdown(induction.previous_token_lesson(ind_prev, n_ind).text))
 
-# %% mystnb={"figure": {"caption": "The best previous-token head of layer 0 and the best induction head of layer 1 of the attention-only model, on one sequence of 16 random tokens repeated. The previous-token head draws the line just below the diagonal; the induction head, a line n - 1 positions below it, from each token of the second copy to the token after its earlier occurrence.", "name": "fig-induction-head"}, "image": {"alt": "Two triangular attention heatmaps side by side: on the left a bright line just below the diagonal, on the right a bright diagonal line in the lower half, offset by fifteen positions."}}
+# %% mystnb={"figure": {"caption": "The best previous-token head of layer 0 and the best induction head of layer 1 of the attention-only model, on one sequence of 16 random tokens repeated (positions 0 to 15, then 16 to 31 below the dotted line). The previous-token head draws the line just below the diagonal; the induction head, a line n - 1 positions below it, from each token of the second copy to the token after its earlier occurrence.", "name": "fig-induction-head"}, "image": {"alt": "Two triangular attention heatmaps, one above the other, over positions 0 to 31: on top a bright line just below the diagonal, below it a bright diagonal line in the lower half, offset by fifteen positions."}}
 (pl, ph), = heads.best_heads(ind_prev[:1], 1)
 (il, ih), = heads.best_heads(ind_scores, 1)
 fig = compare_attention([ind_maps[pl][0, ph], ind_maps[il][0, ih]],
                         [f"layer {pl}, head {ph}: previous token",
-                         f"layer {il}, head {ih}: induction"],
-                        [str(t) for t in ind_idx[0].tolist()], vmax=1.0, annotate=False)
+                         f"layer {il}, head {ih}: induction"], vmax=1.0, annotate=False)
+for ax in fig.axes[:2]:  # positions every 4, not the 2n random token ids: legible
+    ax.set(xticks=range(0, 2 * n_ind, 4), yticks=range(0, 2 * n_ind, 4),
+           xlabel="key position", ylabel="query position")
+    ax.axhline(n_ind - 0.5, color="white", lw=0.8, ls=":")  # where the second copy starts
 plt.show()
 
 # %% [markdown]
@@ -761,7 +770,7 @@ if SHOW_BERTVIZ:
 # token (left) to a key token (right) as opaque as its weight. The model view's grid of
 # every layer and head is the `attention_grid` of section 8.5.
 
-# %% mystnb={"figure": {"caption": "A static head view of the layer chosen in section 8.6, on the doctor and nurse sentence: one panel per head, a line from each query token (left) to each key token (right), as opaque as its attention weight.", "name": "fig-head-view"}, "image": {"alt": "Panels side by side, one per attention head, each listing the tokens of 'The doctor asked the nurse a question. She' twice, in two columns, joined by lines whose opacity is the attention weight."}}
+# %% mystnb={"figure": {"caption": "A static head view of the layer chosen in section 8.6, on the doctor and nurse sentence: one panel per head, a line from each query token (left) to each key token (right), as opaque as its attention weight.", "name": "fig-head-view"}, "image": {"alt": "Panels one above the other, one per attention head, each listing the tokens of 'The doctor asked the nurse a question. She' twice, in two columns, joined by lines whose opacity is the attention weight."}}
 fig = attention_lines(attention[layer][0], labels, title=f"{MODEL_NAME}, layer {layer}")
 plt.show()
 
