@@ -37,6 +37,7 @@ the GPT             chapter
 ``chat``            12 a chat format: turn tokens, ``render`` and its loss mask, ``chat``
 ``sft``             12 supervised fine-tuning with a masked loss
 ``dpo``             12 direct preference optimization from scratch
+``interp``          13 hooks, the logit lens, logit attribution, ablation, patching
 ==================  =========================================================
 
 ==========================  ================================================
