@@ -71,6 +71,8 @@ the book (``book.``)        chapter
 ``book.assistant``          12 the instruction task from the play, its verifier, DPO runs
 ``book.assistant_prose``    12 the chapter's lessons and sentences
 ``book.assistant_online``   12 the Colab track: GPT-2 small on 1,100 instructions
+``book.inside``             13 the cached assistants, the Repeat pairs, the lessons
+``book.inside_online``      13 the Colab track: GPT-2 small's induction heads
 ==========================  ================================================
 
 ``exercises`` holds every chapter's exercise checks (``check_*``). Modules are imported
