@@ -250,8 +250,8 @@ display(Markdown(online))
 # - Zero ablation measures damage, not function: mean or resample ablation keeps a head's output
 #   in range, and activation patching, clean into corrupted, asks which head carries the
 #   difference.
-# - In the assistant, the heads that patching picks out are those with the highest induction
-#   score, and the copy is shared by several heads across layers.
+# - In the assistant, the rankings of the heads by patching and by induction score agree, and
+#   the copy is shared by several heads across layers.
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
@@ -307,11 +307,11 @@ check_patch_head(patch_head);
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# A head that attends from the answer to the character to copy, in the last layer or the
-# second (the heads with the highest induction score in section 13.5) is the likely winner:
-# the same heads lead both rankings in every seed there, because the three runs start from
-# one base model and learn the copy on top of the heads it already had. Its share is well
-# below one, since several heads share the copy. The cell prints the answer for seed 1.
+# A head that attends from the answer to the character to copy (one with a high induction
+# score in section 13.5) is the likely winner: the three runs start from one base model and
+# learn the copy on top of the heads it already had, so they tend to share their copying
+# heads. Its share is well below one, since several heads share the copy. The cell prints
+# the answer for seed 1.
 # ```
 
 # %%
