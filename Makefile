@@ -126,7 +126,7 @@ test-notebooks: $(STAMP)
 	cp nbval_sanitize.cfg notebooks/conftest.py $(NBVAL_DIR)/  # conftest: the tolerances, the order
 	cd $(NBVAL_DIR) && $(SIDE_BY_SIDE) $(abspath $(PY)) -m pytest $(NBVAL) $(NBVAL_PARALLEL) *.ipynb
 
-# The chapters whose numbers come out of training or score its models (6-9, 11, 12), a second time
+# The chapters whose numbers come out of training or score its models (6-9, 11-13), a second time
 # under another arithmetic (3, 5 and 10 also differentiate, print the same under AVX2 as under
 # AVX-512, and judge no lesson): PyTorch's AVX2 kernels (ARITHMETIC=default: its portable ones,
 # about 3 times slower), from an empty model cache, so that every model is trained anew under it
@@ -136,7 +136,7 @@ test-notebooks: $(STAMP)
 # every compared cell and every lesson must hold under both.
 ARITHMETIC ?= avx2
 ARITHMETIC_THREADS ?= 1
-ARITHMETIC_CHAPTERS ?= 06 07 08 09 11 12
+ARITHMETIC_CHAPTERS ?= 06 07 08 09 11 12 13
 ARITHMETIC_ENV = ATEN_CPU_CAPABILITY=$(ARITHMETIC) OMP_NUM_THREADS=$(ARITHMETIC_THREADS) MKL_DYNAMIC=FALSE \
 	OMP_WAIT_POLICY=PASSIVE \
 	$(if $(CPP_MARCH_$(ARITHMETIC)),TORCHINDUCTOR_CPP_MARCH=$(CPP_MARCH_$(ARITHMETIC))) \

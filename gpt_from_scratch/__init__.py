@@ -37,6 +37,7 @@ the GPT             chapter
 ``chat``            12 a chat format: turn tokens, ``render`` and its loss mask, ``chat``
 ``sft``             12 supervised fine-tuning with a masked loss
 ``dpo``             12 direct preference optimization from scratch
+``interp``          13 hooks, the logit lens, logit attribution, ablation, patching
 ==================  =========================================================
 
 ==========================  ================================================
@@ -70,6 +71,8 @@ the book (``book.``)        chapter
 ``book.assistant``          12 the instruction task from the play, its verifier, DPO runs
 ``book.assistant_prose``    12 the chapter's lessons and sentences
 ``book.assistant_online``   12 the Colab track: GPT-2 small on 1,100 instructions
+``book.inside``             13 the cached assistants, the Repeat pairs, the lessons
+``book.inside_online``      13 the Colab track: GPT-2 small's induction heads
 ==========================  ================================================
 
 ``exercises`` holds every chapter's exercise checks (``check_*``). Modules are imported

@@ -93,6 +93,9 @@ ASSIGNMENTS = {a.chapter: a for a in [
     Assignment("12_assistant", "import torch\nimport torch.nn.functional as F",
                (Exercise("mask_prompt", 2, "check_mask_prompt"),
                 Exercise("dpo_loss", 2, "check_dpo_loss"))),
+    Assignment("13_inside", "import torch\nimport torch.nn.functional as F",
+               (Exercise("logit_lens", 2, "check_logit_lens"),
+                Exercise("patch_head", 2, "check_patch_head"))),
 ]}
 
 

@@ -1,6 +1,6 @@
 """Train the book's cached models before the chapters that load them run side by side.
 
-    python scripts/book_models.py            # Chapter 6's two models and Chapter 8's offline one
+    python scripts/book_models.py            # Chapter 6's two, Chapter 8's offline one, Chapter 13's assistants
     python scripts/book_models.py --jobs 1   # one at a time
 
 Each model is trained (or found in the cache, ``GPT_FROM_SCRATCH_CACHE``) by a process of its own on
@@ -26,6 +26,9 @@ MODELS = {
                        "book_model('shakespeare-bpe', progress=False)",
     "shakespeare-bpe-heads": "from gpt_from_scratch.book.offline_model import offline_model\n"
                              "offline_model(progress=False)",
+    # Chapter 12's three fine-tuned assistants, for Chapter 13 (each waits for the character model).
+    "assistant-sft": "from gpt_from_scratch.book.inside import assistant_model\n"
+                     "for seed in (0, 1, 2):\n    assistant_model(seed)",
 }
 
 

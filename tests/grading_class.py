@@ -382,6 +382,28 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
     z = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected))
     return -F.logsigmoid(z).sum()  # summed over the pairs""", 0.0),
     ],
+    "logit_lens": [
+        ("""def logit_lens(resid, weight, bias, W_U, eps):
+    return resid @ W_U.T  # no final LayerNorm""", 0.0),
+        ("""def logit_lens(resid, weight, bias, W_U, eps):
+    return F.layer_norm(resid, resid.shape[-1:], weight, bias) @ W_U.T  # eps left at 1e-5""", 0.5),
+        ("""def logit_lens(resid, weight, bias, W_U, eps):
+    return F.layer_norm(resid, resid.shape[-1:], eps=eps) @ W_U.T  # no weight, no bias""", 0.0),
+    ],
+    "patch_head": [
+        ("""def patch_head(z_corrupted, z_clean, head, W_O, b_O):
+    z = z_corrupted.clone()
+    z[:, :, head] = z_clean[:, :, head]
+    return z.flatten(2) @ W_O.T  # no bias""", 0.0),
+        ("""def patch_head(z_corrupted, z_clean, head, W_O, b_O):
+    z = z_corrupted.clone()
+    z[:, :, 0] = z_clean[:, :, 0]  # always the first head
+    return z.flatten(2) @ W_O.T + b_O""", 0.5),
+        ("""def patch_head(z_corrupted, z_clean, head, W_O, b_O):
+    z = z_corrupted.clone()
+    z[:, :, head] = z_clean[:, :, head]
+    return z.flatten(2) @ W_O + b_O  # W_O not transposed""", 0.0),
+    ],
 }
 
 

@@ -493,3 +493,34 @@ def test_dpo_loss(capsys):
     fails(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, 0 * rc, 0 * rr, b), capsys, "reference")
     fails(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pr, pc, rr, rc, b), capsys, "comes first")
     fails(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: 4 * dpo(pc, pr, rc, rr, b), capsys, "case 1 of 3")
+# ---------------------------------------------------------------------------------------------- 13
+def logit_lens(resid, weight, bias, W_U, eps, norm=True, use_eps=True, affine=True):
+    x = resid
+    if norm:
+        x = torch.nn.functional.layer_norm(x, x.shape[-1:], weight if affine else None, bias if affine else None,
+                                           eps if use_eps else 0.0)
+    return x @ W_U.T
+
+
+def test_logit_lens(capsys):
+    passes(ex.check_logit_lens, logit_lens, capsys)
+    fails(ex.check_logit_lens, lambda *a: logit_lens(*a, norm=False), capsys, "final LayerNorm before")
+    fails(ex.check_logit_lens, lambda *a: logit_lens(*a, use_eps=False), capsys, "add eps")
+    fails(ex.check_logit_lens, lambda *a: logit_lens(*a, affine=False), capsys, "scale by weight")
+    fails(ex.check_logit_lens, lambda r, w, b, W, e: logit_lens(r, w, b, W, e)[0], capsys, "(L, B, T, V)")
+
+
+def patch_head(z_corrupted, z_clean, head, W_O, b_O, in_place=False, bias=True, all_but=False):
+    z = z_corrupted if in_place else z_corrupted.clone()
+    heads = [h for h in range(z.shape[2]) if h != head] if all_but else [head]
+    for h in heads:
+        z[:, :, h] = z_clean[:, :, h]
+    return z.flatten(2) @ W_O.T + (b_O if bias else 0)
+
+
+def test_patch_head(capsys):
+    passes(ex.check_patch_head, patch_head, capsys)
+    fails(ex.check_patch_head, lambda *a: patch_head(*a, in_place=True), capsys, "clone()")
+    fails(ex.check_patch_head, lambda *a: patch_head(*a, bias=False), capsys, "bias b_O")
+    fails(ex.check_patch_head, lambda *a: patch_head(*a, all_but=True), capsys, "only the head asked for")
+    fails(ex.check_patch_head, lambda zc, zk, h, W, b: zc.flatten(2) @ W.T + b, capsys, "clean run's")

@@ -37,6 +37,8 @@ checker                                  candidate
 ``check_mask_prompt``         (ch. 12)   ``mask_prompt(ids, n_prompt)`` -> targets (T - 1,), prompt -100
 ``check_render``              (ch. 12)   ``render(messages, encode, markers)`` -> ``(ids, mask)``
 ``check_dpo_loss``            (ch. 12)   ``dpo_loss(pc, pr, rc, rr, beta)`` -> scalar loss
+``check_logit_lens``          (ch. 13)   ``logit_lens(resid, weight, bias, W_U, eps)`` -> Tensor (L, B, T, V)
+``check_patch_head``          (ch. 13)   ``patch_head(z_corrupted, z_clean, head, W_O, b_O)`` -> (B, T, D)
 =======================================  ===============================================================
 """
 
@@ -53,6 +55,7 @@ from .ch09 import check_lora_forward
 from .ch10 import check_repeat_kv, check_rms_norm, check_rope_interleaved
 from .ch11 import check_acc_norm, check_bits_per_byte
 from .ch12 import check_dpo_loss, check_mask_prompt, check_render
+from .ch13 import check_logit_lens, check_patch_head
 from .core import FAIL_MARK, PASS_MARK
 
 __all__ = [
@@ -79,6 +82,8 @@ __all__ = [
     "check_mask_prompt",
     "check_render",
     "check_dpo_loss",
+    "check_logit_lens",
+    "check_patch_head",
     "FAIL_MARK",
     "PASS_MARK",
 ]

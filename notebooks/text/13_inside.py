@@ -1,0 +1,372 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.17.3
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (ch-inside)=
+# # 13. Looking inside the assistant
+#
+# {ref}`ch-gpt2-weights` showed *where* heads look: attention maps, previous-token heads, an
+# induction head trained to be seen, and one ablation in its Exercise 4. This chapter asks what
+# the heads *do* with what they see, on the assistant of {ref}`ch-assistant`, which learned to
+# repeat a line of the play after "Repeat:". Five tools, each a few lines on top of PyTorch's
+# forward hooks, each equal to the field's references (`tests/test_interp_parity.py`):
+# TransformerLens's `TransformerBridge` {cite}`nanda2022transformerlens` on the same weights, and
+# nnsight {cite}`fiottokaufman2025nnsight` wrapped around the book's own `GPT`:
+#
+# 1. **hooks** that read and overwrite any activation;
+# 2. **the logit lens**: the residual stream read out after each block;
+# 3. **direct logit attribution**: what each head adds to the answer's logit;
+# 4. **ablation**: a head removed three ways, and why zeroing it misleads;
+# 5. **activation patching**: one head's output moved from a clean run into a corrupted one,
+#    and how much of the answer it brings back.
+#
+# The models are Chapter 12's three fine-tuned runs, cached when first trained; on Colab, the
+# last section looks at GPT-2 small.
+
+# %% tags=["colab-setup"]
+# Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
+# Written by scripts/colab_setup.py from _config.yml and pyproject.toml.
+try:
+    import gpt_from_scratch
+except ImportError:
+    %pip install --quiet "gpt-from-scratch-book[notebooks]==0.1.0"
+    try:
+        import gpt_from_scratch
+    except ImportError:
+        raise RuntimeError(
+            "could not install gpt-from-scratch-book 0.1.0: check that the runtime has "
+            "internet access and that this version is on PyPI") from None
+
+# %%
+import random
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import Markdown, display
+
+from gpt_from_scratch import interp
+from gpt_from_scratch.data import load_tiny_shakespeare
+from gpt_from_scratch.book import inside
+from gpt_from_scratch.book import lessons
+from gpt_from_scratch.book.assistant import task_items
+from gpt_from_scratch.book.figure_text import book_figures
+
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
+torch.set_printoptions(precision=3, sci_mode=False)
+
+FULL_RUN = False
+clock = time.process_time  # CPU seconds: other programs on the machine do not inflate them
+SEEDS = (0, 1, 2)  # Chapter 12's fine-tuning runs
+N_PAIRS = 60  # clean/corrupted pairs of held-out "Repeat:" lines
+
+# %% [markdown]
+# ## 13.1 Hooks: reading and overwriting any activation
+#
+# PyTorch calls a *forward hook* with a module's input and output, and uses what the hook
+# returns instead. `interp.run_with_hooks` places such hooks on the book's `GPT` for the
+# activations it is asked for, named as TransformerLens names them: `blocks.{l}.resid_pre`
+# and `resid_post` (the residual stream entering and leaving block $l$), `attn.pattern`
+# $(B, H, T, T)$, `attn.z` $(B, T, H, d_k)$ (each head's output before `c_proj`: the place
+# Chapter 8's Exercise 4 zeroed a head), `attn_out` and `mlp_out`. It returns the logits and
+# what it read; each `edit` is a function from an activation to what the model uses instead.
+
+# %% tags=["nbval-check-output"]
+# Chapter 12's runs, trained once and then cached:
+models = {seed: inside.assistant_model(seed)[0] for seed in SEEDS}
+tok = inside.assistant_model(SEEDS[0])[1]
+model = models[SEEDS[0]]
+held_out = task_items(load_tiny_shakespeare())["held_out"]
+random.Random(0).shuffle(held_out)
+pairs = inside.repeat_pairs(held_out, tok, N_PAIRS)
+logits, cache = interp.run_with_hooks(model, pairs.clean,
+                                      read=["blocks.1.attn.z", "blocks.1.attn.pattern"])
+print("clean and corrupted pairs:", tuple(pairs.clean.shape), "(B, T)")
+print("blocks.1.attn.z:", tuple(cache["blocks.1.attn.z"].shape), "(B, T, H, d_k)")
+print("blocks.1.attn.pattern:", tuple(cache["blocks.1.attn.pattern"].shape), "(B, H, T, T)")
+print("reading changes nothing:", torch.equal(logits, model(pairs.clean)[0]))
+print(tok.decode(pairs.clean[0].tolist()).replace("<|pad|>", ""))
+print(tok.decode(pairs.corrupted[0].tolist()).replace("<|pad|>", ""))
+
+# %% [markdown]
+# Each pair holds two held-out lines of the same length. The *clean* conversation asks to
+# repeat line A and answers it courteously; the *corrupted* one asks for line B and carries the
+# same answer A. Read with the model's own next-token probabilities (teacher forcing), the
+# answer's characters are likely in the clean run, where A is in the prompt to copy, and
+# unlikely in the corrupted one. The metric is the mean log-probability of A's characters in
+# the answer, in nats: a log-probability first, because greedy exact match flips on near-ties.
+
+# %%
+metric = inside.copy_logprob(pairs)
+gaps = {}
+for seed, m in models.items():
+    with torch.no_grad():
+        gaps[seed] = tuple(float(metric(m(x)[0])) for x in (pairs.clean, pairs.corrupted))
+    print(f"seed {seed}: clean {gaps[seed][0]:.3f}, corrupted {gaps[seed][1]:.3f} "
+          "nats a character")
+
+# %% [markdown]
+# ## 13.2 The logit lens
+#
+# The residual stream carries one vector per position from block to block, and only the last is
+# read out, through `ln_f` and the output layer. The *logit lens* {cite}`nostalgebraist2020lens`
+# reads each block's residual stream the same way, as if the model stopped there.
+# `interp.logit_lens` returns $(L, B, T, V)$; its last layer is the model's own logits. The share
+# of A's characters that each read-out ranks first:
+
+# %%
+lens = {seed: inside.lens_top1(m, pairs) for seed, m in models.items()}
+for seed, share in lens.items():
+    print(f"seed {seed}: " + " ".join(f"after block {l + 1} {s:.0%}"
+                                      for l, s in enumerate(share)))
+lens_found = inside.lens_lesson([float(lens[s][0]) for s in SEEDS],
+                                [float(lens[s][-1]) for s in SEEDS])
+display(Markdown(lens_found.text))
+
+# %% [markdown]
+# ## 13.3 Direct logit attribution
+#
+# `ln_f` divides each position by its standard deviation σ and scales by γ; with σ frozen at its
+# value in the run, the read-out is linear in the residual stream, which is a sum: the
+# embeddings, each head's output $z_h W_O^h$, each MLP's output and the biases. Each part's
+# *direct* contribution to the logit of the next character is its centred vector over σ, times
+# γ, times that character's row of the output layer. The parts add up to the logit:
+
+# %%
+dla = interp.direct_logit_attribution(model, pairs.clean, pairs.target)
+with torch.no_grad():
+    logit = model(pairs.clean)[0].gather(-1, pairs.target[..., None])[..., 0]  # (B, T)
+print(f"parts minus logit: at most {float((dla.total() - logit).abs().max()):.1e}")
+heads_dla = dla.heads[:, :, pairs.copy].mean(-1)  # (L, H): mean over the copied characters
+print("each head's direct contribution to the copied characters' logits (layer x head):")
+print(heads_dla)
+
+# %% [markdown]
+# Direct attribution sees only the last step: a head in layer 1 that moves the line's
+# characters where a later head can find them adds little *directly* to the logit, yet the copy
+# needs it. Intervening on the heads answers the causal question.
+#
+# ## 13.4 Ablation: zero, mean, resample
+#
+# To *ablate* a head is to replace its output and watch what breaks. Zeroing it (Chapter 8's
+# Exercise 4) hands the next layers a vector they never saw in training. *Mean ablation*
+# replaces it by its mean over the batch at each position; *resample ablation* by its value on
+# another input, here the corrupted conversation, whose turns sit at the same positions. Each
+# ablation is measured twice: on the copied line, and on the courteous opening, which no line
+# changes, so that a cost there is damage rather than the head's part in copying.
+
+# %%
+opening = inside.copy_logprob(pairs, "opening")  # the courteous opening: no line changes it
+with torch.no_grad():
+    before = {"copy": float(metric(model(pairs.clean)[0])),
+              "opening": float(opening(model(pairs.clean)[0]))}
+drops = {"copy": {}, "opening": {}}
+for how in interp.ABLATIONS:
+    reference = pairs.corrupted if how == "resample" else None
+    runs = [[interp.ablate_heads(model, pairs.clean, [(l, h)], how, reference)
+             for h in range(4)] for l in range(4)]  # one run per head ablated, (L, H)
+    for part, measure in (("copy", metric), ("opening", opening)):
+        drops[part][how] = torch.tensor([[before[part] - float(measure(x)) for x in row]
+                                         for row in runs])
+    print(f"{how} ablation, nats lost a character on the line (layer x head):")
+    print(drops["copy"][how])
+display(Markdown(inside.ablation_text(drops["copy"], drops["opening"])))
+
+# %% [markdown]
+# ## 13.5 Activation patching: which heads copy?
+#
+# Patching asks the sharper question: run the *corrupted* conversation, and replace one
+# head's output by its value in the *clean* run. If the answer's characters become likely
+# again, that head carries the information that makes the difference. The share of the
+# clean–corrupted gap it restores is
+#
+# $$\text{share} = \frac{m(\text{patched}) - m(\text{corrupted})}{m(\text{clean}) - m(\text{corrupted})}.$$
+#
+# Chapter 8's induction score, measured on the same pairs, is the attention from the answer's
+# position before character $k$ of A to character $k$ of A in the prompt: where a copying head
+# should look. Both for every head of every seed:
+
+# %%
+shares, scores = {}, {}
+start = clock()
+for seed, m in models.items():
+    shares[seed] = interp.patching_shares(m, pairs.clean, pairs.corrupted, metric)
+    scores[seed] = inside.induction_scores(m, pairs)
+analysis_seconds = (clock() - start) / len(SEEDS)
+for seed in SEEDS:
+    print(f"seed {seed}: top heads by patching {inside.top_heads(shares[seed])}; "
+          f"by induction score {inside.top_heads(scores[seed])}")
+rhos = [inside.rank_correlation(shares[s], scores[s]) for s in SEEDS]
+sums = [float(shares[s].sum()) for s in SEEDS]
+found = [inside.rankings_lesson(rhos), inside.shares_lesson(sums)]
+display(Markdown(" ".join(f.text for f in found)))
+
+# %% tags=["remove-input"] mystnb={"figure": {"caption": "Each head of each seed: its induction score on the Repeat pairs against the share of the clean–corrupted gap that patching it restores.", "name": "fig-patching"}, "image": {"alt": "Three scatter plots of 16 points each, rising from lower left to upper right."}}
+fig = inside.patching_figure(shares, scores)
+plt.show()
+
+# %% [markdown]
+# Where a head looks and what it does agree here: the heads that attend to the character to
+# copy are the heads whose clean output brings the answer back. No one head does it all, and
+# the shares are not additive: a head's output matters only when later heads read it, so moving
+# one head's clean output into the corrupted run can restore more than its "own" part.
+
+# %% tags=["remove-input"]
+n_heads = shares[SEEDS[0]].numel()
+display(Markdown(inside.timing_text(analysis_seconds, len(SEEDS), n_heads)))
+
+# %% [markdown]
+# ## 13.6 On Colab: induction heads in GPT-2 small
+#
+# With GPT-2's weights, the same functions find GPT-2 small's induction heads on repeated
+# random tokens {cite}`olsson2022induction`, and patch them: the sequence is corrupted in its
+# first half, and each of the 144 heads is patched in turn.
+
+# %%
+from gpt_from_scratch.book.inside_online import online_run  # noqa: E402
+
+online = online_run(n=50 if FULL_RUN else 20)
+display(Markdown(online))
+
+# %% [markdown]
+# ## Summary
+#
+# - A forward hook reads or replaces any activation of the book's `GPT`; named as
+#   TransformerLens names them, the same code reads a converted model there, and nnsight around
+#   the module itself gives the same numbers to the bit.
+# - The logit lens shows an answer forming block by block; direct logit attribution splits a
+#   logit into what each head and MLP adds, once the final LayerNorm's scale is frozen.
+# - Zero ablation measures damage, not function: mean or resample ablation keeps a head's output
+#   in range, and activation patching, clean into corrupted, asks which head carries the
+#   difference.
+# - In the assistant, the rankings of the heads by patching and by induction score agree, and
+#   the copy is shared by several heads across layers.
+
+# %% tags=["remove-cell", "nbval-check-output"]
+print(lessons.verdicts())
+
+# %% [markdown]
+# ## Exercises
+#
+# ### Exercise 1. The logit lens (implement)
+#
+# Write `logit_lens(resid, weight, bias, W_U, eps)`: `resid` holds the residual stream after
+# each block, $(L, B, T, D)$; read each one out as the model reads its last: through the final
+# LayerNorm (γ `weight`, β `bias`, `eps`) and the output layer `W_U` $(V, D)$. Return the
+# logits $(L, B, T, V)$.
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def logit_lens(resid, weight, bias, W_U, eps):
+    normed = torch.nn.functional.layer_norm(resid, resid.shape[-1:], weight, bias, eps)
+    return normed @ W_U.T  # (L, B, T, D) @ (D, V) -> (L, B, T, V)
+
+
+# %%
+from gpt_from_scratch.exercises import check_logit_lens
+check_logit_lens(logit_lens);
+
+# %% [markdown]
+# ### Exercise 2. Patch one head (implement)
+#
+# Write `patch_head(z_corrupted, z_clean, head, W_O, b_O)`: `z_corrupted` and `z_clean` are the
+# heads' outputs $(B, T, H, d_k)$ of one layer in the corrupted and the clean run. Return the
+# layer's attention output $(B, T, D)$ in the corrupted run with head `head`'s output taken from
+# the clean run: the heads merged, then `c_proj` (weight `W_O` $(D, D)$, bias `b_O`). Leave the
+# inputs unchanged.
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def patch_head(z_corrupted, z_clean, head, W_O, b_O):
+    z = z_corrupted.clone()
+    z[:, :, head] = z_clean[:, :, head]  # (B, T, d_k)
+    return z.flatten(2) @ W_O.T + b_O  # (B, T, H * d_k) -> (B, T, D)
+
+
+# %%
+from gpt_from_scratch.exercises import check_patch_head
+check_patch_head(patch_head);
+
+# %% [markdown]
+# ### Exercise 3. Which head restores most? (predict, then run)
+#
+# Seed 1's model was fine-tuned from the same base model as seed 0's, on the same examples in
+# another order. Before running the next cell, predict from seed 0's results above: which
+# head, patched alone, restores the largest share of seed 1's gap, and roughly how large is
+# that share? Write your prediction in the answer cell, then run the cell after it.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# A head that attends from the answer to the character to copy (one with a high induction
+# score in section 13.5) is the likely winner: the three runs start from one base model and
+# learn the copy on top of the heads it already had, so they tend to share their copying
+# heads. Its share is well below one, since several heads share the copy. The cell prints
+# the answer for seed 1.
+# ```
+
+# %%
+H = shares[1].shape[1]
+best = int(shares[1].flatten().argmax())
+share = float(shares[1].flatten()[best])
+print(f"seed 1: L{best // H}H{best % H} restores {share:.2f} of the gap")
+
+# %% [markdown]
+# ### Exercise 4. Shares that add up to more than the whole (explain)
+#
+# Section 13.5 found single-head shares that sum to more than one. Patching is a fraction of
+# one gap; how can the parts add up to more than it? Explain, and say what experiment would
+# measure what two heads do together.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# A share measures one head patched *alone*, with every other head still corrupted, and the
+# model is not a sum of heads. Here several heads copy the same characters: each pushes up the
+# logit of the character to copy. The log-probability saturates: once that character is
+# likely, a further push adds little. Patched alone into a run where the character is
+# unlikely, one head lifts it a lot; all of them together lift it no further than the clean
+# run does. So the single shares overlap, each counting much of the same part of the gap.
+# (Heads in series would do the opposite: each needs the other, and alone restores little.)
+# To measure two heads together, patch both at once and compare with the sum of their single
+# shares.
+# ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
+show_quiz([
+    Numeric("How many heads does each model have in all (layers times heads)?",
+            shares[SEEDS[0]].numel(), 0.5, "4 blocks of 4 heads."),
+    Numeric("What share of A's characters does the logit lens rank first after the last "
+            "block, for seed 0? (Percent, no decimals.)",
+            100 * float(lens[SEEDS[0]][-1]), 0.6,
+            "From section 13.2; the last read-out is the model's own prediction."),
+    MultipleChoice("Why is zero ablation a blunt instrument?", [
+        Choice("it hands the next layers an output they never saw, so it also breaks "
+               "what does not depend on the input", True,
+               "Yes: the opening breaks too, which no line changes."),
+        Choice("zeros are slower to compute than means", False, "The cost is the same."),
+    ]),
+    MultipleChoice("In activation patching, which run receives the patched head?", [
+        Choice("the corrupted run, with the head's output from the clean run", True,
+               "Yes: the share says how much of the clean behaviour one head brings back."),
+        Choice("the clean run, with the head's output from the corrupted run", False,
+               "That is the reverse experiment (noising); this chapter patches clean into "
+               "corrupted."),
+    ]),
+])

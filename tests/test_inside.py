@@ -1,0 +1,104 @@
+"""Chapter 13's book layer (gpt_from_scratch.book.inside, inside_online): the Repeat pairs line up,
+the scores, rank correlation and sentences follow their numbers, and the Colab track runs on a
+small stand-in for GPT-2 (and says what it would do without the weights)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from gpt_from_scratch.book import inside, inside_online
+from gpt_from_scratch.book.assistant import Item
+from gpt_from_scratch.chat import ChatTokenizer, add_chat_tokens
+from gpt_from_scratch.hf_weights import WeightsUnavailableError
+from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.tokenizer import CharTokenizer
+
+LINES = ["I might call him", "Alack, for pity!", "So be it, sirrah", "What, ho! Sirrah", "Go to, go"]
+
+
+def _tok() -> ChatTokenizer:
+    chars = CharTokenizer("".join(sorted(set("".join(LINES) + "Repeat: Good sir,"))))
+    return ChatTokenizer(chars, chars.vocab_size)
+
+
+def test_repeat_pairs_align_and_point_at_the_character_to_copy():
+    tok = _tok()
+    items = [Item("Repeat", line) for line in LINES] + [Item("Last word", LINES[0])]
+    pairs = inside.repeat_pairs(items, tok, 2)
+    assert pairs.clean.shape == pairs.corrupted.shape == (2, pairs.clean.shape[1])
+    b, t = pairs.copy.nonzero(as_tuple=True)
+    assert torch.equal(pairs.clean[b, pairs.source[b, t]], pairs.target[b, t])  # the prompt's copy
+    assert (pairs.source[b, t] < t).all()  # earlier than the query: a causal head can look there
+    assert torch.equal(pairs.opening.sum(1), torch.full((2,), len("Good sir, ")))
+    for row in range(2):
+        clean, bad = (tok.decode(x[row].tolist()) for x in (pairs.clean, pairs.corrupted))
+        line = re.search(r"Repeat: (.*?)<\|end\|>", clean)[1]
+        assert clean.count(line) == 2 and bad.count(line) == 1 and len(clean) == len(bad)
+        assert "".join(tok.decode([int(i)]) for i in pairs.target[row][pairs.copy[row]]) == line
+    with pytest.raises(ValueError, match=r"only 2 pairs of equal-length Repeat lines .* 3 asked"):
+        inside.repeat_pairs(items, tok, 3)
+
+
+def test_induction_scores_and_the_lens_read_a_model_of_the_chat_vocabulary():
+    tok = _tok()
+    torch.manual_seed(0)
+    model = add_chat_tokens(GPT(GPTConfig(vocab_size=tok.base_vocab_size, context_length=64, d_model=32,
+                                          n_layers=2, n_heads=2, dropout=0.0))).eval()
+    pairs = inside.repeat_pairs([Item("Repeat", line) for line in LINES], tok, 2)
+    scores = inside.induction_scores(model, pairs)
+    assert scores.shape == (2, 2) and ((scores >= 0) & (scores <= 1)).all()
+    lens = inside.lens_top1(model, pairs)
+    assert lens.shape == (2,) and ((lens >= 0) & (lens <= 1)).all()
+
+
+def test_rank_correlation_and_top_heads():
+    a = torch.tensor([[0.1, 0.5], [0.3, 0.9]])
+    assert inside.rank_correlation(a, 2 * a + 1) == pytest.approx(1.0)
+    assert inside.rank_correlation(a, -a) == pytest.approx(-1.0)
+    assert inside.top_heads(a, 2) == "L1H1 0.90, L0H1 0.50"
+
+
+def test_lessons_hold_and_fail_on_their_numbers():
+    assert inside.rankings_lesson([0.9, 0.7, 0.8]).margin == pytest.approx(0.7 - inside.RANK_BAR)
+    assert not inside.rankings_lesson([0.9, 0.4]).holds
+    found = inside.shares_lesson([1.79, 1.88])
+    assert found.holds and found.margin == pytest.approx(0.79) and "1.79, 1.88" in found.text
+    assert not inside.shares_lesson([0.9, 1.2]).holds
+    lens = inside.lens_lesson([0.31, 0.32], [0.89, 0.90])
+    assert lens.margin == pytest.approx(0.58) and "31% → 89%" in lens.text
+    assert not inside.lens_lesson([0.5], [0.4]).holds
+
+
+def test_the_ablation_sentence_names_zeroings_worst_head_and_what_breaks_the_opening():
+    copy = {"zero": torch.tensor([[0.1, 2.5], [0.2, 0.3]]), "mean": torch.tensor([[0.0, 2.2], [0.1, 0.2]]),
+            "resample": torch.tensor([[0.0, 1.5], [0.1, 0.1]])}
+    opening = {"zero": torch.tensor([[0.0, 1.0], [0.0, 0.0]]), "mean": torch.tensor([[0.0, 0.7], [0.0, 0.0]]),
+               "resample": torch.tensor([[0.0, 0.01], [0.0, 0.0]])}
+    text = inside.ablation_text(copy, opening)
+    assert "is L0H1" in text and "zero ablation 2.50 and 1.00; mean ablation 2.20 and 0.70" in text
+    assert "under zero and mean ablation, not under resample:" in text
+    opening["zero"][0, 1] = opening["mean"][0, 1] = 0.0
+    assert "None of the three costs the opening" in inside.ablation_text(copy, opening)
+    with pytest.raises(ValueError, match="where='answer'"):
+        inside.copy_logprob(None, "answer")
+
+
+def test_assistant_model_checks_its_seed():
+    with pytest.raises(ValueError, match=r"seed=-1 must be a whole number >= 0"):
+        inside.assistant_model(-1)
+
+
+def test_the_colab_track_runs_on_a_stand_in_and_says_what_it_would_do_offline(monkeypatch):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(context_length=32, d_model=32, n_layers=2, n_heads=2, dropout=0.0))
+    text = inside_online.online_run(n=3, half=10, model=model)
+    numbers = re.findall(r"L\dH\d (-?\d\.\d\d)", text)
+    assert len(numbers) == 8 and "over 4 heads" in text  # 2 x 2 heads, 5 asked of each ranking
+
+    def unavailable(name):
+        raise WeightsUnavailableError("offline")
+    monkeypatch.setattr(inside_online, "from_pretrained", unavailable)
+    assert inside_online.online_run().startswith("*Not run here*")

@@ -1,0 +1,176 @@
+"""Chapter 13 — hooks, the logit lens, direct logit attribution, ablation and activation patching
+(gpt_from_scratch.interp) on small random GPTs. The comparisons with TransformerLens and nnsight are
+in test_interp_parity.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpt_from_scratch import interp
+from gpt_from_scratch.model import GPT, GPTConfig
+
+
+def _model(seed=0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=50, context_length=16, d_model=32, n_layers=3, n_heads=4, dropout=0.0)
+    model = GPT(GPTConfig(**(cfg | overrides))).eval()
+    with torch.no_grad():  # larger than GPT-2's initialisation, so that heads matter and differ
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def _idx(seed=1, B=3, T=10, V=50) -> torch.Tensor:
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def test_reading_every_activation_leaves_the_logits_as_they_are_and_the_pieces_fit():
+    model, idx = _model(), _idx()
+    logits, cache = interp.run_with_hooks(model, idx, read=interp.hook_names(model))
+    assert torch.equal(logits, model(idx)[0])
+    for l, block in enumerate(model.blocks):
+        pre, post = cache[f"blocks.{l}.resid_pre"], cache[f"blocks.{l}.resid_post"]
+        torch.testing.assert_close(post, pre + cache[f"blocks.{l}.attn_out"] + cache[f"blocks.{l}.mlp_out"])
+        torch.testing.assert_close(block.attn.c_proj(cache[f"blocks.{l}.attn.z"].flatten(2)),
+                                   cache[f"blocks.{l}.attn_out"])
+        if l:
+            assert torch.equal(pre, cache[f"blocks.{l - 1}.resid_post"])
+    maps = model.attention_maps(idx)
+    for l in range(3):
+        torch.testing.assert_close(cache[f"blocks.{l}.attn.pattern"], maps[l])
+    assert cache["blocks.1.attn.z"].shape == (3, 10, 4, 8)  # (B, T, H, d_k)
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_an_edited_pattern_becomes_the_heads_output():
+    model, idx = _model(), _idx()
+    T = idx.shape[1]
+    uniform = torch.ones(T, T).tril() / torch.arange(1, T + 1)[:, None]  # each query: the mean of its keys
+
+    def flatten_head_2(pattern):
+        pattern = pattern.clone()
+        pattern[:, 2] = uniform
+        return pattern
+    same, _ = interp.run_with_hooks(model, idx, edit={"blocks.1.attn.pattern": lambda p: p.clone()})
+    torch.testing.assert_close(same, model(idx)[0], atol=1e-5, rtol=0)
+    _, cache = interp.run_with_hooks(model, idx, read=["blocks.1.resid_pre", "blocks.1.attn.z"],
+                                     edit={"blocks.1.attn.pattern": flatten_head_2})
+    block = model.blocks[1]
+    v = block.attn.c_attn(block.ln_1(cache["blocks.1.resid_pre"])).chunk(3, dim=-1)[2]  # (B, T, D)
+    v2 = v.unflatten(-1, (4, 8))[:, :, 2]  # (B, T, d_k)
+    expected = v2.cumsum(1) / torch.arange(1, T + 1)[None, :, None]
+    torch.testing.assert_close(cache["blocks.1.attn.z"][:, :, 2], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_an_edit_changes_what_follows_and_the_hooks_go_even_after_a_failure():
+    model, idx = _model(), _idx()
+    zeroed, _ = interp.run_with_hooks(model, idx, edit={"blocks.2.mlp_out": torch.zeros_like})
+    _, cache = interp.run_with_hooks(model, idx, read=["blocks.2.resid_pre", "blocks.2.attn_out"])
+    torch.testing.assert_close(zeroed, model.lm_head(model.ln_f(cache["blocks.2.resid_pre"]
+                                                                + cache["blocks.2.attn_out"])))
+    with pytest.raises(ValueError, match=r"the edit of blocks.0.attn.z returned \(3, 10, 32\)"):
+        interp.run_with_hooks(model, idx, edit={"blocks.0.attn.z": lambda z: z.flatten(2)})
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_the_logit_lens_ends_at_the_models_logits():
+    model, idx = _model(), _idx()
+    lens = interp.logit_lens(model, idx)
+    assert lens.shape == (3, 3, 10, 50)
+    torch.testing.assert_close(lens[-1], model(idx)[0])
+    assert not torch.allclose(lens[0], lens[-1])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_direct_logit_attribution_adds_up_to_the_logit(bias):
+    model, idx = _model(bias=bias), _idx()
+    target = _idx(seed=2)
+    parts = interp.direct_logit_attribution(model, idx, target)
+    assert parts.heads.shape == (3, 4, 3, 10) and parts.mlps.shape == (3, 3, 10)
+    logit = model(idx)[0].gather(-1, target[..., None])[..., 0]
+    torch.testing.assert_close(parts.total(), logit, atol=1e-4, rtol=1e-5)
+    assert parts.heads.abs().amax() > 0.01 * logit.abs().amax()  # the heads carry real shares
+
+
+def test_zero_ablation_is_chapter_8s_zeroed_columns_and_resampling_from_itself_changes_nothing():
+    model, idx = _model(), _idx()
+    zeroed = interp.ablate_heads(model, idx, [(1, 2), (2, 0)])
+    reference = _model()
+    with torch.no_grad():  # Chapter 8, Exercise 4: a head's columns of c_proj set to zero
+        reference.blocks[1].attn.c_proj.weight[:, 16:24] = 0
+        reference.blocks[2].attn.c_proj.weight[:, 0:8] = 0
+    torch.testing.assert_close(zeroed, reference(idx)[0])
+    same = interp.ablate_heads(model, idx, [(1, 2)], how="resample", reference=idx)
+    torch.testing.assert_close(same, model(idx)[0])
+    other = _idx(seed=5)
+    one_row = other[:1].expand_as(idx)
+    mean_of_one = interp.ablate_heads(model, idx, [(0, 1)], how="mean", reference=other[:1])
+    resampled = interp.ablate_heads(model, idx, [(0, 1)], how="resample", reference=one_row)
+    torch.testing.assert_close(mean_of_one, resampled)
+    assert not torch.allclose(resampled, model(idx)[0])
+
+
+def test_patching_the_only_head_restores_the_whole_gap():
+    # One block, one head; clean and corrupted differ at position 0 only, and the metric reads the last
+    # position: there the residual stream differs only through the head, so patching it restores all.
+    model = _model(n_layers=1, n_heads=1)
+    clean = _idx(seed=3)
+    corrupted = clean.clone()
+    corrupted[:, 0] = (clean[:, 0] + 1) % 50
+    target = _idx(seed=4)[:, -1]
+
+    def metric(logits):
+        return logits[:, -1].log_softmax(-1).gather(-1, target[:, None]).mean()
+    shares = interp.patching_shares(model, clean, corrupted, metric)
+    assert shares.shape == (1, 1)
+    assert shares.item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_patching_shares_are_each_heads_restored_fraction():
+    model, clean, corrupted = _model(), _idx(seed=3), _idx(seed=6)
+    mask = torch.zeros_like(clean, dtype=torch.bool)
+    mask[:, 5:] = True
+
+    def metric(logits):
+        return interp.mean_logprob(logits, clean.roll(-1, 1), mask)
+    shares = interp.patching_shares(model, clean, corrupted, metric)
+    assert shares.shape == (3, 4)
+    with torch.no_grad():
+        m_clean, m_corrupt = float(metric(model(clean)[0])), float(metric(model(corrupted)[0]))
+    _, cache = interp.run_with_hooks(model, clean, read=["blocks.2.attn.z"])
+    with torch.no_grad():
+        model.blocks[2].attn.c_proj.register_forward_pre_hook(  # the study's hook, written out
+            lambda m, args: (torch.cat([args[0][..., :24], cache["blocks.2.attn.z"][:, :, 3]], -1),))
+        patched = float(metric(model(corrupted)[0]))
+    assert shares[2, 3].item() == pytest.approx((patched - m_corrupt) / (m_clean - m_corrupt), abs=1e-6)
+    assert len(set(shares.flatten().tolist())) == 12
+
+
+def test_mean_logprob_is_the_mean_over_the_mask():
+    logits = torch.log(torch.tensor([[[0.5, 0.5], [0.9, 0.1]]]))
+    target, mask = torch.tensor([[0, 1]]), torch.tensor([[False, True]])
+    assert interp.mean_logprob(logits, target, mask).item() == pytest.approx(float(torch.log(torch.tensor(0.1))))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m, i: interp.run_with_hooks(m, i, read=["blocks.3.attn.z"]), r"unknown activation 'blocks.3.attn.z'.*0..2"),
+    (lambda m, i: interp.run_with_hooks(m, i, read=["blocks.0.attn.q"]), r"point one of"),
+    (lambda m, i: interp.run_with_hooks(m, i, read="blocks.0.attn.z"), r"is one string: pass a list"),
+    (lambda m, i: interp.run_with_hooks(torch.nn.Linear(2, 2).eval(), i), r"expected the book's GPT"),
+    (lambda m, i: interp.run_with_hooks(m.train(), i), r"training mode.*model.eval\(\)"),
+    (lambda m, i: interp.direct_logit_attribution(m, i, i[:, :3]), r"target must be .* idx's shape \(3, 10\)"),
+    (lambda m, i: interp.ablate_heads(m, i, [(0, 0)], how="half"), r"how='half' is not an ablation"),
+    (lambda m, i: interp.ablate_heads(m, i, [(0, 4)]), r"head \(layer=0, head=4\) does not exist.*0..3"),
+    (lambda m, i: interp.ablate_heads(m, i, [(0, 1)], how="resample"), r"pass reference="),
+    (lambda m, i: interp.ablate_heads(m, i, [(0, 1)], how="mean", reference=i[:, :4]), r"T=4, idx T=10"),
+    (lambda m, i: interp.patch_head(m, i, torch.zeros(3, 9, 4, 8), 0, 1), r"clean_z has shape \(3, 9, 4, 8\)"),
+    (lambda m, i: interp.patching_shares(m, i, i[:, :5], lambda x: x.mean()), r"pair inputs of equal length"),
+    (lambda m, i: interp.patching_shares(m, i, i, lambda x: x.mean()), r"no gap"),
+    (lambda m, i: interp.mean_logprob(m(i)[0], i, (i > 0).float()), r"must be \(B, T, V\), \(B, T\), \(B, T\) bool"),
+    (lambda m, i: interp.mean_logprob(m(i)[0], i, i < 0), r"selects no position"),
+])
+def test_bad_input_names_the_value_the_rule_and_the_fix(call, message):
+    model, idx = _model(), _idx()
+    with pytest.raises(ValueError, match=message):
+        call(model, idx)

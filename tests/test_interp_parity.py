@@ -1,0 +1,141 @@
+"""Chapter 13's hooks, logit lens, attribution and patching (gpt_from_scratch.interp) equal to the two
+references of the field: TransformerLens's ``TransformerBridge`` on the book's model converted to
+transformers (``hf_weights``), and nnsight wrapped around the book's own ``GPT``.
+
+Both are the ``interp`` extra of pyproject.toml; TransformerLens 4.x needs transformers >= 5.9, so the
+oldest-versions job skips these tests. Tolerances as measured in the design study: our SDPA against
+TransformerLens's eager attention differs by ~1e-5 in the logits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gpt_from_scratch import interp
+from gpt_from_scratch.hf_weights import to_hf_config, to_hf_state_dict
+from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.tokenizer import gpt2_files
+
+L, H, V = 3, 4, 50_257
+
+
+@pytest.fixture(scope="module")
+def model() -> GPT:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(context_length=24, d_model=64, n_layers=L, n_heads=H, dropout=0.0)).eval()
+    with torch.no_grad():  # larger than GPT-2's initialisation: sharper attention, larger logits
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+@pytest.fixture(scope="module")
+def pairs() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    clean = torch.randint(0, 1000, (4, 20), generator=generator)
+    corrupted = clean.clone()
+    corrupted[:, :8] = torch.randint(0, 1000, (4, 8), generator=generator)
+    return clean, corrupted
+
+
+def _metric(clean: torch.Tensor):
+    """The mean log-probability of the clean token at each corrupted position: a random model with
+    tied embeddings leans towards its input token, so clean and corrupted runs differ by ~1 nat."""
+    mask = torch.zeros_like(clean, dtype=torch.bool)
+    mask[:, :8] = True
+    return lambda logits: interp.mean_logprob(logits, clean, mask)
+
+
+@pytest.fixture(scope="module")
+def bridge(model, tmp_path_factory):
+    pytest.importorskip("transformer_lens", reason="TransformerLens is the interp extra (transformers >= 5.9)")
+    transformers = pytest.importorskip("transformers")
+    from transformer_lens.model_bridge import TransformerBridge
+
+    hf = transformers.GPT2LMHeadModel(to_hf_config(model)).eval()
+    hf.load_state_dict(to_hf_state_dict(model), strict=False)  # the causal-mask buffers are not weights
+    files = gpt2_files()
+    vocab = json.loads(files["encoder.json"].read_text(encoding="utf-8"))
+    merges = [tuple(m.split()) for m in files["vocab.bpe"].read_text(encoding="utf-8").split("\n")[1:-1]]
+    folder = tmp_path_factory.mktemp("gpt2-tokenizer")
+    # A tokenizer built in memory fails in TransformerLens (KeyError 'name_or_path'): save and reload it.
+    transformers.GPT2TokenizerFast(vocab=vocab, merges=merges).save_pretrained(folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    return TransformerBridge.boot_transformers("gpt2", hf_model=hf, tokenizer=tokenizer, device="cpu")
+
+
+def test_activations_and_the_logit_lens_equal_transformer_lens(model, bridge, pairs):
+    clean, _ = pairs
+    logits, cache = interp.run_with_hooks(model, clean, read=interp.hook_names(model))
+    with torch.no_grad():
+        tl_logits, tl = bridge.run_with_cache(clean)
+    torch.testing.assert_close(logits, tl_logits, atol=1e-4, rtol=0)
+    lens = interp.logit_lens(model, clean)
+    for l in range(L):
+        for ours, theirs in (("resid_pre", "hook_resid_pre"), ("attn.pattern", "attn.hook_pattern"),
+                             ("attn.z", "attn.hook_z"), ("attn_out", "hook_attn_out"),
+                             ("mlp_out", "hook_mlp_out"), ("resid_post", "hook_resid_post")):
+            reference = tl[f"blocks.{l}.{theirs}"]  # equal to 1e-5 of its largest value (float32, two orders)
+            torch.testing.assert_close(cache[f"blocks.{l}.{ours}"], reference, rtol=0,
+                                       atol=1e-5 * float(reference.abs().max()), msg=f"blocks.{l}.{ours}")
+        with torch.no_grad():
+            tl_lens = bridge.unembed(bridge.ln_final(tl[f"blocks.{l}.hook_resid_post"]))
+        torch.testing.assert_close(lens[l], tl_lens, atol=1e-4, rtol=0)
+
+
+def test_direct_logit_attribution_equals_transformer_lens_cache(model, bridge, pairs):
+    clean, _ = pairs
+    target = clean.roll(-1, 1)
+    parts = interp.direct_logit_attribution(model, clean, target)
+    with torch.no_grad():
+        _, tl = bridge.run_with_cache(clean)
+        scale = tl["ln_final.hook_scale"]  # (B, T, 1): σ of the final residual stream
+        u = model.lm_head.weight[target] * model.ln_f.weight  # (B, T, D)
+        for l in range(L):
+            W_O = model.blocks[l].attn.c_proj.weight.T.unflatten(0, (H, -1))  # (H, d_k, D)
+            result = torch.einsum("bthk,hkd->hbtd", tl[f"blocks.{l}.attn.hook_z"], W_O)
+            expected = ((result - result.mean(-1, keepdim=True)) / scale * u).sum(-1)  # (H, B, T)
+            torch.testing.assert_close(parts.heads[l], expected, atol=1e-4, rtol=1e-4)
+            mlp = tl[f"blocks.{l}.hook_mlp_out"]
+            torch.testing.assert_close(parts.mlps[l], ((mlp - mlp.mean(-1, keepdim=True)) / scale * u).sum(-1),
+                                       atol=1e-4, rtol=1e-4)
+
+
+def test_patching_shares_equal_transformer_lens_run_with_hooks(model, bridge, pairs):
+    clean, corrupted = pairs
+    metric = _metric(clean)
+    shares = interp.patching_shares(model, clean, corrupted, metric)
+    with torch.no_grad():
+        _, tl = bridge.run_with_cache(clean)
+        m_clean, m_corrupt = float(metric(bridge(clean))), float(metric(bridge(corrupted)))
+        for l in range(L):
+            for h in range(H):
+                def patch(z, hook, h=h, l=l):  # z (B, T, H, d_k)
+                    z[:, :, h] = tl[f"blocks.{l}.attn.hook_z"][:, :, h]
+                    return z
+                patched = bridge.run_with_hooks(corrupted, fwd_hooks=[(f"blocks.{l}.attn.hook_z", patch)])
+                share = (float(metric(patched)) - m_corrupt) / (m_clean - m_corrupt)
+                assert shares[l, h].item() == pytest.approx(share, abs=1e-5), (l, h)
+    assert shares.abs().max() > 0.1  # the heads matter: the comparison is not of zeros
+
+
+def test_hooks_and_patching_equal_nnsight_on_the_books_own_module(model, pairs):
+    nnsight = pytest.importorskip("nnsight", reason="nnsight is the interp extra")
+    clean, corrupted = pairs
+    layer, head, d_k = 1, 2, model.config.d_head
+    logits, cache = interp.run_with_hooks(model, clean, read=[f"blocks.{layer}.attn.z",
+                                                              f"blocks.{layer}.resid_post"])
+    wrapped = nnsight.NNsight(model)
+    with torch.no_grad(), wrapped.trace(clean):
+        z = wrapped.blocks[layer].attn.c_proj.input.save()  # merged head outputs (B, T, D)
+        resid = wrapped.blocks[layer].output.save()
+    assert torch.equal(cache[f"blocks.{layer}.attn.z"].flatten(2), z)
+    assert torch.equal(cache[f"blocks.{layer}.resid_post"], resid)
+    with torch.no_grad(), wrapped.trace(corrupted):
+        wrapped.blocks[layer].attn.c_proj.input[..., head * d_k:(head + 1) * d_k] = z[..., head * d_k:(head + 1) * d_k]
+        patched = wrapped.output[0].save()
+    ours = interp.patch_head(model, corrupted, cache[f"blocks.{layer}.attn.z"], layer, head)
+    assert torch.equal(ours, patched)
+    assert not torch.equal(ours, model(corrupted)[0])
