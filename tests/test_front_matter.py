@@ -27,8 +27,9 @@ def chapter_labels() -> list[str]:
     return labels
 
 
-def test_the_toc_has_the_thirteen_chapters():
-    assert len(chapter_labels()) == 13 and len(set(chapter_labels())) == 13
+def test_each_chapter_of_the_toc_has_its_own_label():
+    labels = chapter_labels()
+    assert len(labels) >= 13 and len(set(labels)) == len(labels), labels
 
 
 @pytest.mark.parametrize("page", ["intro.md", "closing.md"])

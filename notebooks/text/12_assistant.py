@@ -375,13 +375,14 @@ ablation_loss = {k: {s: answer_loss(m) for s, m in runs.items()}
                  for k, runs in ablation.items()}
 
 # %%
-print(f"{f'after {ABLATION_STEPS} of {SFT_STEPS} steps':<26}" + "".join(
-    f"{t + ': stop':>17}{'exact':>7}" for t in TASKS) + f"{'answer loss':>13}")
+print(f"{f'after {ABLATION_STEPS} of {SFT_STEPS} steps':<22}"
+      + "".join(f"{t:>12}" for t in TASKS) + f"{'answer':>8}")
+print(f"{'':<22}" + f"{'stop':>6}{'exact':>6}" * len(TASKS) + f"{'loss':>8}")
 for seed in SEEDS:
     for kind, scores in ablation_scores.items():
-        print(f"{f'seed {seed}, {kind}':<26}" + "".join(
-            f"{scores[seed][t]['stop']:>17.0%}{scores[seed][t]['exact']:>7.0%}"
-            for t in TASKS) + f"{ablation_loss[kind][seed]:>13.3f}")
+        print(f"{f'seed {seed}, {kind}':<22}" + "".join(
+            f"{scores[seed][t]['stop']:>6.0%}{scores[seed][t]['exact']:>6.0%}"
+            for t in TASKS) + f"{ablation_loss[kind][seed]:>8.3f}")
 
 # %% tags=["remove-input"]
 found, rest = prose.judge_mask(
@@ -629,13 +630,14 @@ for seed in SEEDS:
 runs = {"sft": sft_scores, "dpo": dpo_scores, "hot": collapse_scores}
 exact = {name: [sum(sc[s][t]["exact"] for t in TASKS) / len(TASKS) for s in SEEDS]
          for name, sc in runs.items()}
-print(f"{'':<7}{'exact: SFT':>11}{'DPO':>5}{'x50':>5}{'x50: margin':>13}"
-      f"{'log-ratio: w':>14}{'l':>7}")
+print("exact match after SFT, DPO and DPO x50; after x50, the margin and the log-ratios")
+print("of the preferred (w) and the rejected (l) answer")
+print(f"{'':<7}{'SFT':>6}{'DPO':>6}{'x50':>6}{'margin':>9}{'w':>9}{'l':>9}")
 for k, seed in enumerate(SEEDS):
     h = collapse_history[seed][-1]
-    print(f"{f'seed {seed}':<7}{exact['sft'][k]:>11.0%}{exact['dpo'][k]:>5.0%}"
-          f"{exact['hot'][k]:>5.0%}{h['margin']:>13.2f}{h['courteous']:>14.1f}"
-          f"{h['rude']:>7.1f}")
+    print(f"{f'seed {seed}':<7}{exact['sft'][k]:>6.0%}{exact['dpo'][k]:>6.0%}"
+          f"{exact['hot'][k]:>6.0%}{h['margin']:>9.2f}{h['courteous']:>9.1f}"
+          f"{h['rude']:>9.1f}")
 for seed in SEEDS:
     d = dpo_drift[seed]
     print(f"seed {seed}, DPO at {DPO_LR:g}: log-ratio w {d['courteous']:+.2f}, "
