@@ -23,13 +23,15 @@ MAX_NOTE = 600  # characters of a notes or flags cell
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 MOODLE = "_assignsubmission_"  # in the folder names of Moodle's submissions download
 WRITTEN = "written"  # points for the predict/explain answers, filled in by the teacher
+DETAILS = "details"  # the teacher's: never in a feedback file (see Result.detail)
 
 
 @dataclass
 class Result:
     points: float = 0.0
     flag: str = ""  # an integrity problem: the exercise scores 0
-    note: str = ""  # why points were lost, in the grader's words
+    note: str = ""  # why points were lost, in the grader's fixed words (the student's too)
+    detail: str = ""  # the teacher's only: the error class, dtype… chosen by the code
 
 
 @dataclass
@@ -59,7 +61,7 @@ def safe(text: str, limit: int = MAX_NOTE) -> str:
 
 
 def columns(names: list[str]) -> list[str]:
-    return ["student", *names, WRITTEN, "total", "flags", "notes", "file"]
+    return ["student", *names, WRITTEN, "total", "flags", "notes", DETAILS, "file"]
 
 
 def row(grade: Grade, names: list[str]) -> list[str]:
@@ -75,6 +77,7 @@ def row(grade: Grade, names: list[str]) -> list[str]:
         f"{grade.total:g}",
         safe(flags),
         safe(notes),
+        safe("; ".join(f"{n}: {r.detail}" for n, r in grade.results.items() if r.detail)),
         safe(grade.file, 300),
     ]
 
