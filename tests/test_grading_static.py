@@ -206,15 +206,15 @@ def test_a_sheet_saved_by_excel_keeps_its_written_column(tmp_path):
         out,
     )
     table = list(csv.reader(out.open(newline="")))
-    table[1][table[0].index("written")] = "3"
+    table[1][table[0].index("written")] = "2,5"  # the decimal comma of that locale
     text = "\r\n".join(";".join(r) for r in table) + "\r\n"
     out.write_bytes("\ufeff".encode() + text.encode())
-    assert sheet.read_written(out) == {"ann": "3", "bob": ""}
+    assert sheet.read_written(out) == {"ann": "2,5", "bob": ""}
     sheet.write([sheet.Grade("bob", "b.ipynb", {"f": sheet.Result(1.0)})], ["f"], out)
     rows = {r["student"]: r for r in csv.DictReader(out.open(newline=""))}
     assert (
-        rows["ann"]["written"] == "3"
-        and rows["ann"]["total"] == "4"
+        rows["ann"]["written"] == "2,5"
+        and rows["ann"]["total"] == "3.5"
         and set(rows) == {"ann", "bob"}
     )
 
@@ -235,6 +235,11 @@ def test_duplicate_ids_and_colliding_folders_are_reported(tmp_path):
         "c.ipynb",
         "c.py",
         "Jane Doe_4711_assignsubmission_file_/x.ipynb",
+        "Max Roe_4712_assignsubmission_file_/part1.ipynb",
+        "Max Roe_4712_assignsubmission_file_/part2.py",
+        "e\u200bve.ipynb",  # a zero-width space
+        "\u202eeve.py",  # a right-to-left override
+        "ｅｖｅ.ipynb",  # full-width letters
     ):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("{}")
@@ -242,6 +247,11 @@ def test_duplicate_ids_and_colliding_folders_are_reported(tmp_path):
     by_file = {g.file.split("subs/")[1]: g for g in grades}
     assert (
         by_file["c.ipynb"].note == by_file["c.py"].note == "duplicate id: 2 files have it"
+    )
+    eves = [g for g in grades if g.student == "eve"]
+    assert len(eves) == 3 and {g.note for g in eves} == {"duplicate id: 3 files have it"}
+    assert by_file["Max Roe_4712_assignsubmission_file_/part2.py"].note == (
+        "one student's 2 files: keep one row"
     )
     assert by_file["a/b.ipynb"].folder != by_file["a_b.ipynb"].folder
     assert by_file["Jane Doe_4711_assignsubmission_file_/x.ipynb"].folder == (
