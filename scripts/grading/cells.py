@@ -96,7 +96,9 @@ def read_text(path: Path, limit: int = MAX_BYTES) -> str:
             raise ValueError("not a regular file")
         if info.st_size > limit:
             raise TooLarge(f"larger than {limit >> 20} MiB")
-        return f.read(limit).decode("utf-8", errors="replace")
+        # its size, not the cap: a 64 MiB buffer would not fit under the reader's address
+        # space limit where torch's CUDA build already maps most of it
+        return f.read(info.st_size).decode("utf-8", errors="replace")
 
 
 def code_cells(path: Path) -> list[str]:
