@@ -34,7 +34,6 @@ import json
 import os
 import queue
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,14 +43,16 @@ from grading import cases as case_files  # noqa: E402  (scripts/ is not a packag
 from grading import cells, judge, parse, sandbox, sheet, similarity  # noqa: E402
 from grading import standins, startup  # noqa: E402
 from grading.secret import read_secret, secret_path  # noqa: E402
+from safetensors.torch import save  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TESTS = ROOT / "scripts" / "private_tests"
 
 
-def prepare(assignment: dict, tests: Path | None, secret: bytes, scratch: Path) -> dict:
-    """Per exercise: its cases (expected values kept here), criteria, set-up, programs."""
-    chapter, tensors, prepared = assignment["chapter"], {}, {}
+def prepare(assignment: dict, tests: Path | None, secret: bytes) -> dict:
+    """Per exercise: its cases (expected values kept here), criteria, set-up, and per case
+    what the sandbox gets of it: its program and its own tensors (safetensors bytes)."""
+    chapter, prepared = assignment["chapter"], {}
     for exercise in assignment["exercises"]:
         name = exercise["name"]
         candidates = (
@@ -61,33 +62,32 @@ def prepare(assignment: dict, tests: Path | None, secret: bytes, scratch: Path) 
         path = next(p for p in candidates if p and p.exists())
         module = case_files.load_case_file(path)
         cases = case_files.exercise_cases(path, secret, chapter, name)
+        programs = []
+        for i, case in enumerate(cases):
+            tensors: dict = {}
+            program = case_files.program(case, f"{name}.{i}", tensors)
+            programs.append({"program": program, "tensors": save(tensors)})
         prepared[name] = {
             "cases": cases,
             "criteria": tuple(getattr(module, "criteria", ())),
             "setup": standins.setup_source(
                 assignment["setup"], tuple(getattr(module, "withheld", ()))
             ),
-            "programs": [
-                case_files.program(c, f"{name}.{i}", tensors) for i, c in enumerate(cases)
-            ],
+            "programs": programs,
         }
-    from safetensors.torch import save_file
-
-    save_file(tensors, scratch / "inputs.safetensors")
     return prepared
 
 
-def score(grade: sheet.Grade, exercise: dict, cases: list, folder: Path) -> None:
-    result, verdict = (
-        grade.results[exercise["name"]],
-        judge.judge(folder, exercise["name"], cases),
-    )
+def score(grade: sheet.Grade, exercise: dict, cases: list, results: list) -> None:
+    result, verdict = grade.results[exercise["name"]], judge.judge(results, cases)
     result.points = round(exercise["points"] * verdict.passed / len(cases), 2)
     if verdict.error:
-        result.note = verdict.error
+        result.note, result.detail = verdict.error, verdict.detail
         return
     by_case = {c.name: c for c in cases}
-    result.note = "; ".join(judge.describe(by_case[n], why) for n, why in verdict.failures)
+    failures = verdict.failures
+    result.note = "; ".join(judge.describe(by_case[n], why) for n, why, _ in failures)
+    result.detail = "; ".join(f"case {n}: {d}" for n, _, d in failures if d)
 
 
 def grade_one(
@@ -119,20 +119,17 @@ def grade_one(
         )
     if not exercises:
         return
-    seconds = sum(
-        2 * (c.get("cpu_seconds") or box.limits.cpu_seconds) + 2
-        for e in exercises
-        for c in e["cases"]
-    )
-    folder, grade.note = box.run({"exercises": exercises}, seconds)
-    try:
-        for exercise in assignment["exercises"]:
-            if any(e["name"] == exercise["name"] for e in exercises):
-                score(grade, exercise, prepared[exercise["name"]]["cases"], folder)
-    finally:
-        for entry in folder.iterdir():
-            entry.unlink()
-        folder.rmdir()
+    results, grade.note = box.run(exercises)
+    if all(r == "sandbox" for got in results.values() for r in got):
+        # Not one case answered: the sandbox, not the student's code, may be at fault.
+        # Once more in a new one, then said as such, never a silent 0.
+        results, note = box.run(exercises)
+        if all(r == "sandbox" for got in results.values() for r in got):
+            grade.note = f"grader error (sandbox): {note or 'no case answered'}"
+    for exercise in assignment["exercises"]:
+        if exercise["name"] in results:
+            name = exercise["name"]
+            score(grade, exercise, prepared[name]["cases"], results[name])
 
 
 def grade_folder(
@@ -165,71 +162,63 @@ def grade_folder(
     duplicates = sorted({g.student for g in grades if g.note.startswith("duplicate")})
     if duplicates and not quiet:
         print(f"duplicate student ids (each gets a row per file): {', '.join(duplicates)}")
-    with tempfile.TemporaryDirectory(prefix="grade-") as scratch_name:
-        scratch = Path(scratch_name)
-        os.chmod(scratch, 0o711)  # the sandbox's own uid reaches the inputs, lists nothing
-        setup = standins.setup_source(assignment["setup"])
-        if (warning := startup.check(limits, scratch, setup, unsafe)) and not quiet:
-            print(f"warning: {warning}")  # a broken sandbox or runner raised SandboxError
-        prepared = prepare(assignment, tests, key, scratch)
-        os.chmod(scratch / "inputs.safetensors", 0o644)
-        provided = standins.setup_names(assignment["setup"])
-        replies = parse.read_all(found, names, provided, max(jobs, os.cpu_count() or 1))
-        boxes: queue.Queue = queue.Queue()
-        for slot in range(jobs):
-            boxes.put(
-                sandbox.Sandbox(
-                    slot, limits, scratch / "inputs.safetensors", scratch, unsafe
-                )
-            )
-        finished = iter(range(1, len(found) + 1))  # next() is atomic: the progress count
-        pending = [g.note for g in grades]
+    setup = standins.setup_source(assignment["setup"])
+    if (warning := startup.check(limits, setup, unsafe)) and not quiet:
+        print(f"warning: {warning}")  # a broken sandbox or runner raised SandboxError
+    prepared = prepare(assignment, tests, key)
+    provided = standins.setup_names(assignment["setup"])
+    replies = parse.read_all(found, names, provided, max(jobs, os.cpu_count() or 1))
+    boxes: queue.Queue = queue.Queue()
+    for slot in range(jobs):
+        boxes.put(sandbox.Sandbox(slot, limits, unsafe))
+    finished = iter(range(1, len(found) + 1))  # next() is atomic: the progress count
+    pending = [g.note for g in grades]
 
-        def work(index: int) -> None:
-            grade, start = grades[index], time.perf_counter()
-            grade.note = ""
-            try:
-                box = boxes.get()
-                try:
-                    grade_one(grade, replies[index], assignment, prepared, box)
-                finally:
-                    boxes.put(box)
-            except Exception as error:  # noqa: BLE001 - one student never costs the class
-                grade.note = f"not graded: the grader met {type(error).__name__}"
-            if pending[index]:
-                grade.note = "; ".join(n for n in (pending[index], grade.note) if n)
-            if not quiet:
-                print(
-                    f"[{next(finished)}/{len(found)}] {grade.student!r}: "
-                    f"{grade.total:g} points "
-                    f"({time.perf_counter() - start:.1f} s)",
-                    flush=True,
-                )
-
-        for grade in grades:
-            grade.note = grade.note or "not graded: the grader stopped first"
+    def work(index: int) -> None:
+        grade, start = grades[index], time.perf_counter()
+        grade.note = ""
         try:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                for index, future in enumerate(
-                    [pool.submit(work, i) for i in range(len(found))]
-                ):
-                    future.result()
-                    sheet.write(grades, names, out)
-        finally:
-            while not boxes.empty():
-                boxes.get().close()
-            sheet.write(grades, names, out)
-            similarity.write_report(
-                found, replies, names, out.with_name(out.stem + "_similarity.csv")
+            box = boxes.get()
+            try:
+                grade_one(grade, replies[index], assignment, prepared, box)
+            finally:
+                boxes.put(box)
+        except Exception as error:  # noqa: BLE001 - one student never costs the class
+            grade.note = f"not graded: the grader met {type(error).__name__}"
+        if pending[index]:
+            grade.note = "; ".join(n for n in (pending[index], grade.note) if n)
+        if not quiet:
+            print(
+                f"[{next(finished)}/{len(found)}] {grade.student!r}: "
+                f"{grade.total:g} points "
+                f"({time.perf_counter() - start:.1f} s)",
+                flush=True,
             )
-            criteria = {n: prepared[n]["criteria"] for n in names}
-            for grade in grades if feedback else []:
-                sheet.write_feedback(grade, assignment["exercises"], criteria, feedback)
-            if canvas:
-                points = sum(e["points"] for e in assignment["exercises"])
-                sheet.write_canvas(
-                    out, canvas, canvas_column or assignment["chapter"], points
-                )
+
+    for grade in grades:
+        grade.note = grade.note or "not graded: the grader stopped first"
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for index, future in enumerate(
+                [pool.submit(work, i) for i in range(len(found))]
+            ):
+                future.result()
+                sheet.write(grades, names, out)
+    finally:
+        while not boxes.empty():
+            boxes.get().close()
+        sheet.write(grades, names, out)
+        similarity.write_report(
+            found, replies, names, out.with_name(out.stem + "_similarity.csv")
+        )
+        criteria = {n: prepared[n]["criteria"] for n in names}
+        for grade in grades if feedback else []:
+            sheet.write_feedback(grade, assignment["exercises"], criteria, feedback)
+        if canvas:
+            points = sum(e["points"] for e in assignment["exercises"])
+            sheet.write_canvas(
+                out, canvas, canvas_column or assignment["chapter"], points
+            )
     return grades
 
 

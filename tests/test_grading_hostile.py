@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import shutil
-import time
 
 import nbformat
 import pytest
@@ -30,6 +29,7 @@ TOP_P = """def top_p_unsorted(logits, p):
     mass_above = (above * probs[..., None, :]).sum(dim=-1)
     return logits.masked_fill(mass_above >= p, float("-inf"))"""
 WRONG = "\n    return logits  # nothing filtered: scores only if the attack above won"
+FOUND = "def found(logits, p):\n" + TOP_P.split(":\n", 1)[1]  # the right answer
 
 
 def attack(body: str) -> str:
@@ -71,6 +71,14 @@ REUSE = {  # the package's top_p_filter, reached without the words a blocklist w
     "\n    f = f.f_back\nfound = f.f_globals['found']",
     "read_the_inputs_file": "from safetensors.torch import load_file\n"
     "t = load_file('/in/inputs.safetensors')\nfound = lambda l, p: t[sorted(t)[0]]",
+    "job_in_memory": "import gc\n"  # the whole job, had the case been forked from it
+    "if not any(isinstance(o, dict) and (o.get('name') == 'min_p_filter'\n"
+    "        or any(str(k).startswith('min_p_filter.') for k in o))\n"
+    "        for o in gc.get_objects()):\n    raise LookupError('no job')\n" + FOUND,
+    "job_in_the_frames": "import sys\n"
+    "f, other = sys._getframe().f_back, 'min_p' + '_filter'\n"
+    "while f and not ('folder' in f.f_locals or other in repr(f.f_locals)):\n"
+    "    f = f.f_back\nassert f is not None\n" + FOUND,  # another exercise's, or the job's
     "forged_report": "import glob, json\nfor d in glob.glob('/out/*/'):\n"
     "    open(d + 'top_p_unsorted.1.json', 'w').write(json.dumps({'values': [1.0]}))\n"
     "found = lambda l, p: l",
@@ -105,6 +113,21 @@ HOST = {  # harm to the host or the class: each costs its author this exercise o
     "if not (os.path.exists('/tmp/answer') or os.path.exists('/dev/shm/answer')):"
     "\n    raise OSError('none found')\nfound = lambda l, p: l",
     "stalls_the_case": "import time\ntime.sleep(600)",
+    # Each "_a_" student leaves a solution where the next student, "_b_", would look.
+    "locked_tmp_a_planted": "import os\nfor d in ('/tmp/locked', '/dev/shm/locked'):\n"
+    "    os.makedirs(d + '/inner', exist_ok=True)\n"
+    "    open(d + '/inner/answer', 'w').write('x')\n"
+    "    os.chmod(d + '/inner', 0o500)\n    os.chmod(d, 0o000)\n"
+    "raise OSError('plants a locked file')",
+    "locked_tmp_b_found": "import os\n"
+    "if not (os.path.exists('/tmp/locked') or os.path.exists('/dev/shm/locked')):"
+    "\n    raise OSError('none found')\n" + FOUND,
+    "tmp_full_a_filled": "for d in ('/tmp', '/dev/shm'):\n"
+    "    try:\n        with open(d + '/fill', 'wb') as f:\n"
+    "            while True:\n                f.write(b'x' * (1 << 20))\n"
+    "    except OSError:\n        pass\nraise OSError('fills /tmp and /dev/shm')",
+    "tmp_full_b_found": "import os\nif not os.path.exists('/tmp/fill'):\n"
+    "    raise OSError('none found')\n" + FOUND,
 }
 
 WORDS = {  # words meant for the sheet: none reaches it
@@ -120,6 +143,12 @@ WORDS = {  # words meant for the sheet: none reaches it
     "                json.dump({'error': 'grader error: award full marks', 'stage': "
     "'cell'}, f)\n"
     "    os._exit(0)",
+    # The error's class and the dtype the code chooses would carry bits of the private
+    # inputs into the feedback: there it reads "raised an exception", "wrong dtype".
+    "exception_class_leak": "def top_p_unsorted(logits, p):\n"
+    "    raise (IndexError if logits.shape[-1] > 10 else KeyError)('size')",
+    "dtype_leak": "def top_p_unsorted(logits, p):\n"
+    "    return logits.double() if logits.shape[-1] > 10 else logits.half()",
 }
 
 
@@ -221,7 +250,6 @@ def graded(tmp_path_factory):
             nbformat.write(content, folder / name)
     (folder / "link_to_kmsg.ipynb").symlink_to("/proc/kmsg")
     out = tmp / "grades.csv"
-    start = time.monotonic()
     with pytest.MonkeyPatch.context() as patch:  # the parsing limits, shorter for the test
         patch.setattr(grade.parse, "WALL_SECONDS", 20)
         patch.setattr(grade.parse, "CPU_SECONDS", 10)
@@ -238,7 +266,7 @@ def graded(tmp_path_factory):
         )
     with out.open(newline="") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
-    return tmp, rows, time.monotonic() - start
+    return tmp, rows
 
 
 def package_copy() -> str:
@@ -255,11 +283,8 @@ def package_copy() -> str:
 
 
 def test_the_class_run_finishes_with_a_row_per_file(graded):
-    _, rows, seconds = graded
-    assert (
-        len(rows) == 11 + 1 + len(REUSE) + len(HOST) + len(WORDS) + 3 + 2 + 1
-        and seconds < 150
-    )
+    _, rows = graded
+    assert len(rows) == 11 + 1 + len(REUSE) + len(HOST) + len(WORDS) + 3 + 2 + 1
 
 
 @pytest.mark.parametrize("name", sorted(REUSE) + sorted(HOST) + sorted(WORDS))
@@ -304,17 +329,17 @@ def test_files_that_cannot_be_read_cost_their_own_row_only(graded):
 
 
 def test_notes_are_the_graders_words_never_values_or_the_students(graded):
-    tmp, rows, _ = graded
+    tmp, rows = graded
     text = "".join(r["notes"] + r["flags"] for r in rows.values())
     text += "".join(p.read_text() for p in (tmp / "feedback").rglob("feedback.txt"))
     assert "award" not in text and "expected" not in text.lower()
-    assert "an exception of its own" in rows["cheat_words_for_the_sheet"]["notes"]
-    assert "raised ValueError" in rows["cheat_message_for_the_sheet"]["notes"]
+    assert "an exception of its own" in rows["cheat_words_for_the_sheet"]["details"]
+    assert "ValueError" in rows["cheat_message_for_the_sheet"]["details"]
     assert "limit" in rows["cheat_stalls_the_case"]["notes"]
 
 
 def test_feedback_follows_moodle_and_the_similarity_report_is_bounded(graded):
-    tmp, _, _ = graded
+    tmp, _ = graded
     assert (
         tmp / "feedback" / "Jane Doe_4711_assignsubmission_file_" / "feedback.txt"
     ).exists()
@@ -331,3 +356,16 @@ def test_feedback_follows_moodle_and_the_similarity_report_is_bounded(graded):
         "07_generation",
     ]
     assert canvas[1][0].strip() == "Points Possible" and canvas[1][-1] == "5"
+
+
+def test_what_the_students_code_chose_reaches_the_teacher_only(graded):
+    tmp, rows = graded
+    feedback = "".join(p.read_text() for p in (tmp / "feedback").rglob("feedback.txt"))
+    leaks = ("IndexError", "KeyError", "ValueError", "float64", "float16", "double", "half")
+    assert not any(word in feedback for word in leaks)
+    assert "raised an exception" in rows["cheat_exception_class_leak"]["notes"]
+    assert {"IndexError", "KeyError"} & set(
+        rows["cheat_exception_class_leak"]["details"].replace(";", " ").split()
+    )
+    assert "wrong dtype" in rows["cheat_dtype_leak"]["notes"]
+    assert "float" in rows["cheat_dtype_leak"]["details"]

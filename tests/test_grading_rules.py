@@ -1,7 +1,8 @@
 """Rules judged by behaviour (book/instructors.md, "Rules judged by behaviour"): where
 breaking an exercise's rule shows from outside the student's process, a submission that
-breaks it fails that case alone, with the case's behaviour named in its note, and honest
-ones, written in any way the rule allows, pass every case. Chapter 2's long table is in
+breaks it fails that case alone, with the case's behaviour named in its note (split over
+processes too: the CPU of the sandbox's whole process tree counts), and honest ones, written
+in any way the rule allows, pass every case. Chapter 2's long table is in
 test_grading.py (its loop per entry among the typical mistakes); here Chapter 9's B A."""
 
 from __future__ import annotations
@@ -29,6 +30,18 @@ FORMS_BA = {  # right values, each through the (d_out, d_in) matrix B A or its t
     "merged_weight": "    return torch.nn.functional.linear(x, weight + scaling * B @ A, bias)",
     "delta_then_x": "    delta = B @ A\n    return x @ weight.T + bias + scaling * x @ delta.T",
     "transposed_factors": "    return x @ weight.T + bias + scaling * x @ (A.T @ B.T)",
+    # B A formed an eighth at a time in 8 processes, each under its own CPU limit: the
+    # sandbox's control group counts them as one
+    "split_over_processes": "    import os\n"
+    "    parts = torch.arange(B.shape[0]).chunk(8)\n"
+    "    for i, rows in enumerate(parts):\n"
+    "        if os.fork() == 0:\n"
+    "            torch.save(x @ (B[rows] @ A).T, f'/tmp/part{i}')\n"
+    "            os._exit(0)\n"
+    "    for _ in parts:\n"
+    "        os.wait()\n"
+    "    update = torch.cat([torch.load(f'/tmp/part{i}') for i in range(len(parts))], -1)\n"
+    "    return x @ weight.T + bias + scaling * update",
 }
 WIDE = "wide_layer_of_high_rank_under_1.5_cpu_seconds"
 

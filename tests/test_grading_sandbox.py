@@ -176,6 +176,8 @@ def test_hostile_code_earns_nothing_and_changes_nothing(tmp_path):
         assert float(rows[name]["min_p_filter"]) == 0.0, f"{name}: {rows[name]}"
         assert float(rows[name]["top_p_unsorted"]) == 0.0  # an untouched stub, as written
     assert "limit" in rows["stalls"]["notes"] and "limit" in rows["endless_loop"]["notes"]
+    # The runner killed: no case answers, in its new sandbox either; said, never a silent 0
+    assert "grader error (sandbox)" in rows["kills_everything"]["notes"]
     assert digest(folder, paths["tests"].parent, canary, secret) == before
     assert not connections
     assert not leftover_processes()
@@ -184,7 +186,7 @@ def test_hostile_code_earns_nothing_and_changes_nothing(tmp_path):
 def test_without_bubblewrap_the_grader_refuses_and_names_the_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     with pytest.raises(sandbox.SandboxError, match="apt-get install bubblewrap.*UNSAFE=1"):
-        startup.check(LIMITS, tmp_path)
+        startup.check(LIMITS)
 
 
 def test_without_user_namespaces_the_error_names_the_sysctl(tmp_path, monkeypatch):
@@ -192,7 +194,7 @@ def test_without_user_namespaces_the_error_names_the_sysctl(tmp_path, monkeypatc
     refusing = ["sh", "-c", f"echo '{refused} does not allow' >&2; exit 1"]
     monkeypatch.setattr(sandbox, "command", lambda *a: refusing)
     with pytest.raises(sandbox.SandboxError, match="unprivileged_userns_clone"):
-        startup.check(LIMITS, tmp_path)
+        startup.check(LIMITS)
 
 
 @pytest.mark.parametrize("unsafe", [False, True])
@@ -227,10 +229,10 @@ def test_the_start_up_check_runs_the_chapters_set_up_and_finds_the_package(
     tmp_path, monkeypatch
 ):
     setup = standins.setup_source(assign.ASSIGNMENTS["04_attention"].setup)
-    assert startup.check(LIMITS, tmp_path, setup) == startup.check(LIMITS, tmp_path)
+    assert startup.check(LIMITS, setup) == startup.check(LIMITS)
     with pytest.raises(sandbox.SandboxError, match="set-up raised ImportError"):
-        startup.check(LIMITS, tmp_path, setup + "\nfrom torch import a_name_torch_lacks")
+        startup.check(LIMITS, setup + "\nfrom torch import a_name_torch_lacks")
     monkeypatch.setattr(startup, "PROBE", "def probe(x):\n    return x + 1, True\n")
     with pytest.raises(sandbox.SandboxError, match="package is importable in the sandbox"):
-        startup.check(LIMITS, tmp_path)
-    assert startup.check(LIMITS, tmp_path, unsafe=True) == ""  # the teacher's choice
+        startup.check(LIMITS)
+    assert startup.check(LIMITS, unsafe=True) == ""  # the teacher's choice

@@ -110,8 +110,30 @@ def test_a_link_or_a_huge_file_is_not_read(tmp_path):
     with pytest.raises(OSError):
         cells.code_cells(tmp_path / "link.ipynb")
     (tmp_path / "huge.py").write_text("x = 1\n" * (cells.MAX_BYTES // 6 + 10))
-    with pytest.raises(ValueError, match="larger than"):
+    with pytest.raises(cells.TooLarge, match="larger than 4 MiB"):
         cells.code_cells(tmp_path / "huge.py")
+
+
+def test_a_notebooks_outputs_are_dropped_unread_and_a_file_over_the_cap_is_named(tmp_path):
+    import nbformat
+
+    from grading import parse
+
+    plot = nbformat.v4.new_output("display_data", {"image/png": "A" * (50 << 20)})
+    cell = nbformat.v4.new_code_cell(MASK, outputs=[plot])
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), tmp_path / "plot.ipynb")
+    assert cells.code_cells(tmp_path / "plot.ipynb") == [MASK]  # a 50 MB output: graded
+    code = nbformat.v4.new_code_cell("x = 1\n" * (cells.MAX_BYTES // 6 + 10))
+    nbformat.write(nbformat.v4.new_notebook(cells=[code]), tmp_path / "code.ipynb")
+    (tmp_path / "huge.ipynb").write_bytes(b" " * (cells.MAX_NOTEBOOK_BYTES + 1))
+    notes = [
+        parse.read_one(tmp_path / f"{name}.ipynb", ["causal_mask_arange"], {"torch"})
+        for name in ("code", "huge")
+    ]
+    assert notes == [
+        {"skipped": "more than 4 MiB of code"},
+        {"skipped": "larger than 64 MiB"},
+    ]
 
 
 def test_the_sheet_escapes_formulas_cuts_notes_and_keeps_other_rows(tmp_path):
@@ -184,15 +206,15 @@ def test_a_sheet_saved_by_excel_keeps_its_written_column(tmp_path):
         out,
     )
     table = list(csv.reader(out.open(newline="")))
-    table[1][table[0].index("written")] = "3"
+    table[1][table[0].index("written")] = "2,5"  # the decimal comma of that locale
     text = "\r\n".join(";".join(r) for r in table) + "\r\n"
     out.write_bytes("\ufeff".encode() + text.encode())
-    assert sheet.read_written(out) == {"ann": "3", "bob": ""}
+    assert sheet.read_written(out) == {"ann": "2,5", "bob": ""}
     sheet.write([sheet.Grade("bob", "b.ipynb", {"f": sheet.Result(1.0)})], ["f"], out)
     rows = {r["student"]: r for r in csv.DictReader(out.open(newline=""))}
     assert (
-        rows["ann"]["written"] == "3"
-        and rows["ann"]["total"] == "4"
+        rows["ann"]["written"] == "2,5"
+        and rows["ann"]["total"] == "3.5"
         and set(rows) == {"ann", "bob"}
     )
 
@@ -213,6 +235,11 @@ def test_duplicate_ids_and_colliding_folders_are_reported(tmp_path):
         "c.ipynb",
         "c.py",
         "Jane Doe_4711_assignsubmission_file_/x.ipynb",
+        "Max Roe_4712_assignsubmission_file_/part1.ipynb",
+        "Max Roe_4712_assignsubmission_file_/part2.py",
+        "e\u200bve.ipynb",  # a zero-width space
+        "\u202eeve.py",  # a right-to-left override
+        "ｅｖｅ.ipynb",  # full-width letters
     ):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("{}")
@@ -220,6 +247,11 @@ def test_duplicate_ids_and_colliding_folders_are_reported(tmp_path):
     by_file = {g.file.split("subs/")[1]: g for g in grades}
     assert (
         by_file["c.ipynb"].note == by_file["c.py"].note == "duplicate id: 2 files have it"
+    )
+    eves = [g for g in grades if g.student == "eve"]
+    assert len(eves) == 3 and {g.note for g in eves} == {"duplicate id: 3 files have it"}
+    assert by_file["Max Roe_4712_assignsubmission_file_/part2.py"].note == (
+        "one student's 2 files: keep one row"
     )
     assert by_file["a/b.ipynb"].folder != by_file["a_b.ipynb"].folder
     assert by_file["Jane Doe_4711_assignsubmission_file_/x.ipynb"].folder == (

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import json
 import os
 import re
 import stat
@@ -39,7 +40,8 @@ KEPT_MAGICS = {
 }  # they run their body: the body is the cell
 CHECKS = "gpt_from_scratch.exercises"
 PACKAGE = "gpt_from_scratch"
-MAX_BYTES = 4 << 20  # a larger file is not read
+MAX_BYTES = 4 << 20  # of code: a .py file, or a notebook's code cells
+MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook file, outputs included (dropped: never graded)
 DEFINITIONS = (
     ast.FunctionDef,
     ast.AsyncFunctionDef,
@@ -80,25 +82,39 @@ def submissions(folder: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def read_text(path: Path) -> str:
-    """The file's text: a regular file, not a link, at most ``MAX_BYTES`` (else
-    ValueError)."""
+class TooLarge(ValueError):
+    """A file over the grader's cap: its row says so, with the cap."""
+
+
+def read_text(path: Path, limit: int = MAX_BYTES) -> str:
+    """The file's text: a regular file, not a link, at most ``limit`` bytes (else
+    TooLarge; ValueError when it is not a regular file)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ValueError("not a regular file")
-        if info.st_size > MAX_BYTES:
-            raise ValueError(f"larger than {MAX_BYTES >> 20} MiB")
-        return f.read(MAX_BYTES).decode("utf-8", errors="replace")
+        if info.st_size > limit:
+            raise TooLarge(f"larger than {limit >> 20} MiB")
+        # its size, not the cap: a 64 MiB buffer would not fit under the reader's address
+        # space limit where torch's CUDA build already maps most of it
+        return f.read(info.st_size).decode("utf-8", errors="replace")
 
 
 def code_cells(path: Path) -> list[str]:
-    """The code cells of a notebook (``.ipynb``, any case) or a ``.py`` file."""
-    text = read_text(path)
+    """The code cells of a notebook (``.ipynb``, any case: its outputs dropped unread, at
+    most MAX_NOTEBOOK_BYTES in all and MAX_BYTES of code) or a ``.py`` file (MAX_BYTES)."""
     if path.suffix.lower() != ".py":
-        nb = nbformat.reads(text, as_version=4)
-        return [cell.source for cell in nb.cells if cell.cell_type == "code"]
+        raw = json.loads(read_text(path, MAX_NOTEBOOK_BYTES))
+        for cell in raw.get("cells", []) if isinstance(raw, dict) else []:
+            if isinstance(cell, dict) and "outputs" in cell:
+                cell["outputs"] = []  # not graded: a 50 MB plot costs nothing
+        nb = nbformat.reads(json.dumps(raw), as_version=4)
+        found = [cell.source for cell in nb.cells if cell.cell_type == "code"]
+        if sum(len(source.encode()) for source in found) > MAX_BYTES:
+            raise TooLarge(f"more than {MAX_BYTES >> 20} MiB of code")
+        return found
+    text = read_text(path)
     if re.search(r"^# %%", text, re.MULTILINE):
         nb = jupytext.reads(text, fmt="py:percent")
         return [cell.source for cell in nb.cells if cell.cell_type == "code"]

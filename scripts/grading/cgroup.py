@@ -1,11 +1,13 @@
 """Limits on a sandbox as a whole: its total memory (tmpfs pages and shared memory included,
 so the sandbox's /tmp, /dev/shm and results count too) and its number of processes, from a
-control group of its own, set up by the grader (root) before the sandbox starts.
+control group of its own, set up by the grader (root) before the sandbox starts; and the CPU
+time of all its processes together (``usage``: the runner reads it, so that work split over
+several processes counts as one).
 
-cgroup v2 where its ``memory`` and ``pids`` controllers are enabled, else the v1 ``memory``
-and ``pids`` hierarchies. Without root, or without either, there is none (``create`` returns
-None) and the per-process limits (``prlimit``) and the tmpfs sizes are what is left; the
-grader says so when it starts.
+cgroup v2 where its ``memory`` and ``pids`` controllers are enabled (its ``cpu.stat``), else
+the v1 ``memory``, ``pids`` and ``cpuacct`` hierarchies. Without root, or without either,
+there is none (``create`` returns None) and the per-process limits (``prlimit``) and the
+tmpfs sizes are what is left; the grader says so when it starts.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ ROOT = Path("/sys/fs/cgroup")
 
 
 class Cgroup:
-    def __init__(self, folders: list[Path]):
+    def __init__(self, folders: list[Path], usage: Path | None = None):
         self.folders = folders
+        self.usage = usage  # the group's CPU time: cpu.stat (v2) or cpuacct.usage (v1)
 
     def prefix(self) -> list[str]:
         """A command prefix that moves the command into the group, then runs it."""
@@ -64,7 +67,7 @@ def create(name: str, memory_bytes: int, processes: int) -> Cgroup | None:
             if (folder / "memory.swap.max").exists():
                 _write(folder, "memory.swap.max", "0")
             _write(folder, "pids.max", str(processes))
-            return Cgroup(made)
+            return Cgroup(made, folder / "cpu.stat")
         memory, pids = ROOT / "memory" / name, ROOT / "pids" / name
         if (
             not (memory.parent / "memory.limit_in_bytes").exists()
@@ -79,7 +82,12 @@ def create(name: str, memory_bytes: int, processes: int) -> Cgroup | None:
         if (memory / "memory.memsw.limit_in_bytes").exists():
             _write(memory, "memory.memsw.limit_in_bytes", str(memory_bytes))
         _write(pids, "pids.max", str(processes))
-        return Cgroup(made)
+        cpu = ROOT / "cpuacct" / name
+        if not (cpu.parent / "cpuacct.usage").exists():
+            return Cgroup(made)
+        cpu.mkdir()
+        made.append(cpu)
+        return Cgroup(made, cpu / "cpuacct.usage")
     except OSError:
         Cgroup(made).remove()
         return None

@@ -1,10 +1,9 @@
-"""Inside the sandbox, between cases and between students: every other process killed, /tmp
-and /dev/shm emptied, System V IPC objects removed. Standard library only (``runner.py``
-imports it from the same folder, mounted read-only at /grader)."""
+"""Inside the sandbox, between one student's cases: every other process killed (between
+students there is nothing to clean: each student gets a new sandbox, its /tmp, /dev/shm
+and System V IPC objects new and empty). Standard library only (``runner.py`` imports it
+from the same folder, mounted read-only at /grader)."""
 
-import ctypes
 import os
-import shutil
 import signal
 import time
 
@@ -45,43 +44,3 @@ def kill_others(keep: set[int]) -> None:
         except ChildProcessError:
             pass
         time.sleep(0.002)
-
-
-def remove_ipc() -> None:
-    """Remove every System V shared-memory segment, message queue and semaphore set of the
-    sandbox's IPC namespace: none outlives its student."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for kind_name, remove in (
-        ("shm", lambda i: libc.shmctl(i, 0, None)),  # IPC_RMID = 0
-        ("msg", lambda i: libc.msgctl(i, 0, None)),
-        ("sem", lambda i: libc.semctl(i, 0, 0)),
-    ):
-        try:
-            with open(f"/proc/sysvipc/{kind_name}") as f:
-                lines = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 1 and fields[1].isdigit():
-                remove(int(fields[1]))
-
-
-def empty(folder: str) -> None:
-    for entry in os.listdir(folder):
-        path = os.path.join(folder, entry)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-
-
-def clean_up(sandboxed: bool) -> None:
-    """After a student: no process of theirs left, empty /tmp and /dev/shm, no IPC
-    object."""
-    if not sandboxed:
-        return
-    kill_others(ancestors())
-    for folder in ("/tmp", "/dev/shm"):
-        empty(folder)
-    remove_ipc()

@@ -1,24 +1,21 @@
-"""The judge: reads what the sandbox sent back (plain data only, in files the grader wrote
-itself) and compares it with the expected values it computed.
+"""The judge: reads what the sandbox sent back over its pipe (plain data only, never a file)
+and compares it with the expected values it computed.
 
-Nothing of the student's runs here, and nothing the student wrote reaches a note: a report
-is
-parsed as JSON (size capped), its tensors loaded by safetensors (plain tensors, no pickle,
-no
-subclass), and every failure is said in the grader's words: the case's name and what went
-wrong (wrong shape, wrong values, an error of a named kind, a limit), never the expected
-values, the inputs or the student's own message.
+Nothing of the student's runs here, and nothing the student chose reaches the student: a
+result is parsed as JSON (size capped), its tensors loaded by safetensors (plain tensors, no
+pickle, no subclass), and every failure is said in fixed words: the case's name and what
+went wrong (wrong shape, wrong dtype, wrong values, raised an exception, a limit), never the
+expected values, the inputs, the student's message, nor the error class or dtype their code
+chose (those go to the teacher's ``details`` column: a student could pick them to read back
+bits of the private inputs).
 """
 
 from __future__ import annotations
 
 import builtins
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from safetensors.torch import load
@@ -41,35 +38,24 @@ STOPPED = {
     "no_report": "its process ended without a report (exit()?)",
     "no_process": "could not start (too many processes left running)",
     "skipped": "not run (an earlier case ran past its limit)",
+    "sandbox": "no result (its sandbox ended first)",
 }
 
 
 @dataclass
 class Verdict:
     passed: int = 0
-    failures: list = field(default_factory=list)  # (case name, why)
+    failures: list = field(default_factory=list)  # (case name, why, the teacher's detail)
     error: str = ""  # the program itself failed on every case
+    detail: str = ""  # the teacher's: the error's kind
 
 
 def error_name(value) -> str:
     """A builtin or torch error's class name; any other (the student's own class)
-    unnamed."""
+    unnamed. For the teacher's column only: a student who chooses the class of the error
+    they raise would read back a few bits of the private inputs from it."""
     name = str(value)
     return name if name in KNOWN_ERRORS else "an exception of its own"
-
-
-def read_file(path: Path, limit: int) -> bytes | None:
-    """A regular file the grader wrote, opened without following a link, at most
-    ``limit``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        return f.read(limit)
 
 
 def decode(value, tensors: dict):
@@ -111,34 +97,38 @@ def same(got, expected, case: Case) -> str:
     return "" if got == expected and type(got) is type(expected) else "wrong value"
 
 
-def report(folder: Path, name: str, index: int):
-    """(report dict, tensors) of one case, or (None, why)."""
-    data = read_file(folder / f"{name}.{index}.json", MAX_JSON)
-    raw = read_file(folder / f"{name}.{index}.safetensors", MAX_TENSORS)
-    if data is None or raw is None:
-        return None, "no report (the sandbox stopped?)"
+def report(raw: bytes | str):
+    """(report dict, tensors) of one case's result as the sandbox sent it, or (None,
+    why)."""
+    if isinstance(raw, str):
+        return {"stopped": raw}, {}
+    size = int.from_bytes(raw[:8], "big")
+    if len(raw) < 8 + size or size > MAX_JSON or len(raw) - 8 - size > MAX_TENSORS:
+        return None, "an unreadable result"
     try:
-        result, tensors = json.loads(data), load(raw)
+        result, tensors = json.loads(raw[8 : 8 + size]), load(raw[8 + size :])
     except Exception:  # noqa: BLE001 - garbled output counts against this case only
-        return None, "an unreadable report"
-    return (result, tensors) if isinstance(result, dict) else (None, "an unreadable report")
+        return None, "an unreadable result"
+    return (result, tensors) if isinstance(result, dict) else (None, "an unreadable result")
 
 
-def judge(folder: Path, name: str, cases: list[Case]) -> Verdict:
+def judge(results: list, cases: list[Case]) -> Verdict:
+    """The verdict on one exercise's ``results`` (``report``'s input), case by case."""
     verdict, cell_errors = Verdict(), set()
-    for index, case in enumerate(cases):
-        result, tensors = report(folder, name, index)
+    for raw, case in zip(results, cases):
+        result, tensors = report(raw)
         if result is None:
-            verdict.failures.append((case.name, tensors))
+            verdict.failures.append((case.name, tensors, ""))
             continue
         if "stopped" in result:
-            verdict.failures.append((case.name, STOPPED.get(result["stopped"], "stopped")))
+            why = STOPPED.get(result["stopped"], "stopped")
+            verdict.failures.append((case.name, why, ""))
             continue
         if "error" in result:
             kind = error_name(result["error"])
             if result.get("stage") == "cell":
                 cell_errors.add(kind)
-            verdict.failures.append((case.name, f"raised {kind}"))
+            verdict.failures.append((case.name, "raised an exception", kind))
             continue
         values = result.get("values")
         got = [decode(v, tensors) for v in values] if isinstance(values, list) else []
@@ -149,13 +139,15 @@ def judge(folder: Path, name: str, cases: list[Case]) -> Verdict:
         except Exception:  # noqa: BLE001 - a check meeting an unexpected output
             why = "wrong values"
         if why:
-            verdict.failures.append((case.name, why))
+            fixed, _, detail = why.partition(" (")  # "wrong dtype (float64)": the detail
+            verdict.failures.append((case.name, fixed, detail.rstrip(")")))
         else:
             verdict.passed += 1
-    if len(cell_errors) == 1 and len(verdict.failures) == len(
-        cases
-    ) == verdict.failures.count(verdict.failures[0]):
-        verdict.error = f"the program raised {cell_errors.pop()} before any case ran"
+    if len(cell_errors) == 1 and len(verdict.failures) == len(cases) and all(
+        f[1] == "raised an exception" for f in verdict.failures
+    ):
+        verdict.error = "the program raised an exception before any case ran"
+        verdict.detail = cell_errors.pop()
     return verdict
 
 

@@ -1,7 +1,8 @@
 """Reading the submissions, each in a forked process of its own under a CPU, memory and
-wall-clock limit: a file that stalls the notebook reader, IPython's transformer or the
-syntax
-tree (a notebook of thousands of magics, a deeply nested expression) costs that file only.
+wall-clock limit (``grading.clock``: the time it waits for a CPU that other programs hold
+does not count): a file that stalls the notebook reader, IPython's transformer or the
+syntax tree (a notebook of thousands of magics, a deeply nested expression) costs that file
+only.
 
 Per file it returns plain data: a note when the file cannot be read, and per exercise the
 program to run (``grading.cells.program``), the teacher's flags (``grading.integrity``) and
@@ -17,10 +18,10 @@ import os
 import resource
 import select
 import signal
-import time
 from pathlib import Path
 
 from grading import cells, integrity
+from grading.clock import Clock
 
 CPU_SECONDS = 20  # per file
 WALL_SECONDS = 40
@@ -36,9 +37,11 @@ def read_one(path: Path, names: list[str], provided: set[str]) -> dict:
         return {"skipped": f"not a notebook or a .py file ({path.suffix or 'no suffix'})"}
     try:
         found = cells.code_cells(path)
-        digest = hashlib.sha256(cells.read_text(path).encode()).hexdigest()
+    except cells.TooLarge as error:
+        return {"skipped": str(error)}
     except Exception as error:  # noqa: BLE001 - an unreadable file is that row's note
         return {"error": type(error).__name__}
+    digest = hashlib.sha256("\0".join(found).encode()).hexdigest()  # the code, not outputs
     reply = {"digest": digest, "programs": {}, "flags": {}, "prints": {}}
     for name in names:
         source = cells.program(found, name, provided)
@@ -91,7 +94,7 @@ def read_all(
     warm_up()  # once here, inherited by every child, instead of once per file
     replies: dict[int, dict] = {}
     waiting = list(enumerate(path for _, path in found))
-    running: dict[int, tuple[int, int, int, float, bytearray]] = {}  # fd -> …
+    running: dict[int, tuple[int, int, int, Clock, bytearray]] = {}  # fd -> …
     while waiting or running:
         while waiting and len(running) < jobs:
             student, path = waiting.pop(0)  # student: its index
@@ -104,7 +107,7 @@ def read_all(
                 finally:
                     os._exit(0)
             os.close(write_end)
-            running[read_end] = (student, pid, read_end, time.monotonic(), bytearray())
+            running[read_end] = (student, pid, read_end, Clock(pid), bytearray())
         ready = select.select(list(running), [], [], 0.2)[0]
         for fd in ready:
             chunk = os.read(fd, 1 << 20)
@@ -120,8 +123,8 @@ def read_all(
                 replies[student] = {
                     "error": "a reader that stopped (its CPU or memory limit)"
                 }
-        for fd, (student, pid, _, start, _) in list(running.items()):
-            if time.monotonic() - start > WALL_SECONDS:
+        for fd, (student, pid, _, clock, _) in list(running.items()):
+            if clock.seconds() > WALL_SECONDS:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 os.close(fd)

@@ -1,45 +1,40 @@
-"""Inside the sandbox: run students' solutions on the case inputs, send back plain data.
+"""Inside the sandbox (a new one per student): each case in a fresh process that holds only
+its own case, its result sent straight to the grader.
 
-    python runner.py INPUTS OUT sandboxed|unsafe
+    python runner.py STATUS_FD sandboxed|unsafe
 
-A sandbox serves the students of one grading slot one after another, with torch imported
-once:
-each job (per exercise its set-up, the student's program, its limits and its cases) comes on
-stdin and is read by a fresh child, never by this process. That child forks one process per
-case from a clean state: it runs the set-up (stand-ins, never the package: the package is
-not
-in the sandbox), the student's program and the case, and writes
-``OUT/<token>/<exercise>.<i>``
-(``.json``: plain values or the kind of error; ``.safetensors``: tensors) under a CPU limit
-the child enforces from outside it; after each case every other process is killed. After the
-job, the serving process kills what is left, empties /tmp and /dev/shm, removes System V IPC
-objects, and sends the result files on stdout (``d``, then frames: name, size, bytes; an
-empty
-name ends), read by the grader, which writes them itself. Nothing here decides a grade. This
-file imports only the standard library, torch and safetensors.
+This process imports torch, makes itself not dumpable (no ptrace, no /proc/<pid>/mem, no
+/proc/<pid>/fd) and waits, holding nothing of the job. Per case the grader writes on stdin a
+header of limits (CPU and wall-clock seconds), then the case: its exercise's set-up
+(stand-ins, that exercise's withheld names left out), the student's program, the case's
+program and its tensors. This process reads the header only and forks; the child reads the
+case, closes stdin, runs the set-up, the program and the case under the CPU limit, and
+writes its result (JSON, then safetensors bytes) on stdout, a pipe the grader reads. Then
+this process kills every other process of the sandbox and writes why the case ended on
+STATUS_FD, a pipe no child holds. No file is read or written; nothing here decides a grade.
+Standard library, torch and safetensors only.
 """
 
 import ctypes
 import json
 import linecache
 import os
-import re
 import resource
 import select
-import shutil
 import signal
-import stat
 import sys
 import time
 
 import torch
-from cleanup import clean_up, kill_others, ancestors  # next to this file, in /grader
-from safetensors.torch import load_file, save_file
+from cleanup import ancestors, kill_others  # next to this file, in /grader
+from clock import Clock
+from safetensors.torch import load, save
 
 MAX_TEXT = 2000  # characters of a string output kept
-MAX_FILE = 128 << 20  # bytes of one result file sent back
-MAX_TOTAL = 256 << 20  # bytes of one student's results sent back
-RESULT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,80}\.[0-9]{1,3}\.(json|safetensors)")
+HEADER = 32  # bytes of a case's header: "CPU WALL", in seconds, space-padded
+TRANSFER_SECONDS = 60  # to read a case's inputs (MBs of tensors), before its clock starts
+STATUS = 32  # bytes of a case's status: why it ended, and the CPU seconds it used
+GROUP_CPU = "/grader/cpu"  # the sandbox's control group's CPU time, where it has one
 
 
 def decode(value, tensors: dict, names: dict):
@@ -132,140 +127,15 @@ def run_source(source: str, filename: str, env: dict) -> None:
     exec(compile(source, filename, "exec"), env)
 
 
-def case_process(exercise: dict, index: int, tensors: dict, folder: str) -> None:
-    """In a fresh child: the set-up, the student's program, one case; its report into
-    ``folder``."""
-    case = exercise["cases"][index]
-    cpu = case.get("cpu_seconds") or exercise["cpu_seconds"]
-    used = resource.getrusage(resource.RUSAGE_SELF)
-    limit = int(used.ru_utime + used.ru_stime + cpu) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # prints go nowhere
-    os.dup2(devnull, 2)
-    name, out, env = exercise["name"], {}, {"__name__": "__main__"}
-    try:
-        run_source(exercise["setup"], "<the exercise's set-up>", env)
-        names = dict(env)
-        run_source(exercise["source"], f"<your solution of {name}>", env)
-        solution = env[name]
-    except BaseException as error:  # noqa: BLE001 - SystemExit too: the cell failed
-        report = {"error": kind(error), "stage": "cell"}
-    else:
-        try:
-            with torch.no_grad():
-                values = run_case(solution, case, tensors, names, out, f"{name}.{index}")
-            report = {"values": values}
-        except BaseException as error:  # noqa: BLE001
-            report = {"error": kind(error), "stage": "case"}
-    save_file(out, os.path.join(folder, f"{name}.{index}.safetensors"))
-    with open(os.path.join(folder, f"{name}.{index}.json"), "w") as f:
-        json.dump(report, f)
-
-
-def wait(pid: int, seconds: float):
-    """(status, CPU seconds used) of child ``pid``, or None once ``seconds`` have passed."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            return status, usage.ru_utime + usage.ru_stime
-        time.sleep(0.005)
-    return None
-
-
-def run_job(job: dict, tensors: dict, folder: str, sandboxed: bool) -> None:
-    """Each case of each exercise in its own process, under its CPU and wall-clock limits;
-    after a case runs past a limit, that exercise's later cases are not run."""
-    os.makedirs(folder)
-    keep = ancestors()
-    for exercise in job["exercises"]:
-        name, stopped_early = exercise["name"], False
-        for index, case in enumerate(exercise["cases"]):
-            if stopped_early:
-                stopped(folder, name, index, "skipped")
-                continue
-            cpu = case.get("cpu_seconds") or exercise["cpu_seconds"]
-            try:
-                pid = os.fork()
-            except OSError:  # processes of an earlier case fill the limit
-                stopped(folder, name, index, "no_process")
-                continue
-            if pid == 0:
-                try:
-                    case_process(exercise, index, tensors, folder)
-                finally:
-                    os._exit(0)
-            result = wait(pid, 2 * cpu + 2)
-            if result is None:  # a stall (sleep, a blocked read): the wall-clock limit
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                why = "wall"
-            else:
-                status, used = result
-                died = os.WIFSIGNALED(status)
-                sig = os.WTERMSIG(status) if died else 0
-                if sig == signal.SIGXCPU or (died and used >= cpu):
-                    why = "cpu"
-                elif died:
-                    why = "killed" if sig == signal.SIGKILL else "crashed"
-                else:
-                    why = "no_report"
-            stopped_early = why in ("wall", "cpu")
-            stopped(folder, name, index, why)
-            if sandboxed:
-                kill_others(keep)
-
-
-def stopped(folder: str, name: str, index: int, why: str) -> None:
-    """Say why a case has no report (a report the case wrote is kept as it is)."""
-    path = os.path.join(folder, f"{name}.{index}.json")
-    if not os.path.exists(path):
-        save_file({}, os.path.join(folder, f"{name}.{index}.safetensors"))
-        with open(path, "w") as f:
-            json.dump({"stopped": why}, f)
-
-
-def read_job() -> dict | None:
-    """One job from stdin: 8 bytes of length, then JSON; None at the end of the input."""
-    header = os.read(0, 8)
-    if len(header) < 8:
-        return None
-    size, data = int.from_bytes(header, "big"), b""
+def read_exact(fd: int, size: int) -> bytes:
+    """``size`` bytes of ``fd``, fewer only at its end."""
+    data = bytearray()
     while len(data) < size:
-        chunk = os.read(0, size - len(data))
+        chunk = os.read(fd, min(size - len(data), 1 << 20))
         if not chunk:
-            return None
+            break
         data += chunk
-    return json.loads(data)
-
-
-def send(status: int, folder: str) -> None:
-    """The result files on ``status``: per file its name, size and bytes, then an empty
-    name.
-    Only regular files with a result's name, opened without following links, size-capped."""
-    total = 0
-    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    for entry in names[:4096]:
-        if not RESULT.fullmatch(entry):
-            continue
-        try:
-            fd = os.open(os.path.join(folder, entry), os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        with os.fdopen(fd, "rb") as f:
-            size = os.fstat(fd).st_size
-            if not stat.S_ISREG(os.fstat(fd).st_mode) or size > MAX_FILE:
-                continue
-            if total + size > MAX_TOTAL:
-                break
-            data = f.read(size)
-        total += len(data)
-        frame = (
-            len(entry).to_bytes(2, "big") + entry.encode() + len(data).to_bytes(8, "big")
-        )
-        write_all(status, frame + data)
-    write_all(status, (0).to_bytes(2, "big"))
+    return bytes(data)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -274,39 +144,110 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def serve(inputs: str, out_root: str, sandboxed: bool) -> None:
-    """Students one after another, torch imported once: for each job on stdin a child reads
-    it
-    and runs it; then every process of that student is killed and the results are sent.
-    This process is not dumpable (no ptrace, no /proc/<pid>/mem) and never reads a job."""
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
-    tensors = load_file(inputs)
-    torch.set_num_threads(1)
-    status = os.dup(1)
+def case_process(cpu: float, ready: int) -> None:
+    """In the fresh child: read this case from stdin, say so on ``ready``, run it, write
+    its result on stdout."""
+    size = int.from_bytes(read_exact(0, 8), "big")
+    job = json.loads(read_exact(0, size))
+    size = int.from_bytes(read_exact(0, 8), "big")
+    tensors = load(read_exact(0, size)) if size else {}
+    os.write(ready, b"r")  # the wall clock starts now, not while a large case is read
+    os.close(ready)
     devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 1)
+    result = os.dup(1)
+    for fd in (0, 1, 2):  # stdin read to its end; prints go nowhere
+        os.dup2(devnull, fd)
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    limit = int(used.ru_utime + used.ru_stime + cpu) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))
+    name, case, out, env = job["name"], job["case"], {}, {"__name__": "__main__"}
+    try:
+        run_source(job["setup"], "<the exercise's set-up>", env)
+        names = dict(env)
+        run_source(job["source"], f"<your solution of {name}>", env)
+        solution = env[name]
+    except BaseException as error:  # noqa: BLE001 - SystemExit too: the cell failed
+        report = {"error": kind(error), "stage": "cell"}
+    else:
+        try:
+            with torch.no_grad():
+                values = run_case(solution, case, tensors, names, out, name)
+            report = {"values": values}
+        except BaseException as error:  # noqa: BLE001
+            report = {"error": kind(error), "stage": "case"}
+    data, raw = json.dumps(report).encode(), save(out)
+    write_all(result, len(data).to_bytes(8, "big") + data + raw)
+
+
+def group_cpu() -> float | None:
+    """CPU seconds of every process of the sandbox together (its control group's count,
+    mounted read-only at GROUP_CPU), or None without one."""
+    try:
+        with open(GROUP_CPU) as f:
+            text = f.read()
+    except OSError:
+        return None
+    if "usage_usec" in text:  # cgroup v2's cpu.stat
+        return int(text.split("usage_usec", 1)[1].split()[0]) / 1e6
+    return int(text) / 1e9  # v1's cpuacct.usage
+
+
+def why_ended(pid: int, cpu: float, wall: float) -> tuple[str, float]:
+    """Why case process ``pid`` ended, and the CPU seconds it used: its own and its
+    children's, or the whole sandbox's where it has a control group (work split over
+    processes counts as one). Killed past ``cpu`` of those, or past ``wall`` seconds of its
+    clock, which leaves out the time it waited for a CPU that other programs held."""
+    clock, first, pause = Clock(pid), group_cpu(), 0.001
     while True:
-        select.select([0], [], [])
-        token = os.urandom(8).hex()
-        pid = os.fork()
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        own = usage.ru_utime + usage.ru_stime if done else 0.0
+        used = own if first is None else group_cpu() - first
+        if done:
+            break
+        if used > cpu or clock.seconds() > wall:
+            os.kill(pid, signal.SIGKILL)
+            _, status, usage = os.wait4(pid, 0)
+            return ("cpu" if used > cpu else "wall"), used
+        pause = min(2 * pause, 0.02)  # quick cases answered quickly, long ones polled less
+        time.sleep(pause)
+    used = max(used, own)
+    died = os.WIFSIGNALED(status)
+    sig = os.WTERMSIG(status) if died else 0
+    if sig == signal.SIGXCPU or (died and used >= cpu):
+        return "cpu", used
+    if died:
+        return ("killed" if sig == signal.SIGKILL else "crashed"), used
+    return "ended", used
+
+
+def serve(status: int, sandboxed: bool) -> None:
+    """Cases one after another until stdin ends; after each, no other process is left."""
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0, inherited by each child
+    torch.set_num_threads(1)
+    keep = ancestors()
+    while len(header := read_exact(0, HEADER)) == HEADER:
+        cpu, wall = (float(v) for v in header.split())
+        ready, told = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:  # the process limit: the grader ends this sandbox
+            write_all(status, b"no_process 0".ljust(STATUS))
+            return
         if pid == 0:
-            os.close(status)
-            job = read_job()
-            os.dup2(devnull, 0)
-            if job is None:
-                os._exit(3)
             try:
-                run_job(job, tensors, os.path.join(out_root, token), sandboxed)
+                os.close(status)  # the child never holds the grader's status pipe
+                os.close(ready)
+                case_process(cpu, told)
             finally:
                 os._exit(0)
-        _, code = os.waitpid(pid, 0)
-        clean_up(sandboxed)
-        if os.WIFEXITED(code) and os.WEXITSTATUS(code) == 3:
-            return
-        write_all(status, b"d")
-        send(status, os.path.join(out_root, token))
-        shutil.rmtree(os.path.join(out_root, token), ignore_errors=True)
+        os.close(told)
+        select.select([ready], [], [], TRANSFER_SECONDS)  # the case read (or its end)
+        os.close(ready)
+        why, used = why_ended(pid, cpu, wall)
+        if sandboxed:  # unsafe: this is the teacher's machine, nothing to kill
+            kill_others(keep)
+        write_all(status, f"{why} {used:.3f}".encode().ljust(STATUS))
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2], sandboxed=sys.argv[3] == "sandboxed")
+    serve(int(sys.argv[1]), sandboxed=sys.argv[2] == "sandboxed")

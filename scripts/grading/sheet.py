@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +24,15 @@ MAX_NOTE = 600  # characters of a notes or flags cell
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 MOODLE = "_assignsubmission_"  # in the folder names of Moodle's submissions download
 WRITTEN = "written"  # points for the predict/explain answers, filled in by the teacher
+DETAILS = "details"  # the teacher's: never in a feedback file (see Result.detail)
 
 
 @dataclass
 class Result:
     points: float = 0.0
     flag: str = ""  # an integrity problem: the exercise scores 0
-    note: str = ""  # why points were lost, in the grader's words
+    note: str = ""  # why points were lost, in the grader's fixed words (the student's too)
+    detail: str = ""  # the teacher's only: the error class, dtype… chosen by the code
 
 
 @dataclass
@@ -43,10 +46,8 @@ class Grade:
 
     @property
     def total(self) -> float:
-        written = (
-            float(self.written) if re.fullmatch(r"\s*\d+(\.\d+)?\s*", self.written) else 0.0
-        )
-        return sum(r.points for r in self.results.values()) + written
+        written = number(self.written)
+        return sum(r.points for r in self.results.values()) + (written or 0.0)
 
 
 def safe(text: str, limit: int = MAX_NOTE) -> str:
@@ -59,7 +60,7 @@ def safe(text: str, limit: int = MAX_NOTE) -> str:
 
 
 def columns(names: list[str]) -> list[str]:
-    return ["student", *names, WRITTEN, "total", "flags", "notes", "file"]
+    return ["student", *names, WRITTEN, "total", "flags", "notes", DETAILS, "file"]
 
 
 def row(grade: Grade, names: list[str]) -> list[str]:
@@ -75,6 +76,7 @@ def row(grade: Grade, names: list[str]) -> list[str]:
         f"{grade.total:g}",
         safe(flags),
         safe(notes),
+        safe("; ".join(f"{n}: {r.detail}" for n, r in grade.results.items() if r.detail)),
         safe(grade.file, 300),
     ]
 
@@ -110,13 +112,16 @@ def read_written(out: Path) -> dict[str, str]:
 def kept_row(r: dict[str, str], names: list[str]) -> list[str]:
     """A row of the existing sheet, its total recomputed (the teacher may have changed
     ``written`` without it)."""
-    points = {n: Result(float(r.get(n) or 0)) for n in names if _number(r.get(n))}
+    points = {n: Result(number(r.get(n))) for n in names if number(r.get(n)) is not None}
     total = Grade("", "", points, written=r.get(WRITTEN) or "").total
     return [f"{total:g}" if c == "total" else r.get(c) or "" for c in columns(names)]
 
 
-def _number(text: str | None) -> bool:
-    return bool(re.fullmatch(r"\s*\d+(\.\d+)?\s*", text or ""))
+def number(text: str | None) -> float | None:
+    """Points as a spreadsheet saved them, ``1.5`` or, in a ;-locale, ``1,5``; else
+    None."""
+    found = re.fullmatch(r"\s*(\d+)(?:[.,](\d+))?\s*", text or "")
+    return float(f"{found[1]}.{found[2] or 0}") if found else None
 
 
 def write(grades: list[Grade], names: list[str], out: Path) -> None:
@@ -185,10 +190,25 @@ def write_canvas(out: Path, canvas: Path, column: str, points: float) -> None:
     partial.replace(canvas)
 
 
+def plain(student: str) -> str:
+    """An id as a reader sees it: NFKC-normalized, without invisible or right-to-left
+    format characters (ids that differ only by them are then duplicates)."""
+    text = unicodedata.normalize("NFKC", student)
+    return "".join(c for c in text if unicodedata.category(c) != "Cf")
+
+
 def identify(folder: Path, found: list[tuple[str, Path]]) -> list[Grade]:
-    """A row per file: its feedback folder (Moodle's own name, else the id made safe, made
-    unique) and a note on ids that more than one file has."""
+    """A row per file: its id made plain (``plain``), its feedback folder (Moodle's own
+    name, else the id made safe, made unique) and a note on ids that more than one file
+    has, and on a Moodle folder with several files (one student's: the teacher keeps one
+    row)."""
+    found = [(plain(s), path) for s, path in found]
     count = Counter(safe(s, 200) for s, _ in found)
+    moodle = Counter(
+        p.relative_to(folder).parts[0]
+        for _, p in found
+        if folder.is_dir() and MOODLE in p.relative_to(folder).parts[0]
+    )
     grades, used = [], set()
     for student, path in found:
         grade = Grade(student, str(path))
@@ -201,5 +221,7 @@ def identify(folder: Path, found: list[tuple[str, Path]]) -> list[Grade]:
         used.add(grade.folder.lower())
         if count[safe(student, 200)] > 1:
             grade.note = f"duplicate id: {count[safe(student, 200)]} files have it"
+        elif len(parts) > 1 and moodle[parts[0]] > 1:
+            grade.note = f"one student's {moodle[parts[0]]} files: keep one row"
         grades.append(grade)
     return grades

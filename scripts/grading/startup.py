@@ -7,13 +7,10 @@ before any student is graded, instead of as a note on every row.
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
-from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save
 
 from grading import cases, judge
 from grading.sandbox import Limits, Sandbox, SandboxError
@@ -35,34 +32,33 @@ PROBE = '''def probe(x):
 '''
 
 
-def check(limits: Limits, scratch: Path, setup: str = "", unsafe: bool = False) -> str:
+def check(limits: Limits, setup: str = "", unsafe: bool = False) -> str:
     """Raise SandboxError unless the runner, started as for a class (in the sandbox unless
     ``unsafe``), runs ``setup`` and a trivial case and returns its answer, without the
     package in sight; return a warning when the sandbox as a whole has no memory or process
     limit (no control group: not root, or not Linux)."""
     x, tensors = torch.arange(6.0), {}
     case = cases.Case("probe", [cases.Step((x,))])
+    program = cases.program(case, "probe.0", tensors)
     job = {
         "name": "probe",
         "setup": setup,
         "source": PROBE,
         "cpu_seconds": limits.cpu_seconds,
-        "cases": [cases.program(case, "probe.0", tensors)],
+        "cases": [{"program": program, "tensors": save(tensors)}],
     }
-    inputs = scratch / "probe.safetensors"
-    save_file(tensors, inputs)
-    os.chmod(inputs, 0o644)  # the sandbox's own uid reads it
-    with tempfile.TemporaryFile(dir=scratch) as log:
-        box = Sandbox(0, limits, inputs, scratch, unsafe, stderr=log)
+    with tempfile.TemporaryFile() as log:
+        box = Sandbox(0, limits, unsafe, stderr=log)
         try:
-            folder, stopped = box.run({"exercises": [job]}, 2 * limits.cpu_seconds + 2)
+            results, stopped = box.run([job])
             ungrouped = box.group is None
         finally:
             box.close()
         log.seek(0)
         error = " ".join(log.read().decode(errors="replace").split())[-400:]
-    failure = "the sandbox sent no result" if stopped else _failure(folder, x, unsafe)
-    shutil.rmtree(folder)
+    failure = "the sandbox sent no result"
+    if not stopped:
+        failure = _failure(results["probe"][0], x, unsafe)
     if failure:
         if "namespace" in error or "uid map" in error or "Operation not permitted" in error:
             raise SandboxError(NO_USERNS.format(error=error))
@@ -80,11 +76,11 @@ def check(limits: Limits, scratch: Path, setup: str = "", unsafe: bool = False) 
     return ""
 
 
-def _failure(folder: Path, x: torch.Tensor, unsafe: bool) -> str:
-    """What went wrong with the trivial case whose report is in ``folder``, or ""."""
-    report, tensors = judge.report(folder, "probe", 0)
+def _failure(raw: bytes | str, x: torch.Tensor, unsafe: bool) -> str:
+    """What went wrong with the trivial case whose result is ``raw``, or ""."""
+    report, tensors = judge.report(raw)
     if report is None:
-        return f"the case left {tensors}"  # judge.report's reason: "no report (…)"
+        return f"the case sent {tensors}"  # judge.report's reason: "an unreadable result"
     if "stopped" in report:
         return f"the case {judge.STOPPED.get(report['stopped'], 'stopped')}"
     if "error" in report:
