@@ -128,11 +128,13 @@ for name, (model, encode, token_bytes, start) in models.items():
                      bpb=bits_per_byte(nats, n_bytes))
 
 # %%
-print(f"{'model':<18}{'parameters':>12}{'steps':>7}{'tokens':>9}{'bytes':>9}"
-      f"{'nats/token':>12}{'bits/byte':>11}")
+print(f"{'model':<17}{'bits/byte':>11}{'nats/token':>12}{'tokens':>8}{'bytes':>8}")
 for name, r in bpb.items():
-    print(f"{name:<18}{models[name][0].num_parameters():>12,}{steps[name]:>7,}"
-          f"{r['tokens']:>9,}{r['bytes']:>9,}{r['per_token']:>12.3f}{r['bpb']:>11.3f}")
+    print(f"{name:<17}{r['bpb']:>11.3f}{r['per_token']:>12.3f}"
+          f"{r['tokens']:>8,}{r['bytes']:>8,}")
+print(f"\n{'model':<17}{'parameters':>12}{'steps':>7}")
+for name in bpb:
+    print(f"{name:<17}{models[name][0].num_parameters():>12,}{steps[name]:>7,}")
 
 # %% tags=["remove-input"]
 bpb_text, _ = prose.bpb_text(bpb)
