@@ -200,17 +200,17 @@ def patching_figure(shares: dict[int, Tensor], scores: dict[int, Tensor]):
     """One panel per seed: each head's induction score against its patching share."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(shares), figsize=(3.2 * len(shares), 3.2), sharey=True)
+    fig, axes = plt.subplots(len(shares), 1, figsize=(5.2, 2.6 * len(shares)), sharex=True)
     for ax, seed in zip(axes, shares):
         x, y = scores[seed].flatten(), shares[seed].flatten()
         ax.scatter(x, y, s=18)
         H = scores[seed].shape[1]
         for i in y.argsort(descending=True)[:3].tolist():
-            ax.annotate(f"L{i // H}H{i % H}", (float(x[i]), float(y[i])), fontsize=8,
+            ax.annotate(f"L{i // H}H{i % H}", (float(x[i]), float(y[i])), fontsize=10,
                         xytext=(3, 3), textcoords="offset points")
         ax.set_title(f"seed {seed}")
-        ax.set_xlabel("induction score")
-    axes[0].set_ylabel("share of the gap restored")
+        ax.set_ylabel("share restored")
+    axes[-1].set_xlabel("induction score")
     fig.tight_layout()
     return fig
 

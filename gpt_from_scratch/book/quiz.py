@@ -133,13 +133,25 @@ window.gfsTypedNumber = (text, answers) => {
 };
 if (!window.gfsQuizNumbers) {
   window.gfsQuizNumbers = true;
+  // A numeric question's field: jupyterquiz's input whose answers are ranges or values (a
+  // string question's are strings); the field is not inside the question's .NumericQn.
+  const numericAnswers = input => {
+    if (!(input.matches && input.matches("input.Input-text"))) return null;
+    try {
+      const answers = JSON.parse(input.dataset.answers || "null");
+      const numeric = Array.isArray(answers)
+        && answers.some(a => a.type === "range" || a.type === "value");
+      return numeric ? answers : null;
+    } catch (error) {
+      return null;
+    }
+  };
   document.addEventListener("keypress", event => {
     const input = event.target;
-    if (!(input.matches && input.matches("input.Input-text") && input.closest(".NumericQn"))) {
-      return;
-    }
+    const answers = numericAnswers(input);
+    if (!answers) return;
     if (event.key === "Enter") {
-      input.value = window.gfsTypedNumber(input.value, JSON.parse(input.dataset.answers));
+      input.value = window.gfsTypedNumber(input.value, answers);
     } else {
       event.stopPropagation();  // jupyterquiz's own key filter drops M, k, "," and "%"
     }

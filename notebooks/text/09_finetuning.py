@@ -439,7 +439,7 @@ show(results)
 display(Markdown(prose.classification_text(results, majority, bag["test"], N_TEST)))
 
 # %% mystnb={"figure": {"caption": "Test accuracy of every fine-tuning run of this chapter, one row per run, ordered by its number of trainable parameters (in brackets), fewest at the top; the dashed lines are the two baselines.", "name": "fig-finetune-accuracy"}, "image": {"alt": "A dot plot: one row per fine-tuning method, labelled with its number of trainable parameters and ordered by it, a dot at the method's test accuracy, and two dashed vertical lines for the majority and bag-of-tokens baselines."}}
-fig, ax = plt.subplots(figsize=(5.2, 3.8), layout="constrained")
+fig, ax = plt.subplots(figsize=(4.8, 3.8), layout="constrained")
 by_size = sorted(results, key=lambda name: results[name]["trainable"])
 rows = list(range(len(by_size)))[::-1]  # one row per run, the fewest parameters at the top
 for row, name in zip(rows, by_size):

@@ -605,8 +605,8 @@ display(Markdown("\n\n".join(f.text for f in found)))
 
 # %% [markdown]
 # The two answers of a pair differ only in their opening, but the loss sums the log-ratios of
-# every token, and the answer after "Fool! " is read in another context than the answer after
-# "Good sir, ": the loss can lower the rest of the rejected answer too, not only its opening.
+# every token, and the answer after `Fool! ` is read in another context than the answer after
+# `Good sir, `: the loss can lower the rest of the rejected answer too, not only its opening.
 # Here both answers are ones the policy already writes (the courteous opening's probability
 # before DPO is in the table above). Whether DPO can teach a preference for answers the
 # policy cannot yet give, right answers over wrong ones, is not measured in this chapter.

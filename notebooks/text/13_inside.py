@@ -212,7 +212,7 @@ sums = [float(shares[s].sum()) for s in SEEDS]
 found = [inside.rankings_lesson(rhos), inside.shares_lesson(sums)]
 display(Markdown(" ".join(f.text for f in found)))
 
-# %% tags=["remove-input"] mystnb={"figure": {"caption": "Each head of each seed: its induction score on the Repeat pairs against the share of the clean–corrupted gap that patching it restores.", "name": "fig-patching"}, "image": {"alt": "Three scatter plots of 16 points each, rising from lower left to upper right."}}
+# %% tags=["remove-input"] mystnb={"figure": {"caption": "Each head of each seed: its induction score on the Repeat pairs against the share of the clean–corrupted gap that patching it restores.", "name": "fig-patching"}, "image": {"alt": "Three scatter plots, one above the other, of 16 points each, rising from lower left to upper right."}}
 fig = inside.patching_figure(shares, scores)
 plt.show()
 
