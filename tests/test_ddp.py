@@ -36,6 +36,7 @@ WORKER = textwrap.dedent("""
     save_file(weights, os.path.join(sys.argv[1], f"rank{rank}.safetensors"))
     save_file({k: v.contiguous() for k, v in start.items() if k != "lm_head.weight"},
               os.path.join(sys.argv[1], "start.safetensors"))
+    dist.barrier()  # as the command line does: no rank leaves while the other still talks to it
     dist.destroy_process_group()
 """)
 

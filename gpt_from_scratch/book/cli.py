@@ -134,6 +134,7 @@ def main(argv=None) -> None:
         dist.all_reduce(agree, op=dist.ReduceOp.MIN)
         if rank == 0:
             print(f"{world} processes, weights identical on every rank: {bool(agree.item())}")
+        dist.barrier()  # no process leaves while another still talks to it (a rare hang on exit)
         dist.destroy_process_group()
     if rank == 0:
         print(f"{args.preset}: {model.num_parameters():,} parameters on {cfg.device}")
