@@ -70,6 +70,7 @@ def prepare(assignment: dict, tests: Path | None, secret: bytes) -> dict:
         prepared[name] = {
             "cases": cases,
             "criteria": tuple(getattr(module, "criteria", ())),
+            "hints": tuple(getattr(module, "hints", ())),
             "setup": standins.setup_source(
                 assignment["setup"], tuple(getattr(module, "withheld", ()))
             ),
@@ -105,6 +106,7 @@ def grade_one(
         name = exercise["name"]
         result = grade.results[name]
         result.flag = "; ".join(reply["flags"].get(name, []))
+        result.hint = ", ".join(reply.get("hints", {}).get(name, []))
         if reply["programs"].get(name) is None:
             result.note = "no cell defines it"
             continue
@@ -167,7 +169,10 @@ def grade_folder(
         print(f"warning: {warning}")  # a broken sandbox or runner raised SandboxError
     prepared = prepare(assignment, tests, key)
     provided = standins.setup_names(assignment["setup"])
-    replies = parse.read_all(found, names, provided, max(jobs, os.cpu_count() or 1))
+    hints = {n: prepared[n]["hints"] for n in names}
+    replies = parse.read_all(
+        found, names, provided, max(jobs, os.cpu_count() or 1), hints
+    )
     boxes: queue.Queue = queue.Queue()
     for slot in range(jobs):
         boxes.put(sandbox.Sandbox(slot, limits, unsafe))

@@ -3,6 +3,7 @@ transformer, programs with their helpers, the teacher's flags, the sheet, the se
 
 from __future__ import annotations
 
+import ast
 import csv
 import inspect
 import re
@@ -306,3 +307,24 @@ def test_the_stand_ins_hold_no_package_and_withhold_the_answer():
     weights = env["scaled_dot_product_attention"](*[torch.randn(2, 3, 4)] * 3)[1]
     assert torch.allclose(weights.sum(-1), torch.ones(2, 3))
     assert "gpt_from_scratch" not in str(env["scaled_dot_product_attention"].__globals__)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("def f(T):\n    return torch.ones(T, T).tril()", ["tril"]),
+        (
+            "from torch import tril as low\n\ndef f(T):\n    return low(torch.ones(T, T))",
+            ["tril"],
+        ),
+        ("def f(T):\n    return getattr(torch.ones(T, T), 'tril')()", ["tril"]),
+        ("def f(q, k):\n    return q @ k.T", ["@"]),
+        ("def f(T):\n    exec('y = 1')\n    return T", ["exec"]),
+        ("def f(T):\n    # torch.tril(x) would do\n    return T", []),
+        ("def f(T):\n    '''Not tril, not @.'''\n    return 'tril' + str(T)", []),
+    ],
+)
+def test_hints_name_what_the_code_uses_never_a_comment_or_a_string(source, expected):
+    tree = ast.parse(source)
+    assert integrity.hints(tree, ("@", "tril", "triu")) == expected
+

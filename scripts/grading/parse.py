@@ -29,8 +29,11 @@ MEMORY_BYTES = 4 << 30  # address space of a reading process
 MAX_REPLY = 16 << 20
 
 
-def read_one(path: Path, names: list[str], provided: set[str]) -> dict:
-    """What the grader needs of one file (run in the child)."""
+def read_one(
+    path: Path, names: list[str], provided: set[str], hints: dict | None = None
+) -> dict:
+    """What the grader needs of one file (run in the child); ``hints``: per exercise the
+    names its case file asks the teacher to look for (``integrity.hints``)."""
     if path.is_symlink():
         return {"skipped": "a link, not a file"}
     if path.suffix.lower() not in cells.GRADED:
@@ -42,7 +45,7 @@ def read_one(path: Path, names: list[str], provided: set[str]) -> dict:
     except Exception as error:  # noqa: BLE001 - an unreadable file is that row's note
         return {"error": type(error).__name__}
     digest = hashlib.sha256("\0".join(found).encode()).hexdigest()  # the code, not outputs
-    reply = {"digest": digest, "programs": {}, "flags": {}, "prints": {}}
+    reply = {"digest": digest, "programs": {}, "flags": {}, "prints": {}, "hints": {}}
     for name in names:
         source = cells.program(found, name, provided)
         reply["programs"][name] = source
@@ -53,6 +56,7 @@ def read_one(path: Path, names: list[str], provided: set[str]) -> dict:
             tree = ast.parse(source)
         except SyntaxError:
             continue
+        reply["hints"][name] = integrity.hints(tree, tuple((hints or {}).get(name, ())))
         if (
             "NotImplementedError" not in source
             and integrity.size(tree) >= integrity.MIN_NODES
@@ -74,11 +78,13 @@ def warm_up() -> None:
     jupytext.reads("# %%\nx = 1\n", fmt="py:percent")
 
 
-def _child(path: Path, names: list[str], provided: set[str], pipe: int) -> None:
+def _child(
+    path: Path, names: list[str], provided: set[str], hints: dict | None, pipe: int
+) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS + 1))
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     try:
-        reply = read_one(path, names, provided)
+        reply = read_one(path, names, provided, hints)
     except BaseException as error:  # noqa: BLE001 - RecursionError, MemoryError: the note
         reply = {"error": type(error).__name__}
     data = json.dumps(reply).encode()[:MAX_REPLY]
@@ -88,7 +94,11 @@ def _child(path: Path, names: list[str], provided: set[str], pipe: int) -> None:
 
 
 def read_all(
-    found: list[tuple[str, Path]], names: list[str], provided: set[str], jobs: int
+    found: list[tuple[str, Path]],
+    names: list[str],
+    provided: set[str],
+    jobs: int,
+    hints: dict | None = None,
 ) -> list[dict]:
     """``read_one`` of every file, ``jobs`` at once, each under its limits, in order."""
     warm_up()  # once here, inherited by every child, instead of once per file
@@ -103,7 +113,7 @@ def read_all(
             if pid == 0:
                 os.close(read_end)
                 try:
-                    _child(path, names, provided, write_end)
+                    _child(path, names, provided, hints, write_end)
                 finally:
                     os._exit(0)
             os.close(write_end)

@@ -25,6 +25,7 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 MOODLE = "_assignsubmission_"  # in the folder names of Moodle's submissions download
 WRITTEN = "written"  # points for the predict/explain answers, filled in by the teacher
 DETAILS = "details"  # the teacher's: never in a feedback file (see Result.detail)
+HINTS = "hints"  # the teacher's: where to read a written criterion (see Result.hint)
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Result:
     flag: str = ""  # an integrity problem: the exercise scores 0
     note: str = ""  # why points were lost, in the grader's fixed words (the student's too)
     detail: str = ""  # the teacher's only: the error class, dtype… chosen by the code
+    hint: str = ""  # the teacher's only: names a written criterion is about (never points)
 
 
 @dataclass
@@ -60,7 +62,7 @@ def safe(text: str, limit: int = MAX_NOTE) -> str:
 
 
 def columns(names: list[str]) -> list[str]:
-    return ["student", *names, WRITTEN, "total", "flags", "notes", DETAILS, "file"]
+    return ["student", *names, WRITTEN, "total", "flags", HINTS, "notes", DETAILS, "file"]
 
 
 def row(grade: Grade, names: list[str]) -> list[str]:
@@ -75,6 +77,7 @@ def row(grade: Grade, names: list[str]) -> list[str]:
         safe(grade.written, 20),
         f"{grade.total:g}",
         safe(flags),
+        safe("; ".join(f"{n}: {r.hint}" for n, r in grade.results.items() if r.hint)),
         safe(notes),
         safe("; ".join(f"{n}: {r.detail}" for n, r in grade.results.items() if r.detail)),
         safe(grade.file, 300),
