@@ -159,8 +159,11 @@ def grade_folder(
     jobs = jobs or os.cpu_count() or 1
     grades = sheet.identify(folder, found)
     for grade in grades:
-        grade.written = written.get(sheet.safe(grade.student, 200), "")
+        grade.written = sheet.written_of(sheet.safe(grade.student, 200), written)
         grade.results = {n: sheet.Result() for n in names}
+    ids = [sheet.safe(g.student, 200) for g in grades]
+    for warning in sheet.merged(ids, list(written)) if not quiet else ():
+        print(f"warning: {warning}")
     duplicates = sorted({g.student for g in grades if g.note.startswith("duplicate")})
     if duplicates and not quiet:
         print(f"duplicate student ids (each gets a row per file): {', '.join(duplicates)}")
