@@ -10,8 +10,8 @@ row:
 a notebook (``.ipynb``, any case) or a ``.py`` file is graded, anything else is named as
 skipped. The grader
 
-1. reads every file in a process of its own under time and memory limits
-(``grading.parse``):
+1. reads every file in a process of its own under CPU and memory limits, each student's
+files under one time budget (``grading.parse``):
    per exercise the program (its solution cell and the helpers it uses), the teacher's flags
    (a near copy of the package, a reach for it: flags never cost points) and a fingerprint;
 2. runs each program in a sandbox (``grading.sandbox``) on the course's case inputs, drawn
@@ -101,6 +101,9 @@ def grade_one(
     if "error" in reply:
         grade.note = f"unreadable file ({reply['error']})"
         return
+    if "over" in reply:
+        grade.note = f"not graded: {reply['over']}"
+        return
     exercises = []
     for exercise in assignment["exercises"]:
         name = exercise["name"]
@@ -173,8 +176,9 @@ def grade_folder(
     prepared = prepare(assignment, tests, key)
     provided = standins.setup_names(assignment["setup"])
     hints = {n: prepared[n]["hints"] for n in names}
+    people = [sheet.person(g.student) for g in grades]  # whose reading time each file uses
     replies = parse.read_all(
-        found, names, provided, max(jobs, os.cpu_count() or 1), hints
+        found, names, provided, max(jobs, os.cpu_count() or 1), hints, people
     )
     boxes: queue.Queue = queue.Queue()
     for slot in range(jobs):

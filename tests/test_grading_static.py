@@ -424,3 +424,71 @@ def test_the_canvas_file_fills_canvass_id_column_from_its_download_names(tmp_pat
         )
     assert [r[1] for r in rows[2:]] == ["12345", "12346", ""]
     assert [r[-1] for r in rows[2:]] == ["7", "3.5", "2"]
+
+
+def magics_notebook(path, cells_count: int) -> None:
+    """A notebook that is slow to read: ``cells_count`` different timing magics (each goes
+    through IPython's transformer), then the solution."""
+    import json
+
+    sources = [f"%time x{i} = {i}" for i in range(cells_count)] + [MASK]
+    code = [
+        {"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": source,
+         "outputs": [], "execution_count": None}
+        for i, source in enumerate(sources)
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    notebook = {"cells": code, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(notebook))
+
+
+def test_the_readers_time_is_capped_per_student_not_per_file(tmp_path):
+    """A student's files share one budget of reading: twelve files that each fit it do not
+    together; one file forty times as slow stops at it; the class goes on."""
+    import resource
+
+    from grading import parse
+
+    folder = tmp_path / "subs"
+    magics_notebook(folder / "one.ipynb", 500)  # a student's only file
+    seconds = []
+    for _ in range(3):  # the first also warms the reader up
+        start = resource.getrusage(resource.RUSAGE_CHILDREN)
+        parse.read_all([("one", folder / "one.ipynb")], ["causal_mask_arange"], {"t"}, 1)
+        end = resource.getrusage(resource.RUSAGE_CHILDREN)
+        seconds.append(end.ru_utime + end.ru_stime - start.ru_utime - start.ru_stime)
+    # the reader's clock counts its CPU time (and any stall), not its waits for a CPU: on
+    # this machine, as loaded as it is, the time of 4 such files
+    budget = round(4 * min(seconds), 3)
+    for i in range(12):
+        magics_notebook(folder / "Max Roe_4712_assignsubmission_file_" / f"p{i}.ipynb", 500)
+    magics_notebook(folder / "huge.ipynb", 40 * 500)
+    (folder / "fast.py").write_text(MASK + "\n")
+    found = cells.submissions(folder)
+    people = [sheet.person(g.student) for g in sheet.identify(folder, found)]
+    assert len(set(people)) == 4
+    replies = parse.read_all(
+        found, ["causal_mask_arange"], {"torch"}, 2, students=people, budget=budget
+    )
+    by_person: dict[str, list[dict]] = {}
+    for person, reply in zip(people, replies):
+        by_person.setdefault(person, []).append(reply)
+    over = {"over": f"reading took over {budget:g} s (this student's files together)"}
+    assert by_person["huge"] == [over]
+    assert over in by_person["Max Roe_4712_assignsubmission_file_"]
+    for person in ("one", "fast"):
+        (reply,) = by_person[person]
+        assert reply["programs"]["causal_mask_arange"].strip() == MASK
+    row = sheet.Grade("huge", "huge.ipynb")
+    grade.grade_one(row, over, {"exercises": []}, {}, None)
+    assert row.note == f"not graded: {over['over']}"
+
+
+def test_the_reader_refuses_a_budget_or_students_that_cannot_be(tmp_path):
+    from grading import parse
+
+    found = [("a", tmp_path / "a.py")]
+    with pytest.raises(ValueError, match="budget=0: reading needs a positive number"):
+        parse.read_all(found, ["f"], set(), 1, budget=0)
+    with pytest.raises(ValueError, match="2 students for 1 files: give one per file"):
+        parse.read_all(found, ["f"], set(), 1, students=["a", "b"])

@@ -242,6 +242,13 @@ def plain(student: str) -> str:
     return "".join(c for c in text if unicodedata.category(c) != "Cf")
 
 
+def person(student: str) -> str:
+    """Whose file an id is: a Moodle folder's files (``Name_1_assignsubmission_file_/a``)
+    are one student's, any other id is its own."""
+    first = student.split("/", 1)[0]
+    return first if MOODLE in first else student
+
+
 def identify(folder: Path, found: list[tuple[str, Path]]) -> list[Grade]:
     """A row per file: its id made plain (``plain``), its feedback folder (Moodle's own
     name, else the id made safe, made unique) and a note on ids that more than one file
