@@ -10,8 +10,8 @@ row:
 a notebook (``.ipynb``, any case) or a ``.py`` file is graded, anything else is named as
 skipped. The grader
 
-1. reads every file in a process of its own under time and memory limits
-(``grading.parse``):
+1. reads every file in a process of its own under CPU and memory limits, each student's
+files under one time budget (``grading.parse``):
    per exercise the program (its solution cell and the helpers it uses), the teacher's flags
    (a near copy of the package, a reach for it: flags never cost points) and a fingerprint;
 2. runs each program in a sandbox (``grading.sandbox``) on the course's case inputs, drawn
@@ -70,6 +70,7 @@ def prepare(assignment: dict, tests: Path | None, secret: bytes) -> dict:
         prepared[name] = {
             "cases": cases,
             "criteria": tuple(getattr(module, "criteria", ())),
+            "hints": tuple(getattr(module, "hints", ())),
             "setup": standins.setup_source(
                 assignment["setup"], tuple(getattr(module, "withheld", ()))
             ),
@@ -100,11 +101,15 @@ def grade_one(
     if "error" in reply:
         grade.note = f"unreadable file ({reply['error']})"
         return
+    if "over" in reply:
+        grade.note = f"not graded: {reply['over']}"
+        return
     exercises = []
     for exercise in assignment["exercises"]:
         name = exercise["name"]
         result = grade.results[name]
         result.flag = "; ".join(reply["flags"].get(name, []))
+        result.hint = ", ".join(reply.get("hints", {}).get(name, []))
         if reply["programs"].get(name) is None:
             result.note = "no cell defines it"
             continue
@@ -157,8 +162,11 @@ def grade_folder(
     jobs = jobs or os.cpu_count() or 1
     grades = sheet.identify(folder, found)
     for grade in grades:
-        grade.written = written.get(sheet.safe(grade.student, 200), "")
+        grade.written = sheet.written_of(sheet.safe(grade.student, 200), written)
         grade.results = {n: sheet.Result() for n in names}
+    ids = [sheet.safe(g.student, 200) for g in grades]
+    for warning in sheet.merged(ids, list(written)) if not quiet else ():
+        print(f"warning: {warning}")
     duplicates = sorted({g.student for g in grades if g.note.startswith("duplicate")})
     if duplicates and not quiet:
         print(f"duplicate student ids (each gets a row per file): {', '.join(duplicates)}")
@@ -167,7 +175,11 @@ def grade_folder(
         print(f"warning: {warning}")  # a broken sandbox or runner raised SandboxError
     prepared = prepare(assignment, tests, key)
     provided = standins.setup_names(assignment["setup"])
-    replies = parse.read_all(found, names, provided, max(jobs, os.cpu_count() or 1))
+    hints = {n: prepared[n]["hints"] for n in names}
+    people = [sheet.person(g.student) for g in grades]  # whose reading time each file uses
+    replies = parse.read_all(
+        found, names, provided, max(jobs, os.cpu_count() or 1), hints, people
+    )
     boxes: queue.Queue = queue.Queue()
     for slot in range(jobs):
         boxes.put(sandbox.Sandbox(slot, limits, unsafe))

@@ -92,3 +92,51 @@ def test_the_quiz_after_the_exercises_is_in_no_exercise_block():
              nbformat.v4.new_code_cell("show_quiz([])", metadata={"tags": ["quiz"]})]
     blocks = assign.exercise_blocks(nbformat.v4.new_notebook(cells=cells))
     assert [[c.source for c in block] for block in blocks] == [[cells[0].source, "print(42)"]]
+
+
+@needs_bwrap
+def test_a_hint_points_at_a_solution_using_the_name_and_never_changes_points(
+    tmp_path, secret
+):
+    """A name the criterion is about, used in code, is hinted in the teacher's sheet; in a
+    comment or a string it is not; the points are the same either way."""
+    chapter = "04_attention"
+    assignment, autograder, chapter_nb, student_nb = material(chapter, tmp_path / "assign")
+    names = [e.name for e in assignment.exercises]
+    correct = solutions(chapter_nb, names)
+    variants = {
+        "arange": correct["causal_mask_arange"],
+        "tril": "def causal_mask_arange(T):\n"
+        "    return torch.ones(T, T, dtype=torch.bool).tril()",
+        "comment": "def causal_mask_arange(T):\n"
+        '    """Not torch.tril: two aranges."""\n'
+        "    note = 'tril would do it'  # tril, triu\n"
+        "    return torch.arange(T)[None, :] <= torch.arange(T)[:, None]",
+    }
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for student, source in variants.items():
+        sources = correct | {"causal_mask_arange": source}
+        nbformat.write(submission(student_nb, sources), folder / f"{student}.ipynb")
+    out, feedback = tmp_path / "grades.csv", tmp_path / "feedback"
+    grade.grade_folder(
+        folder,
+        autograder,
+        out,
+        secret=secret,
+        limits=LIMITS,
+        quiet=True,
+        feedback=feedback,
+    )
+    rows = sheet(out)
+    assert {s: rows[s]["hints"] for s in variants} == {
+        "arange": "",
+        "tril": "causal_mask_arange: tril",
+        "comment": "",
+    }
+    assert {s: [rows[s][n] for n in names] for s in variants} == dict.fromkeys(
+        variants, [f"{e.points:g}" for e in assignment.exercises]
+    )
+    texts = {s: (feedback / s / "feedback.txt").read_text() for s in variants}
+    bodies = {t.split("\n", 1)[1] for t in texts.values()}  # after "Grade for <id>"
+    assert len(bodies) == 1  # the feedback the same: the hint is the teacher's

@@ -251,8 +251,7 @@ def graded(tmp_path_factory):
     (folder / "link_to_kmsg.ipynb").symlink_to("/proc/kmsg")
     out = tmp / "grades.csv"
     with pytest.MonkeyPatch.context() as patch:  # the parsing limits, shorter for the test
-        patch.setattr(grade.parse, "WALL_SECONDS", 20)
-        patch.setattr(grade.parse, "CPU_SECONDS", 10)
+        patch.setattr(grade.parse, "STUDENT_SECONDS", 20)
         grade.grade_folder(  # one sandbox: each student follows the one before in it
             folder,
             autograder,

@@ -3,7 +3,9 @@ transformer, programs with their helpers, the teacher's flags, the sheet, the se
 
 from __future__ import annotations
 
+import ast
 import csv
+import io
 import inspect
 import re
 
@@ -306,3 +308,187 @@ def test_the_stand_ins_hold_no_package_and_withhold_the_answer():
     weights = env["scaled_dot_product_attention"](*[torch.randn(2, 3, 4)] * 3)[1]
     assert torch.allclose(weights.sum(-1), torch.ones(2, 3))
     assert "gpt_from_scratch" not in str(env["scaled_dot_product_attention"].__globals__)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("def f(T):\n    return torch.ones(T, T).tril()", ["tril"]),
+        (
+            "from torch import tril as low\n\ndef f(T):\n    return low(torch.ones(T, T))",
+            ["tril"],
+        ),
+        ("def f(T):\n    return getattr(torch.ones(T, T), 'tril')()", ["tril"]),
+        ("def f(q, k):\n    return q @ k.T", ["@"]),
+        ("def f(T):\n    exec('y = 1')\n    return T", ["exec"]),
+        ("def f(T):\n    # torch.tril(x) would do\n    return T", []),
+        ("def f(T):\n    '''Not tril, not @.'''\n    return 'tril' + str(T)", []),
+    ],
+)
+def test_hints_name_what_the_code_uses_never_a_comment_or_a_string(source, expected):
+    tree = ast.parse(source)
+    assert integrity.hints(tree, ("@", "tril", "triu")) == expected
+
+
+def test_a_regraded_id_a_spreadsheet_stripped_of_its_zeros_is_merged_not_doubled(tmp_path):
+    out = tmp_path / "grades.csv"
+    sheet.write(
+        [
+            sheet.Grade("0042137", "0042137.ipynb", {"f": sheet.Result(1.0)}),
+            sheet.Grade("ann", "ann.ipynb", {"f": sheet.Result(2.0)}),
+        ],
+        ["f"],
+        out,
+    )
+    table = list(csv.reader(out.open(newline="")))
+    assert table[1][0] == "0042137"  # the grader writes the id as it came
+    table[1][0] = "42137"  # a spreadsheet read it as a number and saved it so
+    table[1][table[0].index("written")] = "3"
+    with out.open("w", newline="") as f:
+        csv.writer(f).writerows(table)
+    written = sheet.read_written(out)
+    assert sheet.lost_zeros(["0042137"], list(written)) == {"42137": "0042137"}
+    assert sheet.merged(["0042137"], list(written)) == [
+        "the sheet's row '42137' is '0042137' with its leading zeros lost (a spreadsheet "
+        "read the id as a number): merged into '0042137''s row, its written points kept"
+    ]
+    assert sheet.lost_zeros(["ann", "042137"], list(written)) == {"42137": "042137"}
+    assert sheet.lost_zeros(["ann", "42137"], ["042137", "42137"]) == {}  # zeros never added
+    regraded = sheet.Grade(
+        "0042137",
+        "0042137.ipynb",
+        {"f": sheet.Result(2.0)},
+        written=sheet.written_of("0042137", written),
+    )
+    sheet.write([regraded], ["f"], out)
+    rows = list(csv.DictReader(out.open(newline="")))
+    assert [(r["student"], r["written"], r["total"]) for r in rows] == [
+        ("0042137", "3", "5"),
+        ("ann", "", "2"),
+    ]
+
+
+CANVAS_DOWNLOAD = (  # named as Canvas's submissions download names them (ContentZipper)
+    "doejane_12345_67890_ch04.ipynb",
+    "roemax_LATE_12346_67891_chapter 4.ipynb",  # late: LATE_ after the name
+    "roemax_12346_67892_ch04.py",  # a second file of the same student
+    "obrienseamus_12347_67893_ch04_final_2.ipynb",  # underscores in the file's own name
+)
+# A gradebook as Canvas exports it (Grades > Export): the importer reads the same columns
+CANVAS_EXPORT = (
+    "Student,ID,SIS User ID,SIS Login ID,Section,Chapter 4 (4711)\n"
+    "    Points Possible,,,,,7.00\n"
+    '"Doe, Jane",12345,S001,jdoe,Section 1,\n'
+    '"Roe, Max",12346,S002,mroe,Section 1,\n'
+    '"O\'Brien, Seamus",12347,S003,sobrien,Section 2,\n'
+)
+
+
+def test_canvas_download_names_become_one_id_per_student(tmp_path):
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name in (*CANVAS_DOWNLOAD, "jdoe.ipynb"):
+        (folder / name).write_text("{}")
+    grades = sheet.identify(folder, cells.submissions(folder))
+    ids = {g.file.split("/")[-1]: g.student for g in grades}
+    assert ids == {
+        "doejane_12345_67890_ch04.ipynb": "doejane_12345",
+        "roemax_LATE_12346_67891_chapter 4.ipynb": "roemax_12346",
+        "roemax_12346_67892_ch04.py": "roemax_12346",
+        "obrienseamus_12347_67893_ch04_final_2.ipynb": "obrienseamus_12347",
+        "jdoe.ipynb": "jdoe",  # not Canvas's layout: the file's name
+    }
+    assert {g.note for g in grades if g.student == "roemax_12346"} == {
+        "duplicate id: 2 files have it"
+    }
+
+
+def test_the_canvas_file_fills_canvass_id_column_from_its_download_names(tmp_path):
+    export = list(csv.reader(io.StringIO(CANVAS_EXPORT)))
+    out, canvas = tmp_path / "grades.csv", tmp_path / "canvas.csv"
+    graded = [
+        sheet.Grade("doejane_12345", f"s/{CANVAS_DOWNLOAD[0]}", {"f": sheet.Result(7.0)}),
+        sheet.Grade("roemax_12346", f"s/{CANVAS_DOWNLOAD[1]}", {"f": sheet.Result(3.5)}),
+        sheet.Grade("sobrien", "s/sobrien.ipynb", {"f": sheet.Result(2.0)}),
+    ]
+    sheet.write(graded, ["f"], out)
+    sheet.write_canvas(out, canvas, export[0][-1], 7)
+    rows = list(csv.reader(canvas.open(newline="")))
+    assert rows[0] == export[0]  # the export's own header, assignment id and all
+    assert "Points Possible" in rows[1][0] and rows[1][-1] == "7"
+    by_id = {r[1]: r for r in export[2:]}
+    for row in rows[2:]:  # as Canvas's importer finds a student: ID, else SIS Login ID
+        found = by_id.get(row[1]) or next(r for r in export[2:] if r[3] == row[3])
+        assert found[0] == {"doejane": "Doe, Jane", "roemax": "Roe, Max"}.get(
+            row[0], found[0]
+        )
+    assert [r[1] for r in rows[2:]] == ["12345", "12346", ""]
+    assert [r[-1] for r in rows[2:]] == ["7", "3.5", "2"]
+
+
+def magics_notebook(path, cells_count: int) -> None:
+    """A notebook that is slow to read: ``cells_count`` different timing magics (each goes
+    through IPython's transformer), then the solution."""
+    import json
+
+    sources = [f"%time x{i} = {i}" for i in range(cells_count)] + [MASK]
+    code = [
+        {"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": source,
+         "outputs": [], "execution_count": None}
+        for i, source in enumerate(sources)
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    notebook = {"cells": code, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(notebook))
+
+
+def test_the_readers_time_is_capped_per_student_not_per_file(tmp_path):
+    """A student's files share one budget of reading: twelve files that each fit it do not
+    together; one file forty times as slow stops at it; the class goes on."""
+    import resource
+
+    from grading import parse
+
+    folder = tmp_path / "subs"
+    magics_notebook(folder / "one.ipynb", 500)  # a student's only file
+    seconds = []
+    for _ in range(3):  # the first also warms the reader up
+        start = resource.getrusage(resource.RUSAGE_CHILDREN)
+        parse.read_all([("one", folder / "one.ipynb")], ["causal_mask_arange"], {"t"}, 1)
+        end = resource.getrusage(resource.RUSAGE_CHILDREN)
+        seconds.append(end.ru_utime + end.ru_stime - start.ru_utime - start.ru_stime)
+    # the reader's clock counts its CPU time (and any stall), not its waits for a CPU: on
+    # this machine, as loaded as it is, the time of 4 such files
+    budget = round(4 * min(seconds), 3)
+    for i in range(12):
+        magics_notebook(folder / "Max Roe_4712_assignsubmission_file_" / f"p{i}.ipynb", 500)
+    magics_notebook(folder / "huge.ipynb", 40 * 500)
+    (folder / "fast.py").write_text(MASK + "\n")
+    found = cells.submissions(folder)
+    people = [sheet.person(g.student) for g in sheet.identify(folder, found)]
+    assert len(set(people)) == 4
+    replies = parse.read_all(
+        found, ["causal_mask_arange"], {"torch"}, 2, students=people, budget=budget
+    )
+    by_person: dict[str, list[dict]] = {}
+    for person, reply in zip(people, replies):
+        by_person.setdefault(person, []).append(reply)
+    over = {"over": f"reading took over {budget:g} s (this student's files together)"}
+    assert by_person["huge"] == [over]
+    assert over in by_person["Max Roe_4712_assignsubmission_file_"]
+    for person in ("one", "fast"):
+        (reply,) = by_person[person]
+        assert reply["programs"]["causal_mask_arange"].strip() == MASK
+    row = sheet.Grade("huge", "huge.ipynb")
+    grade.grade_one(row, over, {"exercises": []}, {}, None)
+    assert row.note == f"not graded: {over['over']}"
+
+
+def test_the_reader_refuses_a_budget_or_students_that_cannot_be(tmp_path):
+    from grading import parse
+
+    found = [("a", tmp_path / "a.py")]
+    with pytest.raises(ValueError, match="budget=0: reading needs a positive number"):
+        parse.read_all(found, ["f"], set(), 1, budget=0)
+    with pytest.raises(ValueError, match="2 students for 1 files: give one per file"):
+        parse.read_all(found, ["f"], set(), 1, students=["a", "b"])

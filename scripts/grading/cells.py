@@ -31,6 +31,8 @@ import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 from make_student import defined_names  # scripts/ is on the path, as for grade.py
 
+from grading.sheet import canvas_user
+
 GRADED = {".ipynb", ".py"}  # suffixes graded, in any case
 KEPT_MAGICS = {
     "time",
@@ -55,8 +57,8 @@ DEFINITIONS = (
 
 def submissions(folder: Path) -> list[tuple[str, Path]]:
     """(student id, file) for every file: the path below ``folder`` without its suffix, or
-    the
-    student's folder in Moodle's layout (``Name_123_assignsubmission_file_/x.ipynb``)."""
+    the student's folder in Moodle's layout (``Name_123_assignsubmission_file_/x.ipynb``),
+    or name and user id in Canvas's (``doejane_12345_67890_x.ipynb``: ``doejane_12345``)."""
     if folder.is_file():
         return [(folder.stem, folder)]
     found = []
@@ -72,6 +74,8 @@ def submissions(folder: Path) -> list[tuple[str, Path]]:
             if len(relative.parts) > 1
             else ""
         )
+        if len(relative.parts) == 1 and (canvas := canvas_user(path.name)):
+            student = "_".join(canvas)  # its name and Canvas user id: LATE or not, one id
         if moodle and "_assignsubmission_" in relative.parts[0]:
             student = (
                 moodle

@@ -156,6 +156,41 @@ def reaches_for_package(tree: ast.Module) -> bool:
     return False
 
 
+EVERYWHERE = ("exec", "eval", "compile", "__import__")  # code this reading cannot see into
+MATMUL = "@"  # in a case file's ``hints``: the matrix-product operator
+
+
+def used_names(tree: ast.AST) -> set[str]:
+    """The names ``tree``'s code uses: names, attributes, what imports bind, a
+    ``getattr``'s constant name, and ``@`` for the operator. Comments are not in the tree
+    and other strings are words, not code: neither counts."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.alias):
+            found |= {node.name.split(".")[-1], node.asname or ""}
+        elif isinstance(node, ast.MatMult):
+            found.add(MATMUL)
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", "") in {"getattr", "hasattr"}
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+        ):
+            found.add(str(node.args[1].value))
+    return found - {""}
+
+
+def hints(tree: ast.AST, names: tuple[str, ...]) -> list[str]:
+    """Which of ``names`` (a case file's ``hints``) and of ``EVERYWHERE`` the code uses, in
+    that order: where the teacher reads a written criterion first. Never points."""
+    used = used_names(tree)
+    return [n for n in dict.fromkeys((*names, *EVERYWHERE)) if n in used]
+
+
 def flags(source: str) -> list[str]:
     """What the teacher should look at in a program (plain Python), in the grader's
     words."""

@@ -23,8 +23,12 @@ from pathlib import Path
 MAX_NOTE = 600  # characters of a notes or flags cell
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 MOODLE = "_assignsubmission_"  # in the folder names of Moodle's submissions download
+# Canvas's submissions download: the sortable name (lower case, word characters only), LATE_
+# when late, the Canvas user id, the file's attachment id, then the file's own name
+CANVAS = re.compile(r"(?P<name>\w+?)_(?:LATE_)?(?P<user>[0-9]+)_[0-9]+_(?P<file>.+)")
 WRITTEN = "written"  # points for the predict/explain answers, filled in by the teacher
 DETAILS = "details"  # the teacher's: never in a feedback file (see Result.detail)
+HINTS = "hints"  # the teacher's: where to read a written criterion (see Result.hint)
 
 
 @dataclass
@@ -33,6 +37,7 @@ class Result:
     flag: str = ""  # an integrity problem: the exercise scores 0
     note: str = ""  # why points were lost, in the grader's fixed words (the student's too)
     detail: str = ""  # the teacher's only: the error class, dtype… chosen by the code
+    hint: str = ""  # the teacher's only: names a written criterion is about (never points)
 
 
 @dataclass
@@ -60,7 +65,7 @@ def safe(text: str, limit: int = MAX_NOTE) -> str:
 
 
 def columns(names: list[str]) -> list[str]:
-    return ["student", *names, WRITTEN, "total", "flags", "notes", DETAILS, "file"]
+    return ["student", *names, WRITTEN, "total", "flags", HINTS, "notes", DETAILS, "file"]
 
 
 def row(grade: Grade, names: list[str]) -> list[str]:
@@ -75,6 +80,7 @@ def row(grade: Grade, names: list[str]) -> list[str]:
         safe(grade.written, 20),
         f"{grade.total:g}",
         safe(flags),
+        safe("; ".join(f"{n}: {r.hint}" for n, r in grade.results.items() if r.hint)),
         safe(notes),
         safe("; ".join(f"{n}: {r.detail}" for n, r in grade.results.items() if r.detail)),
         safe(grade.file, 300),
@@ -109,6 +115,35 @@ def read_written(out: Path) -> dict[str, str]:
     return {r.get("student") or "": r.get(WRITTEN) or "" for r in read_sheet(out)}
 
 
+def without_zeros(student: str) -> str:
+    """An id as a spreadsheet saves it after reading it as a number: ``00123`` as ``123``
+    (any other id as it is)."""
+    return student.lstrip("0") or "0" if re.fullmatch(r"[0-9]+", student) else student
+
+
+def lost_zeros(ids: list[str], kept: list[str]) -> dict[str, str]:
+    """{a sheet's id: the graded id it is} for the sheet's ids that are a graded id without
+    its leading zeros: that row is the graded student's, merged into it (a spreadsheet
+    drops zeros, never adds them: ``123`` graded leaves a row ``0123`` alone)."""
+    graded = {without_zeros(i): i for i in ids if without_zeros(i) != i}
+    return {k: graded[k] for k in kept if k in graded and k not in ids}
+
+
+def merged(ids: list[str], kept: list[str]) -> list[str]:
+    """A warning per row of the sheet that ``write`` merges into a graded id's row."""
+    return [
+        f"the sheet's row {old!r} is {new!r} with its leading zeros lost (a spreadsheet "
+        f"read the id as a number): merged into {new!r}'s row, its written points kept"
+        for old, new in lost_zeros(ids, kept).items()
+    ]
+
+
+def written_of(student: str, written: dict[str, str]) -> str:
+    """The ``written`` cell of ``student``'s row in the sheet: its own, else the row a
+    spreadsheet saved without its leading zeros."""
+    return written.get(student, written.get(without_zeros(student), ""))
+
+
 def kept_row(r: dict[str, str], names: list[str]) -> list[str]:
     """A row of the existing sheet, its total recomputed (the teacher may have changed
     ``written`` without it)."""
@@ -127,12 +162,10 @@ def number(text: str | None) -> float | None:
 def write(grades: list[Grade], names: list[str], out: Path) -> None:
     """Write the sheet: these rows, plus the rows of other students already in ``out``."""
     graded = {safe(g.student, 200) for g in grades}
+    rows = read_sheet(out)
+    graded |= set(lost_zeros(list(graded), [r.get("student") or "" for r in rows]))
     header = columns(names)
-    kept = [
-        kept_row(r, names)
-        for r in read_sheet(out)
-        if (r.get("student") or "") not in graded
-    ]
+    kept = [kept_row(r, names) for r in rows if (r.get("student") or "") not in graded]
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     with partial.open("w", newline="") as f:
@@ -172,13 +205,22 @@ def write_feedback(
     return path
 
 
+def canvas_user(file: str) -> tuple[str, str] | None:
+    """(name, Canvas user id) of a file from Canvas's submissions download
+    (``doejane_12345_67890_ch04.ipynb``, late: ``doejane_LATE_12345_67890_ch04.ipynb``),
+    else None."""
+    found = CANVAS.fullmatch(Path(file).name)
+    return (found["name"], found["user"]) if found else None
+
+
 def write_canvas(out: Path, canvas: Path, column: str, points: float) -> None:
     """A Canvas gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, then the
     assignment's column, after a "Points Possible" row. ``column`` is the assignment's
-    header
-    as Canvas exports it, ``Name (id)``, to update that assignment; a name without an id in
-    parentheses makes Canvas create a new assignment. The sheet's student id goes into SIS
-    Login ID: name the files by login for a direct import."""
+    header as Canvas exports it, ``Name (id)``, to update that assignment; a name without
+    an id in parentheses makes Canvas create a new assignment. Canvas finds a row's student
+    by ID (its user id), else SIS User ID, else SIS Login ID, else the name: a file from
+    Canvas's submissions download fills ID; any other id goes into SIS Login ID (name the
+    files by login for a direct import)."""
     rows = read_sheet(out)
     partial = canvas.with_name(canvas.name + ".partial")
     with partial.open("w", newline="") as f:
@@ -186,7 +228,10 @@ def write_canvas(out: Path, canvas: Path, column: str, points: float) -> None:
         writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", column])
         writer.writerow(["    Points Possible", "", "", "", "", f"{points:g}"])
         for r in rows:
-            writer.writerow([r["student"], "", "", r["student"], "", r["total"]])
+            if found := canvas_user(r.get("file") or ""):
+                writer.writerow([found[0], found[1], "", "", "", r["total"]])
+            else:
+                writer.writerow([r["student"], "", "", r["student"], "", r["total"]])
     partial.replace(canvas)
 
 
@@ -195,6 +240,13 @@ def plain(student: str) -> str:
     format characters (ids that differ only by them are then duplicates)."""
     text = unicodedata.normalize("NFKC", student)
     return "".join(c for c in text if unicodedata.category(c) != "Cf")
+
+
+def person(student: str) -> str:
+    """Whose file an id is: a Moodle folder's files (``Name_1_assignsubmission_file_/a``)
+    are one student's, any other id is its own."""
+    first = student.split("/", 1)[0]
+    return first if MOODLE in first else student
 
 
 def identify(folder: Path, found: list[tuple[str, Path]]) -> list[Grade]:

@@ -7,6 +7,7 @@ from grading.cases import Case, Step
 
 name = "LayerNormModule"
 criteria = ("written by hand: no F.layer_norm or nn.LayerNorm",)
+hints = ("layer_norm", "LayerNorm")
 
 
 def case(label, shape, eps, g, scale=3.0):

@@ -6,6 +6,7 @@ from grading.cases import Case, Step
 
 name = "causal_mask_arange"
 criteria = ("no tril or triu: two aranges and a comparison",)
+hints = ("tril", "triu", "tril_", "triu_")
 withheld = ("causal_mask",)  # the set-up's mask is the answer
 
 

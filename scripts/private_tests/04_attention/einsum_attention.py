@@ -6,6 +6,7 @@ from grading.cases import Case, Step
 
 name = "einsum_attention"
 criteria = ("torch.einsum for both products (no @, matmul, bmm)",)
+hints = ("@", "matmul", "bmm", "mm", "baddbmm")
 withheld = ("scaled_dot_product_attention",)  # the set-up's attention is the answer
 
 

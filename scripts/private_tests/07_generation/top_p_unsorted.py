@@ -7,6 +7,7 @@ from grading.cases import Case, Step
 
 name = "top_p_unsorted"
 criteria = ("no sorting: no sort, argsort, topk, unique or kthvalue",)
+hints = ("sort", "argsort", "msort", "sorted", "topk", "unique", "kthvalue")
 
 
 def cases(g):

@@ -5,6 +5,7 @@ from grading.cases import Case, Step
 
 name = "offset_scores"
 criteria = ("no diagonal or diag",)
+hints = ("diagonal", "diag", "diag_embed")
 
 
 def maps(L, B, H, T, g):

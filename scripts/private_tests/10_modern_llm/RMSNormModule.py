@@ -6,6 +6,7 @@ from grading.cases import Case, Step
 
 name = "RMSNormModule"
 criteria = ("written out: no F.rms_norm or nn.RMSNorm",)
+hints = ("rms_norm", "RMSNorm")
 
 
 def case(label, shape, eps, g, mean=0.0):

@@ -6,6 +6,7 @@ from grading.cases import Case, Step
 
 name = "repeat_kv_heads"
 criteria = ("no repeat_interleave",)
+hints = ("repeat_interleave",)
 
 
 def case(label, shape, n_rep, g):
