@@ -38,6 +38,8 @@ the GPT             chapter
 ``sft``             12 supervised fine-tuning with a masked loss
 ``dpo``             12 direct preference optimization from scratch
 ``interp``          13 hooks, the logit lens, logit attribution, ablation, patching
+``grpo``            14 GRPO's advantages and clipped loss, pass@k
+``grpo_train``      14 sampling groups of answers, the GRPO loop
 ==================  =========================================================
 
 ==========================  ================================================
