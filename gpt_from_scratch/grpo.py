@@ -69,6 +69,10 @@ class GRPOOutput:
 
 
 def _check_tensors(logps, old_logps, advantages, mask, ref_logps) -> None:
+    given = (logps, old_logps, advantages, mask) + (() if ref_logps is None else (ref_logps,))
+    if not all(isinstance(x, Tensor) for x in given):
+        raise ValueError("grpo_loss: logps, old_logps, advantages and mask must be tensors, got "
+                         f"{[type(x).__name__ for x in given]}: pass torch.tensor(...) of each")
     named = dict(logps=logps, old_logps=old_logps, mask=mask)
     if ref_logps is not None:
         named["ref_logps"] = ref_logps
@@ -137,6 +141,9 @@ def completion_logps(model: nn.Module, prompts: Tensor, completions: Tensor,
                          f"{tuple(completions.shape)} must be (N, P) and (N, C): repeat each "
                          "prompt once per completion (prompts.repeat_interleave(G, 0))")
     P = prompts.shape[1]
+    if P < 1:
+        raise ValueError("completion_logps: the prompts have no token: the first completion token "
+                         "needs at least one prompt token before it (the turn's opening marker)")
     idx = torch.cat([prompts, completions], dim=1)[:, :-1]  # (N, P + C - 1): the last is no input
     logits, _ = model(idx)  # (N, P + C - 1, V)
     logp = torch.log_softmax(logits[:, P - 1:].float() / temperature, dim=-1)  # (N, C, V)

@@ -10,6 +10,7 @@ import torch
 
 from gpt_from_scratch.grpo import (completion_logps, group_advantages, grpo_loss, mixed_groups,
                                    pass_at_k)
+from gpt_from_scratch.generate import generate
 from gpt_from_scratch.grpo_train import sample_groups, train_grpo
 from gpt_from_scratch.model import GPT, GPTConfig
 
@@ -101,13 +102,18 @@ def test_pass_at_1_is_the_share_right_and_pass_at_n_is_any_right():
 
 
 # ------------------------------------------------------------------------------ sampling
-def test_sample_groups_stops_once_every_row_has_ended_and_masks_after_the_end():
+def ending_gpt(end: int = 3) -> GPT:
+    """A GPT that writes ``end`` with probability about 0.4 at every step."""
     model = tiny_gpt()
-    end = 3
     with torch.no_grad():  # every position's final state is all ones; logit 2 for the end token
         model.ln_f.weight.zero_()
         model.ln_f.bias.fill_(1.0)
-        model.lm_head.weight[end] = 2 / model.config.d_model  # p(end) = e^2 / (e^2 + ~11) ~ 0.4
+        model.lm_head.weight[end] = 2 / model.config.d_model  # p(end) = e^2 / (e^2 + ~11)
+    return model
+
+
+def test_sample_groups_stops_once_every_row_has_ended_and_masks_after_the_end():
+    model, end = ending_gpt(), 3
     prompts = torch.tensor([[1, 2], [4, 5]])
     comp, mask = sample_groups(model, prompts, 4, 14, end, generator=torch.Generator().manual_seed(0))
     assert comp.shape[0] == 8 and comp.shape[1] < 14 and mask.shape == comp.shape
@@ -118,7 +124,16 @@ def test_sample_groups_stops_once_every_row_has_ended_and_masks_after_the_end():
         assert all(t == end for t in row[first:])
 
 
-def test_sample_groups_draws_what_the_model_would_draw_one_row_at_a_time():
+@pytest.mark.parametrize("seed", range(3))
+def test_sample_groups_draws_the_tokens_of_chapter_7s_generate(seed):
+    model, prompts = ending_gpt(), torch.tensor([[1, 2], [4, 5]])
+    comp, mask = sample_groups(model, prompts, 4, 14, 3, generator=torch.Generator().manual_seed(seed))
+    out = generate(model, prompts.repeat_interleave(4, 0), comp.shape[1],
+                   generator=torch.Generator().manual_seed(seed))[:, 2:]  # (N, C), no stop
+    assert ((comp == out) | (mask == 0)).all() and mask.sum(1).min() < mask.sum(1).max()
+
+
+def test_completion_logps_are_the_models_own_one_row_at_a_time():
     model = tiny_gpt(1)
     prompts = torch.tensor([[1, 2, 5]])
     comp, _ = sample_groups(model, prompts, 3, 6, end_id=11,
@@ -180,6 +195,11 @@ ADV = torch.zeros(4)
     (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, beta=0.1), "beta=0.1 > 0 needs ref_logps"),
     (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, epsilon=1.5), r"epsilon=1.5 must be in"),
     (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, beta=-1.0), r"beta=-1.0 must be in"),
+    (lambda m: grpo_loss([[0.0]], LOGPS, ADV, MASK), "logps, old_logps, advantages and mask "
+                                                     "must be tensors"),
+    (lambda m: completion_logps(m, torch.zeros(2, 0, dtype=torch.long),
+                                torch.zeros(2, 3, dtype=torch.long)), "at least one prompt token"),
+    (lambda m: mixed_groups(torch.ones(3), 2), "3 rewards do not split into groups"),
     (lambda m: pass_at_k(4, 2, 5), "k=5 > n=4: pass@k needs at least k samples"),
     (lambda m: pass_at_k(4, 5, 1), "c=5 right answers among n=4 samples"),
     (lambda m: pass_at_k(4, 2, 0), "k=0 must be a positive int"),
