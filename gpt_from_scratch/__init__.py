@@ -36,8 +36,10 @@ the GPT             chapter
 ``evaluate``        11 multiple choice by likelihood (acc, acc_norm), bits per byte
 ``chat``            12 a chat format: turn tokens, ``render`` and its loss mask, ``chat``
 ``sft``             12 supervised fine-tuning with a masked loss
-``dpo``             12 direct preference optimization from scratch
+``dpo``             12 direct preference optimization from scratch, its loop
 ``interp``          13 hooks, the logit lens, logit attribution, ablation, patching
+``grpo``            14 GRPO's advantages and clipped loss, pass@k
+``grpo_train``      14 sampling groups of answers, the GRPO loop
 ==================  =========================================================
 
 ==========================  ================================================
@@ -68,7 +70,7 @@ the book (``book.``)        chapter
 ``book.measuring``          11 the next-line and last-word tests, the bigram baseline
 ``book.measuring_prose``    11 the chapter's sentences and lessons from its numbers
 ``book.hellaswag``          11 HellaSwag read as build-nanogpt and the harness read it
-``book.assistant``          12 the instruction task from the play, its verifier, DPO runs
+``book.assistant``          12 the instruction task from the play, its verifier, evaluation
 ``book.assistant_prose``    12 the chapter's lessons and sentences
 ``book.assistant_online``   12 the Colab track: GPT-2 small on 1,100 instructions
 ``book.inside``             13 the cached assistants, the Repeat pairs, the lessons

@@ -11,7 +11,7 @@ where ``log pi(y|x)`` is the **sum** of the answer tokens' log-probabilities (th
 whose margin is positive. The tests check loss, margins and accuracy equal to TRL's
 ``DPOTrainer.compute_loss`` on the same batch. ``sequence_logps(..., average=True)`` gives the
 mean per token instead of the sum, a variant some tutorials use: it changes the loss and the
-rewards (the chapter shows by how much).
+rewards (the chapter shows by how much). ``train_dpo`` is the loop, beside ``sft.train_sft``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .sft import IGNORE
+from .sft import IGNORE, collate, lr_schedule
+from .utils import check_float, check_int
 
 
 def sequence_logps(model: nn.Module, idx: Tensor, targets: Tensor, average: bool = False) -> Tensor:
@@ -97,3 +98,41 @@ def dpo_batch_loss(policy: nn.Module, reference: nn.Module, idx: Tensor, targets
     with torch.no_grad():
         ref_logps = sequence_logps(reference, idx, targets, average)  # (2N,)
     return dpo_loss(*policy_logps.chunk(2), *ref_logps.chunk(2), beta=beta)
+
+
+def train_dpo(policy: nn.Module, reference: nn.Module, pairs: list, pad_id: int, steps: int,
+              batch_size: int = 16, lr: float = 2e-5, beta: float = 0.1, seed: int = 0,
+              warmup: int = 10) -> list[dict]:
+    """DPO with AdamW on random batches of ``pairs``, each ``(chosen, rejected)`` shifted
+    conversations (``sft.shift``); returns each step's loss, mean margin and accuracy.
+    ``reference`` stays frozen; the policy ends in eval mode."""
+    steps = check_int("train_dpo", "steps", steps, minimum=1)
+    batch_size = check_int("train_dpo", "batch_size", batch_size, minimum=1)
+    lr = check_float("train_dpo", "lr", lr, 0.0, low_open=True)
+    check_beta("train_dpo", beta)
+    if not pairs:
+        raise ValueError("train_dpo: pairs is empty: pass (chosen, rejected) pairs of shifted "
+                         "conversations, e.g. book.assistant.preference_pairs(items, tok)")
+    if policy is reference:
+        raise ValueError("train_dpo: the policy is its own reference, so every log-ratio "
+                         "is 0 and the loss stays ln 2: pass "
+                         "reference=copy.deepcopy(policy), made before training")
+    g = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
+    reference.eval()
+    policy.train()
+    history = []
+    for step in range(steps):
+        rows = torch.randint(len(pairs), (batch_size,), generator=g).tolist()
+        batch = [pairs[r][0] for r in rows] + [pairs[r][1] for r in rows]  # chosen, then rejected
+        idx, targets = collate(batch, pad_id, policy.config.context_length)  # (2N, T) each
+        for group in optimizer.param_groups:
+            group["lr"] = lr_schedule(step, steps, lr, warmup)
+        out = dpo_batch_loss(policy, reference, idx, targets, beta)
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        optimizer.step()
+        history.append(dict(loss=out.loss.item(), margin=out.margins.mean().item(),
+                            accuracy=out.accuracy))
+    policy.eval()
+    return history

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gpt_from_scratch.chat import CHAT_TEMPLATE, SPECIAL_TOKENS, ChatTokenizer, add_chat_tokens
-from gpt_from_scratch.dpo import dpo_batch_loss, dpo_loss, sequence_logps
+from gpt_from_scratch.dpo import dpo_batch_loss, dpo_loss, sequence_logps, train_dpo
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.sft import IGNORE, collate, labels_to_targets, masked_loss, shift, unmask
 from gpt_from_scratch.tokenizer import CharTokenizer, gpt2_encoding, gpt2_files
@@ -335,15 +335,15 @@ def test_add_chat_tokens_keeps_the_lora_layers():
 
 
 def test_dpo_refuses_a_reference_that_is_the_policy_and_a_nan_beta():
-    from gpt_from_scratch.book.assistant import Item, preference_pairs, train_dpo
+    from gpt_from_scratch.book.assistant import Item, preference_pairs
 
     model, tok = char_chat()
     pairs = preference_pairs([Item("Repeat", "to be")], tok)
     before = [p.clone() for p in model.parameters()]
     with pytest.raises(ValueError, match="its own reference, so every log-ratio is 0"):
-        train_dpo(model, model, pairs, tok, 2)  # the loss stayed ln 2 at every step
+        train_dpo(model, model, pairs, tok.pad_id, 2)  # the loss stayed ln 2 at every step
     with pytest.raises(ValueError, match="beta=nan must be a finite number > 0"):
-        train_dpo(model, char_chat(seed=1)[0], pairs, tok, 2, beta=float("nan"))
+        train_dpo(model, char_chat(seed=1)[0], pairs, tok.pad_id, 2, beta=float("nan"))
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # not NaN
 
 
@@ -392,6 +392,10 @@ def test_sft_on_a_model_already_nan_does_not_advise_a_lower_lr():
      r"targets of shape \(2, 4\) must have idx's shape \(2, 3\)"),
     (lambda m, t: dpo_loss(*[torch.zeros(0)] * 4), ValueError, "N >= 1"),
     (lambda m, t: dpo_loss(*[torch.zeros(2)] * 4, beta="0.1"), ValueError, "beta='0.1'"),
+    (lambda m, t: train_dpo(m, char_chat(seed=1)[0], [], t.pad_id, 2), ValueError,
+     "pairs is empty"),
+    (lambda m, t: train_dpo(m, char_chat(seed=1)[0], [], t.pad_id, 2, lr=-1), ValueError,
+     r"lr=-1.0 must be in \(0, inf\)"),
 ])
 def test_chat_sft_and_dpo_name_a_bad_value_and_the_fix(call, error, fragment):
     """Each was a bare AttributeError, IndexError, max() or torch error, or a NaN loss."""
@@ -408,9 +412,6 @@ def test_chat_sft_and_dpo_name_a_bad_value_and_the_fix(call, error, fragment):
     (lambda A, m, t: A.evaluate(m, t, [A.Item("Repeat", "to be")], batch_size=0),
      "batch_size=0 must be a positive int"),
     (lambda A, m, t: A.courtesy(m, t, []), "items is empty"),
-    (lambda A, m, t: A.train_dpo(m, char_chat(seed=1)[0], [], t, 2), "pairs is empty"),
-    (lambda A, m, t: A.train_dpo(m, char_chat(seed=1)[0], [], t, 2, lr=-1),
-     r"lr=-1.0 must be in \(0, inf\)"),
 ])
 def test_the_instruction_task_names_a_bad_value_and_the_fix(call, fragment):
     """Each was a bare IndexError, KeyError, ZeroDivisionError or range()/randint error."""

@@ -524,3 +524,59 @@ def test_patch_head(capsys):
     fails(ex.check_patch_head, lambda *a: patch_head(*a, bias=False), capsys, "bias b_O")
     fails(ex.check_patch_head, lambda *a: patch_head(*a, all_but=True), capsys, "only the head asked for")
     fails(ex.check_patch_head, lambda zc, zk, h, W, b: zc.flatten(2) @ W.T + b, capsys, "clean run's")
+
+
+# ---------------------------------------------------------------------------------------------- 14
+def group_advantages(rewards, G, unbiased=True, eps=1e-4, over_batch=False):
+    grouped = rewards.view(1, -1) if over_batch else rewards.view(-1, G)
+    std = grouped.std(1, keepdim=True, unbiased=unbiased)
+    return ((grouped - grouped.mean(1, keepdim=True)) / (std + eps)).flatten()
+
+
+def test_group_advantages(capsys):
+    passes(ex.check_group_advantages, group_advantages, capsys)
+    fails(ex.check_group_advantages, lambda r, G: group_advantages(r, G, eps=0.0), capsys,
+          "add 1e-4")
+    fails(ex.check_group_advantages, lambda r, G: group_advantages(r, G, unbiased=False),
+          capsys, "unbiased std")
+    fails(ex.check_group_advantages, lambda r, G: group_advantages(r, G, over_batch=True),
+          capsys, "not the batch")
+    fails(ex.check_group_advantages, lambda r, G: r - r.view(-1, G).mean(1).repeat_interleave(G),
+          capsys, "divide by the group's std")
+    fails(ex.check_group_advantages, lambda r, G: group_advantages(r, len(r) // G), capsys,
+          "rewards.view(-1, G)")
+
+
+def grpo_loss(logps, old, A, mask, eps, clip=True, reduce="tokens", detach=False, sign=1):
+    ratio = torch.exp((logps.detach() if detach else logps) - old)
+    if detach:
+        ratio = ratio + 0 * logps.sum()  # a graph, but not the ratio's
+    A = A[:, None]
+    low = ratio.clamp(1 - eps, 1 + eps) * A if clip else ratio * A
+    per_token = -sign * torch.min(ratio * A, low)
+    if reduce == "tokens":
+        return (per_token * mask).sum() / mask.sum()
+    if reduce == "sequences":
+        return ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
+    return per_token.mean()
+
+
+def test_grpo_loss(capsys):
+    passes(ex.check_grpo_loss, grpo_loss, capsys)
+    fails(ex.check_grpo_loss, partial(grpo_loss, clip=False), capsys, "clip the ratio")
+    fails(ex.check_grpo_loss, partial(grpo_loss, reduce="sequences"), capsys,
+          "not each completion first")
+    fails(ex.check_grpo_loss, partial(grpo_loss, reduce="all"), capsys, "multiply by the mask")
+    fails(ex.check_grpo_loss, partial(grpo_loss, sign=-1), capsys, "minus the clipped")
+    fails(ex.check_grpo_loss, partial(grpo_loss, detach=True), capsys, "case 1 of 3",
+          "keep the ratio's graph")
+    fails(ex.check_grpo_loss, lambda *a: grpo_loss(*a).detach(), capsys, "no gradient")
+
+
+def test_pass_at_k(capsys):
+    passes(ex.check_pass_at_k, lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k), capsys)
+    fails(ex.check_pass_at_k, lambda n, c, k: 1 - (1 - c / n) ** k, capsys, "case 2 of 5",
+          "without replacement")
+    fails(ex.check_pass_at_k, lambda n, c, k: c / n, capsys, "case 2 of 5", "depends on k")
+    fails(ex.check_pass_at_k, lambda n, c, k: math.comb(n - c, k) / math.comb(n, k), capsys,
+          "take 1 minus it")

@@ -23,10 +23,9 @@ import torch
 
 from ..chat import ChatTokenizer, answer_ids
 from ..data import split_text
-from ..dpo import check_beta, dpo_batch_loss
 from ..padding import left_pad, padded_forward
-from ..sft import collate, lr_schedule, shift
-from ..utils import check_float, check_int, eval_mode
+from ..sft import shift
+from ..utils import check_int, eval_mode
 
 TASKS = {"Last word": (12, 28), "Repeat": (8, 21)}  # instruction: line lengths kept (characters)
 STYLES = {"courteous": "Good sir, ", "rude": "Fool! "}
@@ -193,38 +192,3 @@ def preference_pairs(items: list[Item], tok: ChatTokenizer) -> list:
     """One pair per item: the courteous answer chosen, the rude one (same answer) rejected."""
     return [(shift(*tok.render(i.messages("courteous"))), shift(*tok.render(i.messages("rude"))))
             for i in items]
-
-
-def train_dpo(policy, reference, pairs: list, tok: ChatTokenizer, steps: int, batch_size: int = 16,
-              lr: float = 2e-5, beta: float = 0.1, seed: int = 0, warmup: int = 10) -> list[dict]:
-    """DPO with AdamW on random batches of ``pairs``; returns each step's loss, mean margin and
-    accuracy. ``reference`` stays frozen; the policy ends in eval mode."""
-    steps = check_int("train_dpo", "steps", steps, minimum=1)
-    batch_size = check_int("train_dpo", "batch_size", batch_size, minimum=1)
-    lr = check_float("train_dpo", "lr", lr, 0.0, low_open=True)
-    check_beta("train_dpo", beta)
-    if not pairs:
-        raise ValueError("train_dpo: pairs is empty: pass preference_pairs(items, tok)")
-    if policy is reference:
-        raise ValueError("train_dpo: the policy is its own reference, so every log-ratio "
-                         "is 0 and the loss stays ln 2: pass "
-                         "reference=copy.deepcopy(policy), made before training")
-    g = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
-    reference.eval()
-    policy.train()
-    history = []
-    for step in range(steps):
-        rows = torch.randint(len(pairs), (batch_size,), generator=g).tolist()
-        batch = [pairs[r][0] for r in rows] + [pairs[r][1] for r in rows]  # chosen, then rejected
-        idx, targets = collate(batch, tok.pad_id, policy.config.context_length)  # (2N, T) each
-        for group in optimizer.param_groups:
-            group["lr"] = lr_schedule(step, steps, lr, warmup)
-        out = dpo_batch_loss(policy, reference, idx, targets, beta)
-        optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        optimizer.step()
-        history.append(dict(loss=out.loss.item(), margin=out.margins.mean().item(),
-                            accuracy=out.accuracy))
-    policy.eval()
-    return history

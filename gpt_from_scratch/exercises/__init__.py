@@ -39,6 +39,9 @@ checker                                  candidate
 ``check_dpo_loss``            (ch. 12)   ``dpo_loss(pc, pr, rc, rr, beta)`` -> scalar loss
 ``check_logit_lens``          (ch. 13)   ``logit_lens(resid, weight, bias, W_U, eps)`` -> Tensor (L, B, T, V)
 ``check_patch_head``          (ch. 13)   ``patch_head(z_corrupted, z_clean, head, W_O, b_O)`` -> (B, T, D)
+``check_group_advantages``    (ch. 14)   ``group_advantages(rewards, group_size)`` -> Tensor (N,)
+``check_grpo_loss``           (ch. 14)   ``grpo_loss(logps, old_logps, advantages, mask, epsilon)`` -> scalar
+``check_pass_at_k``           (ch. 14)   ``pass_at_k(n, c, k)`` -> float
 =======================================  ===============================================================
 """
 
@@ -56,6 +59,7 @@ from .ch10 import check_repeat_kv, check_rms_norm, check_rope_interleaved
 from .ch11 import check_acc_norm, check_bits_per_byte
 from .ch12 import check_dpo_loss, check_mask_prompt, check_render
 from .ch13 import check_logit_lens, check_patch_head
+from .ch14 import check_group_advantages, check_grpo_loss, check_pass_at_k
 from .core import FAIL_MARK, PASS_MARK
 
 __all__ = [
@@ -84,6 +88,9 @@ __all__ = [
     "check_dpo_loss",
     "check_logit_lens",
     "check_patch_head",
+    "check_group_advantages",
+    "check_grpo_loss",
+    "check_pass_at_k",
     "FAIL_MARK",
     "PASS_MARK",
 ]

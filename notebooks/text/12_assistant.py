@@ -65,7 +65,7 @@ from IPython.display import Markdown, display
 
 from gpt_from_scratch.chat import CHAT_TEMPLATE, ChatTokenizer, add_chat_tokens, chat
 from gpt_from_scratch.data import load_tiny_shakespeare
-from gpt_from_scratch.dpo import dpo_batch_loss, sequence_logps
+from gpt_from_scratch.dpo import dpo_batch_loss, sequence_logps, train_dpo
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.sft import IGNORE, collate, masked_loss, shift, train_sft, unmask
 from gpt_from_scratch.tokenizer import gpt2_encoding
@@ -74,7 +74,7 @@ from gpt_from_scratch.book import assistant_prose as prose
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book.assistant import (
     STYLES, TASKS, courtesy, evaluate, majority_answer, preference_pairs, sft_examples,
-    task_items, train_dpo, verify,
+    task_items, verify,
 )
 from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.recipes import book_model
@@ -573,7 +573,7 @@ dpo_scores, dpo_history, dpo_courtesy, dpo_drift = {}, {}, {}, {}
 start = clock()
 for seed in SEEDS:
     policy = copy.deepcopy(sft_models[seed])
-    dpo_history[seed] = train_dpo(policy, sft_models[seed], pairs, tok, DPO_STEPS,
+    dpo_history[seed] = train_dpo(policy, sft_models[seed], pairs, tok.pad_id, DPO_STEPS,
                                   DPO_BATCH, DPO_LR, BETA, seed=seed)
     dpo_scores[seed] = evaluate(policy, tok, held_out)
     dpo_courtesy[seed] = courtesy(policy, tok, held_out)
@@ -621,8 +621,8 @@ COLLAPSE_LR = 50 * DPO_LR
 collapse_scores, collapse_history = {}, {}
 for seed in SEEDS:
     policy = copy.deepcopy(sft_models[seed])
-    collapse_history[seed] = train_dpo(policy, sft_models[seed], pairs, tok, DPO_STEPS,
-                                       DPO_BATCH, COLLAPSE_LR, BETA, seed=seed)
+    collapse_history[seed] = train_dpo(policy, sft_models[seed], pairs, tok.pad_id,
+                                       DPO_STEPS, DPO_BATCH, COLLAPSE_LR, BETA, seed=seed)
     collapse_scores[seed] = evaluate(policy, tok, held_out)
     collapse_history[seed][-1].update(log_ratios(policy, sft_models[seed]))  # held out
 

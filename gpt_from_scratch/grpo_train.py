@@ -1,0 +1,175 @@
+"""Chapter 14 — the GRPO loop: sample groups of answers, score them, update the policy.
+
+``sample_groups`` answers each prompt G times with Chapter 7's KV cache (``new_kv_cache`` and
+``next_token``), stopping once every row has written the end token; ``train_grpo`` scores the
+answers with a reward function, turns the rewards into group advantages and takes one or more
+clipped updates per batch (``grpo.grpo_loss``), with AdamW and gradient clipping, as TRL's
+``GRPOTrainer`` does with its defaults (``num_iterations=1``: one update, so the ratio is 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from .generate import _check_temperature, next_token
+from .grpo import LOSS_TYPES, check_reward, completion_logps, group_advantages, grpo_loss
+from .grpo import mixed_groups
+from .model import check_vocabulary_range
+from .utils import check_float, check_int, eval_mode, skip_token_id_checks
+
+
+def _end_mask(completions: Tensor, end_id: int) -> Tensor:
+    """(N, C) -> (N, C): 1 up to and including each row's first ``end_id``, 0 after it."""
+    ended = (completions == end_id).long()  # (N, C)
+    return ((ended.cumsum(dim=1) - ended) == 0).long()
+
+
+@torch.no_grad()
+def sample_groups(model: nn.Module, prompts: Tensor, group_size: int, max_new_tokens: int,
+                  end_id: int, temperature: float = 1.0, generator: torch.Generator | None = None
+                  ) -> tuple[Tensor, Tensor]:
+    """``group_size`` sampled completions of each of the B prompts (B, P), all of one length:
+    ``(completions, mask)``, both (B * G, C), the G answers of a prompt side by side. ``mask`` is
+    1 up to and including a row's first ``end_id``; after it the row holds ``end_id``. Sampling
+    stops once every row has ended, so C <= ``max_new_tokens``. The window is never slid."""
+    if not isinstance(prompts, Tensor) or prompts.dim() != 2 or prompts.is_floating_point():
+        raise ValueError("sample_groups: prompts must be a (B, P) tensor of token ids, prompts "
+                         "of one length: pass torch.tensor([ids_1, ids_2, ...])")
+    G = check_int("sample_groups", "group_size", group_size, minimum=1)
+    max_new_tokens = check_int("sample_groups", "max_new_tokens", max_new_tokens, minimum=1)
+    _check_temperature(temperature)
+    T_max = model.config.context_length
+    if prompts.shape[1] + max_new_tokens > T_max:
+        raise ValueError(f"sample_groups: prompts of {prompts.shape[1]} tokens plus "
+                         f"max_new_tokens={max_new_tokens} exceed context_length={T_max}: "
+                         f"sample at most {T_max - prompts.shape[1]} new tokens")
+    check_vocabulary_range(prompts, model.config.vocab_size)
+    idx = prompts.long().repeat_interleave(G, dim=0)  # (N, P), N = B * G
+    done = torch.zeros(len(idx), dtype=torch.bool, device=idx.device)  # (N,)
+    new = []
+    with eval_mode(model), skip_token_id_checks(model):
+        cache = model.new_kv_cache()
+        logits, _ = model(idx, kv_cache=cache)  # (N, P, V): the prefill
+        for _ in range(max_new_tokens):
+            token = next_token(logits[:, -1], temperature, generator=generator)  # (N, 1)
+            token = token.masked_fill(done[:, None], end_id)  # an ended row stays ended
+            new.append(token)
+            done |= token[:, 0] == end_id
+            if done.all():
+                break
+            logits, _ = model(token, kv_cache=cache)  # (N, 1, V): only the newest token
+    completions = torch.cat(new, dim=1)  # (N, C)
+    return completions, _end_mask(completions, end_id)
+
+
+@dataclass
+class GRPOHistory:
+    reward: list[float] = field(default_factory=list)  # each step's mean reward
+    mixed: list[float] = field(default_factory=list)  # share of groups with unequal rewards
+    loss: list[float] = field(default_factory=list)  # each step's last update's loss
+    clipped: list[float] = field(default_factory=list)  # share of tokens clipped, over updates
+    kl: list[float] = field(default_factory=list)  # mean per-token KL term (beta > 0 only)
+
+
+def _same_length_batch(prompts: list[list[int]], batch_size: int, g: torch.Generator
+                       ) -> list[int]:
+    """``batch_size`` prompt indices drawn with replacement among prompts of one length, the
+    length of a first prompt drawn at random (so a batch needs no padding)."""
+    first = int(torch.randint(len(prompts), (1,), generator=g))
+    alike = [i for i, p in enumerate(prompts) if len(p) == len(prompts[first])]
+    return [alike[j] for j in torch.randint(len(alike), (batch_size,), generator=g).tolist()]
+
+
+def _check_train_options(prompts, reward, loss_type, scale, beta, reference, policy) -> None:
+    if not prompts or any(not p for p in prompts):
+        raise ValueError("train_grpo: prompts is empty or holds an empty prompt: pass the "
+                         "rendered prompts (render(messages, add_generation_prompt=True)[0])")
+    if not callable(reward):
+        raise ValueError(f"train_grpo: reward={reward!r} must be a function "
+                         "reward(prompt_index, completion_ids) -> float")
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"train_grpo: loss_type={loss_type!r} must be one of {LOSS_TYPES}")
+    if scale not in ("group", None):
+        raise ValueError(f"train_grpo: scale={scale!r} must be 'group' or None (the mean only)")
+    if beta > 0 and (reference is None or reference is policy):
+        raise ValueError(f"train_grpo: beta={beta:g} > 0 needs a frozen reference other than "
+                         "the policy: pass reference=copy.deepcopy(policy), made before "
+                         "training, or beta=0")
+
+
+def train_grpo(policy: nn.Module, prompts: list[list[int]],
+               reward: Callable[[int, list[int]], float], end_id: int, steps: int,
+               batch_size: int = 8, group_size: int = 8, lr: float = 2e-4,
+               max_new_tokens: int | None = None, temperature: float = 1.0,
+               epsilon: float = 0.2, loss_type: str = "dapo", beta: float = 0.0,
+               reference: nn.Module | None = None, updates: int = 1, clip: float = 1.0,
+               scale: str | None = "group", seed: int = 0) -> GRPOHistory:
+    """GRPO on ``prompts`` (token-id lists); returns each step's reward, mixed-group share, loss,
+    clipped share and (``beta > 0``) KL to ``reference``.
+
+    Each step draws ``batch_size`` prompts of one length, samples ``group_size`` answers of each
+    (``sample_groups``, at most ``max_new_tokens``, by default all the context leaves), scores
+    each with ``reward(prompt_index, completion_ids)`` (ids up to and including ``end_id``), and
+    takes ``updates`` AdamW steps on ``grpo_loss`` with the same answers: the first on-policy
+    (ratio 1), the later ones against the log-probabilities the answers were sampled with, where
+    the clip can bind. The policy ends in eval mode.
+    """
+    steps = check_int("train_grpo", "steps", steps, minimum=1)
+    batch_size = check_int("train_grpo", "batch_size", batch_size, minimum=1)
+    updates = check_int("train_grpo", "updates", updates, minimum=1)
+    lr = check_float("train_grpo", "lr", lr, 0.0, low_open=True)
+    beta = check_float("train_grpo", "beta", beta, 0.0)
+    check_int("train_grpo", "group_size", group_size, minimum=2)  # one answer has no group
+    _check_train_options(prompts, reward, loss_type, scale, beta, reference, policy)
+    longest = max(len(p) for p in prompts)
+    room = policy.config.context_length - longest
+    if max_new_tokens is None:
+        max_new_tokens = room
+    if room < 1 or not 1 <= max_new_tokens <= room:
+        raise ValueError(f"train_grpo: max_new_tokens={max_new_tokens} must be in [1, {room}]: "
+                         f"the longest prompt is {longest} tokens, the model reads "
+                         f"{policy.config.context_length}")
+    g = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
+    history = GRPOHistory()
+    for step in range(steps):
+        rows = _same_length_batch(prompts, batch_size, g)
+        prompt_ids = torch.tensor([prompts[r] for r in rows])  # (B, P)
+        completions, mask = sample_groups(policy, prompt_ids, group_size, max_new_tokens,
+                                          end_id, temperature, g)  # (N, C) each
+        owners = [r for r in rows for _ in range(group_size)]  # (N,) prompt of each row
+        rewards = torch.tensor([check_reward(reward(r, c[m.bool()].tolist()), n) for n, (r, c, m)
+                                in enumerate(zip(owners, completions, mask))])  # (N,)
+        advantages = group_advantages(rewards, group_size, scale)  # (N,)
+        idx = prompt_ids.repeat_interleave(group_size, dim=0)  # (N, P)
+        with torch.no_grad(), eval_mode(policy):
+            old = completion_logps(policy, idx, completions, temperature) if updates > 1 else None
+            ref = completion_logps(reference, idx, completions, temperature) if beta > 0 else None
+        policy.train()
+        clipped, kl = [], []
+        for _ in range(updates):
+            logps = completion_logps(policy, idx, completions, temperature)  # (N, C)
+            out = grpo_loss(logps, logps.detach() if old is None else old, advantages, mask,
+                            epsilon, loss_type, beta, ref)
+            if not math.isfinite(out.loss.item()):
+                raise FloatingPointError(f"the GRPO loss is {out.loss.item()} at step {step}: "
+                                         f"lower lr={lr:g}, or check the model's weights")
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            nn.utils.clip_grad_norm_(policy.parameters(), clip)
+            optimizer.step()
+            clipped.append(out.clipped)
+            kl.append(out.kl)
+        policy.eval()
+        history.reward.append(rewards.mean().item())
+        history.mixed.append(mixed_groups(rewards, group_size))
+        history.loss.append(out.loss.item())
+        history.clipped.append(sum(clipped) / len(clipped))
+        if beta > 0:
+            history.kl.append(sum(kl) / len(kl))
+    return history

@@ -1,0 +1,225 @@
+"""Chapter 14's GRPO pieces: advantages, the clipped loss, pass@k, sampling groups, the loop.
+The loss's parity with TRL is in test_grpo_parity.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gpt_from_scratch.grpo import (completion_logps, group_advantages, grpo_loss, mixed_groups,
+                                   pass_at_k)
+from gpt_from_scratch.generate import generate
+from gpt_from_scratch.grpo_train import sample_groups, train_grpo
+from gpt_from_scratch.model import GPT, GPTConfig
+
+
+def tiny_gpt(seed: int = 0, vocab: int = 12, context_length: int = 16) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=vocab, context_length=context_length, d_model=16,
+                         n_layers=1, n_heads=2, dropout=0.0))
+
+
+# ------------------------------------------------------------------------------ advantages
+def test_group_advantages_by_hand_and_a_group_of_equal_rewards_teaches_nothing():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    adv = group_advantages(rewards, 4)
+    std = math.sqrt(sum((r - 0.5) ** 2 for r in (1, 0, 0, 1)) / 3)  # unbiased, n - 1
+    expected = [(r - 0.5) / (std + 1e-4) for r in (1, 0, 0, 1)] + [0.0] * 4
+    torch.testing.assert_close(adv, torch.tensor(expected))
+    torch.testing.assert_close(group_advantages(rewards, 4, scale=None),
+                               torch.tensor([0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0]))
+    assert mixed_groups(rewards, 4) == 0.5 and mixed_groups(rewards[:6], 3) == 0.5 and mixed_groups(rewards, 2) == 0.5
+
+
+# ------------------------------------------------------------------------------ the loss
+def batch(seed: int = 0, N: int = 6, C: int = 5):
+    g = torch.Generator().manual_seed(seed)
+    logps = (-torch.rand(N, C, generator=g) * 3).requires_grad_()
+    mask = torch.ones(N, C)
+    mask[0, 3:] = 0
+    mask[4, 1:] = 0
+    advantages = torch.randn(N, generator=g)
+    return logps, mask, advantages
+
+
+def test_on_policy_the_ratio_is_1_and_the_gradient_is_reinforce_with_a_baseline():
+    for loss_type in ("dapo", "grpo"):
+        logps, mask, A = batch()
+        out = grpo_loss(logps, logps.detach(), A, mask, loss_type=loss_type)
+        assert out.clipped == 0 and out.kl is None and abs(out.loss.item()) < 1.0
+        out.loss.backward()
+        ours = logps.grad.clone()
+        logps.grad = None
+        weight = mask / mask.sum() if loss_type == "dapo" else (
+            mask / mask.sum(-1, keepdim=True) / len(mask))
+        (-(A[:, None] * logps * weight).sum()).backward()  # REINFORCE: -A * grad log p
+        torch.testing.assert_close(ours, logps.grad)
+
+
+def test_off_policy_the_clip_binds_and_stops_the_gradient_there():
+    logps, mask, A = batch()
+    old = logps.detach() - 0.5  # every ratio e^0.5 > 1 + eps: clipped where A > 0 only
+    out = grpo_loss(logps, old, A, mask)
+    out.loss.backward()
+    clipped_rows = A > 0
+    assert out.clipped == pytest.approx((mask[clipped_rows]).sum().item() / mask.sum().item())
+    assert (logps.grad[clipped_rows] == 0).all() and (logps.grad[~clipped_rows] != 0).any()
+
+
+def test_the_kl_term_is_k3_times_the_ratio_and_zero_at_the_reference():
+    logps, mask, A = batch()
+    same = grpo_loss(logps, logps.detach(), A, mask, beta=0.1, ref_logps=logps.detach())
+    assert same.kl == 0.0
+    ref = logps.detach() + 0.3
+    out = grpo_loss(logps, logps.detach(), A, mask, beta=0.1, ref_logps=ref)
+    assert out.kl == pytest.approx(math.exp(0.3) - 0.3 - 1, rel=1e-5)
+    none = grpo_loss(logps, logps.detach(), A, mask)
+    assert out.loss.item() == pytest.approx(none.loss.item() + 0.1 * out.kl, rel=1e-5)
+
+
+def test_dapo_over_a_slice_divides_by_the_whole_batch_s_tokens():
+    logps, mask, A = batch()
+    whole = grpo_loss(logps, logps.detach(), A, mask).loss
+    halves = [grpo_loss(logps[s], logps.detach()[s], A[s], mask[s],
+                        num_items=int(mask.sum())).loss for s in (slice(0, 3), slice(3, 6))]
+    torch.testing.assert_close(halves[0] + halves[1], whole)
+
+
+# ------------------------------------------------------------------------------ pass@k
+@pytest.mark.parametrize("n, c, k", [(8, 3, 1), (8, 3, 2), (8, 3, 5), (8, 3, 6), (10, 0, 4),
+                                     (10, 10, 4), (1, 1, 1), (20, 1, 20), (50, 7, 13)])
+def test_pass_at_k_is_its_closed_form(n, c, k):
+    closed = 1 - math.comb(n - c, k) / math.comb(n, k)
+    assert pass_at_k(n, c, k) == pytest.approx(closed, abs=1e-12)
+
+
+def test_pass_at_1_is_the_share_right_and_pass_at_n_is_any_right():
+    assert pass_at_k(8, 3, 1) == pytest.approx(3 / 8)
+    assert pass_at_k(8, 1, 8) == 1.0 and pass_at_k(8, 0, 8) == 0.0
+    assert pass_at_k(2000, 1, 1) == pytest.approx(1 / 2000)  # no overflow at large n
+
+
+# ------------------------------------------------------------------------------ sampling
+def ending_gpt(end: int = 3) -> GPT:
+    """A GPT that writes ``end`` with probability about 0.4 at every step."""
+    model = tiny_gpt()
+    with torch.no_grad():  # every position's final state is all ones; logit 2 for the end token
+        model.ln_f.weight.zero_()
+        model.ln_f.bias.fill_(1.0)
+        model.lm_head.weight[end] = 2 / model.config.d_model  # p(end) = e^2 / (e^2 + ~11)
+    return model
+
+
+def test_sample_groups_stops_once_every_row_has_ended_and_masks_after_the_end():
+    model, end = ending_gpt(), 3
+    prompts = torch.tensor([[1, 2], [4, 5]])
+    comp, mask = sample_groups(model, prompts, 4, 14, end, generator=torch.Generator().manual_seed(0))
+    assert comp.shape[0] == 8 and comp.shape[1] < 14 and mask.shape == comp.shape
+    assert (comp == end).any(1).all()  # every row ended, and sampling stopped there
+    for row, m in zip(comp.tolist(), mask.tolist()):
+        first = row.index(end)
+        assert m == [1] * (first + 1) + [0] * (len(row) - first - 1)
+        assert all(t == end for t in row[first:])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sample_groups_draws_the_tokens_of_chapter_7s_generate(seed):
+    model, prompts = ending_gpt(), torch.tensor([[1, 2], [4, 5]])
+    comp, mask = sample_groups(model, prompts, 4, 14, 3, generator=torch.Generator().manual_seed(seed))
+    out = generate(model, prompts.repeat_interleave(4, 0), comp.shape[1],
+                   generator=torch.Generator().manual_seed(seed))[:, 2:]  # (N, C), no stop
+    assert ((comp == out) | (mask == 0)).all() and mask.sum(1).min() < mask.sum(1).max()
+
+
+def test_completion_logps_are_the_models_own_one_row_at_a_time():
+    model = tiny_gpt(1)
+    prompts = torch.tensor([[1, 2, 5]])
+    comp, _ = sample_groups(model, prompts, 3, 6, end_id=11,
+                            generator=torch.Generator().manual_seed(5))
+    logps = completion_logps(model, prompts.repeat_interleave(3, 0), comp)  # (3, C)
+    idx = torch.cat([prompts.repeat_interleave(3, 0), comp], dim=1)
+    logits, _ = model(idx)
+    by_hand = torch.log_softmax(logits[:, 2:-1], -1).gather(-1, comp[..., None])[..., 0]
+    torch.testing.assert_close(logps, by_hand)
+
+
+# ------------------------------------------------------------------------------ the loop
+def reward_token_7(i: int, completion: list[int]) -> float:
+    return float(7 in completion)
+
+
+def test_train_grpo_raises_the_reward_and_one_update_never_clips():
+    prompts = [[1, 2], [4, 5], [6, 2]]
+    model = tiny_gpt()
+    history = train_grpo(model, prompts, reward_token_7, end_id=3, steps=12, lr=3e-2,
+                         max_new_tokens=4, group_size=6, batch_size=3)
+    assert len(history.reward) == 12 and history.kl == [] and not model.training
+    assert max(history.clipped) == 0.0  # the ratio is exactly 1
+    assert sum(history.reward[-3:]) > sum(history.reward[:3]) + 0.5
+    assert all(0.0 <= m <= 1.0 for m in history.mixed)
+
+
+def test_two_updates_per_batch_let_the_clip_bind_and_beta_logs_the_kl():
+    import copy
+
+    prompts = [[1, 2], [4, 5]]
+    model = tiny_gpt()
+    reference = copy.deepcopy(model)
+    history = train_grpo(model, prompts, reward_token_7, end_id=3, steps=4, lr=5e-2,
+                         max_new_tokens=4, group_size=6, batch_size=2, updates=2, beta=0.1,
+                         reference=reference)
+    assert max(history.clipped) > 0 and len(history.kl) == 4 and history.kl[-1] > 0
+
+
+# ------------------------------------------------------------------------------ bad input
+LOGPS = torch.zeros(4, 3)
+MASK = torch.ones(4, 3)
+ADV = torch.zeros(4)
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda m: group_advantages(torch.ones(6), 4), "6 rewards do not split into groups of "
+                                                    "group_size=4"),
+    (lambda m: group_advantages(torch.ones(6), 1), "group_size=1 must be an int >= 2"),
+    (lambda m: group_advantages(torch.ones(4), 2, scale="batch"), "scale='batch' must be"),
+    (lambda m: group_advantages([1.0, 0.0], 2), "rewards must be a 1-D float tensor"),
+    (lambda m: group_advantages(torch.tensor([1.0, float("nan")]), 2), "a reward is nan"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, loss_type="bnpo"),
+     "loss_type='bnpo' must be one of"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, torch.ones(4, 2)),
+     r"'mask': \(4, 2\)\} must all be one shape \(N, C\)"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, torch.zeros(4, 1), MASK),
+     r"advantages of shape \(4, 1\) must be \(N,\) = \(4,\)"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, beta=0.1), "beta=0.1 > 0 needs ref_logps"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, epsilon=1.5), r"epsilon=1.5 must be in"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, beta=-1.0), r"beta=-1.0 must be in"),
+    (lambda m: grpo_loss([[0.0]], LOGPS, ADV, MASK), "logps, old_logps, advantages and mask "
+                                                     "must be tensors"),
+    (lambda m: completion_logps(m, torch.zeros(2, 0, dtype=torch.long),
+                                torch.zeros(2, 3, dtype=torch.long)), "at least one prompt token"),
+    (lambda m: mixed_groups(torch.ones(3), 2), "3 rewards do not split into groups"),
+    (lambda m: pass_at_k(4, 2, 5), "k=5 > n=4: pass@k needs at least k samples"),
+    (lambda m: pass_at_k(4, 5, 1), "c=5 right answers among n=4 samples"),
+    (lambda m: pass_at_k(4, 2, 0), "k=0 must be a positive int"),
+    (lambda m: pass_at_k(4.0, 2, 1), "pass n=4"),
+    (lambda m: completion_logps(m, torch.zeros(2, 3, dtype=torch.long),
+                                torch.zeros(3, 2, dtype=torch.long)), "repeat each prompt"),
+    (lambda m: sample_groups(m, torch.tensor([[1, 2]]), 2, 15, 3),
+     "plus max_new_tokens=15 exceed context_length=16: sample at most 14"),
+    (lambda m: sample_groups(m, torch.tensor([[1, 20]]), 2, 4, 3), r"must be in \[0, 12\)"),
+    (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, group_size=1),
+     "group_size=1 must be an int >= 2"),
+    (lambda m: train_grpo(m, [], reward_token_7, 3, 1), "prompts is empty"),
+    (lambda m: train_grpo(m, [[1, 2]], 0.5, 3, 1), "reward=0.5 must be a function"),
+    (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, beta=0.1),
+     "needs a frozen reference other than the policy"),
+    (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, max_new_tokens=20),
+     r"max_new_tokens=20 must be in \[1, 14\]"),
+    (lambda m: train_grpo(m, [[1, 2]], lambda i, c: None, 3, 1, max_new_tokens=2),
+     "returned None for completion 0: it must return a finite number"),
+])
+def test_grpo_names_a_bad_value_and_the_fix(call, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        call(tiny_gpt())
