@@ -1,50 +1,40 @@
-"""Chapter 6 — checkpoints: a folder that a crash at any moment leaves loadable.
+"""Chapter 6 — checkpoints: what a checkpoint folder holds, and the model rebuilt from it.
 
-A checkpoint folder holds ``model.safetensors`` (weights), ``optimizer.safetensors`` (AdamW state; no
-pickle anywhere) and ``checkpoint.json`` (configs, step, history, and the SHA-256 of the other files).
-The model is a ``GPT`` or Chapter 10's ``Llama`` (``checkpoint.json`` names which).
-
-Three files cannot be replaced in one step, so saving goes through a staging folder ``.next``:
-1. write the new tensor files into ``.next`` and flush them to disk;
-2. replace ``checkpoint.json`` by one that names ``.next`` (``os.replace``: atomic, the commit point);
-3. move the files from ``.next`` over the old ones, then replace ``checkpoint.json`` again, naming the
-   folder itself, and remove ``.next``.
-Before step 2 the old description names the old, untouched files; after it the new description names
-the new files, and ``load_checkpoint`` finds each one in ``.next`` or, once moved, beside the JSON
-(the SHA-256 tells them apart). A save first finishes the moves a crash interrupted. So a save
-interrupted at any moment leaves the previous or the new checkpoint, never a mix.
+A checkpoint folder (``checkpoint_folder``: written so that a crash at any moment leaves it loadable)
+holds ``model.safetensors`` (weights), ``optimizer.safetensors`` (AdamW state; no pickle anywhere) and
+``checkpoint.json`` (configs, step, history, and the SHA-256 of the other files). The model is a ``GPT``
+or Chapter 10's ``Llama`` (``checkpoint.json`` names which), with its LoRA layers if it has any.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
+from .checkpoint_folder import (
+    META_FILE,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    CheckpointError,
+    locate,
+    read_meta,
+    write_folder,
+)
 from .lora import lora_settings, with_lora
 from .model import GPT, GPTConfig
 from .modern import Llama, LlamaConfig
 from .train_config import History, TrainConfig
-from .utils import atomic_path, check_int, fsync_dir, sha256_file
+from .utils import check_int
 
-CHECKPOINT_FORMAT = "gpt_from_scratch.checkpoint/1"
-MODEL_FILE, OPTIMIZER_FILE, META_FILE = "model.safetensors", "optimizer.safetensors", "checkpoint.json"
-STAGING = ".next"  # where a save writes its files before the commit point
-MAX_META_BYTES = 64 << 20  # checkpoint.json holds configs and a history: megabytes at most
 MODELS = {"GPT": (GPT, GPTConfig), "Llama": (Llama, LlamaConfig)}  # what checkpoints hold
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder that cannot be loaded: truncated, tampered with, or not a checkpoint."""
 
 
 @dataclass
@@ -116,7 +106,7 @@ def save_checkpoint(path: str | os.PathLike, model: GPT | Llama, step: int = 0,
                     history=None, extra: dict | None = None) -> Path:
     """Write a checkpoint folder ``path``: weights, optimizer state (if given) and a JSON description.
 
-    Crash-safe (see the module docstring): interrupted at any moment, the folder still loads as the
+    Crash-safe (``checkpoint_folder``): interrupted at any moment, the folder still loads as the
     previous checkpoint or the new one. Weights or optimizer state holding nan or inf raise a
     ``FloatingPointError`` before anything is written. Files get the usual mode (0666 minus the umask).
     """
@@ -128,17 +118,8 @@ def save_checkpoint(path: str | os.PathLike, model: GPT | Llama, step: int = 0,
     _check_finite(weights, "the weight")
     opt_tensors, groups = _optimizer_tensors(model, optimizer) if optimizer is not None else ({}, None)
     _check_finite(opt_tensors, "the optimizer state")
-    path.mkdir(parents=True, exist_ok=True)
-    _finish_interrupted_save(path)
     files = {MODEL_FILE: weights} | ({OPTIMIZER_FILE: opt_tensors} if optimizer is not None else {})
-    hashes = {}
-    for name, tensors in files.items():  # 1. the new files, in the staging folder
-        with atomic_path(path / STAGING / name) as tmp:
-            save_file(tensors, tmp)
-        hashes[name] = sha256_file(path / STAGING / name)
-    fsync_dir(path)
-    meta = {
-        "format": CHECKPOINT_FORMAT,
+    return write_folder(path, files, {
         "step": step,
         "model": kind,
         "model_config": dataclasses.asdict(model.config),
@@ -149,57 +130,15 @@ def save_checkpoint(path: str | os.PathLike, model: GPT | Llama, step: int = 0,
         "history": dataclasses.asdict(history) if history is not None else None,
         "extra": extra or {},
         "torch_version": torch.__version__,
-        "files": hashes,
-    }
-    _write_meta(path, meta | {"staging": STAGING})  # 2. the commit point
-    _finish_interrupted_save(path)  # 3.
-    return path
-
-
-def _write_meta(path: Path, meta: dict) -> None:
-    with atomic_path(path / META_FILE) as tmp:
-        tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-
-
-def _finish_interrupted_save(path: Path) -> None:
-    """Step 3 of a save (see the module docstring); on a committed folder, clear what a crash left."""
-    try:
-        meta = _read_meta(path) if (path / META_FILE).is_file() else {}
-    except CheckpointError:
-        meta = {}  # nothing loadable to keep: the new save replaces it
-    staging = path / STAGING
-    if meta.get("staging") == STAGING:  # committed: the new files are in .next or already moved
-        for name in meta["files"]:
-            if (staging / name).is_file():
-                os.replace(staging / name, path / name)
-        fsync_dir(path)
-        stale = [name for name in (MODEL_FILE, OPTIMIZER_FILE) if name not in meta["files"]]
-        for name in stale:  # a checkpoint without an optimizer replaced one with it
-            (path / name).unlink(missing_ok=True)
-        _write_meta(path, {k: v for k, v in meta.items() if k != "staging"})
-    shutil.rmtree(staging, ignore_errors=True)  # not named by checkpoint.json: an unfinished step 1
-    for entry in path.glob(f".{META_FILE}.*.tmp"):  # temporary files of interrupted writes
-        entry.unlink(missing_ok=True)
+    })
 
 
 def _read_meta(path: Path) -> dict:
-    """checkpoint.json, checked for the fields ``load_checkpoint`` needs; a CheckpointError otherwise."""
+    """checkpoint.json (``read_meta``), checked for the fields ``load_checkpoint`` needs; a
+    CheckpointError otherwise."""
+    meta = read_meta(path)
     meta_path = path / META_FILE
-    if not meta_path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}: {META_FILE} is missing (write one with save_checkpoint)")
-    size = meta_path.stat().st_size
-    if size > MAX_META_BYTES:
-        raise CheckpointError(f"{meta_path} is {size:,} bytes, more than a checkpoint description can be "
-                              f"({MAX_META_BYTES:,}): it is not a checkpoint.json")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{meta_path} is not valid JSON ({err}): the file is truncated or damaged. "
-                              "Delete the folder and save (or train) again") from None
-    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
-        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise CheckpointError(f"{meta_path} has format {found!r}, expected {CHECKPOINT_FORMAT!r}")
-    kinds = {"step": int, "model_config": dict, "tied": dict, "files": dict, "extra": dict,
+    kinds = {"step": int, "model_config": dict, "tied": dict, "extra": dict,
              "train_config": (dict, type(None)), "optimizer": (dict, type(None)), "history": (dict, type(None)),
              "lora": (dict, type(None))}  # absent (None): no LoRA layers
     for key, kind in kinds.items():
@@ -210,38 +149,7 @@ def _read_meta(path: Path) -> dict:
         raise CheckpointError(f"{meta_path}: field 'model' is {meta['model']!r:.80}, "
                               f"expected one of {list(MODELS)}: the file was edited or "
                               "damaged")
-    if meta.get("staging", STAGING) != STAGING:
-        raise CheckpointError(f"{meta_path}: field 'staging' is {meta['staging']!r}, expected {STAGING!r}")
     return meta
-
-
-def _locate(path: Path, meta: dict) -> dict[str, Path]:
-    """Where each file ``checkpoint.json`` lists is now, checked against its SHA-256."""
-    found = {}
-    for name, expected in meta["files"].items():
-        if name not in (MODEL_FILE, OPTIMIZER_FILE):
-            raise CheckpointError(f"{path / META_FILE} lists an unknown file {name!r}")
-        places = ([path / STAGING / name] if meta.get("staging") else []) + [path / name]
-        actual = "missing"
-        for place in places:
-            if place.is_file():
-                actual = sha256_file(place)
-                if actual == expected:
-                    found[name] = place
-                    break
-        if name not in found:
-            raise CheckpointError(
-                f"{path / name} does not match {META_FILE} (sha256 {actual}, expected {expected}): the checkpoint "
-                "was changed or its saving was interrupted. Delete the folder and save (or train) again."
-            )
-    return found
-
-
-def checkpoint_files(path: str | os.PathLike) -> dict[str, Path]:
-    """The files of the checkpoint in folder ``path``, verified: ``{"checkpoint.json": ...,
-    "model.safetensors": ..., "optimizer.safetensors": ...}`` (the last only with an optimizer state)."""
-    path = Path(path)
-    return {META_FILE: path / META_FILE} | _locate(path, _read_meta(path))
 
 
 def _config_from(meta_path: Path, fields: dict, cls):
@@ -322,7 +230,7 @@ def load_checkpoint(path: str | os.PathLike, device: str = "cpu") -> Checkpoint:
     path = Path(path)
     meta = _read_meta(path)
     meta_path = path / META_FILE
-    files = _locate(path, meta)
+    files = locate(path, meta)
     if MODEL_FILE not in meta["files"] or (meta["optimizer"] is not None) != (OPTIMIZER_FILE in meta["files"]):
         raise CheckpointError(f"{meta_path} does not list the files its checkpoint needs: it was edited")
     model_class, config_class = MODELS[meta.get("model", "GPT")]

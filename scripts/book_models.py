@@ -1,6 +1,7 @@
 """Train the book's cached models before the chapters that load them run side by side.
 
-    python scripts/book_models.py            # Chapter 6's two, Chapter 8's offline one, Chapter 13's assistants
+    python scripts/book_models.py            # Chapter 6's two, Chapter 8's offline one (and Chapter 9's
+                                             # two more seeds), Chapter 13's assistants
     python scripts/book_models.py --jobs 1   # one at a time
 
 Each model is trained (or found in the cache, ``GPT_FROM_SCRATCH_CACHE``) by a process of its own on
@@ -26,6 +27,9 @@ MODELS = {
                        "book_model('shakespeare-bpe', progress=False)",
     "shakespeare-bpe-heads": "from gpt_from_scratch.book.offline_model import offline_model\n"
                              "offline_model(progress=False)",
+    # the same recipe from two more seeds: Chapter 9 averages its pretraining lesson over three
+    "shakespeare-bpe-heads-seeds": "from gpt_from_scratch.book.offline_model import offline_model\n"
+                                   "for seed in (0, 1):\n    offline_model(progress=False, seed=seed)",
     # Chapter 12's three fine-tuned assistants, for Chapter 13 (each waits for the character model).
     "assistant-sft": "from gpt_from_scratch.book.inside import assistant_model\n"
                      "for seed in (0, 1, 2):\n    assistant_model(seed)",

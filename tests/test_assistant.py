@@ -290,6 +290,44 @@ def test_the_mask_ablation_is_judged_on_paired_seeds():
     assert len(found) == 2 and "The stop rates differ" in rest
 
 
+_BASE = {"Repeat": dict(stop=0.0, exact=0.0)}
+_RUNS = [{"Repeat": dict(stop=1.0, exact=e)} for e in (0.3, 0.35, 0.4)]
+
+
+@pytest.mark.parametrize("judge, args, fragment", [
+    ("judge_sft", (_BASE, [], {"Repeat": 0.0}, ("Repeat",), ()), r"seeds=\[\].*at least two seeds"),
+    ("judge_sft", (_BASE, _RUNS, {"Repeat": 0.0}, (), (0, 1, 2)), "tasks is empty"),
+    ("judge_sft", (_BASE, _RUNS[:2], {"Repeat": 0.0}, ("Repeat",), (0, 1, 2)),
+     r"sft holds 2 value\(s\) for the 3 seeds"),
+    ("judge_sft", ({}, _RUNS, {"Repeat": 0.0}, ("Repeat",), (0, 1, 2)),
+     r"base\[0\] has no scores for the task 'Repeat'"),
+    ("judge_sft", (_BASE, _RUNS, {}, ("Repeat",), (0, 1, 2)), "majority has no exact match"),
+    ("judge_sft", (_BASE, [{"Repeat": dict(stop=1.0)}] * 3, {"Repeat": 0.0}, ("Repeat",),
+                   (0, 1, 2)), "has no 'exact' score"),
+    ("judge_sft", (_BASE, [{"Repeat": dict(stop=1.0, exact=40.0)}] * 3, {"Repeat": 0.0},
+                   ("Repeat",), (0, 1, 2)), "= 40.0 must be a share from 0 to 1.*not a percent"),
+    ("judge_mask", ([], [], [], [], ("Repeat",), (), 300), "at least two seeds"),
+    ("judge_mask", (_RUNS, _RUNS, [0.5] * 3, [0.5] * 3, (), (0, 1, 2), 300), "tasks is empty"),
+    ("judge_mask", (_RUNS, _RUNS, [0.5] * 3, [0.5] * 3, ("Repeat",), (0, 1, 2), 300, ("Rpeat",)),
+     r"judged=\['Rpeat'\] names tasks not in"),
+    ("judge_mask", (_RUNS, _RUNS, [0.5] * 2, [0.5] * 3, ("Repeat",), (0, 1, 2), 300),
+     "loss_masked holds 2 value"),
+    ("judge_dpo", ([], [], [], [], (), 0.1), "at least two seeds"),
+    ("judge_dpo", ([0.4] * 3, [0.5] * 3, [0.3] * 3, [0.3] * 3, (0, 1), 0.1),
+     r"share_before holds 3 value\(s\) for the 2 seeds"),
+    ("judge_dpo", ([0.4] * 3, [0.5, float("nan"), 0.5], [0.3] * 3, [0.3] * 3, (0, 1, 2), 0.1),
+     r"share_after\[1\] = nan must be a share"),
+    ("judge_dpo", ([0.4] * 3, [0.5] * 3, [0.3] * 3, [0.3] * 3, (0, 1, 2), 0.0), "drift_bar = 0.0"),
+    ("judge_collapse", ([], [], (), 1e-3), "at least two seeds"),
+    ("judge_collapse", ([0.4] * 3, [0.1] * 3, (0, 1, 2), -1e-3), "lr = -0.001 must be"),
+])
+def test_the_lesson_judges_name_empty_or_malformed_runs_and_the_fix(judge, args, fragment):
+    from gpt_from_scratch.book import assistant_prose
+
+    with pytest.raises(ValueError, match=fragment):
+        getattr(assistant_prose, judge)(*args)
+
+
 def test_greedy_turns_equal_generate_padded_and_stop_at_the_end_marker():
     from gpt_from_scratch.book.assistant import greedy_turns
     from gpt_from_scratch.padding import generate_padded

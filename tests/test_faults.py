@@ -24,12 +24,8 @@ from hypothesis import strategies as st
 
 from gpt_from_scratch.book.cli import distributed_setup
 from gpt_from_scratch.bpe_tokenizer import BPETokenizer
-from gpt_from_scratch.checkpoint import (
-    CheckpointError,
-    checkpoint_files,
-    load_checkpoint,
-    save_checkpoint,
-)
+from gpt_from_scratch.checkpoint import load_checkpoint, save_checkpoint
+from gpt_from_scratch.checkpoint_folder import CheckpointError, checkpoint_files
 from gpt_from_scratch.data import read_tokens, write_tokens
 from gpt_from_scratch.generate import generate, next_token
 from gpt_from_scratch.model import GPT, GPTConfig
@@ -70,12 +66,12 @@ def test_a_save_killed_at_random_moments_leaves_the_previous_or_the_new_checkpoi
 
 @pytest.mark.parametrize("fail_at", [1, 2])
 def test_a_save_failing_between_its_files_keeps_the_previous_checkpoint(tmp_path, monkeypatch, fail_at):
-    from gpt_from_scratch import checkpoint
+    from gpt_from_scratch import checkpoint_folder
 
     model, optimizer = _model(), None
     optimizer = make_optimizer(model, TrainConfig())
     save_checkpoint(tmp_path, model, 1, optimizer=optimizer)
-    calls, real_save = [], checkpoint.save_file
+    calls, real_save = [], checkpoint_folder.save_file
 
     def failing_save(tensors, filename):
         calls.append(filename)
@@ -83,7 +79,7 @@ def test_a_save_failing_between_its_files_keeps_the_previous_checkpoint(tmp_path
             raise OSError("disk full")
         real_save(tensors, filename)
 
-    monkeypatch.setattr(checkpoint, "save_file", failing_save)
+    monkeypatch.setattr(checkpoint_folder, "save_file", failing_save)
     with torch.no_grad():
         model.wte.weight.add_(1.0)
     with pytest.raises(OSError, match="disk full"):
@@ -92,7 +88,7 @@ def test_a_save_failing_between_its_files_keeps_the_previous_checkpoint(tmp_path
 
 
 def test_a_save_interrupted_after_its_commit_point_loads_as_the_new_one(tmp_path, monkeypatch):
-    from gpt_from_scratch import checkpoint
+    from gpt_from_scratch import checkpoint_folder
 
     model = _model()
     optimizer = make_optimizer(model, TrainConfig())
@@ -106,10 +102,10 @@ def test_a_save_interrupted_after_its_commit_point_loads_as_the_new_one(tmp_path
                 raise OSError("killed")
         real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint.os, "replace", crash_on_the_second_move)
+    monkeypatch.setattr(checkpoint_folder.os, "replace", crash_on_the_second_move)
     with pytest.raises(OSError, match="killed"):
         save_checkpoint(tmp_path, model, 2, optimizer=optimizer)
-    monkeypatch.setattr(checkpoint.os, "replace", real_replace)
+    monkeypatch.setattr(checkpoint_folder.os, "replace", real_replace)
     files = checkpoint_files(tmp_path)  # one file moved, one still staged
     assert {p.parent.name for p in files.values()} == {tmp_path.name, ".next"}
     assert load_checkpoint(tmp_path).step == 2

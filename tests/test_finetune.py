@@ -254,11 +254,24 @@ def test_the_learning_curve_compares_pretrained_random_and_bag_on_the_same_speec
     fresh = random_like(model, seed=1)
     assert fresh.config == model.config and torch.equal(fresh.vocab, model.vocab)
     assert not torch.equal(fresh.wte.weight, model.wte.weight)
-    curve = learning_curve(model, data, sizes=(1, 3), seeds=3, n_random=2)
+    torch.manual_seed(1)
+    other = CorpusVocabGPT(GPT(GPTConfig.from_preset("tiny", vocab_size=len(vocab) + 1)), vocab).eval()
+    curve = learning_curve([model, other], data, sizes=(1, 3), seeds=3, n_random=2)
     assert curve["sizes"] == [1, 3]
     for key in ("pretrained", "random", "bag"):
         assert [len(v) for v in curve[key]] == [3, 3]
         assert all(0 <= a <= 1 for v in curve[key] for a in v)
+    assert [[len(v) for v in each] for each in curve["per_backbone"]] == [[3, 3], [3, 3]]
+    for size, each in enumerate(curve["per_backbone"]):  # each draw: the mean over the backbones
+        assert curve["pretrained"][size] == pytest.approx([(a + b) / 2 for a, b in zip(*each)])
+    alone = learning_curve([model], data, sizes=(3,), seeds=3, n_random=2)
+    assert alone["per_backbone"][0][0] == curve["per_backbone"][1][0]  # the same draws
+    with pytest.raises(ValueError, match="backbones is empty"):
+        learning_curve([], data)
+    wider = CorpusVocabGPT(GPT(GPTConfig.from_preset("tiny", vocab_size=len(vocab) + 1,
+                                                     d_model=16)), vocab).eval()
+    with pytest.raises(ValueError, match="differ in shape or vocabulary"):
+        learning_curve([model, wider], data)
 
 
 def test_the_pretraining_prose_follows_the_curve():
@@ -273,6 +286,19 @@ def test_the_pretraining_prose_follows_the_curve():
     assert "with 32 speeches per speaker, the pretrained features beat" in text
     assert "+11.0 ± 0.6 points at 32" in text and "With 8 the difference (+0.0" in text
     assert "within the noise with 32" in text and "behind with 8 (-5.0 ± 0.6 points at 8)" in text
+    curve["per_backbone"] = [[[0.30, 0.32, 0.31]] * 3,
+                             [[0.40, 0.42, 0.44], [0.30, 0.31, 0.32], [0.50, 0.53, 0.56]]]
+    text = prose.pretraining_text(curve)
+    assert "3 draws of the speeches each, averaged over 3 backbones)" in text
+    assert "with 32 speeches per speaker the pretrained features are +11.0 ± 0.6, +0.0 ± 0.0, " \
+           "+22.0 ± 1.2 points from the random network: 22.0 points apart" in text
+    curve["per_backbone"][1] = [[0.40, 0.42, 0.44], [0.41, 0.42, 0.43], [0.39, 0.42, 0.45]]
+    assert "so runs of this recipe agree" in prose.pretraining_text(curve)
+    later = prose.pretraining_text(dict(sizes=[8, 32], pretrained=[[0.40, 0.42, 0.44]] * 2,
+                                        random=[[0.30, 0.31, 0.32], [0.40, 0.42, 0.44]],
+                                        bag=[[0.35, 0.36, 0.37]] * 2))
+    assert "With 32 the difference (+0.0 ± 0.0 points at 32) is within the noise. " in later
+    assert "so few speeches" not in later  # more speeches than where it won: not their fault
     none = prose.pretraining_text(dict(sizes=[8], pretrained=[[0.3, 0.4]], random=[[0.3, 0.4]],
                                        bag=[[0.2, 0.3]]))
     assert "never beat" in none
@@ -293,3 +319,14 @@ def test_the_backbones_sentence_follows_the_numbers():
     assert prose.backbones_text(models, 0.889, "Chapter 8 offline model").startswith(
         "The Chapter 6 BPE model predicts the validation text better, 5.000 nats per token "
         "against 5.151.")
+
+
+def test_the_offline_model_of_another_seed_is_cached_apart():
+    from gpt_from_scratch.book.offline_model import SEED, offline_model_path
+
+    assert offline_model_path().name == "shakespeare-bpe-heads" == offline_model_path(seed=SEED).name
+    assert offline_model_path(seed=0).name == "shakespeare-bpe-heads-seed0"
+    assert offline_model_path(full=True, seed=1).name == "shakespeare-bpe-heads-full-seed1"
+    for bad in (-1, 1.5, True, "0"):
+        with pytest.raises(ValueError, match=f"seed={bad!r} must be a whole number >= 0"):
+            offline_model_path(seed=bad)

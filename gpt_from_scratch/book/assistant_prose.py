@@ -8,6 +8,7 @@ margin in points beyond two standard errors, so that the claim survives another 
 from __future__ import annotations
 
 import math
+import numbers
 
 from .lessons import SE_BAR, Lesson, lesson, paired_difference
 
@@ -23,6 +24,62 @@ def _beyond(a: list[float], b: list[float]) -> tuple[float, float, float]:
     return mean, se, mean - SE_BAR * se
 
 
+def _seeds(judge: str, seeds, **runs) -> int:
+    """The number of seeds, after checking that there are at least two and that each list of
+    ``runs`` holds one value per seed."""
+    seeds = list(seeds)
+    if len(seeds) < 2:
+        raise ValueError(f"{judge}: seeds={seeds!r}, but a lesson is judged over at least two seeds "
+                         "(a standard error needs two runs): pass the chapter's SEEDS and one "
+                         "value per seed")
+    for name, values in runs.items():
+        if len(values) != len(seeds):
+            raise ValueError(f"{judge}: {name} holds {len(values)} value(s) for the {len(seeds)} "
+                             f"seeds {seeds}: pass one value per seed, in the order of seeds")
+    return len(seeds)
+
+
+def _share(judge: str, name: str, value) -> float:
+    """``value``, checked to be a share: a real number from 0 to 1."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not 0 <= value <= 1):
+        raise ValueError(f"{judge}: {name} = {value!r} must be a share from 0 to 1 (a fraction "
+                         "of the prompts, not a percent, and not NaN): pass the rate as "
+                         "evaluate returns it")
+    return float(value)
+
+
+def _scores(judge: str, name: str, runs: list[dict], tasks, keys) -> None:
+    """Check that each of ``runs`` (a task -> its scores) scores every task of ``tasks`` with
+    every key of ``keys``, each a share."""
+    for i, run in enumerate(runs):
+        for task in tasks:
+            if not isinstance(run, dict) or task not in run:
+                found = sorted(run) if isinstance(run, dict) else type(run).__name__
+                raise ValueError(f"{judge}: {name}[{i}] has no scores for the task {task!r} "
+                                 f"(it has {found}): pass one dict per seed, a task -> its "
+                                 "scores, for every task judged")
+            for key in keys:
+                if key not in run[task]:
+                    raise ValueError(f"{judge}: {name}[{i}][{task!r}] has no {key!r} score (it "
+                                     f"has {sorted(run[task])}): pass evaluate's scores")
+                _share(judge, f"{name}[{i}][{task!r}][{key!r}]", run[task][key])
+
+
+def _tasks(judge: str, tasks, judged) -> tuple[tuple, tuple]:
+    """``tasks`` and ``judged`` (all of them when None), checked: at least one task, and every
+    judged task among them."""
+    tasks = tuple(tasks)
+    judged = tasks if judged is None else tuple(judged)
+    if not tasks:
+        raise ValueError(f"{judge}: tasks is empty, so there is nothing to judge: pass the "
+                         "chapter's TASKS")
+    if not set(judged) <= set(tasks):
+        raise ValueError(f"{judge}: judged={list(judged)} names tasks not in tasks={list(tasks)}: "
+                         "judge only tasks that were measured")
+    return tasks, judged
+
+
 def transcript(messages: list[dict]) -> str:
     """A conversation as a plain-text transcript, one turn per line."""
     return "\n".join(f"{'you' if m['role'] == 'user' else 'model':>5}: {m['content']}"
@@ -35,7 +92,16 @@ def judge_sft(base: dict, sft: list[dict], majority: dict, tasks, seeds, judged=
     default) better than the base model and the majority answer. ``base`` and each of ``sft``
     (one per seed) map a task to its scores; ``majority`` maps a task to the majority answer's
     exact match."""
-    n, found = len(seeds), []
+    tasks, judged = _tasks("judge_sft", tasks, judged)
+    n, found = _seeds("judge_sft", seeds, sft=sft), []
+    _scores("judge_sft", "base", [base], tasks, ("stop", "exact"))
+    _scores("judge_sft", "sft", sft, tasks, ("stop", "exact"))
+    for task in judged:
+        if task not in majority:
+            raise ValueError(f"judge_sft: majority has no exact match for the task {task!r} (it "
+                             f"has {sorted(majority)}): pass the majority answer's score for "
+                             "every task judged")
+        _share("judge_sft", f"majority[{task!r}]", majority[task])
     stop_sft = [sum(s[t]["stop"] for t in tasks) / len(tasks) for s in sft]
     stop_base = [sum(base[t]["stop"] for t in tasks) / len(tasks)] * n
     mean, se, margin = _beyond(stop_sft, stop_base)
@@ -47,7 +113,7 @@ def judge_sft(base: dict, sft: list[dict], majority: dict, tasks, seeds, judged=
         fails=f"Over {n} seeds, the stop rate rose by {_pts(mean)} ± {_pts(se)} points only, "
               f"not {SE_BAR:g} standard errors clear of zero here: the runs are short, and another "
               f"CPU's arithmetic can shift when the end marker is learned."))
-    for task in tasks if judged is None else judged:
+    for task in judged:
         exact = [s[task]["exact"] for s in sft]
         bar = max(base[task]["exact"], majority[task])
         mean, se, margin = _beyond(exact, [bar] * n)
@@ -82,8 +148,12 @@ def judge_mask(masked: list[dict], unmasked: list[dict], loss_masked: list[float
     held-out answer loss per seed. Returns the lessons (for each task of ``judged``, all by
     default: the masked runs answer it better) and sentences on the rest, judged or not.
     """
-    n, found, notes = len(seeds), [], []
-    judged = tuple(tasks) if judged is None else judged
+    tasks, judged = _tasks("judge_mask", tasks, judged)
+    n = _seeds("judge_mask", seeds, masked=masked, unmasked=unmasked, loss_masked=loss_masked,
+               loss_unmasked=loss_unmasked)
+    _scores("judge_mask", "masked", masked, tasks, ("stop", "exact"))
+    _scores("judge_mask", "unmasked", unmasked, tasks, ("stop", "exact"))
+    found, notes = [], []
     for task in tasks:
         a, b = [s[task]["exact"] for s in masked], [s[task]["exact"] for s in unmasked]
         mean, se, margin = _beyond(a, b)
@@ -120,7 +190,16 @@ def judge_dpo(share_before: list[float], share_after: list[float], exact_before:
               exact_after: list[float], seeds, drift_bar: float) -> list[Lesson]:
     """Lessons of DPO on the style pairs, one value per seed: the probability of the courteous
     opening rises; exact match (averaged over the tasks) moves by less than ``drift_bar``."""
-    n = len(seeds)
+    runs = dict(share_before=share_before, share_after=share_after, exact_before=exact_before,
+                exact_after=exact_after)
+    n = _seeds("judge_dpo", seeds, **runs)
+    for name, values in runs.items():
+        for i, v in enumerate(values):
+            _share("judge_dpo", f"{name}[{i}]", v)
+    if isinstance(drift_bar, bool) or not isinstance(drift_bar, numbers.Real) or not 0 < drift_bar <= 1:
+        raise ValueError(f"judge_dpo: drift_bar = {drift_bar!r} must be a share above 0 and at most "
+                         "1, the largest move of exact match that counts as none (the chapter "
+                         "uses 0.10)")
     mean, se, margin = _beyond(share_after, share_before)
     found = [lesson(
         "preference tuning makes the courteous opening the usual one", 100 * margin, "points",
@@ -148,7 +227,13 @@ def judge_dpo(share_before: list[float], share_after: list[float], exact_before:
 
 def judge_collapse(before: list[float], after: list[float], seeds, lr: float) -> Lesson:
     """The warning: DPO pushed too hard (learning rate ``lr``) loses exact match."""
-    n = len(seeds)
+    n = _seeds("judge_collapse", seeds, before=before, after=after)
+    for name, values in (("before", before), ("after", after)):
+        for i, v in enumerate(values):
+            _share("judge_collapse", f"{name}[{i}]", v)
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 < lr < math.inf:
+        raise ValueError(f"judge_collapse: lr = {lr!r} must be the positive learning rate of the "
+                         "run that pushed too hard (the chapter's COLLAPSE_LR)")
     mean, se, margin = _beyond(before, after)
     return lesson(
         "pushed too hard, preference tuning breaks the answers", 100 * margin, "points",

@@ -174,6 +174,25 @@ def _sizes(rows: list[dict]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def _backbones_text(curve: dict) -> str:
+    """A sentence on each backbone's own gap over the random network at the largest size: how far
+    apart pretraining runs of one recipe land, against the noise of the draws."""
+    last, n = -1, curve["sizes"][-1]
+    random = curve["random"][last]
+    gaps = [mean_se([p - r for p, r in zip(accs, random)]) for accs in curve["per_backbone"][last]]
+    spread = max(m for m, _ in gaps) - min(m for m, _ in gaps)
+    noise = SE_BAR * max(se for _, se in gaps)
+    text = (f"Backbone by backbone, with {n} speeches per speaker the pretrained features are "
+            + ", ".join(f"{100 * m:+.1f} ± {100 * se:.1f}" for m, se in gaps)
+            + " points from the random network: ")
+    if spread > noise:
+        return text + (f"{100 * spread:.1f} points apart, more than {SE_BAR:g} standard errors of "
+                       "the draws, so what one pretraining run gives a classifier depends on the "
+                       "run, and the verdict rests on their average. ")
+    return text + (f"within {SE_BAR:g} standard errors of the draws of each other, so runs of this "
+                   "recipe agree. ")
+
+
 def pretraining_text(curve: dict) -> str:
     """Sentences on Chapter 9's learning curve: where the pretrained backbone beats the same network
     randomly initialised by more than two standard errors, and where it beats the bag of tokens."""
@@ -185,19 +204,27 @@ def pretraining_text(curve: dict) -> str:
         m, se = r[key]
         return f"{100 * m:+.1f} ± {100 * se:.1f} points at {r['n']}"
     best = max(standard_errors(*r["vs_random"]) for r in rows)
+    each = curve.get("per_backbone")
+    over = f", averaged over {len(each[0])} backbones" if each else ""
     pays = (f"Pretraining pays: with {_sizes(won)} speeches per speaker, the pretrained features "
             f"beat the same network from a random initialization by more than {SE_BAR:g} "
             f"standard errors ({'; '.join(gap(r, 'vs_random') for r in won)}, {seeds} draws of "
-            "the speeches each). ") if won else ""
+            f"the speeches each{over}). ") if won else ""
     text = lesson(
         "pretrained features beat a random initialization", best - SE_BAR, "standard errors",
         pays, f"In this run the pretrained features never beat the same network from a random "
-        f"initialization by more than {SE_BAR:g} standard errors: the backbone was trained on "
-        "this machine, and a CPU that sums in another order trains another backbone. ").text
-    if lost:
-        text += (f"With {_sizes(lost)} the difference ({'; '.join(gap(r, 'vs_random') for r in lost)}) "
+        f"initialization by more than {SE_BAR:g} standard errors{over}: the backbones were "
+        "trained on this machine, and a CPU that sums in another order trains others. ").text
+    if each:
+        text += _backbones_text(curve)
+    few = [r for r in lost if won and r["n"] < min(w["n"] for w in won)]
+    if few:
+        text += (f"With {_sizes(few)} the difference ({'; '.join(gap(r, 'vs_random') for r in few)}) "
                  "is within the noise: so few speeches teach the head too little about either kind of "
                  "feature. ")
+    if rest := [r for r in lost if r not in few]:
+        text += (f"With {_sizes(rest)} the difference ({'; '.join(gap(r, 'vs_random') for r in rest)}) "
+                 "is within the noise. ")
     text += ("A random network is no empty baseline: its mean-pooled states are a random projection of "
              "the speech's tokens, a squeezed bag of tokens, and what pretraining adds is which tokens "
              "it places near each other. ")

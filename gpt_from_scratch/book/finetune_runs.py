@@ -1,7 +1,7 @@
 """Chapter 9's fine-tuning runs as functions: one classifier run, the bag-of-tokens baseline, the
 table of every method, for the chapter's backbone and for the reference run's, and the learning curve
-that asks whether pretraining helps: the pretrained backbone against the same network from a random
-initialization, on few and many labelled speeches.
+that asks whether pretraining helps: pretrained backbones (one recipe, several seeds) against the same
+network from a random initialization, on few and many labelled speeches.
 """
 
 from __future__ import annotations
@@ -119,37 +119,56 @@ def _linear_accuracy(train_X, train_y, test_X, test_y, seed: int, steps: int) ->
         return (head(test_X).argmax(-1) == test_y).float().mean().item()
 
 
-def learning_curve(model: CorpusVocabGPT, data: SpeakerData, sizes=(8, 32, 128), seeds: int = 20,
-                   n_random: int = 5) -> dict:
+def learning_curve(backbones: list[CorpusVocabGPT], data: SpeakerData, sizes=(8, 32, 128),
+                   seeds: int = 20, n_random: int = 5) -> dict:
     """Head-only classifiers (mean pooling) trained on ``n`` speeches per speaker, for each ``n`` of
-    ``sizes``, on three inputs: the features of the pretrained ``model``, those of the same network
-    randomly initialised (``n_random`` initializations, used in turn), and the bag of tokens.
+    ``sizes``, on three inputs: the features of each pretrained model of ``backbones`` (one recipe
+    trained from several seeds), those of the same network randomly initialised (``n_random``
+    initializations, used in turn), and the bag of tokens.
 
-    Each of ``seeds`` draws its own ``n`` speeches per speaker (``few_labels``); all three
-    classifiers of a draw see the same speeches and are scored on the whole test split. Returns
-    ``{"sizes": [...], "pretrained": [[acc per seed] per size], "random": ..., "bag": ...}``.
+    Each of ``seeds`` draws its own ``n`` speeches per speaker (``few_labels``); every classifier of
+    a draw sees the same speeches and is scored on the whole test split. A draw's ``pretrained``
+    accuracy is the mean over the backbones, so that no verdict rests on one training run (another
+    CPU's arithmetic trains another backbone); ``per_backbone`` keeps each one's. Returns
+    ``{"sizes": [...], "pretrained": [[acc per seed] per size], "random": ..., "bag": ...,
+    "per_backbone": [[[acc per seed] per backbone] per size]}``.
     """
+    if not backbones:
+        raise ValueError("learning_curve: backbones is empty: pass a list of pretrained models "
+                         "(the chapter's backbone and the same recipe from other seeds)")
+    first = backbones[0]
+    if any(m.compact().config != first.compact().config or not torch.equal(m.vocab, first.vocab)
+           for m in backbones[1:]):
+        raise ValueError(f"learning_curve: the {len(backbones)} backbones differ in shape or "
+                         "vocabulary: pass one recipe trained from several seeds, so that the "
+                         "random network stands for every one of them")
+
     def features(m: GPT) -> tuple[torch.Tensor, torch.Tensor]:
         clf = GPTClassifier(m, len(data.classes), pool="mean", start_token=EOT)
         return pooled_features(clf, data.train), pooled_features(clf, data.test)
 
-    pretrained = features(model)
-    randoms = [features(random_like(model, seed=1000 + k)) for k in range(n_random)]
+    pretrained = [features(m) for m in backbones]
+    randoms = [features(random_like(first, seed=1000 + k)) for k in range(n_random)]
     y, test_y = data.train.labels, data.test.labels
-    curve = dict(sizes=list(sizes), pretrained=[], random=[], bag=[])
+    curve = dict(sizes=list(sizes), pretrained=[], random=[], bag=[], per_backbone=[])
     for n in sizes:
-        rows = dict(pretrained=[], random=[], bag=[])
+        rows = dict(random=[], bag=[])
+        each = [[] for _ in backbones]
         for seed in range(seeds):
             pick = few_labels(y, n, seed)
-            inputs = {"pretrained": pretrained, "random": randoms[seed % n_random]}
-            for name, (X, test_X) in inputs.items():
-                rows[name].append(_linear_accuracy(X[pick], y[pick], test_X, test_y, seed,
+            for k, (X, test_X) in enumerate(pretrained):
+                each[k].append(_linear_accuracy(X[pick], y[pick], test_X, test_y, seed,
+                                                HEAD_STEPS))
+            X, test_X = randoms[seed % n_random]
+            rows["random"].append(_linear_accuracy(X[pick], y[pick], test_X, test_y, seed,
                                                    HEAD_STEPS))
             few = Split(data.train.ids[pick], data.train.lengths[pick], y[pick], [])
             vocab = torch.unique(few.ids[few.real()])
             rows["bag"].append(_linear_accuracy(bag_of_tokens(few, vocab), y[pick],
                                                 bag_of_tokens(data.test, vocab), test_y, seed,
                                                 BAG_STEPS))
+        curve["pretrained"].append([sum(accs) / len(accs) for accs in zip(*each)])
+        curve["per_backbone"].append(each)
         for name, values in rows.items():
             curve[name].append(values)
     return curve

@@ -8,7 +8,8 @@ learns only the tokens the training text uses (``CorpusVocabGPT``): its output l
 GPT-2's, which makes a step several times cheaper on a CPU, while it still reads GPT-2's ids.
 
 ``offline_model()`` trains it once from seed 1337 and caches it in ``offline_model_path()`` (like
-``book_model``); ``offline_model(full=True)`` is a larger run for a GPU.
+``book_model``); ``offline_model(seed=k)`` is the same recipe from another seed (Chapter 9 reads several,
+so that its lessons do not rest on one training run), ``offline_model(full=True)`` a larger run for a GPU.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .corpus_vocab import CorpusVocabGPT, compact_ids, corpus_vocabulary
 from .recipes import Recipe, bpe_level_data, trained_once
 
 EOT = 50_256  # GPT-2's <|endoftext|>, which separates its training documents
+SEED = 1337  # the seed of the offline model Chapter 8 analyses
 
 # vocab_size is the corpus vocabulary's, set when training starts (11,235 rows for Tiny Shakespeare).
 _SMALL = dict(context_length=64, d_model=64, n_layers=2, n_heads=4, d_ff=256, dropout=0.0)
@@ -77,33 +79,38 @@ def with_document_start(idx: Tensor, start_token: int = EOT) -> Tensor:
     return torch.cat([idx.new_full((idx.shape[0], 1), start_token), idx], dim=1)
 
 
-def offline_model_path(full: bool = False) -> Path:
-    """Where ``offline_model(full)`` keeps its checkpoint: ``cache_dir() / "checkpoints" / <recipe name>``."""
-    return cache_dir() / "checkpoints" / _name(full)
+def offline_model_path(full: bool = False, seed: int = SEED) -> Path:
+    """Where ``offline_model(full, seed=seed)`` keeps its checkpoint: ``cache_dir() / "checkpoints" /``
+    the recipe's name, followed by ``-seed<k>`` for a seed other than ``SEED``."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be a whole number >= 0 (the offline model's own is "
+                         f"{SEED}; Chapter 9 adds 0, 1, ...)")
+    return cache_dir() / "checkpoints" / (_name(full) + ("" if seed == SEED else f"-seed{seed}"))
 
 
 def _name(full: bool) -> str:
     return "shakespeare-bpe-heads-full" if full else "shakespeare-bpe-heads"
 
 
-def offline_model(full: bool = False, progress: bool = False, device: str | None = None):
+def offline_model(full: bool = False, progress: bool = False, device: str | None = None,
+                  seed: int = SEED):
     """Chapter 8's offline model: ``(model, info)``, a ``CorpusVocabGPT`` in eval mode on the CPU and a
     dict with its ``recipe`` name and settings, ``corpus_vocab`` (tokens learned, ``<unk>`` aside),
     ``train_seconds`` (of the run that made it) and ``val_loss`` (over GPT-2's 50,257 tokens).
 
-    Loaded from ``offline_model_path(full)`` when it was made with the current recipe; otherwise
-    trained from seed 1337 (on ``device``, by default the best available) and saved there, once when
+    Loaded from ``offline_model_path(full, seed)`` when it was made with the current recipe; otherwise
+    trained from ``seed`` (on ``device``, by default the best available) and saved there, once when
     two processes ask at the same time (``trained_once``).
     """
-    with trained_once(offline_model_path(full)):
-        return _offline_model(full, progress, device)
+    path = offline_model_path(full, seed)
+    with trained_once(path):
+        return _offline_model(full, progress, device, seed, path)
 
 
-def _offline_model(full: bool, progress: bool, device: str | None):
+def _offline_model(full: bool, progress: bool, device: str | None, seed: int, path: Path):
     """``offline_model``'s work, under its lock."""
     name = _name(full)
     recipe = OFFLINE_RECIPES[name]
-    path = offline_model_path(full)
     if (path / META_FILE).is_file():
         try:
             ckpt = load_checkpoint(path)
@@ -117,7 +124,7 @@ def _offline_model(full: bool, progress: bool, device: str | None):
     table = compact_ids(vocab).numpy()
     device = device or default_device()
     cfg = TrainConfig(**recipe.train, block_size=recipe.model["context_length"] - 1, device=device,
-                      progress=progress)
+                      progress=progress, seed=seed)
     torch.manual_seed(cfg.seed)
     compact = GPT(GPTConfig(**recipe.model, vocab_size=len(vocab) + 1))
     started = time.perf_counter()
@@ -125,7 +132,7 @@ def _offline_model(full: bool, progress: bool, device: str | None):
     seconds = time.perf_counter() - started
     model = CorpusVocabGPT(compact, vocab)
     val = estimate_loss(DocumentStart(model), {"val": val_ids}, cfg.batch_size, cfg.block_size, cfg.eval_iters,
-                        seed=cfg.seed, device=device)["val"]  # over GPT-2's tokens, <unk> shared out
+                        seed=SEED, device=device)["val"]  # over GPT-2's tokens, <unk> shared out
     model.cpu().eval()
     info = dict(recipe=name, settings=dataclasses.asdict(recipe), corpus_vocab=len(vocab),
                 train_seconds=round(seconds, 1), threads=torch.get_num_threads(), device=device,
