@@ -36,7 +36,7 @@ NOTEBOOKS := $(patsubst notebooks/text/%.py,notebooks/%.ipynb,$(NOTEBOOK_SOURCES
 .PHONY: help venv test test-unit test-notebooks book link-test browser-test jupyterlab-test pdf test-pdf notebooks jupyter benchmarks clean
 
 help:
-	@echo "make test        set up .venv, run pytest, nbval over every notebook, twin sync check"
+	@echo "make test        set up .venv, run pytest (the grader's apart: test-grading), nbval over every notebook"
 	@echo "                 (JOBS=4: four processes at once, each on one thread; 2)"
 	@echo "                 (a slow machine: CELL_TIMEOUT=2400, seconds a notebook cell may take; 1200)"
 	@echo "make book        set up .venv, build the HTML book from the committed notebooks into _build/html"
@@ -57,6 +57,7 @@ help:
 	@echo "make test-full-run chapters 6, 7 and 9 with FULL_RUN = True on the CPU, tiny GPU recipes"
 	@echo "make reference-runs  on a GPU: the full-size reference runs (TINY=1: tiny stand-ins on a CPU, seconds)"
 	@echo "make test-oldest the unit tests and chapters 1 and 4 with the oldest versions pyproject.toml allows"
+	@echo "make test-grading  the grader's tests: whole classes graded in bubblewrap's sandbox (installed as root)"
 	@echo "make test-arithmetic  the training chapters again under PyTorch's AVX2 kernels and one thread"
 	@echo "make system-packages  the Debian packages the checks use (bubblewrap, Chromium, TeX), as root"
 
@@ -91,13 +92,21 @@ test: $(STAMP)
 
 # One OpenMP thread per process, one test file to a worker (its fixtures are built once): the DDP
 # test runs two processes at once, and two threads fighting for two cores can make a step 30x
-# slower (measured: 3,486 ms vs 106 ms for one training step).
-# The grading tests run submissions in bubblewrap's sandbox: Debian's package, installed when missing
-# (needs root, as on CI); without it those tests are skipped, and pytest's summary says so.
+# slower (measured: 3,486 ms vs 106 ms for one training step). Not the grader's tests
+# (test-grading): they grade whole classes in a sandbox, minutes of their own.
+GRADING_TESTS := $(wildcard tests/test_grading*.py)
 test-unit: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -rs $(XDIST) $(addprefix --ignore=,$(GRADING_TESTS)) tests
+
+# The grader's tests (CI runs them after make test; run them when you change scripts/grading/,
+# scripts/assign.py or an exercise's checks): submissions run in bubblewrap's sandbox, Debian's
+# package, installed when missing (needs root, as on CI); without it those tests are skipped,
+# and pytest's summary says so.
+.PHONY: test-grading
+test-grading: $(STAMP)
 	command -v bwrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq bubblewrap; } || echo "bubblewrap not installed: the grading tests will skip"
-	OMP_NUM_THREADS=1 $(PY) -m pytest -rs $(XDIST) tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -rs $(XDIST) $(GRADING_TESTS)
 
 # The models the chapters load from the cache (Chapter 6's two, Chapter 8's offline one), each
 # trained by a process of its own, so that no chapter run beside another waits for one.

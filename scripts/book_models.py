@@ -1,7 +1,7 @@
 """Train the book's cached models before the chapters that load them run side by side.
 
     python scripts/book_models.py            # Chapter 6's two, Chapter 8's offline one (and Chapter 9's
-                                             # two more seeds), Chapter 13's assistants
+                                             # two more seeds), Chapter 12's fine-tuning runs
     python scripts/book_models.py --jobs 1   # one at a time
 
 Each model is trained (or found in the cache, ``GPT_FROM_SCRATCH_CACHE``) by a process of its own on
@@ -19,20 +19,26 @@ import subprocess
 import sys
 import time
 
-# The longest first. Each is the call a chapter makes.
+# The longest first, each the call a chapter makes. A model that needs another (Chapter 12's
+# assistants start from the character model) waits for it; one process per model, so that the
+# last ones share the cores rather than train one after the other.
+CHAR = "from gpt_from_scratch.book.recipes import book_model\n" \
+       "book_model('shakespeare-char', progress=False)"
+OFFLINE = "from gpt_from_scratch.book.offline_model import offline_model\n" \
+          "offline_model(progress=False, seed={})"
+SFT = "from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run\n" \
+      "sft_run(SFTRecipe(seed={}))"
 MODELS = {
-    "shakespeare-char": "from gpt_from_scratch.book.recipes import book_model\n"
-                        "book_model('shakespeare-char', progress=False)",
+    "shakespeare-char": CHAR,
     "shakespeare-bpe": "from gpt_from_scratch.book.recipes import book_model\n"
                        "book_model('shakespeare-bpe', progress=False)",
     "shakespeare-bpe-heads": "from gpt_from_scratch.book.offline_model import offline_model\n"
-                             "offline_model(progress=False)",
+                             "offline_model(progress=False)",  # Chapter 8's offline model
     # the same recipe from two more seeds: Chapter 9 averages its pretraining lesson over three
-    "shakespeare-bpe-heads-seeds": "from gpt_from_scratch.book.offline_model import offline_model\n"
-                                   "for seed in (0, 1):\n    offline_model(progress=False, seed=seed)",
-    # Chapter 12's three fine-tuned assistants, for Chapter 13 (each waits for the character model).
-    "assistant-sft": "from gpt_from_scratch.book.inside import assistant_model\n"
-                     "for seed in (0, 1, 2):\n    assistant_model(seed)",
+    "shakespeare-bpe-heads-seed0": OFFLINE.format(0),
+    "shakespeare-bpe-heads-seed1": OFFLINE.format(1),
+    # Chapter 12's three fine-tuning runs, which Chapter 13 reads too
+    **{f"assistant-sft-{seed}": SFT.format(seed) for seed in (0, 1, 2)},
 }
 
 

@@ -9,7 +9,10 @@ import json
 import pytest
 import torch
 
+from gpt_from_scratch.book import assistant_runs
+from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run
 from gpt_from_scratch.chat import CHAT_TEMPLATE, SPECIAL_TOKENS, ChatTokenizer, add_chat_tokens
+from gpt_from_scratch.data import load_tiny_shakespeare
 from gpt_from_scratch.dpo import dpo_batch_loss, dpo_loss, sequence_logps, train_dpo
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.sft import IGNORE, collate, labels_to_targets, masked_loss, shift, unmask
@@ -494,3 +497,40 @@ def test_the_drift_sentence_follows_the_signs_of_the_log_ratios():
     assert "the rejected ones more so" in text and "nothing in it held" in text
     assert "Not every answer lost probability" in drift_text(0.1, 1.5e-3, [9.5, 7.5],
                                                              [2.0, -1.0], [-5.0, -3.0], gentle)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(seed=-1), r"SFTRecipe\.seed"),
+    (dict(steps=0), r"SFTRecipe\.steps"),
+    (dict(lr=0.0), r"SFTRecipe\.lr=0\.0 must be a number in \(0, 1\)"),
+    (dict(steps=10, halfway=11), r"SFTRecipe\.halfway=11 is past steps=10"),
+])
+def test_an_sft_recipe_names_the_field_it_rejects(fields, message):
+    with pytest.raises(ValueError, match=message):
+        SFTRecipe(**fields)
+
+
+def test_an_sft_run_is_trained_once_then_read_back_the_same(tmp_path, monkeypatch):
+    """The run saved with its halfway copy, losses and CPU time; read back, every weight and
+    loss the same; another recipe lives in another folder."""
+    text = load_tiny_shakespeare()
+    chars = CharTokenizer(text)
+    base = GPT(GPTConfig(vocab_size=chars.vocab_size, context_length=64, d_model=16,
+                         n_layers=1, n_heads=2, d_ff=32))
+    monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(assistant_runs, "book_model", lambda *a, **k: (base, chars))
+    monkeypatch.setattr(assistant_runs, "load_tiny_shakespeare", lambda: text)
+    recipe = SFTRecipe(steps=4, batch_size=2, seed=1, halfway=2)
+    trained = sft_run(recipe)
+    again = sft_run(recipe)
+    assert len(trained.losses) == 4 and again.losses == trained.losses
+    assert again.seconds == trained.seconds > 0
+    for a, b in ((trained.model, again.model), (trained.halfway, again.halfway)):
+        for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+            assert torch.equal(x, y), name
+    assert not torch.equal(trained.model.lm_head.weight, trained.halfway.lm_head.weight)
+    assert sorted(p.name for p in tmp_path.joinpath("checkpoints").iterdir()
+                  if not p.name.endswith(".lock")) == [recipe.name, recipe.name + "-halfway"]
+    assert SFTRecipe(seed=1).name == "assistant-sft-1" != recipe.name
+    with pytest.raises(TypeError, match=r"sft_run\(SFTRecipe\(seed=0\)\)"):
+        sft_run(1)

@@ -1,60 +1,21 @@
 """Chapter 13 — looking inside Chapter 12's assistant: its fine-tuned models (cached), the "Repeat:"
 clean/corrupted pairs, the copy heads by attention and by activation patching, and the lessons.
 
-Chapter 12 fine-tunes the character model on the play's instructions, one run per seed;
-``assistant_model`` trains the same runs (the chapter's CPU settings) once and keeps them beside the
-book's models, so that this chapter reads them in a second.
+Chapter 12 fine-tunes the character model on the play's instructions, one run per seed, and keeps
+the runs beside the book's models (``assistant_runs.sft_run``): this chapter reads them in a second.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from .. import interp
-from ..chat import ChatTokenizer, add_chat_tokens
-from ..checkpoint import META_FILE, load_checkpoint, save_checkpoint
-from ..data import cache_dir, load_tiny_shakespeare
-from ..sft import train_sft
-from .assistant import STYLES, Item, sft_examples, task_items
+from ..chat import ChatTokenizer
+from .assistant import STYLES, Item
 from .lessons import Lesson, lesson
-from .recipes import book_model, trained_once
-
-
-@dataclass(frozen=True)
-class SFTRecipe:
-    steps: int = 600  # Chapter 12's SFT_STEPS, SFT_BATCH and SFT_LR on the CPU
-    batch_size: int = 16
-    lr: float = 2e-3
-    seed: int = 0
-
-
-def assistant_model(seed: int) -> tuple:
-    """Chapter 12's masked-SFT assistant of ``seed``, ``(model in eval mode, ChatTokenizer)``:
-    loaded from ``cache_dir()/checkpoints/assistant-sft-<seed>``, or trained there once as
-    Chapter 12 trains it (from ``book_model("shakespeare-char")``, ``SFTRecipe``)."""
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed={seed!r} must be a whole number >= 0 (Chapter 12 runs seeds 0, 1, 2)")
-    recipe = dataclasses.asdict(SFTRecipe(seed=seed))
-    base, char_tok = book_model("shakespeare-char", progress=False)
-    tok = ChatTokenizer(char_tok, char_tok.vocab_size)
-    path = cache_dir() / "checkpoints" / f"assistant-sft-{seed}"
-    with trained_once(path):
-        if (path / META_FILE).is_file():
-            ckpt = load_checkpoint(path)
-            if ckpt.extra.get("sft") == recipe:
-                return ckpt.model.eval(), tok
-        items = task_items(load_tiny_shakespeare())
-        torch.manual_seed(seed)
-        model = add_chat_tokens(base)
-        r = SFTRecipe(seed=seed)
-        train_sft(model, sft_examples(items["train"], tok, seed), tok.pad_id, r.steps, r.batch_size,
-                  r.lr, seed=seed)
-        save_checkpoint(path, model, r.steps, extra={"sft": recipe})
-    return model.eval(), tok
 
 
 @dataclass

@@ -76,6 +76,7 @@ from gpt_from_scratch.book.assistant import (
     STYLES, TASKS, courtesy, evaluate, majority_answer, preference_pairs, sft_examples,
     task_items, verify,
 )
+from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run
 from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.recipes import book_model
 
@@ -266,21 +267,14 @@ print(f"masked loss {masked_loss(logits, targets):.3f}, "
 # `SFT_BATCH` conversations, AdamW with a warm-up and a cosine decay.
 
 # %%
-sft_models, sft_losses, sft_scores = {}, {}, {}
-snapshots = {}  # each run's model after ABLATION_STEPS steps, for the end of this section
-start = clock()
-for seed in SEEDS:
-    torch.manual_seed(seed)
-    m = add_chat_tokens(base)
-
-    def snapshot(step, model, seed=seed):
-        if step == ABLATION_STEPS:
-            snapshots[seed] = copy.deepcopy(model).eval()
-
-    sft_losses[seed] = train_sft(m, examples[seed], tok.pad_id, SFT_STEPS, SFT_BATCH,
-                                 SFT_LR, seed=seed, on_step=snapshot)
-    sft_models[seed] = m
-sft_seconds = (clock() - start) / len(SEEDS)
+# Each run: torch.manual_seed(seed), m = add_chat_tokens(base), then train_sft(m,
+# examples[seed], tok.pad_id, SFT_STEPS, SFT_BATCH, SFT_LR, seed=seed), keeping a copy of
+# m after ABLATION_STEPS steps (on_step). Trained once, then read from the cache.
+runs = {seed: sft_run(SFTRecipe(SFT_STEPS, SFT_BATCH, SFT_LR, seed, halfway=ABLATION_STEPS))
+        for seed in SEEDS}
+sft_models = {seed: run.model for seed, run in runs.items()}
+sft_losses = {seed: run.losses for seed, run in runs.items()}
+sft_seconds = sum(run.seconds for run in runs.values()) / len(SEEDS)
 sft_scores = {seed: evaluate(m, tok, held_out) for seed, m in sft_models.items()}
 sft_courtesy = {seed: courtesy(m, tok, held_out) for seed, m in sft_models.items()}
 
@@ -362,7 +356,7 @@ def answer_loss(model):
     return masked_loss(logits, held_targets).item()
 
 
-ablation = {"masked": {s: snapshots[s] for s in SEEDS}, "every token": {}}
+ablation = {"masked": {s: runs[s].halfway for s in SEEDS}, "every token": {}}
 for seed in SEEDS:
     torch.manual_seed(seed)
     m = add_chat_tokens(base)

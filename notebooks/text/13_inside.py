@@ -61,6 +61,7 @@ from gpt_from_scratch.data import load_tiny_shakespeare
 from gpt_from_scratch.book import inside
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book.assistant import task_items
+from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run
 from gpt_from_scratch.book.figure_text import book_figures
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
@@ -84,8 +85,9 @@ N_PAIRS = 60  # clean/corrupted pairs of held-out "Repeat:" lines
 
 # %% tags=["nbval-check-output"]
 # Chapter 12's runs, trained once and then cached:
-models = {seed: inside.assistant_model(seed)[0] for seed in SEEDS}
-tok = inside.assistant_model(SEEDS[0])[1]
+runs = {seed: sft_run(SFTRecipe(seed=seed)) for seed in SEEDS}
+models = {seed: run.model for seed, run in runs.items()}
+tok = runs[SEEDS[0]].tokenizer
 model = models[SEEDS[0]]
 held_out = task_items(load_tiny_shakespeare())["held_out"]
 random.Random(0).shuffle(held_out)
