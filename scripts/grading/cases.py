@@ -9,7 +9,7 @@ that no output can show, for the teacher to judge by reading) and ``withheld`` (
 set-up this exercise may not use: they are left out of its sandbox).
 A case is a small program the sandbox's runner follows: construct (``init``), report fresh
 parameters, load a state, then call (``steps``); only plain data goes in (tensors, numbers,
-strings, ``Generator``, ``Pairs``, ``Setup``) and comes out.
+strings, ``Generator``, ``Pairs``, ``Setup``, ``Repeated``) and comes out.
 """
 
 from __future__ import annotations
@@ -63,6 +63,25 @@ class Generator:
 
 
 @dataclass
+class Repeated:
+    """A case argument: ``tile.repeat(*times)``, made in the sandbox, so that a large input
+    of repeated rows travels as its tile (Chapter 9's wide layers: 512 MiB as 5 MiB)."""
+
+    tile: torch.Tensor
+    times: tuple[int, ...]
+
+    def __post_init__(self):
+        times = tuple(self.times)
+        positive = all(isinstance(t, int) and t > 0 for t in times)
+        if len(times) != self.tile.dim() or not positive:
+            raise ValueError(
+                f"Repeated(times={times!r}) for a tile of shape {tuple(self.tile.shape)}: "
+                "times needs one positive int per dimension of the tile, e.g. (8, 1) for "
+                "8 copies of its rows"
+            )
+
+
+@dataclass
 class Pairs:
     """A case argument: a dict with pair keys, e.g. BPE merges {(a, b): id}."""
 
@@ -99,6 +118,9 @@ def encode_arg(value, key: str, tensors: dict):
     if isinstance(value, torch.Tensor):
         tensors[key] = value.contiguous()
         return {"$tensor": key}
+    if isinstance(value, Repeated):
+        tensors[key] = value.tile.contiguous()
+        return {"$repeat": key, "times": [int(t) for t in value.times]}
     if isinstance(value, Generator):
         return {"$generator": value.seed}
     if isinstance(value, Pairs):

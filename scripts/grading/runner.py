@@ -46,6 +46,8 @@ def decode(value, tensors: dict, names: dict):
         return value
     if "$tensor" in value:
         return tensors[value["$tensor"]].clone()
+    if "$repeat" in value:  # a large input sent as its tile
+        return tensors[value["$repeat"]].repeat(*value["times"])
     if "$generator" in value:
         return torch.Generator().manual_seed(value["$generator"])
     if "$pairs" in value:
