@@ -408,11 +408,19 @@ RULE_ATTACKS = {  # each followed in the sandbox slot by an honest classmate
     "        os.wait()\n"
     "    update = torch.cat([torch.load(f'/tmp/part{i}') for i in range(len(parts))], -1)\n"
     "    return x @ weight.T + bias + scaling * update",
+    # B A formed cheaply where the matrices repeat a few rows (inputs drawn small and
+    # tiled, as the wide case's once were): every case's matrices are now random through
+    # and through
+    "b_a_from_repeated_rows": "    n = next((n for n in (64, 128)\n"
+    "              if torch.equal(B[:n], B[n:2 * n]) and torch.equal(A[:n], A[n:2 * n])),\n"
+    "             B.shape[0])\n"
+    "    delta = (B[:n] @ A).repeat(B.shape[0] // n, 1)  # B A from its distinct rows\n"
+    "    return x @ weight.T + bias + scaling * x @ delta.T",
 }
 # In grading order (the files' names sort so), one sandbox slot: after each attack, an
 # honest classmate
 LORA_CLASS = ["recognises_the_rule_case", "bottleneck", "split_over_processes"]
-LORA_CLASS += ["linear_layers", "einsum", *FORMS_BA]
+LORA_CLASS += ["linear_layers", "b_a_from_repeated_rows", "einsum", *FORMS_BA]
 
 
 @pytest.fixture(scope="module")

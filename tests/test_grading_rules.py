@@ -6,13 +6,14 @@ test_grading_hostile.py (Chapter 9) and test_grading.py (Chapter 2's loop per en
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import pytest
 import torch
 
 from grading_class import ROOT, grade
-from grading.cases import Repeated
+from grading.cases import Randn
 
 SECRET = b"a-course-secret-for-the-rules-" + b"9" * 32
 
@@ -22,19 +23,21 @@ def drawn(chapter: str, name: str, secret: bytes):
     return grade.case_files.exercise_cases(path, secret, chapter, name)
 
 
-@pytest.mark.parametrize("secret", [SECRET, b"another-course-secret-" + b"0" * 40])
-def test_every_lora_case_is_too_wide_for_b_a_within_the_same_limit(secret):
-    cases = drawn("09_finetuning", "lora_forward", secret)
+def test_every_lora_case_is_too_wide_for_b_a_within_the_same_limit():
+    cases, seeds = drawn("09_finetuning", "lora_forward", SECRET), set()
     for case in cases:
-        x, *factors = (case.steps[0].args[i] for i in (0, 1, 3, 4))
-        # weight, A and B are sent as tiles, repeated in the sandbox
-        weight, A, B = ([s * t for s, t in zip(f.tile.shape, f.times)] for f in factors)
-        d_out, d_in, r = weight[0], weight[1], A[0]
-        assert (B, A[1], x.shape[-1]) == ([d_out, r], d_in, d_in), case.name
+        x, weight, _, A, B, _ = case.steps[0].args
+        # random through and through (made in the sandbox from their seeds): no structure
+        # to make B A cheap
+        assert all(isinstance(m, Randn) for m in (weight, A, B)), case.name
+        seeds.update(m.seed for m in (weight, A, B))
+        d_out, d_in, r = weight.shape[0], weight.shape[1], A.shape[0]
+        assert (B.shape, A.shape[1], x.shape[-1]) == ((d_out, r), d_in, d_in), case.name
         # B A: 2.7e11 multiply-adds, past 1.5 s on a core 3 times the test machine's
         assert d_out * d_in * r >= 2.7e11, case.name
         assert (case.cpu_seconds, case.behaviour) == (1.5, cases[0].behaviour), case.name
     assert len({tuple(c.steps[0].args[0].shape) for c in cases}) == len(cases)
+    assert len(seeds) == 3 * len(cases)
 
 
 @pytest.mark.parametrize("secret", [SECRET, b"another-course-secret-" + b"0" * 40])
@@ -47,7 +50,21 @@ def test_every_sinusoidal_case_is_too_long_for_a_loop_within_the_same_limit(secr
         assert (case.cpu_seconds, case.behaviour) == (3.0, cases[0].behaviour), case.name
 
 
-@pytest.mark.parametrize("times", [(128,), (0, 1), (2.0, 1), (2, 1, 1)])
-def test_a_repeated_input_needs_a_positive_count_per_dimension(times):
-    with pytest.raises(ValueError, match=r"Repeated\(times=.*one positive int per dim"):
-        Repeated(torch.zeros(64, 8), times)
+@pytest.mark.parametrize(
+    "shape, seed, match",
+    [((), 1, "shape="), ((8, 0), 1, "shape="), ((8.0, 2), 1, "shape="),
+     ((8, 2), -1, "seed=")],
+)
+def test_a_random_input_needs_a_positive_shape_and_a_seed(shape, seed, match):
+    with pytest.raises(ValueError, match=rf"Randn\({match}.*(positive ints|0 or more)"):
+        Randn(shape, seed)
+
+
+def test_a_random_input_is_the_same_in_the_sandbox_and_the_grader(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "scripts" / "grading"))  # as in the sandbox
+    runner = importlib.import_module("runner")
+    tensors: dict = {}
+    program = grade.case_files.encode_arg([Randn((64, 32), 7, 0.5)], "k", tensors)
+    runner.make_random(program, tensors)
+    made = runner.decode(program, tensors, {})[0]
+    assert torch.equal(made, Randn((64, 32), 7, 0.5).tensor()) and made.std() > 0.4

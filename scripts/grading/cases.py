@@ -9,7 +9,7 @@ that no output can show, for the teacher to judge by reading) and ``withheld`` (
 set-up this exercise may not use: they are left out of its sandbox).
 A case is a small program the sandbox's runner follows: construct (``init``), report fresh
 parameters, load a state, then call (``steps``); only plain data goes in (tensors, numbers,
-strings, ``Generator``, ``Pairs``, ``Setup``, ``Repeated``) and comes out.
+strings, ``Generator``, ``Randn``, ``Pairs``, ``Setup``) and comes out.
 """
 
 from __future__ import annotations
@@ -63,22 +63,31 @@ class Generator:
 
 
 @dataclass
-class Repeated:
-    """A case argument: ``tile.repeat(*times)``, made in the sandbox, so that a large input
-    of repeated rows travels as its tile (Chapter 9's wide layers: 512 MiB as 5 MiB)."""
+class Randn:
+    """A case argument: ``torch.randn(shape) * scale``, drawn with a generator seeded with
+    ``seed`` in the sandbox before the case's clock starts, so that a large random input
+    travels as its seed (Chapter 9's wide layers: 512 MiB). ``tensor()`` draws the same
+    values here, for the expected output (another CPU capability may change last bits)."""
 
-    tile: torch.Tensor
-    times: tuple[int, ...]
+    shape: tuple[int, ...]
+    seed: int
+    scale: float = 1.0
 
     def __post_init__(self):
-        times = tuple(self.times)
-        positive = all(isinstance(t, int) and t > 0 for t in times)
-        if len(times) != self.tile.dim() or not positive:
+        shape = tuple(self.shape)
+        if not shape or not all(isinstance(n, int) and n > 0 for n in shape):
             raise ValueError(
-                f"Repeated(times={times!r}) for a tile of shape {tuple(self.tile.shape)}: "
-                "times needs one positive int per dimension of the tile, e.g. (8, 1) for "
-                "8 copies of its rows"
+                f"Randn(shape={shape!r}): the shape needs one or more positive ints, "
+                "e.g. (8192, 4096)"
             )
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(
+                f"Randn(seed={self.seed!r}): the seed is an int of 0 or more, e.g. g.seed()"
+            )
+
+    def tensor(self) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed)
+        return torch.randn(self.shape, generator=generator) * self.scale
 
 
 @dataclass
@@ -118,9 +127,9 @@ def encode_arg(value, key: str, tensors: dict):
     if isinstance(value, torch.Tensor):
         tensors[key] = value.contiguous()
         return {"$tensor": key}
-    if isinstance(value, Repeated):
-        tensors[key] = value.tile.contiguous()
-        return {"$repeat": key, "times": [int(t) for t in value.times]}
+    if isinstance(value, Randn):
+        return {"$randn": key, "shape": list(value.shape), "seed": value.seed,
+                "scale": float(value.scale)}
     if isinstance(value, Generator):
         return {"$generator": value.seed}
     if isinstance(value, Pairs):
