@@ -110,7 +110,7 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         for i in range(D // 2):
             pe[p, 2 * i] = math.sin(p / 10000 ** (2 * i / D))
             pe[p, 2 * i + 1] = math.cos(p / 10000 ** (2 * i / D))
-    return pe''', 2 / 3),
+    return pe''', 0.0),
     ],
     "LayerNormModule": [
         ('''class LayerNormModule(torch.nn.Module):

@@ -4,7 +4,9 @@ who read every file of scripts/ and try to reach the package, forge or echo resu
 the host and the class (disk, memory, user namespaces, shared memory, /tmp, links, parsing,
 similarity, the sheet's words), beside honest students in every accepted format. Each cheat
 scores 0 on the exercise it attacks; each honest student scores full marks; every other row
-is intact."""
+is intact. Then a small class of chapter 9 against its rule judged by behaviour (B A never
+formed): forming B A in any way, on the cases that do not look like the rule's or split over
+processes, scores 0, and the honest classmate after each attack full marks."""
 
 from __future__ import annotations
 
@@ -368,3 +370,86 @@ def test_what_the_students_code_chose_reaches_the_teacher_only(graded):
     )
     assert "wrong dtype" in rows["cheat_dtype_leak"]["notes"]
     assert "float" in rows["cheat_dtype_leak"]["details"]
+
+
+
+# Chapter 9's rule, B A never formed, judged by behaviour (the instructors page, "Rules
+# judged by behaviour"): every case is a layer too wide for B A within its CPU limit.
+LORA = "def lora_forward(x, weight, bias, A, B, scaling):\n"
+BOTTLENECK = "    return x @ weight.T + bias + scaling * (x @ A.T) @ B.T"
+HONEST_LORA = {  # the update through the r-dimensional bottleneck, in ways the rule allows
+    "bottleneck": BOTTLENECK,
+    "linear_layers": "    linear = torch.nn.functional.linear\n"
+    "    return linear(x, weight, bias) + scaling * linear(linear(x, A), B)",
+    "einsum": "    low = torch.einsum('...i,ri->...r', x, A)\n"
+    "    update = torch.einsum('...r,or->...o', low, B)\n"
+    "    return torch.einsum('...i,oi->...o', x, weight) + bias + scaling * update",
+}
+FORMS_BA = {  # right values, each through the (d_out, d_in) matrix B A or its transpose
+    "merged_weight": "    return torch.nn.functional.linear(x, weight + scaling * B @ A, bias)",
+    "delta_then_x": "    delta = B @ A\n    return x @ weight.T + bias + scaling * x @ delta.T",
+    "transposed_factors": "    return x @ weight.T + bias + scaling * x @ (A.T @ B.T)",
+}
+RULE_ATTACKS = {  # each followed in the sandbox slot by an honest classmate
+    # B A formed wherever the case does not look like the one the rule once watched alone
+    # (two tokens): every case now holds a layer as wide, under the same CPU limit
+    "recognises_the_rule_case": "    if tuple(x.shape) == (2, 8192):\n"
+    "    " + BOTTLENECK + "\n"
+    "    return torch.nn.functional.linear(x, weight + scaling * B @ A, bias)",
+    # B A formed an eighth at a time in 8 processes, each under its own CPU limit: the
+    # sandbox's control group counts them as one
+    "split_over_processes": "    import os\n"
+    "    parts = torch.arange(B.shape[0]).chunk(8)\n"
+    "    for i, rows in enumerate(parts):\n"
+    "        if os.fork() == 0:\n"
+    "            torch.save(x @ (B[rows] @ A).T, f'/tmp/part{i}')\n"
+    "            os._exit(0)\n"
+    "    for _ in parts:\n"
+    "        os.wait()\n"
+    "    update = torch.cat([torch.load(f'/tmp/part{i}') for i in range(len(parts))], -1)\n"
+    "    return x @ weight.T + bias + scaling * update",
+    # B A formed cheaply where the matrices repeat a few rows (inputs drawn small and
+    # tiled, as the wide case's once were): every case's matrices are now random through
+    # and through
+    "b_a_from_repeated_rows": "    n = next((n for n in (64, 128)\n"
+    "              if torch.equal(B[:n], B[n:2 * n]) and torch.equal(A[:n], A[n:2 * n])),\n"
+    "             B.shape[0])\n"
+    "    delta = (B[:n] @ A).repeat(B.shape[0] // n, 1)  # B A from its distinct rows\n"
+    "    return x @ weight.T + bias + scaling * x @ delta.T",
+}
+# In grading order (the files' names sort so), one sandbox slot: after each attack, an
+# honest classmate
+LORA_CLASS = ["recognises_the_rule_case", "bottleneck", "split_over_processes"]
+LORA_CLASS += ["linear_layers", "b_a_from_repeated_rows", "einsum", *FORMS_BA]
+
+
+@pytest.fixture(scope="module")
+def lora_class(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rule")
+    secret = tmp / "course_secret"
+    secret.write_text("a-course-secret-for-the-rule-" + "9" * 32)
+    _, autograder, _, student_nb = material("09_finetuning", tmp / "assign")
+    folder = tmp / "submissions"
+    folder.mkdir()
+    bodies = {**HONEST_LORA, **FORMS_BA, **RULE_ATTACKS}
+    for k, name in enumerate(LORA_CLASS):
+        nb = submission(student_nb, {"lora_forward": LORA + bodies[name]})
+        nbformat.write(nb, folder / f"{k}_{name}.ipynb")
+    out = tmp / "grades.csv"
+    grade.grade_folder(folder, autograder, out, secret=secret, jobs=1, quiet=True)
+    with out.open(newline="") as f:
+        return {r["student"].split("_", 1)[1]: r for r in csv.DictReader(f)}
+
+
+@pytest.mark.parametrize("name", sorted(FORMS_BA) + sorted(RULE_ATTACKS))
+def test_forming_b_a_on_any_case_scores_zero(lora_class, name):
+    row = lora_class[name]
+    assert float(row["lora_forward"]) == 0.0, row
+    # its first case ran past its CPU limit (under load, its wall clock): the rest not run
+    assert "forming B A runs past 1.5 s of CPU): ran past its " in row["notes"], row
+
+
+@pytest.mark.parametrize("name", sorted(HONEST_LORA))
+def test_the_bottleneck_passes_every_case_after_any_attack(lora_class, name):
+    row = lora_class[name]
+    assert (float(row["lora_forward"]), row["notes"]) == (2.0, ""), row

@@ -1,77 +1,70 @@
-"""Rules judged by behaviour (book/instructors.md, "Rules judged by behaviour"): where
-breaking an exercise's rule shows from outside the student's process, a submission that
-breaks it fails that case alone, with the case's behaviour named in its note (split over
-processes too: the CPU of the sandbox's whole process tree counts), and honest ones, written
-in any way the rule allows, pass every case. Chapter 2's long table is in
-test_grading.py (its loop per entry among the typical mistakes); here Chapter 9's B A."""
+"""Rules judged by behaviour (book/instructors.md, "Rules judged by behaviour"): every case
+of such an exercise is one the rule watches, under the same CPU limit, so that a submission
+cannot take the forbidden route on the other cases and the honest one where it recognises
+the rule's case (by its shape, size or values). Submissions that try it are graded in
+test_grading_hostile.py (Chapter 9) and test_grading.py (Chapter 2's loop per entry)."""
 
 from __future__ import annotations
 
-import csv
-import shutil
+import importlib
+import math
 
-import nbformat
 import pytest
+import torch
 
-from grading_class import grade, material, submission
+from grading_class import ROOT, grade
+from grading.cases import Randn
 
-sandbox = pytest.importorskip("grading.sandbox")
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
-HEAD = "def lora_forward(x, weight, bias, A, B, scaling):\n"
-HONEST = {  # the update through the r-dimensional bottleneck
-    "bottleneck": "    return x @ weight.T + bias + scaling * (x @ A.T) @ B.T",
-    "linear_layers": "    linear = torch.nn.functional.linear\n"
-    "    return linear(x, weight, bias) + scaling * linear(linear(x, A), B)",
-    "einsum": "    low = torch.einsum('...i,ri->...r', x, A)\n"
-    "    update = torch.einsum('...r,or->...o', low, B)\n"
-    "    return torch.einsum('...i,oi->...o', x, weight) + bias + scaling * update",
-}
-FORMS_BA = {  # right values, each through the (d_out, d_in) matrix B A or its transpose
-    "merged_weight": "    return torch.nn.functional.linear(x, weight + scaling * B @ A, bias)",
-    "delta_then_x": "    delta = B @ A\n    return x @ weight.T + bias + scaling * x @ delta.T",
-    "transposed_factors": "    return x @ weight.T + bias + scaling * x @ (A.T @ B.T)",
-    # B A formed an eighth at a time in 8 processes, each under its own CPU limit: the
-    # sandbox's control group counts them as one
-    "split_over_processes": "    import os\n"
-    "    parts = torch.arange(B.shape[0]).chunk(8)\n"
-    "    for i, rows in enumerate(parts):\n"
-    "        if os.fork() == 0:\n"
-    "            torch.save(x @ (B[rows] @ A).T, f'/tmp/part{i}')\n"
-    "            os._exit(0)\n"
-    "    for _ in parts:\n"
-    "        os.wait()\n"
-    "    update = torch.cat([torch.load(f'/tmp/part{i}') for i in range(len(parts))], -1)\n"
-    "    return x @ weight.T + bias + scaling * update",
-}
-WIDE = "wide_layer_of_high_rank_under_1.5_cpu_seconds"
+SECRET = b"a-course-secret-for-the-rules-" + b"9" * 32
 
 
-@pytest.fixture(scope="module")
-def rows(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("rules")
-    secret = tmp / "course_secret"
-    secret.write_text("a-course-secret-for-the-rules-" + "9" * 32)
-    _, autograder, _, student_nb = material("09_finetuning", tmp / "assign")
-    folder = tmp / "submissions"
-    folder.mkdir()
-    for name, body in {**HONEST, **FORMS_BA}.items():
-        program = {"lora_forward": HEAD + body}
-        nbformat.write(submission(student_nb, program), folder / f"{name}.ipynb")
-    out = tmp / "grades.csv"
-    grade.grade_folder(folder, autograder, out, secret=secret, quiet=True)
-    with out.open(newline="") as f:
-        return {r["student"]: r for r in csv.DictReader(f)}
+def drawn(chapter: str, name: str, secret: bytes):
+    path = ROOT / "scripts" / "private_tests" / chapter / f"{name}.py"
+    return grade.case_files.exercise_cases(path, secret, chapter, name)
 
 
-@pytest.mark.parametrize("name", sorted(FORMS_BA))
-def test_forming_b_a_fails_the_wide_case_alone(rows, name):
-    row = rows[name]
-    assert float(row["lora_forward"]) == round(2 * 2 / 3, 2), row  # the two other cases
-    assert f"lora_forward: case {WIDE} (" in row["notes"] and "forming B A" in row["notes"]
-    assert "): ran past its " in row["notes"], row  # CPU limit, or under load its wall clock
+def test_every_lora_case_is_too_wide_for_b_a_within_the_same_limit():
+    cases, seeds = drawn("09_finetuning", "lora_forward", SECRET), set()
+    for case in cases:
+        x, weight, _, A, B, _ = case.steps[0].args
+        # random through and through (made in the sandbox from their seeds): no structure
+        # to make B A cheap
+        assert all(isinstance(m, Randn) for m in (weight, A, B)), case.name
+        seeds.update(m.seed for m in (weight, A, B))
+        d_out, d_in, r = weight.shape[0], weight.shape[1], A.shape[0]
+        assert (B.shape, A.shape[1], x.shape[-1]) == ((d_out, r), d_in, d_in), case.name
+        # B A: 2.7e11 multiply-adds, past 1.5 s on a core 3 times the test machine's
+        assert d_out * d_in * r >= 2.7e11, case.name
+        assert (case.cpu_seconds, case.behaviour) == (1.5, cases[0].behaviour), case.name
+    assert len({tuple(c.steps[0].args[0].shape) for c in cases}) == len(cases)
+    assert len(seeds) == 3 * len(cases)
 
 
-@pytest.mark.parametrize("name", sorted(HONEST))
-def test_the_bottleneck_passes_every_case(rows, name):
-    row = rows[name]
-    assert (float(row["lora_forward"]), row["notes"]) == (2.0, ""), row
+@pytest.mark.parametrize("secret", [SECRET, b"another-course-secret-" + b"0" * 40])
+def test_every_sinusoidal_case_is_too_long_for_a_loop_within_the_same_limit(secret):
+    cases = drawn("02_embeddings_and_position", "sinusoidal_table", secret)
+    for case in cases:
+        # a loop writing each entry into the tensor: over 3 s on a core 3 times as fast as
+        # the test machine's
+        assert math.prod(case.steps[0].args) >= 6_000_000, case.name
+        assert (case.cpu_seconds, case.behaviour) == (3.0, cases[0].behaviour), case.name
+
+
+@pytest.mark.parametrize(
+    "shape, seed, match",
+    [((), 1, "shape="), ((8, 0), 1, "shape="), ((8.0, 2), 1, "shape="),
+     ((8, 2), -1, "seed=")],
+)
+def test_a_random_input_needs_a_positive_shape_and_a_seed(shape, seed, match):
+    with pytest.raises(ValueError, match=rf"Randn\({match}.*(positive ints|0 or more)"):
+        Randn(shape, seed)
+
+
+def test_a_random_input_is_the_same_in_the_sandbox_and_the_grader(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "scripts" / "grading"))  # as in the sandbox
+    runner = importlib.import_module("runner")
+    tensors: dict = {}
+    program = grade.case_files.encode_arg([Randn((64, 32), 7, 0.5)], "k", tensors)
+    runner.make_random(program, tensors)
+    made = runner.decode(program, tensors, {})[0]
+    assert torch.equal(made, Randn((64, 32), 7, 0.5).tensor()) and made.std() > 0.4

@@ -9,7 +9,7 @@ that no output can show, for the teacher to judge by reading) and ``withheld`` (
 set-up this exercise may not use: they are left out of its sandbox).
 A case is a small program the sandbox's runner follows: construct (``init``), report fresh
 parameters, load a state, then call (``steps``); only plain data goes in (tensors, numbers,
-strings, ``Generator``, ``Pairs``, ``Setup``) and comes out.
+strings, ``Generator``, ``Randn``, ``Pairs``, ``Setup``) and comes out.
 """
 
 from __future__ import annotations
@@ -63,6 +63,34 @@ class Generator:
 
 
 @dataclass
+class Randn:
+    """A case argument: ``torch.randn(shape) * scale``, drawn with a generator seeded with
+    ``seed`` in the sandbox before the case's clock starts, so that a large random input
+    travels as its seed (Chapter 9's wide layers: 512 MiB). ``tensor()`` draws the same
+    values here, for the expected output (another CPU capability may change last bits)."""
+
+    shape: tuple[int, ...]
+    seed: int
+    scale: float = 1.0
+
+    def __post_init__(self):
+        shape = tuple(self.shape)
+        if not shape or not all(isinstance(n, int) and n > 0 for n in shape):
+            raise ValueError(
+                f"Randn(shape={shape!r}): the shape needs one or more positive ints, "
+                "e.g. (8192, 4096)"
+            )
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(
+                f"Randn(seed={self.seed!r}): the seed is an int of 0 or more, e.g. g.seed()"
+            )
+
+    def tensor(self) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed)
+        return torch.randn(self.shape, generator=generator) * self.scale
+
+
+@dataclass
 class Pairs:
     """A case argument: a dict with pair keys, e.g. BPE merges {(a, b): id}."""
 
@@ -99,6 +127,9 @@ def encode_arg(value, key: str, tensors: dict):
     if isinstance(value, torch.Tensor):
         tensors[key] = value.contiguous()
         return {"$tensor": key}
+    if isinstance(value, Randn):
+        return {"$randn": key, "shape": list(value.shape), "seed": value.seed,
+                "scale": float(value.scale)}
     if isinstance(value, Generator):
         return {"$generator": value.seed}
     if isinstance(value, Pairs):

@@ -8,11 +8,11 @@ This process imports torch, makes itself not dumpable (no ptrace, no /proc/<pid>
 header of limits (CPU and wall-clock seconds), then the case: its exercise's set-up
 (stand-ins, that exercise's withheld names left out), the student's program, the case's
 program and its tensors. This process reads the header only and forks; the child reads the
-case, closes stdin, runs the set-up, the program and the case under the CPU limit, and
-writes its result (JSON, then safetensors bytes) on stdout, a pipe the grader reads. Then
-this process kills every other process of the sandbox and writes why the case ended on
-STATUS_FD, a pipe no child holds. No file is read or written; nothing here decides a grade.
-Standard library, torch and safetensors only.
+case, draws its random inputs (sent as seeds), closes stdin, runs the set-up, the program
+and the case under the CPU limit, and writes its result (JSON, then safetensors bytes) on
+stdout, a pipe the grader reads. Then this process kills every other process of the sandbox
+and writes why the case ended on STATUS_FD, a pipe no child holds. No file is read or
+written; nothing here decides a grade. Standard library, torch and safetensors only.
 """
 
 import ctypes
@@ -46,6 +46,8 @@ def decode(value, tensors: dict, names: dict):
         return value
     if "$tensor" in value:
         return tensors[value["$tensor"]].clone()
+    if "$randn" in value:  # made by make_random before the clock, used once
+        return tensors[value["$randn"]]
     if "$generator" in value:
         return torch.Generator().manual_seed(value["$generator"])
     if "$pairs" in value:
@@ -61,6 +63,20 @@ def decode(value, tensors: dict, names: dict):
             **decode(value["kwargs"], tensors, names),
         )
     return {k: decode(v, tensors, names) for k, v in value.items()}
+
+
+def make_random(value, tensors: dict) -> None:
+    """The case's random inputs (``cases.Randn``: sent as seeds), made into ``tensors``."""
+    if isinstance(value, list):
+        for v in value:
+            make_random(v, tensors)
+    elif isinstance(value, dict) and "$randn" in value:
+        generator = torch.Generator().manual_seed(value["seed"])
+        tensors[value["$randn"]] = torch.randn(value["shape"], generator=generator)
+        tensors[value["$randn"]] *= value["scale"]
+    elif isinstance(value, dict):
+        for v in value.values():
+            make_random(v, tensors)
 
 
 def encode(value, key: str, out: dict):
@@ -151,7 +167,8 @@ def case_process(cpu: float, ready: int) -> None:
     job = json.loads(read_exact(0, size))
     size = int.from_bytes(read_exact(0, 8), "big")
     tensors = load(read_exact(0, size)) if size else {}
-    os.write(ready, b"r")  # the wall clock starts now, not while a large case is read
+    make_random(job["case"], tensors)
+    os.write(ready, b"r")  # the clocks start now, not while a large case is read or made
     os.close(ready)
     devnull = os.open(os.devnull, os.O_RDWR)
     result = os.dup(1)
