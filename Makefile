@@ -109,7 +109,8 @@ test-grading: $(STAMP)
 		apt-get install -y -qq bubblewrap; } || echo "bubblewrap not installed: the grading tests will skip"
 	OMP_NUM_THREADS=1 $(PY) -m pytest -rs $(XDIST) $(GRADING_TESTS)
 
-# The models the chapters load from the cache (Chapter 6's two, Chapter 8's offline one), each
+# The models the chapters load from the cache (Chapter 6's two, Chapter 8's offline one and
+# Chapter 9's two more seeds of it, Chapter 12's three fine-tuning runs), each
 # trained by a process of its own, so that no chapter run beside another waits for one.
 .PHONY: book-models
 book-models: $(STAMP)

@@ -22,16 +22,15 @@ import time
 # The longest first, each the call a chapter makes. A model that needs another (Chapter 12's
 # assistants start from the character model) waits for it; one process per model, so that the
 # last ones share the cores rather than train one after the other.
-CHAR = "from gpt_from_scratch.book.recipes import book_model\n" \
-       "book_model('shakespeare-char', progress=False)"
+BOOK = "from gpt_from_scratch.book.recipes import book_model\n" \
+       "book_model('{}', progress=False)"
 OFFLINE = "from gpt_from_scratch.book.offline_model import offline_model\n" \
           "offline_model(progress=False, seed={})"
 SFT = "from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run\n" \
       "sft_run(SFTRecipe(seed={}))"
 MODELS = {
-    "shakespeare-char": CHAR,
-    "shakespeare-bpe": "from gpt_from_scratch.book.recipes import book_model\n"
-                       "book_model('shakespeare-bpe', progress=False)",
+    "shakespeare-char": BOOK.format("shakespeare-char"),
+    "shakespeare-bpe": BOOK.format("shakespeare-bpe"),
     "shakespeare-bpe-heads": "from gpt_from_scratch.book.offline_model import offline_model\n"
                              "offline_model(progress=False)",  # Chapter 8's offline model
     # the same recipe from two more seeds: Chapter 9 averages its pretraining lesson over three
