@@ -74,7 +74,7 @@ the book (``book.``)        chapter
 ``book.assistant_prose``    12 the chapter's lessons and sentences
 ``book.assistant_online``   12 the Colab track: GPT-2 small on 1,100 instructions
 ``book.inside``             13 the cached assistants, the Repeat pairs, the lessons
-``book.inside_online``      13 the Colab track: GPT-2 small's induction heads
+``book.inside_online``      13 the Colab track: GPT-2 small's induction heads, name movers
 ==========================  ================================================
 
 ``exercises`` holds every chapter's exercise checks (``check_*``). Modules are imported

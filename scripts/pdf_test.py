@@ -7,7 +7,9 @@ Reads ``_build/latex/gpt-from-scratch.pdf`` and its LaTeX log with poppler's ``p
 - the title of every page of ``_toc.yml`` is in the text;
 - no word lies past the margins (``pdftotext -bbox``): code and outputs wrap, none is cut off;
 - every figure of the notebooks is in it as an image, at 150 pixels per inch or more;
-- the LaTeX log has no missing glyph ("Missing character"), no undefined reference or citation;
+- the LaTeX log has no missing glyph ("Missing character"), no undefined reference or citation,
+  and no line of a paragraph or a table cell wider than its column ("Overfull \\hbox"): in a
+  table, such a line overprints the next cell;
 - the bookmarks (``pdftohtml -xml`` lists them) keep the math of every section title that has
   some, as Unicode text (``# ## 4.5 Why divide by $\\sqrt{d_k}$`` in a text twin is the
   bookmark "4.5 Why divide by √dₖ": book/_ext/math_bookmarks.py), and hyperref dropped nothing
@@ -44,6 +46,8 @@ WORD = re.compile(r'xMin="([\d.]+)" yMin="[\d.]+" xMax="([\d.]+)" yMax="[\d.]+">
 # A missing glyph, an unresolved reference (a hyperlink's too) or citation in LuaLaTeX's log.
 UNRESOLVED = re.compile(r"Missing character|reference .* undefined|Citation .* undefined|"
                         r"There were undefined references", re.IGNORECASE)
+# A line wider than its paragraph or table column, by how much.
+OVERFULL = re.compile(r"^Overfull \\hbox \(([\d.]+)pt too wide\) (.*)$", re.MULTILINE)
 # hyperref left part of a title out of its bookmark; the next log line says what.
 DROPPED = "Token not allowed in a PDF string"
 # A section title with math in a text twin: "# ## 4.5 Why divide by $\sqrt{d_k}$".
@@ -131,6 +135,12 @@ def math_title_bookmarks() -> dict[str, str]:
     return expected
 
 
+def overfull_lines(log: str) -> list[str]:
+    """Each line of the log's text wider than its column by more than SLACK_PT."""
+    return [f"LaTeX log: a line {float(width):.1f} pt wider than its column, {where}"
+            for width, where in OVERFULL.findall(log) if float(width) > SLACK_PT]
+
+
 def check_bookmarks(log: str) -> list[str]:
     problems, outline = [], bookmarks()
     for title, bookmark in math_title_bookmarks().items():
@@ -215,6 +225,7 @@ def check() -> list[str]:
     log = (LATEX / "gpt-from-scratch.log").read_text(errors="replace")
     unresolved = {line.strip() for line in log.splitlines() if UNRESOLVED.search(line)}
     problems += [f"LaTeX log: {line}" for line in sorted(unresolved)]
+    problems += overfull_lines(log)[:20]
     problems += check_bookmarks(log)
     pages_text = run("pdftotext", "-enc", "UTF-8", str(PDF), "-").split("\f")[:pages]
     problems += check_appendix(pages_text, notebook_answers())

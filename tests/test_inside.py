@@ -97,3 +97,28 @@ def test_the_colab_track_runs_on_a_stand_in_and_says_what_it_would_do_offline(mo
         raise WeightsUnavailableError("offline")
     monkeypatch.setattr(inside_online, "from_pretrained", unavailable)
     assert inside_online.online_run().startswith("*Not run here*")
+
+
+def test_the_name_prompts_align_and_differ_only_where_the_subject_is_named_again():
+    clean, corrupted, io, s = inside_online.name_prompts(6, seed=1)
+    assert clean.shape == corrupted.shape == (6, 14) and io.shape == s.shape == (6,)
+    differ = (clean != corrupted).nonzero()[:, 1].unique().tolist()
+    assert differ == [9]  # ", John gave": the only position that changes is the second name
+    assert (clean[:, 9] == s).all() and (corrupted[:, 9] == io).all() and (io != s).all()
+    assert (clean[:, 1] == io).all() and (clean[:, 3] == s).all()
+    with pytest.raises(ValueError, match="n is 0"):
+        inside_online.name_prompts(0)
+
+
+def test_the_name_mover_track_runs_on_a_stand_in_and_says_what_it_would_do_offline(monkeypatch):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(context_length=32, d_model=32, n_layers=2, n_heads=2, dropout=0.0))
+    text = inside_online.name_mover_run(n=4, model=model)
+    shares = [float(x) for x in re.findall(r"L\dH\d (-?\d+\.\d\d)", text)]
+    assert len(shares) == 6  # the 4 heads from the top (5 asked), then the 2 from the bottom
+    assert shares[:4] == sorted(shares[:4], reverse=True) and shares[4:] == sorted(shares[:4])[:2]
+
+    def unavailable(name):
+        raise WeightsUnavailableError("offline")
+    monkeypatch.setattr(inside_online, "from_pretrained", unavailable)
+    assert inside_online.name_mover_run().startswith("*Not run here*")

@@ -36,6 +36,15 @@ def test_missing_glyphs_and_unresolved_references_are_found_in_the_log():
     assert not pdf_test.UNRESOLVED.search("Overfull \\vbox (2.3pt too high) at line 1252")
 
 
+def test_a_line_wider_than_its_column_is_found_in_the_log():
+    log = ("Overfull \\hbox (60.4728pt too wide) in paragraph at lines 21127--21127\n"
+           "Overfull \\hbox (0.55475pt too wide) in paragraph at lines 300--301\n"
+           "Overfull \\vbox (2.3pt too high) detected at line 1252\n")
+    problems = pdf_test.overfull_lines(log)
+    assert problems == ["LaTeX log: a line 60.5 pt wider than its column, "
+                        "in paragraph at lines 21127--21127"]
+
+
 def test_the_appendix_must_come_last_and_hold_every_answer():
     # Printed page numbers end each page; the title page and the contents have none.
     chapter = "Exercise 1.\nThe answer is in the appendix, page 2.\nThe solution is in the " \

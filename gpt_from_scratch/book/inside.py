@@ -127,10 +127,11 @@ def lens_lesson(first: list[float], last: list[float]) -> Lesson:
                   f"seed here ({pairs}).")
 
 
-def top_heads(values: Tensor, k: int = 3) -> str:
-    """The ``k`` largest heads of an (L, H) tensor, as ``"L3H1 0.51, ..."``."""
+def top_heads(values: Tensor, k: int = 3, largest: bool = True) -> str:
+    """The ``k`` largest (or, ``largest=False``, smallest) heads of an (L, H) tensor, as
+    ``"L3H1 0.51, ..."``."""
     H = values.shape[1]
-    order = values.flatten().argsort(descending=True)[:k].tolist()
+    order = values.flatten().argsort(descending=largest)[:k].tolist()
     return ", ".join(f"L{i // H}H{i % H} {float(values.flatten()[i]):.2f}" for i in order)
 
 

@@ -1,12 +1,17 @@
-"""Chapter 13's Colab track: GPT-2 small's induction heads on repeated random tokens, found by
-attention and by activation patching; offline, a sentence that says what it does."""
+"""Chapter 13's Colab track on GPT-2 small: its induction heads on repeated random tokens, found
+by attention and by activation patching, and the heads that name the indirect object in Wang et
+al.'s task, found by patching; offline, a sentence that says what each does."""
 
 from __future__ import annotations
 
+import random
+
 import torch
+from torch import Tensor
 
 from .. import interp
 from ..hf_weights import WeightsUnavailableError, from_pretrained
+from ..tokenizer import gpt2_encoding
 from .inside import rank_correlation, top_heads
 
 
@@ -22,7 +27,7 @@ def online_run(n: int = 20, half: int = 50, seed: int = 0, model=None) -> str:
             return ("*Not run here*: GPT-2's weights cannot be reached. With them, this cell makes "
                     f"{n} sequences of {half} random tokens repeated, finds each of the 144 heads' "
                     "induction score and patching share, and names the heads both rankings put first "
-                    "(Olsson et al. found 5.1, 5.5, 6.9, 7.2 and 7.10).")
+                    "(Olsson et al. found L5H1, L5H5, L6H9, L7H2 and L7H10).")
     model.eval()
     g = torch.Generator().manual_seed(seed)
     V, L = model.config.vocab_size, len(model.blocks)
@@ -45,3 +50,63 @@ def online_run(n: int = 20, half: int = 50, seed: int = 0, model=None) -> str:
             f"the gap restored, summing to {float(shares.sum()):.2f}); Spearman's rank correlation "
             f"between the two rankings over {shares.numel()} heads is "
             f"{rank_correlation(shares, scores):.2f}.")
+
+
+NAMES = ("Mary", "John", "Tom", "James", "Dan", "Sarah", "Alice", "Bob", "Paul", "Anna", "Kate",
+         "Lisa")
+PLACES = ("store", "park", "school", "garden", "beach", "office")
+THINGS = ("drink", "book", "ball", "letter", "gift", "bag")
+WANG = ("Wang et al. found name movers L9H9, L9H6 and L10H0, which copy the name, S-inhibition "
+        "heads L7H3, L7H9, L8H6 and L8H10, which tell them which name to leave out, and negative "
+        "name movers L10H7 and L11H10, which push against it.")
+TEMPLATE = "When {io} and {s} went to the {place}, {s2} gave a {thing} to"  # Wang et al.'s IOI
+
+
+def name_prompts(n: int, seed: int = 0, encoding=None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``n`` sentences of Wang et al.'s indirect-object task, as GPT-2's token ids: ``clean``
+    (B, T) names the subject twice ("When Mary and John went to the store, John gave a drink to":
+    the next name is Mary, the indirect object), ``corrupted`` names the indirect object again
+    ("..., Mary gave a drink to": the next name is John); and each row's two name ids (B,)."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n is {n!r}, the number of sentences: pass a whole number >= 1")
+    encoding = encoding or gpt2_encoding()
+    g = random.Random(seed)
+    rows = [(*g.sample(NAMES, 2), g.choice(PLACES), g.choice(THINGS)) for _ in range(n)]
+
+    def ids(text: str) -> list[int]:
+        return encoding.encode(text)
+
+    clean = torch.tensor([ids(TEMPLATE.format(io=a, s=b, place=p, thing=t, s2=b))
+                          for a, b, p, t in rows])  # every word one token: the rows align
+    corrupted = torch.tensor([ids(TEMPLATE.format(io=a, s=b, place=p, thing=t, s2=a))
+                              for a, b, p, t in rows])
+    io, s = (torch.tensor([ids(" " + row[k])[0] for row in rows]) for k in (0, 1))
+    return clean, corrupted, io, s
+
+
+def name_mover_run(n: int = 20, seed: int = 0, model=None, encoding=None) -> str:
+    """Activation patching on the indirect-object task: the logit difference between the two names
+    at the last position, and each head's share of the clean–corrupted gap when its clean output
+    is patched into the corrupted run. ``model`` defaults to GPT-2 small's weights."""
+    if model is None:
+        try:
+            model = from_pretrained("gpt2")
+        except (WeightsUnavailableError, OSError):
+            return ("*Not run here*: GPT-2's weights cannot be reached. With them, this cell "
+                    f"patches each of the 144 heads on {n} sentences such as \"When Mary and John "
+                    "went to the store, John gave a drink to\" and names the heads that restore "
+                    f"the choice of Mary most. {WANG}")
+    model.eval()
+    clean, corrupted, io, s = name_prompts(n, seed, encoding)
+    rows = torch.arange(n)
+
+    def logit_diff(logits):  # logits (B, T, V): the indirect object over the subject
+        return (logits[rows, -1, io] - logits[rows, -1, s]).mean()
+    with torch.no_grad():
+        gap = [float(logit_diff(interp.run_with_hooks(model, x)[0])) for x in (clean, corrupted)]
+    shares = interp.patching_shares(model, clean, corrupted, logit_diff)
+    return (f"On {n} sentences, GPT-2 small puts the indirect object {gap[0]:.2f} logits above "
+            f"the subject; with the indirect object named in the subject's place, {gap[1]:.2f}. "
+            f"Patched alone into that run, the heads that restore most of the gap are "
+            f"{top_heads(shares, 5)}; those that push hardest the other way are "
+            f"{top_heads(shares, 2, largest=False)}. {WANG}")

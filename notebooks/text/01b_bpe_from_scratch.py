@@ -658,8 +658,8 @@ print([gpt2_bpe.vocab[i].decode() for i in gpt2_bpe.encode(numbers)])
 # %% [markdown] tags=["quiz"]
 # ## Check yourself
 #
-# A few questions on this chapter, with instant feedback in the page. The numbers in them
-# are the ones this chapter printed; pick an answer or type one in.
+# A few questions on this chapter, each answer with its explanation. The numbers in them
+# are the ones this chapter printed.
 
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz

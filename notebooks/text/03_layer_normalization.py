@@ -181,9 +181,9 @@ print("written out and fused: outputs and all three gradients match nn.LayerNorm
 # %% [markdown]
 # ## 3.3 A common slip: dividing by std + eps
 #
-# Many tutorials, including the articles this book grew from, write the normalization as
-# $(x - \mu) / (\sigma + \epsilon)$: $\epsilon$ added to the standard deviation instead of to the
-# variance under the square root. It looks harmless. How far is it from the real LayerNorm? Take rows of
+# Many tutorials write the normalization as $(x - \mu) / (\sigma + \epsilon)$, as the Annotated
+# Transformer's `LayerNorm` does {cite}`rush2018annotated`: $\epsilon$ added to the standard
+# deviation instead of to the variance under the square root. It looks harmless. How far is it from the real LayerNorm? Take rows of
 # $D = 768$ random numbers, scale them to standard deviations from $10^{-4}$ to $10^{2}$, and measure the
 # largest difference between the two outputs (in float64, so that only the formula differs):
 
@@ -329,7 +329,7 @@ print(f"BatchNorm: token 0 with one neighbour vs in the full batch, "
 #   {cite}`radford2019language`, "layer normalization was moved to the input of each sub-block ... and an
 #   additional layer normalization was added after the final self-attention block".
 #
-# Some tutorials, the articles this book grew from among them, show a post-LN block and call it GPT-2's.
+# Some tutorials show a post-LN block, the original Transformer's, and call it GPT-2's.
 # It is not. Where the normalization goes does not depend on what a branch computes, so this chapter
 # studies a simpler residual stack: each block has one branch, a small feed-forward network
 # (a linear map to $4D$ features, GELU, a linear map back to $D$), added to the stream with or without
@@ -680,8 +680,8 @@ with torch.no_grad():
 # %% [markdown] tags=["quiz"]
 # ## Check yourself
 #
-# A few questions on this chapter, with instant feedback in the page. The numbers in them
-# are the ones this chapter printed; pick an answer or type one in.
+# A few questions on this chapter, each answer with its explanation. The numbers in them
+# are the ones this chapter printed.
 
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz

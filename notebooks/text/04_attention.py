@@ -341,7 +341,7 @@ plt.show()
 #
 # ### A slip to avoid: the softmax over the wrong axis
 #
-# The articles this book grew from compute the weights of *one* query as `softmax(scores, dim=0)` on a
+# A first example often computes the weights of *one* query as `softmax(scores, dim=0)` on a
 # 1-D vector of its scores, where `dim=0` is the only axis and is right. Carried over unchanged to a 2-D
 # $(T, T)$ score matrix (or `dim=-2` on a batched one), the same call normalizes the *columns*: each
 # key's weights over the queries sum to 1, instead of each query's weights over the keys. With a causal mask the future entries
@@ -580,9 +580,9 @@ fig.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.6, label="attention weight"
 plt.show()
 
 # %% [markdown]
-# The same four maps, interactive: hover over a cell to read its query token, its key token
-# and the weight between them; the buttons switch heads. The figure works in the page
-# itself, without a running notebook.
+# In the HTML edition and in a notebook, the same four maps are interactive: hover over a
+# cell to read its query token, its key token and the weight between them; the buttons
+# switch heads. The figure works in the page itself, without a running kernel.
 
 # %%
 from gpt_from_scratch.book.interactive import Interactive, attention_figure
@@ -1088,8 +1088,8 @@ for t, (ta, tb) in enumerate(zip(token_labels(a, enc), token_labels(b_, enc))):
 # %% [markdown] tags=["quiz"]
 # ## Check yourself
 #
-# A few questions on this chapter, with instant feedback in the page. The numbers in them
-# are the ones this chapter printed; pick an answer or type one in.
+# A few questions on this chapter, each answer with its explanation. The numbers in them
+# are the ones this chapter printed.
 
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz

@@ -783,9 +783,10 @@ fig = attention_lines(attention[layer][0], labels, title=f"{MODEL_NAME}, layer {
 plt.show()
 
 # %% [markdown]
-# And every map of every head, one at a time: the menu picks the layer, the slider the head,
-# and hovering over a cell shows its query token, key token and weight. It starts at the
-# layer and head of section 8.6 and works in the page itself, without a running notebook.
+# And, in the HTML edition and in a notebook, every map of every head, one at a time: the
+# menu picks the layer, the slider the head, and hovering over a cell shows its query token,
+# key token and weight. It starts at the layer and head of section 8.6 and works in the page
+# itself, without a running kernel.
 
 # %%
 from gpt_from_scratch.book.interactive import Interactive, layer_head_explorer
@@ -1016,8 +1017,8 @@ print(f"distinct tokens in the training split: {distinct:,} of {enc.n_vocab:,}")
 # %% [markdown] tags=["quiz"]
 # ## Check yourself
 #
-# A few questions on this chapter, with instant feedback in the page. The numbers in them
-# are the ones this chapter printed; pick an answer or type one in.
+# A few questions on this chapter, each answer with its explanation. The numbers in them
+# are the ones this chapter printed.
 
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz

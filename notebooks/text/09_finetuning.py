@@ -733,8 +733,8 @@ print(f"|grad A| = {fresh.lora_A.grad.abs().max():.4f}, "
 # %% [markdown] tags=["quiz"]
 # ## Check yourself
 #
-# A few questions on this chapter, with instant feedback in the page. The numbers in them
-# are the ones this chapter printed; pick an answer or type one in.
+# A few questions on this chapter, each answer with its explanation. The numbers in them
+# are the ones this chapter printed.
 
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz

@@ -458,8 +458,8 @@ print(f"uniform over 50,257 tokens: {math.log(50_257):.2f} nats or "
 # %% [markdown] tags=["quiz"]
 # ## Check yourself
 #
-# A few questions on this chapter, with instant feedback in the page. The numbers in them
-# are the ones this chapter printed; pick an answer or type one in.
+# A few questions on this chapter, each answer with its explanation. The numbers in them
+# are the ones this chapter printed.
 
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz

@@ -229,17 +229,30 @@ n_heads = shares[SEEDS[0]].numel()
 display(Markdown(inside.timing_text(analysis_seconds, len(SEEDS), n_heads)))
 
 # %% [markdown]
-# ## 13.6 On Colab: induction heads in GPT-2 small
+# ## 13.6 On Colab: induction heads and name movers in GPT-2 small
 #
 # With GPT-2's weights, the same functions find GPT-2 small's induction heads on repeated
 # random tokens {cite}`olsson2022induction`, and patch them: the sequence is corrupted in its
 # first half, and each of the 144 heads is patched in turn.
 
 # %%
-from gpt_from_scratch.book.inside_online import online_run  # noqa: E402
+from gpt_from_scratch.book.inside_online import name_mover_run, online_run  # noqa: E402
 
 online = online_run(n=50 if FULL_RUN else 20)
 display(Markdown(online))
+
+# %% [markdown]
+# The same patching takes apart a behaviour of the whole sentence. In "When Mary and John went
+# to the store, John gave a drink to", GPT-2 small expects " Mary": the name that was not
+# repeated, the *indirect object*. Wang et al. traced this to a circuit of heads
+# {cite}`wang2023ioi`. The corrupted run names Mary again where John stood ("..., Mary gave a
+# drink to"), which turns the preference around, and the metric is the difference of the two
+# names' logits at the last position. Each head is patched alone, as in section 13.5; a
+# negative share marks a head that pushes against the answer.
+
+# %%
+names = name_mover_run(n=100 if FULL_RUN else 40)
+display(Markdown(names))
 
 # %% [markdown]
 # ## Summary
@@ -346,8 +359,8 @@ print(f"seed 1: L{best // H}H{best % H} restores {share:.2f} of the gap")
 # %% [markdown] tags=["quiz"]
 # ## Check yourself
 #
-# A few questions on this chapter, with instant feedback in the page. The numbers in them
-# are the ones this chapter printed; pick an answer or type one in.
+# A few questions on this chapter, each answer with its explanation. The numbers in them
+# are the ones this chapter printed.
 
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
