@@ -85,6 +85,19 @@ def test_untouched_hand_in_notebooks_run_top_to_bottom(tmp_path):
         assert "✅" not in printed and "Traceback" not in printed
 
 
+def test_the_instructors_points_table_is_the_assignments():
+    """book/instructors.md's table of points per implementation exercise lists every chapter
+    that scripts/assign.py hands out, with its exercises and points, in order."""
+    page = (Path(__file__).resolve().parents[1] / "book" / "instructors.md").read_text()
+    table = page[page.index("| chapter | exercise | points |"):].split("\n\n")[0]
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    expected = [[a.chapter.split("_")[0].lstrip("0"),
+                 ", ".join(f"`{e.name}`" for e in a.exercises),
+                 " + ".join(str(e.points) for e in a.exercises)]
+                for a in assign.ASSIGNMENTS.values()]
+    assert [[r[0].strip("| "), r[1], r[2].strip("| ")] for r in rows] == expected
+
+
 def test_the_quiz_after_the_exercises_is_in_no_exercise_block():
     cells = [nbformat.v4.new_markdown_cell("## Exercises\n\n### Exercise 1. Why (explain)\n\nWhy?"),
              nbformat.v4.new_code_cell("print(42)"),
