@@ -15,20 +15,30 @@ from ..tokenizer import gpt2_encoding
 from .inside import rank_correlation, top_heads
 
 
+NOT_RUN = "*Not run here*: GPT-2's weights cannot be reached. With them, this cell "
+
+
+def _gpt2(model):
+    """``model`` in eval mode, or GPT-2 small's weights when it is None; None when they cannot
+    be reached (offline)."""
+    if model is not None:
+        return model.eval()
+    try:
+        return from_pretrained("gpt2").eval()
+    except (WeightsUnavailableError, OSError):
+        return None
+
+
 def online_run(n: int = 20, half: int = 50, seed: int = 0, model=None) -> str:
     """Rows ``[<|endoftext|>, s, s]`` of ``half`` random tokens, and corrupted rows whose first ``s``
     is other tokens: each head's induction score (attention from position t of the second copy
     to the token after t's earlier copy) and its patching share of the second copy's
     log-probability. ``model`` defaults to GPT-2 small's weights."""
+    model = _gpt2(model)
     if model is None:
-        try:
-            model = from_pretrained("gpt2")
-        except (WeightsUnavailableError, OSError):
-            return ("*Not run here*: GPT-2's weights cannot be reached. With them, this cell makes "
-                    f"{n} sequences of {half} random tokens repeated, finds each of the 144 heads' "
-                    "induction score and patching share, and names the heads both rankings put first "
-                    "(Olsson et al. found L5H1, L5H5, L6H9, L7H2 and L7H10).")
-    model.eval()
+        return (NOT_RUN + f"makes {n} sequences of {half} random tokens repeated, finds each of "
+                "the 144 heads' induction score and patching share, and names the heads both "
+                "rankings put first (Olsson et al. found L5H1, L5H5, L6H9, L7H2 and L7H10).")
     g = torch.Generator().manual_seed(seed)
     V, L = model.config.vocab_size, len(model.blocks)
     first, other = (torch.randint(0, V - 1, (n, half), generator=g) for _ in range(2))
@@ -88,15 +98,11 @@ def name_mover_run(n: int = 20, seed: int = 0, model=None, encoding=None) -> str
     """Activation patching on the indirect-object task: the logit difference between the two names
     at the last position, and each head's share of the clean–corrupted gap when its clean output
     is patched into the corrupted run. ``model`` defaults to GPT-2 small's weights."""
+    model = _gpt2(model)
     if model is None:
-        try:
-            model = from_pretrained("gpt2")
-        except (WeightsUnavailableError, OSError):
-            return ("*Not run here*: GPT-2's weights cannot be reached. With them, this cell "
-                    f"patches each of the 144 heads on {n} sentences such as \"When Mary and John "
-                    "went to the store, John gave a drink to\" and names the heads that restore "
-                    f"the choice of Mary most. {WANG}")
-    model.eval()
+        return (NOT_RUN + f"patches each of the 144 heads on {n} sentences such as \"When Mary "
+                "and John went to the store, John gave a drink to\" and names the heads that "
+                f"restore the choice of Mary most. {WANG}")
     clean, corrupted, io, s = name_prompts(n, seed, encoding)
     rows = torch.arange(n)
 
