@@ -4,7 +4,10 @@ A compared cell (tag ``nbval-check-output``) whose metadata holds
 ``"tolerance": {"abs": 0.02, "rel": 0.0, "why": "..."}`` matches its committed output when the
 text around its numbers is the same and every number is within ``abs + rel * |committed|`` of
 the committed one; ``why`` states the measured spread that justifies the width
-(``scripts/arithmetic_spread.py`` measures it). Every other cell is compared as nbval compares it.
+(``scripts/arithmetic_spread.py`` measures it). The spread is measured over the whole matrix,
+PyTorch's AVX-512, AVX2 and portable kernels with 1, 2 and 4 threads, each model trained under
+that arithmetic, and the width is at least 1.5 times the largest move in it: a thread count or a
+kernel set not measured moves a number too. Every other cell is compared as nbval compares it.
 
 Run side by side (pytest-xdist), the notebooks go longest first, by their committed run's cell
 times (``pytest_collection_modifyitems``).

@@ -132,7 +132,7 @@ print(tokenizer.decode(sampled[0].tolist()))
 # towards a uniform distribution. As $\tau \to 0$ all the probability goes to the top token (greedy decoding);
 # as $\tau \to \infty$ every token gets $1/V$. The entropy $H = -\sum_i p_i \ln p_i$ measures the spread.
 
-# %% tags=["nbval-check-output"] tolerance={"rel": 0.2, "why": "measured across PyTorch's AVX-512, AVX2 and portable kernels and 1-2 threads (scripts/arithmetic_spread.py, make test on one thread): at most 17% (a top token of 0.15 against 0.18, AVX-512 on one thread)"}
+# %% tags=["nbval-check-output"] tolerance={"rel": 0.26, "why": "measured over PyTorch's AVX-512, AVX2 and portable kernels with 1, 2 and 4 threads, each model trained under that arithmetic (scripts/arithmetic_spread.py): at most 17% (a top token of 0.15 against 0.18, AVX-512 with 1 thread)"}
 temperatures = (0.5, 1.0, 2.0)
 tempered = {t: torch.softmax(last / t, dim=-1) for t in temperatures}  # each (V,)
 for t, p in tempered.items():
