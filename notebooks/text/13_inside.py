@@ -243,11 +243,11 @@ display(Markdown(online))
 
 # %% [markdown]
 # The same patching takes apart a behaviour of the whole sentence. In "When Mary and John went
-# to the store, John gave a drink to", GPT-2 small expects " Mary": the name that was not
+# to the store, John gave a drink to", GPT-2 small expects Mary next: the name that was not
 # repeated, the *indirect object*. Wang et al. traced this to a circuit of heads
-# {cite}`wang2023ioi`. The corrupted run names Mary again where John stood ("..., Mary gave a
-# drink to"), which turns the preference around, and the metric is the difference of the two
-# names' logits at the last position. Each head is patched alone, as in section 13.5; a
+# {cite}`wang2023ioi`. The corrupted run names Mary again where John stood, "Mary gave a drink
+# to", which turns the preference around, and the metric is the difference of the two names'
+# logits at the last position. Each head is patched alone, as in section 13.5; a
 # negative share marks a head that pushes against the answer.
 
 # %%
