@@ -79,13 +79,9 @@ def name_prompts(n: int, seed: int = 0, encoding=None) -> tuple[Tensor, Tensor, 
     ("..., Mary gave a drink to": the next name is John); and each row's two name ids (B,)."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n is {n!r}, the number of sentences: pass a whole number >= 1")
-    encoding = encoding or gpt2_encoding()
+    ids = (encoding or gpt2_encoding()).encode
     g = random.Random(seed)
     rows = [(*g.sample(NAMES, 2), g.choice(PLACES), g.choice(THINGS)) for _ in range(n)]
-
-    def ids(text: str) -> list[int]:
-        return encoding.encode(text)
-
     clean = torch.tensor([ids(TEMPLATE.format(io=a, s=b, place=p, thing=t, s2=b))
                           for a, b, p, t in rows])  # every word one token: the rows align
     corrupted = torch.tensor([ids(TEMPLATE.format(io=a, s=b, place=p, thing=t, s2=a))
