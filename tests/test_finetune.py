@@ -274,26 +274,39 @@ def test_the_learning_curve_compares_pretrained_random_and_bag_on_the_same_speec
         learning_curve([model, wider], data)
 
 
-def test_the_pretraining_prose_follows_the_curve():
+def test_the_pretraining_prose_follows_the_curve(monkeypatch):
     from gpt_from_scratch.book import finetune_prose as prose
+    from gpt_from_scratch.book import lessons
 
+    monkeypatch.setattr(lessons, "_LESSONS", {})
     curve = dict(sizes=[8, 32], pretrained=[[0.30, 0.32, 0.31], [0.40, 0.42, 0.44]],
                  random=[[0.30, 0.31, 0.32], [0.30, 0.31, 0.32]],
                  bag=[[0.35, 0.36, 0.37], [0.41, 0.42, 0.43]])
     gaps = prose.pretraining_gaps(curve)
     assert gaps[1]["vs_random"][0] == pytest.approx(0.11)
     text = prose.pretraining_text(curve)
-    assert "with 32 speeches per speaker, the pretrained features beat" in text
+    assert text.startswith("The pretrained features beat the same network from a random "
+                           "initialization by more than 2 standard errors with 32 speeches")
     assert "+11.0 ± 0.6 points at 32" in text and "With 8 the difference (+0.0" in text
     assert "within the noise with 32" in text and "behind with 8 (-5.0 ± 0.6 points at 8)" in text
+    assert lessons.verdicts() == "no lesson judged in this run"  # no backbones to compare
+    one = prose.pretraining_text(curve | dict(per_backbone=[[[0.30, 0.32, 0.31]]] * 2))
+    assert one == text and lessons.verdicts() == "no lesson judged in this run"
     curve["per_backbone"] = [[[0.30, 0.32, 0.31]] * 3,
                              [[0.40, 0.42, 0.44], [0.30, 0.31, 0.32], [0.50, 0.53, 0.56]]]
     text = prose.pretraining_text(curve)
-    assert "3 draws of the speeches each, averaged over 3 backbones)" in text
-    assert "with 32 speeches per speaker the pretrained features are +11.0 ± 0.6, +0.0 ± 0.0, " \
-           "+22.0 ± 1.2 points from the random network: 22.0 points apart" in text
+    assert text.startswith("Backbone by backbone, with 32 speeches per speaker the pretrained "
+                           "features are +11.0 ± 0.6, +0.0 ± 0.0, +22.0 ± 1.2 points from the "
+                           "random network. The two furthest apart differ by 22.0 ± 1.2 points")
+    assert "which is why each draw above averages 3 of them. Averaged over the 3 backbones" in text
+    assert lessons.verdicts() == "holds: one pretraining run is not enough to judge pretraining by"
+    assert ("Counting the runs too (the spread of the 3 backbones' gaps at 32), the average is "
+            "+11.0 ± 6.4 points: within 2 standard errors, so 3 runs cannot tell") in text
     curve["per_backbone"][1] = [[0.40, 0.42, 0.44], [0.41, 0.42, 0.43], [0.39, 0.42, 0.45]]
-    assert "so runs of this recipe agree" in prose.pretraining_text(curve)
+    text = prose.pretraining_text(curve)
+    assert "within 2 standard errors: runs of this recipe agree" in text
+    assert "+11.0 ± 0.0 points: still more than 2 standard errors, so this recipe's" in text
+    assert lessons.verdicts().startswith("DOES NOT HOLD: one pretraining run")
     later = prose.pretraining_text(dict(sizes=[8, 32], pretrained=[[0.40, 0.42, 0.44]] * 2,
                                         random=[[0.30, 0.31, 0.32], [0.40, 0.42, 0.44]],
                                         bag=[[0.35, 0.36, 0.37]] * 2))
@@ -301,7 +314,7 @@ def test_the_pretraining_prose_follows_the_curve():
     assert "so few speeches" not in later  # more speeches than where it won: not their fault
     none = prose.pretraining_text(dict(sizes=[8], pretrained=[[0.3, 0.4]], random=[[0.3, 0.4]],
                                        bag=[[0.2, 0.3]]))
-    assert "never beat" in none
+    assert "never beat the same network from a random initialization by more than 2" in none
     with pytest.raises(ValueError, match="two seeds"):
         prose.mean_se([0.5])
 

@@ -13,6 +13,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.nn.utils import parameters_to_vector
 
 from ..allocator import reuse_freed_memory
 from ..checkpoint import load_checkpoint
@@ -125,16 +126,19 @@ def main(argv=None) -> None:
     start = time.perf_counter()
     history = train(model, train_ids, val_ids, cfg, out_dir=args.out, resume=args.resume)
     seconds = time.perf_counter() - start
-    if world > 1:
-        agree = torch.tensor(1, device=cfg.device)
-        for p in model.parameters():  # every process must end with rank 0's weights
-            reference = p.detach().clone()
-            dist.broadcast(reference, src=0)
-            agree &= torch.tensor(int(torch.equal(reference, p.detach())), device=cfg.device)
+    if world > 1:  # every process must end with rank 0's weights
+        weights = parameters_to_vector(model.parameters()).detach()  # (P,) this process's
+        sent = weights.clone()
+        dist.broadcast(sent, src=0)  # rank 0's, on every process
+        agree = torch.tensor(int(torch.equal(sent, weights)), device=cfg.device)
         dist.all_reduce(agree, op=dist.ReduceOp.MIN)
         if rank == 0:
             print(f"{world} processes, weights identical on every rank: {bool(agree.item())}")
-        dist.barrier()  # no process leaves while another still talks to it (a rare hang on exit)
+        dist.barrier()  # no process leaves while another still talks to it
+        # `sent` and `agree` outlive the next line: a gloo thread may drop its reference to
+        # them after the call returned, and were it the last, freeing them would need the
+        # GIL, which destroy_process_group holds while it waits for that thread (a hang,
+        # torch 2.4).
         dist.destroy_process_group()
     if rank == 0:
         print(f"{args.preset}: {model.num_parameters():,} parameters on {cfg.device}")

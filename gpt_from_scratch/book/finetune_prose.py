@@ -9,9 +9,7 @@ from __future__ import annotations
 import math
 from statistics import fmean
 
-from .lessons import paired_difference
-
-from .lessons import SE_BAR, lesson, standard_errors
+from .lessons import SE_BAR, lesson, paired_difference, standard_errors
 
 
 def _pct(x: float) -> str:
@@ -175,27 +173,49 @@ def _sizes(rows: list[dict]) -> str:
 
 
 def _backbones_text(curve: dict) -> str:
-    """A sentence on each backbone's own gap over the random network at the largest size: how far
-    apart pretraining runs of one recipe land, against the noise of the draws."""
+    """Each backbone's gap over the random network at the largest size, and the lesson that
+    runs of one recipe differ: the two furthest apart, paired over the same draws."""
     last, n = -1, curve["sizes"][-1]
-    random = curve["random"][last]
-    gaps = [mean_se([p - r for p, r in zip(accs, random)]) for accs in curve["per_backbone"][last]]
-    spread = max(m for m, _ in gaps) - min(m for m, _ in gaps)
-    noise = SE_BAR * max(se for _, se in gaps)
+    each = curve["per_backbone"][last]
+    gaps = [mean_se([p - r for p, r in zip(accs, curve["random"][last])]) for accs in each]
+    pairs = [paired_difference(each[a], each[b])
+             for a in range(len(each)) for b in range(a + 1, len(each))]
+    diff, se = max(pairs, key=lambda d: abs(d[0]))
     text = (f"Backbone by backbone, with {n} speeches per speaker the pretrained features are "
-            + ", ".join(f"{100 * m:+.1f} ± {100 * se:.1f}" for m, se in gaps)
-            + " points from the random network: ")
-    if spread > noise:
-        return text + (f"{100 * spread:.1f} points apart, more than {SE_BAR:g} standard errors of "
-                       "the draws, so what one pretraining run gives a classifier depends on the "
-                       "run, and the verdict rests on their average. ")
-    return text + (f"within {SE_BAR:g} standard errors of the draws of each other, so runs of this "
-                   "recipe agree. ")
+            + ", ".join(f"{100 * m:+.1f} ± {100 * s:.1f}" for m, s in gaps)
+            + " points from the random network. The two furthest apart differ by "
+            f"{100 * abs(diff):.1f} ± {100 * se:.1f} points on the same draws, ")
+    return lesson(
+        "one pretraining run is not enough to judge pretraining by",
+        abs(standard_errors(diff, se)) - SE_BAR, "standard errors",
+        text + f"more than {SE_BAR:g} standard errors: what one pretraining run gives a "
+        "classifier depends on the run, which is why each draw above averages "
+        f"{len(each)} of them. ",
+        text + f"within {SE_BAR:g} standard errors: runs of this recipe agree. ").text
+
+
+def _runs_text(curve: dict) -> str:
+    """The average gap at the largest size, with a standard error over the backbones: what
+    the draws' standard errors leave out when pretraining runs land apart."""
+    n, k = curve["sizes"][-1], len(curve["per_backbone"][-1])
+    gaps = [fmean(p - r for p, r in zip(accs, curve["random"][-1]))
+            for accs in curve["per_backbone"][-1]]
+    m, se = mean_se(gaps)
+    text = ("Those standard errors count the draws only. Counting the runs too (the spread "
+            f"of the {k} backbones' gaps at {n}), the average is {100 * m:+.1f} ± "
+            f"{100 * se:.1f} points: ")
+    if m > SE_BAR * se:
+        return text + (f"still more than {SE_BAR:g} standard errors, so this recipe's "
+                       "pretraining pays. ")
+    return text + (f"within {SE_BAR:g} standard errors, so {k} runs cannot tell whether "
+                   "this recipe's pretraining helps this task at all. ")
 
 
 def pretraining_text(curve: dict) -> str:
-    """Sentences on Chapter 9's learning curve: where the pretrained backbone beats the same network
-    randomly initialised by more than two standard errors, and where it beats the bag of tokens."""
+    """Sentences on Chapter 9's learning curve: how far apart pretraining runs land (a lesson),
+    where their average beats the same network randomly initialised by more than ``SE_BAR``
+    standard errors (of the draws, then of the runs), and how it compares with the bag of
+    tokens."""
     rows = pretraining_gaps(curve)
     seeds = len(curve["pretrained"][0])
     won = [r for r in rows if r["vs_random"][0] > SE_BAR * r["vs_random"][1]]
@@ -203,20 +223,19 @@ def pretraining_text(curve: dict) -> str:
     def gap(r, key):
         m, se = r[key]
         return f"{100 * m:+.1f} ± {100 * se:.1f} points at {r['n']}"
-    best = max(standard_errors(*r["vs_random"]) for r in rows)
-    each = curve.get("per_backbone")
-    over = f", averaged over {len(each[0])} backbones" if each else ""
-    pays = (f"Pretraining pays: with {_sizes(won)} speeches per speaker, the pretrained features "
-            f"beat the same network from a random initialization by more than {SE_BAR:g} "
-            f"standard errors ({'; '.join(gap(r, 'vs_random') for r in won)}, {seeds} draws of "
-            f"the speeches each{over}). ") if won else ""
-    text = lesson(
-        "pretrained features beat a random initialization", best - SE_BAR, "standard errors",
-        pays, f"In this run the pretrained features never beat the same network from a random "
-        f"initialization by more than {SE_BAR:g} standard errors{over}: the backbones were "
-        "trained on this machine, and a CPU that sums in another order trains others. ").text
-    if each:
-        text += _backbones_text(curve)
+    k = len(curve.get("per_backbone", [[None]])[-1])  # backbones
+    several = k > 1
+    text = _backbones_text(curve) if several else ""
+    over = f"Averaged over the {k} backbones, the" if several else "The"
+    if won:
+        text += (f"{over} pretrained features beat the same network from a random "
+                 f"initialization by more than {SE_BAR:g} standard errors with "
+                 f"{_sizes(won)} speeches per speaker "
+                 f"({'; '.join(gap(r, 'vs_random') for r in won)}, {seeds} draws of the "
+                 "speeches each). ")
+    else:
+        text += (f"{over} pretrained features never beat the same network from a random "
+                 f"initialization by more than {SE_BAR:g} standard errors. ")
     few = [r for r in lost if won and r["n"] < min(w["n"] for w in won)]
     if few:
         text += (f"With {_sizes(few)} the difference ({'; '.join(gap(r, 'vs_random') for r in few)}) "
@@ -225,6 +244,8 @@ def pretraining_text(curve: dict) -> str:
     if rest := [r for r in lost if r not in few]:
         text += (f"With {_sizes(rest)} the difference ({'; '.join(gap(r, 'vs_random') for r in rest)}) "
                  "is within the noise. ")
+    if several:
+        text += _runs_text(curve)
     text += ("A random network is no empty baseline: its mean-pooled states are a random projection of "
              "the speech's tokens, a squeezed bag of tokens, and what pretraining adds is which tokens "
              "it places near each other. ")

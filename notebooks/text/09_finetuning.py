@@ -622,8 +622,8 @@ for name, m in (("before (offline model)", backbone), ("after (LoRA, merged)", s
 # - Fine-tuning is worth what the pretrained features are worth: start from the strongest
 #   model you can afford. The fair test of pretraining is the same network from a random
 #   initialization on the same labels, over a learning curve with enough draws to see the
-#   noise, and over more than one pretraining run; section 9.5 ran it and said where the
-#   pretrained features win.
+#   noise, and over more than one pretraining run, since runs of one recipe land apart;
+#   section 9.5 ran it and said what this run's pretraining bought.
 # - A classifier on a GPT reads one vector per input: the last real token's hidden state,
 #   the only position that has seen the whole input, or the mean of all of them.
 # - What trains is a choice made with `requires_grad`: the head, the last blocks, or
@@ -745,8 +745,8 @@ show_quiz([
             "The baseline every classifier must beat."),
     Numeric("What share does the bag-of-tokens baseline get right? (Percent, one decimal.)",
             100 * bag["test"], 0.06, "A linear model on token counts, no transformer."),
-    Numeric("With 128 speeches per speaker, by how many points do the pretrained features "
-            "beat the same network randomly initialised? (Points, one decimal.)",
+    Numeric("With 128 speeches per speaker, what is the pretrained features' accuracy "
+            "minus that of the same network randomly initialised? (Points, one decimal.)",
             100 * gaps[-1]["vs_random"][0], 0.06,
             "The mean of the paired differences over the 20 draws of section 9.5's "
             "learning curve."),
