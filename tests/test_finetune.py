@@ -297,15 +297,16 @@ def test_the_pretraining_prose_follows_the_curve(monkeypatch):
     text = prose.pretraining_text(curve)
     assert text.startswith("Backbone by backbone, with 32 speeches per speaker the pretrained "
                            "features are +11.0 ± 0.6, +0.0 ± 0.0, +22.0 ± 1.2 points from the "
-                           "random network. The two furthest apart differ by 22.0 ± 1.2 points")
+                           "random network. The two furthest apart differ by 22.0 ± 1.2 points on "
+                           "the same draws, 19.1 standard errors: more than 2, so what one")
     assert "which is why each draw above averages 3 of them. Averaged over the 3 backbones" in text
     assert lessons.verdicts() == "holds: one pretraining run is not enough to judge pretraining by"
     assert ("Counting the runs too (the spread of the 3 backbones' gaps at 32), the average is "
-            "+11.0 ± 6.4 points: within 2 standard errors, so 3 runs cannot tell") in text
-    curve["per_backbone"][1] = [[0.40, 0.42, 0.44], [0.41, 0.42, 0.43], [0.39, 0.42, 0.45]]
+            "+11.0 ± 6.4 points, 1.7 standard errors: within 2, so 3 runs cannot tell") in text
+    curve["per_backbone"][1] = [[0.40, 0.42, 0.44], [0.41, 0.42, 0.43], [0.43, 0.42, 0.44]]
     text = prose.pretraining_text(curve)
-    assert "within 2 standard errors: runs of this recipe agree" in text
-    assert "+11.0 ± 0.0 points: still more than 2 standard errors, so this recipe's" in text
+    assert "standard errors: within 2, so runs of this recipe agree" in text
+    assert "+11.3 ± 0.3 points, 34.0 standard errors: more than 2, so this recipe's" in text
     assert lessons.verdicts().startswith("DOES NOT HOLD: one pretraining run")
     later = prose.pretraining_text(dict(sizes=[8, 32], pretrained=[[0.40, 0.42, 0.44]] * 2,
                                         random=[[0.30, 0.31, 0.32], [0.40, 0.42, 0.44]],

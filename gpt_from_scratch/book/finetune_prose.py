@@ -181,17 +181,19 @@ def _backbones_text(curve: dict) -> str:
     pairs = [paired_difference(each[a], each[b])
              for a in range(len(each)) for b in range(a + 1, len(each))]
     diff, se = max(pairs, key=lambda d: abs(d[0]))
+    z = abs(standard_errors(diff, se))
     text = (f"Backbone by backbone, with {n} speeches per speaker the pretrained features are "
             + ", ".join(f"{100 * m:+.1f} ± {100 * s:.1f}" for m, s in gaps)
             + " points from the random network. The two furthest apart differ by "
-            f"{100 * abs(diff):.1f} ± {100 * se:.1f} points on the same draws, ")
+            f"{100 * abs(diff):.1f} ± {100 * se:.1f} points on the same draws, {z:.1f} "
+            "standard errors: ")
     return lesson(
-        "one pretraining run is not enough to judge pretraining by",
-        abs(standard_errors(diff, se)) - SE_BAR, "standard errors",
-        text + f"more than {SE_BAR:g} standard errors: what one pretraining run gives a "
+        "one pretraining run is not enough to judge pretraining by", z - SE_BAR,
+        "standard errors",
+        text + f"more than {SE_BAR:g}, so what one pretraining run gives a "
         "classifier depends on the run, which is why each draw above averages "
         f"{len(each)} of them. ",
-        text + f"within {SE_BAR:g} standard errors: runs of this recipe agree. ").text
+        text + f"within {SE_BAR:g}, so runs of this recipe agree. ").text
 
 
 def _runs_text(curve: dict) -> str:
@@ -203,12 +205,11 @@ def _runs_text(curve: dict) -> str:
     m, se = mean_se(gaps)
     text = ("Those standard errors count the draws only. Counting the runs too (the spread "
             f"of the {k} backbones' gaps at {n}), the average is {100 * m:+.1f} ± "
-            f"{100 * se:.1f} points: ")
+            f"{100 * se:.1f} points, {standard_errors(m, se):.1f} standard errors: ")
     if m > SE_BAR * se:
-        return text + (f"still more than {SE_BAR:g} standard errors, so this recipe's "
-                       "pretraining pays. ")
-    return text + (f"within {SE_BAR:g} standard errors, so {k} runs cannot tell whether "
-                   "this recipe's pretraining helps this task at all. ")
+        return text + f"more than {SE_BAR:g}, so this recipe's pretraining pays. "
+    return text + (f"within {SE_BAR:g}, so {k} runs cannot tell whether this recipe's "
+                   "pretraining helps this task at all. ")
 
 
 def pretraining_text(curve: dict) -> str:
