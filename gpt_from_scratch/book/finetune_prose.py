@@ -172,12 +172,17 @@ def _sizes(rows: list[dict]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def _backbone_gaps(curve: dict) -> list[tuple[float, float]]:
+    """Each backbone's gap over the random network at the largest size: mean and standard
+    error over the draws."""
+    return [mean_se([p - r for p, r in zip(accs, curve["random"][-1])])
+            for accs in curve["per_backbone"][-1]]
+
+
 def _backbones_text(curve: dict) -> str:
     """Each backbone's gap over the random network at the largest size, and the lesson that
     runs of one recipe differ: the two furthest apart, paired over the same draws."""
-    last, n = -1, curve["sizes"][-1]
-    each = curve["per_backbone"][last]
-    gaps = [mean_se([p - r for p, r in zip(accs, curve["random"][last])]) for accs in each]
+    n, each, gaps = curve["sizes"][-1], curve["per_backbone"][-1], _backbone_gaps(curve)
     pairs = [paired_difference(each[a], each[b])
              for a in range(len(each)) for b in range(a + 1, len(each))]
     diff, se = max(pairs, key=lambda d: abs(d[0]))
@@ -200,9 +205,7 @@ def _runs_text(curve: dict) -> str:
     """The average gap at the largest size, with a standard error over the backbones: what
     the draws' standard errors leave out when pretraining runs land apart."""
     n, k = curve["sizes"][-1], len(curve["per_backbone"][-1])
-    gaps = [fmean(p - r for p, r in zip(accs, curve["random"][-1]))
-            for accs in curve["per_backbone"][-1]]
-    m, se = mean_se(gaps)
+    m, se = mean_se([gap for gap, _ in _backbone_gaps(curve)])
     text = ("Those standard errors count the draws only. Counting the runs too (the spread "
             f"of the {k} backbones' gaps at {n}), the average is {100 * m:+.1f} ± "
             f"{100 * se:.1f} points, {standard_errors(m, se):.1f} standard errors: ")
@@ -224,7 +227,8 @@ def pretraining_text(curve: dict) -> str:
     def gap(r, key):
         m, se = r[key]
         return f"{100 * m:+.1f} ± {100 * se:.1f} points at {r['n']}"
-    k = len(curve.get("per_backbone", [[None]])[-1])  # backbones
+    each = curve.get("per_backbone")
+    k = len(each[-1]) if each else 1  # backbones
     several = k > 1
     text = _backbones_text(curve) if several else ""
     over = f"Averaged over the {k} backbones, the" if several else "The"
