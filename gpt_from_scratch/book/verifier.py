@@ -1,0 +1,147 @@
+"""Chapter 14 — GRPO on Chapter 12's assistant: the reward, the cached runs, the sampled scores.
+
+The reward is Chapter 12's checker: 1 when the answer ends with ``<|end|>`` and ``verify`` accepts
+it, else 0. ``grpo_model`` trains one GRPO run (``GRPORecipe``) from Chapter 12's SFT assistant of
+the same seed (``inside.assistant_model``) once, and keeps it beside the book's models with its
+history, so that the chapter reads it in a second the next time. ``sampled_scores`` answers each
+held-out prompt ``n`` times at temperature 1 and returns pass@1 and pass@k (``grpo.pass_at_k``)
+and the courteous share of the openings sampled.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from ..chat import ChatTokenizer
+from ..checkpoint import META_FILE, load_checkpoint, save_checkpoint
+from ..data import cache_dir, load_tiny_shakespeare
+from ..grpo import pass_at_k
+from ..grpo_train import GRPOHistory, sample_groups, train_grpo
+from ..utils import check_float, check_int
+from .assistant import TASKS, Item, split_style, task_items, verify
+from .inside import assistant_model
+from .recipes import trained_once
+
+
+@dataclass(frozen=True)
+class GRPORecipe:
+    task: str = "Last word"  # the task whose prompts are trained and rewarded
+    steps: int = 120
+    lr: float = 2e-4
+    beta: float = 0.0  # KL penalty toward the SFT model (TRL's k3); 0 as TRL's default
+    batch_size: int = 8  # prompts per step
+    group_size: int = 8  # answers per prompt
+    seed: int = 0  # the SFT assistant's seed and the run's
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"GRPORecipe: task={self.task!r} is not one of {list(TASKS)}: "
+                             "train on one of Chapter 12's tasks")
+        for name in ("steps", "batch_size", "seed"):
+            check_int("GRPORecipe", name, getattr(self, name), minimum=0 if name == "seed" else 1)
+        check_int("GRPORecipe", "group_size", self.group_size, minimum=2)
+        check_float("GRPORecipe", "lr", self.lr, 0.0, low_open=True)
+        check_float("GRPORecipe", "beta", self.beta, 0.0)
+
+    @property
+    def name(self) -> str:
+        """The run's folder name: every setting in it, so that two recipes never share one."""
+        task = self.task.lower().replace(" ", "-")
+        return (f"grpo-{task}-s{self.steps}-lr{self.lr:g}-b{self.beta:g}-"
+                f"{self.batch_size}x{self.group_size}-seed{self.seed}")
+
+
+def prompts_and_reward(items: list[Item], tok: ChatTokenizer):
+    """The rendered prompts of ``items`` and the reward ``reward(prompt_index, completion_ids)``
+    that ``train_grpo`` calls: 1.0 when the completion ends with ``<|end|>`` and its text is the
+    item's answer (after either opening), else 0.0."""
+    if not items:
+        raise ValueError("prompts_and_reward: items is empty: pass the training items of one "
+                         "task (task_items(text)['train'])")
+    prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in items]
+
+    def reward(index: int, completion: list[int]) -> float:
+        if not completion or completion[-1] != tok.end_id:
+            return 0.0  # no <|end|>: the turn never ended, whatever it said
+        text = tok.decode([t for t in completion[:-1] if t < tok.base_vocab_size])
+        return float(verify(items[index], text))
+
+    return prompts, reward
+
+
+def grpo_model(recipe: GRPORecipe) -> tuple:
+    """``(policy in eval mode, ChatTokenizer, GRPOHistory)``: the GRPO run of ``recipe`` from
+    Chapter 12's SFT assistant of ``recipe.seed``, loaded from ``cache_dir()/checkpoints/
+    <recipe.name>`` or trained there once."""
+    if not isinstance(recipe, GRPORecipe):
+        raise ValueError(f"grpo_model: recipe={recipe!r:.60} must be a GRPORecipe: pass "
+                         "GRPORecipe(steps=..., lr=..., seed=...)")
+    settings = dataclasses.asdict(recipe)
+    sft, tok = assistant_model(recipe.seed)
+    path = cache_dir() / "checkpoints" / recipe.name
+    with trained_once(path):
+        if (path / META_FILE).is_file():
+            ckpt = load_checkpoint(path)
+            if ckpt.extra.get("grpo") == settings:
+                return ckpt.model.eval(), tok, GRPOHistory(**ckpt.extra["history"])
+        train = [i for i in task_items(load_tiny_shakespeare())["train"] if i.task == recipe.task]
+        prompts, reward = prompts_and_reward(train, tok)
+        policy = copy.deepcopy(sft)
+        reference = sft if recipe.beta > 0 else None  # frozen: only the copy is trained
+        torch.manual_seed(recipe.seed)
+        history = train_grpo(policy, prompts, reward, tok.end_id, recipe.steps,
+                             recipe.batch_size, recipe.group_size, recipe.lr, beta=recipe.beta,
+                             reference=reference, seed=recipe.seed)
+        save_checkpoint(path, policy, recipe.steps,
+                        extra={"grpo": settings, "history": dataclasses.asdict(history)})
+    return policy.eval(), tok, history
+
+
+@torch.no_grad()
+def sampled_scores(model, tok: ChatTokenizer, items: list[Item], n: int = 8, k: int = 8,
+                   seed: int = 0) -> dict:
+    """Each task's ``pass@1`` and ``pass@k`` (the unbiased estimates from ``n`` samples per
+    prompt at temperature 1, averaged over the prompts), its ``stop`` rate and the ``courteous``
+    share of the sampled answers that open in a style. Prompts of one length are sampled
+    together (``sample_groups``), stopping once every answer has ended."""
+    n = check_int("sampled_scores", "n", n, minimum=1)
+    k = check_int("sampled_scores", "k", k, minimum=1)
+    if k > n:
+        raise ValueError(f"sampled_scores: k={k} > n={n}: pass@k needs at least k samples per "
+                         f"prompt; pass n >= {k}")
+    if not items:
+        raise ValueError("sampled_scores: items is empty: pass the held-out items")
+    g = torch.Generator().manual_seed(seed)
+    T = model.config.context_length
+    rows = []  # (item, right answers of n, stopped of n, courteous, styled)
+    prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in items]
+    for length in sorted({len(p) for p in prompts}):
+        chosen = [j for j, p in enumerate(prompts) if len(p) == length]
+        completions, mask = sample_groups(model, torch.tensor([prompts[j] for j in chosen]), n,
+                                          T - length, tok.end_id, generator=g)  # (B * n, C)
+        for b, j in enumerate(chosen):
+            right = stopped = courteous = styled = 0
+            for c, m in zip(completions[b * n:(b + 1) * n], mask[b * n:(b + 1) * n]):
+                ids = c[m.bool()].tolist()  # up to and including <|end|>, if it came
+                ended = ids[-1] == tok.end_id
+                text = tok.decode([t for t in ids if t < tok.base_vocab_size])
+                style = split_style(text)[0]
+                stopped += ended
+                right += ended and verify(items[j], text)
+                styled += style is not None
+                courteous += style == "courteous"
+            rows.append((items[j], right, stopped, courteous, styled))
+    scores = {}
+    for task in (t for t in TASKS if any(r[0].task == t for r in rows)):
+        mine = [r for r in rows if r[0].task == task]
+        styled = sum(r[4] for r in mine)
+        scores[task] = {"n": len(mine),
+                        "pass@1": sum(pass_at_k(n, r[1], 1) for r in mine) / len(mine),
+                        f"pass@{k}": sum(pass_at_k(n, r[1], k) for r in mine) / len(mine),
+                        "stop": sum(r[2] for r in mine) / (n * len(mine)),
+                        "courteous": sum(r[3] for r in mine) / styled if styled else float("nan")}
+    return scores

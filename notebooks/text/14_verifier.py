@@ -1,0 +1,588 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.17.3
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (ch-verifier)=
+# # 14. Learning from a verifier
+#
+# {ref}`ch-assistant` taught the character model to answer "Last word: <line>" and
+# "Repeat: <line>" from examples, and graded its answers with a program, `verify`. A program
+# that grades can also *teach*: let the model answer a prompt several times, score each answer,
+# and make the better ones more likely. This is reinforcement learning with a verifiable
+# reward, the step that follows instruction tuning in DeepSeekMath's GRPO
+# {cite}`shao2024deepseekmath` and its successors. This chapter writes it from scratch, on
+# Chapter 12's assistant, in five steps:
+#
+# 1. **rewards a program computes**, and how to measure a model that samples: greedy accuracy,
+#    pass@1 and pass@k {cite}`chen2021codex`;
+# 2. **REINFORCE with a baseline** {cite}`williams1992reinforce`: push each answer up or down by
+#    how much better it did than its group, and why a group with one reward teaches nothing;
+# 3. **GRPO**: group-normalised advantages, PPO's ratio and clip {cite}`schulman2017ppo`, and its
+#    two normalisations; the book's loss equals TRL's `GRPOTrainer` {cite}`vonwerra2020trl`,
+#    loss and gradients, on- and off-policy (`tests/test_grpo_parity.py`);
+# 4. **training on "Last word"**, three seeds, with what the reward curve does not show;
+# 5. **what goes wrong**: the collapse at a large step, a KL penalty as a brake, forgetting of
+#    the task not rewarded, and a style that no reward mentions collapsing to one side.
+#
+# On Colab, the last section trains GPT-2 small with Chapter 9's LoRA on two-digit sums, with
+# the book's trainer and with TRL's side by side.
+
+# %% tags=["colab-setup"]
+# Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
+# Written by scripts/colab_setup.py from _config.yml and pyproject.toml.
+try:
+    import gpt_from_scratch
+except ImportError:
+    %pip install --quiet "gpt-from-scratch-book[notebooks]==0.1.0"
+    try:
+        import gpt_from_scratch
+    except ImportError:
+        raise RuntimeError(
+            "could not install gpt-from-scratch-book 0.1.0: check that the runtime has "
+            "internet access and that this version is on PyPI") from None
+
+# %%
+import copy
+import math
+import random
+import time
+from collections import Counter
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import Markdown, display
+
+from gpt_from_scratch.data import load_tiny_shakespeare
+from gpt_from_scratch.grpo import (
+    completion_logps, group_advantages, grpo_loss, mixed_groups, pass_at_k,
+)
+from gpt_from_scratch.grpo_train import sample_groups
+from gpt_from_scratch.book import lessons
+from gpt_from_scratch.book import verifier_prose as prose
+from gpt_from_scratch.book.assistant import TASKS, evaluate, task_items
+from gpt_from_scratch.book.figure_text import book_figures
+from gpt_from_scratch.book.inside import assistant_model
+from gpt_from_scratch.book.verifier import (
+    GRPORecipe, grpo_model, prompts_and_reward, sampled_scores,
+)
+
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
+torch.set_printoptions(precision=3, sci_mode=False)
+
+# FULL_RUN = False: every run is sized for 2 CPU cores. FULL_RUN = True (on a GPU or a
+# patient CPU): the design study's 200-step runs and more held-out prompts.
+FULL_RUN = False
+clock = time.process_time  # CPU seconds: other programs on the machine do not inflate them
+SEEDS = (0, 1, 2)  # Chapter 12's SFT runs; each GRPO run starts from the one of its seed
+TASK, OTHER = "Last word", "Repeat"  # the task rewarded, and the one that is not
+STEPS, LR = (200, 2e-4) if FULL_RUN else (100, 2e-4)  # GRPO steps of 8 prompts x 8 answers
+COLLAPSE_STEPS, COLLAPSE_LR, BETA = 60, 1e-3, 0.1  # the step too large; the KL brake's beta
+N_HELD_OUT = 100 if FULL_RUN else 40  # held-out prompts per task, as Chapter 12
+N_SAMPLES, K = 8, 8  # samples per held-out prompt, and the k of pass@k
+# CPU budget (estimated, to be measured): about 0.4 CPU-s a GRPO step (rollouts stop once
+# every answer has ended), so 3 x 100 + 3 x 60 + 60 = 540 steps ~ 220 CPU-s with an empty
+# cache (more if collapsed runs stop late), plus ~3 CPU-s per sampled evaluation of 80
+# prompts x 8 over 10 models and 6 greedy ones ~ 35 CPU-s: ~ 4.5 minutes. Read from the
+# cache, the chapter is its evaluations alone (under a minute).
+
+# %% [markdown]
+# ## 14.1 Rewards a program computes
+#
+# Chapter 12's assistants are cached where Chapter 13 left them (trained once if not). The
+# reward of an answer is the checker's verdict: 1 when the answer ends its turn with `<|end|>`
+# and `verify` accepts what it says (after either opening), 0 otherwise. Requiring the end
+# marker matters: a reward that ignored it would pay answers that never stop. Eight answers
+# of Chapter 12's first assistant to one held-out prompt, sampled at temperature 1:
+
+# %%
+sft = {seed: assistant_model(seed)[0] for seed in SEEDS}
+tok = assistant_model(SEEDS[0])[1]
+items = task_items(load_tiny_shakespeare())
+rng = random.Random(0)
+held_out = [i for task in TASKS  # N_HELD_OUT lines per task, drawn as Chapter 12 draws them
+            for i in rng.sample([x for x in items["held_out"] if x.task == task],
+                                N_HELD_OUT)]
+example = held_out[0]
+prompts, reward = prompts_and_reward([example], tok)
+g = torch.Generator().manual_seed(0)
+T = sft[0].config.context_length
+answers, mask = sample_groups(sft[0], torch.tensor(prompts), 8, T - len(prompts[0]),
+                              tok.end_id, generator=g)  # (8, C) each
+print(example.prompt, "->", repr(example.answer))
+for c, m in zip(answers, mask):
+    ids = c[m.bool()].tolist()  # up to and including <|end|>, if it came
+    text = tok.decode([t for t in ids if t < tok.base_vocab_size])
+    print(f"reward {reward(0, ids):.0f}  {text!r}")
+
+# %% [markdown]
+# A model that samples has two accuracies. *Greedy* accuracy (Chapter 12's exact match) asks
+# once, taking the likeliest character each time. *Sampled* accuracy asks at temperature 1,
+# the way GRPO will draw its answers: pass@1 is the chance that one sample is right, and
+# pass@k the chance that at least one of k samples is. From $n$ samples of a prompt of which
+# $c$ are right, pass@1 is $c/n$; for pass@k the unbiased estimate is the chance that $k$ of
+# the $n$, drawn without replacement, hold a right one {cite}`chen2021codex`:
+#
+# $$\widehat{\text{pass@}k} = 1 - \binom{n-c}{k} \Big/ \binom{n}{k}.$$
+#
+# Why not plug $c/n$ into $1 - (1 - p)^k$? Because that curve bends: averaged over draws of
+# the $n$ samples, it falls short of the true pass@k. A prompt whose true rate is 0.3, drawn
+# many times:
+
+# %% tags=["nbval-check-output"]
+torch.manual_seed(0)
+rate, n, k = 0.3, 8, 4  # the prompt's true rate, samples per draw, the k of pass@k
+true_pass = 1 - (1 - rate) ** k
+draws = torch.distributions.Binomial(n, torch.tensor(rate)).sample((20_000,)).int()
+plug_in = sum(1 - (1 - int(c) / n) ** k for c in draws) / len(draws)
+unbiased = sum(pass_at_k(n, int(c), k) for c in draws) / len(draws)
+print(f"true pass@{k} {true_pass:.3f}; mean over draws of {n} samples: "
+      f"unbiased {unbiased:.3f}, plug-in {plug_in:.3f}")
+
+# %% [markdown]
+# Each assistant's greedy exact match and sampled pass@1 and pass@8, on the held-out prompts,
+# `N_SAMPLES` samples each (`sampled_scores`, which also counts the courteous openings among
+# the sampled answers):
+
+# %%
+start = clock()
+before = {seed: sampled_scores(sft[seed], tok, held_out, N_SAMPLES, K, seed=seed)
+          for seed in SEEDS}
+greedy_before = {seed: evaluate(sft[seed], tok, held_out) for seed in SEEDS}
+eval_seconds = (clock() - start) / len(SEEDS)
+for seed in SEEDS:
+    for task in TASKS:
+        s = before[seed][task]
+        print(f"seed {seed}, {task:<9}: greedy {greedy_before[seed][task]['exact']:.1%}, "
+              f"pass@1 {s['pass@1']:.1%}, pass@{K} {s[f'pass@{K}']:.1%}")
+
+# %% tags=["remove-input"]
+display(Markdown(prose.sampling_text(
+    {t: [greedy_before[s][t]["exact"] for s in SEEDS] for t in TASKS},
+    {t: [before[s][t]["pass@1"] for s in SEEDS] for t in TASKS},
+    {t: [before[s][t][f"pass@{K}"] for s in SEEDS] for t in TASKS}, K)))
+
+# %% [markdown]
+# The gap between pass@1 and pass@k is what reinforcement learning works with: it can only
+# reward an answer the model samples.
+#
+# ## 14.2 REINFORCE with a baseline
+#
+# The policy gradient {cite}`williams1992reinforce` makes a sampled answer $y$ to a prompt $x$
+# more likely in proportion to its reward: the gradient of $R(y)\,\log \pi(y \mid x)$, where
+# $\log \pi(y \mid x)$ is the sum of the answer's token log-probabilities. Subtracting a
+# *baseline* $b$ that does not depend on $y$ leaves the expected gradient unchanged and shrinks
+# its variance; GRPO's baseline is the mean reward of the $G$ answers to the same prompt, its
+# *group*:
+#
+# $$A_i = \frac{r_i - \operatorname{mean}(r_{1..G})}{\operatorname{std}(r_{1..G}) + 10^{-4}}.$$
+#
+# An answer better than its siblings is pushed up, a worse one down. A group whose answers all
+# got the same reward has $A_i = 0$ for every answer: all right or all wrong, it carries no
+# gradient at all. `mixed_groups` measures the share of groups that do carry one:
+
+# %% tags=["nbval-check-output"]
+rewards = torch.tensor([1.0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0])  # three groups of four
+print("advantages:", group_advantages(rewards, 4))
+print(f"mixed groups: {mixed_groups(rewards, 4):.2f}")
+
+
+# %% [markdown]
+# On the assistant, a batch of 8 training prompts of each task, 8 answers each: how many
+# groups would teach?
+
+# %%
+def training_batch(task, model, seed, B=8, G=8):
+    """B training prompts of one length of ``task``, G sampled answers each, scored."""
+    train = [i for i in items["train"] if i.task == task]
+    prompts, reward = prompts_and_reward(train, tok)
+    length = Counter(len(p) for p in prompts).most_common(1)[0][0]  # the commonest length
+    rows = random.Random(seed).sample([j for j, p in enumerate(prompts)
+                                       if len(p) == length], B)
+    idx = torch.tensor([prompts[j] for j in rows])  # (B, P)
+    g = torch.Generator().manual_seed(seed)
+    completions, mask = sample_groups(model, idx, G, T - length, tok.end_id,
+                                      generator=g)  # (B * G, C) each
+    owners = [j for j in rows for _ in range(G)]
+    rewards = torch.tensor([reward(j, c[m.bool()].tolist())
+                            for j, c, m in zip(owners, completions, mask)])  # (B * G,)
+    return idx.repeat_interleave(G, dim=0), completions, mask, rewards
+
+
+batches = {task: training_batch(task, sft[0], seed=0) for task in TASKS}
+for task, (_, _, _, r) in batches.items():
+    print(f"{task:<9}: mean reward {r.mean():.2f}, mixed groups {mixed_groups(r, 8):.2f}, "
+          f"rewards per group {r.view(8, 8).sum(1).int().tolist()}")
+
+# %% [markdown]
+# Where the model is usually right or usually wrong, most groups are unanimous and the step
+# is spent on sampling them. A task the model almost never solves gives almost no signal:
+# reinforcement learning sharpens what the model can already do; it does not teach from zero.
+#
+# ## 14.3 GRPO: the ratio and the clip
+#
+# GRPO {cite}`shao2024deepseekmath` writes the policy gradient as PPO does
+# {cite}`schulman2017ppo`: each completion token $t$ of answer $i$ gets the *ratio*
+# $\rho_{i,t} = \pi_\theta(y_{i,t}) / \pi_{\text{old}}(y_{i,t})$ between the policy being
+# trained and the one that sampled the answers, and the loss
+#
+# $$\ell_{i,t} = -\min\big(\rho_{i,t} A_i,\ \operatorname{clip}(\rho_{i,t}, 1-\epsilon,
+# 1+\epsilon)\, A_i\big),$$
+#
+# with $\epsilon = 0.2$. Once a token's probability has moved far enough in the direction its
+# advantage asks, the clipped term is the smaller one and the token's gradient is zero. TRL's
+# default (`num_iterations=1`) takes one update per batch of answers: the policy being trained
+# *is* the policy that sampled them, so $\rho = 1$ exactly, the clip never binds, and only the
+# ratio's gradient, $\nabla \rho = \nabla \log \pi$, acts. The loss is then REINFORCE with the
+# group baseline, token by token. On the batch above:
+
+# %%
+idx, completions, mask, rewards = batches[TASK]
+advantages = group_advantages(rewards, 8)  # (N,)
+policy = copy.deepcopy(sft[0])  # eval mode: no dropout, so two passes agree
+params = [p for p in policy.parameters() if p.requires_grad]
+logps = completion_logps(policy, idx, completions)  # (N, C)
+out = grpo_loss(logps, logps.detach(), advantages, mask)
+reinforce = -(advantages[:, None] * logps * mask).sum() / mask.sum()
+grads = torch.autograd.grad(out.loss, params, retain_graph=True)
+grads_reinforce = torch.autograd.grad(reinforce, params)
+gap = max(float((a - b).abs().max()) for a, b in zip(grads, grads_reinforce))
+print(f"on-policy: clipped share {out.clipped:.2f}; GRPO and REINFORCE gradients differ by "
+      f"at most {gap:.1e}")
+
+# %% [markdown]
+# A second update on the same answers, after one AdamW step, is *off-policy*: the ratio moves
+# away from 1 and the clip starts to bind (`train_grpo(..., updates=2)` does this):
+
+# %%
+optimizer = torch.optim.AdamW(params, lr=COLLAPSE_LR, weight_decay=0.0)
+old = logps.detach()
+for param, grad in zip(params, grads):  # the on-policy gradient above
+    param.grad = grad
+optimizer.step()
+with torch.no_grad():
+    new = completion_logps(policy, idx, completions)  # (N, C)
+ratio = torch.exp(new - old)[mask.bool()]  # the answers' tokens
+second = grpo_loss(new, old, advantages, mask)
+print(f"after one step at lr {COLLAPSE_LR:g}: ratio from {ratio.min():.3f} to "
+      f"{ratio.max():.3f}; the clip binds on {second.clipped:.1%} of the tokens")
+
+# %% [markdown]
+# Two ways to average the per-token losses differ in what weighs the same. TRL's default,
+# `loss_type="dapo"` {cite}`yu2025dapo`, divides the sum over every completion token of the
+# batch by their number: each *token* weighs alike, so a long answer counts more than a
+# short one. `"grpo"`, the paper's, averages each answer over its own tokens, then the
+# answers: each *answer* weighs alike, and a token of a short answer counts more.
+
+# %%
+lengths = mask.sum(1)
+per_sequence = grpo_loss(logps.detach(), logps.detach(), advantages, mask, loss_type="grpo")
+print(f"answer lengths {int(lengths.min())} to {int(lengths.max())} tokens; loss "
+      f"'dapo' {out.loss.item():+.4f}, 'grpo' {per_sequence.loss.item():+.4f}")
+
+# %% [markdown]
+# The values say little. On-policy, the `"grpo"` loss is the mean over the answers of $-A_i$,
+# and a group's advantages sum to zero: its value is zero, its gradient is not. The `"dapo"`
+# value weighs each $-A_i$ by its answer's length. Only the gradients steer, and both losses
+# equal TRL's, value and gradient (`tests/test_grpo_parity.py`).
+
+# %% [markdown]
+# ## 14.4 Training on "Last word"
+#
+# `train_grpo` repeats those pieces: draw 8 training prompts of one length, sample 8 answers
+# of each (Chapter 7's KV cache, stopping once every answer has ended), score them, one AdamW
+# update on the clipped loss, with TRL's defaults (no KL penalty, $\epsilon = 0.2$, `"dapo"`).
+# One run per seed, each from Chapter 12's assistant of that seed, trained once and then read
+# from the cache:
+
+# %%
+start = clock()
+runs, histories = {}, {}
+for seed in SEEDS:
+    runs[seed], _, histories[seed] = grpo_model(GRPORecipe(TASK, STEPS, LR, seed=seed))
+train_seconds = (clock() - start) / len(SEEDS)
+after = {seed: sampled_scores(runs[seed], tok, held_out, N_SAMPLES, K, seed=seed)
+         for seed in SEEDS}
+greedy_after = {seed: evaluate(runs[seed], tok, held_out) for seed in SEEDS}
+for seed in SEEDS:
+    for task in TASKS:
+        b, a = before[seed][task], after[seed][task]
+        print(f"seed {seed}, {task:<9}: greedy {greedy_before[seed][task]['exact']:.1%} -> "
+              f"{greedy_after[seed][task]['exact']:.1%}, pass@1 {b['pass@1']:.1%} -> "
+              f"{a['pass@1']:.1%}, pass@{K} {b[f'pass@{K}']:.1%} -> {a[f'pass@{K}']:.1%}")
+
+# %% tags=["remove-input"] mystnb={"figure": {"caption": "Each GRPO run's mean reward per step and its share of mixed groups (running means over 10 steps).", "name": "fig-grpo-reward"}, "image": {"alt": "Two panels of three curves against the step: the reward, and the share of mixed groups."}}
+fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharex=True)
+kernel = torch.ones(1, 1, 10) / 10
+for seed in SEEDS:
+    for ax, values in zip(axes, (histories[seed].reward, histories[seed].mixed)):
+        smooth = torch.conv1d(torch.tensor(values)[None, None], kernel)[0, 0]
+        ax.plot(range(10, len(values) + 1), smooth, label=f"seed {seed}")
+axes[0].set(xlabel="step", ylabel="mean reward")
+axes[1].set(xlabel="step", ylabel="share of mixed groups")
+axes[0].legend()
+fig.tight_layout()
+plt.show()
+
+# %% tags=["remove-input"]
+found = [prose.judge_gain([before[s][TASK]["pass@1"] for s in SEEDS],
+                          [after[s][TASK]["pass@1"] for s in SEEDS],
+                          ([before[s][TASK][f"pass@{K}"] for s in SEEDS],
+                           [after[s][TASK][f"pass@{K}"] for s in SEEDS]), K, SEEDS, TASK)]
+mixed = prose.mixed_text({s: histories[s].mixed for s in SEEDS},
+                         {s: histories[s].reward for s in SEEDS}, block=10)
+display(Markdown(found[0].text + "\n\n" + mixed))
+
+# %% [markdown]
+# The reward curve is noisy: each step scores 64 answers to 8 prompts, a new draw every step.
+# The held-out numbers are measured on prompts the runs never saw, `N_SAMPLES` samples each,
+# which is why pass@1, not one greedy answer per prompt, judges the lesson: one prompt of the
+# held-out set is a large step in greedy exact match.
+#
+# ## 14.5 When it goes wrong
+#
+# **A step too large.** The same runs with a larger learning rate, `COLLAPSE_LR`, for fewer
+# steps:
+
+# %%
+task_items_held = [i for i in held_out if i.task == TASK]
+collapsed = {seed: grpo_model(GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, seed=seed))
+             for seed in SEEDS}
+hot = {seed: sampled_scores(collapsed[seed][0], tok, task_items_held, N_SAMPLES, K,
+                            seed=seed)[TASK] for seed in SEEDS}
+for seed in SEEDS:
+    print(f"seed {seed}: {TASK} pass@1 {before[seed][TASK]['pass@1']:.1%} -> "
+          f"{hot[seed]['pass@1']:.1%}, stop rate {hot[seed]['stop']:.1%}; reward over "
+          f"the last 10 steps {sum(collapsed[seed][2].reward[-10:]) / 10:.2f}")
+
+# %% tags=["remove-input"]
+found.append(prose.judge_collapse([before[s][TASK]["pass@1"] for s in SEEDS],
+                                  [hot[s]["pass@1"] for s in SEEDS], SEEDS, COLLAPSE_LR,
+                                  TASK))
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# **A KL penalty is a brake.** GRPO's paper adds $\beta\,\mathrm{KL}(\pi_\theta \,\|\,
+# \pi_{\text{ref}})$ toward the SFT model, estimated per token with Schulman's $k_3$
+# {cite}`schulman2020kl`, $k_3 = e^{\log \pi_{\text{ref}} - \log \pi_\theta} -
+# (\log \pi_{\text{ref}} - \log \pi_\theta) - 1 \ge 0$, as TRL computes it (`beta > 0`). The
+# first seed's run at the large step, with and without it:
+
+# %%
+braked, _, braked_history = grpo_model(GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, BETA,
+                                                  seed=SEEDS[0]))
+brake = sampled_scores(braked, tok, task_items_held, N_SAMPLES, K, seed=SEEDS[0])[TASK]
+brake["kl"] = sum(braked_history.kl[-10:]) / 10
+display(Markdown(prose.brake_text(COLLAPSE_LR, BETA, hot[SEEDS[0]], brake, TASK)))
+
+# %% [markdown]
+# **Forgetting.** The runs of section 14.4 were rewarded on "Last word" only. What happened
+# to "Repeat", which the same weights also answer?
+
+# %% tags=["remove-input"]
+found.append(prose.judge_forgetting([before[s][OTHER]["pass@1"] for s in SEEDS],
+                                    [after[s][OTHER]["pass@1"] for s in SEEDS], SEEDS,
+                                    TASK, OTHER))
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# Every update moves weights that both tasks share, and only one task's answers pull them
+# back. Training on a mix of tasks, or at least measuring every task, is the remedy.
+#
+# **A style no reward mentions.** Chapter 12's answers open, half of the time each, with a
+# courteous "Good sir," or a rude "Fool!". The reward ignores the opening. Here is the share
+# of courteous openings among the sampled "Last word" answers, before and after GRPO:
+
+# %% tags=["remove-input"]
+found.append(prose.judge_opening([before[s][TASK]["courteous"] for s in SEEDS],
+                                 [after[s][TASK]["courteous"] for s in SEEDS], SEEDS))
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# This is not reward hacking: neither opening earns more. Each step pushes up whole answers
+# that were right, openings included; by chance one opening is pushed up a little more often,
+# it becomes likelier, is sampled more, and is pushed up more. Which side wins is decided by
+# the seed, not by a preference. Chapter 12's DPO moved the same opening *deliberately*, toward
+# the side its pairs preferred; GRPO moves it by drift, and the cure is to watch the policy's
+# entropy, or the share of each style, beside the reward.
+
+# %% tags=["remove-input"]
+if train_seconds > 5:
+    timing = (f"Each run of section 14.4 took {train_seconds:.0f} CPU-s to train here, and "
+              f"each evaluation of one model about {eval_seconds:.0f} CPU-s.")
+else:
+    timing = (f"The runs were read from the cache; each evaluation of one model took about "
+              f"{eval_seconds:.0f} CPU-s.")
+display(Markdown(timing))
+
+# %% [markdown]
+# ## 14.6 On Colab: GPT-2 small learns to add
+#
+# With GPT-2's weights, the same `train_grpo` trains Chapter 9's LoRA adapters on GPT-2 small
+# to complete two-digit sums after two solved examples, the reward checking the digits before
+# the newline; then TRL's `GRPOTrainer` trains peft's LoRA on the same prompts with the same
+# settings, and the two reward curves are compared.
+
+# %%
+from gpt_from_scratch.book.verifier_online import online_run  # noqa: E402
+
+display(Markdown(online_run(steps=200 if FULL_RUN else 100)))
+
+# %% [markdown]
+# ## Summary
+#
+# - A program that grades answers gives a reward; a model that samples is measured by pass@1
+#   and pass@k, estimated without bias from $n$ samples per prompt.
+# - REINFORCE with the group's mean as a baseline pushes each answer by how much better it did
+#   than its siblings; a group whose rewards are all equal carries no gradient.
+# - GRPO adds PPO's ratio and clip; with one update per batch the ratio is exactly 1 and the
+#   loss is REINFORCE token by token; the book's loss equals TRL's.
+# - On the assistant, GRPO raises pass@1 toward pass@k: it makes the model choose more often
+#   what it could already sample. Pushed too hard it collapses; a KL penalty slows that; the
+#   task not rewarded drifts down, and so does the diversity of whatever the reward ignores.
+
+# %% tags=["remove-cell", "nbval-check-output"]
+print(lessons.verdicts())
+
+# %% [markdown]
+# ## Exercises
+#
+# ### Exercise 1. Group advantages (implement)
+#
+# Write `group_advantages(rewards, group_size)`: `rewards` is a flat tensor $(N,)$, the
+# `group_size` rewards of each prompt side by side. Return each reward minus its group's mean,
+# divided by its group's standard deviation (unbiased, `torch.std`'s default) plus $10^{-4}$.
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def group_advantages(rewards, group_size):
+    grouped = rewards.view(-1, group_size)  # (B, G)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    return (centred / (grouped.std(dim=1, keepdim=True) + 1e-4)).flatten()  # (N,)
+
+
+# %%
+from gpt_from_scratch.exercises import check_group_advantages
+check_group_advantages(group_advantages);
+
+# %% [markdown]
+# ### Exercise 2. The clipped loss (implement)
+#
+# Write `grpo_loss(logps, old_logps, advantages, mask, epsilon)`: `logps` and `old_logps` are
+# $(N, C)$ token log-probabilities under the policy and under the policy that sampled the
+# answers, `advantages` is $(N,)$, `mask` $(N, C)$ is 1 on the answers' tokens. Return the
+# clipped loss of section 14.3 averaged over every answer token of the batch (`"dapo"`), with
+# its gradient with respect to `logps`.
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def grpo_loss(logps, old_logps, advantages, mask, epsilon):
+    ratio = torch.exp(logps - old_logps)  # (N, C)
+    A = advantages[:, None]  # (N, 1)
+    per_token = -torch.min(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)
+    return (per_token * mask).sum() / mask.sum()
+
+
+# %%
+from gpt_from_scratch.exercises import check_grpo_loss
+check_grpo_loss(grpo_loss);
+
+# %% [markdown]
+# ### Exercise 3. pass@k (implement)
+#
+# Write `pass_at_k(n, c, k)`: the unbiased estimate of pass@k from $n$ samples of which $c$
+# are right, $1 - \binom{n-c}{k} / \binom{n}{k}$ (`math.comb`), and 1.0 when $n - c < k$.
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def pass_at_k(n, c, k):
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+# %%
+from gpt_from_scratch.exercises import check_pass_at_k
+check_pass_at_k(pass_at_k);
+
+# %% [markdown]
+# ### Exercise 4. The rude opening (predict, then run)
+#
+# Chapter 12's training answers opened rudely half of the time, and its assistants sample
+# both openings. Nothing in GRPO's reward mentions the opening. Predict the share of rude
+# openings among seed 1's sampled "Last word" answers after the run of section 14.4, and
+# whether another seed would move the same way. Write your prediction in the answer cell, then run the cell after it.
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# The share moves toward one side, 0 or 1, and which side is the seed's accident: the reward
+# is the same for both openings, so nothing pulls the share back to one half, and each step
+# that pushes up right answers pushes up their openings too. The runs differ in which answers
+# were sampled and right first; the opening that led early keeps gaining. The cell prints seed
+# 1's share and the other seeds'.
+# ```
+
+# %%
+for seed in SEEDS:
+    print(f"seed {seed}: rude openings {1 - before[seed][TASK]['courteous']:.0%} -> "
+          f"{1 - after[seed][TASK]['courteous']:.0%} of the sampled answers")
+
+# %% [markdown]
+# ### Exercise 5. A group of identical rewards (explain)
+#
+# In section 14.2, a group whose eight answers were all right got advantages of zero. The
+# answers were right: why does GRPO not make them more likely? And what would change if the
+# advantage were the reward itself, with no baseline?
+
+# %% [markdown] tags=["answer"]
+# ```{admonition} Answer
+# :class: dropdown
+# The advantage measures an answer against its siblings, the other samples of the same
+# prompt: when all are right, none is better than the model's average answer to that prompt,
+# so there is nothing to prefer and the gradient is zero (GRPO's division by the std, which is
+# 0 there, is why the $10^{-4}$ is needed). The prompt is already solved at this temperature;
+# the step's compute on it was spent for nothing, which is why the share of mixed groups is
+# worth logging. With the raw reward as advantage, all eight answers would be pushed up: the
+# expected gradient is the same (the baseline does not change it), but each step's gradient
+# is noisier, and on a group of right answers it pushes up whatever they share, such as their
+# opening, which is how a style drifts.
+# ```
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, with instant feedback in the page. The numbers in them
+# are the ones this chapter printed; pick an answer or type one in.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
+show_quiz([
+    Numeric("In the simulation of section 14.1, what is the true pass@4 of a prompt that "
+            "one sample answers right 30% of the time? (Percent, no decimals.)",
+            100 * true_pass, 0.6, "1 - (1 - 0.3)^4: none of the four is right."),
+    Numeric("What share of the first seed's 'Last word' groups were mixed in the batch "
+            "of section 14.2? (Percent, no decimals.)",
+            100 * mixed_groups(batches[TASK][3], 8), 0.6,
+            "The groups whose 8 rewards are not all equal."),
+    MultipleChoice("With one update per batch of answers, the ratio in GRPO's loss is:", [
+        Choice("exactly 1, so the clip never binds; only its gradient acts", True,
+               "Yes: the policy being trained is the one that sampled the answers."),
+        Choice("clipped to 1 + epsilon for the good answers", False,
+               "The clip binds only once the policy has moved: from the second update on."),
+    ]),
+    MultipleChoice("The courteous/rude opening collapsed to one side during GRPO. Why?", [
+        Choice("the policy sharpens where the reward is indifferent: entropy collapse",
+               True,
+               "Yes: neither opening earns more; one drifts ahead and is reinforced."),
+        Choice("the reward prefers one opening", False,
+               "verify accepts either opening: the reward is the same for both."),
+    ]),
+])

@@ -1,0 +1,173 @@
+"""Chapter 14's book layer: the reward, the cached GRPO runs, the sampled scores and the lessons
+(gpt_from_scratch.book.verifier, verifier_prose), on tiny random models: seconds, no trained
+model needed."""
+
+import math
+
+import pytest
+import torch
+
+from gpt_from_scratch.book import lessons, verifier
+from gpt_from_scratch.book import verifier_prose as prose
+from gpt_from_scratch.book.assistant import Item
+from gpt_from_scratch.chat import ChatTokenizer
+from gpt_from_scratch.data import load_tiny_shakespeare
+from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.tokenizer import CharTokenizer
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    monkeypatch.setattr(lessons, "_LESSONS", {})
+
+
+def tiny_assistant(seed: int = 0):
+    chars = CharTokenizer(load_tiny_shakespeare())
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=chars.vocab_size + 4, context_length=64, d_model=16,
+                          n_layers=1, n_heads=2, dropout=0.0))
+    return model.eval(), ChatTokenizer(chars, chars.vocab_size)
+
+
+ITEMS = [Item("Last word", "Is it not so, my lord?"), Item("Last word", "Go to, then."),
+         Item("Repeat", "Peace, ho!")]
+
+
+# ---------------------------------------------------------------- the reward
+def test_the_reward_pays_a_right_answer_that_ends_its_turn():
+    _, tok = tiny_assistant()
+    prompts, reward = verifier.prompts_and_reward(ITEMS, tok)
+    assert len(prompts) == 3 and all(p[-1] == tok.assistant_id for p in prompts)
+    answer = tok.encode("Fool! lord") + [tok.end_id]  # as train_grpo passes it
+    assert reward(0, answer) == 1.0
+    assert reward(0, answer[:-1]) == 0.0  # right words, but the turn never ended
+    assert reward(1, answer) == 0.0  # another line's last word
+
+
+def test_the_reward_needs_items():
+    _, tok = tiny_assistant()
+    with pytest.raises(ValueError, match="items is empty"):
+        verifier.prompts_and_reward([], tok)
+
+
+# ---------------------------------------------------------------- recipes and the cache
+def test_a_recipe_refuses_what_cannot_train_and_names_every_setting():
+    with pytest.raises(ValueError, match="task='Sing'"):
+        verifier.GRPORecipe(task="Sing")
+    with pytest.raises(ValueError, match="group_size"):
+        verifier.GRPORecipe(group_size=1)
+    with pytest.raises(ValueError, match="lr"):
+        verifier.GRPORecipe(lr=0.0)
+    names = {verifier.GRPORecipe(steps=s, lr=lr, beta=b, seed=k).name
+             for s in (10, 20) for lr in (2e-4, 1e-3) for b in (0.0, 0.1) for k in (0, 1)}
+    assert len(names) == 16
+
+
+def test_grpo_model_refuses_what_is_not_a_recipe():
+    with pytest.raises(ValueError, match="must be a GRPORecipe"):
+        verifier.grpo_model({"steps": 10})
+
+
+def test_a_run_is_trained_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path))
+    sft, tok = tiny_assistant()
+    before = {k: v.clone() for k, v in sft.state_dict().items()}
+    monkeypatch.setattr(verifier, "assistant_model", lambda seed: (sft, tok))
+    prompts_and_reward = verifier.prompts_and_reward
+
+    def parity_reward(items, tok):  # a random model is never right: reward something it does
+        return prompts_and_reward(items, tok)[0], lambda i, ids: float(ids[0] % 2)
+
+    monkeypatch.setattr(verifier, "prompts_and_reward", parity_reward)
+    recipe = verifier.GRPORecipe(steps=2, batch_size=2, group_size=4, lr=1e-2)
+    trained, _, history = verifier.grpo_model(recipe)
+    assert len(history.reward) == 2 and max(history.mixed) > 0
+    assert all(torch.equal(v, sft.state_dict()[k]) for k, v in before.items())  # a copy trained
+    assert any(not torch.equal(v, trained.state_dict()[k]) for k, v in before.items())
+    monkeypatch.setattr(verifier, "train_grpo", None)  # a second training would fail
+    loaded, _, again = verifier.grpo_model(recipe)
+    assert again == history
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in trained.state_dict().items())
+
+
+# ---------------------------------------------------------------- sampled scores
+def test_sampled_scores_count_right_answers_stops_and_openings(monkeypatch):
+    model, tok = tiny_assistant()
+    n, right = 4, 3  # each prompt: 3 right courteous answers, 1 wrong rude one
+
+    def fake_sample(model, prompts, G, max_new_tokens, end_id, generator=None):
+        rows = []
+        for p in prompts.tolist():
+            task, line = tok.decode([t for t in p if t < tok.base_vocab_size]).split(": ", 1)
+            good = "Good sir, " + Item(task, line).answer
+            rows += [tok.encode(good) if g < right else tok.encode("Fool! no") for g in range(G)]
+        C = max(len(r) for r in rows) + 1
+        out = torch.tensor([r + [end_id] * (C - len(r)) for r in rows])
+        mask = torch.tensor([[1] * (len(r) + 1) + [0] * (C - len(r) - 1) for r in rows])
+        return out, mask
+
+    monkeypatch.setattr(verifier, "sample_groups", fake_sample)
+    scores = verifier.sampled_scores(model, tok, ITEMS, n=n, k=2)
+    for task in ("Last word", "Repeat"):
+        assert scores[task]["pass@1"] == pytest.approx(right / n)
+        assert scores[task]["pass@2"] == pytest.approx(1.0)
+        assert scores[task]["stop"] == 1.0
+        assert scores[task]["courteous"] == pytest.approx(right / n)
+    assert scores["Last word"]["n"] == 2 and scores["Repeat"]["n"] == 1
+
+
+def test_sampled_scores_on_a_random_model_are_shares():
+    model, tok = tiny_assistant()
+    scores = verifier.sampled_scores(model, tok, ITEMS, n=3, k=2)
+    for s in (scores["Last word"], scores["Repeat"]):
+        assert 0 <= s["pass@1"] <= s["pass@2"] <= 1 and 0 <= s["stop"] <= 1
+
+
+def test_sampled_scores_refuse_k_above_n_and_no_items():
+    model, tok = tiny_assistant()
+    with pytest.raises(ValueError, match="k=8 > n=4"):
+        verifier.sampled_scores(model, tok, ITEMS, n=4, k=8)
+    with pytest.raises(ValueError, match="items is empty"):
+        verifier.sampled_scores(model, tok, [], n=4, k=2)
+
+
+# ---------------------------------------------------------------- the lessons
+def test_a_gain_in_every_seed_holds_and_a_mixed_one_does_not():
+    k = ([0.8, 0.85, 0.9], [0.85, 0.9, 0.9])
+    held = prose.judge_gain([0.60, 0.65, 0.70], [0.66, 0.72, 0.76], k, 8, (0, 1, 2), "Last word")
+    assert held.holds and "rose" in held.text
+    mixed = prose.judge_gain([0.60, 0.65, 0.70], [0.70, 0.60, 0.72], k, 8, (0, 1, 2), "Last word")
+    assert not mixed.holds and "not 2 standard errors" in mixed.text
+
+
+def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
+    seeds = (0, 1, 2)
+    assert prose.judge_collapse([0.65, 0.7, 0.7], [0.2, 0.1, 0.3], seeds, 1e-3, "Last word").holds
+    assert prose.judge_forgetting([0.07, 0.12, 0.12], [0.04, 0.06, 0.05], seeds,
+                                  "Last word", "Repeat").holds
+    assert prose.judge_opening([0.53, 0.35, 0.6], [0.0, 0.02, 1.0], seeds).holds
+    assert not prose.judge_opening([0.53, 0.35, 0.6], [0.5, 0.4, 0.55], seeds).holds
+
+
+@pytest.mark.parametrize("values, match", [
+    ([45.0, 50.0, 55.0], "must be a share from 0 to 1"),
+    ([0.4, 0.5], "holds 2 value"),
+    ([0.4, math.nan, 0.5], "must be a share"),
+])
+def test_a_lesson_refuses_values_that_are_not_one_share_per_seed(values, match):
+    with pytest.raises(ValueError, match=match):
+        prose.judge_forgetting([0.1, 0.1, 0.1], values, (0, 1, 2), "Last word", "Repeat")
+
+
+def test_a_lesson_needs_two_seeds_and_a_collapse_a_learning_rate():
+    with pytest.raises(ValueError, match="at least two seeds"):
+        prose.judge_opening([0.5], [0.1], (0,))
+    with pytest.raises(ValueError, match="positive learning rate"):
+        prose.judge_collapse([0.7, 0.7], [0.1, 0.1], (0, 1), -1.0, "Last word")
+
+
+def test_the_mixed_text_needs_room_for_two_blocks():
+    mixed = {0: [1.0, 0.5, 0.5, 0.0]}
+    assert "mixed groups 75.0% → 25.0%" in prose.mixed_text(mixed, mixed, block=2)
+    with pytest.raises(ValueError, match="block=3"):
+        prose.mixed_text(mixed, mixed, block=3)
