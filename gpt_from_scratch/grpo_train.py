@@ -134,17 +134,20 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
         raise ValueError(f"train_grpo: max_new_tokens={max_new_tokens} must be in [1, {room}]: "
                          f"the longest prompt is {longest} tokens, the model reads "
                          f"{policy.config.context_length}")
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)  # the batches' draws, on the CPU
+    device = next(policy.parameters()).device
+    sampler = g if device.type == "cpu" else torch.Generator(device.type).manual_seed(seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
     history = GRPOHistory()
     for step in range(steps):
         rows = _same_length_batch(prompts, batch_size, g)
-        prompt_ids = torch.tensor([prompts[r] for r in rows])  # (B, P)
+        prompt_ids = torch.tensor([prompts[r] for r in rows], device=device)  # (B, P)
         completions, mask = sample_groups(policy, prompt_ids, group_size, max_new_tokens,
-                                          end_id, temperature, g)  # (N, C) each
+                                          end_id, temperature, sampler)  # (N, C) each
         owners = [r for r in rows for _ in range(group_size)]  # (N,) prompt of each row
         rewards = torch.tensor([check_reward(reward(r, c[m.bool()].tolist()), n) for n, (r, c, m)
-                                in enumerate(zip(owners, completions, mask))])  # (N,)
+                                in enumerate(zip(owners, completions, mask))],
+                               device=device)  # (N,)
         advantages = group_advantages(rewards, group_size, scale)  # (N,)
         idx = prompt_ids.repeat_interleave(group_size, dim=0)  # (N, P)
         with torch.no_grad(), eval_mode(policy):
