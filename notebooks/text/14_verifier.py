@@ -355,10 +355,10 @@ display(Markdown(found[0].text + "\n\n" + mixed))
 # steps:
 
 # %%
-task_items_held = [i for i in held_out if i.task == TASK]
+held_task = [i for i in held_out if i.task == TASK]
 collapsed = {seed: grpo_model(GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, seed=seed))
              for seed in SEEDS}
-hot = {seed: sampled_scores(collapsed[seed][0], tok, task_items_held, N_SAMPLES, K,
+hot = {seed: sampled_scores(collapsed[seed][0], tok, held_task, N_SAMPLES, K,
                             seed=seed)[TASK] for seed in SEEDS}
 for seed in SEEDS:
     print(f"seed {seed}: {TASK} pass@1 {before[seed][TASK]['pass@1']:.1%} -> "
@@ -381,7 +381,7 @@ display(Markdown(found[-1].text))
 # %%
 braked, _, braked_history = grpo_model(GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, BETA,
                                                   seed=SEEDS[0]))
-brake = sampled_scores(braked, tok, task_items_held, N_SAMPLES, K, seed=SEEDS[0])[TASK]
+brake = sampled_scores(braked, tok, held_task, N_SAMPLES, K, seed=SEEDS[0])[TASK]
 brake["kl"] = sum(braked_history.kl[-10:]) / 10
 display(Markdown(prose.brake_text(COLLAPSE_LR, BETA, hot[SEEDS[0]], brake, TASK)))
 
