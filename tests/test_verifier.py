@@ -3,6 +3,7 @@
 model needed."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -72,7 +73,8 @@ def test_a_run_is_trained_once_then_read_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path))
     sft, tok = tiny_assistant()
     before = {k: v.clone() for k, v in sft.state_dict().items()}
-    monkeypatch.setattr(verifier, "assistant_model", lambda seed: (sft, tok))
+    run = SimpleNamespace(model=sft, tokenizer=tok)
+    monkeypatch.setattr(verifier, "sft_run", lambda recipe: run)
     prompts_and_reward = verifier.prompts_and_reward
 
     def parity_reward(items, tok):  # a random model is never right: reward something it does

@@ -2,7 +2,7 @@
 
 The reward is Chapter 12's checker: 1 when the answer ends with ``<|end|>`` and ``verify`` accepts
 it, else 0. ``grpo_model`` trains one GRPO run (``GRPORecipe``) from Chapter 12's SFT assistant of
-the same seed (``inside.assistant_model``) once, and keeps it beside the book's models with its
+the same seed (``assistant_runs.sft_run``) once, and keeps it beside the book's models with its
 history, so that the chapter reads it in a second the next time. ``sampled_scores`` answers each
 held-out prompt ``n`` times at temperature 1 and returns pass@1 and pass@k (``grpo.pass_at_k``)
 and the courteous share of the openings sampled.
@@ -23,7 +23,7 @@ from ..grpo import pass_at_k
 from ..grpo_train import GRPOHistory, sample_groups, train_grpo
 from ..utils import check_float, check_int
 from .assistant import TASKS, Item, split_style, task_items, verify
-from .inside import assistant_model
+from .assistant_runs import SFTRecipe, sft_run
 from .recipes import trained_once
 
 
@@ -81,7 +81,8 @@ def grpo_model(recipe: GRPORecipe) -> tuple:
         raise ValueError(f"grpo_model: recipe={recipe!r:.60} must be a GRPORecipe: pass "
                          "GRPORecipe(steps=..., lr=..., seed=...)")
     settings = dataclasses.asdict(recipe)
-    sft, tok = assistant_model(recipe.seed)
+    run = sft_run(SFTRecipe(seed=recipe.seed))
+    sft, tok = run.model, run.tokenizer
     path = cache_dir() / "checkpoints" / recipe.name
     with trained_once(path):
         if (path / META_FILE).is_file():

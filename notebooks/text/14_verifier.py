@@ -72,7 +72,7 @@ from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book import verifier_prose as prose
 from gpt_from_scratch.book.assistant import TASKS, evaluate, task_items
 from gpt_from_scratch.book.figure_text import book_figures
-from gpt_from_scratch.book.inside import assistant_model
+from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run
 from gpt_from_scratch.book.verifier import (
     GRPORecipe, grpo_model, prompts_and_reward, sampled_scores,
 )
@@ -106,8 +106,9 @@ N_SAMPLES, K = 8, 8  # samples per held-out prompt, and the k of pass@k
 # of Chapter 12's first assistant to one held-out prompt, sampled at temperature 1:
 
 # %%
-sft = {seed: assistant_model(seed)[0] for seed in SEEDS}
-tok = assistant_model(SEEDS[0])[1]
+sft_runs = {seed: sft_run(SFTRecipe(seed=seed)) for seed in SEEDS}
+sft = {seed: run.model for seed, run in sft_runs.items()}
+tok = sft_runs[SEEDS[0]].tokenizer
 items = task_items(load_tiny_shakespeare())
 rng = random.Random(0)
 held_out = [i for task in TASKS  # N_HELD_OUT lines per task, drawn as Chapter 12 draws them
