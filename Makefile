@@ -110,7 +110,7 @@ test-grading: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -rs $(XDIST) $(GRADING_TESTS)
 
 # The models the chapters load from the cache (Chapter 6's two, Chapter 8's offline one and
-# Chapter 9's two more seeds of it, Chapter 12's three fine-tuning runs), each
+# Chapter 9's two more seeds of it, Chapter 12's three fine-tuning runs, Chapter 14's seven GRPO runs), each
 # trained by a process of its own, so that no chapter run beside another waits for one.
 .PHONY: book-models
 book-models: $(STAMP)
@@ -137,7 +137,7 @@ test-notebooks: $(STAMP)
 	cp nbval_sanitize.cfg notebooks/conftest.py $(NBVAL_DIR)/  # conftest: the tolerances, the order
 	cd $(NBVAL_DIR) && $(SIDE_BY_SIDE) $(abspath $(PY)) -m pytest $(NBVAL) $(NBVAL_PARALLEL) *.ipynb
 
-# The chapters whose numbers come out of training or score its models (6-9, 11-13), a second time
+# The chapters whose numbers come out of training or score its models (6-9, 11-14), a second time
 # under another arithmetic (3, 5 and 10 also differentiate, print the same under AVX2 as under
 # AVX-512, and judge no lesson): PyTorch's AVX2 kernels (ARITHMETIC=default: its portable ones,
 # about 3 times slower), from an empty model cache, so that every model is trained anew under it
@@ -147,7 +147,7 @@ test-notebooks: $(STAMP)
 # every compared cell and every lesson must hold under both.
 ARITHMETIC ?= avx2
 ARITHMETIC_THREADS ?= 1
-ARITHMETIC_CHAPTERS ?= 06 07 08 09 11 12 13
+ARITHMETIC_CHAPTERS ?= 06 07 08 09 11 12 13 14
 ARITHMETIC_ENV = ATEN_CPU_CAPABILITY=$(ARITHMETIC) OMP_NUM_THREADS=$(ARITHMETIC_THREADS) MKL_DYNAMIC=FALSE \
 	OMP_WAIT_POLICY=PASSIVE \
 	$(if $(CPP_MARCH_$(ARITHMETIC)),TORCHINDUCTOR_CPP_MARCH=$(CPP_MARCH_$(ARITHMETIC))) \

@@ -96,6 +96,10 @@ ASSIGNMENTS = {a.chapter: a for a in [
     Assignment("13_inside", "import torch\nimport torch.nn.functional as F",
                (Exercise("logit_lens", 2, "check_logit_lens"),
                 Exercise("patch_head", 2, "check_patch_head"))),
+    Assignment("14_verifier", "import math\n\nimport torch",
+               (Exercise("group_advantages", 2, "check_group_advantages"),
+                Exercise("grpo_loss", 2, "check_grpo_loss"),
+                Exercise("pass_at_k", 2, "check_pass_at_k"))),
 ]}
 
 

@@ -1,7 +1,8 @@
 """Train the book's cached models before the chapters that load them run side by side.
 
     python scripts/book_models.py            # Chapter 6's two, Chapter 8's offline one (and Chapter 9's
-                                             # two more seeds), Chapter 12's fine-tuning runs
+                                             # two more seeds), Chapter 12's fine-tuning runs,
+                                             # Chapter 14's GRPO runs
     python scripts/book_models.py --jobs 1   # one at a time
 
 Each model is trained (or found in the cache, ``GPT_FROM_SCRATCH_CACHE``) by a process of its own on
@@ -28,6 +29,8 @@ OFFLINE = "from gpt_from_scratch.book.offline_model import offline_model\n" \
           "offline_model(progress=False, seed={})"
 SFT = "from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run\n" \
       "sft_run(SFTRecipe(seed={}))"
+GRPO = "from gpt_from_scratch.book.verifier import GRPORecipe, grpo_model\n" \
+       "grpo_model(GRPORecipe('Last word', {}, {}, {}, seed={}))"
 MODELS = {
     "shakespeare-char": BOOK.format("shakespeare-char"),
     "shakespeare-bpe": BOOK.format("shakespeare-bpe"),
@@ -38,6 +41,11 @@ MODELS = {
     "shakespeare-bpe-heads-seed1": OFFLINE.format(1),
     # Chapter 12's three fine-tuning runs, which Chapter 13 reads too
     **{f"assistant-sft-{seed}": SFT.format(seed) for seed in (0, 1, 2)},
+    # Chapter 14's GRPO runs from them: three of 200 steps, three collapsing at a large step,
+    # one of those braked by a KL penalty
+    **{f"grpo-{seed}": GRPO.format(200, 2e-4, 0.0, seed) for seed in (0, 1, 2)},
+    **{f"grpo-collapse-{seed}": GRPO.format(60, 1e-3, 0.0, seed) for seed in (0, 1, 2)},
+    "grpo-brake-0": GRPO.format(60, 1e-3, 0.1, 0),
 }
 
 

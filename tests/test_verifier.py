@@ -2,19 +2,23 @@
 (gpt_from_scratch.book.verifier, verifier_prose), on tiny random models: seconds, no trained
 model needed."""
 
+import importlib.util
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from gpt_from_scratch.book import lessons, verifier
+from gpt_from_scratch.book import lessons, verifier, verifier_online
 from gpt_from_scratch.book import verifier_prose as prose
 from gpt_from_scratch.book.assistant import Item
 from gpt_from_scratch.chat import ChatTokenizer
 from gpt_from_scratch.data import load_tiny_shakespeare
 from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.hf_weights import WeightsUnavailableError
 from gpt_from_scratch.tokenizer import CharTokenizer
+from tests.test_assistant import hf_chat_tokenizer, random_gpt2
 
 
 @pytest.fixture(autouse=True)
@@ -133,6 +137,23 @@ def test_sampled_scores_refuse_k_above_n_and_no_items():
         verifier.sampled_scores(model, tok, [], n=4, k=2)
 
 
+def test_answer_logprob_is_the_log_of_either_openings_probability():
+    model, tok = tiny_assistant()
+    expected = []
+    for item in ITEMS:  # one conversation at a time, token by token: no padding, no batch
+        p = 0.0
+        for style in ("courteous", "rude"):
+            ids, mask = tok.render(item.messages(style))
+            logp = torch.log_softmax(model(torch.tensor([ids[:-1]]))[0][0], dim=-1)  # (T, V)
+            p += math.exp(sum(logp[t - 1, ids[t]].item() for t in range(1, len(ids)) if mask[t]))
+        expected.append(math.log(p))
+    got = verifier.answer_logprob(model.train(), tok, ITEMS)
+    assert got == pytest.approx(sum(expected) / len(expected), abs=1e-5)
+    assert model.training  # the mode it was in is given back
+    with pytest.raises(ValueError, match="items is empty"):
+        verifier.answer_logprob(model, tok, [])
+
+
 # ---------------------------------------------------------------- the lessons
 def test_a_gain_in_every_seed_holds_and_a_mixed_one_does_not():
     k = ([0.8, 0.85, 0.9], [0.85, 0.9, 0.9])
@@ -145,10 +166,19 @@ def test_a_gain_in_every_seed_holds_and_a_mixed_one_does_not():
 def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
     seeds = (0, 1, 2)
     assert prose.judge_collapse([0.65, 0.7, 0.7], [0.2, 0.1, 0.3], seeds, 1e-3, "Last word").holds
-    assert prose.judge_forgetting([0.07, 0.12, 0.12], [0.04, 0.06, 0.05], seeds,
-                                  "Last word", "Repeat").holds
-    assert prose.judge_opening([0.53, 0.35, 0.6], [0.0, 0.02, 1.0], seeds).holds
-    assert not prose.judge_opening([0.53, 0.35, 0.6], [0.5, 0.4, 0.55], seeds).holds
+    pass1 = ([0.07, 0.12, 0.12], [0.04, 0.06, 0.05])
+    forgot = prose.judge_forgetting([-4.2, -5.6, -5.3], [-6.2, -9.9, -7.9], seeds,
+                                    "Last word", "Repeat", pass1)
+    assert forgot.holds and "in 3 of 3 seeds" in forgot.text and "pass@1 went from 10.3%" in forgot.text
+    assert not prose.judge_forgetting([-4.2, -5.6, -5.3], [-4.0, -5.9, -5.3], seeds,
+                                      "Last word", "Repeat", pass1).holds
+    sampled = ([0.53, 0.35, 0.6], [0.0, 0.02, 1.0])
+    odds = [[0.5, 0.52, 0.47, 0.5]] * 3
+    drifted = prose.judge_opening(odds, [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7],
+                                         [0.2, 0.3, 0.25, 0.1]], seeds, sampled)
+    assert drifted.holds and "went from 49.8, 49.8, 49.8% to 12.5, 83.8, 21.2%" in drifted.text
+    one_stayed = [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7], [0.5, 0.6, 0.45, 0.5]]
+    assert not prose.judge_opening(odds, one_stayed, seeds, sampled).holds
 
 
 @pytest.mark.parametrize("values, match", [
@@ -158,12 +188,32 @@ def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
 ])
 def test_a_lesson_refuses_values_that_are_not_one_share_per_seed(values, match):
     with pytest.raises(ValueError, match=match):
-        prose.judge_forgetting([0.1, 0.1, 0.1], values, (0, 1, 2), "Last word", "Repeat")
+        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2]] * 3, (0, 1, 2), ([0.1] * 3, values))
+
+
+@pytest.mark.parametrize("values, match", [
+    ([-1.0, 0.5, -2.0], "must be a log-probability"),
+    ([-1.0, -math.inf, -2.0], "must be a log-probability"),
+    ([-1.0, -2.0], "holds 2 value"),
+])
+def test_forgetting_refuses_values_that_are_not_one_log_probability_per_seed(values, match):
+    with pytest.raises(ValueError, match=match):
+        prose.judge_forgetting([-1.0, -1.0, -1.0], values, (0, 1, 2), "Last word", "Repeat",
+                               ([0.1] * 3, [0.1] * 3))
+
+
+def test_the_opening_needs_the_same_prompts_before_and_after():
+    with pytest.raises(ValueError, match=r"before\[1\] and after\[1\] hold 2 and 3 odds"):
+        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2], [0.1, 0.2, 0.3], [0.1, 0.2]],
+                            (0, 1, 2), ([0.5] * 3, [0.1] * 3))
+    with pytest.raises(ValueError, match=r"after\[0\]\[1\] = 1.5 must be a share"):
+        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 1.5]] * 3, (0, 1, 2),
+                            ([0.5] * 3, [0.1] * 3))
 
 
 def test_a_lesson_needs_two_seeds_and_a_collapse_a_learning_rate():
     with pytest.raises(ValueError, match="at least two seeds"):
-        prose.judge_opening([0.5], [0.1], (0,))
+        prose.judge_opening([[0.5, 0.5]], [[0.1, 0.1]], (0,), ([0.5], [0.1]))
     with pytest.raises(ValueError, match="positive learning rate"):
         prose.judge_collapse([0.7, 0.7], [0.1, 0.1], (0, 1), -1.0, "Last word")
 
@@ -173,3 +223,37 @@ def test_the_mixed_text_needs_room_for_two_blocks():
     assert "mixed groups 75.0% → 25.0%" in prose.mixed_text(mixed, mixed, block=2)
     with pytest.raises(ValueError, match="block=3"):
         prose.mixed_text(mixed, mixed, block=3)
+
+
+# ---------------------------------------------------------------- the Colab track
+def test_the_colab_track_runs_both_trainers_on_stand_ins(tmp_path, monkeypatch):
+    """GPT-2 small's place taken by random models on GPT-2's tokens: the book's trainer, then
+    TRL's (where it is installed), each for two steps."""
+    monkeypatch.chdir(tmp_path)  # TRL's output_dir
+    torch.manual_seed(0)
+    book = GPT(GPTConfig(vocab_size=50_257, context_length=64, d_model=16, n_layers=1,
+                         n_heads=2, dropout=0.0))
+    text = verifier_online.online_run(steps=2, lr=1e-3,
+                                      models=(book, random_gpt2(0), hf_chat_tokenizer()))
+    assert re.search(r"held-out pass@1 \d+\.\d% → \d+\.\d%, pass@8", text), text
+    assert re.search(r"the last 2 steps: \d\.\d\d and \d\.\d\d\.", text), text
+    if importlib.util.find_spec("trl"):
+        assert re.search(r"TRL's `GRPOTrainer`, same settings: \d\.\d\d and \d\.\d\d\.$", text)
+    else:
+        assert "TRL's run is skipped" in text
+
+    monkeypatch.setattr(verifier_online, "default_device", lambda: "cpu")
+    assert verifier_online.online_run().startswith("*Not run on a CPU*")
+
+    def unavailable(name):
+        raise WeightsUnavailableError("offline")
+    monkeypatch.setattr(verifier_online, "from_pretrained", unavailable)
+    monkeypatch.setattr(verifier_online, "default_device", lambda: "cuda")
+    assert verifier_online.online_run().startswith("*Not run here*")
+
+
+def test_the_brake_sentence_says_which_way_its_one_seed_went():
+    plain, braked = {"pass@1": 0.41}, {"pass@1": 0.49, "kl": 0.2}
+    assert "slowed the collapse" in prose.brake_text(1e-3, 0.1, plain, braked, "Last word")
+    braked["pass@1"] = 0.40
+    assert "did not slow" in prose.brake_text(1e-3, 0.1, plain, braked, "Last word")

@@ -174,18 +174,23 @@ def evaluate(model, tok: ChatTokenizer, items: list[Item], batch_size: int = 64)
 
 
 @torch.no_grad()
-def courtesy(model, tok: ChatTokenizer, items: list[Item]) -> float:
-    """The mean over ``items`` of the probability that the answer opens courteously rather than
+def courteous_odds(model, tok: ChatTokenizer, items: list[Item]) -> torch.Tensor:
+    """(B,) for each of ``items``, the probability that the answer opens courteously rather than
     rudely: at the answer's first position, p("G") / (p("G") + p("F")), the first characters of
     the two openings. Greedy decoding shows only the likelier opening; this shows the odds."""
     if not items:
-        raise ValueError("courtesy: items is empty: pass the held-out items to measure")
+        raise ValueError("courteous_odds: items is empty: pass the held-out items to measure")
     prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in items]
     idx, attention_mask = left_pad(prompts, tok.pad_id)  # (B, T) each
     with eval_mode(model):
         p = padded_forward(model, idx, attention_mask)[:, -1].softmax(-1)  # (B, V)
     good, rude = (tok.encode(STYLES[s])[0] for s in ("courteous", "rude"))
-    return (p[:, good] / (p[:, good] + p[:, rude])).mean().item()
+    return p[:, good] / (p[:, good] + p[:, rude])  # (B,)
+
+
+def courtesy(model, tok: ChatTokenizer, items: list[Item]) -> float:
+    """The mean over ``items`` of ``courteous_odds``."""
+    return courteous_odds(model, tok, items).mean().item()
 
 
 def preference_pairs(items: list[Item], tok: ChatTokenizer) -> list:

@@ -10,43 +10,9 @@ from __future__ import annotations
 import math
 import numbers
 
-from .lessons import SE_BAR, Lesson, lesson, paired_difference
-
-
-def _pts(x: float) -> str:
-    return f"{100 * x:.1f}"
-
-
-def _beyond(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """Mean and standard error of ``a - b`` over the seeds, and the margin: how far the mean is
-    above ``SE_BAR`` standard errors (negative when it is not)."""
-    mean, se = paired_difference(a, b)
-    return mean, se, mean - SE_BAR * se
-
-
-def _seeds(judge: str, seeds, **runs) -> int:
-    """The number of seeds, after checking that there are at least two and that each list of
-    ``runs`` holds one value per seed."""
-    seeds = list(seeds)
-    if len(seeds) < 2:
-        raise ValueError(f"{judge}: seeds={seeds!r}, but a lesson is judged over at least two seeds "
-                         "(a standard error needs two runs): pass the chapter's SEEDS and one "
-                         "value per seed")
-    for name, values in runs.items():
-        if len(values) != len(seeds):
-            raise ValueError(f"{judge}: {name} holds {len(values)} value(s) for the {len(seeds)} "
-                             f"seeds {seeds}: pass one value per seed, in the order of seeds")
-    return len(seeds)
-
-
-def _share(judge: str, name: str, value) -> float:
-    """``value``, checked to be a share: a real number from 0 to 1."""
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-            or not 0 <= value <= 1):
-        raise ValueError(f"{judge}: {name} = {value!r} must be a share from 0 to 1 (a fraction "
-                         "of the prompts, not a percent, and not NaN): pass the rate as "
-                         "evaluate returns it")
-    return float(value)
+from .lessons import (
+    SE_BAR, Lesson, beyond_bar, check_share, lesson, paired_difference, points, seed_count,
+)
 
 
 def _scores(judge: str, name: str, runs: list[dict], tasks, keys) -> None:
@@ -63,7 +29,7 @@ def _scores(judge: str, name: str, runs: list[dict], tasks, keys) -> None:
                 if key not in run[task]:
                     raise ValueError(f"{judge}: {name}[{i}][{task!r}] has no {key!r} score (it "
                                      f"has {sorted(run[task])}): pass evaluate's scores")
-                _share(judge, f"{name}[{i}][{task!r}][{key!r}]", run[task][key])
+                check_share(judge, f"{name}[{i}][{task!r}][{key!r}]", run[task][key])
 
 
 def _tasks(judge: str, tasks, judged) -> tuple[tuple, tuple]:
@@ -93,7 +59,7 @@ def judge_sft(base: dict, sft: list[dict], majority: dict, tasks, seeds, judged=
     (one per seed) map a task to its scores; ``majority`` maps a task to the majority answer's
     exact match."""
     tasks, judged = _tasks("judge_sft", tasks, judged)
-    n, found = _seeds("judge_sft", seeds, sft=sft), []
+    n, found = seed_count("judge_sft", seeds, sft=sft), []
     _scores("judge_sft", "base", [base], tasks, ("stop", "exact"))
     _scores("judge_sft", "sft", sft, tasks, ("stop", "exact"))
     for task in judged:
@@ -101,31 +67,31 @@ def judge_sft(base: dict, sft: list[dict], majority: dict, tasks, seeds, judged=
             raise ValueError(f"judge_sft: majority has no exact match for the task {task!r} (it "
                              f"has {sorted(majority)}): pass the majority answer's score for "
                              "every task judged")
-        _share("judge_sft", f"majority[{task!r}]", majority[task])
+        check_share("judge_sft", f"majority[{task!r}]", majority[task])
     stop_sft = [sum(s[t]["stop"] for t in tasks) / len(tasks) for s in sft]
     stop_base = [sum(base[t]["stop"] for t in tasks) / len(tasks)] * n
-    mean, se, margin = _beyond(stop_sft, stop_base)
+    mean, se, margin = beyond_bar(stop_sft, stop_base)
     found.append(lesson(
         "fine-tuning teaches the model to end its turn", 100 * margin, "points",
         holds=f"Over {n} seeds, fine-tuning raised the share of held-out answers that end with "
-              f"`<|end|>` from {_pts(stop_base[0])}% to {_pts(sum(stop_sft) / n)}% (a rise of "
-              f"{_pts(mean)} ± {_pts(se)} points, one standard error over the seeds).",
-        fails=f"Over {n} seeds, the stop rate rose by {_pts(mean)} ± {_pts(se)} points only, "
+              f"`<|end|>` from {points(stop_base[0])}% to {points(sum(stop_sft) / n)}% (a rise of "
+              f"{points(mean)} ± {points(se)} points, one standard error over the seeds).",
+        fails=f"Over {n} seeds, the stop rate rose by {points(mean)} ± {points(se)} points only, "
               f"not {SE_BAR:g} standard errors clear of zero here: the runs are short, and another "
               f"CPU's arithmetic can shift when the end marker is learned."))
     for task in judged:
         exact = [s[task]["exact"] for s in sft]
         bar = max(base[task]["exact"], majority[task])
-        mean, se, margin = _beyond(exact, [bar] * n)
+        mean, se, margin = beyond_bar(exact, [bar] * n)
         found.append(lesson(
             f"after fine-tuning the model answers '{task}' on held-out lines", 100 * margin, "points",
-            holds=f"**{task}**: {_pts(sum(exact) / n)}% exact on held-out lines after fine-tuning "
-                  f"(seeds: {', '.join(_pts(e) for e in exact)}), against {_pts(base[task]['exact'])}%"
-                  f" for the base model and {_pts(majority[task])}% for the majority answer: "
-                  f"{_pts(mean)} ± {_pts(se)} points above the better baseline.",
-            fails=f"**{task}**: {_pts(sum(exact) / n)}% exact after fine-tuning (seeds: "
-                  f"{', '.join(_pts(e) for e in exact)}), not {SE_BAR:g} standard errors above the "
-                  f"better baseline ({_pts(bar)}%) on this machine: with this few steps the copying "
+            holds=f"**{task}**: {points(sum(exact) / n)}% exact on held-out lines after fine-tuning "
+                  f"(seeds: {', '.join(points(e) for e in exact)}), against {points(base[task]['exact'])}%"
+                  f" for the base model and {points(majority[task])}% for the majority answer: "
+                  f"{points(mean)} ± {points(se)} points above the better baseline.",
+            fails=f"**{task}**: {points(sum(exact) / n)}% exact after fine-tuning (seeds: "
+                  f"{', '.join(points(e) for e in exact)}), not {SE_BAR:g} standard errors above the "
+                  f"better baseline ({points(bar)}%) on this machine: with this few steps the copying "
                   f"skill is only starting, and its onset moves with the arithmetic."))
     return found
 
@@ -133,9 +99,9 @@ def judge_sft(base: dict, sft: list[dict], majority: dict, tasks, seeds, judged=
 def early_text(task: str, exact: list[float], base: float, majority: float) -> str:
     """A sentence on a task whose lesson this run does not judge (too few steps to expect it)."""
     n = len(exact)
-    return (f"**{task}** is not judged at this length of run: {_pts(sum(exact) / n)}% exact on "
-            f"held-out lines (seeds: {', '.join(_pts(e) for e in exact)}), against "
-            f"{_pts(base)}% for the base model and {_pts(majority)}% for the majority answer. "
+    return (f"**{task}** is not judged at this length of run: {points(sum(exact) / n)}% exact on "
+            f"held-out lines (seeds: {', '.join(points(e) for e in exact)}), against "
+            f"{points(base)}% for the base model and {points(majority)}% for the majority answer. "
             f"Copying a whole line is the slow skill; longer runs (`FULL_RUN = True`) judge it.")
 
 
@@ -149,34 +115,34 @@ def judge_mask(masked: list[dict], unmasked: list[dict], loss_masked: list[float
     default: the masked runs answer it better) and sentences on the rest, judged or not.
     """
     tasks, judged = _tasks("judge_mask", tasks, judged)
-    n = _seeds("judge_mask", seeds, masked=masked, unmasked=unmasked, loss_masked=loss_masked,
+    n = seed_count("judge_mask", seeds, masked=masked, unmasked=unmasked, loss_masked=loss_masked,
                loss_unmasked=loss_unmasked)
     _scores("judge_mask", "masked", masked, tasks, ("stop", "exact"))
     _scores("judge_mask", "unmasked", unmasked, tasks, ("stop", "exact"))
     found, notes = [], []
     for task in tasks:
         a, b = [s[task]["exact"] for s in masked], [s[task]["exact"] for s in unmasked]
-        mean, se, margin = _beyond(a, b)
+        mean, se, margin = beyond_bar(a, b)
         if task not in judged:
-            notes.append(f"**{task}** is not judged at this length of run: {_pts(sum(a) / n)}% "
-                         f"exact with the mask, {_pts(sum(b) / n)}% without.")
+            notes.append(f"**{task}** is not judged at this length of run: {points(sum(a) / n)}% "
+                         f"exact with the mask, {points(sum(b) / n)}% without.")
             continue
         seen = (f"after {steps} steps the masked runs answer **{task}** right "
-                f"{_pts(sum(a) / n)}% of the time (seeds: {', '.join(_pts(e) for e in a)}), the "
-                f"runs on every token {_pts(sum(b) / n)}% (seeds: {', '.join(_pts(e) for e in b)})")
+                f"{points(sum(a) / n)}% of the time (seeds: {', '.join(points(e) for e in a)}), the "
+                f"runs on every token {points(sum(b) / n)}% (seeds: {', '.join(points(e) for e in b)})")
         found.append(lesson(
             f"at the same step, fine-tuning with the mask answers '{task}' better than without",
             100 * margin, "points",
-            holds=f"With the same batches, {seen}: the mask is worth {_pts(mean)} ± {_pts(se)} "
+            holds=f"With the same batches, {seen}: the mask is worth {points(mean)} ± {points(se)} "
                   f"points of exact match at this step, over {n} seeds.",
-            fails=f"With the same batches, {seen}: {_pts(mean)} ± {_pts(se)} points apart, not "
+            fails=f"With the same batches, {seen}: {points(mean)} ± {points(se)} points apart, not "
                   f"{SE_BAR:g} standard errors clear of zero on this machine."))
     stop = [[sum(s[t]["stop"] for t in tasks) / len(tasks) for s in runs]
             for runs in (masked, unmasked)]
     mean, se = paired_difference(*stop)
-    rates = (f"{_pts(sum(stop[0]) / n)}% of the answers end with `<|end|>` with the mask, "
-             f"{_pts(sum(stop[1]) / n)}% without (with minus without: {_pts(mean)} ± "
-             f"{_pts(se)} points)")
+    rates = (f"{points(sum(stop[0]) / n)}% of the answers end with `<|end|>` with the mask, "
+             f"{points(sum(stop[1]) / n)}% without (with minus without: {points(mean)} ± "
+             f"{points(se)} points)")
     notes.append(f"Both learn to stop, the end marker being a target either way: {rates}."
                  if abs(mean) <= SE_BAR * se else f"The stop rates differ: {rates}.")
     mean, se = paired_difference(loss_unmasked, loss_masked)
@@ -192,34 +158,34 @@ def judge_dpo(share_before: list[float], share_after: list[float], exact_before:
     opening rises; exact match (averaged over the tasks) moves by less than ``drift_bar``."""
     runs = dict(share_before=share_before, share_after=share_after, exact_before=exact_before,
                 exact_after=exact_after)
-    n = _seeds("judge_dpo", seeds, **runs)
+    n = seed_count("judge_dpo", seeds, **runs)
     for name, values in runs.items():
         for i, v in enumerate(values):
-            _share("judge_dpo", f"{name}[{i}]", v)
+            check_share("judge_dpo", f"{name}[{i}]", v)
     if isinstance(drift_bar, bool) or not isinstance(drift_bar, numbers.Real) or not 0 < drift_bar <= 1:
         raise ValueError(f"judge_dpo: drift_bar = {drift_bar!r} must be a share above 0 and at most "
                          "1, the largest move of exact match that counts as none (the chapter "
                          "uses 0.10)")
-    mean, se, margin = _beyond(share_after, share_before)
+    mean, se, margin = beyond_bar(share_after, share_before)
     found = [lesson(
         "preference tuning makes the courteous opening the usual one", 100 * margin, "points",
         holds=f"Over {n} seeds, DPO raised the probability of the courteous opening on held-out "
-              f"prompts from {_pts(sum(share_before) / n)}% to {_pts(sum(share_after) / n)}% "
-              f"({_pts(mean)} ± {_pts(se)} points, one standard error over the seeds).",
+              f"prompts from {points(sum(share_before) / n)}% to {points(sum(share_after) / n)}% "
+              f"({points(mean)} ± {points(se)} points, one standard error over the seeds).",
         fails=f"Over {n} seeds, DPO moved the probability of the courteous opening by "
-              f"{_pts(mean)} ± {_pts(se)} points, not {SE_BAR:g} standard errors clear of zero on "
+              f"{points(mean)} ± {points(se)} points, not {SE_BAR:g} standard errors clear of zero on "
               f"this machine: the runs are short.")]
     mean, se = paired_difference(exact_after, exact_before)
     margin = drift_bar - (abs(mean) + SE_BAR * se)
     found.append(lesson(
         "preference tuning leaves the answers as right as they were", 100 * margin, "points",
-        holds=f"Exact match, averaged over the tasks, moved by {_pts(mean)} ± {_pts(se)} points "
-              f"({_pts(sum(exact_before) / n)}% before, {_pts(sum(exact_after) / n)}% after): "
-              f"within {_pts(drift_bar)} points, even at {SE_BAR:g} standard errors. The "
+        holds=f"Exact match, averaged over the tasks, moved by {points(mean)} ± {points(se)} points "
+              f"({points(sum(exact_before) / n)}% before, {points(sum(exact_after) / n)}% after): "
+              f"within {points(drift_bar)} points, even at {SE_BAR:g} standard errors. The "
               f"preference changed how the model opens, not what it answers.",
-        fails=f"Exact match moved by {_pts(mean)} ± {_pts(se)} points "
-              f"({_pts(sum(exact_before) / n)}% before, {_pts(sum(exact_after) / n)}% after): "
-              f"{SE_BAR:g} standard errors from that change reach past {_pts(drift_bar)} points, "
+        fails=f"Exact match moved by {points(mean)} ± {points(se)} points "
+              f"({points(sum(exact_before) / n)}% before, {points(sum(exact_after) / n)}% after): "
+              f"{SE_BAR:g} standard errors from that change reach past {points(drift_bar)} points, "
               f"so on this machine these {n} seeds cannot show that the preference left the "
               "answers alone."))
     return found
@@ -227,20 +193,20 @@ def judge_dpo(share_before: list[float], share_after: list[float], exact_before:
 
 def judge_collapse(before: list[float], after: list[float], seeds, lr: float) -> Lesson:
     """The warning: DPO pushed too hard (learning rate ``lr``) loses exact match."""
-    n = _seeds("judge_collapse", seeds, before=before, after=after)
+    n = seed_count("judge_collapse", seeds, before=before, after=after)
     for name, values in (("before", before), ("after", after)):
         for i, v in enumerate(values):
-            _share("judge_collapse", f"{name}[{i}]", v)
+            check_share("judge_collapse", f"{name}[{i}]", v)
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 < lr < math.inf:
         raise ValueError(f"judge_collapse: lr = {lr!r} must be the positive learning rate of the "
                          "run that pushed too hard (the chapter's COLLAPSE_LR)")
-    mean, se, margin = _beyond(before, after)
+    mean, se, margin = beyond_bar(before, after)
     return lesson(
         "pushed too hard, preference tuning breaks the answers", 100 * margin, "points",
         holds=f"At a learning rate of {lr:g}, the same DPO run lowered exact match from "
-              f"{_pts(sum(before) / n)}% to {_pts(sum(after) / n)}% (a fall of {_pts(mean)} ± "
-              f"{_pts(se)} points over {n} seeds), while its reward margins kept growing.",
-        fails=f"At a learning rate of {lr:g}, exact match fell by {_pts(mean)} ± {_pts(se)} "
+              f"{points(sum(before) / n)}% to {points(sum(after) / n)}% (a fall of {points(mean)} ± "
+              f"{points(se)} points over {n} seeds), while its reward margins kept growing.",
+        fails=f"At a learning rate of {lr:g}, exact match fell by {points(mean)} ± {points(se)} "
               f"points only, not {SE_BAR:g} standard errors clear of zero on this machine.")
 
 
@@ -252,11 +218,11 @@ def binomial_text(rates: dict[str, float], n: int) -> str:
     if n < 1 or not rates:
         raise ValueError(f"binomial_text: n={n} prompts and {len(rates)} rates: pass each "
                          "task's mean rate and the number of prompts it was measured on (>= 1)")
-    at = ", ".join(f"±{_pts(math.sqrt(p * (1 - p) / n))} points at {task}'s {_pts(p)}%"
+    at = ", ".join(f"±{points(math.sqrt(p * (1 - p) / n))} points at {task}'s {points(p)}%"
                    for task, p in rates.items())
     return (f"Each rate is a share of {n} prompts, so another draw of {n} prompts would move "
             f"it: one binomial standard error is {at}, and at most "
-            f"±{_pts(math.sqrt(0.25 / n))} points, at 50%. The lessons' standard errors are "
+            f"±{points(math.sqrt(0.25 / n))} points, at 50%. The lessons' standard errors are "
             "over seeds on these same prompts: they measure how much a run varies, not how "
             "far another draw of prompts would move a rate.")
 
@@ -267,9 +233,9 @@ def onset_text(task: str, steps: tuple[int, int], stop: tuple[float, float],
     ``exact`` (on ``task``) at ``steps[0]`` and ``steps[1]``, each a mean over the seeds."""
     (early, late), (stop_early, stop_late), (copy_early, copy_late) = steps, stop, exact
     text = (f"The masked runs measured at two steps show the order: at step {early} they end "
-            f"{_pts(stop_early)}% of their answers with `<|end|>` and answer **{task}** "
-            f"{_pts(copy_early)}% exactly; at step {late}, {_pts(stop_late)}% and "
-            f"{_pts(copy_late)}%.")
+            f"{points(stop_early)}% of their answers with `<|end|>` and answer **{task}** "
+            f"{points(copy_early)}% exactly; at step {late}, {points(stop_late)}% and "
+            f"{points(copy_late)}%.")
     if stop_early >= 0.9 and copy_late > copy_early + 0.1:
         return text + " The format came first, the copying after it."
     return text + " Here the two did not come one after the other."

@@ -96,3 +96,41 @@ def standard_errors(mean: float, se: float) -> float:
     if se == 0:
         return math.copysign(math.inf, mean) if mean else 0.0
     return mean / se
+
+
+def beyond_bar(a, b) -> tuple[float, float, float]:
+    """Mean and standard error of ``a - b`` over paired seeds, and the margin: how far the mean
+    is above ``SE_BAR`` standard errors (negative when it is not)."""
+    mean, se = paired_difference(a, b)
+    return mean, se, mean - SE_BAR * se
+
+
+def points(share: float) -> str:
+    """A share as percentage points, one decimal: 0.1234 -> "12.3"."""
+    return f"{100 * share:.1f}"
+
+
+def seed_count(judge: str, seeds, **runs) -> int:
+    """The number of seeds, after checking that there are at least two and that each list of
+    ``runs`` holds one value per seed."""
+    seeds = list(seeds)
+    if len(seeds) < 2:
+        raise ValueError(f"{judge}: seeds={seeds!r}, but a lesson is judged over at least two "
+                         "seeds (a standard error needs two runs): pass the chapter's SEEDS and "
+                         "one value per seed")
+    for name, values in runs.items():
+        if len(values) != len(seeds):
+            raise ValueError(f"{judge}: {name} holds {len(values)} value(s) for the "
+                             f"{len(seeds)} seeds {seeds}: pass one value per seed, in the "
+                             "order of seeds")
+    return len(seeds)
+
+
+def check_share(judge: str, name: str, value) -> float:
+    """``value``, checked to be a share: a real number from 0 to 1."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not 0 <= value <= 1):
+        raise ValueError(f"{judge}: {name} = {value!r} must be a share from 0 to 1 (a fraction "
+                         "of the prompts, not a percent, and not NaN): pass the rate as "
+                         "measured")
+    return float(value)

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import math
 
-from .lessons import Lesson, lesson, paired_difference, standard_errors
+from .lessons import Lesson, lesson, paired_difference, points, standard_errors
 
 RULES = ("acc", "acc_norm", "acc_token")
-
-
-def _pts(x: float) -> str:
-    return f"{100 * x:.1f}"
 
 
 def mean_se(values) -> tuple[float, float]:
@@ -77,10 +73,10 @@ def beats(name: str, a: dict, b: dict, rule: str, what: str, task: str) -> Lesso
     z = standard_errors(mean, se)
     margin = z - 2.0
     n = len(a[rule])
-    holds = (f"On *{task}*, {name} beats {what} by {_pts(mean)} ± {_pts(se)} points "
+    holds = (f"On *{task}*, {name} beats {what} by {points(mean)} ± {points(se)} points "
              f"({rule}, {n} draws, {z:.1f} standard errors): a difference no draw of the set "
              "explains.")
-    fails = (f"On *{task}*, {name} is {_pts(mean)} ± {_pts(se)} points from {what} "
+    fails = (f"On *{task}*, {name} is {points(mean)} ± {points(se)} points from {what} "
              f"({rule}, {n} draws): within two standard errors here, so this run cannot tell "
              "them apart; another draw of the items, or another machine's arithmetic, moves "
              "numbers this close.")
@@ -92,12 +88,12 @@ def above_chance(name: str, values, chance: float, rule: str, task: str) -> Less
     """Judge "``name`` scores above chance on ``task``": mean - chance > 2 standard errors."""
     mean, se = mean_se(values)
     z = (mean - chance) / se if se else math.copysign(math.inf, mean - chance)
-    holds = (f"{name[:1].upper() + name[1:]} answers {_pts(mean)}% ± {_pts(se)} of *{task}* "
-             f"right ({rule}); a guess scores {_pts(chance)}%, and this run is {z:.1f} "
+    holds = (f"{name[:1].upper() + name[1:]} answers {points(mean)}% ± {points(se)} of *{task}* "
+             f"right ({rule}); a guess scores {points(chance)}%, and this run is {z:.1f} "
              "standard errors clear of it.")
-    fails = (f"{name[:1].upper() + name[1:]} answers {_pts(mean)}% ± {_pts(se)} of *{task}* "
+    fails = (f"{name[:1].upper() + name[1:]} answers {points(mean)}% ± {points(se)} of *{task}* "
              f"right ({rule}): not two "
-             f"standard errors above the {_pts(chance)}% of a guess on this run.")
+             f"standard errors above the {points(chance)}% of a guess on this run.")
     return lesson(f"{name} above chance on {task} ({rule})", z - 2.0, "standard errors",
                   holds, fails)
 
@@ -108,7 +104,7 @@ def context_free_text(scores: dict[str, dict], chance: float, rule: str = "acc_n
     ``scores`` maps a reader to its per-draw accuracies by rule, ``baseline`` among them."""
     def at(name: str) -> str:
         mean, se = mean_se(scores[name][rule])
-        return f"{_pts(mean)}% ± {_pts(se)} ({(mean - chance) / se if se else 0.0:+.1f} " \
+        return f"{points(mean)}% ± {points(se)} ({(mean - chance) / se if se else 0.0:+.1f} " \
                "standard errors from a guess)"
     near = [n for n in (baseline, "bigram table")
             if abs(mean_se(scores[n][rule])[0] - chance) <= 2 * mean_se(scores[n][rule])[1]]
@@ -137,7 +133,7 @@ def next_line_text(scores: dict[str, dict], chance: float, bytes_per_token: floa
     for name, s in scores.items():
         mean, se = mean_se(s[rule])
         z = (mean - chance) / se if se else 0.0
-        parts.append(f"{name} {_pts(mean)}% ± {_pts(se)} ({z:+.1f} standard errors from "
+        parts.append(f"{name} {points(mean)}% ± {points(se)} ({z:+.1f} standard errors from "
                      f"chance)")
     clear = [n for n, s in scores.items() if (mean_se(s[rule])[0] - chance)
              > 2 * mean_se(s[rule])[1]]
@@ -161,14 +157,14 @@ def shortest_text(share: dict[str, list[float]]) -> str:
     diff, se = paired_difference(share["acc_norm"], share["gold"])
     if abs(diff) <= 2 * se:
         normed = ("and here it picks the shortest choice about as often as the right word is "
-                  f"the shortest ({_pts(diff)} ± {_pts(se)} points apart)")
+                  f"the shortest ({points(diff)} ± {points(se)} points apart)")
     else:
         normed = (f"and here it {'under' if diff < 0 else 'over'}-picks the shortest choice by "
-                  f"{_pts(abs(diff))} ± {_pts(se)} points: it does not remove length from the "
+                  f"{points(abs(diff))} ± {points(se)} points: it does not remove length from the "
                   "pick either")
     return (f"With distractors of any length, `acc` picks the shortest choice "
-            f"{_pts(acc)}% of the time and `acc_norm` {_pts(norm)}% (the right word is "
-            f"the shortest in {_pts(gold)}% of the items). A sum of log-probabilities has one "
+            f"{points(acc)}% of the time and `acc_norm` {points(norm)}% (the right word is "
+            f"the shortest in {points(gold)}% of the items). A sum of log-probabilities has one "
             "negative term per token: every extra character costs probability, so the plain sum "
             "prefers short answers whatever they say. Dividing by the length in characters "
             f"scores the answer's *average* plausibility instead, {normed}. The harness has two "
@@ -192,9 +188,9 @@ def hellaswag_text(why_not: str | None, scores: dict | None) -> str:
                 f"(build-nanogpt) and {PUBLISHED[('harness', 'acc_norm')]} (the harness). "
                 "build-nanogpt's script also quotes both readings under one rule, `acc`: "
                 f"{PUBLISHED_ACC['nanogpt']} for its own and {PUBLISHED_ACC['harness']} for the "
-                f"harness's, {_pts(PUBLISHED_ACC['harness'] - PUBLISHED_ACC['nanogpt'])} points "
+                f"harness's, {points(PUBLISHED_ACC['harness'] - PUBLISHED_ACC['nanogpt'])} points "
                 "apart: if the reading moves the normalised scores as little, most of the "
-                f"{_pts(PUBLISHED[('harness', 'acc_norm')] - PUBLISHED[('nanogpt', 'acc_token')])}"
+                f"{points(PUBLISHED[('harness', 'acc_norm')] - PUBLISHED[('nanogpt', 'acc_token')])}"
                 " points between the two published numbers come with the rule.")
     got = {key: scores[key[0]].accuracy(key[1]) for key in PUBLISHED}
     n = len(scores["nanogpt"].gold)

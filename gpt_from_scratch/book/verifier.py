@@ -19,10 +19,12 @@ import torch
 from ..chat import ChatTokenizer
 from ..checkpoint import META_FILE, load_checkpoint, save_checkpoint
 from ..data import cache_dir, load_tiny_shakespeare
+from ..dpo import sequence_logps
 from ..grpo import pass_at_k
 from ..grpo_train import GRPOHistory, sample_groups, train_grpo
-from ..utils import check_float, check_int
-from .assistant import TASKS, Item, split_style, task_items, verify
+from ..sft import collate, shift
+from ..utils import check_float, check_int, eval_mode
+from .assistant import STYLES, TASKS, Item, split_style, task_items, verify
 from .assistant_runs import SFTRecipe, sft_run
 from .recipes import trained_once
 
@@ -146,3 +148,17 @@ def sampled_scores(model, tok: ChatTokenizer, items: list[Item], n: int = 8, k: 
                         "stop": sum(r[2] for r in mine) / (n * len(mine)),
                         "courteous": sum(r[3] for r in mine) / styled if styled else float("nan")}
     return scores
+
+
+@torch.no_grad()
+def answer_logprob(model, tok: ChatTokenizer, items: list[Item]) -> float:
+    """The mean over ``items`` of ``log P(the reference answer)``, in either opening (the log of
+    the two openings' summed probabilities): the smooth twin of pass@1, which a few right
+    samples more or less do not move."""
+    if not items:
+        raise ValueError("answer_logprob: items is empty: pass the held-out items of one task")
+    rows = [shift(*tok.render(i.messages(style))) for i in items for style in STYLES]
+    idx, targets = collate(rows, tok.pad_id, model.config.context_length)  # (N * 2, T)
+    with eval_mode(model):
+        logps = sequence_logps(model, idx, targets).view(len(items), len(STYLES))  # (N, 2)
+    return torch.logsumexp(logps, dim=-1).mean().item()

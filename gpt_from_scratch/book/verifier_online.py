@@ -11,6 +11,7 @@ the sum. Both trainers use TRL's defaults that the chapter states: groups of 8, 
 from __future__ import annotations
 
 import random
+from statistics import fmean
 
 import torch
 
@@ -52,10 +53,12 @@ def pass_rates(model, data: list[tuple[str, str]], n: int = 8) -> tuple[float, f
             sum(pass_at_k(n, int(c), n) for c in counts) / len(counts))
 
 
-def book_run(steps: int, lr: float) -> dict:
-    """The book's ``train_grpo`` on GPT-2 small with LoRA (r 16, alpha 32)."""
+def book_run(steps: int, lr: float, model=None) -> dict:
+    """The book's ``train_grpo`` on GPT-2 small (or ``model``, a ``GPT`` on GPT-2's tokens) with
+    LoRA (r 16, alpha 32)."""
     enc, device = gpt2_encoding(), default_device()
-    model = apply_lora(from_pretrained("gpt2").to(device), r=16, alpha=32)
+    model = from_pretrained("gpt2") if model is None else model
+    model = apply_lora(model.to(device), r=16, alpha=32)
     train, held = sums(512, seed=0), sums(64, seed=1)
     prompts = [enc.encode(p) for p, _ in train]
 
@@ -68,17 +71,21 @@ def book_run(steps: int, lr: float) -> dict:
             "trainable": count_trainable(model)}
 
 
-def trl_run(steps: int, lr: float) -> dict:
-    """TRL's ``GRPOTrainer`` on the same prompts, GPT-2 small with peft's LoRA on the same
-    projections; its per-step mean reward from the trainer's log."""
+def trl_run(steps: int, lr: float, model="gpt2", tokenizer=None) -> dict:
+    """TRL's ``GRPOTrainer`` on the same prompts, GPT-2 small (or ``model``, a
+    ``GPT2LMHeadModel``, with its ``tokenizer``) with peft's LoRA on the same projections, in
+    float32 as the book's run; its per-step mean reward from the trainer's log."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     train = sums(512, seed=0)
-    tokenizer = AutoTokenizer.from_pretrained("gpt2")
-    tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        tokenizer.pad_token = tokenizer.eos_token
+    if isinstance(model, str):
+        model = AutoModelForCausalLM.from_pretrained(model)
 
     def reward(completions, answer, **kwargs):
         return [right(c, a) for c, a in zip(completions, answer)]
@@ -86,9 +93,9 @@ def trl_run(steps: int, lr: float) -> dict:
     args = GRPOConfig(output_dir="grpo-trl", report_to=[], max_steps=steps, learning_rate=lr,
                       per_device_train_batch_size=64, num_generations=8,
                       max_completion_length=6, beta=0.0, logging_steps=1, save_strategy="no",
-                      generation_kwargs={"eos_token_id": NEWLINE})
+                      bf16=False, generation_kwargs={"eos_token_id": NEWLINE})
     trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained("gpt2"), reward_funcs=reward, args=args,
+        model=model, reward_funcs=reward, args=args,
         train_dataset=Dataset.from_dict({"prompt": [p for p, _ in train],
                                          "answer": [a for _, a in train]}),
         processing_class=tokenizer,
@@ -98,25 +105,35 @@ def trl_run(steps: int, lr: float) -> dict:
     return {"reward": [e["reward"] for e in trainer.state.log_history if "reward" in e]}
 
 
-def online_run(steps: int = 100, lr: float = 1e-4) -> str:
-    """Both runs, as a Markdown sentence; offline, what they would do."""
+def online_run(steps: int = 100, lr: float = 1e-4, models=None) -> str:
+    """Both runs, as a Markdown sentence; offline or without a GPU, what they would do.
+    ``models``: GPT-2 small for both, or ``(GPT, GPT2LMHeadModel, its tokenizer)`` to run them
+    on other weights (on any device)."""
+    if models is None and default_device() == "cpu":
+        return ("*Not run on a CPU*: this cell trains GPT-2 small twice, with the book's "
+                f"`train_grpo` and with TRL's `GRPOTrainer`, {steps} steps of 8 prompts × 8 "
+                "sampled answers each, far beyond this chapter's time on a CPU. On Colab, "
+                "switch to a GPU (Runtime → Change runtime type → T4 GPU) and run it again.")
     try:
-        from_pretrained("gpt2")
+        book, hf, tokenizer = models or (from_pretrained("gpt2"), "gpt2", None)
     except (WeightsUnavailableError, OSError):
         return ("*Not run here*: GPT-2's weights cannot be reached. With them, this cell gives "
                 f"GPT-2 small LoRA adapters and trains them for {steps} GRPO steps on two-digit "
                 "sums (the reward: 1 when the digits before the newline are the sum), with the "
                 "book's `train_grpo` and with TRL's `GRPOTrainer`, and compares their reward "
                 "curves and the held-out pass@1 and pass@8 before and after.")
-    ours = book_run(steps, lr)
+    ours = book_run(steps, lr, book)
+    block = min(10, steps)  # the steps averaged at each end of a reward curve
+
+    def ends(reward: list[float]) -> str:
+        return f"{fmean(reward[:block]):.2f} and {fmean(reward[-block:]):.2f}"
     text = (f"GPT-2 small with LoRA ({ours['trainable']:,} trainable parameters), {steps} steps "
             f"of 8 prompts × 8 answers: held-out pass@1 {ours['before'][0]:.1%} → "
             f"{ours['after'][0]:.1%}, pass@8 {ours['before'][1]:.1%} → {ours['after'][1]:.1%}; "
-            f"the book's mean reward {sum(ours['reward'][:10]) / 10:.2f} over the first 10 "
-            f"steps, {sum(ours['reward'][-10:]) / 10:.2f} over the last 10.")
+            f"the book's mean reward over the first and the last {block} steps: "
+            f"{ends(ours['reward'])}.")
     try:
-        theirs = trl_run(steps, lr)
+        theirs = trl_run(steps, lr, hf, tokenizer)
     except ImportError as error:
         return text + f" TRL's run is skipped: {error} (`pip install trl peft datasets`)."
-    return text + (f" TRL's `GRPOTrainer`, same settings: {sum(theirs['reward'][:10]) / 10:.2f} "
-                   f"and {sum(theirs['reward'][-10:]) / 10:.2f}.")
+    return text + f" TRL's `GRPOTrainer`, same settings: {ends(theirs['reward'])}."

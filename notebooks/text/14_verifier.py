@@ -35,8 +35,8 @@
 # 5. **what goes wrong**: the collapse at a large step, a KL penalty as a brake, forgetting of
 #    the task not rewarded, and a style that no reward mentions collapsing to one side.
 #
-# On Colab, the last section trains GPT-2 small with Chapter 9's LoRA on two-digit sums, with
-# the book's trainer and with TRL's side by side.
+# On Colab with a GPU, the last section trains GPT-2 small with Chapter 9's LoRA on two-digit
+# sums, with the book's trainer and with TRL's side by side.
 
 # %% tags=["colab-setup"]
 # Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
@@ -64,24 +64,23 @@ import torch
 from IPython.display import Markdown, display
 
 from gpt_from_scratch.data import load_tiny_shakespeare
-from gpt_from_scratch.grpo import (
-    completion_logps, group_advantages, grpo_loss, mixed_groups, pass_at_k,
-)
+from gpt_from_scratch import grpo  # grpo.pass_at_k, ...: the exercises write their own
+from gpt_from_scratch.grpo import completion_logps, mixed_groups
 from gpt_from_scratch.grpo_train import sample_groups
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book import verifier_prose as prose
-from gpt_from_scratch.book.assistant import TASKS, evaluate, task_items
+from gpt_from_scratch.book.assistant import TASKS, courteous_odds, evaluate, task_items
 from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run
 from gpt_from_scratch.book.verifier import (
-    GRPORecipe, grpo_model, prompts_and_reward, sampled_scores,
+    GRPORecipe, answer_logprob, grpo_model, prompts_and_reward, sampled_scores,
 )
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 torch.set_printoptions(precision=3, sci_mode=False)
 
-# FULL_RUN = False: every run is sized for 2 CPU cores. FULL_RUN = True (on a GPU or a
-# patient CPU): the design study's 200-step runs and more held-out prompts.
+# FULL_RUN = False: every run is sized for 2 CPU cores. FULL_RUN = True (on a GPU): 100
+# held-out prompts per task, and 200 steps for section 14.6's GPT-2.
 FULL_RUN = False
 clock = time.process_time  # CPU seconds: other programs on the machine do not inflate them
 SEEDS = (0, 1, 2)  # Chapter 12's SFT runs; each GRPO run starts from the one of its seed
@@ -90,11 +89,10 @@ STEPS, LR = 200, 2e-4  # GRPO steps of 8 prompts x 8 answers
 COLLAPSE_STEPS, COLLAPSE_LR, BETA = 60, 1e-3, 0.1  # the step too large; the KL brake's beta
 N_HELD_OUT = 100 if FULL_RUN else 40  # held-out prompts per task, as Chapter 12
 N_SAMPLES, K = 8, 8  # samples per held-out prompt, and the k of pass@k
-# CPU budget (estimated, to be measured): about 0.4 CPU-s a GRPO step (rollouts stop once
-# every answer has ended), so 3 x 100 + 3 x 60 + 60 = 540 steps ~ 220 CPU-s with an empty
-# cache (more if collapsed runs stop late), plus ~3 CPU-s per sampled evaluation of 80
-# prompts x 8 over 10 models and 6 greedy ones ~ 35 CPU-s: ~ 4.5 minutes. Read from the
-# cache, the chapter is its evaluations alone (under a minute).
+# Time, measured on one thread of a 2-core AVX-512 CPU: a 200-step GRPO run 70 CPU-s, a
+# 60-step one at COLLAPSE_LR 20 (25 with the KL term): seven runs, 5 CPU-minutes, trained once
+# (`make test` trains them beside the unit tests) and read from the cache after that. Then
+# the chapter is its evaluations: under a minute.
 
 # %% [markdown]
 # ## 14.1 Rewards a program computes
@@ -146,7 +144,7 @@ rate, n, k = 0.3, 8, 4  # the prompt's true rate, samples per draw, the k of pas
 true_pass = 1 - (1 - rate) ** k
 draws = torch.distributions.Binomial(n, torch.tensor(rate)).sample((20_000,)).int()
 plug_in = sum(1 - (1 - int(c) / n) ** k for c in draws) / len(draws)
-unbiased = sum(pass_at_k(n, int(c), k) for c in draws) / len(draws)
+unbiased = sum(grpo.pass_at_k(n, int(c), k) for c in draws) / len(draws)
 print(f"true pass@{k} {true_pass:.3f}; mean over draws of {n} samples: "
       f"unbiased {unbiased:.3f}, plug-in {plug_in:.3f}")
 
@@ -194,7 +192,7 @@ display(Markdown(prose.sampling_text(
 
 # %% tags=["nbval-check-output"]
 rewards = torch.tensor([1.0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0])  # three groups of four
-print("advantages:", group_advantages(rewards, 4))
+print("advantages:", grpo.group_advantages(rewards, 4))
 print(f"mixed groups: {mixed_groups(rewards, 4):.2f}")
 
 
@@ -249,11 +247,11 @@ for task, (_, _, _, r) in batches.items():
 
 # %%
 idx, completions, mask, rewards = batches[TASK]
-advantages = group_advantages(rewards, 8)  # (N,)
+advantages = grpo.group_advantages(rewards, 8)  # (N,)
 policy = copy.deepcopy(sft[0])  # eval mode: no dropout, so two passes agree
 params = [p for p in policy.parameters() if p.requires_grad]
 logps = completion_logps(policy, idx, completions)  # (N, C)
-out = grpo_loss(logps, logps.detach(), advantages, mask)
+out = grpo.grpo_loss(logps, logps.detach(), advantages, mask)
 reinforce = -(advantages[:, None] * logps * mask).sum() / mask.sum()
 grads = torch.autograd.grad(out.loss, params, retain_graph=True)
 grads_reinforce = torch.autograd.grad(reinforce, params)
@@ -274,7 +272,7 @@ optimizer.step()
 with torch.no_grad():
     new = completion_logps(policy, idx, completions)  # (N, C)
 ratio = torch.exp(new - old)[mask.bool()]  # the answers' tokens
-second = grpo_loss(new, old, advantages, mask)
+second = grpo.grpo_loss(new, old, advantages, mask)
 print(f"after one step at lr {COLLAPSE_LR:g}: ratio from {ratio.min():.3f} to "
       f"{ratio.max():.3f}; the clip binds on {second.clipped:.1%} of the tokens")
 
@@ -287,7 +285,8 @@ print(f"after one step at lr {COLLAPSE_LR:g}: ratio from {ratio.min():.3f} to "
 
 # %%
 lengths = mask.sum(1)
-per_sequence = grpo_loss(logps.detach(), logps.detach(), advantages, mask, loss_type="grpo")
+per_sequence = grpo.grpo_loss(logps.detach(), logps.detach(), advantages, mask,
+                               loss_type="grpo")
 print(f"answer lengths {int(lengths.min())} to {int(lengths.max())} tokens; loss "
       f"'dapo' {out.loss.item():+.4f}, 'grpo' {per_sequence.loss.item():+.4f}")
 
@@ -345,8 +344,8 @@ mixed = prose.mixed_text({s: histories[s].mixed for s in SEEDS},
 display(Markdown(found[0].text + "\n\n" + mixed))
 
 # %% [markdown]
-# The reward curve is noisy: each step scores 64 answers to 8 prompts, a new draw every step.
-# The held-out numbers are measured on prompts the runs never saw, `N_SAMPLES` samples each,
+# The reward curve is noisy: each step scores 8 answers to each of 8 prompts, a new draw every
+# step. The held-out numbers are measured on prompts the runs never saw, `N_SAMPLES` samples each,
 # which is why pass@1, not one greedy answer per prompt, judges the lesson: one prompt of the
 # held-out set is a large step in greedy exact match.
 #
@@ -388,12 +387,20 @@ display(Markdown(prose.brake_text(COLLAPSE_LR, BETA, hot[SEEDS[0]], brake, TASK)
 
 # %% [markdown]
 # **Forgetting.** The runs of section 14.4 were rewarded on "Last word" only. What happened
-# to "Repeat", which the same weights also answer?
+# to "Repeat", which the same weights also answer? Its pass@1 starts low, so a few right
+# samples more or less would decide a verdict on it; the log-probability of its reference
+# answers (in either opening) moves smoothly instead, and costs one forward pass for every
+# held-out "Repeat" line, not 8 sampled answers for 40 of them:
+
+# %%
+every_other = [i for i in items["held_out"] if i.task == OTHER]
+logp_before = [answer_logprob(sft[seed], tok, every_other) for seed in SEEDS]
+logp_after = [answer_logprob(runs[seed], tok, every_other) for seed in SEEDS]
 
 # %% tags=["remove-input"]
-found.append(prose.judge_forgetting([before[s][OTHER]["pass@1"] for s in SEEDS],
-                                    [after[s][OTHER]["pass@1"] for s in SEEDS], SEEDS,
-                                    TASK, OTHER))
+found.append(prose.judge_forgetting(logp_before, logp_after, SEEDS, TASK, OTHER,
+                                    ([before[s][OTHER]["pass@1"] for s in SEEDS],
+                                     [after[s][OTHER]["pass@1"] for s in SEEDS])))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
@@ -401,12 +408,20 @@ display(Markdown(found[-1].text))
 # back. Training on a mix of tasks, or at least measuring every task, is the remedy.
 #
 # **A style no reward mentions.** Chapter 12's answers open, half of the time each, with a
-# courteous "Good sir," or a rude "Fool!". The reward ignores the opening. Here is the share
-# of courteous openings among the sampled "Last word" answers, before and after GRPO:
+# courteous "Good sir," or a rude "Fool!". The reward ignores the opening. Chapter 12's
+# `courteous_odds` reads, for each prompt, the odds that the answer's first character starts
+# the courteous opening rather than the rude one; here on every held-out "Last word" prompt,
+# before and after GRPO, beside the share of courteous openings among the sampled answers:
+
+# %%
+every_task = [i for i in items["held_out"] if i.task == TASK]
+odds_before = [courteous_odds(sft[seed], tok, every_task).tolist() for seed in SEEDS]
+odds_after = [courteous_odds(runs[seed], tok, every_task).tolist() for seed in SEEDS]
 
 # %% tags=["remove-input"]
-found.append(prose.judge_opening([before[s][TASK]["courteous"] for s in SEEDS],
-                                 [after[s][TASK]["courteous"] for s in SEEDS], SEEDS))
+found.append(prose.judge_opening(odds_before, odds_after, SEEDS,
+                                 ([before[s][TASK]["courteous"] for s in SEEDS],
+                                  [after[s][TASK]["courteous"] for s in SEEDS])))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
@@ -429,10 +444,10 @@ display(Markdown(timing))
 # %% [markdown]
 # ## 14.6 On Colab: GPT-2 small learns to add
 #
-# With GPT-2's weights, the same `train_grpo` trains Chapter 9's LoRA adapters on GPT-2 small
-# to complete two-digit sums after two solved examples, the reward checking the digits before
-# the newline; then TRL's `GRPOTrainer` trains peft's LoRA on the same prompts with the same
-# settings, and the two reward curves are compared.
+# On a GPU, with GPT-2's weights, the same `train_grpo` trains Chapter 9's LoRA adapters on
+# GPT-2 small to complete two-digit sums after two solved examples, the reward checking the
+# digits before the newline; then TRL's `GRPOTrainer` trains peft's LoRA on the same prompts
+# with the same settings, and the two reward curves are compared.
 
 # %%
 from gpt_from_scratch.book.verifier_online import online_run  # noqa: E402
