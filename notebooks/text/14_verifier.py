@@ -90,9 +90,9 @@ COLLAPSE_STEPS, COLLAPSE_LR, BETA = 60, 1e-3, 0.1  # the step too large; the KL 
 N_HELD_OUT = 100 if FULL_RUN else 40  # held-out prompts per task, as Chapter 12
 N_SAMPLES, K = 8, 8  # samples per held-out prompt, and the k of pass@k
 # Time, measured on one thread of a 2-core AVX-512 CPU: a 200-step GRPO run 70 CPU-s, a
-# 60-step one at COLLAPSE_LR 20 (25 with the KL term): seven runs, 5 CPU-minutes, trained once
-# (`make test` trains them beside the unit tests) and read from the cache after that. Then
-# the chapter is its evaluations: under a minute.
+# 60-step one at COLLAPSE_LR 20 (25 with the KL term): seven runs, 5 CPU-minutes, trained
+# once (`make test` trains them beside the unit tests) and read from the cache after that.
+# Then the chapter is its evaluations: under a minute.
 
 # %% [markdown]
 # ## 14.1 Rewards a program computes
