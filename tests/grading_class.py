@@ -404,6 +404,44 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
     z[:, :, head] = z_clean[:, :, head]
     return z.flatten(2) @ W_O + b_O  # W_O not transposed""", 0.0),
     ],
+    "group_advantages": [
+        ("""def group_advantages(rewards, group_size):
+    grouped = rewards.view(-1, group_size)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    return (centred / (grouped.std(dim=1, unbiased=False, keepdim=True) + 1e-4)).flatten()""",
+         0.0),  # the biased std
+        ("""def group_advantages(rewards, group_size):
+    return (rewards - rewards.mean()) / (rewards.std() + 1e-4)  # the batch, not each group""",
+         0.0),
+        ("""def group_advantages(rewards, group_size):
+    grouped = rewards.view(-1, group_size)
+    return (grouped - grouped.mean(dim=1, keepdim=True)).flatten()  # not divided by the std""",
+         0.0),
+    ],
+    "grpo_loss": [
+        ("""def grpo_loss(logps, old_logps, advantages, mask, epsilon):
+    per_token = -torch.exp(logps - old_logps) * advantages[:, None]  # never clipped
+    return (per_token * mask).sum() / mask.sum()""", 0.5),  # right on-policy
+        ("""def grpo_loss(logps, old_logps, advantages, mask, epsilon):
+    ratio = torch.exp(logps - old_logps)
+    A = advantages[:, None]
+    per_token = -torch.min(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)
+    return per_token.mean()  # the padding averaged in""", 0.0),
+        ("""def grpo_loss(logps, old_logps, advantages, mask, epsilon):
+    ratio = torch.exp(logps - old_logps)
+    A = advantages[:, None]
+    per_token = -torch.min(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)
+    return ((per_token * mask).sum(1) / mask.sum(1)).mean()  # each answer alike""", 0.0),
+    ],
+    "pass_at_k": [
+        ("""def pass_at_k(n, c, k):
+    return 1 - (1 - c / n) ** k  # the plug-in estimate""", 0.0),
+        ("""def pass_at_k(n, c, k):
+    f = math.factorial  # comb by factorials: fails where n - c < k
+    return 1 - f(n - c) / (f(k) * f(n - c - k)) / math.comb(n, k)""", 0.5),
+        ("""def pass_at_k(n, c, k):
+    return c / n  # pass@1, whatever k""", 0.0),
+    ],
 }
 
 
