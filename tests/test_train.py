@@ -241,6 +241,7 @@ def slow_train(*args, **kwargs):  # long enough for the other process to ask mea
     time.sleep(3)
     return train(*args, **kwargs)
 recipes.train = slow_train
+recipes.QUIET_WAIT_S = 0.5  # shorter than the training: the waiting process says it waits
 recipes.book_model("shakespeare-char", progress=False)
 """
 

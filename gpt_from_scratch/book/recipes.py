@@ -108,16 +108,21 @@ def book_model_path(name: str, full: bool = False) -> Path:
     return cache_dir() / "checkpoints" / (name + FULL if full else name)
 
 
+QUIET_WAIT_S = 20.0  # longer than loading any book model takes on a busy machine
+
+
 @contextmanager
 def trained_once(path: Path) -> Iterator[None]:
     """Hold the lock file beside the checkpoint folder ``path`` while its model is looked up, trained
     and saved: a second process that asks for the same model (another notebook, a parallel test run)
     waits, then loads what the first one saved, rather than training it again beside it. The lock is
-    the operating system's, so it is released when its process ends, even by a crash."""
+    the operating system's, so it is released when its process ends, even by a crash. A wait longer
+    than ``QUIET_WAIT_S`` (a training, not a read) is said on stdout; a shorter one is silent, so
+    that a chapter's output does not depend on which chapter beside it read the model first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(path.parent / f"{path.name}.lock")
     try:
-        lock.acquire(timeout=0)
+        lock.acquire(timeout=QUIET_WAIT_S)  # a process that only reads it holds it briefly
     except Timeout:
         print(f"{path.name}: another process is training this model; waiting for it "
               f"(lock file {lock.lock_file})", flush=True)
