@@ -317,18 +317,20 @@ greedy_after = {seed: evaluate(runs[seed], tok, held_out) for seed in SEEDS}
 for seed in SEEDS:
     for task in TASKS:
         b, a = before[seed][task], after[seed][task]
-        print(f"seed {seed}, {task:<9}: greedy {greedy_before[seed][task]['exact']:.1%} -> "
-              f"{greedy_after[seed][task]['exact']:.1%}, pass@1 {b['pass@1']:.1%} -> "
-              f"{a['pass@1']:.1%}, pass@{K} {b[f'pass@{K}']:.1%} -> {a[f'pass@{K}']:.1%}")
+        print(f"seed {seed}, {task}\n"
+              f"  greedy {greedy_before[seed][task]['exact']:6.1%} -> "
+              f"{greedy_after[seed][task]['exact']:6.1%}\n"
+              f"  pass@1 {b['pass@1']:6.1%} -> {a['pass@1']:6.1%}\n"
+              f"  pass@{K} {b[f'pass@{K}']:6.1%} -> {a[f'pass@{K}']:6.1%}")
 
 # %% tags=["remove-input"] mystnb={"figure": {"caption": "Each GRPO run's mean reward per step and its share of mixed groups (running means over 10 steps).", "name": "fig-grpo-reward"}, "image": {"alt": "Two panels of three curves against the step: the reward, and the share of mixed groups."}}
-fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharex=True)
+fig, axes = plt.subplots(2, 1, figsize=(5.2, 6), sharex=True)
 kernel = torch.ones(1, 1, 10) / 10
 for seed in SEEDS:
     for ax, values in zip(axes, (histories[seed].reward, histories[seed].mixed)):
         smooth = torch.conv1d(torch.tensor(values)[None, None], kernel)[0, 0]
         ax.plot(range(10, len(values) + 1), smooth, label=f"seed {seed}")
-axes[0].set(xlabel="step", ylabel="mean reward")
+axes[0].set(ylabel="mean reward")
 axes[1].set(xlabel="step", ylabel="share of mixed groups")
 axes[0].legend()
 fig.tight_layout()
