@@ -121,7 +121,7 @@ def sampled_scores(model, tok: ChatTokenizer, items: list[Item], n: int = 8, k: 
     g = torch.Generator().manual_seed(seed)
     T = model.config.context_length
     rows = []  # (item, right answers of n, stopped of n, courteous, styled)
-    prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in items]
+    prompts, reward = prompts_and_reward(items, tok)  # "right" is what GRPO rewards
     for length in sorted({len(p) for p in prompts}):
         chosen = [j for j, p in enumerate(prompts) if len(p) == length]
         completions, mask = sample_groups(model, torch.tensor([prompts[j] for j in chosen]), n,
@@ -134,7 +134,7 @@ def sampled_scores(model, tok: ChatTokenizer, items: list[Item], n: int = 8, k: 
                 text = tok.decode([t for t in ids if t < tok.base_vocab_size])
                 style = split_style(text)[0]
                 stopped += ended
-                right += ended and verify(items[j], text)
+                right += int(reward(j, ids))
                 styled += style is not None
                 courteous += style == "courteous"
             rows.append((items[j], right, stopped, courteous, styled))
