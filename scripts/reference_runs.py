@@ -103,7 +103,7 @@ def _half_ok(halves: dict) -> bool:
 def offline_run(device: str, out: Path, train_text: str) -> dict:
     """Chapter 8's full offline model (``offline_model(full=True)``), with its heads' scores."""
     model, info = offline_model.offline_model(full=True, device=device)
-    ckpt = load_checkpoint(offline_model.offline_model_path(full=True))
+    ckpt = load_checkpoint(offline_model.offline_model_path(full=True, device=device))
     encoding = gpt2_encoding()
     _, val_ids, _ = load_data("bpe")
     cfg = dataclasses.replace(ckpt.train_config, device="cpu")

@@ -529,8 +529,10 @@ def test_an_sft_run_is_trained_once_then_read_back_the_same(tmp_path, monkeypatc
         for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
             assert torch.equal(x, y), name
     assert not torch.equal(trained.model.lm_head.weight, trained.halfway.lm_head.weight)
-    assert sorted(p.name for p in tmp_path.joinpath("checkpoints").iterdir()
-                  if not p.name.endswith(".lock")) == [recipe.name, recipe.name + "-halfway"]
+    entries = sorted(p.name.rpartition("-")[0] for p in tmp_path.joinpath("models").iterdir()
+                     if p.is_dir())
+    assert [e for e in entries if e.startswith("assistant")] == [recipe.name,
+                                                                  recipe.name + "-halfway"]
     assert SFTRecipe(seed=1).name == "assistant-sft-1" != recipe.name
     with pytest.raises(TypeError, match=r"sft_run\(SFTRecipe\(seed=0\)\)"):
         sft_run(1)

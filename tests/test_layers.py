@@ -2,61 +2,21 @@
 
 The root of ``gpt_from_scratch`` is the GPT a reader builds; ``book/`` is what the chapters need to
 show it, and ``exercises/`` the chapters' checks. Every import of every module is read from its
-syntax tree (lazy imports inside functions too), and the test fails on a circle between modules or on
+syntax tree (lazy imports inside functions too: ``book.model_cache.import_graph``, which also
+tells which code trains a cached model), and the test fails on a circle between modules or on
 an import from the root into ``book`` or ``exercises``.
 """
 
 from __future__ import annotations
 
-import ast
 import graphlib
 import shutil
-from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "gpt_from_scratch"
+from gpt_from_scratch.book.model_cache import PACKAGE, import_graph
+
 UPPER_LAYERS = ("book", "exercises")
-
-
-def module_name(path: Path, package: Path) -> str:
-    """``book/ladder.py`` -> ``book.ladder``; ``__init__.py`` files name their folder ("" for the root)."""
-    parts = list(path.relative_to(package).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def imported_modules(path: Path, package: Path, modules: set[str]) -> set[str]:
-    """The package's modules that ``path`` imports, anywhere in the file."""
-    here = module_name(path, package).split(".") if path.name != "__init__.py" else (
-        module_name(path, package).split(".") + ["__init__"])
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = [p for p in here[: len(here) - node.level] if p]
-            elif (node.module or "").split(".")[0] == package.name:
-                base = []
-            else:
-                continue
-            module = (node.module or "") if node.level else (node.module or "").partition(".")[2]
-            target = ".".join(base + ([module] if module else []))
-            for alias in node.names:  # `from . import train` imports a module
-                child = f"{target}.{alias.name}" if target else alias.name
-                found.add(child if child in modules else target)
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] == package.name:
-                    found.add(alias.name.partition(".")[2])
-    return {m for m in found if m in modules and m} - {module_name(path, package)}
-
-
-def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    """``{module: the package's modules it imports}``, for every module of ``package``."""
-    files = {module_name(p, package): p for p in package.rglob("*.py")}
-    modules = set(files)
-    return {name: imported_modules(path, package, modules) for name, path in files.items() if name}
 
 
 def layer(module: str) -> str:

@@ -204,7 +204,8 @@ def test_book_model_trains_once_then_loads_the_same_weights(tmp_path, monkeypatc
                                                                       eval_iters=1, warmup_iters=1))
     monkeypatch.setitem(recipes.RECIPES, "shakespeare-char", recipe)
     model, tokenizer = book_model("shakespeare-char", progress=False)
-    assert book_model_path("shakespeare-char") == tmp_path / "checkpoints" / "shakespeare-char"
+    assert book_model_path("shakespeare-char").parent == tmp_path / "models"
+    assert book_model_path("shakespeare-char").name.startswith("shakespeare-char-")
     assert tokenizer.vocab_size == 65 and not model.training
     stamp = (book_model_path("shakespeare-char") / "checkpoint.json").stat().st_mtime_ns
     loaded, _ = book_model("shakespeare-char", progress=False)
@@ -229,7 +230,7 @@ def test_book_model_trains_once_then_loads_the_same_weights(tmp_path, monkeypatc
 
 TWO_AT_ONCE = """
 import dataclasses, sys, time
-from gpt_from_scratch.book import recipes
+from gpt_from_scratch.book import model_cache, recipes
 from gpt_from_scratch.model import GPTConfig
 
 tiny = GPTConfig(vocab_size=65, context_length=16, d_model=32, n_layers=2, n_heads=4, dropout=0.0)
@@ -241,7 +242,7 @@ def slow_train(*args, **kwargs):  # long enough for the other process to ask mea
     time.sleep(3)
     return train(*args, **kwargs)
 recipes.train = slow_train
-recipes.QUIET_WAIT_S = 0.5  # shorter than the training: the waiting process says it waits
+model_cache.QUIET_WAIT_S = 0.5  # shorter than the training: the waiting process says it waits
 recipes.book_model("shakespeare-char", progress=False)
 """
 
@@ -259,6 +260,8 @@ def test_two_processes_that_ask_for_a_book_model_at_once_train_it_once(tmp_path)
     said = "".join(out for out, _ in outputs)
     assert said.count("this process trains it") == 1, said  # one trained it...
     assert "another process is training this model; waiting for it" in said  # ...the other waited
+    entries = [p.name for p in (tmp_path / "models").iterdir() if p.is_dir()]
+    assert len(entries) == 1 and entries[0].startswith("shakespeare-char-"), entries  # one entry
 
 
 class _Wrapper(torch.nn.Module):

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 import torch
 
 from ..chat import ChatTokenizer, add_chat_tokens
-from ..checkpoint import META_FILE, load_checkpoint, save_checkpoint
-from ..data import cache_dir, load_tiny_shakespeare
+from ..checkpoint import save_checkpoint
+from ..data import load_tiny_shakespeare
 from ..model import GPT
 from ..sft import train_sft
 from ..utils import check_int
 from .assistant import sft_examples, task_items
-from .recipes import book_model, trained_once
+from .model_cache import Entry, cached, kept, model_entry, trained_once
+from .recipes import book_model, book_model_entry
 
 
 @dataclass(frozen=True)
@@ -65,39 +66,48 @@ class SFTRun:
     tokenizer: ChatTokenizer  # the character tokenizer with the chat tokens
 
 
-def sft_run(recipe: SFTRecipe) -> SFTRun:
-    """Chapter 12's fine-tuning run ``recipe``: read from ``cache_dir()/checkpoints/<recipe.name>``
-    (and ``-halfway``) when saved there with this recipe, else trained and saved there once (two
-    processes that ask at once train it once): ``torch.manual_seed(seed)``, ``add_chat_tokens`` on
-    ``book_model("shakespeare-char")``, then ``train_sft`` on ``sft_examples(train, tok, seed)``."""
+def sft_entries(recipe: SFTRecipe) -> tuple[Entry, Entry]:
+    """The cache entries of ``sft_run(recipe)``: the final model's and the ``halfway`` copy's,
+    keyed by the recipe, this code, the versions, the arithmetic and the character model's own
+    entry (``model_cache``)."""
     if not isinstance(recipe, SFTRecipe):
         raise TypeError(f"sft_run takes an SFTRecipe, got {type(recipe).__name__}: "
                         "sft_run(SFTRecipe(seed=0))")
+    parent = book_model_entry("shakespeare-char")
+    settings = dataclasses.asdict(recipe)
+    return tuple(model_entry(recipe.name + part, settings, __name__, parents=(parent,))
+                 for part in ("", "-halfway"))
+
+
+def sft_run(recipe: SFTRecipe) -> SFTRun:
+    """Chapter 12's fine-tuning run ``recipe``: read from its cache entries (``sft_entries``)
+    when they are there, else trained and saved there once (two processes that ask at once train
+    it once): ``torch.manual_seed(seed)``, ``add_chat_tokens`` on
+    ``book_model("shakespeare-char")``, then ``train_sft`` on ``sft_examples(train, tok, seed)``."""
+    entry, halfway_entry = sft_entries(recipe)
     base, char_tok = book_model("shakespeare-char", progress=False)
     tok = ChatTokenizer(char_tok, char_tok.vocab_size)
-    path = cache_dir() / "checkpoints" / recipe.name
-    halfway_path = path.with_name(path.name + "-halfway")
-    settings = dataclasses.asdict(recipe)
-    with trained_once(path):
-        if (path / META_FILE).is_file() and (halfway_path / META_FILE).is_file():
-            final, half = load_checkpoint(path), load_checkpoint(halfway_path)
-            if final.extra.get("sft") == settings and half.extra.get("sft") == settings:
-                return SFTRun(final.model, half.model, final.extra["losses"],
-                              final.extra["seconds"], tok)
+    with trained_once(entry):
+        final, half = cached(entry), cached(halfway_entry)
+        if final is not None and half is not None:
+            return SFTRun(final.model, half.model, final.extra["losses"],
+                          final.extra["seconds"], tok)
         examples = sft_examples(task_items(load_tiny_shakespeare())["train"], tok, recipe.seed)
         torch.manual_seed(recipe.seed)
         model = add_chat_tokens(base)
-        kept = {}
+        kept_models = {}
 
         def keep(step, model):
             if step == recipe.halfway:
-                kept["model"] = copy.deepcopy(model).eval()
+                kept_models["model"] = copy.deepcopy(model).eval()
 
         start = time.process_time()
         losses = train_sft(model, examples, tok.pad_id, recipe.steps, recipe.batch_size,
                            recipe.lr, seed=recipe.seed, on_step=keep)
         seconds = time.process_time() - start
-        save_checkpoint(halfway_path, kept["model"], recipe.halfway, extra={"sft": settings})
-        save_checkpoint(path, model, recipe.steps,
-                        extra={"sft": settings, "losses": losses, "seconds": seconds})
-    return SFTRun(model.eval(), kept["model"], losses, seconds, tok)
+        settings = dataclasses.asdict(recipe)
+        save_checkpoint(halfway_entry.path, kept_models["model"], recipe.halfway,
+                        extra=kept(halfway_entry, {"sft": settings}))
+        save_checkpoint(entry.path, model, recipe.steps,
+                        extra=kept(entry, {"sft": settings, "losses": losses, "seconds": seconds}))
+    return SFTRun(model.eval(), kept_models["model"], losses, seconds, tok)

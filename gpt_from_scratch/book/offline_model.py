@@ -16,20 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from ..checkpoint import META_FILE, load_checkpoint, save_checkpoint
-from ..data import cache_dir
+from ..checkpoint import save_checkpoint
 from ..model import GPT, GPTConfig
 from ..train import estimate_loss, train
 from ..train_config import TrainConfig
 from ..utils import default_device
 from .corpus_vocab import CorpusVocabGPT, compact_ids, corpus_vocabulary
-from .recipes import Recipe, bpe_level_data, trained_once
+from .model_cache import Entry, cached, kept, model_entry, trained_once
+from .recipes import Recipe, bpe_level_data
 
 EOT = 50_256  # GPT-2's <|endoftext|>, which separates its training documents
 SEED = 1337  # the seed of the offline model Chapter 8 analyses
@@ -79,13 +78,22 @@ def with_document_start(idx: Tensor, start_token: int = EOT) -> Tensor:
     return torch.cat([idx.new_full((idx.shape[0], 1), start_token), idx], dim=1)
 
 
-def offline_model_path(full: bool = False, seed: int = SEED) -> Path:
-    """Where ``offline_model(full, seed=seed)`` keeps its checkpoint: ``cache_dir() / "checkpoints" /``
-    the recipe's name, followed by ``-seed<k>`` for a seed other than ``SEED``."""
+def offline_model_entry(full: bool = False, seed: int = SEED, device: str | None = None) -> Entry:
+    """The cache entry of ``offline_model(full, device=device, seed=seed)``: named for the recipe,
+    followed by ``-seed<k>`` for a seed other than ``SEED``, and keyed by its settings, the seed,
+    the code, the versions and the arithmetic of ``device`` (``model_cache``)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a whole number >= 0 (the offline model's own is "
                          f"{SEED}; Chapter 9 adds 0, 1, ...)")
-    return cache_dir() / "checkpoints" / (_name(full) + ("" if seed == SEED else f"-seed{seed}"))
+    name = _name(full) + ("" if seed == SEED else f"-seed{seed}")
+    settings = dataclasses.asdict(OFFLINE_RECIPES[_name(full)]) | {"seed": seed}
+    return model_entry(name, settings, __name__, device=device or default_device())
+
+
+def offline_model_path(full: bool = False, seed: int = SEED, device: str | None = None) -> Path:
+    """Where ``offline_model(full, device=device, seed=seed)`` keeps its checkpoint:
+    ``offline_model_entry(...).path``, ``cache_dir() / "models" / "<name>-<key>"``."""
+    return offline_model_entry(full, seed, device).path
 
 
 def _name(full: bool) -> str:
@@ -98,31 +106,27 @@ def offline_model(full: bool = False, progress: bool = False, device: str | None
     dict with its ``recipe`` name and settings, ``corpus_vocab`` (tokens learned, ``<unk>`` aside),
     ``train_seconds`` (of the run that made it) and ``val_loss`` (over GPT-2's 50,257 tokens).
 
-    Loaded from ``offline_model_path(full, seed)`` when it was made with the current recipe; otherwise
-    trained from ``seed`` (on ``device``, by default the best available) and saved there, once when
-    two processes ask at the same time (``trained_once``).
+    Loaded from ``offline_model_path(full, seed, device)`` when it is there (its folder is keyed by
+    the recipe, the code, the versions and the arithmetic: ``model_cache``); otherwise trained from
+    ``seed`` (on ``device``, by default the best available) and saved there, once when two
+    processes ask at the same time (``trained_once``).
     """
-    path = offline_model_path(full, seed)
-    with trained_once(path):
-        return _offline_model(full, progress, device, seed, path)
+    device = device or default_device()
+    entry = offline_model_entry(full, seed, device)
+    with trained_once(entry):
+        return _offline_model(full, progress, device, seed, entry)
 
 
-def _offline_model(full: bool, progress: bool, device: str | None, seed: int, path: Path):
+def _offline_model(full: bool, progress: bool, device: str, seed: int, entry: Entry):
     """``offline_model``'s work, under its lock."""
     name = _name(full)
     recipe = OFFLINE_RECIPES[name]
-    if (path / META_FILE).is_file():
-        try:
-            ckpt = load_checkpoint(path)
-            if ckpt.extra.get("recipe") == dataclasses.asdict(recipe):
-                vocab = torch.tensor(ckpt.extra["vocabulary"], dtype=torch.long)
-                return CorpusVocabGPT(ckpt.model, vocab).eval(), ckpt.extra["info"]
-        except (ValueError, KeyError, TypeError, OSError) as err:
-            warnings.warn(f"retraining {name}: its cached checkpoint could not be used ({err})", stacklevel=3)
+    if (ckpt := cached(entry)) is not None:
+        vocab = torch.tensor(ckpt.extra["vocabulary"], dtype=torch.long)
+        return CorpusVocabGPT(ckpt.model, vocab).eval(), ckpt.extra["info"]
     train_ids, val_ids, _ = bpe_level_data()
     vocab = corpus_vocabulary(train_ids, extra=(EOT,))  # (V_corpus,) GPT-2 ids; <unk> comes after them
     table = compact_ids(vocab).numpy()
-    device = device or default_device()
     cfg = TrainConfig(**recipe.train, block_size=recipe.model["context_length"] - 1, device=device,
                       progress=progress, seed=seed)
     torch.manual_seed(cfg.seed)
@@ -137,6 +141,7 @@ def _offline_model(full: bool, progress: bool, device: str | None, seed: int, pa
     info = dict(recipe=name, settings=dataclasses.asdict(recipe), corpus_vocab=len(vocab),
                 train_seconds=round(seconds, 1), threads=torch.get_num_threads(), device=device,
                 val_loss=round(val, 4))
-    save_checkpoint(path, compact.cpu(), cfg.max_iters, cfg, history=history,
-                    extra={"recipe": dataclasses.asdict(recipe), "info": info, "vocabulary": vocab.tolist()})
+    save_checkpoint(entry.path, compact.cpu(), cfg.max_iters, cfg, history=history,
+                    extra=kept(entry, {"recipe": dataclasses.asdict(recipe), "info": info,
+                                       "vocabulary": vocab.tolist()}))
     return model, info

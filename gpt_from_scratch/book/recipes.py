@@ -8,23 +8,20 @@ checkpoint in the cache, or trains and saves it.
 from __future__ import annotations
 
 import dataclasses
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from filelock import FileLock, Timeout
 
-from ..checkpoint import META_FILE, load_checkpoint, save_checkpoint
-from ..data import cache_dir, load_tiny_shakespeare, prepare_tokens, read_tokens, split_text
+from ..checkpoint import save_checkpoint
+from ..data import load_tiny_shakespeare, prepare_tokens, read_tokens, split_text
 from ..model import GPT, GPTConfig
 from ..tokenizer import CharTokenizer, gpt2_encoding
 from ..train import train
 from ..train_config import TrainConfig
 from ..utils import default_device
+from .model_cache import Entry, cached, kept, model_entry, trained_once
 
 
 def char_level_data(text: str | None = None) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
@@ -98,39 +95,23 @@ def load_data(level: str):
     raise ValueError(f"unknown data level {level!r}: use 'char' or 'bpe'")
 
 
-def book_model_path(name: str, full: bool = False) -> Path:
-    """Where ``book_model(name, full)`` keeps its checkpoint: ``cache_dir() / "checkpoints" / name``
-    (with ``full``, ``name + "-full"``)."""
+def book_model_entry(name: str, full: bool = False) -> Entry:
+    """The cache entry of ``book_model(name, full)`` (``model_cache.model_entry``): its folder,
+    ``book_model_path(name, full)``, is keyed by the recipe, this code, the library versions and
+    the arithmetic of this process (and, with ``full``, of ``default_device()``)."""
     if name not in BOOK_MODELS:
         raise ValueError(f"unknown book model {name!r}: choose one of {', '.join(BOOK_MODELS)}")
     if full and name + FULL not in RECIPES:
         raise ValueError(f"book model {name!r} has no full-size recipe: use full=False")
-    return cache_dir() / "checkpoints" / (name + FULL if full else name)
+    recipe = RECIPES[name + FULL if full else name]
+    return model_entry(name + FULL if full else name, dataclasses.asdict(recipe), __name__,
+                       device=default_device() if full else "cpu")
 
 
-QUIET_WAIT_S = 20.0  # longer than loading any book model takes on a busy machine
-
-
-@contextmanager
-def trained_once(path: Path) -> Iterator[None]:
-    """Hold the lock file beside the checkpoint folder ``path`` while its model is looked up, trained
-    and saved: a second process that asks for the same model (another notebook, a parallel test run)
-    waits, then loads what the first one saved, rather than training it again beside it. The lock is
-    the operating system's, so it is released when its process ends, even by a crash. A wait longer
-    than ``QUIET_WAIT_S`` (a training, not a read) is said on stdout; a shorter one is silent, so
-    that a chapter's output does not depend on which chapter beside it read the model first."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(path.parent / f"{path.name}.lock")
-    try:
-        lock.acquire(timeout=QUIET_WAIT_S)  # a process that only reads it holds it briefly
-    except Timeout:
-        print(f"{path.name}: another process is training this model; waiting for it "
-              f"(lock file {lock.lock_file})", flush=True)
-        lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
+def book_model_path(name: str, full: bool = False) -> Path:
+    """Where ``book_model(name, full)`` keeps its checkpoint, for the current settings:
+    ``cache_dir() / "models" / "<name>-<key>"`` (with ``full``, ``name + "-full"``)."""
+    return book_model_entry(name, full).path
 
 
 def book_model(name: str, progress: bool = True, full: bool = False):
@@ -143,34 +124,30 @@ def book_model(name: str, progress: bool = True, full: bool = False):
     Returns ``(model, tokenizer)``: the ``GPT`` in eval mode on the CPU, and what decodes its ids
     (a ``CharTokenizer``, or the tiktoken GPT-2 encoding), both with ``.encode(text)`` and ``.decode(ids)``.
 
-    The checkpoint in ``book_model_path(name)`` is loaded (and verified) when it exists and was made with
-    the book's current settings; otherwise the model is trained from seed 1337 with ``RECIPES[name]``
-    and saved there. Training is deterministic, so both routes give the same weights on one machine
-    (other CPUs, thread counts or PyTorch versions may differ in the last bits). Its ``History`` is
-    ``load_checkpoint(book_model_path(name)).history``. Two processes that ask for the same model at
-    once train it once (``trained_once``).
+    The checkpoint in ``book_model_path(name)`` is loaded (and verified) when it exists: its folder
+    is keyed by the recipe, the code, the versions and the arithmetic (``model_cache``). Otherwise
+    the model is trained from seed 1337 with ``RECIPES[name]`` and saved there. Training is
+    deterministic, so both routes give the same weights (other CPUs, thread counts or PyTorch
+    versions differ in the last bits, and have folders of their own). Its ``History`` is
+    ``load_checkpoint(book_model_path(name)).history``. Two processes that ask for the same model
+    at once train it once (``trained_once``).
     """
-    path = book_model_path(name, full)  # checks the name
-    with trained_once(path):
-        return _book_model(path, RECIPES[name + FULL if full else name], progress, full)
+    entry = book_model_entry(name, full)  # checks the name
+    with trained_once(entry):
+        return _book_model(entry, RECIPES[name + FULL if full else name], progress, full)
 
 
-def _book_model(path: Path, recipe: Recipe, progress: bool, full: bool):
+def _book_model(entry: Entry, recipe: Recipe, progress: bool, full: bool):
     """``book_model``'s work, under its lock."""
-    name = path.name
     train_ids, val_ids, tokenizer = load_data(recipe.data)
+    if (ckpt := cached(entry)) is not None:
+        return ckpt.model, tokenizer
     device = default_device() if full else "cpu"
-    cfg = TrainConfig(**recipe.train, progress=progress, device=device, compile=full and device == "cuda")
-    if (path / META_FILE).is_file():
-        try:
-            ckpt = load_checkpoint(path)
-            if ckpt.extra.get("recipe") == dataclasses.asdict(recipe):
-                return ckpt.model, tokenizer
-        except (ValueError, KeyError, TypeError, OSError) as err:
-            warnings.warn(f"retraining {name}: its cached checkpoint could not be used ({err})", stacklevel=3)
+    cfg = TrainConfig(**recipe.train, progress=progress, device=device,
+                      compile=full and device == "cuda")
     torch.manual_seed(cfg.seed)
     model = GPT(GPTConfig(**recipe.model))
     history = train(model, train_ids, val_ids, cfg)  # ends with the best weights (keep_best)
-    save_checkpoint(path, model, history.best_step, cfg, history=history,
-                    extra={"recipe": dataclasses.asdict(recipe)})
+    save_checkpoint(entry.path, model, history.best_step, cfg, history=history,
+                    extra=kept(entry, {"recipe": dataclasses.asdict(recipe)}))
     return model.cpu().eval(), tokenizer

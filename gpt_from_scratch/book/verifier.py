@@ -17,16 +17,16 @@ from dataclasses import dataclass
 import torch
 
 from ..chat import ChatTokenizer
-from ..checkpoint import META_FILE, load_checkpoint, save_checkpoint
-from ..data import cache_dir, load_tiny_shakespeare
+from ..checkpoint import save_checkpoint
+from ..data import load_tiny_shakespeare
 from ..dpo import sequence_logps
 from ..grpo import pass_at_k
 from ..grpo_train import GRPOHistory, sample_groups, train_grpo
 from ..sft import collate, shift
 from ..utils import check_float, check_int, eval_mode
 from .assistant import STYLES, TASKS, Item, split_style, task_items, verify
-from .assistant_runs import SFTRecipe, sft_run
-from .recipes import trained_once
+from .assistant_runs import SFTRecipe, sft_entries, sft_run
+from .model_cache import cached, kept, model_entry, trained_once
 
 
 @dataclass(frozen=True)
@@ -77,20 +77,20 @@ def prompts_and_reward(items: list[Item], tok: ChatTokenizer):
 
 def grpo_model(recipe: GRPORecipe) -> tuple:
     """``(policy in eval mode, ChatTokenizer, GRPOHistory)``: the GRPO run of ``recipe`` from
-    Chapter 12's SFT assistant of ``recipe.seed``, loaded from ``cache_dir()/checkpoints/
-    <recipe.name>`` or trained there once."""
+    Chapter 12's SFT assistant of ``recipe.seed``, loaded from its cache entry (keyed by the
+    recipe, the code, the versions, the arithmetic and the assistant's entry: ``model_cache``) or
+    trained there once."""
     if not isinstance(recipe, GRPORecipe):
         raise ValueError(f"grpo_model: recipe={recipe!r:.60} must be a GRPORecipe: pass "
                          "GRPORecipe(steps=..., lr=..., seed=...)")
     settings = dataclasses.asdict(recipe)
+    entry = model_entry(recipe.name, settings, __name__,
+                        parents=sft_entries(SFTRecipe(seed=recipe.seed))[:1])
     run = sft_run(SFTRecipe(seed=recipe.seed))
     sft, tok = run.model, run.tokenizer
-    path = cache_dir() / "checkpoints" / recipe.name
-    with trained_once(path):
-        if (path / META_FILE).is_file():
-            ckpt = load_checkpoint(path)
-            if ckpt.extra.get("grpo") == settings:
-                return ckpt.model.eval(), tok, GRPOHistory(**ckpt.extra["history"])
+    with trained_once(entry):
+        if (ckpt := cached(entry)) is not None:
+            return ckpt.model.eval(), tok, GRPOHistory(**ckpt.extra["history"])
         train = [i for i in task_items(load_tiny_shakespeare())["train"] if i.task == recipe.task]
         prompts, reward = prompts_and_reward(train, tok)
         policy = copy.deepcopy(sft)
@@ -99,8 +99,9 @@ def grpo_model(recipe: GRPORecipe) -> tuple:
         history = train_grpo(policy, prompts, reward, tok.end_id, recipe.steps,
                              recipe.batch_size, recipe.group_size, recipe.lr, beta=recipe.beta,
                              reference=reference, seed=recipe.seed)
-        save_checkpoint(path, policy, recipe.steps,
-                        extra={"grpo": settings, "history": dataclasses.asdict(history)})
+        save_checkpoint(entry.path, policy, recipe.steps,
+                        extra=kept(entry, {"grpo": settings,
+                                           "history": dataclasses.asdict(history)}))
     return policy.eval(), tok, history
 
 
