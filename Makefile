@@ -39,6 +39,8 @@ help:
 	@echo "make test        set up .venv, run pytest (the grader's apart: test-grading), nbval over every notebook"
 	@echo "                 (JOBS=4: four processes at once, each on one thread; 2)"
 	@echo "                 (a slow machine: CELL_TIMEOUT=2400, seconds a notebook cell may take; 1200)"
+	@echo "                 (the book's models are trained once per machine, kept in ~/.cache/gpt_from_scratch;"
+	@echo "                 GPT_FROM_SCRATCH_CACHE=\$$(mktemp -d) make test trains them anew)"
 	@echo "make book        set up .venv, build the HTML book from the committed notebooks into _build/html"
 	@echo "make link-test   build the book, check that every link to its own pages lands on a page and anchor,"
 	@echo "                 and that every external link is listed in book/external_links.txt (offline)"
@@ -86,7 +88,11 @@ XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
 THREADS ?= 1
 SIDE_BY_SIDE := OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=$(THREADS)
 
-# The unit tests and the book's models side by side, then the chapters.
+# The unit tests and the book's models side by side, then the chapters. The models are trained once
+# per machine: each is kept in the user's cache, keyed by its recipe, the code that trains it, the
+# library versions and the arithmetic (gpt_from_scratch/book/model_cache.py), so a second run, a
+# second clone or CI on the same machine reads them. GPT_FROM_SCRATCH_CACHE=$$(mktemp -d) make test
+# trains every model anew, as a new machine does.
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j2 test-unit book-models
 	$(MAKE) --no-print-directory test-notebooks
@@ -114,7 +120,9 @@ test-grading: $(STAMP)
 # trained by a process of its own, so that no chapter run beside another waits for one.
 .PHONY: book-models
 book-models: $(STAMP)
-	$(SIDE_BY_SIDE) $(PY) scripts/book_models.py --jobs $(JOBS) --threads $(THREADS)
+	mkdir -p _build
+	$(SIDE_BY_SIDE) $(PY) scripts/book_models.py --jobs $(JOBS) --threads $(THREADS) \
+		--times _build/book-models.json
 
 # Lax mode runs every cell and fails on any error; cells tagged `nbval-check-output` are compared,
 # numbers from training within the tolerance their metadata states (notebooks/conftest.py), and
@@ -135,13 +143,15 @@ test-notebooks: $(STAMP)
 	rm -rf $(NBVAL_DIR)
 	$(PY) scripts/make_student.py --with-chapter --out $(NBVAL_DIR) $(NOTEBOOKS) >/dev/null
 	cp nbval_sanitize.cfg notebooks/conftest.py $(NBVAL_DIR)/  # conftest: the tolerances, the order
-	cd $(NBVAL_DIR) && $(SIDE_BY_SIDE) $(abspath $(PY)) -m pytest $(NBVAL) $(NBVAL_PARALLEL) *.ipynb
+	cd $(NBVAL_DIR) && $(SIDE_BY_SIDE) $(abspath $(PY)) -m pytest $(NBVAL) $(NBVAL_PARALLEL) \
+		--junitxml=$(abspath _build/nbval.xml) *.ipynb
 
 # The chapters whose numbers come out of training or score its models (6-9, 11-14), a second time
 # under another arithmetic (3, 5 and 10 also differentiate, print the same under AVX2 as under
 # AVX-512, and judge no lesson): PyTorch's AVX2 kernels (ARITHMETIC=default: its portable ones,
-# about 3 times slower), from an empty model cache, so that every model is trained anew under it
-# (book-models first, then JOBS chapters at once, each kernel on ARITHMETIC_THREADS threads:
+# about 3 times slower), each model trained under it once per machine (the cache keys every model by
+# its kernels and threads: book-models first, then JOBS chapters at once, each kernel on
+# ARITHMETIC_THREADS threads:
 # ARITHMETIC_THREADS=4 means four, even on two cores: MKL_DYNAMIC would hold torch to one thread a
 # core; then use JOBS=1). The committed outputs come from the AVX-512 kernels and two threads;
 # every compared cell and every lesson must hold under both.
@@ -150,13 +160,14 @@ ARITHMETIC_THREADS ?= 1
 ARITHMETIC_CHAPTERS ?= 06 07 08 09 11 12 13 14
 ARITHMETIC_ENV = ATEN_CPU_CAPABILITY=$(ARITHMETIC) OMP_NUM_THREADS=$(ARITHMETIC_THREADS) MKL_DYNAMIC=FALSE \
 	OMP_WAIT_POLICY=PASSIVE \
-	$(if $(CPP_MARCH_$(ARITHMETIC)),TORCHINDUCTOR_CPP_MARCH=$(CPP_MARCH_$(ARITHMETIC))) \
-	GPT_FROM_SCRATCH_CACHE=$(abspath _build/cache-$(ARITHMETIC))
+	$(if $(CPP_MARCH_$(ARITHMETIC)),TORCHINDUCTOR_CPP_MARCH=$(CPP_MARCH_$(ARITHMETIC)))
 .PHONY: test-arithmetic
 test-arithmetic: $(STAMP)
-	rm -rf _build/cache-$(ARITHMETIC)
-	$(ARITHMETIC_ENV) $(PY) scripts/book_models.py --jobs $(JOBS) --threads $(ARITHMETIC_THREADS)
+	mkdir -p _build
+	$(ARITHMETIC_ENV) $(PY) scripts/book_models.py --jobs $(JOBS) --threads $(ARITHMETIC_THREADS) \
+		--times _build/book-models-$(ARITHMETIC).json
 	$(ARITHMETIC_ENV) $(PY) -m pytest $(NBVAL) $(NBVAL_PARALLEL) \
+		--junitxml=$(abspath _build/nbval-$(ARITHMETIC).xml) \
 		$(foreach c,$(ARITHMETIC_CHAPTERS),$(wildcard notebooks/$(c)_*.ipynb))
 
 $(MATHJAX):

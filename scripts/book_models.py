@@ -5,20 +5,24 @@
                                              # Chapter 14's GRPO runs
     python scripts/book_models.py --jobs 1   # one at a time
 
-Each model is trained (or found in the cache, ``GPT_FROM_SCRATCH_CACHE``) by a process of its own on
+Each model is trained (or read from the model cache: ``book.model_cache``) by a process of its own on
 one thread (``--threads``), the longest first, ``--jobs`` at a time: on two cores the character model's run takes
 one core while the other trains the rest. ``make test`` and ``make test-arithmetic`` run this
 before the chapters, so that no chapter waits for another to finish training a model it needs
-(``book.recipes.trained_once`` makes such a chapter wait rather than train it a second time).
+(``book.model_cache.trained_once`` makes such a chapter wait rather than train it a second time).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from gpt_from_scratch.utils import atomic_path
 
 # The longest first, each the call a chapter makes. A model that needs another (Chapter 12's
 # assistants start from the character model) waits for it; one process per model, so that the
@@ -31,21 +35,21 @@ SFT = "from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run\n" \
       "sft_run(SFTRecipe(seed={}))"
 GRPO = "from gpt_from_scratch.book.verifier import GRPORecipe, grpo_model\n" \
        "grpo_model(GRPORecipe('Last word', {}, {}, {}, seed={}))"
-MODELS = {
-    "shakespeare-char": BOOK.format("shakespeare-char"),
-    "shakespeare-bpe": BOOK.format("shakespeare-bpe"),
-    "shakespeare-bpe-heads": "from gpt_from_scratch.book.offline_model import offline_model\n"
-                             "offline_model(progress=False)",  # Chapter 8's offline model
+MODELS = {  # name: (the chapter that first needs it, the call)
+    "shakespeare-char": ("06", BOOK.format("shakespeare-char")),
+    "shakespeare-bpe": ("06", BOOK.format("shakespeare-bpe")),
+    "shakespeare-bpe-heads": ("08", "from gpt_from_scratch.book.offline_model import offline_model\n"
+                                    "offline_model(progress=False)"),  # Chapter 8's offline model
     # the same recipe from two more seeds: Chapter 9 averages its pretraining lesson over three
-    "shakespeare-bpe-heads-seed0": OFFLINE.format(0),
-    "shakespeare-bpe-heads-seed1": OFFLINE.format(1),
+    "shakespeare-bpe-heads-seed0": ("09", OFFLINE.format(0)),
+    "shakespeare-bpe-heads-seed1": ("09", OFFLINE.format(1)),
     # Chapter 12's three fine-tuning runs, which Chapter 13 reads too
-    **{f"assistant-sft-{seed}": SFT.format(seed) for seed in (0, 1, 2)},
+    **{f"assistant-sft-{seed}": ("12", SFT.format(seed)) for seed in (0, 1, 2)},
     # Chapter 14's GRPO runs from them: three of 200 steps, three collapsing at a large step,
     # one of those braked by a KL penalty
-    **{f"grpo-{seed}": GRPO.format(200, 2e-4, 0.0, seed) for seed in (0, 1, 2)},
-    **{f"grpo-collapse-{seed}": GRPO.format(60, 1e-3, 0.0, seed) for seed in (0, 1, 2)},
-    "grpo-brake-0": GRPO.format(60, 1e-3, 0.1, 0),
+    **{f"grpo-{seed}": ("14", GRPO.format(200, 2e-4, 0.0, seed)) for seed in (0, 1, 2)},
+    **{f"grpo-collapse-{seed}": ("14", GRPO.format(60, 1e-3, 0.0, seed)) for seed in (0, 1, 2)},
+    "grpo-brake-0": ("14", GRPO.format(60, 1e-3, 0.1, 0)),
 }
 
 
@@ -53,26 +57,34 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2, help="models trained at once (default 2)")
     parser.add_argument("--threads", type=int, default=1, help="threads of each process (default 1)")
+    parser.add_argument("--times", type=Path, help="write each model's chapter, wall and CPU "
+                        "seconds to this JSON file (python -m benchmarks chapters reads it)")
     args = parser.parse_args(argv)
     for option in ("jobs", "threads"):
         if getattr(args, option) < 1:
             parser.error(f"--{option} must be at least 1, got {getattr(args, option)}")
     env = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
-    waiting, running, failed = list(MODELS), {}, []
+    waiting, running, failed, times = list(MODELS), {}, [], {}
     while waiting or running:
         while waiting and len(running) < args.jobs:
             name = waiting.pop(0)
-            running[name] = (subprocess.Popen([sys.executable, "-c", MODELS[name]], env=env),
-                             time.perf_counter())
+            process = subprocess.Popen([sys.executable, "-c", MODELS[name][1]], env=env)
+            running[process.pid] = (name, time.perf_counter())
         time.sleep(0.5)
-        for name, (process, started) in list(running.items()):
-            if process.poll() is not None:
-                del running[name]
-                seconds = time.perf_counter() - started
-                print(f"{name}: {'ready' if process.returncode == 0 else 'FAILED'} after {seconds:.0f} s",
+        for pid, (name, started) in list(running.items()):
+            done, status, usage = os.wait4(pid, os.WNOHANG)  # its own CPU time, not the others'
+            if done:
+                del running[pid]
+                seconds, code = time.perf_counter() - started, os.waitstatus_to_exitcode(status)
+                print(f"{name}: {'ready' if code == 0 else 'FAILED'} after {seconds:.0f} s",
                       flush=True)
-                if process.returncode != 0:
+                times[name] = dict(chapter=MODELS[name][0], wall_s=round(seconds, 1),
+                                   cpu_s=round(usage.ru_utime + usage.ru_stime, 1))
+                if code != 0:
                     failed.append(name)
+    if args.times:
+        with atomic_path(args.times) as tmp:
+            tmp.write_text(json.dumps(times, indent=1), encoding="utf-8")
     return 1 if failed else 0
 
 
