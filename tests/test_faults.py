@@ -54,7 +54,7 @@ def _fast(**overrides) -> TrainConfig:
 
 
 def test_a_save_killed_at_random_moments_leaves_the_previous_or_the_new_checkpoint(tmp_path):
-    kills = 300
+    kills = 100  # each lands before or after the commit point at random: enough for both, often
     result = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_while_saving.py"), str(tmp_path / "ckpt"),
                              str(kills), "16"], env=ENV, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
