@@ -43,11 +43,13 @@ class GRPORecipe:
         if self.task not in TASKS:
             raise ValueError(f"GRPORecipe: task={self.task!r} is not one of {list(TASKS)}: "
                              "train on one of Chapter 12's tasks")
-        for name in ("steps", "batch_size", "seed"):
-            check_int("GRPORecipe", name, getattr(self, name), minimum=0 if name == "seed" else 1)
-        check_int("GRPORecipe", "group_size", self.group_size, minimum=2)
-        check_float("GRPORecipe", "lr", self.lr, 0.0, low_open=True)
-        check_float("GRPORecipe", "beta", self.beta, 0.0)
+        smallest = {"steps": 1, "batch_size": 1, "group_size": 2, "seed": 0}
+        for name, least in smallest.items():  # NumPy numbers become Python ones (JSON)
+            value = check_int("GRPORecipe", name, getattr(self, name), minimum=least)
+            object.__setattr__(self, name, value)
+        lr = check_float("GRPORecipe", "lr", self.lr, 0.0, low_open=True)
+        object.__setattr__(self, "lr", lr)
+        object.__setattr__(self, "beta", check_float("GRPORecipe", "beta", self.beta, 0.0))
 
     @property
     def name(self) -> str:
