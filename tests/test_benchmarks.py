@@ -1,6 +1,6 @@
-"""The benchmarks' command line (benchmarks/__main__.py and each bench_<name>.py's parse_args):
-a usage error for an unknown name, a misspelt option or a refused value, before anything runs,
-and each option handed to the benchmarks that take it. No benchmark is run."""
+"""The benchmarks' command line (benchmarks/__main__.py, each bench_<name>.py's parse_args):
+a usage error for an unknown name, a misspelt option or a refused value, before anything
+runs, and each option handed to the benchmarks that take it. No benchmark is run."""
 
 from __future__ import annotations
 

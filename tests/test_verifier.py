@@ -154,6 +154,16 @@ def test_sampled_scores_refuse_k_above_n_and_no_items():
         verifier.sampled_scores(model, tok, [], n=4, k=2)
 
 
+@pytest.mark.parametrize("score", [
+    lambda m, t, i: verifier.sampled_scores(m, t, i, n=2, k=1), verifier.answer_logprob])
+def test_items_longer_than_the_context_are_named_not_an_argument_never_passed(score):
+    model, tok = tiny_assistant()  # context_length 64
+    with pytest.raises(ValueError, match=r"an item needs \d+ tokens and the model reads "
+                                         r"64: pass items whose conversations fit") as err:
+        score(model, tok, [Item("Last word", "Is it not so, my lord? " * 3)])
+    assert "max_new_tokens" not in str(err.value) and "training" not in str(err.value)
+
+
 def test_answer_logprob_is_the_log_of_either_openings_probability():
     model, tok = tiny_assistant()
     expected = []
