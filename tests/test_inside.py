@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -146,6 +147,8 @@ def test_the_name_prompts_align_and_differ_only_where_the_subject_is_named_again
     assert (clean[:, 1] == io).all() and (clean[:, 3] == s).all()
     with pytest.raises(ValueError, match="n is 0"):
         inside_online.name_prompts(0)
+    same = inside_online.name_prompts(np.int64(6), seed=1)  # a NumPy int is a whole number
+    assert all(torch.equal(a, b) for a, b in zip(same, (clean, corrupted, io, s)))
 
 
 def test_the_name_mover_track_runs_on_a_stand_in_and_says_what_it_would_do_offline(monkeypatch):
