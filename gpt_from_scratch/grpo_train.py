@@ -181,7 +181,9 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
     each with ``reward(prompt_index, completion_ids)`` (ids up to and including ``end_id``), and
     takes ``updates`` AdamW steps on ``grpo_loss`` with the same answers: the first on-policy
     (ratio 1), the later ones against the log-probabilities the answers were sampled with, where
-    the clip can bind. The policy ends in eval mode.
+    the clip can bind. The policy ends in eval mode. An update after which the loss or the
+    logits are no longer finite (too large an ``lr``) raises a ``FloatingPointError``, the
+    policy put back to its weights from before that update.
     """
     steps = check_int("train_grpo", "steps", steps, minimum=1)
     batch_size = check_int("train_grpo", "batch_size", batch_size, minimum=1)

@@ -246,7 +246,7 @@ def _heads(model: nn.Module, heads) -> list[tuple[int, int]]:
         pairs = [tuple(pair) for pair in heads]
     except TypeError:  # heads=(0, 1): one pair, whose numbers are not pairs
         pairs = None
-    if isinstance(heads, str) or pairs is None or any(len(pair) != 2 for pair in pairs):
+    if pairs is None or any(len(pair) != 2 for pair in pairs):
         raise ValueError(f"heads={heads!r} must be a list of (layer, head) pairs: for one "
                          "head pass a list of one pair, e.g. heads=[(0, 1)] for head 1 of "
                          "layer 0")
