@@ -6,6 +6,7 @@ Run with ``python -m benchmarks bpe``.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
@@ -29,7 +30,13 @@ def median_seconds(fn, runs: int = RUNS, setup=None) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
+    """No options: a misspelt one is a usage error, not ignored."""
+    return argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+
+
+def main(argv=None) -> None:
+    parse_args(argv)
     text = load_tiny_shakespeare()
     tiktoken_gpt2 = gpt2_encoding()
     ours = BPETokenizer.from_gpt2()

@@ -22,6 +22,9 @@ import statistics
 import subprocess
 import sys
 
+from benchmarks import count
+
+MIN_STEPS = 6  # the median of CHILD leaves out its first 4 steps and its last
 CHILD = """
 import json, sys, time
 if sys.argv[1] == "torch-first":
@@ -66,12 +69,23 @@ def one_run(order: str, steps: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3, help="runs of each order (default 3)")
-    parser.add_argument("--steps", type=int, default=60, help="training steps a run (default 60)")
+    parser.add_argument("--runs", type=count, default=3,
+                        help="runs of each order (default 3)")
+    parser.add_argument("--steps", type=count, default=60,
+                        help=f"training steps a run, at least {MIN_STEPS} (default 60)")
     parser.add_argument("--busy", type=float, default=1.0, help="busy processes per core (default 1)")
-    args, _ = parser.parse_known_args(argv)
+    args = parser.parse_args(argv)
+    if args.steps < MIN_STEPS:
+        parser.error(f"argument --steps: {args.steps} must be at least {MIN_STEPS}: a "
+                     "run's median leaves out its first 4 steps (warm-up) and its last "
+                     "(evaluation)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     n_busy = max(1, round(args.busy * cores))
     print(f"{cores} cores; busy runs beside {n_busy} spinning process(es); {args.steps} steps a run")

@@ -30,15 +30,21 @@ import time
 
 import torch
 
+from benchmarks import count
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompt", type=int, default=256, help="prompt tokens (default 256)")
-    parser.add_argument("--new-tokens", type=int, default=256, help="tokens to generate (default 256)")
-    parser.add_argument("--repeats", type=int, default=3, help="alternating timed rounds, median reported (default 3)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
+    parser.add_argument("--prompt", type=count, default=256,
+                        help="prompt tokens (default 256)")
+    parser.add_argument("--new-tokens", type=count, default=256,
+                        help="tokens to generate (default 256)")
+    parser.add_argument("--repeats", type=count, default=3,
+                        help="alternating timed rounds, median reported (default 3)")
+    parser.add_argument("--threads", type=count, default=None,
+                        help="torch threads (default: PyTorch's choice)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (default) or cuda")
-    return parser.parse_known_args(argv)[0]  # `python -m benchmarks generate` leaves its own name in argv
+    return parser.parse_args(argv)
 
 
 @torch.no_grad()

@@ -15,14 +15,17 @@ import argparse
 
 import torch
 
+from benchmarks import count
 from gpt_from_scratch.book.timing import median_time
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3, help="alternating timed rounds, median reported")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
-    return parser.parse_known_args(argv)[0]
+    parser.add_argument("--repeats", type=count, default=3,
+                        help="alternating timed rounds, median reported")
+    parser.add_argument("--threads", type=count, default=None,
+                        help="torch threads (default: PyTorch's choice)")
+    return parser.parse_args(argv)
 
 
 def main(argv=None) -> None:

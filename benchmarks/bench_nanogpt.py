@@ -43,6 +43,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import count
+
 NANOGPT_CPU = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, dropout=0.0)  # its README
 NANOGPT_GPU = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64, dropout=0.2)  # its config
 
@@ -51,11 +53,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nanogpt", default=os.environ.get("NANOGPT"), help="a clone of nanoGPT")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (default) or cuda")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per model and round (default 20)")
-    parser.add_argument("--rounds", type=int, default=10, help="alternating timing rounds (default 10)")
-    parser.add_argument("--iters", type=int, default=2000, help="steps of the CPU runs (default 2000)")
+    parser.add_argument("--steps", type=count, default=20,
+                        help="timed steps per model and round (default 20)")
+    parser.add_argument("--rounds", type=count, default=10,
+                        help="alternating timing rounds (default 10)")
+    parser.add_argument("--iters", type=count, default=2000,
+                        help="steps of the CPU runs (default 2000)")
     parser.add_argument("--only", choices=["step", "graph", "run"], help="run one part only")
-    return parser.parse_known_args(argv)[0]  # `python -m benchmarks nanogpt` leaves its name in argv
+    return parser.parse_args(argv)
 
 
 def nanogpt_module(folder: Path):

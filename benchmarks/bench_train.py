@@ -34,21 +34,27 @@ import time
 import torch
 import torch.nn.functional as F
 
+from benchmarks import count
+
 PRECISE_SEED = 0  # the 200 validation batches of the precise estimate: the same windows for every run and seed
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--iters", type=int, default=2000, help="training steps of the loss run (default 2000)")
-    parser.add_argument("--steps", type=int, default=30, help="timed steps per model and round (default 30)")
-    parser.add_argument("--rounds", type=int, default=4, help="alternating timing rounds (default 4)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
+    parser.add_argument("--iters", type=count, default=2000,
+                        help="training steps of the loss run (default 2000)")
+    parser.add_argument("--steps", type=count, default=30,
+                        help="timed steps per model and round (default 30)")
+    parser.add_argument("--rounds", type=count, default=4,
+                        help="alternating timing rounds (default 4)")
+    parser.add_argument("--threads", type=count, default=None,
+                        help="torch threads (default: PyTorch's choice)")
     parser.add_argument("--bias", action="store_true", help="loss runs with the book's preset (biases, tanh GELU)")
     parser.add_argument("--seeds", type=lambda text: [int(x) for x in text.split(",")], default=[1337],
                         help="seeds of the loss runs, comma-separated (default 1337, nanoGPT's); several give a summary")
     parser.add_argument("--only", choices=["speed", "loss", "replay", "full"], help="run one part only")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (default) or cuda")
-    return parser.parse_known_args(argv)[0]  # `python -m benchmarks train` leaves its own name in argv
+    return parser.parse_args(argv)
 
 
 def model_config(bias: bool):

@@ -84,6 +84,9 @@ def _check_tensors(logps, old_logps, advantages, mask, ref_logps) -> None:
         raise ValueError(f"grpo_loss: advantages of shape {tuple(advantages.shape)} must be "
                          f"(N,) = ({logps.shape[0]},), one per completion: pass "
                          "group_advantages(rewards, G)")
+    if not torch.isfinite(advantages).all():
+        raise ValueError("grpo_loss: an advantage is nan or inf, so the loss would be nan: "
+                         "pass group_advantages(rewards, G) of finite rewards")
 
 
 def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor,
@@ -131,11 +134,22 @@ def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor
     return GRPOOutput(loss, clipped, kl)
 
 
+def check_temperature(function: str, temperature) -> float:
+    """``temperature`` as a float (NumPy numbers accepted), else a ValueError."""
+    if (isinstance(temperature, bool) or not isinstance(temperature, numbers.Real)
+            or not 0 < temperature < math.inf):
+        raise ValueError(f"{function}: temperature={temperature!r} must be a finite number "
+                         "> 0: the logits are divided by it, to sample and to score the "
+                         "answers; 1.0, the default, is the model's own distribution")
+    return float(temperature)
+
+
 def completion_logps(model: nn.Module, prompts: Tensor, completions: Tensor,
                      temperature: float = 1.0) -> Tensor:
     """(N, C) log-probability of each completion token after its prompt, with the graph, from
     the logits divided by the sampling ``temperature`` (as TRL). prompts (N, P) of one length,
     completions (N, C); ``model(idx)`` returns (logits, loss)."""
+    temperature = check_temperature("completion_logps", temperature)
     if prompts.dim() != 2 or completions.dim() != 2 or len(prompts) != len(completions):
         raise ValueError(f"completion_logps: prompts {tuple(prompts.shape)} and completions "
                          f"{tuple(completions.shape)} must be (N, P) and (N, C): repeat each "

@@ -10,15 +10,16 @@ clipped updates per batch (``grpo.grpo_loss``), with AdamW and gradient clipping
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
-from .generate import _check_temperature, next_token
-from .grpo import LOSS_TYPES, check_reward, completion_logps, group_advantages, grpo_loss
-from .grpo import mixed_groups
+from .generate import next_token
+from .grpo import LOSS_TYPES, check_reward, check_temperature, completion_logps
+from .grpo import group_advantages, grpo_loss, mixed_groups
 from .model import check_vocabulary_range
 from .utils import check_float, check_int, eval_mode, skip_token_id_checks
 
@@ -27,6 +28,16 @@ def _end_mask(completions: Tensor, end_id: int) -> Tensor:
     """(N, C) -> (N, C): 1 up to and including each row's first ``end_id``, 0 after it."""
     ended = (completions == end_id).long()  # (N, C)
     return ((ended.cumsum(dim=1) - ended) == 0).long()
+
+
+def _check_end_id(function: str, end_id, vocab_size: int) -> int:
+    end_id = check_int(function, "end_id", end_id, minimum=0)
+    if end_id >= vocab_size:
+        raise ValueError(f"{function}: end_id={end_id} is outside the model's vocabulary "
+                         f"[0, {vocab_size}), so no answer could end: pass the tokenizer's "
+                         "end token (ChatTokenizer.end_id) of a model that has it "
+                         "(add_chat_tokens)")
+    return end_id
 
 
 @torch.no_grad()
@@ -42,7 +53,8 @@ def sample_groups(model: nn.Module, prompts: Tensor, group_size: int, max_new_to
                          "of one length: pass torch.tensor([ids_1, ids_2, ...])")
     G = check_int("sample_groups", "group_size", group_size, minimum=1)
     max_new_tokens = check_int("sample_groups", "max_new_tokens", max_new_tokens, minimum=1)
-    _check_temperature(temperature)
+    temperature = check_temperature("sample_groups", temperature)
+    end_id = _check_end_id("sample_groups", end_id, model.config.vocab_size)
     T_max = model.config.context_length
     if prompts.shape[1] + max_new_tokens > T_max:
         raise ValueError(f"sample_groups: prompts of {prompts.shape[1]} tokens plus "
@@ -85,13 +97,38 @@ def _same_length_batch(prompts: list[list[int]], batch_size: int, g: torch.Gener
     return [alike[j] for j in torch.randint(len(alike), (batch_size,), generator=g).tolist()]
 
 
-def _check_train_options(prompts, reward, loss_type, scale, beta, reference, policy) -> None:
+def _check_prompts(prompts, vocab_size: int) -> None:
+    if not isinstance(prompts, (list, tuple)) or not all(isinstance(p, (list, tuple))
+                                                         for p in prompts):
+        raise ValueError(f"train_grpo: prompts must be a list of token-id lists, got "
+                         f"{type(prompts).__name__} {prompts!r:.60}: pass the rendered "
+                         "prompts (of a tensor, prompts.tolist())")
     if not prompts or any(not p for p in prompts):
         raise ValueError("train_grpo: prompts is empty or holds an empty prompt: pass the "
                          "rendered prompts (render(messages, add_generation_prompt=True)[0])")
+    ids = [t for p in prompts for t in p]
+    if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in ids):
+        raise ValueError("train_grpo: prompts must hold token ids, ints: pass the rendered "
+                         "prompts (render(messages, add_generation_prompt=True)[0])")
+    if min(ids) < 0 or max(ids) >= vocab_size:
+        raise ValueError(f"train_grpo: the prompts hold token ids in [{min(ids)}, "
+                         f"{max(ids)}], outside the model's vocabulary [0, {vocab_size}): "
+                         "render them with the model's own tokenizer")
+
+
+def _check_train_options(policy, prompts, reward, end_id, max_new_tokens, temperature,
+                         loss_type, scale, beta, reference, clip) -> int:
+    """``max_new_tokens`` (None: all the room); a ValueError for the first bad option."""
+    if (isinstance(clip, bool) or not isinstance(clip, numbers.Real)
+            or not 0 < clip < math.inf):
+        raise ValueError(f"train_grpo: clip={clip!r} must be a finite number > 0: it caps "
+                         "the gradient's norm (clip_grad_norm_); 1.0 is the default")
+    _check_prompts(prompts, policy.config.vocab_size)
     if not callable(reward):
         raise ValueError(f"train_grpo: reward={reward!r} must be a function "
                          "reward(prompt_index, completion_ids) -> float")
+    _check_end_id("train_grpo", end_id, policy.config.vocab_size)
+    check_temperature("train_grpo", temperature)
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"train_grpo: loss_type={loss_type!r} must be one of {LOSS_TYPES}")
     if scale not in ("group", None):
@@ -100,6 +137,33 @@ def _check_train_options(prompts, reward, loss_type, scale, beta, reference, pol
         raise ValueError(f"train_grpo: beta={beta:g} > 0 needs a frozen reference other than "
                          "the policy: pass reference=copy.deepcopy(policy), made before "
                          "training, or beta=0")
+    T_max, longest = policy.config.context_length, max(len(p) for p in prompts)
+    if longest >= T_max:
+        raise ValueError(f"train_grpo: the longest prompt is {longest} tokens and the "
+                         f"model reads {T_max}, which leaves no room for an answer: pass "
+                         f"prompts of at most {T_max - 1} tokens (shorter ones leave room "
+                         "for longer answers)")
+    if max_new_tokens is None:
+        return T_max - longest
+    max_new_tokens = check_int("train_grpo", "max_new_tokens", max_new_tokens, minimum=1)
+    if max_new_tokens > T_max - longest:
+        raise ValueError(f"train_grpo: max_new_tokens={max_new_tokens} must be in "
+                         f"[1, {T_max - longest}]: the longest prompt is {longest} tokens, "
+                         f"the model reads {T_max}")
+    return max_new_tokens
+
+
+def _diverged(policy: nn.Module, trainable: list[Tensor], before: list[Tensor], step: int,
+              lr: float, what: str) -> FloatingPointError:
+    """Put back the weights from before the latest update; the error that says so."""
+    with torch.no_grad():
+        for p, kept in zip(trainable, before):
+            p.copy_(kept)
+    policy.eval()
+    return FloatingPointError(f"train_grpo: training diverged at step {step}: {what} "
+                              f"after the latest update; lr={lr:g} is the likely cause: "
+                              "lower it (2e-4 is the default). The policy is back to its "
+                              "weights from before that update, in eval mode")
 
 
 def train_grpo(policy: nn.Module, prompts: list[list[int]],
@@ -117,7 +181,9 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
     each with ``reward(prompt_index, completion_ids)`` (ids up to and including ``end_id``), and
     takes ``updates`` AdamW steps on ``grpo_loss`` with the same answers: the first on-policy
     (ratio 1), the later ones against the log-probabilities the answers were sampled with, where
-    the clip can bind. The policy ends in eval mode.
+    the clip can bind. The policy ends in eval mode. An update after which the loss or the
+    logits are no longer finite (too large an ``lr``) raises a ``FloatingPointError``, the
+    policy put back to its weights from before that update.
     """
     steps = check_int("train_grpo", "steps", steps, minimum=1)
     batch_size = check_int("train_grpo", "batch_size", batch_size, minimum=1)
@@ -125,25 +191,27 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
     lr = check_float("train_grpo", "lr", lr, 0.0, low_open=True)
     beta = check_float("train_grpo", "beta", beta, 0.0)
     check_int("train_grpo", "group_size", group_size, minimum=2)  # one answer has no group
-    _check_train_options(prompts, reward, loss_type, scale, beta, reference, policy)
-    longest = max(len(p) for p in prompts)
-    room = policy.config.context_length - longest
-    if max_new_tokens is None:
-        max_new_tokens = room
-    if room < 1 or not 1 <= max_new_tokens <= room:
-        raise ValueError(f"train_grpo: max_new_tokens={max_new_tokens} must be in [1, {room}]: "
-                         f"the longest prompt is {longest} tokens, the model reads "
-                         f"{policy.config.context_length}")
+    max_new_tokens = _check_train_options(policy, prompts, reward, end_id, max_new_tokens,
+                                          temperature, loss_type, scale, beta, reference,
+                                          clip)
     g = torch.Generator().manual_seed(seed)  # the batches' draws, on the CPU
     device = next(policy.parameters()).device
     sampler = g if device.type == "cpu" else torch.Generator(device.type).manual_seed(seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    before = None  # the trainable weights before the latest update, to undo a divergence
     history = GRPOHistory()
     for step in range(steps):
         rows = _same_length_batch(prompts, batch_size, g)
         prompt_ids = torch.tensor([prompts[r] for r in rows], device=device)  # (B, P)
-        completions, mask = sample_groups(policy, prompt_ids, group_size, max_new_tokens,
-                                          end_id, temperature, sampler)  # (N, C) each
+        try:  # (N, C) each
+            completions, mask = sample_groups(policy, prompt_ids, group_size,
+                                              max_new_tokens, end_id, temperature, sampler)
+        except ValueError as error:  # the arguments were checked: the logits are not finite
+            if before is None:
+                raise
+            raise _diverged(policy, trainable, before, step, lr,
+                            "the logits of its answers are not finite") from error
         owners = [r for r in rows for _ in range(group_size)]  # (N,) prompt of each row
         rewards = torch.tensor([check_reward(reward(r, c[m.bool()].tolist()), n) for n, (r, c, m)
                                 in enumerate(zip(owners, completions, mask))],
@@ -160,11 +228,17 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
             out = grpo_loss(logps, logps.detach() if old is None else old, advantages, mask,
                             epsilon, loss_type, beta, ref)
             if not math.isfinite(out.loss.item()):
-                raise FloatingPointError(f"the GRPO loss is {out.loss.item()} at step {step}: "
-                                         f"lower lr={lr:g}, or check the model's weights")
+                if before is None:
+                    raise FloatingPointError(
+                        f"train_grpo: the GRPO loss is {out.loss.item()} before any "
+                        "update: the policy's or the reference's weights are broken; check "
+                        "torch.isfinite(p).all() for each parameter p")
+                raise _diverged(policy, trainable, before, step, lr,
+                                f"the GRPO loss is {out.loss.item()}")
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             nn.utils.clip_grad_norm_(policy.parameters(), clip)
+            before = [p.detach().clone() for p in trainable]
             optimizer.step()
             clipped.append(out.clipped)
             kl.append(out.kl)

@@ -22,6 +22,7 @@ name                   shape             what it is
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .lora import LoRALinear
+from .model import GPT
 
 POINTS = ("resid_pre", "attn.pattern", "attn.z", "attn_out", "mlp_out", "resid_post")
 ABLATIONS = ("zero", "mean", "resample")
@@ -38,6 +42,7 @@ _NAME = re.compile(r"blocks\.(\d+)\.(.+)")
 
 def hook_names(model: nn.Module) -> list[str]:
     """Every activation ``run_with_hooks`` can read or edit, block by block in ``POINTS`` order."""
+    _check_gpt(model)
     return [f"blocks.{l}.{p}" for l in range(len(model.blocks)) for p in POINTS]
 
 
@@ -51,10 +56,22 @@ def _parse(model: nn.Module, name: str) -> tuple[int, str]:
     return int(m.group(1)), m.group(2)
 
 
+def _check_gpt(model: nn.Module) -> None:
+    """A ValueError unless ``model`` is the book's GPT (with or without LoRA layers)."""
+    if isinstance(model, GPT):
+        return
+    fix = ("for GPT-2, hf_weights.from_hf(model) gives the book's GPT with its weights"
+           if type(model).__module__.startswith("transformers") else
+           "Chapter 10's Llama has no c_attn to hook and no LayerNorm shift to attribute: "
+           "load its to_hf_state_dict() into transformers' LlamaForCausalLM")
+    raise ValueError(f"expected the book's GPT (gpt_from_scratch.model.GPT: c_attn, "
+                     f"c_proj, LayerNorm ln_f), got a {type(model).__name__}: {fix}; read "
+                     "other architectures with TransformerLens (pip install "
+                     "\"gpt-from-scratch-book[interp]\")")
+
+
 def _check_model(model: nn.Module) -> None:
-    if not all(hasattr(model, a) for a in ("blocks", "ln_f", "lm_head")):
-        raise ValueError(f"expected the book's GPT (blocks, ln_f, lm_head), got a {type(model).__name__}: "
-                         "for a Hugging Face GPT-2, load it with hf_weights.from_hf first")
+    _check_gpt(model)
     if model.training:
         raise ValueError("the model is in training mode, so dropout would change every activation at "
                          "random: call model.eval() first")
@@ -142,6 +159,7 @@ def logit_lens(model: nn.Module, idx: Tensor) -> Tensor:
     """The logit lens (nostalgebraist, 2020): the residual stream after each block read out as if it
     were the last, ``lm_head(ln_f(resid_post))``. Returns (n_layers, B, T, V); the last equals the
     model's logits."""
+    _check_model(model)
     names = [f"blocks.{l}.resid_post" for l in range(len(model.blocks))]
     _, cache = run_with_hooks(model, idx, read=names)
     with torch.no_grad():
@@ -167,17 +185,23 @@ def direct_logit_attribution(model: nn.Module, idx: Tensor, target: Tensor) -> A
     """How much each head, MLP and the embeddings add directly to the logit of ``target`` (B, T) at each
     position. ``ln_f(x) = γ (x − mean x) / σ + β`` is linear in ``x`` once σ (the position's standard
     deviation) is fixed, so each part ``c`` of ``x`` contributes ``γ (c − mean c) / σ · W_U[target]``."""
-    L, ln = len(model.blocks), model.ln_f
+    _check_model(model)
+    L, ln, V = len(model.blocks), model.ln_f, model.config.vocab_size
     if not isinstance(target, Tensor) or target.shape != idx.shape:
         raise ValueError(f"target must be a tensor of token ids of idx's shape {tuple(idx.shape)}, got "
                          f"{tuple(target.shape) if isinstance(target, Tensor) else type(target).__name__}: "
                          "for the next token at each position pass idx's shifted ids")
+    if ((target < 0) | (target >= V)).any():
+        raise ValueError(f"target holds ids in [{int(target.min())}, {int(target.max())}], "
+                         f"outside the vocabulary [0, {V}): pass token ids of the model's "
+                         "tokenizer")
     names = ["blocks.0.resid_pre", f"blocks.{L - 1}.resid_post"]
     names += [f"blocks.{l}.{p}" for l in range(L) for p in ("attn.z", "mlp_out")]
     logits, cache = run_with_hooks(model, idx, read=names)
     x = cache[f"blocks.{L - 1}.resid_post"]  # (B, T, D)
     sigma = (x.var(-1, unbiased=False, keepdim=True) + ln.eps).sqrt()  # (B, T, 1)
-    u = model.lm_head.weight[target.long()] * ln.weight  # (B, T, D): γ ⊙ W_U[target]
+    W_U = _weight(model.lm_head)[0]  # (V, D)
+    u = W_U[target.long()] * ln.weight  # (B, T, D): γ ⊙ W_U[target]
 
     def through(c: Tensor) -> Tensor:  # (..., B, T, D) -> (..., B, T)
         return ((c - c.mean(-1, keepdim=True)) / sigma * u).sum(-1)
@@ -185,21 +209,48 @@ def direct_logit_attribution(model: nn.Module, idx: Tensor, target: Tensor) -> A
     with torch.no_grad():
         heads, mlps, b_O = [], [], torch.zeros_like(x[0, 0])
         for l, block in enumerate(model.blocks):
-            W_O = block.attn.c_proj.weight.T.unflatten(0, (block.attn.n_heads, -1))  # (H, d_k, D)
+            W, b = _weight(block.attn.c_proj)
+            W_O = W.T.unflatten(0, (block.attn.n_heads, -1))  # (H, d_k, D)
             heads.append(through(torch.einsum("bthk,hkd->hbtd", cache[f"blocks.{l}.attn.z"], W_O)))
             mlps.append(through(cache[f"blocks.{l}.mlp_out"]))
-            if block.attn.c_proj.bias is not None:
-                b_O = b_O + block.attn.c_proj.bias
-        beta = 0.0 if ln.bias is None else model.lm_head.weight[target.long()] @ ln.bias  # (B, T)
+            if b is not None:
+                b_O = b_O + b
+        beta = 0.0 if ln.bias is None else W_U[target.long()] @ ln.bias  # (B, T)
         bias = through(b_O.expand_as(x)) + beta
         return Attribution(torch.stack(heads), torch.stack(mlps), through(cache["blocks.0.resid_pre"]), bias)
 
 
-def _head(model: nn.Module, layer: int, head: int) -> None:
+def _weight(linear: nn.Module) -> tuple[Tensor, Tensor | None]:
+    """The weight and bias a projection applies: a LoRA layer's (Chapter 9) base weight plus
+    its update ``(alpha / r) B A`` unless merged into it already."""
+    if not isinstance(linear, LoRALinear):
+        return linear.weight, linear.bias
+    update = 0 if linear.merged else linear.delta_weight()
+    return linear.base.weight + update, linear.base.bias
+
+
+def _head(model: nn.Module, layer: int, head: int) -> tuple[int, int]:
+    """``(layer, head)`` as Python ints (NumPy ints accepted), or a ValueError."""
     L, H = len(model.blocks), model.blocks[0].attn.n_heads
-    if not (isinstance(layer, int) and 0 <= layer < L and isinstance(head, int) and 0 <= head < H):
+    whole = all(isinstance(x, numbers.Integral) and not isinstance(x, bool)
+                for x in (layer, head))
+    if not (whole and 0 <= layer < L and 0 <= head < H):
         raise ValueError(f"head (layer={layer!r}, head={head!r}) does not exist: the model has layers "
-                         f"0..{L - 1} and heads 0..{H - 1}")
+                         f"0..{L - 1} and heads 0..{H - 1}, each a whole number")
+    return int(layer), int(head)
+
+
+def _heads(model: nn.Module, heads) -> list[tuple[int, int]]:
+    """``heads`` as a list of ``(layer, head)`` pairs of Python ints, or a ValueError."""
+    try:
+        pairs = [tuple(pair) for pair in heads]
+    except TypeError:  # heads=(0, 1): one pair, whose numbers are not pairs
+        pairs = None
+    if pairs is None or any(len(pair) != 2 for pair in pairs):
+        raise ValueError(f"heads={heads!r} must be a list of (layer, head) pairs: for one "
+                         "head pass a list of one pair, e.g. heads=[(0, 1)] for head 1 of "
+                         "layer 0")
+    return [_head(model, layer, head) for layer, head in pairs]
 
 
 def _set_head(head: int, source: Tensor) -> Edit:
@@ -215,10 +266,10 @@ def ablate_heads(model: nn.Module, idx: Tensor, heads: Sequence[tuple[int, int]]
     """Logits (B, T, V) with the output ``z`` of each ``(layer, head)`` replaced: by zeros (``"zero"``),
     by its mean over the batch of ``reference`` at each position (``"mean"``; ``reference`` defaults
     to ``idx``), or by its value on ``reference``'s rows, other inputs of ``idx``'s shape (``"resample"``)."""
+    _check_model(model)
     if how not in ABLATIONS:
         raise ValueError(f"how={how!r} is not an ablation: choose one of {ABLATIONS}")
-    for layer, head in heads:
-        _head(model, layer, head)
+    heads = _heads(model, heads)
     if how == "resample" and (reference is None or reference.shape != idx.shape):
         raise ValueError(f"resample ablation takes each head's output from other inputs: pass reference= "
                          f"token ids of idx's shape {tuple(idx.shape)}")
@@ -248,7 +299,8 @@ def _compose(fns: list[Edit], z: Tensor) -> Tensor:
 def patch_head(model: nn.Module, corrupted: Tensor, clean_z: Tensor, layer: int, head: int) -> Tensor:
     """Logits (B, T, V) of the run on ``corrupted`` with one head's output taken from the clean run:
     ``clean_z`` is ``blocks.{layer}.attn.z`` read on the clean inputs, (B, T, H, d_k)."""
-    _head(model, layer, head)
+    _check_model(model)
+    layer, head = _head(model, layer, head)
     H = model.blocks[0].attn.n_heads
     if clean_z.dim() != 4 or clean_z.shape[:2] != corrupted.shape or clean_z.shape[2] != H:
         raise ValueError(f"clean_z has shape {tuple(clean_z.shape)}, expected (B, T, H, d_k) with (B, T) = "
@@ -263,6 +315,7 @@ def patching_shares(model: nn.Module, clean: Tensor, corrupted: Tensor,
     """Activation patching, head by head (L, H): the share of the clean–corrupted gap in ``metric``
     (logits -> a number) that one head's clean output restores in the corrupted run,
     ``(metric(patched) − metric(corrupted)) / (metric(clean) − metric(corrupted))``: 1 restores it all."""
+    _check_model(model)
     if not (isinstance(clean, Tensor) and isinstance(corrupted, Tensor) and clean.shape == corrupted.shape):
         raise ValueError(f"clean and corrupted must be token ids of one shape, so that positions align, got "
                          f"{getattr(clean, 'shape', clean)} and {getattr(corrupted, 'shape', corrupted)}: "
@@ -271,7 +324,11 @@ def patching_shares(model: nn.Module, clean: Tensor, corrupted: Tensor,
     names = [f"blocks.{l}.attn.z" for l in range(L)]
     clean_logits, cache = run_with_hooks(model, clean, read=names)
     m_clean, m_corrupt = float(metric(clean_logits)), float(metric(run_with_hooks(model, corrupted)[0]))
-    if not math.isfinite(m_clean - m_corrupt) or abs(m_clean - m_corrupt) < 1e-9:
+    if not (math.isfinite(m_clean) and math.isfinite(m_corrupt)):
+        raise ValueError(f"metric is {m_clean} on clean and {m_corrupt} on corrupted "
+                         "inputs: it must return a finite number; check it on the logits, "
+                         "e.g. that its mask selects a position and that it reads no -inf")
+    if abs(m_clean - m_corrupt) < 1e-9:
         raise ValueError(f"metric is {m_clean} on clean and {m_corrupt} on corrupted inputs: with no gap "
                          "between them there is nothing to restore; corrupt what the metric measures")
     shares = torch.empty(L, H)

@@ -3,9 +3,11 @@ SFTTrainer, the DPO loss and its margins equal TRL's DPOTrainer; guards for the 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -508,6 +510,16 @@ def test_the_drift_sentence_follows_the_signs_of_the_log_ratios():
 def test_an_sft_recipe_names_the_field_it_rejects(fields, message):
     with pytest.raises(ValueError, match=message):
         SFTRecipe(**fields)
+
+
+def test_an_sft_recipe_takes_numpy_numbers_as_the_python_numbers_json_stores():
+    recipe = SFTRecipe(steps=np.int64(10), batch_size=np.int32(4), lr=np.float32(0.5),
+                       seed=np.int64(1), halfway=np.uint8(5))
+    fields = dataclasses.asdict(recipe)
+    assert [type(v) for v in fields.values()] == [int, int, float, int, int]
+    assert json.loads(json.dumps(fields)) == fields
+    assert recipe == SFTRecipe(steps=10, batch_size=4, lr=0.5, seed=1, halfway=5)
+    assert recipe.name == "assistant-sft-1-10x4-lr0.5-h5"
 
 
 def test_an_sft_run_is_trained_once_then_read_back_the_same(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from functools import partial
 
+import numpy as np
 import pytest
 import regex
 import torch
@@ -580,3 +581,5 @@ def test_pass_at_k(capsys):
     fails(ex.check_pass_at_k, lambda n, c, k: c / n, capsys, "case 2 of 5", "depends on k")
     fails(ex.check_pass_at_k, lambda n, c, k: math.comb(n - c, k) / math.comb(n, k), capsys,
           "take 1 minus it")
+    passes(ex.check_pass_at_k,  # a NumPy number is a number
+           lambda n, c, k: np.float32(1 - math.comb(n - c, k) / math.comb(n, k)), capsys)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -219,7 +220,93 @@ ADV = torch.zeros(4)
      r"max_new_tokens=20 must be in \[1, 14\]"),
     (lambda m: train_grpo(m, [[1, 2]], lambda i, c: None, 3, 1, max_new_tokens=2),
      "returned None for completion 0: it must return a finite number"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, torch.tensor([0.0, math.nan, 1.0, 0.0]), MASK),
+     "an advantage is nan or inf, so the loss would be nan"),
+    (lambda m: train_grpo(m, [list(range(1, 12)) * 2], reward_token_7, 3, 1),
+     r"longest prompt is 22 tokens and the model reads 16, which leaves no room for an "
+     r"answer: pass prompts of at most 15 tokens"),
+    (lambda m: train_grpo(m, torch.tensor([[1, 2]]), reward_token_7, 3, 1),
+     r"prompts must be a list of token-id lists, got Tensor .*prompts.tolist\(\)"),
+    (lambda m: train_grpo(m, [[1, 2.5]], reward_token_7, 3, 1),
+     "prompts must hold token ids"),
+    (lambda m: train_grpo(m, [[1, 12]], reward_token_7, 3, 1),
+     r"token ids in \[1, 12\], outside the model's vocabulary \[0, 12\)"),
+    (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, max_new_tokens=0),
+     "max_new_tokens=0 must be a positive int"),
 ])
 def test_grpo_names_a_bad_value_and_the_fix(call, fragment):
     with pytest.raises(ValueError, match=fragment):
         call(tiny_gpt())
+
+
+@pytest.mark.parametrize("clip", [math.nan, math.inf, -1.0, 0.0, "1"])
+def test_train_grpo_refuses_a_clip_that_would_break_or_freeze_the_weights(clip):
+    model = tiny_gpt()
+    weights = [p.clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=r"clip=.* must be a finite number > 0: it caps "
+                                         r"the gradient's norm .* 1.0 is the default"):
+        train_grpo(model, [[1, 2]], reward_token_7, 3, 2, group_size=4, max_new_tokens=3,
+                   clip=clip)
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
+
+
+@pytest.mark.parametrize("end_id", [12, -1])
+def test_an_end_token_outside_the_vocabulary_is_refused_as_no_answer_could_end(end_id):
+    with pytest.raises(ValueError, match=fr"end_id={end_id}"):
+        sample_groups(tiny_gpt(), torch.tensor([[1, 2]]), 2, 3, end_id)
+    with pytest.raises(ValueError, match=r"end_id=12 is outside the model's vocabulary "
+                                         r"\[0, 12\), so no answer could end"):
+        train_grpo(tiny_gpt(), [[1, 2]], reward_token_7, 12, 1)
+
+
+@pytest.mark.parametrize("temperature", [-1.0, 0.0, math.nan, math.inf])
+def test_a_temperature_that_is_not_a_finite_positive_number_is_refused(temperature):
+    model, prompts, comp = tiny_gpt(), torch.tensor([[1, 2]]), torch.tensor([[3, 4]])
+    rule = r"temperature=.* must be a finite number > 0: the logits are divided by it"
+    with pytest.raises(ValueError, match="completion_logps: " + rule):
+        completion_logps(model, prompts, comp, temperature)
+    for call in (lambda: sample_groups(model, prompts, 2, 3, 3, temperature),
+                 lambda: train_grpo(model, [[1, 2]], reward_token_7, 3, 1,
+                                    temperature=temperature)):
+        with pytest.raises(ValueError, match=rule) as error:
+            call()
+        assert "greedy" not in str(error.value)  # neither function has a greedy option
+
+
+def test_numpy_numbers_are_taken_as_the_python_numbers_they_hold():
+    model, prompts, comp = tiny_gpt(), torch.tensor([[1, 2]]), torch.tensor([[3, 4]])
+    torch.testing.assert_close(completion_logps(model, prompts, comp, np.float32(0.5)),
+                               completion_logps(model, prompts, comp, 0.5))
+    runs = [train_grpo(tiny_gpt(), [[1, 2], [4, 5]], reward_token_7, end, 2, lr=lr,
+                       clip=clip, group_size=4, batch_size=2, max_new_tokens=3,
+                       temperature=t)
+            for end, lr, clip, t in [(np.int64(3), np.float32(0.25), np.float32(0.5),
+                                      np.float64(0.75)), (3, 0.25, 0.5, 0.75)]]
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("updates, seen", [
+    (1, "at step 1: the logits of its answers are not finite"),  # sampling after the update
+    (2, "at step 0: the GRPO loss is nan"),  # the second update of the same answers
+])
+def test_a_diverging_lr_is_named_and_the_weights_before_its_update_are_put_back(updates,
+                                                                                  seen):
+    model = tiny_gpt()
+    first = [p.clone() for p in model.parameters()]
+    with pytest.raises(FloatingPointError, match=fr"train_grpo: training diverged {seen} "
+                       r".* lr=1e\+30 is the likely cause: lower it .* back to its weights "
+                       r"from before that update, in eval mode"):
+        train_grpo(model, [[1, 2], [4, 5]], reward_token_7, 3, 3, lr=1e30, group_size=4,
+                   batch_size=2, max_new_tokens=4, updates=updates)
+    # the first update diverged: the weights are the ones before it, the initial ones
+    assert all(torch.equal(a, b) for a, b in zip(first, model.parameters()))
+    assert not model.training
+
+
+def test_a_policy_broken_before_training_is_not_blamed_on_lr():
+    model = tiny_gpt()
+    with torch.no_grad():
+        model.lm_head.weight[0, 0] = math.nan
+    with pytest.raises(ValueError, match="the model's weights or inputs are broken") as err:
+        train_grpo(model, [[1, 2]], reward_token_7, 3, 1, max_new_tokens=3)
+    assert "lr" not in str(err.value)

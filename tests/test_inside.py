@@ -4,8 +4,10 @@ small stand-in for GPT-2 (and says what it would do without the weights)."""
 
 from __future__ import annotations
 
+import math
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -42,6 +44,13 @@ def test_repeat_pairs_align_and_point_at_the_character_to_copy():
         inside.repeat_pairs(items, tok, 3)
 
 
+@pytest.mark.parametrize("n", [-1, 0, 1.0])
+def test_repeat_pairs_refuses_a_count_that_is_not_a_positive_int(n):
+    items = [Item("Repeat", line) for line in LINES]
+    with pytest.raises(ValueError, match=fr"repeat_pairs.n={n!r} must be a"):
+        inside.repeat_pairs(items, _tok(), n)
+
+
 def test_induction_scores_and_the_lens_read_a_model_of_the_chat_vocabulary():
     tok = _tok()
     torch.manual_seed(0)
@@ -59,6 +68,36 @@ def test_rank_correlation_and_top_heads():
     assert inside.rank_correlation(a, 2 * a + 1) == pytest.approx(1.0)
     assert inside.rank_correlation(a, -a) == pytest.approx(-1.0)
     assert inside.top_heads(a, 2) == "L1H1 0.90, L0H1 0.50"
+
+
+def test_tied_values_share_their_mean_rank_whatever_their_positions():
+    a = torch.tensor([0.0, 1.0, 1.0, 2.0])  # positions 1 and 2 tie
+    one, other = torch.tensor([0.0, 2.0, 1.0, 3.0]), torch.tensor([0.0, 1.0, 2.0, 3.0])
+    assert inside.rank_correlation(a, one) == pytest.approx(
+        inside.rank_correlation(a, other))
+    # ranks (0, 1.5, 1.5, 3) and (0, 2, 1, 3): covariance 4.5, sums of squares 4.5 and 5
+    assert inside.rank_correlation(a, one) == pytest.approx(0.9 ** 0.5)
+
+
+def test_rank_correlation_is_scipys_spearman_on_ties():
+    stats = pytest.importorskip("scipy.stats")
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        a, b = (torch.randint(0, 4, (3, 4), generator=g).float() for _ in range(2))
+        expected = stats.spearmanr(a.flatten().numpy(), b.flatten().numpy()).statistic
+        assert inside.rank_correlation(a, b) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("a, b, message", [
+    (torch.ones(2, 2), torch.rand(2, 2),
+     r"a is constant .*: its ranks are all tied, so the correlation is undefined"),
+    (torch.rand(4), torch.full((4,), 0.5), r"b is constant"),
+    (torch.tensor([0.0, math.nan]), torch.rand(2), r"a holds nan, which has no rank"),
+    (torch.rand(2, 2), torch.rand(4), r"must be tensors of one shape"),
+])
+def test_rank_correlation_refuses_what_has_no_correlation(a, b, message):
+    with pytest.raises(ValueError, match=message):
+        inside.rank_correlation(a, b)
 
 
 def test_lessons_hold_and_fail_on_their_numbers():
@@ -108,6 +147,8 @@ def test_the_name_prompts_align_and_differ_only_where_the_subject_is_named_again
     assert (clean[:, 1] == io).all() and (clean[:, 3] == s).all()
     with pytest.raises(ValueError, match="n is 0"):
         inside_online.name_prompts(0)
+    same = inside_online.name_prompts(np.int64(6), seed=1)  # a NumPy int is a whole number
+    assert all(torch.equal(a, b) for a, b in zip(same, (clean, corrupted, io, s)))
 
 
 def test_the_name_mover_track_runs_on_a_stand_in_and_says_what_it_would_do_offline(monkeypatch):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,3 +130,24 @@ def test_interactive_bundle_draws_the_same_figure_in_every_format():
     assert Interactive(fig, "x")._repr_mimebundle_()["text/html"] == html
     other = attention_figure(causal_maps(2, seed=5), TOKENS, ["a", "b"])
     assert div_id not in Interactive(other, "x")._repr_mimebundle_()["text/html"]
+
+
+def test_without_plotly_the_module_loads_and_a_figure_names_the_extra_to_install():
+    script = """
+import sys
+sys.modules["plotly"] = None  # as if plotly were not installed
+import torch
+from gpt_from_scratch.book import interactive
+probs = interactive.sampled_probs(torch.zeros(4), 1.0, interactive.SamplingFilter("all"))
+print(probs.tolist())
+try:
+    interactive.attention_figure(torch.eye(2), ["a", "b"], ["one"])
+except ImportError as error:
+    print(error)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=Path(__file__).parent.parent, check=True).stdout
+    assert out.splitlines() == [
+        "[0.25, 0.25, 0.25, 0.25]",
+        "the interactive figures need plotly, which the notebooks' extra installs: "
+        'pip install "gpt-from-scratch-book[notebooks]"']

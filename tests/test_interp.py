@@ -4,11 +4,16 @@ in test_interp_parity.py."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
 from gpt_from_scratch import interp
+from gpt_from_scratch.lora import apply_lora, merge_lora
 from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.modern import Llama, LlamaConfig
 
 
 def _model(seed=0, **overrides) -> GPT:
@@ -93,6 +98,22 @@ def test_direct_logit_attribution_adds_up_to_the_logit(bias):
     assert parts.heads.abs().amax() > 0.01 * logit.abs().amax()  # the heads carry real shares
 
 
+@pytest.mark.parametrize("merged", [False, True])
+def test_direct_logit_attribution_counts_a_lora_update_merged_or_not(merged):
+    model, idx, target = _model(), _idx(), _idx(seed=2)
+    apply_lora(model, r=2)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.3)  # an update that changes the logits
+    if merged:
+        merge_lora(model)
+    parts = interp.direct_logit_attribution(model.eval(), idx, target)
+    logit = model(idx)[0].gather(-1, target[..., None])[..., 0]
+    torch.testing.assert_close(parts.total(), logit, atol=1e-4, rtol=1e-5)
+    assert not torch.allclose(logit, _model()(idx)[0].gather(-1, target[..., None])[..., 0])
+
+
 def test_zero_ablation_is_chapter_8s_zeroed_columns_and_resampling_from_itself_changes_nothing():
     model, idx = _model(), _idx()
     zeroed = interp.ablate_heads(model, idx, [(1, 2), (2, 0)])
@@ -145,6 +166,77 @@ def test_patching_shares_are_each_heads_restored_fraction():
         patched = float(metric(model(corrupted)[0]))
     assert shares[2, 3].item() == pytest.approx((patched - m_corrupt) / (m_clean - m_corrupt), abs=1e-6)
     assert len(set(shares.flatten().tolist())) == 12
+
+
+def test_heads_may_be_numpy_ints():
+    model, idx = _model(), _idx()
+    layers, heads = np.array([1, 2]), np.array([2, 0])
+    torch.testing.assert_close(interp.ablate_heads(model, idx, list(zip(layers, heads))),
+                               interp.ablate_heads(model, idx, [(1, 2), (2, 0)]))
+    torch.testing.assert_close(interp.ablate_heads(model, idx, np.array([[1, 2]])),
+                               interp.ablate_heads(model, idx, [(1, 2)]))
+    _, cache = interp.run_with_hooks(model, _idx(seed=3), read=["blocks.1.attn.z"])
+    z = cache["blocks.1.attn.z"]
+    torch.testing.assert_close(interp.patch_head(model, idx, z, np.int64(1), np.int32(3)),
+                               interp.patch_head(model, idx, z, 1, 3))
+
+
+def _llama() -> Llama:
+    torch.manual_seed(0)
+    return Llama(LlamaConfig(vocab_size=50, context_length=16, d_model=32, n_layers=2,
+                             n_heads=4, n_kv_heads=2)).eval()
+
+
+def _hf_gpt2():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=50,
+                                     n_positions=16)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+CALLS = {
+    "hook_names": lambda m, i: interp.hook_names(m),
+    "run_with_hooks": lambda m, i: interp.run_with_hooks(m, i, ["blocks.0.attn.pattern"]),
+    "logit_lens": lambda m, i: interp.logit_lens(m, i),
+    "direct_logit_attribution": lambda m, i: interp.direct_logit_attribution(m, i, i),
+    "ablate_heads": lambda m, i: interp.ablate_heads(m, i, [(0, 1)]),
+    "patch_head": lambda m, i: interp.patch_head(m, i, torch.zeros(3, 10, 4, 8), 0, 1),
+    "patching_shares": lambda m, i: interp.patching_shares(m, i, i, lambda x: x.mean()),
+}
+
+
+@pytest.mark.parametrize("call", CALLS.values(), ids=CALLS.keys())
+@pytest.mark.parametrize("make, fix", [
+    (_llama, r"got a Llama: Chapter 10's Llama has no c_attn to hook .* "
+             r"to_hf_state_dict\(\)"),
+    (_hf_gpt2, r"got a GPT2LMHeadModel: for GPT-2, hf_weights.from_hf\(model\) gives the "
+               r"book's GPT"),
+], ids=["llama", "hugging-face"])
+def test_a_model_that_is_not_the_books_gpt_is_named_with_what_to_use(call, make, fix):
+    with pytest.raises(ValueError, match=r"expected the book's GPT "
+                                         r"\(gpt_from_scratch.model.GPT.*" + fix
+                                         + r".*TransformerLens"):
+        call(make(), _idx())
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m, i: interp.ablate_heads(m, i, (0, 1)),
+     r"heads=\(0, 1\) must be a list of \(layer, head\) pairs: .* heads=\[\(0, 1\)\]"),
+    (lambda m, i: interp.ablate_heads(m, i, [(0, 1, 2)]),
+     r"must be a list of \(layer, head\) pairs"),
+    (lambda m, i: interp.ablate_heads(m, i, [(0.0, 1)]),
+     r"head \(layer=0.0, head=1\) .* whole number"),
+    (lambda m, i: interp.direct_logit_attribution(m, i, i + 45),
+     r"target holds ids in \[45, 9\d\], outside the vocabulary \[0, 50\)"),
+    (lambda m, i: interp.direct_logit_attribution(m, i, i - 50),
+     r"target holds ids in \[-50, -\d+\]"),
+    (lambda m, i: interp.patching_shares(m, i, _idx(seed=6), lambda x: x.mean() * math.nan),
+     r"metric is nan on clean and nan on corrupted inputs: it must return a finite number"),
+])
+def test_bad_heads_targets_and_metrics_name_the_value_and_the_fix(call, message):
+    with pytest.raises(ValueError, match=message) as error:
+        call(_model(), _idx())
+    assert "no gap" not in str(error.value)
 
 
 def test_mean_logprob_is_the_mean_over_the_mask():

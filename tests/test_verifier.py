@@ -2,11 +2,14 @@
 (gpt_from_scratch.book.verifier, verifier_prose), on tiny random models: seconds, no trained
 model needed."""
 
+import dataclasses
 import importlib.util
+import json
 import math
 import re
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -94,6 +97,20 @@ def test_a_run_is_trained_once_then_read_from_the_cache(tmp_path, monkeypatch):
     loaded, _, again = verifier.grpo_model(recipe)
     assert again == history
     assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in trained.state_dict().items())
+    numpy_recipe = verifier.GRPORecipe(steps=np.int64(2), batch_size=np.int32(2),
+                                       group_size=np.int64(4), lr=np.float64(1e-2))
+    assert verifier.grpo_model(numpy_recipe)[2] == history  # the same entry, read back
+
+
+def test_a_recipe_holds_python_numbers_that_json_stores():
+    recipe = verifier.GRPORecipe(steps=np.int64(3), lr=np.float32(0.5),
+                                 beta=np.float64(0.1), batch_size=np.int32(2),
+                                 group_size=np.uint8(4), seed=np.int64(1))
+    fields = dataclasses.asdict(recipe)
+    assert [type(v) for v in fields.values()] == [str, int, float, float, int, int, int]
+    assert json.loads(json.dumps(fields)) == fields
+    assert recipe == verifier.GRPORecipe(steps=3, lr=0.5, beta=0.1, batch_size=2,
+                                         group_size=4, seed=1)
 
 
 # ---------------------------------------------------------------- sampled scores
@@ -135,6 +152,16 @@ def test_sampled_scores_refuse_k_above_n_and_no_items():
         verifier.sampled_scores(model, tok, ITEMS, n=4, k=8)
     with pytest.raises(ValueError, match="items is empty"):
         verifier.sampled_scores(model, tok, [], n=4, k=2)
+
+
+@pytest.mark.parametrize("score", [
+    lambda m, t, i: verifier.sampled_scores(m, t, i, n=2, k=1), verifier.answer_logprob])
+def test_items_longer_than_the_context_are_named_not_an_argument_never_passed(score):
+    model, tok = tiny_assistant()  # context_length 64
+    with pytest.raises(ValueError, match=r"an item needs \d+ tokens and the model reads "
+                                         r"64: pass items whose conversations fit") as err:
+        score(model, tok, [Item("Last word", "Is it not so, my lord? " * 3)])
+    assert "max_new_tokens" not in str(err.value) and "training" not in str(err.value)
 
 
 def test_answer_logprob_is_the_log_of_either_openings_probability():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 import time
 from dataclasses import dataclass
 
@@ -38,11 +39,15 @@ class SFTRecipe:
     halfway: int = 300  # the step whose model is kept too: ABLATION_STEPS
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "seed", "halfway"):
-            check_int("SFTRecipe", name, getattr(self, name), minimum=0 if name == "seed" else 1)
-        if not (isinstance(self.lr, (int, float)) and 0 < self.lr < 1):
+        for name in ("steps", "batch_size", "seed", "halfway"):  # NumPy ints become ints
+            value = check_int("SFTRecipe", name, getattr(self, name),
+                              minimum=0 if name == "seed" else 1)
+            object.__setattr__(self, name, value)
+        if (isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real)
+                or not 0 < self.lr < 1):
             raise ValueError(f"SFTRecipe.lr={self.lr!r} must be a number in (0, 1): Chapter 12 "
                              "uses 2e-3 on the CPU")
+        object.__setattr__(self, "lr", float(self.lr))
         if self.halfway > self.steps:
             raise ValueError(f"SFTRecipe.halfway={self.halfway} is past steps={self.steps}: keep "
                              "a step of the run (Chapter 12 keeps steps // 2)")

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from .. import interp
 from ..chat import ChatTokenizer
+from ..utils import check_int
 from .assistant import STYLES, Item
 from .lessons import Lesson, lesson
 
@@ -37,6 +38,7 @@ class Pairs:
 
 def repeat_pairs(items: list[Item], tok: ChatTokenizer, n: int) -> Pairs:
     """``n`` pairs of held-out "Repeat" lines of equal length (each line used once)."""
+    n = check_int("repeat_pairs", "n", n, minimum=1)
     by_length: dict[int, list[Item]] = {}
     for item in items:
         if item.task == "Repeat":
@@ -90,9 +92,29 @@ def lens_top1(model, pairs: Pairs) -> Tensor:
     return hits[:, pairs.copy].float().mean(-1)
 
 
+def _ranks(name: str, x: Tensor) -> Tensor:
+    """Each value's rank from 0, tied values sharing the mean of the ranks they span."""
+    x = x.flatten()
+    if x.isnan().any():
+        raise ValueError(f"rank_correlation: {name} holds nan, which has no rank "
+                         f"({x.tolist()!r:.40}): rank finite values")
+    if (x == x[:1]).all():
+        raise ValueError(f"rank_correlation: {name} is constant ({x.tolist()!r:.40}): "
+                         "its ranks are all tied, so the correlation is undefined (0 / 0); "
+                         "rank values that differ")
+    below, tied = (x[None] < x[:, None]).sum(1), (x[None] == x[:, None]).sum(1)  # (n,) each
+    return below + (tied - 1) / 2
+
+
 def rank_correlation(a: Tensor, b: Tensor) -> float:
-    """Spearman's rank correlation of two equally shaped tensors (no ties expected)."""
-    ra, rb = (x.flatten().argsort().argsort().float() for x in (a, b))
+    """Spearman's rank correlation of two equally shaped tensors: the Pearson correlation of
+    their ranks, ties ranked by their mean rank (as ``scipy.stats.spearmanr``)."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape):
+        raise ValueError(f"rank_correlation: a and b must be tensors of one shape, got "
+                         f"{getattr(a, 'shape', type(a).__name__)} and "
+                         f"{getattr(b, 'shape', type(b).__name__)}: one value per head in "
+                         "each")
+    ra, rb = _ranks("a", a), _ranks("b", b)
     return float(torch.corrcoef(torch.stack([ra, rb]))[0, 1])
 
 

@@ -4,6 +4,7 @@ al.'s task, found by patching; offline, a sentence that says what each does."""
 
 from __future__ import annotations
 
+import numbers
 import random
 
 import torch
@@ -77,8 +78,9 @@ def name_prompts(n: int, seed: int = 0, encoding=None) -> tuple[Tensor, Tensor, 
     (B, T) names the subject twice ("When Mary and John went to the store, John gave a drink to":
     the next name is Mary, the indirect object), ``corrupted`` names the indirect object again
     ("..., Mary gave a drink to": the next name is John); and each row's two name ids (B,)."""
-    if not isinstance(n, int) or n < 1:
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ValueError(f"n is {n!r}, the number of sentences: pass a whole number >= 1")
+    n = int(n)  # a NumPy int too
     ids = (encoding or gpt2_encoding()).encode
     g = random.Random(seed)
     rows = [(*g.sample(NAMES, 2), g.choice(PLACES), g.choice(THINGS)) for _ in range(n)]

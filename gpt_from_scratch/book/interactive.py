@@ -18,14 +18,15 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import plotly.graph_objects as go
-import plotly.io as pio
 import torch
-from plotly.offline import get_plotlyjs_version
 
 from ..generate import top_k_filter, top_p_filter
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = {"responsive": True, "displayModeBar": False, "scrollZoom": False}
@@ -36,10 +37,26 @@ CONFIG = {"responsive": True, "displayModeBar": False, "scrollZoom": False}
 MIME_CONFIG = {**CONFIG, "responsive": False}
 HOVER = ("query %{customdata[0]} (position %{customdata[2]})<br>key %{customdata[1]} "
          "(position %{customdata[3]})<br>weight %{z:.3f}<extra></extra>")
-# Outside the book and JupyterLab (Colab's output frames, nbviewer) the HTML fetches
-# plotly.js of the version plotly.py bundles; the book's pages already hold it and never
-# fetch it.
-PLOTLY_JS_URL = f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
+
+
+def _plotly():
+    """The ``plotly`` package, imported when a figure is drawn: only the notebooks' extra
+    installs it, so that the rest of the package runs without it."""
+    try:
+        import plotly.graph_objects
+        import plotly.io
+        import plotly.offline
+    except ImportError as error:
+        raise ImportError("the interactive figures need plotly, which the notebooks' "
+                          "extra installs: pip install \"gpt-from-scratch-book[notebooks]\""
+                          ) from error
+    return plotly
+
+
+def plotly_js_url() -> str:
+    """Where the HTML fetches plotly.js outside the book and JupyterLab (Colab's output
+    frames, nbviewer): the version plotly.py bundles. The book's pages hold it already."""
+    return f"https://cdn.plot.ly/plotly-{_plotly().offline.get_plotlyjs_version()}.min.js"
 
 
 def _as_maps(maps) -> np.ndarray:
@@ -67,9 +84,10 @@ def _heatmap(weights: np.ndarray, tokens: Sequence[str], visible: bool) -> go.He
     T = len(tokens)
     pairs = [[[tokens[q], tokens[k], q, k] for k in range(T)]
              for q in range(T)]  # (T, T, 4)
-    return go.Heatmap(z=_causal(weights), customdata=pairs, hovertemplate=HOVER, zmin=0,
-                      zmax=1, colorscale="Viridis", colorbar={"title": {"text": "weight"}},
-                      hoverongaps=False, visible=visible)
+    return _plotly().graph_objects.Heatmap(
+        z=_causal(weights), customdata=pairs, hovertemplate=HOVER, zmin=0, zmax=1,
+        colorscale="Viridis", colorbar={"title": {"text": "weight"}}, hoverongaps=False,
+        visible=visible)
 
 
 def _token_axes(fig: go.Figure, tokens: Sequence[str]) -> None:
@@ -109,7 +127,8 @@ def attention_figure(maps, tokens: Sequence[str], names: Sequence[str],
     if len(names) != len(array):
         raise ValueError(f"got {len(array)} maps and {len(names)} names: pass one name per "
                          "map")
-    fig = go.Figure([_heatmap(w, tokens, visible=i == 0) for i, w in enumerate(array)])
+    fig = _plotly().graph_objects.Figure([_heatmap(w, tokens, visible=i == 0)
+                                          for i, w in enumerate(array)])
     if len(array) > 1:
         fig.update_layout(updatemenus=[_show_one(names, type="buttons", direction="right")])
     _token_axes(fig, tokens)
@@ -164,6 +183,7 @@ def sampling_explorer(logits: torch.Tensor, labels: Sequence[str],
     bars = [[_bars(sampled_probs(logits, t, f), order) for f in filters]
             for t in temperatures]  # (temperatures, filters, n_bars + 1)
     start = list(temperatures).index(1.0)
+    go = _plotly().graph_objects
     fig = go.Figure([go.Bar(x=x, y=bars[start][i], visible=i == 0, name=f.name,
                             hovertemplate="%{x}: %{y:.3f}<extra></extra>")
                      for i, f in enumerate(filters)])
@@ -194,8 +214,8 @@ def layer_head_explorer(maps, tokens: Sequence[str], layer: int = 0, head: int =
     if not (0 <= layer < L and 0 <= head < H):
         raise ValueError(f"layer={layer}, head={head} out of range: use 0 .. {L - 1} and "
                          f"0 .. {H - 1}")
-    fig = go.Figure([_heatmap(array[l, head], tokens, visible=l == layer)
-                     for l in range(L)])
+    fig = _plotly().graph_objects.Figure([_heatmap(array[l, head], tokens,
+                                                   visible=l == layer) for l in range(L)])
     steps = [{"label": str(h), "method": "restyle",
               "args": [{"z": [_causal(array[l, h]) for l in range(L)]}]} for h in range(H)]
     slider = {"active": head, "steps": steps, "currentvalue": {"prefix": "head "},
@@ -214,7 +234,7 @@ class Interactive:
     text: str
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        spec = json.loads(pio.to_json(self.figure, validate=False))
+        spec = json.loads(_plotly().io.to_json(self.figure, validate=False))
         return {PLOTLY_MIME: {**spec, "config": MIME_CONFIG},
                 "text/html": self.html({**spec, "config": CONFIG}), "text/plain": self.text}
 
@@ -233,6 +253,6 @@ class Interactive:
             "spec.config); }\n"
             "  if (window.Plotly) { draw(); return; }\n"
             '  var script = document.createElement("script");\n'
-            f'  script.src = "{PLOTLY_JS_URL}";\n'
+            f'  script.src = "{plotly_js_url()}";\n'
             "  script.onload = draw;\n"
             "  document.head.appendChild(script);\n})();\n</script>")

@@ -43,11 +43,13 @@ class GRPORecipe:
         if self.task not in TASKS:
             raise ValueError(f"GRPORecipe: task={self.task!r} is not one of {list(TASKS)}: "
                              "train on one of Chapter 12's tasks")
-        for name in ("steps", "batch_size", "seed"):
-            check_int("GRPORecipe", name, getattr(self, name), minimum=0 if name == "seed" else 1)
-        check_int("GRPORecipe", "group_size", self.group_size, minimum=2)
-        check_float("GRPORecipe", "lr", self.lr, 0.0, low_open=True)
-        check_float("GRPORecipe", "beta", self.beta, 0.0)
+        smallest = {"steps": 1, "batch_size": 1, "group_size": 2, "seed": 0}
+        for name, least in smallest.items():  # NumPy numbers become Python ones (JSON)
+            value = check_int("GRPORecipe", name, getattr(self, name), minimum=least)
+            object.__setattr__(self, name, value)
+        lr = check_float("GRPORecipe", "lr", self.lr, 0.0, low_open=True)
+        object.__setattr__(self, "lr", lr)
+        object.__setattr__(self, "beta", check_float("GRPORecipe", "beta", self.beta, 0.0))
 
     @property
     def name(self) -> str:
@@ -105,6 +107,13 @@ def grpo_model(recipe: GRPORecipe) -> tuple:
     return policy.eval(), tok, history
 
 
+def _check_room(function: str, longest: int, context_length: int) -> None:
+    if longest > context_length:
+        raise ValueError(f"{function}: an item needs {longest} tokens and the model reads "
+                         f"{context_length}: pass items whose conversations fit (shorter "
+                         "lines)")
+
+
 @torch.no_grad()
 def sampled_scores(model, tok: ChatTokenizer, items: list[Item], n: int = 8, k: int = 8,
                    seed: int = 0) -> dict:
@@ -123,6 +132,7 @@ def sampled_scores(model, tok: ChatTokenizer, items: list[Item], n: int = 8, k: 
     T = model.config.context_length
     rows = []  # (item, right answers of n, stopped of n, courteous, styled)
     prompts, reward = prompts_and_reward(items, tok)  # "right" is what GRPO rewards
+    _check_room("sampled_scores", max(len(p) + 1 for p in prompts), T)  # one answer token
     for length in sorted({len(p) for p in prompts}):
         chosen = [j for j, p in enumerate(prompts) if len(p) == length]
         completions, mask = sample_groups(model, torch.tensor([prompts[j] for j in chosen]), n,
@@ -159,7 +169,9 @@ def answer_logprob(model, tok: ChatTokenizer, items: list[Item]) -> float:
     if not items:
         raise ValueError("answer_logprob: items is empty: pass the held-out items of one task")
     rows = [shift(*tok.render(i.messages(style))) for i in items for style in STYLES]
-    idx, targets = collate(rows, tok.pad_id, model.config.context_length)  # (N * 2, T)
+    T = model.config.context_length
+    _check_room("answer_logprob", max(len(inputs) for inputs, _ in rows), T)
+    idx, targets = collate(rows, tok.pad_id, T)  # (N * 2, T)
     with eval_mode(model):
         logps = sequence_logps(model, idx, targets).view(len(items), len(STYLES))  # (N, 2)
     return torch.logsumexp(logps, dim=-1).mean().item()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -136,9 +137,10 @@ def check_pass_at_k(candidate) -> bool:
             got = _call(candidate, n, c, k)
             if hasattr(got, "item") and getattr(got, "numel", lambda: 0)() == 1:
                 got = got.item()
-            if not isinstance(got, (int, float)):
+            if isinstance(got, bool) or not isinstance(got, numbers.Real):
                 raise _Mismatch(f"expected a number, got {type(got).__name__}",
                                 hint="return a Python float")
+            got = float(got)  # a NumPy number too
             wrong = {1 - (1 - c / n) ** k: "the k samples are drawn without replacement: "
                                            "1 - C(n - c, k) / C(n, k), not 1 - (1 - c/n)^k",
                      c / n: "pass@k depends on k: the chance that k samples hold a right one",
