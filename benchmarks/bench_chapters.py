@@ -56,7 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="where make test left nbval.xml and book-models.json (_build)")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when a chapter's share of make test is over its budget")
-    args, _ = parser.parse_known_args(argv)  # `python -m benchmarks chapters` passes its own words
+    args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads must be at least 1, got {args.threads}")
     return args
