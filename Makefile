@@ -313,6 +313,13 @@ COLAB_CHAPTERS ?= 01 04
 test-colab: $(STAMP)
 	GPT_FROM_SCRATCH_TEST_COLAB="$(COLAB_CHAPTERS)" $(PY) -m pytest -p no:cacheprovider -rs tests/test_colab.py
 
+# The online branches of Chapters 8 and 11-14 against GPT-2's real weights, from the Hugging Face
+# hub (needs the internet; the Online workflow runs it weekly): tests/test_online.py, which fails,
+# never skips, when the weights cannot be loaded or are not GPT-2 small's.
+.PHONY: test-online
+test-online: $(STAMP)
+	GPT_FROM_SCRATCH_TEST_ONLINE=1 $(PY) -m pytest -p no:cacheprovider -rs tests/test_online.py
+
 # Chapters with FULL_RUN = True on the CPU, the GPU-sized recipes shrunk: the branches a reader with a
 # GPU switches on (tests/test_full_run.py). Chapter 10's switch changes only sizes, so it is left out.
 FULL_RUN_CHAPTERS ?= 06 07 09

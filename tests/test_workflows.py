@@ -56,3 +56,75 @@ def test_every_action_is_pinned_to_a_commit_with_its_release_named():
                 and not m[1].startswith(("./", "docker://")) and not PINNED.match(m[1])]
     assert not unpinned, ("pin each action to its release's full commit SHA, the release "
                           "in a comment ('@<sha> # vX.Y.Z'):\n" + "\n".join(unpinned))
+
+
+# ------------------------------------------------------------------------------------------
+# What each workflow runs, read from the files
+# ------------------------------------------------------------------------------------------
+
+yaml = pytest.importorskip("yaml", reason="reading the workflows needs PyYAML")
+# The variables that keep Hugging Face's libraries, and gpt_from_scratch.hf_weights, offline.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def workflow(name: str) -> dict:
+    return yaml.safe_load((WORKFLOWS / name).read_text())
+
+
+def triggers(flow: dict) -> set[str]:
+    on = flow.get("on", flow.get(True))  # YAML 1.1 reads the key `on` as True
+    return {on} if isinstance(on, str) else set(on)
+
+
+def make_dry_run(*args: str) -> str:
+    """The commands `make -n` would run (nothing runs), the venv taken as built."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    result = subprocess.run(["make", "-n", "-o", ".venv/.installed", *args], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_ci_runs_the_offline_book():
+    env = workflow("ci.yml")["jobs"]["ci"].get("env", {})
+    wrong = {name: env.get(name) for name, value in OFFLINE.items()
+             if str(env.get(name)) != value}
+    assert not wrong, (f"ci.yml's job ci must set {OFFLINE}, so that Chapters 8 and 11-14 "
+                       f"take the offline branches of their committed outputs; has {wrong}")
+
+
+def test_under_ci_s_environment_gpt2_s_weights_are_never_downloaded(monkeypatch, tmp_path):
+    pytest.importorskip("transformers")
+    from gpt_from_scratch import hf_weights
+
+    for name, value in workflow("ci.yml")["jobs"]["ci"]["env"].items():
+        monkeypatch.setenv(name, str(value))
+
+    def online(*args, **kwargs):
+        raise AssertionError("from_pretrained asked the hub under CI's environment")
+
+    monkeypatch.setattr(hf_weights, "_hub_unreachable", online)
+    with pytest.raises(hf_weights.WeightsUnavailableError, match="offline mode is on"):
+        hf_weights.from_pretrained("gpt2", cache_dir=tmp_path)  # an empty cache
+
+
+def test_the_online_branches_have_a_job_of_their_own_that_only_real_weights_pass():
+    flow = workflow("online.yml")
+    assert triggers(flow) <= {"workflow_dispatch", "schedule"}, (
+        f"online.yml runs on {triggers(flow)}: on demand or on a schedule, not on every push")
+    (job,) = flow["jobs"].values()
+    runs = [step.get("run", "") for step in job["steps"]]
+    assert any(run.strip() == "make test-online" for run in runs), runs
+    offline = set(OFFLINE) & {*flow.get("env", {}), *job.get("env", {})}
+    assert not offline, f"online.yml sets {offline}: the online tests would fail"
+    recipe = make_dry_run("test-online")
+    assert "GPT_FROM_SCRATCH_TEST_ONLINE=1" in recipe and "tests/test_online.py" in recipe
+
+
+def test_no_job_or_step_may_fail_without_failing_its_workflow():
+    lenient = [f"{path.name}: {name}" for path in workflow_files()
+               for name, job in (workflow(path.name).get("jobs") or {}).items()
+               for where in (job, *job.get("steps", []))
+               if where.get("continue-on-error")]
+    assert not lenient, f"continue-on-error hides a failure: {lenient}"
