@@ -313,9 +313,9 @@ COLAB_CHAPTERS ?= 01 04
 test-colab: $(STAMP)
 	GPT_FROM_SCRATCH_TEST_COLAB="$(COLAB_CHAPTERS)" $(PY) -m pytest -p no:cacheprovider -rs tests/test_colab.py
 
-# The online branches of Chapters 8 and 11-14 against GPT-2's real weights, from the Hugging Face
-# hub (needs the internet; the Online workflow runs it weekly): tests/test_online.py, which fails,
-# never skips, when the weights cannot be loaded or are not GPT-2 small's.
+# The online branches of Chapters 8 and 11-14 against GPT-2's real weights, from the Hugging
+# Face hub (needs the internet; the Online workflow runs it weekly): tests/test_online.py,
+# which fails, never skips, when the weights cannot be loaded or are not GPT-2 small's.
 .PHONY: test-online
 test-online: $(STAMP)
 	GPT_FROM_SCRATCH_TEST_ONLINE=1 $(PY) -m pytest -p no:cacheprovider -rs tests/test_online.py

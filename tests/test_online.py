@@ -1,16 +1,16 @@
-"""The online branches of Chapters 8 and 11-14 against GPT-2 small's real weights, downloaded
-from the Hugging Face hub: ``make test-online``, which the Online workflow
+"""The online branches of Chapters 8 and 11-14 against GPT-2 small's real weights, from
+the Hugging Face hub: ``make test-online``, which the Online workflow
 (.github/workflows/online.yml) runs weekly and on demand.
 
 CI tests the offline book, as its committed outputs were made (HF_HUB_OFFLINE=1 and friends:
-tests/test_workflows.py); these tests take the branches a reader with a network takes, on the
-CPU. They pass only by loading the real weights: with GPT_FROM_SCRATCH_TEST_ONLINE=1 nothing
-skips, offline mode or an unreachable hub fails them, and the weights must be GPT-2 small's
-(124,439,808 parameters, the logits of transformers' GPT2LMHeadModel, and the pronoun head's
-attention row of ``heads.GPT2_REFERENCE``, measured elsewhere on the same checkpoint).
-Without the variable they skip (``make test`` has no network). Chapter 14's TRL run is left
-out: on a CPU the chapter does not run it (its online cell says so); the book's own GRPO step
-runs on the real weights.
+tests/test_workflows.py); these tests take the branches a reader with a network takes, on
+the CPU. They pass only by loading the real weights: with GPT_FROM_SCRATCH_TEST_ONLINE=1
+nothing skips, offline mode or an unreachable hub fails them, and the weights must be GPT-2
+small's (124,439,808 parameters, the logits of transformers' GPT2LMHeadModel, and the
+pronoun head's attention row of ``heads.GPT2_REFERENCE``, measured elsewhere on the same
+checkpoint). Without the variable they skip (``make test`` has no network). Chapter 14's
+TRL run is left out: on a CPU the chapter does not run it (its online cell says so); the
+book's own GRPO step runs on the real weights.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFL
 GPT2_SMALL_PARAMETERS = 124_439_808
 pytestmark = pytest.mark.skipif(
     not os.environ.get(ONLINE_ENV),
-    reason=f"needs the internet and GPT-2's weights (500 MB): make test-online ({ONLINE_ENV})")
+    reason=f"needs the internet and GPT-2's weights (500 MB): make test-online "
+           f"({ONLINE_ENV})")
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,8 @@ def gpt2():
 
     offline = [name for name in OFFLINE_VARIABLES if os.environ.get(name)]
     if offline:
-        pytest.fail(f"{', '.join(offline)} set: the online tests need the hub", pytrace=False)
+        pytest.fail(f"{', '.join(offline)} set: the online tests need the hub",
+                    pytrace=False)
     return from_pretrained("gpt2").eval()
 
 
@@ -65,8 +67,8 @@ def test_the_book_s_gpt_computes_what_transformers_computes(gpt2, theirs):
 
 
 def test_the_pronoun_head_is_the_published_one(gpt2):
-    """Where " She" looks in layer 5, head 10: the row measured elsewhere, which random weights
-    of GPT-2's shape do not give."""
+    """Where " She" looks in layer 5, head 10: the row measured elsewhere, which random
+    weights of GPT-2's shape do not give."""
     from gpt_from_scratch import heads
     from gpt_from_scratch.tokenizer import gpt2_encoding
 
@@ -80,9 +82,9 @@ def test_the_pronoun_head_is_the_published_one(gpt2):
 
 
 def test_chapter_8_online_branch_on_the_real_weights(gpt2):
-    """The chapter itself up to its exercises, as test_chapter8.py runs it with stand-ins, but
-    with GPT-2's weights from the hub (only Chapter 6's model, trained elsewhere, stands in);
-    ``gpt2`` first, so that without the weights it fails before the chapter runs."""
+    """The chapter itself up to its exercises, as test_chapter8.py runs it with stand-ins,
+    but with GPT-2's weights from the hub (only Chapter 6's model, trained elsewhere, stands
+    in); ``gpt2`` first, so that without the weights it fails before the chapter runs."""
     from test_chapter8 import SMALL_MODELS, _check_common, _find, _run
 
     r, texts = _run(SMALL_MODELS)
@@ -95,7 +97,8 @@ def test_chapter_8_online_branch_on_the_real_weights(gpt2):
 
 def test_chapter_11_hellaswag_downloads_and_scores(gpt2):
     from gpt_from_scratch.book import measuring_prose as prose
-    from gpt_from_scratch.book.hellaswag import HELLASWAG_ITEMS, hellaswag_items, hellaswag_rows
+    from gpt_from_scratch.book.hellaswag import (HELLASWAG_ITEMS, hellaswag_items,
+                                                 hellaswag_rows)
     from gpt_from_scratch.evaluate import score_choices
     from gpt_from_scratch.tokenizer import gpt2_encoding
 
@@ -113,7 +116,8 @@ def test_chapter_12_fine_tunes_gpt2_on_the_instructions(gpt2):
 
     run = assistant_online.online_run(steps=2, batch_size=2, n_shown=1)
     assert not run.text.startswith("*Not run here*"), run.text
-    assert "GPT-2 small with the chat tokens and LoRA" in run.text and len(run.responses) == 1
+    assert "GPT-2 small with the chat tokens and LoRA" in run.text
+    assert len(run.responses) == 1, run.responses
 
 
 def test_chapter_13_finds_heads_in_gpt2(gpt2):

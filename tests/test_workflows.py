@@ -63,7 +63,7 @@ def test_every_action_is_pinned_to_a_commit_with_its_release_named():
 # ------------------------------------------------------------------------------------------
 
 yaml = pytest.importorskip("yaml", reason="reading the workflows needs PyYAML")
-# The variables that keep Hugging Face's libraries, and gpt_from_scratch.hf_weights, offline.
+# What keeps Hugging Face's libraries, and gpt_from_scratch.hf_weights, offline.
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
@@ -112,7 +112,8 @@ def test_under_ci_s_environment_gpt2_s_weights_are_never_downloaded(monkeypatch,
 def test_the_online_branches_have_a_job_of_their_own_that_only_real_weights_pass():
     flow = workflow("online.yml")
     assert triggers(flow) <= {"workflow_dispatch", "schedule"}, (
-        f"online.yml runs on {triggers(flow)}: on demand or on a schedule, not on every push")
+        f"online.yml runs on {triggers(flow)}: on demand or on a schedule, not on every "
+        "push")
     (job,) = flow["jobs"].values()
     runs = [step.get("run", "") for step in job["steps"]]
     assert any(run.strip() == "make test-online" for run in runs), runs
