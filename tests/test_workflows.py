@@ -129,3 +129,50 @@ def test_no_job_or_step_may_fail_without_failing_its_workflow():
                for where in (job, *job.get("steps", []))
                if where.get("continue-on-error")]
     assert not lenient, f"continue-on-error hides a failure: {lenient}"
+
+
+def test_ci_gives_the_grader_s_sandbox_what_it_needs_and_requires_it():
+    job = workflow("ci.yml")["jobs"]["ci"]
+    container = job["container"] if isinstance(job["container"], dict) else {}
+    options = container.get("options", "")
+    assert "--privileged" in options.split(), (
+        "ci.yml's container: bubblewrap needs --privileged (Docker's seccomp and AppArmor "
+        "profiles, capabilities and masked /proc refuse its namespaces); options "
+        f"{options!r}")
+    assert str(job["env"].get("GPT_FROM_SCRATCH_REQUIRE_SANDBOX")) == "1"
+    runs = [step.get("run", "") for step in job["steps"]]
+    switch = next(i for i, run in enumerate(runs)
+                  if "apparmor_restrict_unprivileged_userns" in run)
+    assert switch < runs.index("bash .ci/run"), "user namespaces allowed after .ci/run"
+    assert "GPT_FROM_SCRATCH_REQUIRE_SANDBOX=1 " in make_dry_run("test-grading")
+    assert "GPT_FROM_SCRATCH_REQUIRE_SANDBOX=0 " in make_dry_run("test-grading",
+                                                                 "REQUIRE_SANDBOX=0")
+
+
+def test_the_grader_s_tests_fail_where_required_and_no_sandbox_starts(monkeypatch):
+    grading_class = pytest.importorskip("grading_class")  # puts scripts/ on the path
+    sandbox = pytest.importorskip("grading.sandbox")
+    from grading import startup
+
+    def refused(*args, **kwargs):
+        raise sandbox.SandboxError("bwrap: Creating new namespace failed: Operation not "
+                                   "permitted")
+
+    monkeypatch.setattr(startup, "check", refused)
+    cases = {  # bwrap found?, GPT_FROM_SCRATCH_REQUIRE_SANDBOX -> outcome, its words
+        ("/usr/bin/bwrap", "1"): (pytest.fail.Exception, "must run here, but bubblewrap "
+                                  "is installed but cannot start a sandbox here: bwrap"),
+        ("/usr/bin/bwrap", "0"): (pytest.skip.Exception, "cannot start a sandbox here"),
+        ("/usr/bin/bwrap", ""): (pytest.skip.Exception, "cannot start a sandbox here"),
+        (None, "1"): (pytest.fail.Exception, "must run here, but grading needs bubblewrap"),
+        (None, "0"): (pytest.skip.Exception, "grading needs bubblewrap"),
+    }
+    try:
+        for (found, required), (outcome, words) in cases.items():
+            monkeypatch.setattr(shutil, "which", lambda name, found=found: found)
+            monkeypatch.setenv(grading_class.REQUIRE_SANDBOX, required)
+            grading_class.no_sandbox.cache_clear()
+            with pytest.raises(outcome, match=re.escape(words)):
+                grading_class.require_sandbox()
+    finally:
+        grading_class.no_sandbox.cache_clear()
