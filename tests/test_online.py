@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def gpt2():
+def gpt2_small():
     """The book's GPT with GPT-2 small's weights: an error here fails, never skips."""
     from gpt_from_scratch.hf_weights import from_pretrained
 
@@ -48,25 +48,25 @@ def theirs():
     return GPT2LMHeadModel.from_pretrained("gpt2", attn_implementation="eager").eval()
 
 
-def test_the_weights_are_gpt2_small(gpt2):
-    config = gpt2.config
-    assert sum(p.numel() for p in gpt2.parameters()) == GPT2_SMALL_PARAMETERS
+def test_the_weights_are_gpt2_small(gpt2_small):
+    config = gpt2_small.config
+    assert sum(p.numel() for p in gpt2_small.parameters()) == GPT2_SMALL_PARAMETERS
     shape = (config.vocab_size, config.context_length, config.d_model, config.n_layers,
              config.n_heads)
     assert shape == (50_257, 1024, 768, 12, 12), shape
 
 
-def test_the_book_s_gpt_computes_what_transformers_computes(gpt2, theirs):
+def test_the_book_s_gpt_computes_what_transformers_computes(gpt2_small, theirs):
     from gpt_from_scratch import heads
     from gpt_from_scratch.tokenizer import gpt2_encoding
 
     ids = torch.tensor([gpt2_encoding().encode(heads.GPT2_REFERENCE.pronoun_sentence)])
-    parity = heads.parity(gpt2, theirs, ids)
+    parity = heads.parity(gpt2_small, theirs, ids)
     assert parity.max_logit_diff < 1e-3 and parity.max_attention_diff < 1e-4, parity
     assert parity.same_greedy, parity
 
 
-def test_the_pronoun_head_is_the_published_one(gpt2):
+def test_the_pronoun_head_is_the_published_one(gpt2_small):
     """Where " She" looks in layer 5, head 10: the row measured elsewhere, which random
     weights of GPT-2's shape do not give."""
     from gpt_from_scratch import heads
@@ -76,15 +76,16 @@ def test_the_pronoun_head_is_the_published_one(gpt2):
     ids = torch.tensor([gpt2_encoding().encode(reference.pronoun_sentence)])
     layer, head = reference.pronoun_head
     with torch.no_grad():
-        row = gpt2.attention_maps(ids)[layer][0, head, -1].tolist()
+        row = gpt2_small.attention_maps(ids)[layer][0, head, -1].tolist()
     difference = heads.compare_with_reference(row)
     assert heads.agreement(difference) == "agree", (difference, row)
 
 
-def test_chapter_8_online_branch_on_the_real_weights(gpt2):
+def test_chapter_8_online_branch_on_the_real_weights(gpt2_small):
     """The chapter itself up to its exercises, as test_chapter8.py runs it with stand-ins,
     but with GPT-2's weights from the hub (only Chapter 6's model, trained elsewhere, stands
-    in); ``gpt2`` first, so that without the weights it fails before the chapter runs."""
+    in); ``gpt2_small`` first, so that without the weights it fails before the chapter
+    runs."""
     from test_chapter8 import SMALL_MODELS, _check_common, _find, _run
 
     r, texts = _run(SMALL_MODELS)
@@ -95,7 +96,7 @@ def test_chapter_8_online_branch_on_the_real_weights(gpt2):
     _check_common(r, texts, "GPT-2 small")
 
 
-def test_chapter_11_hellaswag_downloads_and_scores(gpt2):
+def test_chapter_11_hellaswag_downloads_and_scores(gpt2_small):
     from gpt_from_scratch.book import measuring_prose as prose
     from gpt_from_scratch.book.hellaswag import (HELLASWAG_ITEMS, hellaswag_items,
                                                  hellaswag_rows)
@@ -105,13 +106,14 @@ def test_chapter_11_hellaswag_downloads_and_scores(gpt2):
     rows = hellaswag_rows()  # downloaded into the cache; refused unless all 10,042 rows
     assert len(rows) == HELLASWAG_ITEMS
     encode = gpt2_encoding().encode_ordinary
-    scores = {reading: score_choices(gpt2, encode, hellaswag_items(rows[:20], reading))
+    scores = {reading: score_choices(gpt2_small, encode,
+                                     hellaswag_items(rows[:20], reading))
               for reading in ("nanogpt", "harness")}
     text = prose.hellaswag_text(None, scores)
     assert text.startswith("On 20 items"), text
 
 
-def test_chapter_12_fine_tunes_gpt2_on_the_instructions(gpt2):
+def test_chapter_12_fine_tunes_gpt2_on_the_instructions(gpt2_small):
     from gpt_from_scratch.book import assistant_online
 
     run = assistant_online.online_run(steps=2, batch_size=2, n_shown=1)
@@ -120,7 +122,7 @@ def test_chapter_12_fine_tunes_gpt2_on_the_instructions(gpt2):
     assert len(run.responses) == 1, run.responses
 
 
-def test_chapter_13_finds_heads_in_gpt2(gpt2):
+def test_chapter_13_finds_heads_in_gpt2(gpt2_small):
     from gpt_from_scratch.book import inside_online
 
     for text in (inside_online.online_run(n=2, half=10),
@@ -128,7 +130,7 @@ def test_chapter_13_finds_heads_in_gpt2(gpt2):
         assert not text.startswith(inside_online.NOT_RUN), text
 
 
-def test_chapter_14_trains_gpt2_with_grpo(gpt2):
+def test_chapter_14_trains_gpt2_with_grpo(gpt2_small):
     from gpt_from_scratch.book import verifier_online
 
     run = verifier_online.book_run(steps=1, lr=1e-4)
