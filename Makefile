@@ -63,10 +63,14 @@ help:
 	@echo "make test-arithmetic  the training chapters again under PyTorch's AVX2 kernels and one thread"
 	@echo "make system-packages  the Debian packages the checks use (bubblewrap, Chromium, TeX), as root"
 
-# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build. So does a pinned one
+# from PyPI on Linux (its nvidia-* packages and triton, several GB): TORCH_INDEX names the
+# index torch alone comes from, e.g. the CPU wheel's, https://download.pytorch.org/whl/cpu
+# (CI and the Pages workflow); empty, pip's own.
+TORCH_INDEX ?=
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@

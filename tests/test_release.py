@@ -32,9 +32,9 @@ pytest.importorskip("nbformat", reason="scripts/colab_setup.py reads the chapter
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from scripts import colab_setup, release  # noqa: E402
+from test_colab import torch_install  # noqa: E402  (TORCH_INDEX: CI's CPU wheel)
 
 RELEASE_ENV = "GPT_FROM_SCRATCH_TEST_RELEASE"
-TORCH_VERSION = "2.13.0"  # as tests/test_colab.py: Colab brings a torch of its own
 CFFCONVERT = "cffconvert==2.0.0"
 
 
@@ -131,7 +131,7 @@ def test_the_release_installs_from_a_package_index_in_every_chapter(tmp_path):
     run([sys.executable, "-m", "venv", venv])
     python = venv / "bin" / "python"
     torch_version = [python, "-c", "import torch; print(torch.__version__)"]
-    run([python, "-m", "pip", "install", "--quiet", f"torch=={TORCH_VERSION}"])
+    run([python, "-m", "pip", "install", "--quiet", *torch_install()])  # Colab's own
     torch_before = run(torch_version).strip()
     # The dependencies from the index the reader has; the package itself then only from the
     # local index, as each set-up cell installs it.

@@ -176,3 +176,35 @@ def test_the_grader_s_tests_fail_where_required_and_no_sandbox_starts(monkeypatc
                 grading_class.require_sandbox()
     finally:
         grading_class.no_sandbox.cache_clear()
+
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # torch's CPU wheel, nothing of CUDA
+
+
+def test_where_no_gpu_is_used_torch_comes_from_the_cpu_wheel_s_index():
+    """Every job that builds the venv (a make target without `-o .venv/.installed`, or
+    .ci/run) sets TORCH_INDEX; the Makefile gives it to torch's install alone."""
+    venv = re.compile(r"\bmake (?!-o \.venv/\.installed)|\.ci/run")
+    building = {f"{path.name}: {name}": job for path in workflow_files()
+                for name, job in workflow(path.name)["jobs"].items()
+                if any(venv.search(step.get("run", "")) for step in job.get("steps", []))}
+    assert len(building) >= 3, building  # CI, Pages, Online
+    wrong = [where for where, job in building.items()
+             if (job.get("env") or {}).get("TORCH_INDEX") != CPU_INDEX]
+    assert not wrong, f"set TORCH_INDEX: {CPU_INDEX} in {wrong}"
+
+    def installs(*variables: str) -> list[str]:
+        result = subprocess.run(["make", "-n", "-B", "VENV=_build/dry-run-venv",
+                                 "_build/dry-run-venv/.installed", *variables], cwd=ROOT,
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return [line for line in result.stdout.splitlines() if " pip install " in line]
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    torch, *rest = installs(f"TORCH_INDEX={CPU_INDEX}")
+    assert "torch==" in torch and torch.endswith(f" --index-url {CPU_INDEX}"), torch
+    assert rest and not any("--index-url" in line for line in rest), rest
+    assert "--index-url" not in installs()[0]  # empty: pip's own index
+    readme = (ROOT / "README.md").read_text()
+    assert f"TORCH_INDEX={CPU_INDEX}" in readme, "README.md: say how to get the CPU wheel"
