@@ -208,3 +208,28 @@ def test_where_no_gpu_is_used_torch_comes_from_the_cpu_wheel_s_index():
     assert "--index-url" not in installs()[0]  # empty: pip's own index
     readme = (ROOT / "README.md").read_text()
     assert f"TORCH_INDEX={CPU_INDEX}" in readme, "README.md: say how to get the CPU wheel"
+
+
+def test_jobs_on_the_runner_set_up_the_python_they_run():
+    """The runner's own Python is the image's, whose pip refuses to install into it unless
+    told to (a workaround GitHub has said it will remove): setup-python first."""
+    runs_python = re.compile(r"\b(python3?|pip|make)\b")
+    unset = [f"{path.name}: {name}, step {n}" for path in workflow_files()
+             for name, job in workflow(path.name)["jobs"].items() if "container" not in job
+             for n, step in enumerate(job.get("steps", []), 1)
+             if runs_python.search(step.get("run", ""))
+             and not any("actions/setup-python@" in earlier.get("uses", "")
+                         for earlier in job["steps"][:n - 1])]
+    assert not unset, f"actions/setup-python before these steps: {unset}"
+
+
+def test_the_github_release_comes_before_pypi_which_cannot_be_taken_back():
+    jobs = workflow("release.yml")["jobs"]
+
+    def needs(name: str) -> set[str]:
+        direct = jobs[name].get("needs", [])
+        direct = {direct} if isinstance(direct, str) else set(direct)
+        return direct.union(*(needs(n) for n in direct))
+
+    assert "pypi" not in needs("github-release") and "github-release" in needs("pypi"), (
+        "release.yml: the GitHub release first, PyPI last")
