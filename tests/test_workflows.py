@@ -233,3 +233,39 @@ def test_the_github_release_comes_before_pypi_which_cannot_be_taken_back():
 
     assert "pypi" not in needs("github-release") and "github-release" in needs("pypi"), (
         "release.yml: the GitHub release first, PyPI last")
+
+
+AFTER_A_FAILED_STEP = re.compile(r"failure\(\) && steps\.([\w-]+)\.outcome == 'failure'")
+
+
+def checklist() -> list[str]:
+    """CONTRIBUTING.md's Maintainer's checklist: each numbered item as one line of text."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    assert "\n## Maintainer's checklist\n" in text, "CONTRIBUTING.md: no such section"
+    section = text.split("\n## Maintainer's checklist\n", 1)[1].split("\n## ", 1)[0]
+    items = re.split(r"\n\d+\. ", section)[1:]
+    return [" ".join(item.replace("**", "").split()) for item in items]
+
+
+def test_a_missing_setting_fails_with_the_checklist_s_words():
+    """Each item of the checklist is printed by a step that runs when the step needing it
+    failed; no workflow keeps a checklist of its own in comments."""
+    items = checklist()
+    assert len(items) >= 3, items  # Pages, PyPI's trusted publisher, the pypi environment
+    printed = {}
+    for path in workflow_files():
+        for job in workflow(path.name)["jobs"].values():
+            steps = job.get("steps", [])
+            ids = {step["id"] for step in steps if "id" in step}
+            for step in steps:
+                words = " ".join(str((step.get("env") or {}).get("CHECKLIST", "")).split())
+                if not words:
+                    continue
+                needed = AFTER_A_FAILED_STEP.fullmatch(step.get("if", ""))
+                assert needed and needed[1] in ids, (path.name, step.get("if"))
+                assert "$CHECKLIST" in step["run"], step["run"]
+                printed[path.name] = printed.get(path.name, "") + words
+    missing = [item for item in items
+               if not any(item in words for words in printed.values())]
+    assert not missing, f"no workflow prints these items of the checklist: {missing}"
+    assert {"pages.yml", "release.yml"} <= set(printed), printed
