@@ -2,17 +2,22 @@
 rehearsal here.
 
 Fast, in ``make test``: the version is the same wherever it is written, a tag that is not it
-is refused with the reason, CHANGELOG.md has the version's notes, and CITATION.cff agrees
-with pyproject.toml and _config.yml.
+is refused with the reason, CHANGELOG.md has the version's notes, CITATION.cff agrees
+with pyproject.toml and _config.yml, and every notebook's set-up cell installs the version
+of its own commit (``release.pairing``, which the release workflow's tag check includes:
+the Colab buttons open the notebooks of the tag ``v<version>``, so a notebook and its
+package are a pair); a mismatched pair is refused with the notebook, both versions and the
+fix.
 
 Slow, ``make test-release`` (GPT_FROM_SCRATCH_TEST_RELEASE=1): the whole chain as a reader
 meets it, offline. The wheel and sdist are built (``python -m build``); a fresh venv gets
 only torch, then the package's dependencies; a folder holding the built wheel stands for
-PyPI (``PIP_NO_INDEX``, ``PIP_FIND_LINKS``); every chapter's set-up cell runs in that venv
-(the package uninstalled before each, so that each cell installs it), as IPython's ``%pip``
-runs pip; then the installed version must be the one a tag would name, and torch the one
-that was there. CITATION.cff is validated by ``cffconvert --validate`` in a venv of its own
-(cffconvert 2.0.0 needs jsonschema < 4, which requirements.txt's Jupyter stack cannot have).
+PyPI (``PIP_NO_INDEX``, ``PIP_FIND_LINKS``); every chapter's set-up cell, as its Jupyter and
+Colab edition has it, runs in that venv (the package uninstalled before each, so that each
+cell installs it), as IPython's ``%pip`` runs pip; then the installed version must be the
+one a tag would name, and torch the one that was there. CITATION.cff is validated by
+``cffconvert --validate`` in a venv of its own (cffconvert 2.0.0 needs jsonschema < 4,
+which requirements.txt's Jupyter stack cannot have).
 """
 
 from __future__ import annotations
@@ -47,6 +52,38 @@ def test_a_tag_that_is_not_the_version_is_refused_with_each_reason():
     assert len(problems) == len(release.versions()) + 1, problems
     assert all("99.0" in p for p in problems), problems
     assert any("CHANGELOG.md has no section '## [99.0]'" in p for p in problems)
+
+
+def test_every_notebook_installs_the_package_of_its_commit():
+    chapters = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    assert len(release.notebooks()) == 2 * len(chapters) > 0  # each chapter, its edition
+    assert release.pairing() == []
+
+
+def test_a_mismatched_pair_is_refused_with_a_clear_message(tmp_path, monkeypatch):
+    import nbformat
+
+    settings = colab_setup.settings()
+    name, version = settings["name"], settings["version"]
+    cells = {"older.ipynb": colab_setup.cell_source({**settings, "version": "0.0.9"}),
+             "git.ipynb": colab_setup.cell_source({**settings, "install": "git-tag",
+                                                   "version": "0.0.8"}),
+             "none.ipynb": "import gpt_from_scratch",
+             "paired.ipynb": colab_setup.cell_source({**settings, "install": "git-tag"})}
+    paths = []
+    for file, source in cells.items():
+        cell = nbformat.v4.new_code_cell(source, metadata={"tags": ["colab-setup"]})
+        nbformat.write(nbformat.v4.new_notebook(cells=[cell]), tmp_path / file)
+        paths.append(tmp_path / file)
+    problems = release.pairing(paths)
+    assert len(problems) == 3, problems
+    for problem, installs in zip(problems, ("0.0.9", "0.0.8", "(no version)")):
+        assert f"installs {name} {installs}, but this commit's package is {version}" in (
+            problem)
+        assert "python scripts/colab_setup.py and make jupyter" in problem
+    monkeypatch.setattr(release, "notebooks", lambda: paths[:1])
+    assert any("older.ipynb: its set-up cell installs" in p
+               for p in release.check_tag(f"v{version}")), "the release would go ahead"
 
 
 def test_the_changelog_has_the_version_s_notes():
@@ -119,6 +156,8 @@ def test_the_release_installs_from_a_package_index_in_every_chapter(tmp_path):
     # Before the release day its CHANGELOG section may still say "unreleased"; nothing else.
     refused = [p for p in release.check_tag(f"v{version}") if "unreleased" not in p]
     assert not refused, f"the release workflow would refuse v{version}: {refused}"
+    mismatched = release.pairing()  # check_tag's too: said here on its own
+    assert not mismatched, "notebooks, package: two versions\n" + "\n".join(mismatched)
 
     index = tmp_path / "index"
     run([sys.executable, "-m", "build", "--outdir", index, ROOT])
@@ -139,9 +178,10 @@ def test_the_release_installs_from_a_package_index_in_every_chapter(tmp_path):
     offline = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index)}
     runner = tmp_path / "run_cell.py"
     runner.write_text(RUN_CELL)
+    # The editions: the notebooks the Colab buttons open (at the tag of this version).
     cells = {chapter.name: colab_setup.current_cell(chapter)
-             for chapter in sorted((ROOT / "notebooks").glob("*.ipynb"))}
-    assert cells and all(cells.values()), f"a chapter has no set-up cell: {cells}"
+             for chapter in sorted((ROOT / "notebooks" / "jupyter").glob("*.ipynb"))}
+    assert cells and all(cells.values()), f"an edition has no set-up cell: {cells}"
     for chapter, source in cells.items():
         run([python, "-m", "pip", "uninstall", "--yes", "--quiet", name])
         cell = tmp_path / f"{chapter}.py"
