@@ -153,7 +153,8 @@ def torch_version(python: Path) -> str:
 def copy_package(dest: Path) -> Path:
     """What a `git clone` of the repository gives pip: pyproject.toml, its readme/licence and the package."""
     dest.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE", "LICENSE.md", "setup.cfg", "MANIFEST.in"):
+    for name in ("pyproject.toml", "README.md", "PYPI.md", "LICENSE", "LICENSE.md",
+                 "setup.cfg", "MANIFEST.in"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / "gpt_from_scratch", dest / "gpt_from_scratch",

@@ -26,7 +26,9 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -102,6 +104,57 @@ def test_the_citation_agrees_with_pyproject_and_config():
     wrong = {key: (citation.get(key), value) for key, value in wanted.items()
              if citation.get(key) != value}
     assert not wrong, f"CITATION.cff: (has, should have) {wrong}"
+
+
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_the_pypi_page_leads_back_to_the_book():
+    """Project URLs, and a description of its own (PYPI.md) whose links are absolute:
+    README.md's relative links would break on PyPI."""
+    meta = project()
+    repository = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    wanted = {"Homepage": release.site_url(), "Source": repository,
+              "Issues": f"{repository}/issues",
+              "Changelog": f"{repository}/blob/main/CHANGELOG.md"}
+    assert meta.get("urls") == wanted, f"pyproject.toml [project.urls]: {meta.get('urls')}"
+    assert meta["readme"] == {"file": "PYPI.md", "content-type": "text/markdown"}
+    page = (ROOT / "PYPI.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", page)
+    relative = [link for link in links if not link.startswith("https://")]
+    assert links and not relative, f"PYPI.md: links that break on PyPI: {relative}"
+    assert {release.site_url(), repository} <= set(links), links
+
+
+def test_the_python_classifiers_are_the_versions_requires_python_admits():
+    meta = project()
+    lowest = re.fullmatch(r">=3\.(\d+)", meta["requires-python"])
+    assert lowest, meta["requires-python"]
+    minors = sorted(int(c.rsplit(".", 1)[1]) for c in meta["classifiers"]
+                    if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c))
+    assert minors and minors[0] == int(lowest[1]), (minors, meta["requires-python"])
+    assert minors == list(range(minors[0], minors[-1] + 1)), f"a version missing: {minors}"
+
+
+def test_the_sdist_ships_no_tests_without_what_they_need(tmp_path):
+    """tests/ needs its conftest.py, scripts/ and notebooks/: the sdist has none of them
+    (MANIFEST.in), only the package, its metadata and its licence."""
+    pytest.importorskip("build", reason="python -m build (requirements.txt)")
+    setuptools = pytest.importorskip("setuptools")
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        pytest.skip(f"setuptools {setuptools.__version__}: the build needs 77 or newer")
+    run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", tmp_path,
+         ROOT])
+    (sdist,) = tmp_path.glob("*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+        info = archive.extractfile(next(n for n in archive.getnames()
+                                        if n.endswith("/PKG-INFO"))).read().decode()
+    tests = sorted(name for name in names if name.split("/")[0] in ("tests", "scripts"))
+    assert not tests, f"the sdist ships {len(tests)} test files: {tests[:3]}"
+    assert {"PYPI.md", "LICENSE", "pyproject.toml", "gpt_from_scratch/__init__.py"} <= names
+    assert "Project-URL: Homepage, https://" in info and "Python :: 3.10" in info
 
 
 def test_the_site_url_comes_from_the_repository_or_baseurl():
