@@ -9,6 +9,11 @@ use it too); the distribution name and version are ``pyproject.toml``'s ``[proje
 repository at tag ``v<version>``) or ``"pypi"`` (the released ``<name>==<version>``). The cell
 installs the package only where it is missing, keeps the runtime's torch (the dependencies are
 ranges), and stops with a clear message when the install fails.
+
+The Colab buttons (the book's, the README's: ``colab_url``) open the notebooks of the same
+tag, ``v<version>``, whose set-up cell installs that version, published from that tag: a
+notebook and its package are always of one commit. ``scripts/release.py`` refuses a release
+whose notebooks install another version; ``make test-release`` rehearses the pair.
 """
 
 from __future__ import annotations
@@ -37,6 +42,20 @@ def settings() -> dict:
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     return {"url": url, "name": project["project"]["name"], "version": project["project"]["version"],
             "install": install}
+
+
+def colab_ref(config: dict | None = None) -> str:
+    """The git ref whose notebooks the Colab buttons open: the release's tag v<version>."""
+    return f"v{(config or settings())['version']}"
+
+
+def colab_url(chapter: str, config: dict | None = None) -> str:
+    """Where Colab opens a chapter's Jupyter and Colab edition (``chapter``: "06_training"):
+    ``notebooks/jupyter/`` at the release's tag, on the repository of ``_config.yml``."""
+    book = yaml.safe_load((ROOT / "_config.yml").read_text())
+    repository = book["repository"]["url"].rstrip("/").removeprefix("https://github.com/")
+    return (f"{book['launch_buttons']['colab_url'].rstrip('/')}/github/{repository}/blob/"
+            f"{colab_ref(config)}/notebooks/jupyter/{chapter}.ipynb")
 
 
 def git_source(config: dict) -> str:

@@ -14,9 +14,10 @@ honours, and made a Colab form (a first line ``#@title <what it is>`` and the me
 Colab ignores ``source_hidden``. A figure's numbered caption follows it.
 
 The editions are committed, in ``notebooks/jupyter/``: Colab opens a notebook from GitHub
-by its path on a branch, so the book's Colab button (book/_ext/jupyter_launch.py) and the
-README point there. ``make test`` checks that they match the chapters
-(tests/test_jupyter_notebooks.py); ``make notebooks`` and ``make jupyter`` rewrite them. An
+by its path at a git ref, so the book's Colab button (book/_ext/jupyter_launch.py) and the
+README point there, at the release's tag (``scripts/colab_setup.py``'s ``colab_url``).
+``make test`` checks that they match the chapters (tests/test_jupyter_notebooks.py);
+``make notebooks`` and ``make jupyter`` rewrite them. An
 edition whose chapter is gone is deleted; any other notebook in the folder (a reader's copy,
 JupyterLab's "Duplicate") is named and left as it is.
 """
@@ -29,11 +30,11 @@ import sys
 from pathlib import Path
 
 import nbformat
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from gpt_from_scratch.utils import atomic_path  # noqa: E402
+from scripts import colab_setup  # noqa: E402
 from scripts.jupyter_markdown import BookIndex, Converter  # noqa: E402
 
 CHAPTERS = ROOT / "notebooks"
@@ -57,13 +58,9 @@ def chapters() -> list[Path]:
 
 
 def colab_url(chapter: str) -> str:
-    """Where Colab opens a chapter's edition (``chapter``: "06_training"), from
-    ``_config.yml`` as for the book's Colab button."""
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    repository = config["repository"]["url"].rstrip("/").removeprefix("https://github.com/")
-    branch = config["repository"].get("branch", "main")
-    return (f"{config['launch_buttons']['colab_url'].rstrip('/')}/github/{repository}/blob/"
-            f"{branch}/notebooks/jupyter/{chapter}.ipynb")
+    """Where Colab opens a chapter's edition (``chapter``: "06_training"): at the release's
+    tag, whose set-up cell installs that release (scripts/colab_setup.py)."""
+    return colab_setup.colab_url(chapter)
 
 
 def edition(chapter: Path, index: BookIndex) -> nbformat.NotebookNode:

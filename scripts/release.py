@@ -9,13 +9,16 @@ Only the standard library and PyYAML: the release workflow runs it before any in
 version is written twice, ``pyproject.toml``'s ``[project] version`` and
 ``gpt_from_scratch.__version__`` (read from the source, not imported: importing the package
 would need torch); a tag ``v<version>`` must match both, and CHANGELOG.md must have a dated
-section ``## [<version>] - YYYY-MM-DD`` for the release's notes.
+section ``## [<version>] - YYYY-MM-DD`` for the release's notes. The notebooks must install
+that version too (``pairing``): the Colab buttons open the tag's notebooks, whose set-up
+cell (``scripts/colab_setup.py``) installs the release published from the same tag.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import re
 import sys
 import tomllib
@@ -35,6 +38,43 @@ def versions() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     found["pyproject.toml's [project] version"] = project["version"]
     return found
+
+
+def notebooks() -> list[Path]:
+    """The notebooks whose set-up cell installs the package: the chapters and their Jupyter
+    and Colab editions (notebooks/jupyter/, which the Colab buttons open)."""
+    return sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted(
+        (ROOT / "notebooks" / "jupyter").glob("*.ipynb"))
+
+
+def installed_version(path: Path, name: str) -> str | None:
+    """The version of ``name`` that the notebook's set-up cell (tag ``colab-setup``)
+    installs, from PyPI (``name[notebooks]==V``) or from the repository's tag (``@vV``);
+    None if none."""
+    cells = [cell for cell in json.loads(path.read_text())["cells"]
+             if "colab-setup" in cell.get("metadata", {}).get("tags", [])]
+    source = "".join(cells[0]["source"]) if len(cells) == 1 else ""
+    found = (re.search(rf'"{re.escape(name)}\[notebooks\]==([^"\s]+)"', source)
+             or re.search(r'source = "git\+\S+@v([^"\s]+)"', source))
+    return found[1] if found else None
+
+
+def pairing(paths: list[Path] | None = None) -> list[str]:
+    """Why a notebook and the package of its commit are not a pair; empty when they are:
+    each set-up cell must install this commit's version."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    name, version = project["name"], project["version"]
+    problems = []
+    for path in notebooks() if paths is None else paths:
+        installs = installed_version(path, name)
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        if installs != version:
+            problems.append(
+                f"{where}: its set-up cell installs {name} {installs or '(no version)'}, "
+                f"but this commit's package is {version}: a reader would run it with "
+                "another package. Run python scripts/colab_setup.py and make jupyter, and "
+                "commit")
+    return problems
 
 
 def changelog() -> str:
@@ -59,6 +99,7 @@ def check_tag(tag: str) -> list[str]:
                 f"v{version}, or change the version first"
                 for name, version in versions().items() if tag != f"v{version}"]
     version = tag.removeprefix("v")
+    problems += pairing()
     if changelog_section(version) is None:
         problems.append(no_notes(version))
     elif re.search(rf"^## \[{re.escape(version)}\].*unreleased", changelog(), re.I | re.M):

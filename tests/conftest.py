@@ -36,3 +36,12 @@ def device(request) -> str:
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("no GPU here: the cuda case runs where torch.cuda.is_available()")
     return request.param
+
+
+@pytest.fixture
+def grading_sandbox():
+    """The grader's sandbox starts here; else the test skips, or fails where the grader must
+    be tested (tests/grading_class.py)."""
+    from grading_class import require_sandbox
+
+    require_sandbox()

@@ -4,11 +4,15 @@ students write them (correct solutions, typical mistakes, untouched stubs), for 
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
+import os
+import shutil
 import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -23,6 +27,38 @@ def load(name: str):
 
 
 assign, grade, make_student = load("assign"), load("grade"), load("make_student")
+
+# Set where the grader's tests must run, not skip (make test-grading, CI): then a sandbox
+# that cannot start fails them, with the reason; unset (or 0), they skip with it.
+REQUIRE_SANDBOX = "GPT_FROM_SCRATCH_REQUIRE_SANDBOX"
+
+
+@functools.cache
+def no_sandbox() -> str | None:
+    """Why the grader's sandbox cannot start here, or None: bubblewrap missing, or its
+    start-up check (one trivial case through a sandbox, as before every class) refused, e.g.
+    in a container without the capabilities bubblewrap needs."""
+    if shutil.which("bwrap") is None:
+        return "grading needs bubblewrap (apt-get install bubblewrap)"
+    from grading import sandbox, startup
+
+    try:
+        startup.check(sandbox.Limits(cpu_seconds=5.0))
+    except sandbox.SandboxError as err:
+        return f"bubblewrap is installed but cannot start a sandbox here: {err}"
+    return None
+
+
+def require_sandbox() -> None:
+    """Skip the test when no sandbox can start here; fail it, loudly, where the environment
+    says the grader must be tested (``REQUIRE_SANDBOX``)."""
+    why = no_sandbox()
+    if why is None:
+        return
+    if os.environ.get(REQUIRE_SANDBOX, "0") not in ("", "0"):
+        pytest.fail(f"{REQUIRE_SANDBOX}={os.environ[REQUIRE_SANDBOX]}: the grader's tests "
+                    f"must run here, but {why}", pytrace=False)
+    pytest.skip(why)
 
 # Three typical mistakes per exercise, as a student would write them, with the share of the private cases
 # each still passes (a mistake can be right on some cases: e.g. an unstable loss on small logits).

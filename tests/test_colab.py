@@ -42,6 +42,14 @@ SETUP_TAG = "colab-setup"
 COLAB_ENV = "GPT_FROM_SCRATCH_TEST_COLAB"  # chapter numbers to run, e.g. "01 04"; unset: skip
 TORCH_VERSION = "2.13.0"
 
+
+def torch_install() -> list[str]:
+    """pip's arguments for the torch a fresh venv starts with (Colab's own, here): from
+    ``TORCH_INDEX`` where the Makefile's variable is set, e.g. the CPU wheel's index, as on
+    CI; else from pip's own index."""
+    index = os.environ.get("TORCH_INDEX")
+    return [f"torch=={TORCH_VERSION}", *(["--index-url", index] if index else [])]
+
 CHAPTER_FILES = sorted(NOTEBOOKS.glob("*.ipynb")) + sorted((NOTEBOOKS / "text").glob("*.py"))
 
 
@@ -85,6 +93,14 @@ def test_setup_cell_installs_the_configured_version_and_says_why_it_failed():
     modes = {"git-tag": git, "pypi": pypi}
     assert colab_setup.cell_source(config) == modes[config["install"]]
     assert all(len(line) <= 92 for line in (git + "\n" + pypi).splitlines())
+
+
+def test_the_fresh_venv_s_torch_comes_from_torch_index(monkeypatch):
+    cpu = "https://download.pytorch.org/whl/cpu"
+    monkeypatch.setenv("TORCH_INDEX", cpu)
+    assert torch_install() == [f"torch=={TORCH_VERSION}", "--index-url", cpu]
+    monkeypatch.delenv("TORCH_INDEX")
+    assert torch_install() == [f"torch=={TORCH_VERSION}"]
 
 
 def test_setup_cell_stops_with_a_clear_message_when_the_install_fails(monkeypatch):
@@ -137,7 +153,8 @@ def torch_version(python: Path) -> str:
 def copy_package(dest: Path) -> Path:
     """What a `git clone` of the repository gives pip: pyproject.toml, its readme/licence and the package."""
     dest.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE", "LICENSE.md", "setup.cfg", "MANIFEST.in"):
+    for name in ("pyproject.toml", "README.md", "PYPI.md", "LICENSE", "LICENSE.md",
+                 "setup.cfg", "MANIFEST.in"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / "gpt_from_scratch", dest / "gpt_from_scratch",
@@ -162,7 +179,7 @@ def test_chapters_run_in_a_fresh_colab_like_environment(tmp_path):
     python = venv / "bin" / "python"
     pip = [python, "-m", "pip", "install", "--quiet"]
 
-    run([*pip, f"torch=={TORCH_VERSION}"])  # Colab's own torch (here: the CPU wheel)
+    run([*pip, *torch_install()])  # Colab's own torch (TORCH_INDEX: the CPU wheel)
     before = torch_version(python)
     assert before.startswith(TORCH_VERSION), before
 

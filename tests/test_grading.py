@@ -6,7 +6,6 @@ test_grading_hostile.py).
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -16,10 +15,7 @@ from grading_class import MISTAKES, assign, grade, material, solutions, submissi
 
 sandbox = pytest.importorskip("grading.sandbox")
 LIMITS = sandbox.Limits(cpu_seconds=5.0)
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None,
-    reason="grading needs bubblewrap (apt-get install bubblewrap)",
-)
+needs_sandbox = pytest.mark.usefixtures("grading_sandbox")  # skips, or fails: conftest.py
 
 
 @pytest.fixture
@@ -34,7 +30,7 @@ def sheet(out: Path) -> dict[str, dict]:
         return {r["student"]: r for r in csv.DictReader(f)}
 
 
-@needs_bwrap
+@needs_sandbox
 @pytest.mark.parametrize("chapter", list(assign.ASSIGNMENTS))
 def test_every_chapter_grades_correct_solutions_and_typical_mistakes(
     chapter, tmp_path, secret
@@ -107,7 +103,7 @@ def test_the_quiz_after_the_exercises_is_in_no_exercise_block():
     assert [[c.source for c in block] for block in blocks] == [[cells[0].source, "print(42)"]]
 
 
-@needs_bwrap
+@needs_sandbox
 def test_a_hint_points_at_a_solution_using_the_name_and_never_changes_points(
     tmp_path, secret
 ):

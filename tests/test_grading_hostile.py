@@ -11,7 +11,6 @@ processes, scores 0, and the honest classmate after each attack full marks."""
 from __future__ import annotations
 
 import csv
-import shutil
 
 import nbformat
 import pytest
@@ -20,7 +19,7 @@ from grading_class import grade, material, submission
 
 sandbox = pytest.importorskip("grading.sandbox")
 LIMITS = sandbox.Limits(cpu_seconds=3.0, total_memory_bytes=3 << 29)  # 1.5 GiB a sandbox
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+pytestmark = pytest.mark.usefixtures("grading_sandbox")  # skips, or fails: conftest.py
 MIN_P = """def min_p_filter(logits, min_p):
     probs = torch.softmax(logits, dim=-1)
     threshold = min_p * probs.max(dim=-1, keepdim=True).values

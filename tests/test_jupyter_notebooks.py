@@ -297,3 +297,34 @@ def test_make_jupyter_deletes_only_editions_of_gone_chapters(tmp_path, monkeypat
     assert jupyter_notebooks.main([]) == 0
     assert not gone.exists() and all(path.exists() for path in kept)
     assert jupyter_notebooks.main(["--check"]) == 0  # a reader's notebook is no drift
+
+
+def test_colab_opens_the_editions_of_the_release_s_tag():
+    """The tag v<version>, whose set-up cell installs that release: a pair (not main, whose
+    notebooks may have outgrown the release they install)."""
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    url = jupyter_notebooks.colab_url("04_attention")
+    assert url.endswith(f"/blob/v{version}/notebooks/jupyter/04_attention.ipynb"), url
+
+
+def test_the_book_s_colab_button_opens_the_same_edition():
+    """book/_ext/jupyter_launch.py on the button sphinx-book-theme builds: the page's
+    notebook on the branch becomes its edition at the release's tag, as the README links."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location(
+        "jupyter_launch", ROOT / "book" / "_ext" / "jupyter_launch.py")
+    launch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch)
+    chapter = CHAPTERS[0].stem
+    theme = ("https://colab.research.google.com/github/gpt-from-scratch/gpt-from-scratch/"
+             f"blob/main/notebooks/{chapter}.ipynb")
+    buttons = [{"text": "Colab", "url": theme}, {"text": "Binder", "url": "elsewhere"}]
+    context = {"header_buttons": [{"label": "launch-buttons", "buttons": buttons}]}
+    launch._colab_to_edition(SimpleNamespace(srcdir=str(ROOT)), f"notebooks/{chapter}",
+                             "page.html", context, None)
+    assert buttons == [{"text": "Colab", "url": jupyter_notebooks.colab_url(chapter)},
+                       {"text": "Binder", "url": "elsewhere"}]

@@ -21,7 +21,9 @@ NO_USERNS = (
     "kernel.unprivileged_userns_clone=1; Ubuntu 24.04: sysctl -w "
     "kernel.apparmor_restrict_unprivileged_userns=0; any: sysctl -w "
     "user.max_user_namespaces=15000), grade as root, or grade without a sandbox with "
-    "UNSAFE=1 (make) / --unsafe, on a machine you can throw away."
+    "UNSAFE=1 (make) / --unsafe, on a machine you can throw away. In a Docker container, "
+    "even as root, run the container with --privileged: Docker's seccomp and AppArmor "
+    "profiles and its capabilities refuse bubblewrap's namespaces."
 )
 PROBE = '''def probe(x):
     try:
