@@ -20,9 +20,15 @@
 # induction head trained to be seen, and one ablation in its Exercise 4. This chapter asks what
 # the heads *do* with what they see, on the assistant of {ref}`ch-assistant`, which learned to
 # repeat a line of the play after "Repeat:". Five tools, each a few lines on top of PyTorch's
-# forward hooks, each equal to the field's references (`tests/test_interp_parity.py`):
-# TransformerLens's `TransformerBridge` {cite}`nanda2022transformerlens` on the same weights, and
-# nnsight {cite}`fiottokaufman2025nnsight` wrapped around the book's own `GPT`:
+# forward hooks, checked against the field's references where the tests can
+# (`tests/test_interp_parity.py`). The activations, the logit lens and the patching shares
+# equal those of TransformerLens's `TransformerBridge` {cite}`nanda2022transformerlens` on the
+# same weights. Direct attribution equals the same formula applied to TransformerLens's
+# activations and its σ (a check of what it reads, not of a second implementation).
+# nnsight {cite}`fiottokaufman2025nnsight`, wrapped around the book's own `GPT`, reads and
+# patches the same values to the bit: a check of the hooks, on the same module. Ablation has
+# no reference test: `tests/test_interp.py` checks it against its definition (zeroing a head
+# is zeroing its columns of `c_proj`, as Chapter 8 did).
 #
 # 1. **hooks** that read and overwrite any activation;
 # 2. **the logit lens**: the residual stream read out after each block;
@@ -155,9 +161,17 @@ print("each head's direct contribution to the copied characters' logits (layer x
 print(heads_dla)
 
 # %% [markdown]
-# Direct attribution sees only the last step: a head in layer 1 that moves the line's
-# characters where a later head can find them adds little *directly* to the logit, yet the copy
-# needs it. Intervening on the heads answers the causal question.
+# Direct attribution sees only the last step. The largest direct contributions are L3H3's
+# (1.445) and those of two heads of layer 1 (1.107 and 0.926); the heads of layer 0, the
+# table's first row, add almost nothing (0.020 at most). Yet a head of layer 0 can move the
+# line's characters where a later head finds them: it acts through that head, which
+# attribution credits, not on the logit itself. Zeroing one of them in the next section,
+# L0H2, costs the copy most of any head. Intervening on the heads answers the causal question.
+#
+# The logit lens and attribution read the final LayerNorm differently. The lens applies
+# `ln_f` in full to each block's residual stream, centred and divided by *that* stream's own
+# σ, as if it were the last. Attribution divides every part by the σ of the last stream, the
+# one the model used, frozen: that is what makes the read-out linear and the parts add up.
 #
 # ## 13.4 Ablation: zero, mean, resample
 #
@@ -231,9 +245,14 @@ display(Markdown(inside.timing_text(analysis_seconds, len(SEEDS), n_heads)))
 # %% [markdown]
 # ## 13.6 On Colab: induction heads and name movers in GPT-2 small
 #
-# With GPT-2's weights, the same functions find GPT-2 small's induction heads on repeated
-# random tokens {cite}`olsson2022induction`, and patch them: the sequence is corrupted in its
-# first half, and each of the 144 heads is patched in turn.
+# Induction heads {cite}`olsson2022induction` attend from a token to the one that followed
+# its earlier occurrence, and copy it. With GPT-2's weights, the same functions look for them
+# in GPT-2 small on repeated random tokens: each head's induction score, and its patching
+# share with the sequence corrupted in its first half, each of the 144 heads patched in turn.
+# Olsson et al. name no heads of GPT-2 small. The ones commonly reported, L5H1, L5H5, L6H9,
+# L7H2 and L7H10, come from ARENA's exercises {cite}`mcdougall2024arena`, which score every
+# head by its induction score on repeated random tokens, as this cell does; online, the cell
+# prints the heads it finds, to compare with them.
 
 # %%
 from gpt_from_scratch.book.inside_online import name_mover_run, online_run  # noqa: E402
@@ -249,6 +268,20 @@ display(Markdown(online))
 # to", which turns the preference around, and the metric is the difference of the two names'
 # logits at the last position. Each head is patched alone, as in section 13.5; a
 # negative share marks a head that pushes against the answer.
+#
+# Two choices differ from Wang et al.'s. The sentences start at "When", with no
+# `<|endoftext|>` token before it. And where the clean sentence names Mary, John, John (ABB),
+# the corrupted one names Mary, John, Mary (ABA), which points to the other name; Wang et al.'s
+# reference sentences use three unrelated names (ABC), which point to neither. Here the gap is
+# a flipped preference, and a head's share is how much of the flip it undoes.
+#
+# The metric differs from section 13.5's too, and the two meet. The copy has one right
+# character at each of many positions and no single rival, so its metric is the right
+# character's log-probability, averaged over the line. Here one position has two candidates,
+# so the metric compares them. Their logit difference *is* a difference of log-probabilities,
+# $\log p(\text{Mary}) - \log p(\text{John})$, since the softmax divides both by the same
+# sum; the rest of the vocabulary drops out, and, like direct attribution, it is linear in
+# the last residual stream once `ln_f`'s σ is fixed.
 
 # %%
 names = name_mover_run(n=100 if FULL_RUN else 40)
