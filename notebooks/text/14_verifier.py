@@ -19,10 +19,12 @@
 # {ref}`ch-assistant` taught the character model to answer "Last word: <line>" and
 # "Repeat: <line>" from examples, and graded its answers with a program, `verify`. A program
 # that grades can also *teach*: let the model answer a prompt several times, score each answer,
-# and make the better ones more likely. This is reinforcement learning with a verifiable
-# reward, the step that follows instruction tuning in DeepSeekMath's GRPO
-# {cite}`shao2024deepseekmath` and its successors. This chapter writes it from scratch, on
-# Chapter 12's assistant, in five steps:
+# and make the better ones more likely. This is reinforcement learning with verifiable
+# rewards (RLVR), as Tülu 3 named it {cite}`lambert2024tulu3`: a checker takes the place of
+# the learned reward model, in a step after instruction tuning. DeepSeek-R1
+# {cite}`deepseekai2025r1` trained with such rule-based rewards at scale, with GRPO, which
+# DeepSeekMath introduced {cite}`shao2024deepseekmath`, where it trained against a learned
+# reward model. This chapter writes it from scratch, on Chapter 12's assistant, in five steps:
 #
 # 1. **rewards a program computes**, and how to measure a model that samples: greedy accuracy,
 #    pass@1 and pass@k {cite}`chen2021codex`;
@@ -33,7 +35,7 @@
 #    loss and gradients, on- and off-policy (`tests/test_grpo_parity.py`);
 # 4. **training on "Last word"**, three seeds, with what the reward curve does not show;
 # 5. **what goes wrong**: the collapse at a large step, a KL penalty as a brake, forgetting of
-#    the task not rewarded, and a style that no reward mentions collapsing to one side.
+#    the task not rewarded, and a style that no reward mentions drifting to one side.
 #
 # On Colab with a GPU, the last section trains GPT-2 small with Chapter 9's LoRA on two-digit
 # sums, with the book's trainer and with TRL's side by side.
@@ -241,9 +243,14 @@ for task, (_, _, _, r) in batches.items():
 # with $\epsilon = 0.2$. Once a token's probability has moved far enough in the direction its
 # advantage asks, the clipped term is the smaller one and the token's gradient is zero. TRL's
 # default (`num_iterations=1`) takes one update per batch of answers: the policy being trained
-# *is* the policy that sampled them, so $\rho = 1$ exactly, the clip never binds, and only the
-# ratio's gradient, $\nabla \rho = \nabla \log \pi$, acts. The loss is then REINFORCE with the
-# group baseline, token by token. On the batch above:
+# *is* the policy that sampled them, and $\pi_{\text{old}}$ is the trainer's own
+# log-probabilities, detached (`logps.detach()`), so $\rho = 1$ exactly, the clip never binds,
+# and only the ratio's gradient, $\nabla \rho = \nabla \log \pi$, acts. The loss is then
+# REINFORCE with the group baseline, token by token. That holds because one model, in one
+# arithmetic, both draws the answers and trains; where a separate engine draws them (a
+# serving library, often in lower precision), they come from a slightly different
+# distribution than the one trained, and $\rho$, computed from the trainer's numbers, does not
+# see the difference. On the batch above:
 
 # %%
 idx, completions, mask, rewards = batches[TASK]
@@ -281,7 +288,13 @@ print(f"after one step at lr {COLLAPSE_LR:g}: ratio from {ratio.min():.3f} to "
 # `loss_type="dapo"` {cite}`yu2025dapo`, divides the sum over every completion token of the
 # batch by their number: each *token* weighs alike, so a long answer counts more than a
 # short one. `"grpo"`, the paper's, averages each answer over its own tokens, then the
-# answers: each *answer* weighs alike, and a token of a short answer counts more.
+# answers: each *answer* weighs alike, and a token of a short answer counts more. That is the
+# length bias Dr. GRPO {cite}`liu2025drgrpo` names: a wrong answer's push down is spread over
+# its tokens, so a long wrong answer is pushed down less per token than a short one, and a
+# short right answer is pushed up more per token than a long one. Dr. GRPO divides the sum
+# over the batch by a constant instead (TRL's `loss_type="dr_grpo"`: the number of answers
+# times the longest answer allowed); `"dapo"` divides it by the batch's token count, the same
+# for every answer of the batch.
 
 # %%
 lengths = mask.sum(1)
@@ -376,9 +389,21 @@ display(Markdown(found[-1].text))
 # %% [markdown]
 # **A KL penalty is a brake.** GRPO's paper adds $\beta\,\mathrm{KL}(\pi_\theta \,\|\,
 # \pi_{\text{ref}})$ toward the SFT model, estimated per token with Schulman's $k_3$
-# {cite}`schulman2020kl`, $k_3 = e^{\log \pi_{\text{ref}} - \log \pi_\theta} -
-# (\log \pi_{\text{ref}} - \log \pi_\theta) - 1 \ge 0$, as TRL computes it (`beta > 0`). The
-# first seed's run at the large step, with and without it:
+# {cite}`schulman2020kl`:
+#
+# $$k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - \log \frac{\pi_{\text{ref}}}{\pi_\theta} - 1 \ge 0.$$
+#
+# The code (`grpo_loss` with `beta > 0`) adds $\beta\,\rho_{i,t}\,k_3$ to each token's loss:
+# $k_3$ times the same ratio $\rho$ as the clip's, as TRL does by default
+# (`use_bias_correction_kl`, on in TRL 1.16, the version the parity test compares with),
+# following DeepSeek-V3.2 {cite}`deepseekai2025v32`. On-policy, $\rho$ is 1, so the term's
+# value is $k_3$'s; its gradient is not $k_3$'s. With $\nabla \rho = \nabla \log \pi_\theta$ at
+# $\rho = 1$,
+#
+# $$\nabla (\rho\, k_3) = (\log \pi_\theta - \log \pi_{\text{ref}})\, \nabla \log \pi_\theta,$$
+#
+# whose mean over sampled tokens is the gradient of the KL itself; the mean of $\nabla k_3$
+# alone is not. The first seed's run at the large step, with and without the penalty:
 
 # %%
 braked, _, braked_history = grpo_model(GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, BETA,
@@ -411,9 +436,11 @@ display(Markdown(found[-1].text))
 #
 # **A style no reward mentions.** Chapter 12's answers open, half of the time each, with a
 # courteous "Good sir," or a rude "Fool!". The reward ignores the opening. Chapter 12's
-# `courteous_odds` reads, for each prompt, the odds that the answer's first character starts
-# the courteous opening rather than the rude one; here on every held-out "Last word" prompt,
-# before and after GRPO, beside the share of courteous openings among the sampled answers:
+# `courteous_odds` reads, for each prompt, the courteous opening's share of the probability
+# of the two openings at the answer's first character, $p(\text{G}) / (p(\text{G}) +
+# p(\text{F}))$: a probability between 0 and 1, not odds, despite its name. Here it is read on
+# every held-out "Last word" prompt, before and after GRPO, beside the share of courteous
+# openings among the sampled answers:
 
 # %%
 every_task = [i for i in items["held_out"] if i.task == TASK]
@@ -427,12 +454,16 @@ found.append(prose.judge_opening(odds_before, odds_after, SEEDS,
 display(Markdown(found[-1].text))
 
 # %% [markdown]
-# This is not reward hacking: neither opening earns more. Each step pushes up whole answers
-# that were right, openings included; by chance one opening is pushed up a little more often,
-# it becomes likelier, is sampled more, and is pushed up more. Which side wins is decided by
-# the seed, not by a preference. Chapter 12's DPO moved the same opening *deliberately*, toward
-# the side its pairs preferred; GRPO moves it by drift, and the cure is to watch the policy's
-# entropy, or the share of each style, beside the reward.
+# The reward function never reads the opening: `verify` pays a right answer the same after
+# either. Each step pushes up whole answers that were right, openings included, and pushes
+# down the wrong ones. If an answer is as likely to be right after one opening as after the
+# other, the expected push on the opening's probability is zero: what moves it is sampling
+# noise, which opening happened to come with the right answers of a step's groups. That is a
+# random walk with no force pulling it back toward one half, so the share wanders away from
+# 50/50 and nothing undoes the drift; each seed wanders its own way. (Whether right answers
+# were in fact as frequent after either opening is not measured here.) Chapter 12's DPO moved
+# the same opening *deliberately*, toward the side its pairs preferred; GRPO moves it by
+# drift, and the remedy is to watch the share of each style beside the reward.
 
 # %% tags=["remove-input"]
 if train_seconds > 5:
@@ -467,7 +498,8 @@ display(Markdown(online_run(steps=200 if FULL_RUN else 100)))
 #   loss is REINFORCE token by token; the book's loss equals TRL's.
 # - On the assistant, GRPO raises pass@1 toward pass@k: it makes the model choose more often
 #   what it could already sample. Pushed too hard it collapses; a KL penalty slows that; the
-#   task not rewarded drifts down, and so does the diversity of whatever the reward ignores.
+#   task not rewarded drifts down, and the opening, which the reward ignores, drifts away from
+#   half and half.
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
@@ -541,11 +573,13 @@ check_pass_at_k(pass_at_k);
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# The share moves toward one side, 0 or 1, and which side is the seed's accident: the reward
-# is the same for both openings, so nothing pulls the share back to one half, and each step
-# that pushes up right answers pushes up their openings too. The runs differ in which answers
-# were sampled and right first; the opening that led early keeps gaining. The cell prints seed
-# 1's share and the other seeds'.
+# The share moves away from one half, and how far and to which side is the seed's accident.
+# The reward is the same for both openings, so unless right answers come more often after
+# one of them, the expected push on the opening is zero; each step that pushes up right
+# answers pushes up their openings too, and which opening came with them is sampling noise.
+# The share moves like a random walk, and nothing pulls it back to one half. The runs sample
+# different answers, so they wander different ways. The cell prints seed 1's share and the
+# other seeds'.
 # ```
 
 # %%
