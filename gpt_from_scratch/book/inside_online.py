@@ -39,7 +39,8 @@ def online_run(n: int = 20, half: int = 50, seed: int = 0, model=None) -> str:
     if model is None:
         return (NOT_RUN + f"makes {n} sequences of {half} random tokens repeated, finds each of "
                 "the 144 heads' induction score and patching share, and names the heads both "
-                "rankings put first (Olsson et al. found L5H1, L5H5, L6H9, L7H2 and L7H10).")
+                "rankings put first (ARENA's interpretability course lists L5H1, L5H5, L6H9, "
+                "L7H2 and L7H10).")
     g = torch.Generator().manual_seed(seed)
     V, L = model.config.vocab_size, len(model.blocks)
     first, other = (torch.randint(0, V - 1, (n, half), generator=g) for _ in range(2))

@@ -134,11 +134,11 @@ def judge_opening(before: list[list[float]], after: list[list[float]], seeds,
     told = (f"The sampled answers show it too: their courteous share went from "
             f"{_each(sampled[0])}% to {_each(sampled[1])}%.")
     return lesson(
-        "the unrewarded opening collapses to one side", 100 * margin, "points",
+        "the unrewarded opening drifts to one side", 100 * margin, "points",
         holds=f"No reward mentions the opening, yet it drifted to one side in each of the {n} "
               f"runs: {seen}, each prompt's odds {each} points further from 50/50 on average. "
-              f"{told} That is entropy collapse: the policy sharpens wherever the reward is "
-              "indifferent.",
+              f"{told} Nothing pulls it back: the reward never reads the opening, so sampling "
+              "noise moves its share like a random walk, each seed its own way.",
         fails=f"Not every run drifted to one side: {seen}, each prompt's odds {each} points "
               f"further from 50/50 on average, not all {SE_BAR:g} standard errors clear of zero "
               f"on this machine, in a run this short. {told}")

@@ -630,10 +630,11 @@ show_quiz([
         Choice("clipped to 1 + epsilon for the good answers", False,
                "The clip binds only once the policy has moved: from the second update on."),
     ]),
-    MultipleChoice("The courteous/rude opening collapsed to one side during GRPO. Why?", [
-        Choice("the policy sharpens where the reward is indifferent: entropy collapse",
+    MultipleChoice("The courteous/rude opening drifted to one side during GRPO. Why?", [
+        Choice("no reward reads the opening, so nothing pulls its share back to 50/50",
                True,
-               "Yes: neither opening earns more; one drifts ahead and is reinforced."),
+               "Yes: its expected push is zero; sampling noise moves it like a random walk, "
+               "each seed its own way."),
         Choice("the reward prefers one opening", False,
                "verify accepts either opening: the reward is the same for both."),
     ]),
