@@ -161,12 +161,11 @@ print("each head's direct contribution to the copied characters' logits (layer x
 print(heads_dla)
 
 # %% [markdown]
-# Direct attribution sees only the last step. The largest direct contributions are L3H3's
-# (1.445) and those of two heads of layer 1 (1.107 and 0.926); the heads of layer 0, the
-# table's first row, add almost nothing (0.020 at most). Yet a head of layer 0 can move the
-# line's characters where a later head finds them: it acts through that head, which
-# attribution credits, not on the logit itself. Zeroing one of them in the next section,
-# L0H2, costs the copy most of any head. Intervening on the heads answers the causal question.
+# Direct attribution sees only the last step. The heads of layer 0, the table's first row,
+# add almost nothing directly; the large contributions come from the later layers. Yet a
+# head of layer 0 can move the line's characters where a later head finds them: it acts
+# through that head, which attribution credits, not on the logit itself. Intervening on the
+# heads, in the next section, answers the causal question: which head the copy needs.
 #
 # The logit lens and attribution read the final LayerNorm differently. The lens applies
 # `ln_f` in full to each block's residual stream, centred and divided by *that* stream's own

@@ -633,8 +633,8 @@ show_quiz([
     MultipleChoice("The courteous/rude opening drifted to one side during GRPO. Why?", [
         Choice("no reward reads the opening, so nothing pulls its share back to 50/50",
                True,
-               "Yes: its expected push is zero; sampling noise moves it like a random walk, "
-               "each seed its own way."),
+               "Yes: its expected push is zero; sampling noise moves it like a random "
+               "walk, each seed its own way."),
         Choice("the reward prefers one opening", False,
                "verify accepts either opening: the reward is the same for both."),
     ]),
