@@ -4,7 +4,8 @@ The chapter is executed twice with stand-ins: once "online", where ``hf_weights.
 transformers' ``GPT2LMHeadModel.from_pretrained``) return a random GPT-2-shaped model (6 layers of 12
 heads, so GPT-2's layer 5, head 10 and layer 4, head 11 exist), and once "offline", where loading
 fails as it does without a network and a small random model stands in for the trained offline model
-(the committed notebook, re-run by nbval, uses the real one). Small random models keep both runs fast.
+(the committed notebook, re-run by nbval, uses the real one). Small random models, and 20 steps of
+the induction demo, which is the same on both branches, keep both runs fast.
 Each run ends with a cell that dumps the numbers the chapter computed; the test parses the Markdown
 the chapter generated and compares.
 """
@@ -39,6 +40,8 @@ def _small_gpt(n_layers, n_heads, d_model, seed):
 
 
 book_model = lambda name, progress=True: (_small_gpt(1, 2, 32, 1), enc)  # Chapter 6's, cheaply
+_train_on_repeats = induction.train_on_repeats  # the same on both branches (nbval runs it):
+induction.train_on_repeats = lambda *a, **k: _train_on_repeats(*a, **k | dict(steps=20))
 '''
 
 ONLINE = SMALL_MODELS + '''

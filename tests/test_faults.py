@@ -326,10 +326,10 @@ def test_encode_iterable_streams_a_large_file_in_bounded_memory(tmp_path):
     gpt2 = BPETokenizer.from_gpt2()
     from gpt_from_scratch.data import load_tiny_shakespeare
 
-    text = load_tiny_shakespeare()[:200_000]
-    copies = 15
+    text = load_tiny_shakespeare()[:50_000]
+    copies = 20
     path = tmp_path / "big.txt"
-    path.write_text(text * copies, encoding="utf-8")  # 3 MB
+    path.write_text(text * copies, encoding="utf-8")  # 1 MB
     one = gpt2.encode(text)  # (also fills the chunk cache, which is bounded by the vocabulary, not the input)
     tracemalloc.start()
     count = total = 0
@@ -339,7 +339,8 @@ def test_encode_iterable_streams_a_large_file_in_bounded_memory(tmp_path):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert (count, total) == (copies * len(one), copies * sum(one))  # the text repeats, so do its ids
-    assert peak < 1_000_000, f"peak {peak:,} bytes while streaming a {path.stat().st_size:,}-byte file"
+    size = path.stat().st_size  # measured: a peak of 22 kB, for 0.5 MB as for 2 MB
+    assert peak < size / 10, f"peak {peak:,} bytes while streaming a {size:,}-byte file"
 
 
 def test_encode_iterable_rejects_bytes():

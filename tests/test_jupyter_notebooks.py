@@ -122,9 +122,9 @@ def test_hidden_cells_are_colab_forms_and_the_set_up_cell_comes_first(chapter):
 
 
 def rendered_text(nb, colab_forms: bool) -> str:
-    """The text of nbconvert's HTML of ``nb`` (the lab template; no cell is run), with the
-    JupyterLab metadata dropped: only Colab's rule, when ``colab_forms``, hides code; a
-    Colab form then shows its title line alone, as in Colab."""
+    """The text of nbconvert's HTML of ``nb``'s cells (the lab template; no cell is run, no
+    output drawn), with the JupyterLab metadata dropped: only Colab's rule, when
+    ``colab_forms``, hides code; a Colab form then shows its title line alone, as in Colab."""
     nbconvert = pytest.importorskip("nbconvert", reason="the check renders with nbconvert")
     bs4 = pytest.importorskip("bs4", reason="the check reads nbconvert's HTML with bs4")
 
@@ -137,7 +137,11 @@ def rendered_text(nb, colab_forms: bool) -> str:
 
     exporter = nbconvert.HTMLExporter(template_name="lab")
     exporter.register_preprocessor(colab_rule_only, enabled=True)
-    html, _ = exporter.from_notebook_node(copy.deepcopy(nb))
+    sources = copy.deepcopy(nb)  # without outputs (figures are most of the work): a solution's
+    for cell in sources.cells:  # own lines are in no output (own_lines)
+        if cell.cell_type == "code":
+            cell.outputs = []
+    html, _ = exporter.from_notebook_node(sources)
     return bs4.BeautifulSoup(html, "html.parser").get_text()
 
 
@@ -168,10 +172,12 @@ def test_no_solution_shows_in_a_renderer_that_honours_only_colab_forms(chapter):
     solutions = [c for c in edition.cells if "solution" in c.metadata.get("tags", [])]
     lines = {id(c): own_lines(c, edition) for c in solutions}
     assert all(lines.values()), f"{chapter.name}: a solution has no line of its own to seek"
-    colab = rendered_text(edition, colab_forms=True)
+    page = copy.deepcopy(edition)  # the solutions alone: their own lines are in no other cell
+    page.cells = [c for c in page.cells if "solution" in c.metadata.get("tags", [])]
+    colab = rendered_text(page, colab_forms=True)
     shown = sorted(line for found in lines.values() for line in found if line in colab)
     assert not shown, f"{chapter.name}: solutions show under Colab's rule: {shown[:3]}"
-    plain = rendered_text(edition, colab_forms=False)
+    plain = rendered_text(page, colab_forms=False)
     unseen = sorted(line for found in lines.values() for line in found if line not in plain)
     assert not unseen, f"{chapter.name}: the check cannot see these lines unhidden: {unseen}"
 

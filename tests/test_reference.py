@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpt_from_scratch.book import ladder, offline_model, recipes, reference
+from gpt_from_scratch.book import ladder, offline_model, recipes, reference, samples
 from gpt_from_scratch.book.corpus_vocab import CorpusVocabGPT
 from gpt_from_scratch.book.reference import ReferenceUnavailable, reference_run
 from gpt_from_scratch.book.reference_prose import found_text, loss_curves, run_text
@@ -28,6 +28,9 @@ spec.loader.exec_module(reference_runs)
 SHARD = 1 << 20  # bytes: small enough that the tiny BPE model (3 MB) needs several shards
 
 
+TINY_SAMPLE = 120  # characters of each run's sample (the book's are 500)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     """A data folder holding ``reference/`` as ``scripts/reference_runs.py --tiny`` writes it."""
@@ -35,6 +38,7 @@ def built(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path_factory.mktemp("cache")))
         mp.setattr(reference, "MAX_SHARD", SHARD)
+        mp.setattr(samples, "SAMPLE_CHARS", TINY_SAMPLE)  # each sample a token a character
         mp.setattr(ladder, "FINAL_CONFIG", ladder.FINAL_CONFIG)  # the script shrinks these
         for table in (recipes.RECIPES, offline_model.OFFLINE_RECIPES):
             for name in [n for n in table if n.endswith("-full")]:
@@ -65,7 +69,7 @@ def test_the_manifest_describes_every_run_and_every_file(built):
         for key in ("recipe", "config", "seed", "torch", "device", "wall_seconds",
                     "best_val_loss", "final_val_loss", "sample", "files"):
             assert key in info, (name, key)
-        assert len(info["sample"]) == 500 and 0 <= info["real_words"] <= 1
+        assert len(info["sample"]) == TINY_SAMPLE and 0 <= info["real_words"] <= 1
         assert info["best_val_loss"] == min(info["history"]["val_loss"])
         on_disk = {str(p.relative_to(built / "reference"))
                    for p in (built / "reference" / name).iterdir()}
