@@ -369,7 +369,10 @@ def test_what_the_students_code_chose_reaches_the_teacher_only(graded):
     assert not any(word in feedback for word in leaks)
     # one bit a case: how a case failed (a kind the code could choose) is the teacher's
     kinds = ("raised", "wrong", "limit", "killed", "crashed", "report", "no result")
-    assert not any(kind in feedback for kind in kinds) and "not passed" in feedback
+    said = "".join(  # the files but their first line, which names the student
+        p.read_text().split("\n", 1)[1] for p in (tmp / "feedback").rglob("feedback.txt")
+    )
+    assert not any(kind in said for kind in kinds) and "not passed" in said
     assert "raised an exception" in rows["cheat_exception_class_leak"]["notes"]
     assert {"IndexError", "KeyError"} & set(
         rows["cheat_exception_class_leak"]["details"].replace(";", " ").split()
