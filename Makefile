@@ -291,7 +291,7 @@ OUT ?=
 UNSAFE ?=
 CANVAS_COLUMN ?=
 grade: $(STAMP)
-	@test -n "$(CHAPTER)" -a -e "$(SUBMISSIONS)" || { echo "usage: make grade CHAPTER=04 SUBMISSIONS=folder [TESTS=folder] [OUT=file.csv] [UNSAFE=1]"; exit 2; }
+	@test -n "$(CHAPTER)" -a -e "$(SUBMISSIONS)" || { echo "usage: make grade CHAPTER=04 SUBMISSIONS=folder [TESTS=folder] [OUT=file.csv] [UNSAFE=1] [SANDBOXES=1]"; exit 2; }
 	@test -n "$(UNSAFE)" || command -v bwrap >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; }
 	@ls -d _build/assign/$(CHAPTER)_*/autograder >/dev/null 2>&1 || $(PY) scripts/assign.py $(CHAPTER) --out _build/assign $(if $(SECRET),--secret $(SECRET))
@@ -299,7 +299,7 @@ grade: $(STAMP)
 	$(PY) scripts/grade.py "$(SUBMISSIONS)" --autograder _build/assign/$$chapter/autograder --out $$out \
 		--feedback $${out%.csv}_feedback --canvas $${out%.csv}_canvas.csv \
 		$(if $(TESTS),--tests "$(TESTS)") $(if $(SECRET),--secret "$(SECRET)") $(if $(UNSAFE),--unsafe) \
-		$(if $(CANVAS_COLUMN),--canvas-column "$(CANVAS_COLUMN)")
+		$(if $(CANVAS_COLUMN),--canvas-column "$(CANVAS_COLUMN)") $(if $(SANDBOXES),--jobs $(SANDBOXES))
 
 # The package as published: wheel and sdist, checked by twine (metadata, README rendering).
 package: $(STAMP)

@@ -63,10 +63,12 @@ def prepare(assignment: dict, tests: Path | None, secret: bytes) -> dict:
         module = case_files.load_case_file(path)
         cases = case_files.exercise_cases(path, secret, chapter, name)
         programs = []
-        for i, case in enumerate(cases):
+        for case in cases:
             tensors: dict = {}
-            program = case_files.program(case, f"{name}.{i}", tensors)
-            programs.append({"program": program, "tensors": save(tensors)})
+            program = case_files.program(case, "in", tensors)
+            programs.append(
+                {"program": program, "tensors": save(tensors), "cpu": case.cpu_seconds}
+            )
         prepared[name] = {
             "cases": cases,
             "criteria": tuple(getattr(module, "criteria", ())),
@@ -82,11 +84,14 @@ def prepare(assignment: dict, tests: Path | None, secret: bytes) -> dict:
 def score(grade: sheet.Grade, exercise: dict, cases: list, results: list) -> None:
     result, verdict = grade.results[exercise["name"]], judge.judge(results, cases)
     result.points = round(exercise["points"] * verdict.passed / len(cases), 2)
+    by_case = {c.name: c for c in cases}
+    failures = verdict.failures
+    # The student's feedback: passed or not, a case; how it failed is the teacher's (a
+    # student who chooses how a case fails would read back its private inputs)
+    result.feedback = "; ".join(judge.describe(by_case[n], "not passed") for n, *_ in failures)
     if verdict.error:
         result.note, result.detail = verdict.error, verdict.detail
         return
-    by_case = {c.name: c for c in cases}
-    failures = verdict.failures
     result.note = "; ".join(judge.describe(by_case[n], why) for n, why, _ in failures)
     result.detail = "; ".join(f"case {n}: {d}" for n, _, d in failures if d)
 
@@ -111,7 +116,7 @@ def grade_one(
         result.flag = "; ".join(reply["flags"].get(name, []))
         result.hint = ", ".join(reply.get("hints", {}).get(name, []))
         if reply["programs"].get(name) is None:
-            result.note = "no cell defines it"
+            result.note = result.feedback = "no cell defines it"
             continue
         exercises.append(
             {
@@ -124,7 +129,7 @@ def grade_one(
         )
     if not exercises:
         return
-    results, grade.note = box.run(exercises)
+    results, grade.detail = box.run(exercises)
     if all(r == "sandbox" for got in results.values() for r in got):
         # Not one case answered: the sandbox, not the student's code, may be at fault.
         # Once more in a new one, then said as such, never a silent 0.
@@ -171,8 +176,9 @@ def grade_folder(
     if duplicates and not quiet:
         print(f"duplicate student ids (each gets a row per file): {', '.join(duplicates)}")
     setup = standins.setup_source(assignment["setup"])
-    if (warning := startup.check(limits, setup, unsafe)) and not quiet:
-        print(f"warning: {warning}")  # a broken sandbox or runner raised SandboxError
+    lost = startup.check(limits, setup, unsafe)  # a broken sandbox raised SandboxError
+    if lost and not quiet:
+        print(f"WARNING, guarantees lost: {lost}")
     prepared = prepare(assignment, tests, key)
     provided = standins.setup_names(assignment["setup"])
     hints = {n: prepared[n]["hints"] for n in names}
@@ -199,6 +205,7 @@ def grade_folder(
             grade.note = f"not graded: the grader met {type(error).__name__}"
         if pending[index]:
             grade.note = "; ".join(n for n in (pending[index], grade.note) if n)
+        grade.detail = "; ".join(d for d in (lost, grade.detail) if d)
         if not quiet:
             print(
                 f"[{next(finished)}/{len(found)}] {grade.student!r}: "

@@ -76,6 +76,10 @@ REUSE = {  # the package's top_p_filter, reached without the words a blocklist w
     "if not any(isinstance(o, dict) and (o.get('name') == 'min_p_filter'\n"
     "        or any(str(k).startswith('min_p_filter.') for k in o))\n"
     "        for o in gc.get_objects()):\n    raise LookupError('no job')\n" + FOUND,
+    # a case recognised by its name (to special-case it): none enters the sandbox
+    "case_name_in_the_frames": "import sys\nf, seen = sys._getframe(), ''\n"
+    "while f:\n    seen += repr(f.f_locals)\n    f = f.f_back\n"
+    "if 'one' + '_row' not in seen:\n    raise LookupError('no case name')\n" + FOUND,
     "job_in_the_frames": "import sys\n"
     "f, other = sys._getframe().f_back, 'min_p' + '_filter'\n"
     "while f and not ('folder' in f.f_locals or other in repr(f.f_locals)):\n"
@@ -363,6 +367,12 @@ def test_what_the_students_code_chose_reaches_the_teacher_only(graded):
     feedback = "".join(p.read_text() for p in (tmp / "feedback").rglob("feedback.txt"))
     leaks = ("IndexError", "KeyError", "ValueError", "float64", "float16", "double", "half")
     assert not any(word in feedback for word in leaks)
+    # one bit a case: how a case failed (a kind the code could choose) is the teacher's
+    kinds = ("raised", "wrong", "limit", "killed", "crashed", "report", "no result")
+    said = "".join(  # the files but their first line, which names the student
+        p.read_text().split("\n", 1)[1] for p in (tmp / "feedback").rglob("feedback.txt")
+    )
+    assert not any(kind in said for kind in kinds) and "not passed" in said
     assert "raised an exception" in rows["cheat_exception_class_leak"]["notes"]
     assert {"IndexError", "KeyError"} & set(
         rows["cheat_exception_class_leak"]["details"].replace(";", " ").split()
@@ -383,6 +393,16 @@ HONEST_LORA = {  # the update through the r-dimensional bottleneck, in ways the 
     "einsum": "    low = torch.einsum('...i,ri->...r', x, A)\n"
     "    update = torch.einsum('...r,or->...o', low, B)\n"
     "    return torch.einsum('...i,oi->...o', x, weight) + bias + scaling * update",
+    "two_steps": "    low = x @ A.T\n    return x @ weight.T + bias + scaling * low @ B.T",
+    # right, leaving a thread group whose leader exits (a zombie in /proc) spinning on: it
+    # dies with its case, so that the next case's CPU time is the next case's own
+    "thread_outlives_its_case": "    import ctypes, os, threading\n"
+    "    if os.fork() == 0:\n"
+    "        def spin():\n"
+    "            while True:\n"
+    "                pass\n"
+    "        threading.Thread(target=spin).start()\n"
+    "        ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: the leader alone\n" + BOTTLENECK,
 }
 FORMS_BA = {  # right values, each through the (d_out, d_in) matrix B A or its transpose
     "merged_weight": "    return torch.nn.functional.linear(x, weight + scaling * B @ A, bias)",
@@ -410,6 +430,24 @@ RULE_ATTACKS = {  # each followed in the sandbox slot by an honest classmate
     # B A formed cheaply where the matrices repeat a few rows (inputs drawn small and
     # tiled, as the wide case's once were): every case's matrices are now random through
     # and through
+    # the runner stopped (SIGSTOP), B A formed in 8 forked processes, the runner resumed
+    # by a process left behind: the grader, outside the sandbox, counts and ends the case
+    "stops_the_runner": "    import os, signal, time\n"
+    "    runner = os.getppid()\n"
+    "    os.kill(runner, signal.SIGSTOP)\n"
+    "    parts = torch.arange(B.shape[0]).chunk(8)\n"
+    "    for i, rows in enumerate(parts):\n"
+    "        if os.fork() == 0:\n"
+    "            torch.save(x @ (B[rows] @ A).T, f'/tmp/part{i}')\n"
+    "            os._exit(0)\n"
+    "    for _ in parts:\n"
+    "        os.wait()\n"
+    "    if os.fork() == 0:\n"
+    "        time.sleep(1)\n"
+    "        os.kill(runner, signal.SIGCONT)\n"
+    "        os._exit(0)\n"
+    "    update = torch.cat([torch.load(f'/tmp/part{i}') for i in range(len(parts))], -1)\n"
+    "    return x @ weight.T + bias + scaling * update",
     "b_a_from_repeated_rows": "    n = next((n for n in (64, 128)\n"
     "              if torch.equal(B[:n], B[n:2 * n]) and torch.equal(A[:n], A[n:2 * n])),\n"
     "             B.shape[0])\n"
@@ -419,7 +457,8 @@ RULE_ATTACKS = {  # each followed in the sandbox slot by an honest classmate
 # In grading order (the files' names sort so), one sandbox slot: after each attack, an
 # honest classmate
 LORA_CLASS = ["recognises_the_rule_case", "bottleneck", "split_over_processes"]
-LORA_CLASS += ["linear_layers", "b_a_from_repeated_rows", "einsum", *FORMS_BA]
+LORA_CLASS += ["linear_layers", "b_a_from_repeated_rows", "einsum", "stops_the_runner"]
+LORA_CLASS += ["thread_outlives_its_case", "two_steps", *FORMS_BA]
 
 
 @pytest.fixture(scope="module")

@@ -68,3 +68,17 @@ def test_a_random_input_is_the_same_in_the_sandbox_and_the_grader(monkeypatch):
     runner.make_random(program, tensors)
     made = runner.decode(program, tensors, {})[0]
     assert torch.equal(made, Randn((64, 32), 7, 0.5).tensor()) and made.std() > 0.4
+
+
+@pytest.mark.parametrize("secret", [SECRET, b"another-course-secret-" + b"7" * 40])
+def test_every_pass_at_k_case_depends_on_n_c_and_k(secret):
+    """No answer from c alone (0 when none is right, else 1) passes a case, and float32
+    arithmetic passes every case (the exercise states no dtype)."""
+    for case in drawn("14_verifier", "pass_at_k", secret):
+        triples = [step.args for step in case.steps]
+        by_c = [0.0 if c == 0 else 1.0 for _, c, _ in triples]
+        assert any(abs(a - e) > case.atol for a, e in zip(by_c, case.expected)), case.name
+        for (n, c, k), e in zip(triples, case.expected):
+            ratio = torch.tensor([math.comb(n - c, k) / math.comb(n, k)], dtype=torch.float32)
+            got = float(1 - ratio) if n - c >= k else 1.0
+            assert abs(got - e) <= case.atol + case.rtol * abs(e), (case.name, n, c, k)

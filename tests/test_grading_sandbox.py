@@ -233,3 +233,13 @@ def test_the_start_up_check_runs_the_chapters_set_up_and_finds_the_package(
     with pytest.raises(sandbox.SandboxError, match="package is importable in the sandbox"):
         startup.check(LIMITS)
     assert startup.check(LIMITS, unsafe=True) == ""  # the teacher's choice
+
+
+def test_without_cgroup_v2_the_grader_says_which_guarantees_are_lost(monkeypatch):
+    """Where no case can have a control group of its own, the start-up check still runs a
+    case (its processes found by their parents) and says what is lost, never silently."""
+    if os.geteuid() != 0:
+        pytest.skip("as a user other than root there is never a control group")
+    monkeypatch.setattr(sandbox.cgroup, "v2_root", lambda: None)
+    lost = startup.check(LIMITS)
+    assert "no cgroup v2 control here" in lost and "not added up" in lost

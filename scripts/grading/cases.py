@@ -149,7 +149,8 @@ def encode_arg(value, key: str, tensors: dict):
 
 
 def program(case: Case, key: str, tensors: dict) -> dict:
-    """What the runner needs of a case: its name and its program, never its expected values."""
+    """What the runner needs of a case: its program, never its name, limits or expected
+    values (nothing in the sandbox tells one case from another but its inputs)."""
 
     def step(s: Step, k: str) -> dict:
         return {
@@ -164,10 +165,8 @@ def program(case: Case, key: str, tensors: dict) -> dict:
         tensors[f"{key}.state.{name}"] = value.contiguous()
         state[name] = f"{key}.state.{name}"
     return {
-        "name": case.name,
         "init": step(case.init, key + ".init") if case.init else None,
         "fresh": list(case.fresh),
         "state": state,
         "steps": [step(s, f"{key}.{i}") for i, s in enumerate(case.steps)],
-        "cpu_seconds": case.cpu_seconds,
     }

@@ -1,18 +1,20 @@
 """Inside the sandbox (a new one per student): each case in a fresh process that holds only
 its own case, its result sent straight to the grader.
 
-    python runner.py STATUS_FD sandboxed|unsafe
+    python runner.py STATUS_FD
 
 This process imports torch, makes itself not dumpable (no ptrace, no /proc/<pid>/mem, no
 /proc/<pid>/fd) and waits, holding nothing of the job. Per case the grader writes on stdin a
-header of limits (CPU and wall-clock seconds), then the case: its exercise's set-up
-(stand-ins, that exercise's withheld names left out), the student's program, the case's
-program and its tensors. This process reads the header only and forks; the child reads the
-case, draws its random inputs (sent as seeds), closes stdin, runs the set-up, the program
-and the case under the CPU limit, and writes its result (JSON, then safetensors bytes) on
-stdout, a pipe the grader reads. Then this process kills every other process of the sandbox
-and writes why the case ended on STATUS_FD, a pipe no child holds. No file is read or
-written; nothing here decides a grade. Standard library, torch and safetensors only.
+header (a CPU limit, only where no control group counts the case's CPU time), then the case:
+its exercise's set-up (stand-ins, that exercise's withheld names left out), the student's
+program, the case's program and its tensors (no case name, no limit). This process reads the
+header only, forks, and says so on STATUS_FD, a pipe no child holds; the grader, outside the
+sandbox, moves the child into the case's control group. The child reads the case, draws its
+random inputs (sent as seeds), says so on stdout, runs the set-up, the program and the case,
+and writes its result (JSON, then safetensors bytes) on stdout, a pipe the grader reads. The
+grader times the case and ends it, every process of it; this process only reports the
+child's wait status. No file is read or written; nothing here decides a grade. Standard
+library, torch and safetensors only.
 """
 
 import ctypes
@@ -20,21 +22,14 @@ import json
 import linecache
 import os
 import resource
-import select
-import signal
 import sys
-import time
 
 import torch
-from cleanup import ancestors, kill_others  # next to this file, in /grader
-from clock import Clock
 from safetensors.torch import load, save
 
 MAX_TEXT = 2000  # characters of a string output kept
-HEADER = 32  # bytes of a case's header: "CPU WALL", in seconds, space-padded
-TRANSFER_SECONDS = 60  # to read a case's inputs (MBs of tensors), before its clock starts
-STATUS = 32  # bytes of a case's status: why it ended, and the CPU seconds it used
-GROUP_CPU = "/grader/cpu"  # the sandbox's control group's CPU time, where it has one
+HEADER = 32  # bytes of a case's header: its CPU seconds where no control group counts them
+STATUS = 32  # bytes of a status: "forked", then "exit" and the case process's wait status
 
 
 def decode(value, tensors: dict, names: dict):
@@ -160,111 +155,64 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def case_process(cpu: float, ready: int) -> None:
-    """In the fresh child: read this case from stdin, say so on ``ready``, run it, write
-    its result on stdout."""
+def case_process(cpu: float) -> None:
+    """In the fresh child: read this case from stdin, say so on stdout (the grader starts
+    its clocks), run it, write its result on stdout: its length, then the result."""
     size = int.from_bytes(read_exact(0, 8), "big")
     job = json.loads(read_exact(0, size))
     size = int.from_bytes(read_exact(0, 8), "big")
     tensors = load(read_exact(0, size)) if size else {}
     make_random(job["case"], tensors)
-    os.write(ready, b"r")  # the clocks start now, not while a large case is read or made
-    os.close(ready)
+    write_all(1, b"r")  # the clocks start now, not while a large case is read or made
     devnull = os.open(os.devnull, os.O_RDWR)
     result = os.dup(1)
     for fd in (0, 1, 2):  # stdin read to its end; prints go nowhere
         os.dup2(devnull, fd)
-    used = resource.getrusage(resource.RUSAGE_SELF)
-    limit = int(used.ru_utime + used.ru_stime + cpu) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))
+    if cpu:  # no control group: each process's own limit is all there is
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        limit = int(used.ru_utime + used.ru_stime + cpu) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))
     name, case, out, env = job["name"], job["case"], {}, {"__name__": "__main__"}
     try:
         run_source(job["setup"], "<the exercise's set-up>", env)
         names = dict(env)
-        run_source(job["source"], f"<your solution of {name}>", env)
+        run_source(job["source"], "<your solution>", env)
         solution = env[name]
     except BaseException as error:  # noqa: BLE001 - SystemExit too: the cell failed
         report = {"error": kind(error), "stage": "cell"}
     else:
         try:
             with torch.no_grad():
-                values = run_case(solution, case, tensors, names, out, name)
+                values = run_case(solution, case, tensors, names, out, "out")
             report = {"values": values}
         except BaseException as error:  # noqa: BLE001
             report = {"error": kind(error), "stage": "case"}
     data, raw = json.dumps(report).encode(), save(out)
-    write_all(result, len(data).to_bytes(8, "big") + data + raw)
+    whole = len(data).to_bytes(8, "big") + data + raw
+    write_all(result, len(whole).to_bytes(8, "big") + whole)
 
 
-def group_cpu() -> float | None:
-    """CPU seconds of every process of the sandbox together (its control group's count,
-    mounted read-only at GROUP_CPU), or None without one."""
-    try:
-        with open(GROUP_CPU) as f:
-            text = f.read()
-    except OSError:
-        return None
-    if "usage_usec" in text:  # cgroup v2's cpu.stat
-        return int(text.split("usage_usec", 1)[1].split()[0]) / 1e6
-    return int(text) / 1e9  # v1's cpuacct.usage
-
-
-def why_ended(pid: int, cpu: float, wall: float) -> tuple[str, float]:
-    """Why case process ``pid`` ended, and the CPU seconds it used: its own and its
-    children's, or the whole sandbox's where it has a control group (work split over
-    processes counts as one). Killed past ``cpu`` of those, or past ``wall`` seconds of its
-    clock, which leaves out the time it waited for a CPU that other programs held."""
-    clock, first, pause = Clock(pid), group_cpu(), 0.001
-    while True:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        own = usage.ru_utime + usage.ru_stime if done else 0.0
-        used = own if first is None else group_cpu() - first
-        if done:
-            break
-        if used > cpu or clock.seconds() > wall:
-            os.kill(pid, signal.SIGKILL)
-            _, status, usage = os.wait4(pid, 0)
-            return ("cpu" if used > cpu else "wall"), used
-        pause = min(2 * pause, 0.02)  # quick cases answered quickly, long ones polled less
-        time.sleep(pause)
-    used = max(used, own)
-    died = os.WIFSIGNALED(status)
-    sig = os.WTERMSIG(status) if died else 0
-    if sig == signal.SIGXCPU or (died and used >= cpu):
-        return "cpu", used
-    if died:
-        return ("killed" if sig == signal.SIGKILL else "crashed"), used
-    return "ended", used
-
-
-def serve(status: int, sandboxed: bool) -> None:
-    """Cases one after another until stdin ends; after each, no other process is left."""
+def serve(status: int) -> None:
+    """A fresh process per case, until stdin ends; on STATUS_FD, that it was forked, then
+    how it ended (its wait status). The grader, outside, times it and ends it."""
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0, inherited by each child
     torch.set_num_threads(1)
-    keep = ancestors()
     while len(header := read_exact(0, HEADER)) == HEADER:
-        cpu, wall = (float(v) for v in header.split())
-        ready, told = os.pipe()
         try:
             pid = os.fork()
         except OSError:  # the process limit: the grader ends this sandbox
-            write_all(status, b"no_process 0".ljust(STATUS))
+            write_all(status, b"no_process".ljust(STATUS))
             return
         if pid == 0:
             try:
                 os.close(status)  # the child never holds the grader's status pipe
-                os.close(ready)
-                case_process(cpu, told)
+                case_process(float(header))
             finally:
                 os._exit(0)
-        os.close(told)
-        select.select([ready], [], [], TRANSFER_SECONDS)  # the case read (or its end)
-        os.close(ready)
-        why, used = why_ended(pid, cpu, wall)
-        if sandboxed:  # unsafe: this is the teacher's machine, nothing to kill
-            kill_others(keep)
-        write_all(status, f"{why} {used:.3f}".encode().ljust(STATUS))
+        write_all(status, b"forked".ljust(STATUS))
+        _, code = os.waitpid(pid, 0)
+        write_all(status, f"exit {code}".encode().ljust(STATUS))
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), sandboxed=sys.argv[2] == "sandboxed")
+    serve(int(sys.argv[1]))

@@ -24,24 +24,22 @@ import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading import cgroup
+from grading import cgroup, watch
 
 RUNNER = Path(__file__).with_name("runner.py")
-CLEANUP = Path(__file__).with_name("cleanup.py")  # the runner imports it
-CLOCK = Path(__file__).with_name("clock.py")  # and this
 FIRST_UID = 64000  # as root, sandbox slot k runs as uid FIRST_UID + k (no account needed)
 STARTUP_SECONDS = 60.0  # bwrap, Python and torch imported: once per student
 SERVER_CPU_SECONDS = 3600  # the serving process itself (each case has its own limit)
-HEADER = 32  # bytes of a case's header to the runner (its limits): runner.HEADER
-STATUS = 32  # bytes of a case's status (why it ended, CPU seconds used): runner.STATUS
-TRANSFER_SECONDS = 60  # runner.TRANSFER_SECONDS: a case's inputs read before its clock
-LOAD_FACTOR = 20  # a case's clock leaves out its waits for a CPU: the grader waits longer
+HEADER = 32  # bytes of a case's header to the runner: runner.HEADER
+STATUS = 32  # bytes of the runner's status ("forked", "exit N"): runner.STATUS
+TRANSFER_SECONDS = 60  # a case's inputs read and made before its clock starts
 MAX_RESULT = 132 << 20  # bytes of one case's result kept (judge.MAX_JSON + MAX_TENSORS)
 ROOT_LINKS = (
     "/bin",
@@ -108,11 +106,8 @@ def _folders(path: Path, made: set[Path]) -> list[str]:
     return args
 
 
-def command(
-    slot: int, limits: Limits, program: list[str], usage: Path | None = None
-) -> list[str]:
-    """The command line that runs ``program`` in a new sandbox; ``usage``, the CPU time of
-    its control group, read-only at /grader/cpu."""
+def command(slot: int, limits: Limits, program: list[str]) -> list[str]:
+    """The command line that runs ``program`` in a new sandbox."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxError(
@@ -147,10 +142,6 @@ def command(
         args += ["--perms", "0555", "--tmpfs", str(path), "--remount-ro", str(path)]
     args += ["--perms", "0755", "--dir", "/grader"]
     args += ["--ro-bind", str(RUNNER), "/grader/runner.py"]
-    args += ["--ro-bind", str(CLEANUP), "/grader/cleanup.py"]
-    args += ["--ro-bind", str(CLOCK), "/grader/clock.py"]
-    if usage is not None:
-        args += ["--ro-bind", str(usage), "/grader/cpu"]
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
     rlimits = ["prlimit", f"--cpu={SERVER_CPU_SECONDS}", f"--as={limits.memory_bytes}"]
     rlimits += [f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}", "--core=0"]
@@ -179,19 +170,17 @@ class Sandbox:
 
     def _start(self) -> None:
         read, write = os.pipe()
-        program = [sys.executable, "/grader/runner.py", str(write), "sandboxed"]
+        program = [sys.executable, "/grader/runner.py", str(write)]
         if self.unsafe:  # the teacher's choice (UNSAFE=1): the same runner, not isolated
-            args = [sys.executable, str(RUNNER), str(write), "unsafe"]
+            self.group = cgroup.Group([], None, "")
+            args = [sys.executable, str(RUNNER), str(write)]
         else:
             self.group = cgroup.create(
                 f"gpt-from-scratch-grade-{os.getpid()}-{self.slot}-{time.monotonic_ns()}",
                 self.limits.total_memory_bytes,
                 self.limits.processes,
             )
-            usage = self.group.usage if self.group else None
-            args = (self.group.prefix() if self.group else []) + command(
-                self.slot, self.limits, program, usage
-            )
+            args = self.group.prefix() + command(self.slot, self.limits, program)
         self.process = subprocess.Popen(
             args,
             stdin=subprocess.PIPE,
@@ -201,17 +190,17 @@ class Sandbox:
             pass_fds=(write,),
         )
         os.close(write)
-        self.status = read
+        self.status, self.runner, self.keep = read, 0, set()
         os.set_blocking(self.process.stdin.fileno(), False)
 
     def run(self, exercises: list[dict]) -> tuple[dict[str, list], str]:
         """One student's cases in a sandbox of their own: per exercise, per case, its result
         (the bytes the case sent) or why it has none (a ``judge.STOPPED`` key); and "" or
         why the sandbox ended early. Each exercise: name, setup, source, cpu_seconds and
-        cases (per case its program and its tensors as safetensors bytes)."""
+        cases (per case its program, its tensors as safetensors bytes, and its cpu)."""
         if self.process is None:
             self._start()
-        results, note, extra = {}, "", STARTUP_SECONDS  # the first case waits for the start
+        results, note = {}, ""
         for exercise in exercises:
             got = results[exercise["name"]] = []
             for case in exercise["cases"]:
@@ -221,65 +210,93 @@ class Sandbox:
                 if got and got[-1] in ("wall", "cpu", "skipped"):
                     got.append("skipped")  # the exercise's later cases: not run
                     continue
-                cpu = case["program"].get("cpu_seconds") or exercise["cpu_seconds"]
+                cpu = case["cpu"] or exercise["cpu_seconds"]
                 job = {key: exercise[key] for key in ("name", "setup", "source")}
                 data = json.dumps({**job, "case": case["program"]}).encode()
                 blob = len(data).to_bytes(8, "big") + data
                 blob += len(case["tensors"]).to_bytes(8, "big") + case["tensors"]
-                result, note, used = self._case(cpu, blob, 2 * cpu + 2, extra)
+                result, note, used = self._case(cpu, blob, 2 * cpu + 2)
                 if result == "wall" and not note:
                     # Once more (a stall stalls again), with the CPU time the first try
                     # left: no case gets more than its limit in all.
                     left = max(cpu - used, 0.01)
-                    result, note, _ = self._case(left, blob, 2 * cpu + 2, 0.0)
+                    result, note, _ = self._case(left, blob, 2 * cpu + 2)
                 got.append(result)
-                extra = 0.0
         self.stop()
         self._start()  # the next student's, started now
         return results, note
 
-    def _case(self, cpu: float, blob: bytes, wall: float, extra: float) -> tuple:
+    def _status(self, seconds: float) -> str:
+        """The runner's next status, or "" if it ended or said nothing for ``seconds``."""
+        got = b""
+        while len(got) < STATUS:
+            if not select.select([self.status], [], [], seconds)[0]:
+                return ""
+            chunk = os.read(self.status, STATUS - len(got))
+            if not chunk:
+                return ""
+            got += chunk
+        return got.decode("ascii", "replace").strip()
+
+    def _case(self, cpu: float, blob: bytes, wall: float) -> tuple:
         """(the case's result or why none, "" or why the sandbox ended, the CPU seconds
-        it used) of one case."""
-        header = f"{cpu:g} {wall:g}".encode().ljust(HEADER)
-        # The runner's clock stops while the case waits for a CPU (``clock``): on a loaded
-        # machine a case takes longer than ``wall``. This deadline finds a hung runner.
-        deadline = time.monotonic() + LOAD_FACTOR * wall + extra + TRANSFER_SECONDS + 10
-        stdin, stdout = self.process.stdin.fileno(), self.process.stdout.fileno()
-        pending, received, status = memoryview(header + blob), bytearray(), b""
-        while len(status) < STATUS:
-            wanted = [stdout, self.status]
+        it used) of one case, timed and ended from here."""
+        counted = self.group.cases is not None
+        header = (b"0" if counted else f"{cpu:g}".encode()).ljust(HEADER)
+        try:
+            os.write(self.process.stdin.fileno(), header)
+        except OSError:
+            return "sandbox", "the sandbox ended (the student's code killed it?)", 0
+        first = not self.runner
+        forked = self._status(STARTUP_SECONDS if first else TRANSFER_SECONDS)
+        if forked != "forked":
+            why = {"no_process": "the sandbox could not start a process for a case"}
+            return "sandbox", why.get(forked, "the sandbox stopped answering"), 0
+        if first:  # before any student's code ran: the sandbox's processes are its own
+            processes = watch.table()
+            self.keep = watch.descendants(self.process.pid, processes) | {self.process.pid}
+            scripts = {"/grader/runner.py", str(RUNNER)}
+            self.runner = watch.running(self.keep, processes, scripts)
+        pid = watch.child_of(self.runner)
+        self.keep.discard(pid)
+        tasks = self.group.case() or watch.Processes(self.process.pid, self.keep)
+        if pid is None:
+            tasks.end()
+            return "sandbox", "the sandbox's runner forked no case process", 0
+        tasks.add(pid)
+        stdout = self.process.stdout.fileno()
+        if not self._send(blob, stdout):
+            tasks.end()
+            return "sandbox", "the case did not read its inputs", 0
+        result, why, used = watch.watch(stdout, tasks, pid, cpu, wall, MAX_RESULT)
+        try:
+            os.kill(self.runner, signal.SIGCONT)  # stopped by the case? it is over now
+        except OSError:
+            pass
+        ended = self._status(TRANSFER_SECONDS)
+        note = "" if ended.startswith("exit ") else "the sandbox ended during a case"
+        if why == "result":
+            return result, note, used
+        if note:  # the runner gone: by the student's code, or the grader's fault
+            return "sandbox", note, used
+        return (watch.ended_why(ended) if why == "ended" else why), note, used
+
+    def _send(self, blob: bytes, stdout: int) -> bool:
+        """Send the case; True once its process said it has read it (its first byte)."""
+        stdin, pending = self.process.stdin.fileno(), memoryview(blob)
+        deadline = time.monotonic() + TRANSFER_SECONDS
+        while time.monotonic() < deadline:
             ready = select.select(
-                wanted, [stdin] if pending else [], [], max(0, deadline - time.monotonic())
+                [stdout], [stdin] if pending else [], [], deadline - time.monotonic()
             )
-            if not any(ready):
-                why = f"the sandbox stopped answering ({LOAD_FACTOR * wall:.0f} s a case)"
-                return "sandbox", why, 0
             try:
                 if ready[1]:
                     pending = pending[os.write(stdin, pending[: 1 << 16]) :]
             except (BrokenPipeError, BlockingIOError):
-                pass  # the runner is gone: its status pipe ends too
-            if stdout in ready[0]:
-                chunk = os.read(stdout, 1 << 20)
-                if len(received) <= MAX_RESULT:  # past it: read on, so the case can end
-                    received += chunk
-            if self.status in ready[0]:
-                chunk = os.read(self.status, STATUS - len(status))
-                if not chunk:
-                    return "sandbox", "the sandbox ended (the student's code killed it?)", 0
-                status += chunk
-        while select.select([stdout], [], [], 0)[0]:  # its writers are gone: what is left
-            chunk = os.read(stdout, 1 << 20)
-            if not chunk:
-                break
-            received += chunk
-        why, used = status.decode("ascii", "replace").split()
-        if why == "no_process":
-            return why, "the sandbox could not start a process for a case", 0
-        if received:  # the case's own result, written before it ended
-            return bytes(received), "", float(used)
-        return ("no_report" if why == "ended" else why), "", float(used)
+                return False
+            if ready[0]:
+                return os.read(stdout, 1) == b"r"
+        return False
 
     def stop(self) -> None:
         if self.process is not None:

@@ -35,7 +35,8 @@ HINTS = "hints"  # the teacher's: where to read a written criterion (see Result.
 class Result:
     points: float = 0.0
     flag: str = ""  # an integrity problem: the exercise scores 0
-    note: str = ""  # why points were lost, in the grader's fixed words (the student's too)
+    note: str = ""  # why points were lost, in the grader's fixed words (the teacher's)
+    feedback: str = ""  # the student's: which cases did not pass, one bit a case
     detail: str = ""  # the teacher's only: the error class, dtype… chosen by the code
     hint: str = ""  # the teacher's only: names a written criterion is about (never points)
 
@@ -46,6 +47,7 @@ class Grade:
     file: str
     results: dict[str, Result] = field(default_factory=dict)
     note: str = ""  # about the file as a whole (skipped, unreadable)
+    detail: str = ""  # the teacher's only: how the sandbox ended, where it ended early
     written: str = ""
     folder: str = ""  # its feedback folder's name (Moodle's, when it came from Moodle)
 
@@ -82,7 +84,9 @@ def row(grade: Grade, names: list[str]) -> list[str]:
         safe(flags),
         safe("; ".join(f"{n}: {r.hint}" for n, r in grade.results.items() if r.hint)),
         safe(notes),
-        safe("; ".join(f"{n}: {r.detail}" for n, r in grade.results.items() if r.detail)),
+        safe("; ".join([grade.detail] * bool(grade.detail) + [
+            f"{n}: {r.detail}" for n, r in grade.results.items() if r.detail
+        ])),
         safe(grade.file, 300),
     ]
 
@@ -187,7 +191,7 @@ def feedback_text(grade: Grade, exercises: list[dict], criteria: dict[str, tuple
     for exercise in exercises:
         r = grade.results.get(exercise["name"], Result())
         lines.append(f"{exercise['name']}: {r.points:g} of {exercise['points']}")
-        lines += [f"  {r.note}"] * bool(r.note)
+        lines += [f"  {r.feedback}"] * bool(r.feedback)
         lines += [f"  your teacher reads: {c}" for c in criteria.get(exercise["name"], ())]
     return "\n".join(lines) + "\n"
 

@@ -37,23 +37,23 @@ PROBE = '''def probe(x):
 def check(limits: Limits, setup: str = "", unsafe: bool = False) -> str:
     """Raise SandboxError unless the runner, started as for a class (in the sandbox unless
     ``unsafe``), runs ``setup`` and a trivial case and returns its answer, without the
-    package in sight; return a warning when the sandbox as a whole has no memory or process
-    limit (no control group: not root, or not Linux)."""
+    package in sight; return what is lost where the cases have no control group
+    (``cgroup.Group.lost``), else ""."""
     x, tensors = torch.arange(6.0), {}
     case = cases.Case("probe", [cases.Step((x,))])
-    program = cases.program(case, "probe.0", tensors)
+    program = cases.program(case, "in", tensors)
     job = {
         "name": "probe",
         "setup": setup,
         "source": PROBE,
         "cpu_seconds": limits.cpu_seconds,
-        "cases": [{"program": program, "tensors": save(tensors)}],
+        "cases": [{"program": program, "tensors": save(tensors), "cpu": None}],
     }
     with tempfile.TemporaryFile() as log:
         box = Sandbox(0, limits, unsafe, stderr=log)
         try:
             results, stopped = box.run([job])
-            ungrouped = box.group is None
+            lost = box.group.lost
         finally:
             box.close()
         log.seek(0)
@@ -70,12 +70,7 @@ def check(limits: Limits, setup: str = "", unsafe: bool = False) -> str:
             + (f"; the error output: {error}" if error else "")
             + ". Nothing was graded"
         )
-    if ungrouped and not unsafe:
-        return (
-            "no control group here (grade as root on Linux for one): each process is "
-            "limited, the sandbox as a whole is not"
-        )
-    return ""
+    return "" if unsafe else lost
 
 
 def _failure(raw: bytes | str, x: torch.Tensor, unsafe: bool) -> str:
