@@ -105,8 +105,15 @@ class Processes:
 
 
 def child_of(parent: int) -> int | None:
-    """The one live child of ``parent`` (the runner's case process), or None."""
-    found = [p for p, (pp, state) in table().items() if pp == parent and state not in "ZX"]
+    """The one live child of ``parent`` (the runner's case process), or None: from the
+    kernel's list of its main thread's children (the runner forks there), else a scan of
+    /proc (a kernel without CONFIG_PROC_CHILDREN)."""
+    try:
+        with open(f"/proc/{parent}/task/{parent}/children") as f:
+            children = [int(p) for p in f.read().split()]
+    except OSError:
+        children = [p for p, (pp, _) in table().items() if pp == parent]
+    found = [p for p in children if alive(p)]
     return found[0] if len(found) == 1 else None
 
 
