@@ -23,19 +23,21 @@
 # forward hooks, checked against the field's references where the tests can
 # (`tests/test_interp_parity.py`). The activations, the logit lens and the patching shares
 # equal those of TransformerLens's `TransformerBridge` {cite}`nanda2022transformerlens` on the
-# same weights. Direct attribution equals the same formula applied to TransformerLens's
-# activations and its σ (a check of what it reads, not of a second implementation).
-# nnsight {cite}`fiottokaufman2025nnsight`, wrapped around the book's own `GPT`, reads and
-# patches the same values to the bit: a check of the hooks, on the same module. Ablation has
-# no reference test: `tests/test_interp.py` checks it against its definition (zeroing a head
-# is zeroing its columns of `c_proj`, as Chapter 8 did).
+# same weights. Direct attribution equals TransformerLens's own, `stack_head_results` read
+# through `logit_attrs`, with the final LayerNorm's γ folded into the unembedding. Mean and
+# resample ablation equal TransformerLens hooks that write the same replacement into its
+# `hook_z`, each role's mean taken from its own cache. nnsight
+# {cite}`fiottokaufman2025nnsight`, wrapped around the book's own `GPT`, reads and patches
+# the same values to the bit: a check of the hooks, on the same module. Zero ablation is
+# checked against its definition (`tests/test_patching.py`: zeroing a head is zeroing its
+# columns of `c_proj`, as Chapter 8 did).
 #
 # 1. **hooks** that read and overwrite any activation;
 # 2. **the logit lens**: the residual stream read out after each block;
 # 3. **direct logit attribution**: what each head adds to the answer's logit;
 # 4. **ablation**: a head removed three ways, and why zeroing it misleads;
-# 5. **activation patching**: one head's output moved from a clean run into a corrupted one,
-#    and how much of the answer it brings back.
+# 5. **activation patching**: one head's output moved from a clean run into a corrupted one
+#    (denoising: is it enough?) or back (noising: is it needed?).
 #
 # The models are Chapter 12's three fine-tuned runs, cached when first trained; on Colab, the
 # last section looks at GPT-2 small.
@@ -62,9 +64,9 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 
-from gpt_from_scratch import interp
+from gpt_from_scratch import interp, patching
 from gpt_from_scratch.data import load_tiny_shakespeare
-from gpt_from_scratch.book import inside
+from gpt_from_scratch.book import inside, inside_prose
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book.assistant import task_items
 from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run
@@ -131,15 +133,21 @@ for seed, m in models.items():
 # read out, through `ln_f` and the output layer. The *logit lens* {cite}`nostalgebraist2020lens`
 # reads each block's residual stream the same way, as if the model stopped there.
 # `interp.logit_lens` returns $(L, B, T, V)$; its last layer is the model's own logits. The share
-# of A's characters that each read-out ranks first:
+# of A's characters in the answer that each read-out ranks first, on the clean conversations
+# and, as a control, on the corrupted ones, whose prompt holds another line: the last block
+# predicts better than the first almost by construction, and the control tells how much of
+# the rise is the copy.
 
 # %%
 lens = {seed: inside.lens_top1(m, pairs) for seed, m in models.items()}
-for seed, share in lens.items():
-    print(f"seed {seed}: " + " ".join(f"after block {l + 1} {s:.0%}"
-                                      for l, s in enumerate(share)))
-lens_found = inside.lens_lesson([float(lens[s][0]) for s in SEEDS],
-                                [float(lens[s][-1]) for s in SEEDS])
+control = {seed: inside.lens_top1(m, pairs, "corrupted") for seed, m in models.items()}
+for seed in SEEDS:
+    for run, share in (("clean", lens[seed]), ("corrupted", control[seed])):
+        print(f"seed {seed}, {run:<9}: " + " ".join(f"after block {l + 1} {s:.0%}"
+                                                  for l, s in enumerate(share)))
+lens_found = inside_prose.lens_lesson(
+    [(float(lens[s][0]), float(lens[s][-1])) for s in SEEDS],
+    [(float(control[s][0]), float(control[s][-1])) for s in SEEDS])
 display(Markdown(lens_found.text))
 
 # %% [markdown]
@@ -176,27 +184,46 @@ print(heads_dla)
 #
 # To *ablate* a head is to replace its output and watch what breaks. Zeroing it (Chapter 8's
 # Exercise 4) hands the next layers a vector they never saw in training. *Mean ablation*
-# replaces it by its mean over the batch at each position; *resample ablation* by its value on
-# another input, here the corrupted conversation, whose turns sit at the same positions. Each
-# ablation is measured twice: on the copied line, and on the courteous opening, which no line
-# changes, so that a cost there is damage rather than the head's part in copying.
+# replaces it by its average over many inputs; but an average of what? The lines differ in
+# length and the conversations are padded at the right to the longest, so one position holds
+# a character of the answer in one row, the opening's comma in another and padding in a third:
+# the mean over the rows at each position mixes places that play different parts. Wang et al.
+# {cite}`wang2023ioi` ablate a head by its mean over a reference set of sentences, and ARENA's
+# exercises {cite}`mcdougall2024arenaioi` take that mean separately for each template, whose
+# positions line up. Here `pairs.roles` numbers each position by what it is: the prompt's
+# $k$-th character, the line's $k$-th, the turn markers and the opening, the answer's $k$-th,
+# the end, and −1 for padding, which no mean includes and no ablation touches. Mean ablation
+# (`patching.ablate_heads(..., "mean", roles=pairs.roles)`) puts at each position the head's
+# mean over the positions of the same role. *Resample ablation* takes the head's output from
+# another input instead, here the corrupted conversation, whose turns sit at the same
+# positions. Each ablation is measured twice: on the copied line, and on the courteous
+# opening, which no line changes, so that a cost there is damage rather than the head's part
+# in copying.
 
 # %%
 opening = inside.copy_logprob(pairs, "opening")  # the courteous opening: no line changes it
 with torch.no_grad():
     before = {"copy": float(metric(model(pairs.clean)[0])),
               "opening": float(opening(model(pairs.clean)[0]))}
+how_to = {"zero": {}, "mean": {"roles": pairs.roles},
+          "resample": {"reference": pairs.corrupted}}
 drops = {"copy": {}, "opening": {}}
-for how in interp.ABLATIONS:
-    reference = pairs.corrupted if how == "resample" else None
-    runs = [[interp.ablate_heads(model, pairs.clean, [(l, h)], how, reference)
-             for h in range(4)] for l in range(4)]  # one run per head ablated, (L, H)
+for how, given in how_to.items():
+    ablated = [[patching.ablate_heads(model, pairs.clean, [(l, h)], how, **given)
+                for h in range(4)] for l in range(4)]  # one run per head ablated, (L, H)
     for part, measure in (("copy", metric), ("opening", opening)):
         drops[part][how] = torch.tensor([[before[part] - float(measure(x)) for x in row]
-                                         for row in runs])
+                                         for row in ablated])
     print(f"{how} ablation, nats lost a character on the line (layer x head):")
     print(drops["copy"][how])
-display(Markdown(inside.ablation_text(drops["copy"], drops["opening"])))
+found_ablation = inside_prose.ablation_lesson(drops["copy"], drops["opening"])
+display(Markdown(found_ablation.text))
+
+# %% [markdown]
+# Mean ablation removes everything the head says about this row; resampling from the
+# corrupted conversation removes only what the other line changes, and keeps the rest.
+# Resampling with the corrupted inputs as reference is one direction of the next section's
+# experiment: patching the other way round.
 
 # %% [markdown]
 # ## 13.5 Activation patching: which heads copy?
@@ -208,6 +235,9 @@ display(Markdown(inside.ablation_text(drops["copy"], drops["opening"])))
 #
 # $$\text{share} = \frac{m(\text{patched}) - m(\text{corrupted})}{m(\text{clean}) - m(\text{corrupted})}.$$
 #
+# This direction is *denoising* {cite}`heimersheim2024patching`: a head scores high when its
+# clean output is enough, by itself, to bring the answer back.
+#
 # Chapter 8's induction score, measured on the same pairs, is the attention from the answer's
 # position before character $k$ of A to character $k$ of A in the prompt: where a copying head
 # should look. Both for every head of every seed:
@@ -216,15 +246,15 @@ display(Markdown(inside.ablation_text(drops["copy"], drops["opening"])))
 shares, scores = {}, {}
 start = clock()
 for seed, m in models.items():
-    shares[seed] = interp.patching_shares(m, pairs.clean, pairs.corrupted, metric)
+    shares[seed] = patching.patching_shares(m, pairs.clean, pairs.corrupted, metric)
     scores[seed] = inside.induction_scores(m, pairs)
-analysis_seconds = (clock() - start) / len(SEEDS)
+analysis_seconds = clock() - start
 for seed in SEEDS:
-    print(f"seed {seed}: top heads by patching {inside.top_heads(shares[seed])}; "
+    print(f"seed {seed}: top heads by denoising {inside.top_heads(shares[seed])}; "
           f"by induction score {inside.top_heads(scores[seed])}")
 rhos = [inside.rank_correlation(shares[s], scores[s]) for s in SEEDS]
 sums = [float(shares[s].sum()) for s in SEEDS]
-found = [inside.rankings_lesson(rhos), inside.shares_lesson(sums)]
+found = [inside_prose.rankings_lesson(rhos), inside_prose.shares_lesson(sums)]
 display(Markdown(" ".join(f.text for f in found)))
 
 # %% tags=["remove-input"] mystnb={"figure": {"caption": "Each head of each seed: its induction score on the Repeat pairs against the share of the clean–corrupted gap that patching it restores.", "name": "fig-patching"}, "image": {"alt": "Three scatter plots, one above the other, of 16 points each, rising from lower left to upper right."}}
@@ -236,10 +266,42 @@ plt.show()
 # copy are the heads whose clean output brings the answer back. No one head does it all, and
 # the shares are not additive: a head's output matters only when later heads read it, so moving
 # one head's clean output into the corrupted run can restore more than its "own" part.
+#
+# The other direction is *noising*: run the *clean* conversation with one head's output taken
+# from the corrupted run, which is section 13.4's resample ablation, and measure the share of
+# the gap it loses, $(m(\text{clean}) - m(\text{patched})) / (m(\text{clean}) -
+# m(\text{corrupted}))$. A head scores high when the copy *needs* it. The two ask different
+# questions, and a head can be needed without being enough: one of several inputs that must
+# all be clean, as a previous-token head is for an induction head. The previous-token score
+# (Chapter 8) measures how much of each head's attention goes to the position just before.
+
+# %%
+start = clock()
+noised = {seed: patching.patching_shares(m, pairs.clean, pairs.corrupted, metric, "noise")
+          for seed, m in models.items()}
+previous = {seed: inside.previous_token_scores(m, pairs) for seed, m in models.items()}
+analysis_seconds = (analysis_seconds + clock() - start) / len(SEEDS)
+for seed in SEEDS:
+    print(f"seed {seed}: top heads by noising {inside.top_heads(noised[seed])}; "
+          f"by denoising {inside.top_heads(shares[seed])}")
+print(f"\nseed {SEEDS[0]}, share of the gap (layer x head), denoising  |  noising")
+print(inside.side_by_side(shares[SEEDS[0]], noised[SEEDS[0]]))
+found.append(inside_prose.directions_lesson(shares, noised, previous))
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# A previous-token head fits both numbers. At each character of the prompt's line it writes
+# which character came before, and the copying heads find the character to copy by that
+# (Chapter 8's induction mechanism). Noised, in the clean run, it tells them the other line's
+# characters: they lose their place, and much of the copy goes. Denoised alone, in the
+# corrupted run, it gives them the clean line's places while the characters they read there
+# are still the other line's: they look in the right places and find the wrong characters.
+# Denoising finds what suffices to carry the difference, the later copying heads; noising
+# finds what the copy cannot do without.
 
 # %% tags=["remove-input"]
-n_heads = shares[SEEDS[0]].numel()
-display(Markdown(inside.timing_text(analysis_seconds, len(SEEDS), n_heads)))
+n_runs = 2 * shares[SEEDS[0]].numel()  # each head patched in both directions
+display(Markdown(inside_prose.timing_text(analysis_seconds, len(SEEDS), n_runs)))
 
 # %% [markdown]
 # ## 13.6 On Colab: induction heads and name movers in GPT-2 small
@@ -294,11 +356,16 @@ display(Markdown(names))
 #   the module itself gives the same numbers to the bit.
 # - The logit lens shows an answer forming block by block; direct logit attribution splits a
 #   logit into what each head and MLP adds, once the final LayerNorm's scale is frozen.
-# - Zero ablation measures damage, not function: mean or resample ablation keeps a head's output
-#   in range, and activation patching, clean into corrupted, asks which head carries the
-#   difference.
-# - In the assistant, the rankings of the heads by patching and by induction score agree, and
-#   the copy is shared by several heads across layers.
+# - Zero ablation measures damage as well as function: zeroing a head of layer 0 broke the
+#   opening, which no line changes. Mean ablation, averaged over the positions that play the
+#   same role (not over the rows at each position, which do not line up), left the opening as
+#   it was; resampling from the corrupted run cannot show damage there at all, since it holds
+#   the same opening.
+# - Activation patching runs both ways. Denoising (clean into corrupted) finds what suffices
+#   to carry the difference, noising (corrupted into clean, resample ablation) what the answer
+#   needs; the assistant's previous-token head is needed by the copy and not enough alone.
+# - In the assistant, the rankings of the heads by denoising and by induction score agree, and
+#   the copy is shared by several heads across layers, whose single shares overlap.
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
@@ -346,8 +413,9 @@ check_patch_head(patch_head);
 # %% [markdown]
 # ### Exercise 3. Which head restores most? (predict, then run)
 #
-# Seed 1's model was fine-tuned from the same base model as seed 0's, on the same examples in
-# another order. Before running the next cell, predict from seed 0's results above: which
+# Seed 1's model was fine-tuned from the same base model as seed 0's, on the same instructions,
+# each answer's opening drawn anew, in another order. Before running the next cell, predict
+# from seed 0's results above: which
 # head, patched alone, restores the largest share of seed 1's gap, and roughly how large is
 # that share? Write your prediction in the answer cell, then run the cell after it.
 
@@ -378,15 +446,31 @@ print(f"seed 1: L{best // H}H{best % H} restores {share:.2f} of the gap")
 # ```{admonition} Answer
 # :class: dropdown
 # A share measures one head patched *alone*, with every other head still corrupted, and the
-# model is not a sum of heads. Here several heads copy the same characters: each pushes up the
-# logit of the character to copy. The log-probability saturates: once that character is
-# likely, a further push adds little. Patched alone into a run where the character is
-# unlikely, one head lifts it a lot; all of them together lift it no further than the clean
-# run does. So the single shares overlap, each counting much of the same part of the gap.
-# (Heads in series would do the opposite: each needs the other, and alone restores little.)
-# To measure two heads together, patch both at once and compare with the sum of their single
-# shares.
+# model is not a sum of heads. Two ways of working together make the single shares overlap.
+# Heads in series: if head B reads head A's output and moves the answer, patching A alone
+# makes B compute its clean output too, and patching B alone gives that output directly; each
+# restores what the chain carries, and the sum counts it twice. Heads in parallel that write
+# the same thing: the log-probability saturates, so one head patched alone lifts the character
+# to copy a lot, and all of them together lift it no further than the clean run does. The
+# opposite, heads that restore little alone and much together, is an AND: inputs that must
+# all be clean, like the previous-token head of section 13.5 and the characters its places
+# point to. Heimersheim and Nanda {cite}`heimersheim2024patching` work through these cases.
+# To measure what heads do together, patch them at once (`patching.group_share`) and compare
+# with the sum of their single shares; the cell below does, for seed 0's two largest shares
+# and for whole layers.
 # ```
+
+# %%
+L, H = shares[SEEDS[0]].shape
+order = shares[SEEDS[0]].flatten().argsort(descending=True)  # largest share first
+top_two = [divmod(int(i), H) for i in order[:2]]
+groups = {"pair": top_two, "layer 0": [(0, h) for h in range(H)],
+          "later": [(l, h) for l in range(1, L) for h in range(H)],
+          "all": [(l, h) for l in range(L) for h in range(H)]}
+joint = {name: patching.group_share(model, pairs.clean, pairs.corrupted, metric, heads)
+         for name, heads in groups.items()}
+display(Markdown(inside_prose.joint_text(shares[SEEDS[0]], top_two, joint["pair"],
+                                         joint["layer 0"], joint["later"], joint["all"])))
 
 # %% [markdown] tags=["quiz"]
 # ## Check yourself
@@ -396,6 +480,9 @@ print(f"seed 1: L{best // H}H{best % H} restores {share:.2f} of the gap")
 
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
+worst = int(drops["copy"]["zero"].argmax())  # zeroing's worst head, section 13.4
+broken = float(drops["opening"]["zero"].flatten()[worst])
+kept = float(drops["opening"]["mean"].max())
 show_quiz([
     Numeric("How many heads does each model have in all (layers times heads)?",
             shares[SEEDS[0]].numel(), 0.5, "4 blocks of 4 heads."),
@@ -404,16 +491,29 @@ show_quiz([
             100 * float(lens[SEEDS[0]][-1]), 0.6,
             "From section 13.2; the last read-out is the model's own prediction."),
     MultipleChoice("Why is zero ablation a blunt instrument?", [
-        Choice("it hands the next layers an output they never saw, so it also breaks "
-               "what does not depend on the input", True,
-               "Yes: the opening breaks too, which no line changes."),
-        Choice("zeros are slower to compute than means", False, "The cost is the same."),
+        Choice("it hands the next layers an output they never saw there, so it also "
+               "breaks what depends on no line", True,
+               f"Yes: zeroing the head that costs the copy most cost the opening "
+               f"{broken:.2f} nats a character; mean ablation by role, at most {kept:.2f} "
+               "for any head."),
+        Choice("every ablation replaces the head's own output, so mean ablation breaks the "
+               "opening just as much", False,
+               f"No: mean ablation by role cost the opening at most {kept:.2f} nats a "
+               "character: the mean of each role is an output the next layers see there. "
+               "(Averaged over the rows at each position instead, it would mix roles: the "
+               "rows have different lengths.)"),
     ]),
-    MultipleChoice("In activation patching, which run receives the patched head?", [
-        Choice("the corrupted run, with the head's output from the clean run", True,
-               "Yes: the share says how much of the clean behaviour one head brings back."),
-        Choice("the clean run, with the head's output from the corrupted run", False,
-               "That is the reverse experiment (noising); this chapter patches clean into "
-               "corrupted."),
+    MultipleChoice("Denoising patches the clean output into the corrupted run. What does a "
+                   "high share say about the head?", [
+        Choice("its clean output is enough, by itself, to bring much of the answer back",
+               True, "Yes: denoising tests sufficiency."),
+        Choice("the answer needs it", False,
+               "That is noising's question (corrupted output into the clean run): a head "
+               "can be needed and not enough, or enough and not needed."),
     ]),
+    Numeric("Noising seed 0's previous-token head loses a share of the gap; denoising it "
+            "restores another. What does noising it lose? (Percent, no decimals.)",
+            100 * float(noised[SEEDS[0]].max()), 0.6,
+            "Far more than denoising restores: the copy needs the head, but its clean "
+            "output alone does not carry the line."),
 ])
