@@ -51,7 +51,12 @@ def _parse(model: nn.Module, name: str) -> tuple[int, str]:
     if m is None or m.group(2) not in POINTS or int(m.group(1)) >= L:
         raise ValueError(f"unknown activation {name!r}: names are 'blocks.{{l}}.{{point}}' with l in "
                          f"0..{L - 1} and point one of {POINTS} (hook_names(model) lists them)")
-    return int(m.group(1)), m.group(2)
+    l, point = int(m.group(1)), m.group(2)
+    if name != f"blocks.{l}.{point}":
+        raise ValueError(f"activation {name!r}: write the layer as a plain number, with no "
+                         f"leading zero or sign, so that the hooks find it: "
+                         f"'blocks.{l}.{point}'")
+    return l, point
 
 
 def _check_gpt(model: nn.Module) -> None:
@@ -78,10 +83,12 @@ def check_model(model: nn.Module) -> None:
 
 def _replace(name: str, old: Tensor, edit: Edit) -> Tensor:
     new = edit(old)
-    if not isinstance(new, Tensor) or new.shape != old.shape:
-        got = tuple(new.shape) if isinstance(new, Tensor) else type(new).__name__
-        raise ValueError(f"the edit of {name} returned {got}, the activation has shape {tuple(old.shape)}: "
-                         "return a tensor of the same shape (e.g. a modified clone)")
+    if not isinstance(new, Tensor) or new.shape != old.shape or new.dtype != old.dtype:
+        got = (f"{tuple(new.shape)} {new.dtype}" if isinstance(new, Tensor)
+               else type(new).__name__)
+        raise ValueError(f"the edit of {name} returned {got}, the activation is "
+                         f"{tuple(old.shape)} {old.dtype}: return a tensor of the same shape "
+                         "and dtype (e.g. a modified clone)")
     return new
 
 
@@ -96,6 +103,11 @@ def run_with_hooks(model: nn.Module, idx: Tensor, read: Sequence[str] = (),
     if isinstance(read, str):
         raise ValueError(f"read={read!r} is one string: pass a list of names, e.g. [{read!r}]")
     edit = dict(edit or {})
+    for name, fn in edit.items():
+        if not callable(fn):
+            raise ValueError(f"edit[{name!r}] is a {type(fn).__name__}, not a function: pass "
+                             "a function from the activation to what the model uses instead, "
+                             "e.g. lambda z: z * 0")
     wanted = {name: _parse(model, name) for name in [*read, *edit]}
     cache: dict[str, Tensor] = {}
     H = model.blocks[0].attn.n_heads
@@ -190,6 +202,9 @@ def direct_logit_attribution(model: nn.Module, idx: Tensor, target: Tensor) -> A
         raise ValueError(f"target must be a tensor of token ids of idx's shape {tuple(idx.shape)}, got "
                          f"{tuple(target.shape) if isinstance(target, Tensor) else type(target).__name__}: "
                          "for the next token at each position pass idx's shifted ids")
+    if target.dtype == torch.bool or target.is_floating_point() or target.is_complex():
+        raise ValueError(f"target holds {target.dtype}, not token ids: pass whole numbers "
+                         "(e.g. idx's shifted ids, or target.long() if they are whole)")
     if ((target < 0) | (target >= V)).any():
         raise ValueError(f"target holds ids in [{int(target.min())}, {int(target.max())}], "
                          f"outside the vocabulary [0, {V}): pass token ids of the model's "

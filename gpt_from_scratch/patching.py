@@ -40,7 +40,7 @@ def _head(model: nn.Module, layer: int, head: int) -> tuple[int, int]:
 def _heads(model: nn.Module, heads) -> list[tuple[int, int]]:
     """``heads`` as a list of ``(layer, head)`` pairs of Python ints, or a ValueError."""
     try:
-        pairs = [tuple(pair) for pair in heads]
+        pairs = None if isinstance(heads, (dict, str)) else [tuple(pair) for pair in heads]
     except TypeError:  # heads=(0, 1): one pair, whose numbers are not pairs
         pairs = None
     if pairs is None or not pairs or any(len(pair) != 2 for pair in pairs):
@@ -106,6 +106,10 @@ def _check_roles(roles, idx: Tensor) -> Tensor:
 def role_means(z: Tensor, roles: Tensor) -> Tensor:
     """(B, T, d_k): at each position, the mean of ``z`` (B, T, d_k) over every position of every
     row whose role (``roles``, B, T) is the same; padding (role -1) gets zeros."""
+    if not isinstance(z, Tensor) or z.dim() != 3:
+        got = tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__
+        raise ValueError(f"z has shape {got}: pass one head's output, (B, T, d_k)")
+    roles = _check_roles(roles, z[..., 0])
     keep = roles >= 0
     ids, inverse = roles[keep].unique(return_inverse=True)
     sums = z.new_zeros(len(ids), z.shape[-1]).index_add_(0, inverse, z[keep])
@@ -124,14 +128,19 @@ def ablate_heads(model: nn.Module, idx: Tensor, heads: Sequence[tuple[int, int]]
     - ``"mean"``: at each position, by the head's mean output over the positions of
       ``reference`` (default ``idx``, of ``idx``'s shape) that play the same role. ``roles``
       (B, T) names each position's role with a whole number, the same for ``idx`` and
-      ``reference``; -1 marks padding, left out of every mean and left as it is. Wang et al.
-      (2023) average over the positions of one template, not over absolute positions;
+      ``reference``; -1 marks padding, left out of every mean and left as it is. ARENA's
+      IOI exercises (``compute_means_by_template``) average over the sentences of one
+      template, whose positions line up, as roles do here;
     - ``"resample"``: by its value in the run on ``reference`` (``idx``'s shape) at the same
       position. With the corrupted inputs as reference, this is noising (``patching_shares``)."""
     check_model(model)
     if how not in ABLATIONS:
         raise ValueError(f"how={how!r} is not an ablation: choose one of {ABLATIONS}")
     heads = _heads(model, heads)
+    if not isinstance(idx, Tensor) or idx.dim() != 2 or idx.numel() == 0:
+        got = tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__
+        raise ValueError(f"idx has shape {got}: pass token ids (B, T) with at least one row "
+                         "and one position")
     if how == "zero" and (reference is not None or roles is not None):
         raise ValueError("zero ablation reads no reference and no roles: leave them out, or "
                          "choose how='mean' or how='resample'")
@@ -163,12 +172,31 @@ def patch_head(model: nn.Module, corrupted: Tensor, clean_z: Tensor, layer: int,
     check_model(model)
     layer, head = _head(model, layer, head)
     H = model.blocks[0].attn.n_heads
-    if clean_z.dim() != 4 or clean_z.shape[:2] != corrupted.shape or clean_z.shape[2] != H:
+    d_k = model.blocks[0].attn.c_proj.in_features // H
+    if not (isinstance(clean_z, Tensor) and isinstance(corrupted, Tensor)):
+        raise ValueError(f"clean_z and corrupted are a {type(clean_z).__name__} and a "
+                         f"{type(corrupted).__name__}: pass tensors (clean_z as read by "
+                         "run_with_hooks, corrupted as token ids)")
+    if clean_z.shape != (*corrupted.shape, H, d_k):
         raise ValueError(f"clean_z has shape {tuple(clean_z.shape)}, expected (B, T, H, d_k) "
-                         f"with (B, T) = {tuple(corrupted.shape)} and H = {H}: read "
-                         f"blocks.{layer}.attn.z on the clean inputs, which must align position "
-                         "by position with the corrupted ones")
+                         f"= {(*corrupted.shape, H, d_k)}: read blocks.{layer}.attn.z on the "
+                         "clean inputs, which must align position by position with the "
+                         "corrupted ones")
+    if not torch.isfinite(clean_z).all():
+        raise ValueError("clean_z holds NaN or inf: read it from a clean run whose "
+                         "activations are finite")
     return _replaced(model, corrupted, {(layer, head): clean_z[:, :, head]})
+
+
+def _scalar(metric: Callable[[Tensor], Tensor]) -> Callable[[Tensor], float]:
+    """``metric``, checked on each call to return one number."""
+    def one(logits: Tensor) -> float:
+        value = metric(logits)
+        if isinstance(value, Tensor) and value.numel() != 1:
+            raise ValueError(f"metric returned a tensor of shape {tuple(value.shape)}: it "
+                             "must return one number; average it (e.g. .mean())")
+        return float(value)
+    return one
 
 
 class _Patching:
@@ -186,11 +214,11 @@ class _Patching:
                              f"positions align, got {getattr(clean, 'shape', clean)} and "
                              f"{getattr(corrupted, 'shape', corrupted)}: pair inputs of equal "
                              "length")
-        self.model, self.metric, self.direction = model, metric, direction
+        self.model, self.metric, self.direction = model, _scalar(metric), direction
         self.into, source = (corrupted, clean) if direction == "denoise" else (clean, corrupted)
         self.z = _outputs(model, source, range(len(model.blocks)))
-        self.clean = float(metric(run_with_hooks(model, clean)[0]))
-        self.corrupt = float(metric(run_with_hooks(model, corrupted)[0]))
+        self.clean = self.metric(run_with_hooks(model, clean)[0])
+        self.corrupt = self.metric(run_with_hooks(model, corrupted)[0])
         if not (math.isfinite(self.clean) and math.isfinite(self.corrupt)):
             raise ValueError(f"metric is {self.clean} on clean and {self.corrupt} on corrupted "
                              "inputs: it must return a finite number; check it on the logits, "
@@ -202,7 +230,7 @@ class _Patching:
 
     def share(self, heads: list[tuple[int, int]]) -> float:
         values = {(l, h): self.z[l][:, :, h] for l, h in heads}
-        m = float(self.metric(_replaced(self.model, self.into, values)))
+        m = self.metric(_replaced(self.model, self.into, values))
         moved = m - self.corrupt if self.direction == "denoise" else self.clean - m
         return moved / (self.clean - self.corrupt)
 
@@ -239,7 +267,15 @@ def mean_logprob(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor:
         raise ValueError(f"logits {tuple(logits.shape)}, target {tuple(target.shape)} and mask "
                          f"{tuple(mask.shape)} ({mask.dtype}) must be (B, T, V), (B, T), (B, T) "
                          "bool: target[b, t] is the token that follows position t")
+    if target.dtype == torch.bool or target.is_floating_point() or target.is_complex():
+        raise ValueError(f"target holds {target.dtype}, not token ids: pass whole numbers "
+                         "(target.long() if they are whole)")
     if not mask.any():
         raise ValueError("mask selects no position, so the mean is 0 / 0: select at least one")
+    V, chosen = logits.shape[-1], target[mask]
+    if ((chosen < 0) | (chosen >= V)).any():
+        raise ValueError(f"target holds ids in [{int(chosen.min())}, {int(chosen.max())}] "
+                         f"where mask is True, outside the vocabulary [0, {V}): pass token "
+                         "ids of the model's tokenizer")
     logp = F.log_softmax(logits.float(), dim=-1).gather(-1, target.long()[..., None])[..., 0]
     return logp[mask].mean()

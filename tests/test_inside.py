@@ -141,8 +141,10 @@ def test_rank_correlation_refuses_what_has_no_correlation(a, b, message):
 
 def test_lessons_hold_and_fail_on_their_numbers():
     prose = inside_prose
-    assert prose.rankings_lesson([0.9, 0.7, 0.8]).margin == pytest.approx(0.7 - prose.RANK_BAR)
-    assert not prose.rankings_lesson([0.9, 0.4]).holds
+    found = prose.rankings_lesson([0.9, 0.7, 0.8], 60)
+    assert found.margin == pytest.approx(0.7 - prose.RANK_BAR)
+    assert "3 fine-tuning seeds of one base model and one fixed set of 60 pairs" in found.text
+    assert not prose.rankings_lesson([0.9, 0.4], 60).holds
     found = prose.shares_lesson([1.79, 1.88])
     assert found.holds and found.margin == pytest.approx(0.79) and "1.79, 1.88" in found.text
     assert not prose.shares_lesson([0.9, 1.2]).holds
@@ -161,17 +163,26 @@ def _ablations():
     return copy, opening
 
 
-def test_the_ablation_lesson_names_zeroings_worst_head_and_what_breaks_the_opening():
+COARSER = {"over all positions": 0.9, "at each position": 0.4}
+
+
+def test_the_ablation_lesson_says_what_a_mean_keeps_of_the_opening():
     copy, opening = _ablations()
-    found = inside_prose.ablation_lesson(copy, opening)
+    found = inside_prose.ablation_lesson(copy, opening, COARSER, (0.2, 0.9), 0)
     assert found.holds and found.margin == pytest.approx(0.1 - 0.03)
-    assert "is L0H1" in found.text
+    assert "seed 0's model, 4 heads" in found.text and "is L0H1" in found.text
     assert "zero ablation 2.50 and 1.00; mean ablation 2.20 and 0.00; resample ablation 1.50 and 0.01" in found.text
-    assert "at most 0.03 nats a character for any of the 4 heads" in found.text
-    assert "cannot show damage at the opening" in found.text
+    assert "0.20 of its norm from its role's mean; on the copied line, 0.90" in found.text
+    assert "the mean over all positions 0.90, the mean at each position 0.40, the mean over each role 0.00" in found.text
+    assert "cannot show damage there either" in found.text and "wrong signal" not in found.text
+    copy["resample"][1, 0] = 0.5  # resampling L1H0 costs the line more than zeroing it
+    found = inside_prose.ablation_lesson(copy, opening, COARSER, (0.2, 0.9), 0)
+    assert "L1H0 costs 0.50 resampled, 0.10 mean-ablated, 0.20 zeroed" in found.text
+    assert not inside_prose.ablation_lesson(copy, opening, {"over all positions": 1.2}, (0.2, 0.9),
+                                            0).holds  # the coarse mean costs more than zeroing
     opening["mean"][1, 0] = 0.4  # mean ablation by role damages the opening too
-    found = inside_prose.ablation_lesson(copy, opening)
-    assert not found.holds and "mean ablation by role up to 0.40 for one head" in found.text
+    found = inside_prose.ablation_lesson(copy, opening, COARSER, (0.2, 0.9), 0)
+    assert not found.holds and "by role costs up to 0.40 for one head" in found.text
     with pytest.raises(ValueError, match="where='answer'"):
         inside.copy_logprob(None, "answer")
 
@@ -180,23 +191,34 @@ def test_the_directions_lesson_reads_noisings_first_head_in_every_seed():
     denoised = {0: torch.tensor([[0.1, 0.3], [0.4, 0.2]]), 1: torch.tensor([[0.05, 0.3], [0.5, 0.2]])}
     noised = {0: torch.tensor([[0.4, 0.1], [0.1, 0.0]]), 1: torch.tensor([[0.38, 0.1], [0.1, 0.0]])}
     previous = {0: torch.tensor([[0.8, 0.1], [0.1, 0.1]]), 1: torch.tensor([[0.9, 0.1], [0.1, 0.1]])}
-    found = inside_prose.directions_lesson(denoised, noised, previous)
+    found = inside_prose.directions_lesson(denoised, noised, previous, 60)
     assert found.holds and found.margin == pytest.approx(0.1)  # 0.4 / 2 - 0.1
     assert "ranks L0H0 first in every seed" in found.text and "0.40, 0.38" in found.text
-    assert "previous-token head: 0.80, 0.90" in found.text
+    assert "previous-token head: 0.80, 0.90" in found.text and "fits both numbers" in found.text
+    previous[1][0, 0] = 0.3  # not a previous-token head in seed 1: no mechanism told
+    found = inside_prose.directions_lesson(denoised, noised, previous, 60)
+    assert "not a previous-token head in every seed" in found.text
+    assert "fits both numbers" not in found.text
     denoised[1][0, 0] = 0.3  # restores most of what it loses: enough alone
-    assert not inside_prose.directions_lesson(denoised, noised, previous).holds
+    assert not inside_prose.directions_lesson(denoised, noised, previous, 60).holds
     with pytest.raises(ValueError, match=r"directions_lesson: seeds \[0, 1\], \[0\] and"):
-        inside_prose.directions_lesson(denoised, {0: noised[0]}, previous)
+        inside_prose.directions_lesson(denoised, {0: noised[0]}, previous, 60)
 
 
-def test_the_joint_sentence_tells_overlap_and_series_from_the_numbers():
+def test_the_joint_sentence_tells_overlap_need_and_near_additivity_from_the_numbers():
     single = torch.tensor([[0.2, 0.0], [0.5, 0.4]])
     text = inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.8, 0.2, 1.0, 1.0)
-    assert "L1H0 (0.50) and L1H1 (0.40) restore 0.90" in text and "together, 0.80: they overlap" in text
-    assert "layers 1 to 1 without them, 1.00; all 4 heads, 1.00" in text and "heads in series" in text
-    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.95, 0.2, 0.7, 1.0)
-    assert "more than the sum of their parts" in text and "in series" not in text
+    assert "L1H0 (0.50) and L1H1 (0.40) restore 0.90" in text and "together, 0.80: less" in text
+    assert "layers 1 to 1 without them, 1.00" in text and "add up to 1.20" in text
+    assert "Not as heads in series" in text and "an AND" in text
+    assert "All 4 heads restore 1.00, as they must" in text
+    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.87, 0.6, 0.7, 0.98)
+    assert "within 0.05 of the sum, nearly additive" in text and "series" not in text
+    assert "All 4 heads restore 0.98." in text
+    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.99, 0.2, 0.7, 1.0)
+    assert "more than the sum of their parts" in text
+    single = torch.tensor([[0.2, 0.0], [0.354, 0.324]])  # 0.35 + 0.32 shown: 0.67, not 0.68
+    assert "restore 0.67" in inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.6, 0.2, 1.0, 1.0)
 
 
 def test_the_colab_track_runs_on_a_stand_in_and_says_what_it_would_do_offline(monkeypatch):
@@ -230,8 +252,9 @@ def test_the_name_mover_track_runs_on_a_stand_in_and_says_what_it_would_do_offli
     model = GPT(GPTConfig(context_length=32, d_model=32, n_layers=2, n_heads=2, dropout=0.0))
     text = inside_online.name_mover_run(n=4, model=model)
     shares = [float(x) for x in re.findall(r"L\dH\d (-?\d+\.\d\d)", text)]
-    assert len(shares) == 6  # the 4 heads from the top (5 asked), then the 2 from the bottom
-    assert shares[:4] == sorted(shares[:4], reverse=True) and shares[4:] == sorted(shares[:4])[:2]
+    top, against = shares[:4], shares[4:]  # the 4 heads from the top (5 asked), then below 0
+    assert top == sorted(top, reverse=True) and against == sorted(x for x in top if x < 0)[:2]
+    assert ("none pushes the other way" in text) == (not against)
 
     def unavailable(name):
         raise WeightsUnavailableError("offline")

@@ -169,6 +169,18 @@ def test_a_target_outside_the_vocabulary_is_named_with_its_range(call, message):
     (lambda m, i: interp.run_with_hooks(torch.nn.Linear(2, 2).eval(), i), r"expected the book's GPT"),
     (lambda m, i: interp.run_with_hooks(m.train(), i), r"training mode.*model.eval\(\)"),
     (lambda m, i: interp.direct_logit_attribution(m, i, i[:, :3]), r"target must be .* idx's shape \(3, 10\)"),
+    (lambda m, i: interp.run_with_hooks(m, i, edit={"blocks.00.attn.z": lambda z: z * 0}),
+     r"activation 'blocks.00.attn.z': write the layer as a plain number.*'blocks.0.attn.z'"),
+    (lambda m, i: interp.run_with_hooks(m, i, read=["blocks.01.mlp_out"]),
+     r"'blocks.1.mlp_out'"),
+    (lambda m, i: interp.run_with_hooks(m, i, edit={"blocks.0.attn.z": 0}),
+     r"edit\['blocks.0.attn.z'\] is a int, not a function"),
+    (lambda m, i: interp.run_with_hooks(m, i, edit={"blocks.0.mlp_out": lambda x: x.double()}),
+     r"returned \(3, 10, 32\) torch.float64, the activation is \(3, 10, 32\) torch.float32"),
+    (lambda m, i: interp.direct_logit_attribution(m, i, i > 3),
+     r"target holds torch.bool, not token ids"),
+    (lambda m, i: interp.direct_logit_attribution(m, i, i.float()),
+     r"target holds torch.float32, not token ids"),
 ])
 def test_bad_input_names_the_value_the_rule_and_the_fix(call, message):
     model, idx = _model(), _idx()

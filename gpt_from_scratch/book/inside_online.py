@@ -113,5 +113,12 @@ def name_mover_run(n: int = 20, seed: int = 0, model=None, encoding=None) -> str
     return (f"On {n} sentences, GPT-2 small puts the indirect object {gap[0]:.2f} logits above "
             f"the subject; with the indirect object named in the subject's place, {gap[1]:.2f}. "
             f"Patched alone into that run, the heads that restore most of the gap are "
-            f"{top_heads(shares, 5)}; those that push hardest the other way are "
-            f"{top_heads(shares, 2, largest=False)}. {WANG}")
+            f"{top_heads(shares, 5)}; {_against(shares)}. {WANG}")
+
+
+def _against(shares: Tensor) -> str:
+    """The heads (at most two) whose share is negative, or that none is."""
+    n = int((shares < 0).sum())
+    if n == 0:
+        return f"none pushes the other way (the smallest share is {float(shares.min()):.2f})"
+    return f"those that push hardest the other way are {top_heads(shares, min(n, 2), False)}"

@@ -4,8 +4,7 @@ patched together, and the time it all took."""
 
 from __future__ import annotations
 
-import math
-
+import torch
 from torch import Tensor
 
 from .inside import two
@@ -24,15 +23,21 @@ def _each(values) -> str:
     return ", ".join(two(v) for v in values)
 
 
-def rankings_lesson(rhos: list[float]) -> Lesson:
+def _power(runs: int, n_pairs: int) -> str:
+    return (f"{runs} fine-tuning seeds of one base model and one fixed set of {n_pairs} pairs")
+
+
+def rankings_lesson(rhos: list[float], n_pairs: int) -> Lesson:
     low = min(rhos)
     spread = _each(rhos)
+    power = _power(len(rhos), n_pairs)
     return lesson("the patching and attention rankings agree", low - RANK_BAR, "rho",
-                  f"The two rankings of the heads agree in every seed: Spearman's rank correlation "
-                  f"is {spread} (above {RANK_BAR} in each).",
-                  f"Here the two rankings of the heads agree less than the bar asks: Spearman's rank "
-                  f"correlation is {spread}, at least one at or below {RANK_BAR}. On a few heads and "
-                  f"one small batch of pairs the ranks of the weak heads move with small changes.")
+                  f"The two rankings of the heads agree in every seed: Spearman's rank "
+                  f"correlation is {spread} (above {RANK_BAR} in each), on {power}.",
+                  f"Here the two rankings of the heads agree less than the bar asks: "
+                  f"Spearman's rank correlation is {spread}, at least one at or below "
+                  f"{RANK_BAR}, on {power}. On a few heads and one small batch of pairs the "
+                  "ranks of the weak heads move with small changes.")
 
 
 def shares_lesson(sums: list[float]) -> Lesson:
@@ -62,45 +67,73 @@ def lens_lesson(clean: list[tuple[float, float]], corrupted: list[tuple[float, f
                   f"where the line is there to copy in every seed here: {told}.")
 
 
-def ablation_lesson(copy: dict[str, Tensor], opening: dict[str, Tensor]) -> Lesson:
-    """What each ablation (``"zero"``, ``"mean"``, ``"resample"``: (L, H) tensors of nats a
-    character lost) of zeroing's worst head costs the copied line and the opening, which no line
-    changes; the lesson: zeroing that head damages the opening, mean ablation by role costs it at
-    most ``OPENING_BAR`` for any head."""
+def _worse_than_removal(copy: dict[str, Tensor]) -> list[tuple[str, float, float, float]]:
+    """The heads (at most two) whose resampling costs the line more than zeroing and the mean
+    both: (name, resample, mean, zero), the largest excess first."""
+    H = copy["zero"].shape[1]
+    r, m, z = (copy[how].flatten() for how in ("resample", "mean", "zero"))
+    excess = r - torch.maximum(m, z)
+    order = [int(i) for i in excess.argsort(descending=True) if excess[i] > 0.05][:2]
+    return [(_name(i, H), float(r[i]), float(m[i]), float(z[i])) for i in order]
+
+
+def ablation_lesson(copy: dict[str, Tensor], opening: dict[str, Tensor],
+                    other_means: dict[str, float], apart: tuple[float, float],
+                    seed: int) -> Lesson:
+    """One run (``seed``'s model): what each ablation (``"zero"``, ``"mean"`` by role, ``"resample"``: (L, H)
+    tensors of nats a character lost) costs the copied line and the opening, which no line
+    changes; ``other_means``, what zeroing's worst head costs the opening under coarser means
+    (``{"over all positions": ..., "at each position": ...}``); ``apart``, how far that head's
+    output lies from its role's mean, as a share of its norm, on the opening and on the line.
+    The lesson: the more of the head's constant output a mean keeps, the less the opening
+    loses; zeroing, which keeps none, damages it, a role mean keeps it all."""
     H = copy["zero"].shape[1]
     worst = int(copy["zero"].flatten().argmax())
     head = _name(worst, H)
     cost = {how: (float(copy[how].flatten()[worst]), float(opening[how].flatten()[worst]))
             for how in copy}
     ways = "; ".join(f"{how} ablation {two(c)} and {two(o)}" for how, (c, o) in cost.items())
+    ladder = [cost["zero"][1], *other_means.values(), cost["mean"][1]]
     mean_worst = float(opening["mean"].max())
-    margin = min(cost["zero"][1] - OPENING_BAR, OPENING_BAR - mean_worst)
-    said = (f"The head whose zeroing costs the copy most is {head}: in nats a character on the "
-            f"copied line and on the opening, {ways}. ")
-    resample = (f"Resampling from the corrupted conversation cannot show damage at the opening: "
-                "the corrupted conversation holds the same opening at the same positions, so the "
-                "head's output there is nearly its own (it differs only through what the head "
-                "reads of the other line); resampling measures what depends on the line, and "
-                "nothing else.")
+    margin = min(cost["zero"][1] - OPENING_BAR, OPENING_BAR - mean_worst,
+                 *(a - b for a, b in zip(ladder, ladder[1:])))
+    means = ", ".join(f"the mean {where} {two(c)}" for where, c in other_means.items())
+    said = (f"In this one run (seed {seed}'s model, {copy['zero'].numel()} heads), the head whose "
+            f"zeroing costs the copy most is {head}: in nats a character on the copied line "
+            f"and on the opening, {ways}. On the opening, which is the same text in every "
+            f"row, {head}'s output lies {two(apart[0])} of its norm from its role's mean; on "
+            f"the copied line, {two(apart[1])}. ")
+    why = (f"Zeroing removes the part of the output that is the same across the data too, "
+           f"and the opening, which uses that part, loses {two(cost['zero'][1])}. A mean keeps "
+           f"as much of it as its positions line up with the opening's: {means}, the mean "
+           f"over each role {two(cost['mean'][1])}. So mean ablation by role spares the "
+           f"opening nearly by construction, as resampling does (at most {two(mean_worst)} "
+           "for any head): what it costs the line is what the head says about this row "
+           "beyond its role's average. ")
+    worse = _worse_than_removal(copy)
+    resample = ("Resampling from the corrupted conversation holds the same opening at the "
+                "same positions, so it cannot show damage there either. ")
+    resample += ("It does not remove information, though: it writes the other line's. On the "
+                 "copied line, " + "; ".join(
+                     f"{n} costs {two(r)} resampled, {two(m)} mean-ablated, {two(z)} zeroed"
+                     for n, r, m, z in worse) + ": the corrupted output points the copy "
+                 "to line B, a wrong signal that costs more than none." if worse else
+                 "On the copied line it costs no head clearly more than zeroing or the mean.")
     return lesson(
-        "zeroing damages the opening, mean ablation by role does not", margin, "nats",
-        said + f"Zeroing {head} costs the opening, which depends on no line, more than "
-        f"{OPENING_BAR} nats a character: damage from an output the next layers never see at "
-        f"that place, not the head's part in the copy. Mean ablation, each position averaged "
-        f"over the positions that play the same role, costs the opening at most "
-        f"{two(mean_worst)} nats a character for any of the {copy['mean'].numel()} heads: what "
-        f"it costs the line is what the head tells about this row. " + resample,
-        said + f"Here the two ablations do not separate damage from function as the chapter "
-        f"describes: zeroing {head} costs the opening {two(cost['zero'][1])} nats a character, "
-        f"and mean ablation by role up to {two(mean_worst)} for one head (the bar: "
-        f"{OPENING_BAR}). " + resample)
+        "zeroing damages the opening, a mean that keeps the head's constant part does not",
+        margin, "nats", said + why + resample,
+        said + f"Here the means do not order as the chapter describes: on the opening, "
+        f"zeroing {head} costs {two(cost['zero'][1])}, {means}, by role "
+        f"{two(cost['mean'][1])}, and mean ablation by role costs up to {two(mean_worst)} "
+        f"for one head (the bar: {OPENING_BAR}). " + resample)
 
 
 def directions_lesson(denoised: dict[int, Tensor], noised: dict[int, Tensor],
-                      previous: dict[int, Tensor]) -> Lesson:
+                      previous: dict[int, Tensor], n_pairs: int) -> Lesson:
     """Per seed, the head that noising ranks first, what denoising it restores and its
     previous-token score (each an (L, H) tensor per seed); the lesson: that head restores less
-    than half, denoised, of what it loses, noised."""
+    than half, denoised, of what it loses, noised. Where it is a previous-token head in every
+    seed, the text tells how that fits both numbers."""
     if not (set(denoised) == set(noised) == set(previous) and denoised):
         raise ValueError(f"directions_lesson: seeds {sorted(denoised)}, {sorted(noised)} and "
                          f"{sorted(previous)} differ: pass one (L, H) tensor per seed to each")
@@ -114,35 +147,64 @@ def directions_lesson(denoised: dict[int, Tensor], noised: dict[int, Tensor],
     heads = sorted({_name(top[s], H) for s in seeds})
     named = (f"{heads[0]} first in every seed" if len(heads) == 1 else
              "first " + ", ".join(f"{_name(top[s], H)} in seed {s}" for s in seeds))
-    said = (f"Noising ranks {named}: its corrupted output loses {_each(lost)} of the gap "
-            f"(seeds in order). Denoised alone, the same head restores {_each(restored)}")
-    kind = (f" It is a previous-token head: {_each(prev)} of its attention goes to the position "
-            "just before." if min(prev) > PREVIOUS_BAR else "")
+    said = (f"Over {_power(len(seeds), n_pairs)}, noising ranks {named}: its corrupted "
+            f"output loses {_each(lost)} of the gap (seeds in order). Denoised alone, the "
+            f"same head restores {_each(restored)}")
+    kind = (f" It is a previous-token head: {_each(prev)} of its attention goes to the "
+            "position just before." if min(prev) > PREVIOUS_BAR else
+            f" Its previous-token scores are {_each(prev)}: not a previous-token head in "
+            f"every seed (the bar: {PREVIOUS_BAR}).")
+    fits = (" A previous-token head fits both numbers. At each character of the prompt's "
+            "line it writes which character came before, and the copying heads find the "
+            "character to copy by that (Chapter 8's induction mechanism). Noised, in the "
+            "clean run, it tells them the other line's characters: they lose their place, "
+            "and much of the copy goes. Denoised alone, in the corrupted run, it gives them "
+            "the clean line's places while the characters they read there are still the "
+            "other line's: they look in the right places and find the wrong characters.")
     return lesson(
         "the head the copy needs most is not enough alone", margin, "share",
         said + ", less than half as much: the copy needs it, but its clean output does not "
-        "carry the line by itself." + kind,
+        "carry the line by itself." + kind + (fits if min(prev) > PREVIOUS_BAR else ""),
         said + ": not less than half as much in every seed here, so on this machine the two "
         "directions do not single out a head that is needed but not enough." + kind)
+
+
+JOINT_NOISE = 0.05  # shares of the gap: a joint share this close to the sum is near-additive
 
 
 def joint_text(single: Tensor, pair: list[tuple[int, int]], pair_share: float,
                first_layer: float, later: float, every: float) -> str:
     """Shares patched together (denoising, one seed): the two heads of ``pair`` against the sum of
     their single shares (``single``, (L, H)), then layer 0's heads, the later layers' and all."""
-    a, b = (float(single[head]) for head in pair)
+    a, b = (round(float(single[head]), 2) for head in pair)
     names = " and ".join(f"L{l}H{h} ({two(single[l, h])})" for l, h in pair)
     text = (f"Patched alone, {names} restore {two(a + b)} of the gap between them; patched "
             f"together, {two(pair_share)}")
-    text += (": they overlap, each restoring part of what the other does. " if pair_share < a + b
-             else ": together they restore more than the sum of their parts. ")
+    if abs(pair_share - (a + b)) <= JOINT_NOISE:
+        text += (f": within {JOINT_NOISE} of the sum, nearly additive. This chapter does not "
+                 "measure the noise in a share (one set of pairs), so a difference this "
+                 "small tells neither overlap nor need. ")
+    elif pair_share < a + b:
+        text += ": less than the sum, so they overlap, each restoring part of what the other does. "
+    else:
+        text += ": more than the sum of their parts, so each needs the other. "
     L = single.shape[0]
     text += (f"Layer 0's heads, patched together, restore {two(first_layer)}; the heads of "
-             f"layers 1 to {L - 1} without them, {two(later)}; all {single.numel()} heads, "
-             f"{two(every)}.")
-    if later >= 0.95 and first_layer > 0.05 and math.isclose(every, 1.0, abs_tol=0.05):
-        text += (" Whatever layer 0 restores reaches the answer through the later heads, so it is "
-                 "counted again in their shares: heads in series.")
+             f"layers 1 to {L - 1} without them, {two(later)}")
+    if later >= 0.95 and first_layer < later / 2:
+        text += (f". Layer 0 acts through the later heads, so patching them carries its part "
+                 f"too, and the two add up to {two(first_layer + later)}. Not as heads in "
+                 "series in Exercise 4's sense: there, patching the earlier heads alone would "
+                 "make the later ones compute their clean outputs and restore as much. Layer 0 "
+                 f"alone restores {two(first_layer)}, because the later heads need the clean "
+                 "line's characters as well as its clean output: an AND.")
+    else:
+        text += "."
+    text += f" All {single.numel()} heads restore {two(every)}"
+    text += (", as they must: the answer's characters are the same in both runs, so with "
+             "every head's output clean the answer's positions are computed exactly as in the "
+             "clean run. That share tests the code, not the model." if abs(every - 1) < 1e-3
+             else ".")
     return text
 
 
