@@ -85,15 +85,15 @@ def ablation_lesson(copy: dict[str, Tensor], opening: dict[str, Tensor],
     changes; ``other_means``, what zeroing's worst head costs the opening under coarser means
     (``{"over all positions": ..., "at each position": ...}``); ``apart``, how far that head's
     output lies from its role's mean, as a share of its norm, on the opening and on the line.
-    The lesson: the more of the head's constant output a mean keeps, the less the opening
-    loses; zeroing, which keeps none, damages it, a role mean keeps it all."""
+    The lesson: zeroing damages the opening, and the better a mean's positions line up with
+    the opening's, the less it loses, down to a role mean's nothing."""
     H = copy["zero"].shape[1]
     worst = int(copy["zero"].flatten().argmax())
     head = _name(worst, H)
     cost = {how: (float(copy[how].flatten()[worst]), float(opening[how].flatten()[worst]))
             for how in copy}
     ways = "; ".join(f"{how} ablation {two(c)} and {two(o)}" for how, (c, o) in cost.items())
-    ladder = [cost["zero"][1], *other_means.values(), cost["mean"][1]]
+    ladder = [*other_means.values(), cost["mean"][1]]  # coarsest mean first
     mean_worst = float(opening["mean"].max())
     margin = min(cost["zero"][1] - OPENING_BAR, OPENING_BAR - mean_worst,
                  *(a - b for a, b in zip(ladder, ladder[1:])))
