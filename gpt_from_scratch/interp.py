@@ -1,5 +1,6 @@
-"""Chapter 13 — looking inside a GPT: hooks, the logit lens, direct logit attribution, ablation and
-activation patching, on the book's ``GPT`` as it is (PyTorch forward hooks, no second model class).
+"""Chapter 13 — looking inside a GPT: hooks, the logit lens and direct logit attribution, on the
+book's ``GPT`` as it is (PyTorch forward hooks, no second model class); ``patching`` builds
+ablation and activation patching on these hooks.
 
 Activations are named as TransformerLens names them, less its ``hook_`` prefix, so that
 ``blocks.{l}.attn.z`` here is TransformerLens's ``blocks.{l}.attn.hook_z``:
@@ -22,20 +23,17 @@ name                   shape             what it is
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .lora import LoRALinear
 from .model import GPT
 
 POINTS = ("resid_pre", "attn.pattern", "attn.z", "attn_out", "mlp_out", "resid_post")
-ABLATIONS = ("zero", "mean", "resample")
 Edit = Callable[[Tensor], Tensor]  # an activation in, what the model uses instead out (same shape)
 _NAME = re.compile(r"blocks\.(\d+)\.(.+)")
 
@@ -53,7 +51,12 @@ def _parse(model: nn.Module, name: str) -> tuple[int, str]:
     if m is None or m.group(2) not in POINTS or int(m.group(1)) >= L:
         raise ValueError(f"unknown activation {name!r}: names are 'blocks.{{l}}.{{point}}' with l in "
                          f"0..{L - 1} and point one of {POINTS} (hook_names(model) lists them)")
-    return int(m.group(1)), m.group(2)
+    l, point = int(m.group(1)), m.group(2)
+    if name != f"blocks.{l}.{point}":
+        raise ValueError(f"activation {name!r}: write the layer as a plain number, with no "
+                         f"leading zero or sign, so that the hooks find it: "
+                         f"'blocks.{l}.{point}'")
+    return l, point
 
 
 def _check_gpt(model: nn.Module) -> None:
@@ -70,7 +73,8 @@ def _check_gpt(model: nn.Module) -> None:
                      "\"gpt-from-scratch-book[interp]\")")
 
 
-def _check_model(model: nn.Module) -> None:
+def check_model(model: nn.Module) -> None:
+    """A ValueError unless ``model`` is the book's GPT, in eval mode."""
     _check_gpt(model)
     if model.training:
         raise ValueError("the model is in training mode, so dropout would change every activation at "
@@ -79,10 +83,12 @@ def _check_model(model: nn.Module) -> None:
 
 def _replace(name: str, old: Tensor, edit: Edit) -> Tensor:
     new = edit(old)
-    if not isinstance(new, Tensor) or new.shape != old.shape:
-        got = tuple(new.shape) if isinstance(new, Tensor) else type(new).__name__
-        raise ValueError(f"the edit of {name} returned {got}, the activation has shape {tuple(old.shape)}: "
-                         "return a tensor of the same shape (e.g. a modified clone)")
+    if not isinstance(new, Tensor) or new.shape != old.shape or new.dtype != old.dtype:
+        got = (f"{tuple(new.shape)} {new.dtype}" if isinstance(new, Tensor)
+               else type(new).__name__)
+        raise ValueError(f"the edit of {name} returned {got}, the activation is "
+                         f"{tuple(old.shape)} {old.dtype}: return a tensor of the same shape "
+                         "and dtype (e.g. a modified clone)")
     return new
 
 
@@ -93,10 +99,15 @@ def run_with_hooks(model: nn.Module, idx: Tensor, read: Sequence[str] = (),
     (``{name: tensor}``, as the model used them, after any edit), with each ``edit[name]`` applied:
     a function from the activation to what the model should use instead. The hooks are removed
     afterwards, even when the run fails."""
-    _check_model(model)
+    check_model(model)
     if isinstance(read, str):
         raise ValueError(f"read={read!r} is one string: pass a list of names, e.g. [{read!r}]")
     edit = dict(edit or {})
+    for name, fn in edit.items():
+        if not callable(fn):
+            raise ValueError(f"edit[{name!r}] is a {type(fn).__name__}, not a function: pass "
+                             "a function from the activation to what the model uses instead, "
+                             "e.g. lambda z: z * 0")
     wanted = {name: _parse(model, name) for name in [*read, *edit]}
     cache: dict[str, Tensor] = {}
     H = model.blocks[0].attn.n_heads
@@ -159,7 +170,7 @@ def logit_lens(model: nn.Module, idx: Tensor) -> Tensor:
     """The logit lens (nostalgebraist, 2020): the residual stream after each block read out as if it
     were the last, ``lm_head(ln_f(resid_post))``. Returns (n_layers, B, T, V); the last equals the
     model's logits."""
-    _check_model(model)
+    check_model(model)
     names = [f"blocks.{l}.resid_post" for l in range(len(model.blocks))]
     _, cache = run_with_hooks(model, idx, read=names)
     with torch.no_grad():
@@ -185,12 +196,15 @@ def direct_logit_attribution(model: nn.Module, idx: Tensor, target: Tensor) -> A
     """How much each head, MLP and the embeddings add directly to the logit of ``target`` (B, T) at each
     position. ``ln_f(x) = γ (x − mean x) / σ + β`` is linear in ``x`` once σ (the position's standard
     deviation) is fixed, so each part ``c`` of ``x`` contributes ``γ (c − mean c) / σ · W_U[target]``."""
-    _check_model(model)
+    check_model(model)
     L, ln, V = len(model.blocks), model.ln_f, model.config.vocab_size
     if not isinstance(target, Tensor) or target.shape != idx.shape:
         raise ValueError(f"target must be a tensor of token ids of idx's shape {tuple(idx.shape)}, got "
                          f"{tuple(target.shape) if isinstance(target, Tensor) else type(target).__name__}: "
                          "for the next token at each position pass idx's shifted ids")
+    if target.dtype == torch.bool or target.is_floating_point() or target.is_complex():
+        raise ValueError(f"target holds {target.dtype}, not token ids: pass whole numbers "
+                         "(e.g. idx's shifted ids, or target.long() if they are whole)")
     if ((target < 0) | (target >= V)).any():
         raise ValueError(f"target holds ids in [{int(target.min())}, {int(target.max())}], "
                          f"outside the vocabulary [0, {V}): pass token ids of the model's "
@@ -227,125 +241,3 @@ def _weight(linear: nn.Module) -> tuple[Tensor, Tensor | None]:
         return linear.weight, linear.bias
     update = 0 if linear.merged else linear.delta_weight()
     return linear.base.weight + update, linear.base.bias
-
-
-def _head(model: nn.Module, layer: int, head: int) -> tuple[int, int]:
-    """``(layer, head)`` as Python ints (NumPy ints accepted), or a ValueError."""
-    L, H = len(model.blocks), model.blocks[0].attn.n_heads
-    whole = all(isinstance(x, numbers.Integral) and not isinstance(x, bool)
-                for x in (layer, head))
-    if not (whole and 0 <= layer < L and 0 <= head < H):
-        raise ValueError(f"head (layer={layer!r}, head={head!r}) does not exist: the model has layers "
-                         f"0..{L - 1} and heads 0..{H - 1}, each a whole number")
-    return int(layer), int(head)
-
-
-def _heads(model: nn.Module, heads) -> list[tuple[int, int]]:
-    """``heads`` as a list of ``(layer, head)`` pairs of Python ints, or a ValueError."""
-    try:
-        pairs = [tuple(pair) for pair in heads]
-    except TypeError:  # heads=(0, 1): one pair, whose numbers are not pairs
-        pairs = None
-    if pairs is None or any(len(pair) != 2 for pair in pairs):
-        raise ValueError(f"heads={heads!r} must be a list of (layer, head) pairs: for one "
-                         "head pass a list of one pair, e.g. heads=[(0, 1)] for head 1 of "
-                         "layer 0")
-    return [_head(model, layer, head) for layer, head in pairs]
-
-
-def _set_head(head: int, source: Tensor) -> Edit:
-    def edit(z: Tensor) -> Tensor:  # z (B, T, H, d_k)
-        z = z.clone()
-        z[:, :, head] = source
-        return z
-    return edit
-
-
-def ablate_heads(model: nn.Module, idx: Tensor, heads: Sequence[tuple[int, int]], how: str = "zero",
-                 reference: Tensor | None = None) -> Tensor:
-    """Logits (B, T, V) with the output ``z`` of each ``(layer, head)`` replaced: by zeros (``"zero"``),
-    by its mean over the batch of ``reference`` at each position (``"mean"``; ``reference`` defaults
-    to ``idx``), or by its value on ``reference``'s rows, other inputs of ``idx``'s shape (``"resample"``)."""
-    _check_model(model)
-    if how not in ABLATIONS:
-        raise ValueError(f"how={how!r} is not an ablation: choose one of {ABLATIONS}")
-    heads = _heads(model, heads)
-    if how == "resample" and (reference is None or reference.shape != idx.shape):
-        raise ValueError(f"resample ablation takes each head's output from other inputs: pass reference= "
-                         f"token ids of idx's shape {tuple(idx.shape)}")
-    reference = idx if reference is None else reference
-    if how == "mean" and reference.shape[1] != idx.shape[1]:
-        raise ValueError(f"mean ablation averages over reference's rows at each position: reference has "
-                         f"T={reference.shape[1]}, idx T={idx.shape[1]}; pass inputs of idx's length")
-    names = sorted({f"blocks.{layer}.attn.z" for layer, _ in heads})
-    source = run_with_hooks(model, reference, read=names)[1] if how != "zero" else {}
-    edits: dict[str, list[Edit]] = {name: [] for name in names}
-    for layer, head in heads:
-        name = f"blocks.{layer}.attn.z"
-        z = source[name][:, :, head] if how != "zero" else 0.0  # (B, T, d_k)
-        edits[name].append(_set_head(head, z.mean(0) if how == "mean" else z))
-
-    def chain(fns: list[Edit]) -> Edit:
-        return lambda z: _compose(fns, z)
-    return run_with_hooks(model, idx, edit={n: chain(fns) for n, fns in edits.items()})[0]
-
-
-def _compose(fns: list[Edit], z: Tensor) -> Tensor:
-    for fn in fns:
-        z = fn(z)
-    return z
-
-
-def patch_head(model: nn.Module, corrupted: Tensor, clean_z: Tensor, layer: int, head: int) -> Tensor:
-    """Logits (B, T, V) of the run on ``corrupted`` with one head's output taken from the clean run:
-    ``clean_z`` is ``blocks.{layer}.attn.z`` read on the clean inputs, (B, T, H, d_k)."""
-    _check_model(model)
-    layer, head = _head(model, layer, head)
-    H = model.blocks[0].attn.n_heads
-    if clean_z.dim() != 4 or clean_z.shape[:2] != corrupted.shape or clean_z.shape[2] != H:
-        raise ValueError(f"clean_z has shape {tuple(clean_z.shape)}, expected (B, T, H, d_k) with (B, T) = "
-                         f"{tuple(corrupted.shape)} and H = {H}: read blocks.{layer}.attn.z on the clean "
-                         "inputs, which must align position by position with the corrupted ones")
-    edit = _set_head(head, clean_z[:, :, head])
-    return run_with_hooks(model, corrupted, edit={f"blocks.{layer}.attn.z": edit})[0]
-
-
-def patching_shares(model: nn.Module, clean: Tensor, corrupted: Tensor,
-                    metric: Callable[[Tensor], Tensor]) -> Tensor:
-    """Activation patching, head by head (L, H): the share of the clean–corrupted gap in ``metric``
-    (logits -> a number) that one head's clean output restores in the corrupted run,
-    ``(metric(patched) − metric(corrupted)) / (metric(clean) − metric(corrupted))``: 1 restores it all."""
-    _check_model(model)
-    if not (isinstance(clean, Tensor) and isinstance(corrupted, Tensor) and clean.shape == corrupted.shape):
-        raise ValueError(f"clean and corrupted must be token ids of one shape, so that positions align, got "
-                         f"{getattr(clean, 'shape', clean)} and {getattr(corrupted, 'shape', corrupted)}: "
-                         "pair inputs of equal length")
-    L, H = len(model.blocks), model.blocks[0].attn.n_heads
-    names = [f"blocks.{l}.attn.z" for l in range(L)]
-    clean_logits, cache = run_with_hooks(model, clean, read=names)
-    m_clean, m_corrupt = float(metric(clean_logits)), float(metric(run_with_hooks(model, corrupted)[0]))
-    if not (math.isfinite(m_clean) and math.isfinite(m_corrupt)):
-        raise ValueError(f"metric is {m_clean} on clean and {m_corrupt} on corrupted "
-                         "inputs: it must return a finite number; check it on the logits, "
-                         "e.g. that its mask selects a position and that it reads no -inf")
-    if abs(m_clean - m_corrupt) < 1e-9:
-        raise ValueError(f"metric is {m_clean} on clean and {m_corrupt} on corrupted inputs: with no gap "
-                         "between them there is nothing to restore; corrupt what the metric measures")
-    shares = torch.empty(L, H)
-    for l in range(L):
-        for h in range(H):
-            patched = metric(patch_head(model, corrupted, cache[names[l]], l, h))
-            shares[l, h] = (float(patched) - m_corrupt) / (m_clean - m_corrupt)
-    return shares
-
-
-def mean_logprob(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor:
-    """The mean log-probability (nats) of ``target`` (B, T) at the positions where ``mask`` is True."""
-    if target.shape != logits.shape[:-1] or mask.shape != target.shape or mask.dtype != torch.bool:
-        raise ValueError(f"logits {tuple(logits.shape)}, target {tuple(target.shape)} and mask "
-                         f"{tuple(mask.shape)} ({mask.dtype}) must be (B, T, V), (B, T), (B, T) bool: "
-                         "target[b, t] is the token that follows position t")
-    if not mask.any():
-        raise ValueError("mask selects no position, so the mean is 0 / 0: select at least one")
-    logp = F.log_softmax(logits.float(), dim=-1).gather(-1, target.long()[..., None])[..., 0]  # (B, T)
-    return logp[mask].mean()

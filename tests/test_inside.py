@@ -1,5 +1,5 @@
-"""Chapter 13's book layer (gpt_from_scratch.book.inside, inside_online): the Repeat pairs line up,
-the scores, rank correlation and sentences follow their numbers, and the Colab track runs on a
+"""Chapter 13's book layer (gpt_from_scratch.book.inside, inside_prose, inside_online): the Repeat
+pairs line up, role by role, the scores, rank correlation, lessons and sentences follow their numbers, and the Colab track runs on a
 small stand-in for GPT-2 (and says what it would do without the weights)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpt_from_scratch.book import inside, inside_online
+from gpt_from_scratch.book import inside, inside_online, inside_prose
 from gpt_from_scratch.book.assistant import Item
 from gpt_from_scratch.chat import ChatTokenizer, add_chat_tokens
 from gpt_from_scratch.hf_weights import WeightsUnavailableError
@@ -44,6 +44,27 @@ def test_repeat_pairs_align_and_point_at_the_character_to_copy():
         inside.repeat_pairs(items, tok, 3)
 
 
+def test_each_role_is_one_place_of_the_conversation_in_every_row():
+    tok = _tok()
+    lines = ["I might call him", "Alack, for pity!", "Go to, go", "So be it!"]  # 16, 16, 9, 9
+    pairs = inside.repeat_pairs([Item("Repeat", line) for line in lines], tok, 2)
+    roles = pairs.roles
+    assert torch.equal(roles < 0, pairs.clean == tok.pad_id)  # padding, and only padding
+    assert (roles[1] < 0).sum() == 14  # the short pair is padded by its lines' difference, twice
+    for role in roles.unique().tolist():
+        at = roles == role
+        if role >= 0:
+            assert at.sum(1).max() == 1  # once a row at most
+    # the turn markers and the opening: one token per role, whatever the line's length
+    answer = [(roles == r).nonzero()[:, 1] for r in roles[0][pairs.opening[0]].tolist()]
+    assert all(len(a) == 2 and a[0] - a[1] == 7 for a in answer)
+    for r in roles[0][pairs.opening[0]].tolist():
+        assert pairs.clean[roles == r].unique().numel() == 1
+    first = roles[0][pairs.copy[0]][1]  # the answer's first character of the line
+    b, t = (roles == first).nonzero(as_tuple=True)
+    assert torch.equal(pairs.copy[b, t - 1], torch.ones(2, dtype=torch.bool))
+
+
 @pytest.mark.parametrize("n", [-1, 0, 1.0])
 def test_repeat_pairs_refuses_a_count_that_is_not_a_positive_int(n):
     items = [Item("Repeat", line) for line in LINES]
@@ -61,6 +82,24 @@ def test_induction_scores_and_the_lens_read_a_model_of_the_chat_vocabulary():
     assert scores.shape == (2, 2) and ((scores >= 0) & (scores <= 1)).all()
     lens = inside.lens_top1(model, pairs)
     assert lens.shape == (2,) and ((lens >= 0) & (lens <= 1)).all()
+    assert inside.lens_top1(model, pairs, "corrupted").shape == (2,)
+    with pytest.raises(ValueError, match=r"run='noisy': choose 'clean' or 'corrupted'"):
+        inside.lens_top1(model, pairs, "noisy")
+    previous = inside.previous_token_scores(model, pairs)
+    assert previous.shape == (2, 2) and ((previous >= 0) & (previous <= 1)).all()
+    b, t = (pairs.roles >= 0).nonzero(as_tuple=True)
+    pattern = model.attention_maps(pairs.clean)[1][:, 0]  # layer 1, head 0: (B, T, T)
+    keep = t > 0
+    expected = pattern[b[keep], t[keep], t[keep] - 1].mean()
+    assert previous[1, 0].item() == pytest.approx(expected.item(), abs=1e-6)
+
+
+def test_two_decimals_and_tables_side_by_side():
+    assert inside.two(-0.0004) == "0.00" and inside.two(-0.006) == "-0.01"
+    table = inside.side_by_side(torch.tensor([[0.1, -0.001]]), torch.tensor([[0.25, 1.0]]))
+    assert table == "L0   0.10  0.00  |   0.25  1.00"
+    with pytest.raises(ValueError, match=r"side_by_side: left and right must be \(L, H\) tensors"):
+        inside.side_by_side(torch.zeros(2, 2), torch.zeros(4))
 
 
 def test_rank_correlation_and_top_heads():
@@ -101,28 +140,85 @@ def test_rank_correlation_refuses_what_has_no_correlation(a, b, message):
 
 
 def test_lessons_hold_and_fail_on_their_numbers():
-    assert inside.rankings_lesson([0.9, 0.7, 0.8]).margin == pytest.approx(0.7 - inside.RANK_BAR)
-    assert not inside.rankings_lesson([0.9, 0.4]).holds
-    found = inside.shares_lesson([1.79, 1.88])
+    prose = inside_prose
+    found = prose.rankings_lesson([0.9, 0.7, 0.8], 60)
+    assert found.margin == pytest.approx(0.7 - prose.RANK_BAR)
+    assert "3 fine-tuning seeds of one base model and one fixed set of 60 pairs" in found.text
+    assert not prose.rankings_lesson([0.9, 0.4], 60).holds
+    found = prose.shares_lesson([1.79, 1.88])
     assert found.holds and found.margin == pytest.approx(0.79) and "1.79, 1.88" in found.text
-    assert not inside.shares_lesson([0.9, 1.2]).holds
-    lens = inside.lens_lesson([0.31, 0.32], [0.89, 0.90])
-    assert lens.margin == pytest.approx(0.58) and "31% → 89%" in lens.text
-    assert not inside.lens_lesson([0.5], [0.4]).holds
+    assert not prose.shares_lesson([0.9, 1.2]).holds
+    lens = prose.lens_lesson([(0.31, 0.89), (0.32, 0.90)], [(0.31, 0.30), (0.32, 0.40)])
+    assert lens.margin == pytest.approx(0.50) and "31% → 89%" in lens.text and "32% → 40%" in lens.text
+    assert not prose.lens_lesson([(0.3, 0.8)], [(0.3, 0.9)]).holds  # the control rises more
+    with pytest.raises(ValueError, match=r"lens_lesson: 2 clean and 1 corrupted runs"):
+        prose.lens_lesson([(0.3, 0.8), (0.3, 0.8)], [(0.3, 0.3)])
 
 
-def test_the_ablation_sentence_names_zeroings_worst_head_and_what_breaks_the_opening():
+def _ablations():
     copy = {"zero": torch.tensor([[0.1, 2.5], [0.2, 0.3]]), "mean": torch.tensor([[0.0, 2.2], [0.1, 0.2]]),
             "resample": torch.tensor([[0.0, 1.5], [0.1, 0.1]])}
-    opening = {"zero": torch.tensor([[0.0, 1.0], [0.0, 0.0]]), "mean": torch.tensor([[0.0, 0.7], [0.0, 0.0]]),
+    opening = {"zero": torch.tensor([[0.0, 1.0], [0.0, 0.0]]), "mean": torch.tensor([[0.0, -0.001], [0.03, 0.0]]),
                "resample": torch.tensor([[0.0, 0.01], [0.0, 0.0]])}
-    text = inside.ablation_text(copy, opening)
-    assert "is L0H1" in text and "zero ablation 2.50 and 1.00; mean ablation 2.20 and 0.70" in text
-    assert "under zero and mean ablation, not under resample:" in text
-    opening["zero"][0, 1] = opening["mean"][0, 1] = 0.0
-    assert "None of the three costs the opening" in inside.ablation_text(copy, opening)
+    return copy, opening
+
+
+COARSER = {"over all positions": 0.9, "at each position": 0.4}
+
+
+def test_the_ablation_lesson_says_what_a_mean_keeps_of_the_opening():
+    copy, opening = _ablations()
+    found = inside_prose.ablation_lesson(copy, opening, COARSER, (0.2, 0.9), 0)
+    assert found.holds and found.margin == pytest.approx(0.1 - 0.03)
+    assert "seed 0's model, 4 heads" in found.text and "is L0H1" in found.text
+    assert "zero ablation 2.50 and 1.00; mean ablation 2.20 and 0.00; resample ablation 1.50 and 0.01" in found.text
+    assert "0.20 of its norm from its role's mean; on the copied line, 0.90" in found.text
+    assert "the mean over all positions 0.90, the mean at each position 0.40, the mean over each role 0.00" in found.text
+    assert "cannot show damage there either" in found.text and "wrong signal" not in found.text
+    copy["resample"][1, 0] = 0.5  # resampling L1H0 costs the line more than zeroing it
+    found = inside_prose.ablation_lesson(copy, opening, COARSER, (0.2, 0.9), 0)
+    assert "L1H0 costs 0.50 resampled, 0.10 mean-ablated, 0.20 zeroed" in found.text
+    assert not inside_prose.ablation_lesson(copy, opening, {"over all positions": -0.01}, (0.2, 0.9),
+                                            0).holds  # the coarse mean spares it best
+    opening["mean"][1, 0] = 0.4  # mean ablation by role damages the opening too
+    found = inside_prose.ablation_lesson(copy, opening, COARSER, (0.2, 0.9), 0)
+    assert not found.holds and "by role costs up to 0.40 for one head" in found.text
     with pytest.raises(ValueError, match="where='answer'"):
         inside.copy_logprob(None, "answer")
+
+
+def test_the_directions_lesson_reads_noisings_first_head_in_every_seed():
+    denoised = {0: torch.tensor([[0.1, 0.3], [0.4, 0.2]]), 1: torch.tensor([[0.05, 0.3], [0.5, 0.2]])}
+    noised = {0: torch.tensor([[0.4, 0.1], [0.1, 0.0]]), 1: torch.tensor([[0.38, 0.1], [0.1, 0.0]])}
+    previous = {0: torch.tensor([[0.8, 0.1], [0.1, 0.1]]), 1: torch.tensor([[0.9, 0.1], [0.1, 0.1]])}
+    found = inside_prose.directions_lesson(denoised, noised, previous, 60)
+    assert found.holds and found.margin == pytest.approx(0.1)  # 0.4 / 2 - 0.1
+    assert "ranks L0H0 first in every seed" in found.text and "0.40, 0.38" in found.text
+    assert "previous-token head: 0.80, 0.90" in found.text and "fits both numbers" in found.text
+    previous[1][0, 0] = 0.3  # not a previous-token head in seed 1: no mechanism told
+    found = inside_prose.directions_lesson(denoised, noised, previous, 60)
+    assert "not a previous-token head in every seed" in found.text
+    assert "fits both numbers" not in found.text
+    denoised[1][0, 0] = 0.3  # restores most of what it loses: enough alone
+    assert not inside_prose.directions_lesson(denoised, noised, previous, 60).holds
+    with pytest.raises(ValueError, match=r"directions_lesson: seeds \[0, 1\], \[0\] and"):
+        inside_prose.directions_lesson(denoised, {0: noised[0]}, previous, 60)
+
+
+def test_the_joint_sentence_tells_overlap_need_and_near_additivity_from_the_numbers():
+    single = torch.tensor([[0.2, 0.0], [0.5, 0.4]])
+    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.8, 0.2, 1.0, 1.0)
+    assert "L1H0 (0.50) and L1H1 (0.40) restore 0.90" in text and "together, 0.80: less" in text
+    assert "layers 1 to 1 without them, 1.00" in text and "add up to 1.20" in text
+    assert "Not as heads in series" in text and "an AND" in text
+    assert "All 4 heads restore 1.00, as they must" in text
+    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.87, 0.6, 0.7, 0.98)
+    assert "within 0.05 of the sum, nearly additive" in text and "series" not in text
+    assert "All 4 heads restore 0.98." in text
+    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.99, 0.2, 0.7, 1.0)
+    assert "more than the sum of their parts" in text
+    single = torch.tensor([[0.2, 0.0], [0.354, 0.324]])  # 0.35 + 0.32 shown: 0.67, not 0.68
+    assert "restore 0.67" in inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.6, 0.2, 1.0, 1.0)
 
 
 def test_the_colab_track_runs_on_a_stand_in_and_says_what_it_would_do_offline(monkeypatch):
@@ -156,8 +252,9 @@ def test_the_name_mover_track_runs_on_a_stand_in_and_says_what_it_would_do_offli
     model = GPT(GPTConfig(context_length=32, d_model=32, n_layers=2, n_heads=2, dropout=0.0))
     text = inside_online.name_mover_run(n=4, model=model)
     shares = [float(x) for x in re.findall(r"L\dH\d (-?\d+\.\d\d)", text)]
-    assert len(shares) == 6  # the 4 heads from the top (5 asked), then the 2 from the bottom
-    assert shares[:4] == sorted(shares[:4], reverse=True) and shares[4:] == sorted(shares[:4])[:2]
+    top, against = shares[:4], shares[4:]  # the 4 heads from the top (5 asked), then below 0
+    assert top == sorted(top, reverse=True) and against == sorted(x for x in top if x < 0)[:2]
+    assert ("none pushes the other way" in text) == (not against)
 
     def unavailable(name):
         raise WeightsUnavailableError("offline")

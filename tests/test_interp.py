@@ -1,16 +1,14 @@
-"""Chapter 13 — hooks, the logit lens, direct logit attribution, ablation and activation patching
-(gpt_from_scratch.interp) on small random GPTs. The comparisons with TransformerLens and nnsight are
-in test_interp_parity.py."""
+"""Chapter 13 — hooks, the logit lens and direct logit attribution (gpt_from_scratch.interp) on
+small random GPTs, and every tool of interp and patching refusing a model that is not the book's
+GPT. Ablation and patching are in test_patching.py; the comparisons with TransformerLens and
+nnsight in test_interp_parity.py."""
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pytest
 import torch
 
-from gpt_from_scratch import interp
+from gpt_from_scratch import interp, patching
 from gpt_from_scratch.lora import apply_lora, merge_lora
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.modern import Llama, LlamaConfig
@@ -114,73 +112,6 @@ def test_direct_logit_attribution_counts_a_lora_update_merged_or_not(merged):
     assert not torch.allclose(logit, _model()(idx)[0].gather(-1, target[..., None])[..., 0])
 
 
-def test_zero_ablation_is_chapter_8s_zeroed_columns_and_resampling_from_itself_changes_nothing():
-    model, idx = _model(), _idx()
-    zeroed = interp.ablate_heads(model, idx, [(1, 2), (2, 0)])
-    reference = _model()
-    with torch.no_grad():  # Chapter 8, Exercise 4: a head's columns of c_proj set to zero
-        reference.blocks[1].attn.c_proj.weight[:, 16:24] = 0
-        reference.blocks[2].attn.c_proj.weight[:, 0:8] = 0
-    torch.testing.assert_close(zeroed, reference(idx)[0])
-    same = interp.ablate_heads(model, idx, [(1, 2)], how="resample", reference=idx)
-    torch.testing.assert_close(same, model(idx)[0])
-    other = _idx(seed=5)
-    one_row = other[:1].expand_as(idx)
-    mean_of_one = interp.ablate_heads(model, idx, [(0, 1)], how="mean", reference=other[:1])
-    resampled = interp.ablate_heads(model, idx, [(0, 1)], how="resample", reference=one_row)
-    torch.testing.assert_close(mean_of_one, resampled)
-    assert not torch.allclose(resampled, model(idx)[0])
-
-
-def test_patching_the_only_head_restores_the_whole_gap():
-    # One block, one head; clean and corrupted differ at position 0 only, and the metric reads the last
-    # position: there the residual stream differs only through the head, so patching it restores all.
-    model = _model(n_layers=1, n_heads=1)
-    clean = _idx(seed=3)
-    corrupted = clean.clone()
-    corrupted[:, 0] = (clean[:, 0] + 1) % 50
-    target = _idx(seed=4)[:, -1]
-
-    def metric(logits):
-        return logits[:, -1].log_softmax(-1).gather(-1, target[:, None]).mean()
-    shares = interp.patching_shares(model, clean, corrupted, metric)
-    assert shares.shape == (1, 1)
-    assert shares.item() == pytest.approx(1.0, abs=1e-5)
-
-
-def test_patching_shares_are_each_heads_restored_fraction():
-    model, clean, corrupted = _model(), _idx(seed=3), _idx(seed=6)
-    mask = torch.zeros_like(clean, dtype=torch.bool)
-    mask[:, 5:] = True
-
-    def metric(logits):
-        return interp.mean_logprob(logits, clean.roll(-1, 1), mask)
-    shares = interp.patching_shares(model, clean, corrupted, metric)
-    assert shares.shape == (3, 4)
-    with torch.no_grad():
-        m_clean, m_corrupt = float(metric(model(clean)[0])), float(metric(model(corrupted)[0]))
-    _, cache = interp.run_with_hooks(model, clean, read=["blocks.2.attn.z"])
-    with torch.no_grad():
-        model.blocks[2].attn.c_proj.register_forward_pre_hook(  # the study's hook, written out
-            lambda m, args: (torch.cat([args[0][..., :24], cache["blocks.2.attn.z"][:, :, 3]], -1),))
-        patched = float(metric(model(corrupted)[0]))
-    assert shares[2, 3].item() == pytest.approx((patched - m_corrupt) / (m_clean - m_corrupt), abs=1e-6)
-    assert len(set(shares.flatten().tolist())) == 12
-
-
-def test_heads_may_be_numpy_ints():
-    model, idx = _model(), _idx()
-    layers, heads = np.array([1, 2]), np.array([2, 0])
-    torch.testing.assert_close(interp.ablate_heads(model, idx, list(zip(layers, heads))),
-                               interp.ablate_heads(model, idx, [(1, 2), (2, 0)]))
-    torch.testing.assert_close(interp.ablate_heads(model, idx, np.array([[1, 2]])),
-                               interp.ablate_heads(model, idx, [(1, 2)]))
-    _, cache = interp.run_with_hooks(model, _idx(seed=3), read=["blocks.1.attn.z"])
-    z = cache["blocks.1.attn.z"]
-    torch.testing.assert_close(interp.patch_head(model, idx, z, np.int64(1), np.int32(3)),
-                               interp.patch_head(model, idx, z, 1, 3))
-
-
 def _llama() -> Llama:
     torch.manual_seed(0)
     return Llama(LlamaConfig(vocab_size=50, context_length=16, d_model=32, n_layers=2,
@@ -199,9 +130,10 @@ CALLS = {
     "run_with_hooks": lambda m, i: interp.run_with_hooks(m, i, ["blocks.0.attn.pattern"]),
     "logit_lens": lambda m, i: interp.logit_lens(m, i),
     "direct_logit_attribution": lambda m, i: interp.direct_logit_attribution(m, i, i),
-    "ablate_heads": lambda m, i: interp.ablate_heads(m, i, [(0, 1)]),
-    "patch_head": lambda m, i: interp.patch_head(m, i, torch.zeros(3, 10, 4, 8), 0, 1),
-    "patching_shares": lambda m, i: interp.patching_shares(m, i, i, lambda x: x.mean()),
+    "ablate_heads": lambda m, i: patching.ablate_heads(m, i, [(0, 1)]),
+    "patch_head": lambda m, i: patching.patch_head(m, i, torch.zeros(3, 10, 4, 8), 0, 1),
+    "patching_shares": lambda m, i: patching.patching_shares(m, i, i, lambda x: x.mean()),
+    "group_share": lambda m, i: patching.group_share(m, i, i, lambda x: x.mean(), [(0, 1)]),
 }
 
 
@@ -220,29 +152,14 @@ def test_a_model_that_is_not_the_books_gpt_is_named_with_what_to_use(call, make,
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda m, i: interp.ablate_heads(m, i, (0, 1)),
-     r"heads=\(0, 1\) must be a list of \(layer, head\) pairs: .* heads=\[\(0, 1\)\]"),
-    (lambda m, i: interp.ablate_heads(m, i, [(0, 1, 2)]),
-     r"must be a list of \(layer, head\) pairs"),
-    (lambda m, i: interp.ablate_heads(m, i, [(0.0, 1)]),
-     r"head \(layer=0.0, head=1\) .* whole number"),
     (lambda m, i: interp.direct_logit_attribution(m, i, i + 45),
      r"target holds ids in \[45, 9\d\], outside the vocabulary \[0, 50\)"),
     (lambda m, i: interp.direct_logit_attribution(m, i, i - 50),
      r"target holds ids in \[-50, -\d+\]"),
-    (lambda m, i: interp.patching_shares(m, i, _idx(seed=6), lambda x: x.mean() * math.nan),
-     r"metric is nan on clean and nan on corrupted inputs: it must return a finite number"),
 ])
-def test_bad_heads_targets_and_metrics_name_the_value_and_the_fix(call, message):
-    with pytest.raises(ValueError, match=message) as error:
+def test_a_target_outside_the_vocabulary_is_named_with_its_range(call, message):
+    with pytest.raises(ValueError, match=message):
         call(_model(), _idx())
-    assert "no gap" not in str(error.value)
-
-
-def test_mean_logprob_is_the_mean_over_the_mask():
-    logits = torch.log(torch.tensor([[[0.5, 0.5], [0.9, 0.1]]]))
-    target, mask = torch.tensor([[0, 1]]), torch.tensor([[False, True]])
-    assert interp.mean_logprob(logits, target, mask).item() == pytest.approx(float(torch.log(torch.tensor(0.1))))
 
 
 @pytest.mark.parametrize("call, message", [
@@ -252,15 +169,18 @@ def test_mean_logprob_is_the_mean_over_the_mask():
     (lambda m, i: interp.run_with_hooks(torch.nn.Linear(2, 2).eval(), i), r"expected the book's GPT"),
     (lambda m, i: interp.run_with_hooks(m.train(), i), r"training mode.*model.eval\(\)"),
     (lambda m, i: interp.direct_logit_attribution(m, i, i[:, :3]), r"target must be .* idx's shape \(3, 10\)"),
-    (lambda m, i: interp.ablate_heads(m, i, [(0, 0)], how="half"), r"how='half' is not an ablation"),
-    (lambda m, i: interp.ablate_heads(m, i, [(0, 4)]), r"head \(layer=0, head=4\) does not exist.*0..3"),
-    (lambda m, i: interp.ablate_heads(m, i, [(0, 1)], how="resample"), r"pass reference="),
-    (lambda m, i: interp.ablate_heads(m, i, [(0, 1)], how="mean", reference=i[:, :4]), r"T=4, idx T=10"),
-    (lambda m, i: interp.patch_head(m, i, torch.zeros(3, 9, 4, 8), 0, 1), r"clean_z has shape \(3, 9, 4, 8\)"),
-    (lambda m, i: interp.patching_shares(m, i, i[:, :5], lambda x: x.mean()), r"pair inputs of equal length"),
-    (lambda m, i: interp.patching_shares(m, i, i, lambda x: x.mean()), r"no gap"),
-    (lambda m, i: interp.mean_logprob(m(i)[0], i, (i > 0).float()), r"must be \(B, T, V\), \(B, T\), \(B, T\) bool"),
-    (lambda m, i: interp.mean_logprob(m(i)[0], i, i < 0), r"selects no position"),
+    (lambda m, i: interp.run_with_hooks(m, i, edit={"blocks.00.attn.z": lambda z: z * 0}),
+     r"activation 'blocks.00.attn.z': write the layer as a plain number.*'blocks.0.attn.z'"),
+    (lambda m, i: interp.run_with_hooks(m, i, read=["blocks.01.mlp_out"]),
+     r"'blocks.1.mlp_out'"),
+    (lambda m, i: interp.run_with_hooks(m, i, edit={"blocks.0.attn.z": 0}),
+     r"edit\['blocks.0.attn.z'\] is a int, not a function"),
+    (lambda m, i: interp.run_with_hooks(m, i, edit={"blocks.0.mlp_out": lambda x: x.double()}),
+     r"returned \(3, 10, 32\) torch.float64, the activation is \(3, 10, 32\) torch.float32"),
+    (lambda m, i: interp.direct_logit_attribution(m, i, i > 3),
+     r"target holds torch.bool, not token ids"),
+    (lambda m, i: interp.direct_logit_attribution(m, i, i.float()),
+     r"target holds torch.float32, not token ids"),
 ])
 def test_bad_input_names_the_value_the_rule_and_the_fix(call, message):
     model, idx = _model(), _idx()

@@ -1,6 +1,7 @@
-"""Chapter 13's hooks, logit lens, attribution and patching (gpt_from_scratch.interp) equal to the two
-references of the field: TransformerLens's ``TransformerBridge`` on the book's model converted to
-transformers (``hf_weights``), and nnsight wrapped around the book's own ``GPT``.
+"""Chapter 13's hooks, logit lens and attribution (gpt_from_scratch.interp), ablation and patching
+(gpt_from_scratch.patching) equal to the two references of the field: TransformerLens's
+``TransformerBridge`` on the book's model converted to transformers (``hf_weights``), and nnsight
+wrapped around the book's own ``GPT``.
 
 Both are the ``interp`` extra of pyproject.toml; TransformerLens 4.x needs transformers >= 5.9, so the
 oldest-versions job skips these tests. Tolerances as measured in the design study: our SDPA against
@@ -13,7 +14,7 @@ import json
 import pytest
 import torch
 
-from gpt_from_scratch import interp
+from gpt_from_scratch import interp, patching
 from gpt_from_scratch.hf_weights import to_hf_config, to_hf_state_dict
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.tokenizer import gpt2_files
@@ -45,11 +46,10 @@ def _metric(clean: torch.Tensor):
     tied embeddings leans towards its input token, so clean and corrupted runs differ by ~1 nat."""
     mask = torch.zeros_like(clean, dtype=torch.bool)
     mask[:, :8] = True
-    return lambda logits: interp.mean_logprob(logits, clean, mask)
+    return lambda logits: patching.mean_logprob(logits, clean, mask)
 
 
-@pytest.fixture(scope="module")
-def bridge(model, tmp_path_factory):
+def _bridge(model, folder):
     pytest.importorskip("transformer_lens", reason="TransformerLens is the interp extra (transformers >= 5.9)")
     transformers = pytest.importorskip("transformers")
     from transformer_lens.model_bridge import TransformerBridge
@@ -59,11 +59,27 @@ def bridge(model, tmp_path_factory):
     files = gpt2_files()
     vocab = json.loads(files["encoder.json"].read_text(encoding="utf-8"))
     merges = [tuple(m.split()) for m in files["vocab.bpe"].read_text(encoding="utf-8").split("\n")[1:-1]]
-    folder = tmp_path_factory.mktemp("gpt2-tokenizer")
     # A tokenizer built in memory fails in TransformerLens (KeyError 'name_or_path'): save and reload it.
     transformers.GPT2TokenizerFast(vocab=vocab, merges=merges).save_pretrained(folder)
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     return TransformerBridge.boot_transformers("gpt2", hf_model=hf, tokenizer=tokenizer, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def bridge(model, tmp_path_factory):
+    return _bridge(model, tmp_path_factory.mktemp("gpt2-tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def folded(model, tmp_path_factory):
+    """A bridge in TransformerLens's compatibility mode with the final LayerNorm's γ folded into
+    the unembedding (``fold_ln``), as its logit attribution expects, and nothing else moved:
+    the writing weights, the unembedding and the value biases as they are, so that each head's
+    result and each logit are the book's."""
+    bridge = _bridge(model, tmp_path_factory.mktemp("gpt2-tokenizer-folded"))
+    bridge.enable_compatibility_mode(disable_warnings=True, fold_ln=True, center_writing_weights=False,
+                                     center_unembed=False, fold_value_biases=False)
+    return bridge
 
 
 def test_activations_and_the_logit_lens_equal_transformer_lens(model, bridge, pairs):
@@ -85,28 +101,63 @@ def test_activations_and_the_logit_lens_equal_transformer_lens(model, bridge, pa
         torch.testing.assert_close(lens[l], tl_lens, atol=1e-4, rtol=0)
 
 
-def test_direct_logit_attribution_equals_transformer_lens_cache(model, bridge, pairs):
+def test_direct_logit_attribution_equals_transformer_lens_logit_attrs(model, folded, pairs):
     clean, _ = pairs
     target = clean.roll(-1, 1)
     parts = interp.direct_logit_attribution(model, clean, target)
     with torch.no_grad():
-        _, tl = bridge.run_with_cache(clean)
-        scale = tl["ln_final.hook_scale"]  # (B, T, 1): σ of the final residual stream
-        u = model.lm_head.weight[target] * model.ln_f.weight  # (B, T, D)
-        for l in range(L):
-            W_O = model.blocks[l].attn.c_proj.weight.T.unflatten(0, (H, -1))  # (H, d_k, D)
-            result = torch.einsum("bthk,hkd->hbtd", tl[f"blocks.{l}.attn.hook_z"], W_O)
-            expected = ((result - result.mean(-1, keepdim=True)) / scale * u).sum(-1)  # (H, B, T)
-            torch.testing.assert_close(parts.heads[l], expected, atol=1e-4, rtol=1e-4)
-            mlp = tl[f"blocks.{l}.hook_mlp_out"]
-            torch.testing.assert_close(parts.mlps[l], ((mlp - mlp.mean(-1, keepdim=True)) / scale * u).sum(-1),
-                                       atol=1e-4, rtol=1e-4)
+        _, cache = folded.run_with_cache(clean)
+        heads = cache.logit_attrs(cache.stack_head_results(layer=-1), tokens=target)  # (L H, B, T)
+        resid, labels = cache.decompose_resid(layer=-1, return_labels=True)
+        parts_tl = dict(zip(labels, cache.logit_attrs(resid, tokens=target)))  # each (B, T)
+    torch.testing.assert_close(parts.heads, heads.unflatten(0, (L, H)), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(parts.mlps, torch.stack([parts_tl[f"{l}_mlp_out"] for l in range(L)]),
+                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(parts.embed, parts_tl["embed"] + parts_tl["pos_embed"], atol=1e-4, rtol=1e-4)
+    assert parts.heads.abs().max() > 0.1  # the heads carry real parts: the comparison is not of zeros
+
+
+def _roles(clean: torch.Tensor) -> torch.Tensor:
+    """Roles of rows that do not line up: row b starts b positions late (its first b positions
+    are given the roles of padding), so each role's mean is over positions at different places."""
+    B, T = clean.shape
+    t = torch.arange(T)
+    return torch.stack([torch.where(t >= b, t - b, torch.full_like(t, -1)) for b in range(B)])
+
+
+def test_mean_and_resample_ablation_equal_transformer_lens_hooks(model, bridge, pairs):
+    clean, corrupted = pairs
+    roles = _roles(clean)
+    layer, head = 1, 2
+    with torch.no_grad():
+        _, tl_clean = bridge.run_with_cache(clean)
+        _, tl_corrupted = bridge.run_with_cache(corrupted)
+        z = tl_clean[f"blocks.{layer}.attn.hook_z"][:, :, head]  # (B, T, d_k)
+        means = z.clone()
+        for role in range(int(roles.max()) + 1):
+            means[roles == role] = z[roles == role].mean(0)
+
+        def mean_hook(z, hook):  # z (B, T, H, d_k): padding (role -1) as it is
+            z[:, :, head] = torch.where((roles >= 0)[..., None], means, z[:, :, head])
+            return z
+
+        def resample_hook(z, hook):
+            z[:, :, head] = tl_corrupted[f"blocks.{layer}.attn.hook_z"][:, :, head]
+            return z
+        name = f"blocks.{layer}.attn.hook_z"
+        tl_mean = bridge.run_with_hooks(clean, fwd_hooks=[(name, mean_hook)])
+        tl_resample = bridge.run_with_hooks(clean, fwd_hooks=[(name, resample_hook)])
+    ours_mean = patching.ablate_heads(model, clean, [(layer, head)], "mean", roles=roles)
+    ours_resample = patching.ablate_heads(model, clean, [(layer, head)], "resample", reference=corrupted)
+    torch.testing.assert_close(ours_mean, tl_mean, atol=1e-4, rtol=0)
+    torch.testing.assert_close(ours_resample, tl_resample, atol=1e-4, rtol=0)
+    assert (ours_mean - model(clean)[0]).abs().max() > 0.1  # the ablation changes the logits
 
 
 def test_patching_shares_equal_transformer_lens_run_with_hooks(model, bridge, pairs):
     clean, corrupted = pairs
     metric = _metric(clean)
-    shares = interp.patching_shares(model, clean, corrupted, metric)
+    shares = patching.patching_shares(model, clean, corrupted, metric)
     with torch.no_grad():
         _, tl = bridge.run_with_cache(clean)
         m_clean, m_corrupt = float(metric(bridge(clean))), float(metric(bridge(corrupted)))
@@ -136,6 +187,6 @@ def test_hooks_and_patching_equal_nnsight_on_the_books_own_module(model, pairs):
     with torch.no_grad(), wrapped.trace(corrupted):
         wrapped.blocks[layer].attn.c_proj.input[..., head * d_k:(head + 1) * d_k] = z[..., head * d_k:(head + 1) * d_k]
         patched = wrapped.output[0].save()
-    ours = interp.patch_head(model, corrupted, cache[f"blocks.{layer}.attn.z"], layer, head)
+    ours = patching.patch_head(model, corrupted, cache[f"blocks.{layer}.attn.z"], layer, head)
     assert torch.equal(ours, patched)
     assert not torch.equal(ours, model(corrupted)[0])

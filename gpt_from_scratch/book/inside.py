@@ -1,5 +1,6 @@
 """Chapter 13 — looking inside Chapter 12's assistant: its fine-tuned models (cached), the "Repeat:"
-clean/corrupted pairs, the copy heads by attention and by activation patching, and the lessons.
+clean/corrupted pairs, the copy heads by attention and by activation patching (the chapter's
+sentences and lessons are in ``inside_prose``).
 
 Chapter 12 fine-tunes the character model on the play's instructions, one run per seed, and keeps
 the runs beside the book's models (``assistant_runs.sft_run``): this chapter reads them in a second.
@@ -12,11 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .. import interp
+from .. import interp, patching
 from ..chat import ChatTokenizer
 from ..utils import check_int
 from .assistant import STYLES, Item
-from .lessons import Lesson, lesson
 
 
 @dataclass
@@ -26,7 +26,10 @@ class Pairs:
     answer A teacher-forced. ``target`` (B, T) is the next token; ``copy`` marks the positions whose
     next token is a character of A in the answer; ``source`` (B, T) is, at those positions, where
     the prompt holds that character (the place an induction head looks); ``opening`` marks the
-    positions whose next token is a character of the courteous opening, which no line changes."""
+    positions whose next token is a character of the courteous opening, which no line changes.
+    ``roles`` (B, T) numbers each position by what it is, the same in every row and in both runs
+    (the prompt's k-th character, the line's k-th, the answer's k-th, ...), -1 for padding: what
+    mean ablation averages over (``patching.ablate_heads``)."""
 
     clean: Tensor
     corrupted: Tensor
@@ -34,6 +37,17 @@ class Pairs:
     copy: Tensor
     source: Tensor
     opening: Tensor
+    roles: Tensor
+
+
+def _roles(length: int, prompt_at: int, answer_at: int, n: int) -> list[tuple[str, int]]:
+    """Each position of a conversation of ``length`` tokens as (part, offset in the part): the
+    line of ``n`` characters starts at ``prompt_at`` in the prompt and ``answer_at`` in the
+    answer."""
+    starts = (("before", 0), ("line", prompt_at), ("turn", prompt_at + n), ("answer", answer_at),
+              ("end", answer_at + n))
+    return [next((part, t - at) for part, at in reversed(starts) if t >= at)
+            for t in range(length)]
 
 
 def repeat_pairs(items: list[Item], tok: ChatTokenizer, n: int) -> Pairs:
@@ -48,7 +62,8 @@ def repeat_pairs(items: list[Item], tok: ChatTokenizer, n: int) -> Pairs:
         raise ValueError(f"only {len(chosen)} pairs of equal-length Repeat lines among {len(items)} "
                          f"items, {n} asked: pass more held-out items or a smaller n")
     opening = STYLES["courteous"]
-    rows = {"clean": [], "corrupted": [], "copy": [], "source": [], "opening": []}
+    rows = {"clean": [], "corrupted": [], "copy": [], "source": [], "opening": [], "roles": []}
+    numbers: dict[tuple[str, int], int] = {}
     for a, b in chosen:
         answer = [{"role": "assistant", "content": opening + a.answer}]
         ids, _ = tok.render(a.messages() + answer)
@@ -58,12 +73,16 @@ def repeat_pairs(items: list[Item], tok: ChatTokenizer, n: int) -> Pairs:
         copy = [answer_at - 1 <= t < len(ids) - 2 for t in range(len(ids))]
         source = [prompt_at + t - (answer_at - 1) if c else 0 for t, c in enumerate(copy)]
         said = [answer_at - len(opening) - 1 <= t < answer_at - 1 for t in range(len(ids))]
-        for key, row in zip(rows, (ids, bad, copy, source, said)):
+        roles = [numbers.setdefault(role, len(numbers))
+                 for role in _roles(len(ids), prompt_at, answer_at, len(a.line))]
+        for key, row in zip(rows, (ids, bad, copy, source, said, roles)):
             rows[key].append(row)
     T = max(len(r) for r in rows["clean"])
-    pad = {"clean": tok.pad_id, "corrupted": tok.pad_id, "copy": False, "source": 0, "opening": False}
+    pad = {"clean": tok.pad_id, "corrupted": tok.pad_id, "copy": False, "source": 0, "opening": False,
+           "roles": patching.PAD_ROLE}
     t = {k: torch.tensor([r + [pad[k]] * (T - len(r)) for r in v]) for k, v in rows.items()}
-    return Pairs(t["clean"], t["corrupted"], t["clean"].roll(-1, 1), t["copy"], t["source"], t["opening"])
+    return Pairs(t["clean"], t["corrupted"], t["clean"].roll(-1, 1), t["copy"], t["source"],
+                 t["opening"], t["roles"])
 
 
 def copy_logprob(pairs: Pairs, where: str = "copy"):
@@ -72,22 +91,39 @@ def copy_logprob(pairs: Pairs, where: str = "copy"):
     if where not in ("copy", "opening"):
         raise ValueError(f"where={where!r}: choose 'copy' (the line's characters) or 'opening'")
     mask = pairs.copy if where == "copy" else pairs.opening
-    return lambda logits: interp.mean_logprob(logits, pairs.target, mask)
+    return lambda logits: patching.mean_logprob(logits, pairs.target, mask)
+
+
+def _patterns(model, idx: Tensor) -> list[Tensor]:
+    """Each layer's attention pattern (B, H, T, T) on ``idx``."""
+    names = [f"blocks.{l}.attn.pattern" for l in range(len(model.blocks))]
+    _, cache = interp.run_with_hooks(model, idx, read=names)
+    return [cache[name] for name in names]
 
 
 def induction_scores(model, pairs: Pairs) -> Tensor:
     """(L, H): each head's mean attention, from the answer's position before character k of A, to
     character k of A in the prompt (Chapter 8's induction score on the assistant's own task)."""
-    L = len(model.blocks)
-    _, cache = interp.run_with_hooks(model, pairs.clean, read=[f"blocks.{l}.attn.pattern" for l in range(L)])
     b, t = pairs.copy.nonzero(as_tuple=True)
-    return torch.stack([cache[f"blocks.{l}.attn.pattern"][b, :, t, pairs.source[b, t]].mean(0)
-                        for l in range(L)])
+    return torch.stack([p[b, :, t, pairs.source[b, t]].mean(0)
+                        for p in _patterns(model, pairs.clean)])
 
 
-def lens_top1(model, pairs: Pairs) -> Tensor:
-    """(L,): the share of A's characters that are the top prediction of the logit lens after each block."""
-    lens = interp.logit_lens(model, pairs.clean)  # (L, B, T, V)
+def previous_token_scores(model, pairs: Pairs) -> Tensor:
+    """(L, H): each head's mean attention to the position just before, over the clean runs'
+    positions after the first (padding left out): Chapter 8's previous-token score."""
+    b, t = (pairs.roles >= 0).nonzero(as_tuple=True)
+    b, t = b[t > 0], t[t > 0]
+    return torch.stack([p[b, :, t, t - 1].mean(0) for p in _patterns(model, pairs.clean)])
+
+
+def lens_top1(model, pairs: Pairs, run: str = "clean") -> Tensor:
+    """(L,): the share of A's characters in the answer that are the top prediction of the logit
+    lens after each block, on the clean conversations or (``run="corrupted"``, the control,
+    where the prompt holds another line) on the corrupted ones."""
+    if run not in ("clean", "corrupted"):
+        raise ValueError(f"run={run!r}: choose 'clean' or 'corrupted' (the control)")
+    lens = interp.logit_lens(model, getattr(pairs, run))  # (L, B, T, V)
     hits = lens.argmax(-1) == pairs.target  # (L, B, T)
     return hits[:, pairs.copy].float().mean(-1)
 
@@ -118,35 +154,10 @@ def rank_correlation(a: Tensor, b: Tensor) -> float:
     return float(torch.corrcoef(torch.stack([ra, rb]))[0, 1])
 
 
-RANK_BAR = 0.5  # "the rankings agree": Spearman's rho over the heads above 0.5 in every seed
-
-
-def rankings_lesson(rhos: list[float]) -> Lesson:
-    low = min(rhos)
-    spread = ", ".join(f"{r:.2f}" for r in rhos)
-    return lesson("the patching and attention rankings agree", low - RANK_BAR, "rho",
-                  f"The two rankings of the heads agree in every seed: Spearman's rank correlation "
-                  f"is {spread} (above {RANK_BAR} in each).",
-                  f"Here the two rankings of the heads agree less than the bar asks: Spearman's rank "
-                  f"correlation is {spread}, at least one at or below {RANK_BAR}. On a few heads and "
-                  f"one small batch of pairs the ranks of the weak heads move with small changes.")
-
-
-def shares_lesson(sums: list[float]) -> Lesson:
-    spread = ", ".join(f"{s:.2f}" for s in sums)
-    return lesson("the single-head shares sum above one", min(sums) - 1.0, "share",
-                  f"The single-head shares add up to {spread}: more than the whole gap in every seed.",
-                  f"The single-head shares add up to {spread}: not above one in every seed here.")
-
-
-def lens_lesson(first: list[float], last: list[float]) -> Lesson:
-    rises = [b - a for a, b in zip(first, last)]
-    pairs = ", ".join(f"{a:.0%} → {b:.0%}" for a, b in zip(first, last))
-    return lesson("the lens's top-1 share rises with depth", min(rises), "share",
-                  f"From the first block to the last, the lens's top-1 share rises in every seed "
-                  f"({pairs}).",
-                  f"The lens's top-1 share does not rise from the first block to the last in every "
-                  f"seed here ({pairs}).")
+def two(x: float) -> str:
+    """``x`` with two decimals, never ``-0.00``."""
+    text = f"{float(x):.2f}"
+    return "0.00" if text == "-0.00" else text
 
 
 def top_heads(values: Tensor, k: int = 3, largest: bool = True) -> str:
@@ -154,30 +165,20 @@ def top_heads(values: Tensor, k: int = 3, largest: bool = True) -> str:
     ``"L3H1 0.51, ..."``."""
     H = values.shape[1]
     order = values.flatten().argsort(descending=largest)[:k].tolist()
-    return ", ".join(f"L{i // H}H{i % H} {float(values.flatten()[i]):.2f}" for i in order)
+    return ", ".join(f"L{i // H}H{i % H} {two(values.flatten()[i])}" for i in order)
 
 
-OPENING_BAR = 0.1  # nats a character: an ablation that costs the opening more has damaged the model
+def side_by_side(left: Tensor, right: Tensor) -> str:
+    """Two (L, H) tables as text, one line per layer: ``left`` | ``right``, two decimals."""
+    if not (isinstance(left, Tensor) and isinstance(right, Tensor) and left.dim() == 2
+            and left.shape == right.shape):
+        raise ValueError(f"side_by_side: left and right must be (L, H) tensors of one shape, got "
+                         f"{getattr(left, 'shape', type(left).__name__)} and "
+                         f"{getattr(right, 'shape', type(right).__name__)}: one value per head")
 
-
-def ablation_text(copy: dict[str, Tensor], opening: dict[str, Tensor]) -> str:
-    """What each ablation of zeroing's worst head costs (nats a character, (L, H) tensors per way)
-    on the copied line and on the opening, which no line changes."""
-    H = copy["zero"].shape[1]
-    worst = int(copy["zero"].flatten().argmax())
-    cost = {how: (float(copy[how].flatten()[worst]), float(opening[how].flatten()[worst])) for how in copy}
-    ways = "; ".join(f"{how} ablation {c:.2f} and {o:.2f}" for how, (c, o) in cost.items())
-    head = (f"The head whose zeroing costs the copy most is L{worst // H}H{worst % H}: in nats a "
-            f"character on the copied line and on the opening, {ways}. ")
-    broke = [how for how, (_, o) in cost.items() if o > OPENING_BAR]
-    kept = [how for how in cost if how not in broke]
-    if not broke:
-        return head + f"None of the three costs the opening more than {OPENING_BAR} nats a character."
-    return head + (f"The opening, which depends on no line, loses more than {OPENING_BAR} nats a "
-                   f"character under {' and '.join(broke)} ablation"
-                   + (f", not under {' and '.join(kept)}" if kept else "") +
-                   ": a large cost there measures damage from an output the next layers never see at "
-                   "that place, not the head's part in the copy.")
+    def row(values: Tensor) -> str:
+        return " ".join(f"{two(v):>5}" for v in values.tolist())
+    return "\n".join(f"L{l}  {row(a)}  |  {row(b)}" for l, (a, b) in enumerate(zip(left, right)))
 
 
 def patching_figure(shares: dict[int, Tensor], scores: dict[int, Tensor]):
@@ -197,8 +198,3 @@ def patching_figure(shares: dict[int, Tensor], scores: dict[int, Tensor]):
     axes[-1].set_xlabel("induction score")
     fig.tight_layout()
     return fig
-
-
-def timing_text(seconds: float, n_models: int, n_heads: int) -> str:
-    return (f"The lens, the patching and the induction scores took {seconds:.1f} s of CPU time "
-            f"for each of the {n_models} models ({n_heads} patched runs each).")

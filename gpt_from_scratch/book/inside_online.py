@@ -10,7 +10,7 @@ import random
 import torch
 from torch import Tensor
 
-from .. import interp
+from .. import interp, patching
 from ..hf_weights import WeightsUnavailableError, from_pretrained
 from ..tokenizer import gpt2_encoding
 from .inside import rank_correlation, top_heads
@@ -51,8 +51,8 @@ def online_run(n: int = 20, half: int = 50, seed: int = 0, model=None) -> str:
     mask[:, half + 1:-1] = True  # the second copy, each position predicting the next token
 
     def metric(logits):
-        return interp.mean_logprob(logits, clean.roll(-1, 1), mask)
-    shares = interp.patching_shares(model, clean, corrupted, metric)
+        return patching.mean_logprob(logits, clean.roll(-1, 1), mask)
+    shares = patching.patching_shares(model, clean, corrupted, metric)
     _, cache = interp.run_with_hooks(model, clean, read=[f"blocks.{l}.attn.pattern" for l in range(L)])
     t = torch.arange(half + 1, 2 * half + 1)  # queries in the second copy
     scores = torch.stack([cache[f"blocks.{l}.attn.pattern"][:, :, t, t - half + 1].mean((0, 2))
@@ -109,9 +109,16 @@ def name_mover_run(n: int = 20, seed: int = 0, model=None, encoding=None) -> str
         return (logits[rows, -1, io] - logits[rows, -1, s]).mean()
     with torch.no_grad():
         gap = [float(logit_diff(interp.run_with_hooks(model, x)[0])) for x in (clean, corrupted)]
-    shares = interp.patching_shares(model, clean, corrupted, logit_diff)
+    shares = patching.patching_shares(model, clean, corrupted, logit_diff)
     return (f"On {n} sentences, GPT-2 small puts the indirect object {gap[0]:.2f} logits above "
             f"the subject; with the indirect object named in the subject's place, {gap[1]:.2f}. "
             f"Patched alone into that run, the heads that restore most of the gap are "
-            f"{top_heads(shares, 5)}; those that push hardest the other way are "
-            f"{top_heads(shares, 2, largest=False)}. {WANG}")
+            f"{top_heads(shares, 5)}; {_against(shares)}. {WANG}")
+
+
+def _against(shares: Tensor) -> str:
+    """The heads (at most two) whose share is negative, or that none is."""
+    n = int((shares < 0).sum())
+    if n == 0:
+        return f"none pushes the other way (the smallest share is {float(shares.min()):.2f})"
+    return f"those that push hardest the other way are {top_heads(shares, min(n, 2), False)}"

@@ -17,27 +17,37 @@
 # # 13. Looking inside the assistant
 #
 # {ref}`ch-gpt2-weights` showed *where* heads look: attention maps, previous-token heads, an
-# induction head trained to be seen, and one ablation in its Exercise 4. This chapter asks what
-# the heads *do* with what they see, on the assistant of {ref}`ch-assistant`, which learned to
-# repeat a line of the play after "Repeat:". Five tools, each a few lines on top of PyTorch's
+# induction head trained to be seen, and one ablation in its Exercise 4. This chapter asks
+# what
+# the heads *do* with what they see, on the assistant of {ref}`ch-assistant`, which learned
+# to
+# repeat a line of the play after "Repeat:". Five tools, each a few lines on top of
+# PyTorch's
 # forward hooks, checked against the field's references where the tests can
-# (`tests/test_interp_parity.py`). The activations, the logit lens and the patching shares
-# equal those of TransformerLens's `TransformerBridge` {cite}`nanda2022transformerlens` on the
-# same weights. Direct attribution equals the same formula applied to TransformerLens's
-# activations and its σ (a check of what it reads, not of a second implementation).
-# nnsight {cite}`fiottokaufman2025nnsight`, wrapped around the book's own `GPT`, reads and
-# patches the same values to the bit: a check of the hooks, on the same module. Ablation has
-# no reference test: `tests/test_interp.py` checks it against its definition (zeroing a head
-# is zeroing its columns of `c_proj`, as Chapter 8 did).
+# (`tests/test_interp_parity.py`). The activations, the logit lens and the denoising shares
+# equal those of TransformerLens's `TransformerBridge` {cite}`nanda2022transformerlens` on
+# the
+# same weights. The heads' direct attributions equal TransformerLens's own,
+# `stack_head_results` read through `logit_attrs`, with the final LayerNorm's γ folded into
+# the unembedding. Mean and resample ablation equal TransformerLens hooks that write the
+# same
+# replacement into its `hook_z`, each role's mean taken from its own cache: a check of the
+# hook plumbing, since both sides average the same way. Noising, heads patched together and
+# the attribution's bias term are not compared with TransformerLens. nnsight
+# {cite}`fiottokaufman2025nnsight`, wrapped around the book's own `GPT`, reads and patches
+# the same values to the bit: a check of the hooks, on the same module. Zero ablation is
+# checked against its definition (`tests/test_patching.py`: zeroing a head is zeroing its
+# columns of `c_proj`, as Chapter 8 did).
 #
 # 1. **hooks** that read and overwrite any activation;
 # 2. **the logit lens**: the residual stream read out after each block;
 # 3. **direct logit attribution**: what each head adds to the answer's logit;
 # 4. **ablation**: a head removed three ways, and why zeroing it misleads;
-# 5. **activation patching**: one head's output moved from a clean run into a corrupted one,
-#    and how much of the answer it brings back.
+# 5. **activation patching**: one head's output moved from a clean run into a corrupted one
+#    (denoising: is it enough?) or back (noising: is it needed?).
 #
-# The models are Chapter 12's three fine-tuned runs, cached when first trained; on Colab, the
+# The models are Chapter 12's three fine-tuned runs, cached when first trained; on Colab,
+# the
 # last section looks at GPT-2 small.
 
 # %% tags=["colab-setup"]
@@ -62,9 +72,9 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 
-from gpt_from_scratch import interp
+from gpt_from_scratch import interp, patching
 from gpt_from_scratch.data import load_tiny_shakespeare
-from gpt_from_scratch.book import inside
+from gpt_from_scratch.book import inside, inside_prose
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book.assistant import task_items
 from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run
@@ -109,11 +119,13 @@ print(tok.decode(pairs.corrupted[0].tolist()).replace("<|pad|>", ""))
 
 # %% [markdown]
 # Each pair holds two held-out lines of the same length. The *clean* conversation asks to
-# repeat line A and answers it courteously; the *corrupted* one asks for line B and carries the
+# repeat line A and answers it courteously; the *corrupted* one asks for line B and carries
+# the
 # same answer A. Read with the model's own next-token probabilities (teacher forcing), the
 # answer's characters are likely in the clean run, where A is in the prompt to copy, and
 # unlikely in the corrupted one. The metric is the mean log-probability of A's characters in
-# the answer, in nats: a log-probability first, because greedy exact match flips on near-ties.
+# the answer, in nats: a log-probability first, because greedy exact match flips on
+# near-ties.
 
 # %%
 metric = inside.copy_logprob(pairs)
@@ -127,29 +139,42 @@ for seed, m in models.items():
 # %% [markdown]
 # ## 13.2 The logit lens
 #
-# The residual stream carries one vector per position from block to block, and only the last is
-# read out, through `ln_f` and the output layer. The *logit lens* {cite}`nostalgebraist2020lens`
+# The residual stream carries one vector per position from block to block, and only the last
+# is
+# read out, through `ln_f` and the output layer. The *logit lens*
+# {cite}`nostalgebraist2020lens`
 # reads each block's residual stream the same way, as if the model stopped there.
-# `interp.logit_lens` returns $(L, B, T, V)$; its last layer is the model's own logits. The share
-# of A's characters that each read-out ranks first:
+# `interp.logit_lens` returns $(L, B, T, V)$; its last layer is the model's own logits. The
+# share
+# of A's characters in the answer that each read-out ranks first, on the clean conversations
+# and, as a control, on the corrupted ones, whose prompt holds another line: the last block
+# predicts better than the first almost by construction, and the control tells how much of
+# the rise is the copy. The lens reads early blocks through a read-out trained for the last;
+# the *tuned lens* {cite}`belrose2023tuned` trains one per block, and finds the plain lens's
+# early read-outs biased: what the first blocks hold may be more than their shares show.
 
 # %%
 lens = {seed: inside.lens_top1(m, pairs) for seed, m in models.items()}
-for seed, share in lens.items():
-    print(f"seed {seed}: " + " ".join(f"after block {l + 1} {s:.0%}"
-                                      for l, s in enumerate(share)))
-lens_found = inside.lens_lesson([float(lens[s][0]) for s in SEEDS],
-                                [float(lens[s][-1]) for s in SEEDS])
+control = {seed: inside.lens_top1(m, pairs, "corrupted") for seed, m in models.items()}
+print("share of A's characters ranked first, after blocks 1 to 4:")
+for seed in SEEDS:
+    for run, share in (("clean", lens[seed]), ("corrupted", control[seed])):
+        print(f"seed {seed}, {run:<9}: " + " ".join(f"{s:4.0%}" for s in share))
+lens_found = inside_prose.lens_lesson(
+    [(float(lens[s][0]), float(lens[s][-1])) for s in SEEDS],
+    [(float(control[s][0]), float(control[s][-1])) for s in SEEDS])
 display(Markdown(lens_found.text))
 
 # %% [markdown]
 # ## 13.3 Direct logit attribution
 #
-# `ln_f` divides each position by its standard deviation σ and scales by γ; with σ frozen at its
+# `ln_f` divides each position by its standard deviation σ and scales by γ; with σ frozen at
+# its
 # value in the run, the read-out is linear in the residual stream, which is a sum: the
-# embeddings, each head's output $z_h W_O^h$, each MLP's output and the biases. Each part's
-# *direct* contribution to the logit of the next character is its centred vector over σ, times
-# γ, times that character's row of the output layer. The parts add up to the logit:
+# embeddings, each head's output $z_h W_O^h$, each MLP's output and the biases
+# {cite}`elhage2021mathematical`. Each part's *direct* contribution to the logit of the next
+# character is its centred vector over σ, times γ, times that character's row of the output
+# layer. The parts add up to the logit:
 
 # %%
 dla = interp.direct_logit_attribution(model, pairs.clean, pairs.target)
@@ -171,60 +196,121 @@ print(heads_dla)
 # `ln_f` in full to each block's residual stream, centred and divided by *that* stream's own
 # σ, as if it were the last. Attribution divides every part by the σ of the last stream, the
 # one the model used, frozen: that is what makes the read-out linear and the parts add up.
+# The logit attributed is the raw one, not centred over the vocabulary: a part that raises
+# every character's logit alike counts here, though it leaves the probabilities as they are.
 #
 # ## 13.4 Ablation: zero, mean, resample
 #
-# To *ablate* a head is to replace its output and watch what breaks. Zeroing it (Chapter 8's
-# Exercise 4) hands the next layers a vector they never saw in training. *Mean ablation*
-# replaces it by its mean over the batch at each position; *resample ablation* by its value on
-# another input, here the corrupted conversation, whose turns sit at the same positions. Each
-# ablation is measured twice: on the copied line, and on the courteous opening, which no line
-# changes, so that a cost there is damage rather than the head's part in copying.
+# To *ablate* a head is to replace its output and watch what breaks
+# {cite}`zhang2024patching`. Zeroing it (Chapter 8's Exercise 4) hands the next layers a
+# vector they never saw in training. *Mean ablation*
+# replaces it by its average over many inputs; but an average of what? The lines differ in
+# length and the conversations are padded at the right to the longest, so one position holds
+# a character of the answer in one row, the opening's comma in another and padding in a
+# third:
+# the mean over the rows at each position mixes places that play different parts. Wang et
+# al.
+# {cite}`wang2023ioi` ablate a head by its mean over a reference set of sentences, and
+# ARENA's
+# exercises {cite}`mcdougall2024arenaioi` take that mean separately for each template, whose
+# positions line up (`compute_means_by_template`). Here `pairs.roles` numbers each position
+# by what it is: the prompt's
+# $k$-th character, the line's $k$-th, the turn markers and the opening, the answer's
+# $k$-th,
+# the end, and −1 for padding, which no mean includes and no ablation touches. Mean ablation
+# (`patching.ablate_heads(..., "mean", roles=pairs.roles)`) puts at each position the head's
+# mean over the positions of the same role. *Resample ablation* {cite}`chan2022scrubbing`
+# takes
+# the head's output from another input instead, here the corrupted conversation, whose turns
+# sit at the same positions. Each ablation is measured twice: on the copied line, and on the
+# courteous
+# opening, which no line changes, so that a cost there is damage rather than the head's part
+# in copying.
 
 # %%
 opening = inside.copy_logprob(pairs, "opening")  # the courteous opening: no line changes it
 with torch.no_grad():
     before = {"copy": float(metric(model(pairs.clean)[0])),
               "opening": float(opening(model(pairs.clean)[0]))}
+how_to = {"zero": {}, "mean": {"roles": pairs.roles},
+          "resample": {"reference": pairs.corrupted}}
 drops = {"copy": {}, "opening": {}}
-for how in interp.ABLATIONS:
-    reference = pairs.corrupted if how == "resample" else None
-    runs = [[interp.ablate_heads(model, pairs.clean, [(l, h)], how, reference)
-             for h in range(4)] for l in range(4)]  # one run per head ablated, (L, H)
+for how, given in how_to.items():
+    ablated = [[patching.ablate_heads(model, pairs.clean, [(l, h)], how, **given)
+                for h in range(4)] for l in range(4)]  # one run per head ablated, (L, H)
     for part, measure in (("copy", metric), ("opening", opening)):
         drops[part][how] = torch.tensor([[before[part] - float(measure(x)) for x in row]
-                                         for row in runs])
+                                         for row in ablated])
     print(f"{how} ablation, nats lost a character on the line (layer x head):")
     print(drops["copy"][how])
-display(Markdown(inside.ablation_text(drops["copy"], drops["opening"])))
+
+# Zeroing's worst head under coarser means: over all positions, and at each absolute
+# position
+L, H = drops["copy"]["zero"].shape
+worst = divmod(int(drops["copy"]["zero"].argmax()), H)
+T = pairs.clean.shape[1]
+coarse = {"over all positions": torch.where(pairs.roles >= 0, 0, -1),
+          "at each position": torch.where(pairs.roles >= 0, torch.arange(T), -1)}
+other_means = {}
+for where, roles in coarse.items():
+    x = patching.ablate_heads(model, pairs.clean, [worst], "mean", roles=roles)
+    other_means[where] = before["opening"] - float(opening(x))
+print(f"L{worst[0]}H{worst[1]}, nats lost a character on the opening:")
+for where, cost in {"zero": float(drops["opening"]["zero"][worst]), **other_means,
+                    "mean by role": float(drops["opening"]["mean"][worst])}.items():
+    print(f"  {where:<20} {inside.two(cost)}")
+z = interp.run_with_hooks(model, pairs.clean, read=[f"blocks.{worst[0]}.attn.z"])[1]
+z = z[f"blocks.{worst[0]}.attn.z"][:, :, worst[1]]  # (B, T, d_k)
+off = (z - patching.role_means(z, pairs.roles)).norm(dim=-1) / z.norm(dim=-1)  # (B, T)
+apart = (float(off[pairs.opening].mean()), float(off[pairs.copy].mean()))
+print(f"distance from its role's mean, share of its norm: opening {apart[0]:.2f}, "
+      f"line {apart[1]:.2f}")
+found_ablation = inside_prose.ablation_lesson(drops["copy"], drops["opening"], other_means,
+                                              apart, SEEDS[0])
+display(Markdown(found_ablation.text))
+
+# %% [markdown]
+# Mean ablation by role replaces what the head says about this row by what it says on
+# average at that role. Resampling from the corrupted conversation does not remove what the
+# other line changes: it puts the other line's information in its place, which the next
+# layers read as they would the clean one. Resampling with the corrupted inputs as reference
+# is one direction of the next section's experiment: patching the other way round.
 
 # %% [markdown]
 # ## 13.5 Activation patching: which heads copy?
 #
-# Patching asks the sharper question: run the *corrupted* conversation, and replace one
-# head's output by its value in the *clean* run. If the answer's characters become likely
+# Patching asks the sharper question {cite}`vig2020causal,meng2022locating`: run the
+# *corrupted* conversation, and replace one head's output by its value in the *clean* run.
+# If the answer's characters become likely
 # again, that head carries the information that makes the difference. The share of the
 # clean–corrupted gap it restores is
 #
 # $$\text{share} = \frac{m(\text{patched}) - m(\text{corrupted})}{m(\text{clean}) - m(\text{corrupted})}.$$
 #
-# Chapter 8's induction score, measured on the same pairs, is the attention from the answer's
-# position before character $k$ of A to character $k$ of A in the prompt: where a copying head
+# This direction is *denoising* {cite}`heimersheim2024patching`: a head scores high when its
+# clean output is enough, by itself, to bring the answer back. The metric is a
+# log-probability, not a probability or an accuracy, which Zhang and Nanda
+# {cite}`zhang2024patching` show can hide or exaggerate a component's part.
+#
+# Chapter 8's induction score, measured on the same pairs, is the attention from the
+# answer's
+# position before character $k$ of A to character $k$ of A in the prompt: where a copying
+# head
 # should look. Both for every head of every seed:
 
 # %%
 shares, scores = {}, {}
 start = clock()
 for seed, m in models.items():
-    shares[seed] = interp.patching_shares(m, pairs.clean, pairs.corrupted, metric)
+    shares[seed] = patching.patching_shares(m, pairs.clean, pairs.corrupted, metric)
     scores[seed] = inside.induction_scores(m, pairs)
-analysis_seconds = (clock() - start) / len(SEEDS)
+analysis_seconds = clock() - start
 for seed in SEEDS:
-    print(f"seed {seed}: top heads by patching {inside.top_heads(shares[seed])}; "
-          f"by induction score {inside.top_heads(scores[seed])}")
+    print(f"seed {seed}, top heads by denoising:   {inside.top_heads(shares[seed])}")
+    print(f"seed {seed}, by induction score:       {inside.top_heads(scores[seed])}")
 rhos = [inside.rank_correlation(shares[s], scores[s]) for s in SEEDS]
 sums = [float(shares[s].sum()) for s in SEEDS]
-found = [inside.rankings_lesson(rhos), inside.shares_lesson(sums)]
+found = [inside_prose.rankings_lesson(rhos, N_PAIRS), inside_prose.shares_lesson(sums)]
 display(Markdown(" ".join(f.text for f in found)))
 
 # %% tags=["remove-input"] mystnb={"figure": {"caption": "Each head of each seed: its induction score on the Repeat pairs against the share of the clean–corrupted gap that patching it restores.", "name": "fig-patching"}, "image": {"alt": "Three scatter plots, one above the other, of 16 points each, rising from lower left to upper right."}}
@@ -234,20 +320,51 @@ plt.show()
 # %% [markdown]
 # Where a head looks and what it does agree here: the heads that attend to the character to
 # copy are the heads whose clean output brings the answer back. No one head does it all, and
-# the shares are not additive: a head's output matters only when later heads read it, so moving
+# the shares are not additive: a head's output matters only when later heads read it, so
+# moving
 # one head's clean output into the corrupted run can restore more than its "own" part.
+#
+# The other direction is *noising*: run the *clean* conversation with one head's output
+# taken
+# from the corrupted run, which is section 13.4's resample ablation, and measure the share
+# of
+# the gap it loses, $(m(\text{clean}) - m(\text{patched})) / (m(\text{clean}) -
+# m(\text{corrupted}))$. A head scores high when the copy *needs* it. The two ask different
+# questions, and a head can be needed without being enough: one of several inputs that must
+# all be clean, as a previous-token head is for an induction head. The previous-token score
+# (Chapter 8) measures how much of each head's attention goes to the position just before.
+
+# %%
+start = clock()
+noised = {seed: patching.patching_shares(m, pairs.clean, pairs.corrupted, metric, "noise")
+          for seed, m in models.items()}
+previous = {seed: inside.previous_token_scores(m, pairs) for seed, m in models.items()}
+analysis_seconds = (analysis_seconds + clock() - start) / len(SEEDS)
+for seed in SEEDS:
+    print(f"seed {seed}, top heads by noising: {inside.top_heads(noised[seed])}")
+print(f"\nseed {SEEDS[0]}, share of the gap (layer x head)")
+print(f"{'denoising':<29}|  noising")
+print(inside.side_by_side(shares[SEEDS[0]], noised[SEEDS[0]]))
+found.append(inside_prose.directions_lesson(shares, noised, previous, N_PAIRS))
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# Denoising finds what suffices to carry the difference; noising finds what the copy cannot
+# do without.
 
 # %% tags=["remove-input"]
-n_heads = shares[SEEDS[0]].numel()
-display(Markdown(inside.timing_text(analysis_seconds, len(SEEDS), n_heads)))
+n_runs = 2 * shares[SEEDS[0]].numel()  # each head patched in both directions
+display(Markdown(inside_prose.timing_text(analysis_seconds, len(SEEDS), n_runs)))
 
 # %% [markdown]
 # ## 13.6 On Colab: induction heads and name movers in GPT-2 small
 #
 # Induction heads {cite}`olsson2022induction` attend from a token to the one that followed
-# its earlier occurrence, and copy it. With GPT-2's weights, the same functions look for them
+# its earlier occurrence, and copy it. With GPT-2's weights, the same functions look for
+# them
 # in GPT-2 small on repeated random tokens: each head's induction score, and its patching
-# share with the sequence corrupted in its first half, each of the 144 heads patched in turn.
+# share with the sequence corrupted in its first half, each of the 144 heads patched in
+# turn.
 # Olsson et al. name no heads of GPT-2 small. The ones commonly reported, L5H1, L5H5, L6H9,
 # L7H2 and L7H10, come from ARENA's exercises {cite}`mcdougall2024arena`, which score every
 # head by its induction score on repeated random tokens, as this cell does; online, the cell
@@ -260,24 +377,32 @@ online = online_run(n=50 if FULL_RUN else 20)
 display(Markdown(online))
 
 # %% [markdown]
-# The same patching takes apart a behaviour of the whole sentence. In "When Mary and John went
+# The same patching takes apart a behaviour of the whole sentence. In "When Mary and John
+# went
 # to the store, John gave a drink to", GPT-2 small expects Mary next: the name that was not
 # repeated, the *indirect object*. Wang et al. traced this to a circuit of heads
-# {cite}`wang2023ioi`. The corrupted run names Mary again where John stood, "Mary gave a drink
+# {cite}`wang2023ioi`. The corrupted run names Mary again where John stood, "Mary gave a
+# drink
 # to", which turns the preference around, and the metric is the difference of the two names'
 # logits at the last position. Each head is patched alone, as in section 13.5; a
 # negative share marks a head that pushes against the answer.
 #
-# Two choices differ from Wang et al.'s. The sentences start at "When", with no
-# `<|endoftext|>` token before it. And where the clean sentence names Mary, John, John (ABB),
-# the corrupted one names Mary, John, Mary (ABA), which points to the other name; Wang et al.'s
-# reference sentences use three unrelated names (ABC), which point to neither. Here the gap is
+# Two choices differ from Wang et al.'s, one from other readings of their task. The
+# sentences
+# start at "When", with no `<|endoftext|>` token before it, as Wang et al.'s own dataset
+# builds them by default; TransformerLens's `to_tokens` and ARENA's exercises prepend one.
+# And where the clean sentence names Mary, John, John (ABB),
+# the corrupted one names Mary, John, Mary (ABA), which points to the other name; Wang et
+# al.'s
+# reference sentences use three unrelated names (ABC), which point to neither. Here the gap
+# is
 # a flipped preference, and a head's share is how much of the flip it undoes.
 #
 # The metric differs from section 13.5's too, and the two meet. The copy has one right
 # character at each of many positions and no single rival, so its metric is the right
 # character's log-probability, averaged over the line. Here one position has two candidates,
-# so the metric compares them. Their logit difference *is* a difference of log-probabilities,
+# so the metric compares them. Their logit difference *is* a difference of
+# log-probabilities,
 # $\log p(\text{Mary}) - \log p(\text{John})$, since the softmax divides both by the same
 # sum; the rest of the vocabulary drops out, and, like direct attribution, it is linear in
 # the last residual stream once `ln_f`'s σ is fixed.
@@ -289,16 +414,26 @@ display(Markdown(names))
 # %% [markdown]
 # ## Summary
 #
-# - A forward hook reads or replaces any activation of the book's `GPT`; named as
-#   TransformerLens names them, the same code reads a converted model there, and nnsight around
-#   the module itself gives the same numbers to the bit.
+# - A forward hook reads or replaces any activation of the book's `GPT`, named as
+#   TransformerLens names them; TransformerLens, given the same weights, reads the same
+#   values,
+#   and nnsight around the module itself gives the same numbers to the bit.
 # - The logit lens shows an answer forming block by block; direct logit attribution splits a
 #   logit into what each head and MLP adds, once the final LayerNorm's scale is frozen.
-# - Zero ablation measures damage, not function: mean or resample ablation keeps a head's output
-#   in range, and activation patching, clean into corrupted, asks which head carries the
-#   difference.
-# - In the assistant, the rankings of the heads by patching and by induction score agree, and
-#   the copy is shared by several heads across layers.
+# - Zeroing a head removes the part of its output that is the same on every input too, and
+#   the opening, the same text in every row, paid for it. A mean keeps that part as far as
+#   its
+#   positions line up with the opening's, so a mean by role spares the opening nearly by
+#   construction, as resampling from the corrupted run does. Resampling writes the other
+#   line's information rather than none, and can cost the line more than zeroing.
+# - Activation patching runs both ways. Denoising (clean into corrupted) finds what suffices
+#   to carry the difference, noising (corrupted into clean, resample ablation) what the
+#   answer
+#   needs; in the three runs, the head noising ranks first is needed by the copy and not
+#   enough alone.
+# - In the assistant, the rankings of the heads by denoising and by induction score agree,
+# and
+#   the copy is shared by several heads across layers, whose single shares overlap.
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
@@ -309,7 +444,8 @@ print(lessons.verdicts())
 # ### Exercise 1. The logit lens (implement)
 #
 # Write `logit_lens(resid, weight, bias, W_U, eps)`: `resid` holds the residual stream after
-# each block, $(L, B, T, D)$; read each one out as the model reads its last: through the final
+# each block, $(L, B, T, D)$; read each one out as the model reads its last: through the
+# final
 # LayerNorm (γ `weight`, β `bias`, `eps`) and the output layer `W_U` $(V, D)$. Return the
 # logits $(L, B, T, V)$.
 
@@ -326,10 +462,14 @@ check_logit_lens(logit_lens);
 # %% [markdown]
 # ### Exercise 2. Patch one head (implement)
 #
-# Write `patch_head(z_corrupted, z_clean, head, W_O, b_O)`: `z_corrupted` and `z_clean` are the
-# heads' outputs $(B, T, H, d_k)$ of one layer in the corrupted and the clean run. Return the
-# layer's attention output $(B, T, D)$ in the corrupted run with head `head`'s output taken from
-# the clean run: the heads merged, then `c_proj` (weight `W_O` $(D, D)$, bias `b_O`). Leave the
+# Write `patch_head(z_corrupted, z_clean, head, W_O, b_O)`: `z_corrupted` and `z_clean` are
+# the
+# heads' outputs $(B, T, H, d_k)$ of one layer in the corrupted and the clean run. Return
+# the
+# layer's attention output $(B, T, D)$ in the corrupted run with head `head`'s output taken
+# from
+# the clean run: the heads merged, then `c_proj` (weight `W_O` $(D, D)$, bias `b_O`). Leave
+# the
 # inputs unchanged.
 
 # %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
@@ -346,8 +486,10 @@ check_patch_head(patch_head);
 # %% [markdown]
 # ### Exercise 3. Which head restores most? (predict, then run)
 #
-# Seed 1's model was fine-tuned from the same base model as seed 0's, on the same examples in
-# another order. Before running the next cell, predict from seed 0's results above: which
+# Seed 1's model was fine-tuned from the same base model as seed 0's, on the same
+# instructions,
+# each answer's opening drawn anew, in another order. Before running the next cell, predict
+# from seed 0's results above: which
 # head, patched alone, restores the largest share of seed 1's gap, and roughly how large is
 # that share? Write your prediction in the answer cell, then run the cell after it.
 
@@ -378,15 +520,33 @@ print(f"seed 1: L{best // H}H{best % H} restores {share:.2f} of the gap")
 # ```{admonition} Answer
 # :class: dropdown
 # A share measures one head patched *alone*, with every other head still corrupted, and the
-# model is not a sum of heads. Here several heads copy the same characters: each pushes up the
-# logit of the character to copy. The log-probability saturates: once that character is
-# likely, a further push adds little. Patched alone into a run where the character is
-# unlikely, one head lifts it a lot; all of them together lift it no further than the clean
-# run does. So the single shares overlap, each counting much of the same part of the gap.
-# (Heads in series would do the opposite: each needs the other, and alone restores little.)
-# To measure two heads together, patch both at once and compare with the sum of their single
-# shares.
+# model is not a sum of heads. Two ways of working together make the single shares overlap.
+# Heads in series: if head B reads head A's output and moves the answer, patching A alone
+# makes B compute its clean output too, and patching B alone gives that output directly;
+# each
+# restores what the chain carries, and the sum counts it twice. Heads in parallel that write
+# the same thing: the log-probability saturates, so one head patched alone lifts the
+# character
+# to copy a lot, and all of them together lift it no further than the clean run does. The
+# opposite, heads that restore little alone and much together, is an AND: inputs that must
+# all be clean, like the previous-token head of section 13.5 and the characters its places
+# point to. Heimersheim and Nanda {cite}`heimersheim2024patching` work through these cases.
+# To measure what heads do together, patch them at once (`patching.group_share`) and compare
+# with the sum of their single shares; the cell below does, for seed 0's two largest shares
+# and for whole layers.
 # ```
+
+# %%
+L, H = shares[SEEDS[0]].shape
+order = shares[SEEDS[0]].flatten().argsort(descending=True)  # largest share first
+top_two = [divmod(int(i), H) for i in order[:2]]
+groups = {"pair": top_two, "layer 0": [(0, h) for h in range(H)],
+          "later": [(l, h) for l in range(1, L) for h in range(H)],
+          "all": [(l, h) for l in range(L) for h in range(H)]}
+joint = {name: patching.group_share(model, pairs.clean, pairs.corrupted, metric, heads)
+         for name, heads in groups.items()}
+display(Markdown(inside_prose.joint_text(shares[SEEDS[0]], top_two, joint["pair"],
+                                         joint["layer 0"], joint["later"], joint["all"])))
 
 # %% [markdown] tags=["quiz"]
 # ## Check yourself
@@ -396,6 +556,11 @@ print(f"seed 1: L{best // H}H{best % H} restores {share:.2f} of the gap")
 
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
+broken = float(drops["opening"]["zero"][worst])  # zeroing's worst head, section 13.4
+role_cost = float(drops["opening"]["mean"][worst])
+kept = float(drops["opening"]["mean"].max())
+top = divmod(int(noised[SEEDS[0]].argmax()), noised[SEEDS[0]].shape[1])  # noising's first
+needed = float(noised[SEEDS[0]][top]) > 2 * float(shares[SEEDS[0]][top])
 show_quiz([
     Numeric("How many heads does each model have in all (layers times heads)?",
             shares[SEEDS[0]].numel(), 0.5, "4 blocks of 4 heads."),
@@ -403,17 +568,36 @@ show_quiz([
             "block, for seed 0? (Percent, no decimals.)",
             100 * float(lens[SEEDS[0]][-1]), 0.6,
             "From section 13.2; the last read-out is the model's own prediction."),
-    MultipleChoice("Why is zero ablation a blunt instrument?", [
-        Choice("it hands the next layers an output they never saw, so it also breaks "
-               "what does not depend on the input", True,
-               "Yes: the opening breaks too, which no line changes."),
-        Choice("zeros are slower to compute than means", False, "The cost is the same."),
+    MultipleChoice("Zeroing the head that costs the copy most also costs the opening, the "
+                   "same text in every row; mean ablation by role does not. Why?", [
+        Choice("zeroing removes the part of the head's output that is the same on every "
+               "input too, which the opening uses; the role's mean keeps it", True,
+               f"Yes: zeroing cost the opening {broken:.2f} nats a character, the mean "
+               f"over all positions {other_means['over all positions']:.2f}, at each "
+               f"position {other_means['at each position']:.2f}, by role "
+               f"{inside.two(role_cost)}: the "
+               "better a mean lines up with the opening, the more of that part it keeps."),
+        Choice("the mean ablation by role leaves the head's output at the opening "
+               "untouched", False,
+               f"No: it replaces it there too, by the role's mean; that mean lies close to "
+               f"the output (within {apart[0]:.2f} of its norm) because the opening is the "
+               f"same text in every row. Mean ablation by role cost any head's opening at "
+               f"most {kept:.2f}."),
     ]),
-    MultipleChoice("In activation patching, which run receives the patched head?", [
-        Choice("the corrupted run, with the head's output from the clean run", True,
-               "Yes: the share says how much of the clean behaviour one head brings back."),
-        Choice("the clean run, with the head's output from the corrupted run", False,
-               "That is the reverse experiment (noising); this chapter patches clean into "
-               "corrupted."),
+    MultipleChoice("Denoising patches the clean output into the corrupted run. What does a "
+                   "high share say about the head?", [
+        Choice("its clean output is enough, by itself, to bring much of the answer back",
+               True, "Yes: denoising tests sufficiency."),
+        Choice("the answer needs it", False,
+               "That is noising's question (corrupted output into the clean run): a head "
+               "can be needed and not enough, or enough and not needed."),
     ]),
+    Numeric("Noising ranks one head of seed 0 first. What share of the gap does noising "
+            "it lose? (Percent, no decimals.)",
+            100 * float(noised[SEEDS[0]][top]), 0.6,
+            f"L{top[0]}H{top[1]}: denoising it restores "
+            f"{float(shares[SEEDS[0]][top]):.0%}. "
+            + ("Far more is lost than restored: the copy needs the head, but its clean "
+               "output alone does not carry the line." if needed else
+               "Not twice as much lost as restored, in this run.")),
 ])
