@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -202,3 +203,43 @@ def test_a_tensor_margin_and_a_nan_run_are_refused_with_the_fix():
         lessons.lesson("x", torch.tensor(0.5), "nats", "a", "b")
     with pytest.raises(ValueError, match="diverged has no loss to compare"):
         lessons.paired_difference([1.0, math.nan], [1.0, 2.0])  # an AttributeError before
+
+
+def test_t_quantiles_are_students():
+    assert lessons.t_quantile(0.95, 2) == pytest.approx(2.919986, abs=1e-6)
+    assert lessons.t_quantile(0.975, 1) == pytest.approx(12.706205, abs=1e-6)
+    assert lessons.t_quantile(0.95, 10) == pytest.approx(1.812461, abs=1e-6)
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 4, 5, 8, 29):
+        for level in (0.8, 0.95, 0.99):
+            assert lessons.t_quantile(level, df) == pytest.approx(stats.t.ppf(level, df), abs=1e-9)
+
+
+def test_beyond_t_is_the_mean_less_t_standard_errors():
+    mean, se, t, margin = lessons.beyond_t([3.0, 4.0, 8.0], [1.0, 1.0, 1.0])
+    assert (mean, t) == (pytest.approx(4.0), pytest.approx(2.919986, abs=1e-6))
+    assert se == pytest.approx(statistics.stdev([2, 3, 7]) / 3 ** 0.5)
+    assert margin == pytest.approx(4.0 - t * se)
+
+
+def test_the_paired_bootstrap_bounds_the_mean_from_below_the_same_way_every_time():
+    diffs = [0.1 * (i % 7) - 0.2 for i in range(200)]
+    bound = lessons.paired_bootstrap(diffs)
+    mean = sum(diffs) / len(diffs)
+    se = statistics.stdev(diffs) / len(diffs) ** 0.5
+    assert mean - 2.2 * se < bound < mean - 1.1 * se  # near mean - 1.645 se
+    assert bound == lessons.paired_bootstrap(diffs) and bound != lessons.paired_bootstrap(diffs, seed=1)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: lessons.t_quantile(0.95, 0), r"df=0 must be a whole number >= 1"),
+    (lambda: lessons.t_quantile(95, 2), r"level=95 must be a probability between 0.5 and 1"),
+    (lambda: lessons.paired_bootstrap([0.1]), r"1 differences, 0 not finite"),
+    (lambda: lessons.paired_bootstrap([0.1, math.nan]), r"2 differences, 1 not finite"),
+    (lambda: lessons.paired_bootstrap([0.1, 0.2], resamples=10), r"resamples=10 must be"),
+    (lambda: lessons.paired_bootstrap([0.1, 0.2], level=0.3), r"level=0.3 must be"),
+    (lambda: lessons.beyond_t([1.0], [0.0]), r"two lists of equal length >= 2"),
+])
+def test_the_bars_refuse_what_they_cannot_judge(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

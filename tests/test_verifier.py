@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpt_from_scratch.book import lessons, verifier, verifier_online
+from gpt_from_scratch.book import lessons, verifier, verifier_control, verifier_online
 from gpt_from_scratch.book import verifier_prose as prose
 from gpt_from_scratch.book.assistant import Item
 from gpt_from_scratch.chat import ChatTokenizer
@@ -185,9 +185,12 @@ def test_answer_logprob_is_the_log_of_either_openings_probability():
 def test_a_gain_in_every_seed_holds_and_a_mixed_one_does_not():
     k = ([0.8, 0.85, 0.9], [0.85, 0.9, 0.9])
     held = prose.judge_gain([0.60, 0.65, 0.70], [0.66, 0.72, 0.76], k, 8, (0, 1, 2), "Last word")
-    assert held.holds and "rose" in held.text
+    assert held.holds and "rose" in held.text and "Student's t over 3 paired seeds (2.92" in held.text
     mixed = prose.judge_gain([0.60, 0.65, 0.70], [0.70, 0.60, 0.72], k, 8, (0, 1, 2), "Last word")
-    assert not mixed.holds and "not 2 standard errors" in mixed.text
+    assert not mixed.holds and "not clear of zero at the one-sided 95% level" in mixed.text
+    # 2.17 standard errors: clear of two, not of t's 2.92 for three seeds
+    near = prose.judge_gain([0.6, 0.6, 0.6], [0.62, 0.7, 0.78], k, 8, (0, 1, 2), "Last word")
+    assert not near.holds and near.margin == pytest.approx(100 * (0.1 - 2.919986 * 0.08 / 3 ** 0.5))
 
 
 def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
@@ -201,11 +204,15 @@ def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
                                       "Last word", "Repeat", pass1).holds
     sampled = ([0.53, 0.35, 0.6], [0.0, 0.02, 1.0])
     odds = [[0.5, 0.52, 0.47, 0.5]] * 3
+    control = [[0.45, 0.55, 0.5, 0.5]] * 3  # an equal random change: a little off 50/50
     drifted = prose.judge_opening(odds, [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7],
-                                         [0.2, 0.3, 0.25, 0.1]], seeds, sampled)
+                                         [0.2, 0.3, 0.25, 0.1]], control, seeds, sampled)
     assert drifted.holds and "went from 49.8, 49.8, 49.8% to 12.5, 83.8, 21.2%" in drifted.text
+    assert "moved it 1.2, 1.2, 1.2 points" in drifted.text and "bootstrap over the prompts" in drifted.text
     one_stayed = [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7], [0.5, 0.6, 0.45, 0.5]]
-    assert not prose.judge_opening(odds, one_stayed, seeds, sampled).holds
+    assert not prose.judge_opening(odds, one_stayed, control, seeds, sampled).holds
+    as_far = [[0.1, 0.2, 0.05, 0.15]] * 3  # the control moved as far as the runs: no finding
+    assert not prose.judge_opening(odds, as_far, as_far, seeds, sampled).holds
 
 
 @pytest.mark.parametrize("values, match", [
@@ -215,7 +222,8 @@ def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
 ])
 def test_a_lesson_refuses_values_that_are_not_one_share_per_seed(values, match):
     with pytest.raises(ValueError, match=match):
-        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2]] * 3, (0, 1, 2), ([0.1] * 3, values))
+        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2]] * 3, [[0.4, 0.5]] * 3, (0, 1, 2),
+                            ([0.1] * 3, values))
 
 
 @pytest.mark.parametrize("values, match", [
@@ -230,19 +238,48 @@ def test_forgetting_refuses_values_that_are_not_one_log_probability_per_seed(val
 
 
 def test_the_opening_needs_the_same_prompts_before_and_after():
-    with pytest.raises(ValueError, match=r"before\[1\] and after\[1\] hold 2 and 3 odds"):
+    control = [[0.4, 0.5]] * 3
+    with pytest.raises(ValueError, match=r"before\[1\], after\[1\] and control\[1\] hold 2, 3 and 2"):
         prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2], [0.1, 0.2, 0.3], [0.1, 0.2]],
-                            (0, 1, 2), ([0.5] * 3, [0.1] * 3))
+                            control, (0, 1, 2), ([0.5] * 3, [0.1] * 3))
     with pytest.raises(ValueError, match=r"after\[0\]\[1\] = 1.5 must be a share"):
-        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 1.5]] * 3, (0, 1, 2),
+        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 1.5]] * 3, control, (0, 1, 2),
+                            ([0.5] * 3, [0.1] * 3))
+    with pytest.raises(ValueError, match=r"control holds 2 value"):
+        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2]] * 3, control[:2], (0, 1, 2),
                             ([0.5] * 3, [0.1] * 3))
 
 
 def test_a_lesson_needs_two_seeds_and_a_collapse_a_learning_rate():
     with pytest.raises(ValueError, match="at least two seeds"):
-        prose.judge_opening([[0.5, 0.5]], [[0.1, 0.1]], (0,), ([0.5], [0.1]))
+        prose.judge_opening([[0.5, 0.5]], [[0.1, 0.1]], [[0.5, 0.4]], (0,), ([0.5], [0.1]))
     with pytest.raises(ValueError, match="positive learning rate"):
         prose.judge_collapse([0.7, 0.7], [0.1, 0.1], (0, 1), -1.0, "Last word")
+
+
+def test_the_control_moves_every_weight_as_far_as_the_run_in_a_random_direction():
+    before, _ = tiny_assistant(0)
+    after, _ = tiny_assistant(1)
+    control = verifier_control.same_size_change(before, after, seed=3)
+    flipped = 0
+    for (name, b), a, c in zip(before.named_parameters(), after.parameters(), control.parameters()):
+        torch.testing.assert_close((c - b).abs(), (a - b).abs(), msg=name)  # the same size
+        flipped += int(((c - b) * (a - b) < 0).sum())
+    total = sum(p.numel() for p in before.parameters())
+    assert 0.45 < flipped / total < 0.55  # half the steps reversed
+    again = verifier_control.same_size_change(before, after, seed=3)
+    assert all(torch.equal(x, y) for x, y in zip(control.parameters(), again.parameters()))
+    assert not control.training and before is not control
+
+
+def test_the_control_needs_two_models_of_one_architecture_and_a_whole_seed():
+    before, _ = tiny_assistant(0)
+    other = GPT(GPTConfig(vocab_size=20, context_length=8, d_model=16, n_layers=1, n_heads=2))
+    with pytest.raises(ValueError, match=r"before and after differ in their weights .*lm_head"
+                                         r"|before and after differ in their weights"):
+        verifier_control.same_size_change(before, other)
+    with pytest.raises(ValueError, match=r"seed=0.5 must be a whole number"):
+        verifier_control.same_size_change(before, before, seed=0.5)
 
 
 def test_the_mixed_text_needs_room_for_two_blocks():
@@ -268,7 +305,7 @@ def test_the_colab_track_runs_both_trainers_on_stand_ins(tmp_path, monkeypatch):
     assert re.search(r"held-out pass@1 \d+\.\d% → \d+\.\d%, pass@8", text), text
     assert re.search(r"the last 2 steps: \d\.\d\d and \d\.\d\d\.", text), text
     if importlib.util.find_spec("trl"):
-        assert re.search(r"TRL's `GRPOTrainer`, same settings: \d\.\d\d and \d\.\d\d\.$", text)
+        assert re.search(r"TRL's `GRPOTrainer`, the same prompts, .* decayed linearly to zero: \d\.\d\d and \d\.\d\d\.$", text)
     else:
         assert "TRL's run is skipped" in text
 
@@ -287,3 +324,18 @@ def test_the_brake_sentence_says_which_way_its_one_seed_went():
     assert "slowed the collapse" in prose.brake_text(1e-3, 0.1, plain, braked, "Last word")
     braked["pass@1"] = 0.40
     assert "did not slow" in prose.brake_text(1e-3, 0.1, plain, braked, "Last word")
+
+
+def test_the_collapse_sentence_counts_different_and_right_answers():
+    shown = {"SFT": (["Fool! theirs", "Fool! theirs", "Good sir, theirs", "Fool! the"],
+                     [1.0, 1.0, 1.0, 0.0]),
+             "collapsed": (["Good sir, thess"] * 3 + ["Good sir, these"], [0.0] * 4)}
+    text = prose.collapse_text(0, shown)
+    assert "wrote 3 different answers, 3 of them right; the collapsed model 2, 0 right." in text
+    assert "narrowed onto fewer answers" in text
+    shown["collapsed"] = (["a", "b", "c", "d"], [0.0] * 4)
+    assert "narrowed" not in prose.collapse_text(0, shown)
+    with pytest.raises(ValueError, match=r"shown holds 1 model\(s\): pass at least two"):
+        prose.collapse_text(0, {"SFT": shown["SFT"]})
+    with pytest.raises(ValueError, match=r"one reward per answer text"):
+        prose.collapse_text(0, {"SFT": shown["SFT"], "collapsed": (["a"], [])})

@@ -19,6 +19,7 @@ import json
 import math
 import numbers
 import os
+import random
 import statistics
 from dataclasses import asdict, dataclass
 
@@ -89,6 +90,79 @@ def paired_difference(a, b) -> tuple[float, float]:
                          "sides")
     diffs = [x - y for x, y in zip(a, b)]
     return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+
+
+def _check_level(judge: str, level) -> None:
+    if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0.5 < level < 1:
+        raise ValueError(f"{judge}: level={level!r} must be a probability between 0.5 and 1 "
+                         "(one-sided), e.g. 0.95")
+
+
+def t_quantile(level: float, df: int) -> float:
+    """The ``level`` quantile of Student's t with ``df`` degrees of freedom (``level`` in
+    (0.5, 1)), e.g. 2.920 for 0.95 and 2: found by bisection on t's distribution function,
+    which for a whole ``df`` is a finite sum (Abramowitz and Stegun, 26.7.3 and 26.7.4)."""
+    if isinstance(df, bool) or not isinstance(df, numbers.Integral) or df < 1:
+        raise ValueError(f"t_quantile: df={df!r} must be a whole number >= 1, the number of "
+                         "paired runs less one")
+    _check_level("t_quantile", level)
+
+    def below(t: float) -> float:  # P(T <= t) for t >= 0
+        theta = math.atan(t / math.sqrt(df))
+        c2, term = math.cos(theta) ** 2, 1.0
+        if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + ...)), df - 3 terms past 1
+            total = 1.0 if df > 1 else 0.0
+            for k in range(3, df, 2):
+                term *= (k - 1) / k * c2
+                total += term
+            inside = 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+        else:  # even: sin (1 + 1/2 cos^2 + 1 3/(2 4) cos^4 + ...)
+            total = 1.0
+            for k in range(2, df, 2):
+                term *= (k - 1) / k * c2
+                total += term
+            inside = math.sin(theta) * total
+        return (1 + inside) / 2
+
+    low, high = 0.0, 1.0
+    while below(high) < level:
+        high *= 2
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if below(mid) < level else (low, mid)
+    return (low + high) / 2
+
+
+T_LEVEL = 0.95  # one-sided: a paired difference "shows" when its t quantile clears zero
+
+
+def beyond_t(a, b, level: float = T_LEVEL) -> tuple[float, float, float, float]:
+    """Mean and standard error of ``a - b`` over paired seeds, the one-sided ``level`` quantile
+    ``t`` of Student's t with one degree of freedom less than the seeds, and the margin
+    ``mean - t se``: positive when the difference clears zero at that level."""
+    mean, se = paired_difference(a, b)
+    t = t_quantile(level, len(a) - 1)
+    return mean, se, t, mean - t * se
+
+
+def paired_bootstrap(diffs, resamples: int = 2000, level: float = T_LEVEL,
+                     seed: int = 0) -> float:
+    """The lower one-sided ``level`` bound of the mean of ``diffs`` (one difference per prompt,
+    both sides measured on that prompt) by the percentile bootstrap: the prompts resampled with
+    replacement ``resamples`` times by a seeded ``random.Random``, the same bound on every
+    machine for the same differences."""
+    _check_level("paired_bootstrap", level)
+    if isinstance(resamples, bool) or not isinstance(resamples, numbers.Integral) or resamples < 100:
+        raise ValueError(f"paired_bootstrap: resamples={resamples!r} must be a whole number >= "
+                         "100, so that the bound's quantile falls between resamples; e.g. 2000")
+    values = [float(v) for v in diffs]
+    if len(values) < 2 or not all(map(math.isfinite, values)):
+        raise ValueError(f"paired_bootstrap: {len(values)} differences, "
+                         f"{sum(not math.isfinite(v) for v in values)} not finite: pass one "
+                         "finite difference per prompt, at least two")
+    rng, n = random.Random(seed), len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    return means[int((1 - level) * resamples)]
 
 
 def standard_errors(mean: float, se: float) -> float:

@@ -136,4 +136,5 @@ def online_run(steps: int = 100, lr: float = 1e-4, models=None) -> str:
         theirs = trl_run(steps, lr, hf, tokenizer)
     except ImportError as error:
         return text + f" TRL's run is skipped: {error} (`pip install trl peft datasets`)."
-    return text + f" TRL's `GRPOTrainer`, same settings: {ends(theirs['reward'])}."
+    return text + (f" TRL's `GRPOTrainer`, the same prompts, batch, learning rate and clip, "
+                   f"its learning rate decayed linearly to zero: {ends(theirs['reward'])}.")

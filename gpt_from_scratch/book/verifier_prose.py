@@ -2,8 +2,9 @@
 
 Each ``judge_*`` function takes one value per seed (shares from 0 to 1, as ``sampled_scores``
 returns them) and returns the ``lessons.Lesson`` it judged: a paired difference over the seeds,
-its margin in points beyond two standard errors, so that the claim survives another CPU's
-arithmetic.
+its margin how far it clears zero at the one-sided 95% level of Student's t (with three seeds,
+2.92 standard errors), so that the claim survives another CPU's arithmetic. The opening's drift
+is judged seed by seed against a control changed as much, by a bootstrap over the prompts.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import math
 import numbers
 
 from .lessons import (
-    SE_BAR, Lesson, beyond_bar, check_share, lesson, paired_difference, points, seed_count,
+    T_LEVEL, Lesson, beyond_t, check_share, lesson, paired_bootstrap, paired_difference, points,
+    seed_count,
 )
 
 
@@ -30,12 +32,18 @@ def _each(values: list[float]) -> str:
     return ", ".join(points(v) for v in values)
 
 
+def _clear(t: float, n: int) -> str:
+    """What "clear of zero" means here, in words."""
+    return (f"at the one-sided {T_LEVEL:.0%} level of Student's t over {n} paired seeds "
+            f"({t:.2f} standard errors)")
+
+
 def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list], k: int,
                seeds, task: str) -> Lesson:
     """The trained task's pass@1 rises; ``pass_k`` (before, after) says what pass@k did."""
     n = _shares("judge_gain", seeds, before=before, after=after, pass_k_before=pass_k[0],
                 pass_k_after=pass_k[1])
-    mean, se, margin = beyond_bar(after, before)
+    mean, se, t, margin = beyond_t(after, before)
     k_mean, k_se = paired_difference(pass_k[1], pass_k[0])
     told = (f"pass@{k} moved by {points(k_mean)} ± {points(k_se)} points "
             f"({points(sum(pass_k[0]) / n)}% → {points(sum(pass_k[1]) / n)}%)")
@@ -43,11 +51,11 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
         f"GRPO raises pass@1 on '{task}'", 100 * margin, "points",
         holds=f"On held-out **{task}** prompts, pass@1 rose from {points(sum(before) / n)}% to "
               f"{points(sum(after) / n)}% (seeds after: {_each(after)}), a rise of {points(mean)} ± "
-              f"{points(se)} points over {n} seeds, while {told}: the model now picks more often "
-              "what it could already sample.",
+              f"{points(se)} points over {n} seeds, clear of zero {_clear(t, n)}, while {told}: "
+              "the model now picks more often what it could already sample.",
         fails=f"On held-out **{task}** prompts, pass@1 moved by {points(mean)} ± {points(se)} "
-              f"points only (seeds after: {_each(after)}), not {SE_BAR:g} standard errors clear "
-              f"of zero on this machine, and {told}: a short run's gain is of the size of the "
+              f"points only (seeds after: {_each(after)}), not clear of zero {_clear(t, n)} on "
+              f"this machine, and {told}: a short run's gain is of the size of the "
               "evaluation's noise.")
 
 
@@ -58,15 +66,15 @@ def judge_collapse(before: list[float], after: list[float], seeds, lr: float,
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 < lr < math.inf:
         raise ValueError(f"judge_collapse: lr = {lr!r} must be the positive learning rate of the "
                          "run that pushed too hard (the chapter's COLLAPSE_LR)")
-    mean, se, margin = beyond_bar(before, after)
+    mean, se, t, margin = beyond_t(before, after)
     return lesson(
         "at a large learning rate GRPO collapses the policy", 100 * margin, "points",
         holds=f"At a learning rate of {lr:g}, the same runs lowered **{task}**'s pass@1 from "
               f"{points(sum(before) / n)}% to {points(sum(after) / n)}% (seeds after: "
-              f"{_each(after)}): a fall of {points(mean)} ± {points(se)} points over {n} seeds, on "
-              "the very task the reward pays for.",
+              f"{_each(after)}): a fall of {points(mean)} ± {points(se)} points over {n} seeds, "
+              f"clear of zero {_clear(t, n)}, on the very task the reward pays for.",
         fails=f"At a learning rate of {lr:g}, **{task}**'s pass@1 moved by {points(-mean)} ± "
-              f"{points(se)} points only, not {SE_BAR:g} standard errors of a fall on this "
+              f"{points(se)} points only, not a fall clear of zero {_clear(t, n)} on this "
               "machine: the collapse comes at a step that moves with the arithmetic.")
 
 
@@ -89,7 +97,7 @@ def judge_forgetting(before: list[float], after: list[float], seeds, trained: st
     falls; ``pass1`` (before, after) says what its sampled pass@1 did."""
     n = _logps("judge_forgetting", seeds, before=before, after=after)
     _shares("judge_forgetting", seeds, pass1_before=pass1[0], pass1_after=pass1[1])
-    mean, se, margin = beyond_bar(before, after)
+    mean, se, t, margin = beyond_t(before, after)
     falls = sum(b > a for b, a in zip(before, after))
     told = (f"Its sampled pass@1 went from {points(sum(pass1[0]) / n)}% to "
             f"{points(sum(pass1[1]) / n)}% (seeds after: {_each(pass1[1])}).")
@@ -97,51 +105,61 @@ def judge_forgetting(before: list[float], after: list[float], seeds, trained: st
         "the task not rewarded gets worse", margin, "nats",
         holds=f"Nothing rewarded **{other}**, and the log-probability of its reference answers "
               f"fell from {sum(before) / n:.2f} to {sum(after) / n:.2f} nats on average, in "
-              f"{falls} of {n} seeds (a fall of {mean:.2f} ± {se:.2f} nats: the right answer "
-              f"became {math.exp(mean):.0f} times less likely) while **{trained}** was "
-              f"trained. {told}",
+              f"{falls} of {n} seeds (a fall of {mean:.2f} ± {se:.2f} nats, clear of zero "
+              f"{_clear(t, n)}: the right answer became {math.exp(mean):.0f} times less likely) "
+              f"while **{trained}** was trained. {told}",
         fails=f"**{other}**, not rewarded: the log-probability of its reference answers moved by "
               f"{-mean:.2f} ± {se:.2f} nats only ({sum(before) / n:.2f} → "
-              f"{sum(after) / n:.2f}), not {SE_BAR:g} standard errors of a fall on this "
+              f"{sum(after) / n:.2f}), not a fall clear of zero {_clear(t, n)} on this "
               f"machine: a short run drifts little from where it started. {told}")
 
 
-def judge_opening(before: list[list[float]], after: list[list[float]], seeds,
-                  sampled: tuple[list, list]) -> Lesson:
-    """The unrewarded courteous/rude opening drifts to one side in every run: each prompt's
-    courteous odds (``assistant.courteous_odds``; ``before``, ``after``: one list of the
-    held-out prompts' per seed) move further from 50/50, ``|p - 0.5|`` paired over the prompts;
-    the margin is the smallest run's, beyond 2 standard errors. ``sampled`` (before, after): the
-    courteous share of the sampled answers, per seed."""
+def judge_opening(before: list[list[float]], after: list[list[float]],
+                  control: list[list[float]], seeds, sampled: tuple[list, list]) -> Lesson:
+    """The unrewarded courteous/rude opening drifts to one side in every run, further than an
+    equally large change moves it: each prompt's courteous share (``assistant.courteous_odds``;
+    ``before``, ``after``, ``control``: one list of the held-out prompts' per seed, the SFT
+    model, the GRPO run and ``verifier_control.same_size_change``) moves further from 50/50
+    after the run than in the control; the margin is the smallest seed's lower bound of a
+    bootstrap over the prompts, in points. ``sampled`` (before, after): the courteous share of
+    the sampled answers, per seed."""
     n = _shares("judge_opening", seeds, sampled_before=sampled[0], sampled_after=sampled[1])
-    seed_count("judge_opening", seeds, before=before, after=after)
-    moves = []  # (mean, se) of each run's move away from 50/50, over the prompts
-    for s, (b, a) in enumerate(zip(before, after)):
-        if len(b) != len(a) or len(b) < 2:
-            raise ValueError(f"judge_opening: before[{s}] and after[{s}] hold {len(b)} and "
-                             f"{len(a)} odds: pass one per held-out prompt, the same prompts "
-                             "on both sides (at least two)")
-        _shares("judge_opening", range(len(b)), **{f"before[{s}]": b, f"after[{s}]": a})
-        moves.append(paired_difference([abs(p - 0.5) for p in a], [abs(p - 0.5) for p in b]))
-    margin = min(mean - SE_BAR * se for mean, se in moves)
+    seed_count("judge_opening", seeds, before=before, after=after, control=control)
+    drift, moved, bounds = [], [], []
+    for s, (b, a, c) in enumerate(zip(before, after, control)):
+        if not len(b) == len(a) == len(c) >= 2:
+            raise ValueError(f"judge_opening: before[{s}], after[{s}] and control[{s}] hold "
+                             f"{len(b)}, {len(a)} and {len(c)} shares: pass one per held-out "
+                             "prompt, the same prompts on every side (at least two)")
+        _shares("judge_opening", range(len(b)), **{f"before[{s}]": b, f"after[{s}]": a,
+                                                    f"control[{s}]": c})
+        far = [[abs(p - 0.5) for p in side] for side in (b, a, c)]
+        drift.append(sum(far[1]) / len(b) - sum(far[0]) / len(b))
+        moved.append(sum(far[2]) / len(b) - sum(far[0]) / len(b))
+        bounds.append(paired_bootstrap([x - y for x, y in zip(far[1], far[2])], seed=s))
 
-    def odds(runs: list[list[float]]) -> str:
+    def shares(runs: list[list[float]]) -> str:
         return ", ".join(points(sum(r) / len(r)) for r in runs)
-    each = ", ".join(f"{points(mean)} ± {points(se)}" for mean, se in moves)
-    seen = (f"the courteous odds at the answer's first character, averaged over the "
-            f"{len(before[0])} held-out prompts, went from {odds(before)}% to {odds(after)}% "
-            f"(seeds in order)")
+    seen = (f"the courteous share at the answer's first character, averaged over the "
+            f"{len(before[0])} held-out prompts, went from {shares(before)}% to "
+            f"{shares(after)}% (seeds in order), each prompt's share {_each(drift)} points "
+            f"further from 50/50 on average. The control, the same change with each weight's "
+            f"step given a random sign (as large in every weight, in no chosen direction), "
+            f"moved it {_each(moved)} points")
+    bound = (f"by at least {_each(bounds)} points (the lower {T_LEVEL:.0%} bound of a "
+             "bootstrap over the prompts)")
     told = (f"The sampled answers show it too: their courteous share went from "
             f"{_each(sampled[0])}% to {_each(sampled[1])}%.")
     return lesson(
-        "the unrewarded opening drifts to one side", 100 * margin, "points",
+        "the unrewarded opening drifts further than an equal random change moves it",
+        100 * min(bounds), "points",
         holds=f"No reward mentions the opening, yet it drifted to one side in each of the {n} "
-              f"runs: {seen}, each prompt's odds {each} points further from 50/50 on average. "
+              f"runs: {seen}. In every seed the run drifted further than its control, {bound}. "
               f"{told} Nothing pulls it back: the reward never reads the opening, so sampling "
               "noise moves its share like a random walk, each seed its own way.",
-        fails=f"Not every run drifted to one side: {seen}, each prompt's odds {each} points "
-              f"further from 50/50 on average, not all {SE_BAR:g} standard errors clear of zero "
-              f"on this machine, in a run this short. {told}")
+        fails=f"Not every run drifted further than its control here: {seen}; the run's excess "
+              f"over the control, {bound}, is not above zero in every seed on this machine, "
+              f"in a run this short. {told}")
 
 
 def mixed_text(mixed: dict[int, list[float]], reward: dict[int, list[float]],
@@ -196,3 +214,22 @@ def sampling_text(greedy: dict, pass1: dict, pass_k: dict, k: int) -> str:
     return text + (f"pass@{k} is the share of prompts the model *can* answer within {k} tries; "
                    f"where it is above pass@1, right answers are there to be sampled and "
                    "rewarded.")
+
+
+def collapse_text(seed: int, shown: dict[str, tuple[list[str], list[float]]]) -> str:
+    """What one prompt's sampled answers show of a collapse: ``shown`` maps each model's name
+    (the first one before, the last one after) to its answers' texts and rewards."""
+    if len(shown) < 2 or any(len(texts) != len(rewards) or not texts
+                             for texts, rewards in shown.values()):
+        raise ValueError(f"collapse_text: shown holds {len(shown)} model(s): pass at least two, "
+                         "each with one reward per answer text")
+    (first, (texts, rewards)), (last, (texts_after, rewards_after)) = (
+        list(shown.items())[0], list(shown.items())[-1])
+    text = (f"Seed {seed}'s {len(texts)} answers to one held-out prompt: the {first} model wrote "
+            f"{len(set(texts))} different answers, {sum(r > 0 for r in rewards):.0f} of them "
+            f"right; the {last} model {len(set(texts_after))}, "
+            f"{sum(r > 0 for r in rewards_after):.0f} right.")
+    if len(set(texts_after)) < len(set(texts)):
+        text += (" The policy has narrowed onto fewer answers; a group of identical answers "
+                 "earns identical rewards, so the collapsed model has little left to learn from.")
+    return text

@@ -71,6 +71,7 @@ from gpt_from_scratch.grpo import completion_logps, mixed_groups
 from gpt_from_scratch.grpo_train import sample_groups
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book import verifier_prose as prose
+from gpt_from_scratch.book.verifier_control import same_size_change
 from gpt_from_scratch.book.assistant import TASKS, courteous_odds, evaluate, task_items
 from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run
@@ -94,7 +95,11 @@ N_SAMPLES, K = 8, 8  # samples per held-out prompt, and the k of pass@k
 # Time, measured on one thread of a 2-core AVX-512 CPU: a 200-step GRPO run 70 CPU-s, a
 # 60-step one at COLLAPSE_LR 20 (25 with the KL term): seven runs, 5 CPU-minutes, trained
 # once (`make test` trains them beside the unit tests) and read from the cache after that.
-# Then the chapter is its evaluations: under a minute.
+# Then the chapter is its evaluations: under two minutes. A fresh Colab CPU runtime (2
+# cores) has nothing cached: before its own seven runs it trains what it reads, Chapter 6's
+# character model and Chapter 12's three assistants (those chapters take about 4 and 3
+# minutes on 2 cores, training included: *For instructors*), so its first run takes 10 to
+# 15 minutes.
 
 # %% [markdown]
 # ## 14.1 Rewards a program computes
@@ -183,19 +188,43 @@ display(Markdown(prose.sampling_text(
 # more likely in proportion to its reward: the gradient of $R(y)\,\log \pi(y \mid x)$, where
 # $\log \pi(y \mid x)$ is the sum of the answer's token log-probabilities. Subtracting a
 # *baseline* $b$ that does not depend on $y$ leaves the expected gradient unchanged and shrinks
-# its variance; GRPO's baseline is the mean reward of the $G$ answers to the same prompt, its
-# *group*:
+# its variance. GRPO makes two choices at once, and they are better taken apart:
 #
 # $$A_i = \frac{r_i - \operatorname{mean}(r_{1..G})}{\operatorname{std}(r_{1..G}) + 10^{-4}}.$$
 #
-# An answer better than its siblings is pushed up, a worse one down. A group whose answers all
-# got the same reward has $A_i = 0$ for every answer: all right or all wrong, it carries no
-# gradient at all. `mixed_groups` measures the share of groups that do carry one:
+# **The baseline** is the mean reward of the $G$ answers to the same prompt, its *group*. That
+# mean includes the answer's own reward, so it does depend on $y_i$; but only through a fixed
+# share:
+#
+# $$r_i - \operatorname{mean}(r_{1..G}) = \frac{G-1}{G}\Big(r_i - \frac{1}{G-1}\sum_{j \ne i}
+# r_j\Big),$$
+#
+# $\frac{G-1}{G}$ times the leave-one-out advantage of RLOO {cite}`kool2019buy,ahmadian2024rloo`,
+# whose baseline, the other answers' mean, does not depend on $y_i$. So the numerator alone
+# estimates $\frac{G-1}{G}$ of the policy gradient, without bias: the same direction, the step
+# a little shorter. **The scaling**, dividing by the group's standard deviation, is not a
+# baseline and changes the expected gradient: it multiplies each prompt's advantages by
+# $1/\operatorname{std}$, so a prompt whose rewards hardly vary, one the model nearly always
+# gets right or nearly always gets wrong, weighs more than a prompt it gets right half the
+# time. Dr. GRPO {cite}`liu2025drgrpo` calls this a difficulty bias and drops the division
+# (`group_advantages(..., scale=None)`; TRL's `scale_rewards="none"`).
+#
+# Either way, an answer better than its siblings is pushed up, a worse one down, and a group
+# whose answers all got the same reward has $A_i = 0$ for every answer: all right or all
+# wrong, it carries no gradient at all. `mixed_groups` measures the share of groups that do
+# carry one. Three groups of four, with and without the scaling:
 
 # %% tags=["nbval-check-output"]
-rewards = torch.tensor([1.0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0])  # three groups of four
+rewards = torch.tensor([1.0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1])  # three groups of four
 print("advantages:", grpo.group_advantages(rewards, 4))
+print("scale=None:", grpo.group_advantages(rewards, 4, scale=None))
 print(f"mixed groups: {mixed_groups(rewards, 4):.2f}")
+
+# %% [markdown]
+# Unscaled, the second group's one right answer gets 0.75, half again as much as each right
+# answer of the first group (0.5), whose prompt is answered right half the time. Scaled, it
+# gets 1.5 against 0.866, nearly twice as much: the hard prompt's standard deviation is the
+# smaller one.
 
 
 # %% [markdown]
@@ -300,8 +329,9 @@ print(f"after one step at lr {COLLAPSE_LR:g}: ratio from {ratio.min():.3f} to "
 lengths = mask.sum(1)
 per_sequence = grpo.grpo_loss(logps.detach(), logps.detach(), advantages, mask,
                                loss_type="grpo")
+values = [round(x.loss.item(), 4) + 0.0 for x in (out, per_sequence)]  # + 0.0: no "-0.0000"
 print(f"answer lengths {int(lengths.min())} to {int(lengths.max())} tokens; loss "
-      f"'dapo' {out.loss.item():+.4f}, 'grpo' {per_sequence.loss.item():+.4f}")
+      f"'dapo' {values[0]:+.4f}, 'grpo' {values[1]:+.4f}")
 
 # %% [markdown]
 # The values say little. On-policy, the `"grpo"` loss is the mean over the answers of $-A_i$,
@@ -362,7 +392,10 @@ display(Markdown(found[0].text + "\n\n" + mixed))
 # The reward curve is noisy: each step scores 8 answers to each of 8 prompts, a new draw every
 # step. The held-out numbers are measured on prompts the runs never saw, `N_SAMPLES` samples each,
 # which is why pass@1, not one greedy answer per prompt, judges the lesson: one prompt of the
-# held-out set is a large step in greedy exact match.
+# held-out set is a large step in greedy exact match. The ± is the spread of the seeds'
+# paired differences, what another run on these prompts could give; it leaves out the choice
+# of the prompts, which are the same in every seed: another set would move each seed's pass@1
+# by a few points more.
 #
 # ## 14.5 When it goes wrong
 #
@@ -379,6 +412,18 @@ for seed in SEEDS:
     print(f"seed {seed}: {TASK} pass@1 {before[seed][TASK]['pass@1']:.1%} -> "
           f"{hot[seed]['pass@1']:.1%}, stop rate {hot[seed]['stop']:.1%}; reward over "
           f"the last 10 steps {sum(collapsed[seed][2].reward[-10:]) / 10:.2f}")
+one_prompt, one_reward = prompts_and_reward(held_task[:1], tok)  # one prompt, 6 answers
+print(f"\n{held_task[0].prompt!r} -> {held_task[0].answer!r}")
+shown = {}
+for name, m in (("SFT", sft[SEEDS[0]]), ("collapsed", collapsed[SEEDS[0]][0])):
+    g = torch.Generator().manual_seed(0)
+    answers, mask = sample_groups(m, torch.tensor(one_prompt), 6, T - len(one_prompt[0]),
+                                  tok.end_id, generator=g)  # (6, C) each
+    ids = [c[k.bool()].tolist() for c, k in zip(answers, mask)]
+    texts = [tok.decode([t for t in i if t < tok.base_vocab_size]) for i in ids]
+    shown[name] = (texts, [one_reward(0, i) for i in ids])
+    print(f"{name}, seed {SEEDS[0]}: " + "; ".join(repr(t) for t in texts))
+display(Markdown(prose.collapse_text(SEEDS[0], shown)))
 
 # %% tags=["remove-input"]
 found.append(prose.judge_collapse([before[s][TASK]["pass@1"] for s in SEEDS],
@@ -440,15 +485,23 @@ display(Markdown(found[-1].text))
 # of the two openings at the answer's first character, $p(\text{G}) / (p(\text{G}) +
 # p(\text{F}))$: a probability between 0 and 1, not odds, despite its name. Here it is read on
 # every held-out "Last word" prompt, before and after GRPO, beside the share of courteous
-# openings among the sampled answers:
+# openings among the sampled answers.
+#
+# Almost any change to a model moves a share that starts at one half away from it, so a drift
+# is a finding only against a control changed as much. `same_size_change` gives each weight
+# of the SFT model the step the GRPO run gave it, with its sign drawn at random: every weight
+# moves as far as in the run, in no direction the run's gradients chose. The lesson asks, seed
+# by seed, whether the run moved the opening further from one half than its control did.
 
 # %%
 every_task = [i for i in items["held_out"] if i.task == TASK]
 odds_before = [courteous_odds(sft[seed], tok, every_task).tolist() for seed in SEEDS]
 odds_after = [courteous_odds(runs[seed], tok, every_task).tolist() for seed in SEEDS]
+odds_control = [courteous_odds(same_size_change(sft[seed], runs[seed], seed=seed), tok,
+                               every_task).tolist() for seed in SEEDS]
 
 # %% tags=["remove-input"]
-found.append(prose.judge_opening(odds_before, odds_after, SEEDS,
+found.append(prose.judge_opening(odds_before, odds_after, odds_control, SEEDS,
                                  ([before[s][TASK]["courteous"] for s in SEEDS],
                                   [after[s][TASK]["courteous"] for s in SEEDS])))
 display(Markdown(found[-1].text))
@@ -479,8 +532,12 @@ display(Markdown(timing))
 #
 # On a GPU, with GPT-2's weights, the same `train_grpo` trains Chapter 9's LoRA adapters on
 # GPT-2 small to complete two-digit sums after two solved examples, the reward checking the
-# digits before the newline; then TRL's `GRPOTrainer` trains peft's LoRA on the same prompts
-# with the same settings, and the two reward curves are compared.
+# digits before the newline; then TRL's `GRPOTrainer` trains peft's LoRA on the same prompts,
+# with the same batch, group size, learning rate, clip and loss, and the two reward curves are
+# compared. Two settings differ, both TRL's defaults: its learning rate decays linearly to zero
+# over the run (transformers' schedule), where `train_grpo` keeps it constant; and its mask
+# ends each answer at the first `<|endoftext|>`, here the padding after the newline, so its
+# loss also counts that token, where `train_grpo`'s ends at the newline.
 
 # %%
 from gpt_from_scratch.book.verifier_online import online_run  # noqa: E402
@@ -497,9 +554,12 @@ display(Markdown(online_run(steps=200 if FULL_RUN else 100)))
 # - GRPO adds PPO's ratio and clip; with one update per batch the ratio is exactly 1 and the
 #   loss is REINFORCE token by token; the book's loss equals TRL's.
 # - On the assistant, GRPO raises pass@1 toward pass@k: it makes the model choose more often
-#   what it could already sample. Pushed too hard it collapses; a KL penalty slows that; the
-#   task not rewarded drifts down, and the opening, which the reward ignores, drifts away from
-#   half and half.
+#   what it could already sample. Pushed too hard it collapses (on one seed, a KL penalty
+#   slowed that); the task not rewarded drifts down, and the opening, which the reward ignores,
+#   drifts away from half and half, further than an equally large random change moves it.
+# - GRPO's advantage is two choices: a baseline, the group's mean, which leaves the expected
+#   gradient's direction as it is ($\frac{G-1}{G}$ of RLOO's), and a scaling by the group's
+#   standard deviation, which weighs the prompts anew (Dr. GRPO's difficulty bias).
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
@@ -602,10 +662,14 @@ for seed in SEEDS:
 # so there is nothing to prefer and the gradient is zero (GRPO's division by the std, which is
 # 0 there, is why the $10^{-4}$ is needed). The prompt is already solved at this temperature;
 # the step's compute on it was spent for nothing, which is why the share of mixed groups is
-# worth logging. With the raw reward as advantage, all eight answers would be pushed up: the
-# expected gradient is the same (the baseline does not change it), but each step's gradient
-# is noisier, and on a group of right answers it pushes up whatever they share, such as their
-# opening, which is how a style drifts.
+# worth logging. With the raw reward as advantage, all eight answers would be pushed up. Two
+# things change. The baseline: the raw reward estimates the policy gradient itself, the group
+# mean $\frac{G-1}{G}$ of it (it is RLOO's leave-one-out advantage times $\frac{G-1}{G}$), the
+# same direction; but each step's raw-reward gradient is noisier, and on a group of right
+# answers it pushes up whatever they share, such as their opening, which is how a style
+# drifts. The scaling: GRPO also divides by the group's std, which is not a baseline at all;
+# it weighs each prompt by $1/\operatorname{std}$, favouring prompts nearly always right or
+# nearly always wrong, and so changes the expected gradient (`scale=None` drops it).
 # ```
 
 # %% [markdown] tags=["quiz"]
@@ -629,6 +693,16 @@ show_quiz([
                "Yes: the policy being trained is the one that sampled the answers."),
         Choice("clipped to 1 + epsilon for the good answers", False,
                "The clip binds only once the policy has moved: from the second update on."),
+    ]),
+    MultipleChoice("GRPO divides each group's advantages by the group's standard "
+                   "deviation. What does that change?", [
+        Choice("how much each prompt weighs: prompts nearly always right or nearly "
+               "always wrong weigh more", True,
+               "Yes: the scaling is not a baseline; Dr. GRPO calls it a difficulty bias "
+               "and drops it (scale=None)."),
+        Choice("nothing in expectation: like the mean, it is a baseline", False,
+               "Subtracting a baseline leaves the expected gradient's direction alone; "
+               "dividing by a per-prompt number reweighs the prompts."),
     ]),
     MultipleChoice("The courteous/rude opening drifted to one side during GRPO. Why?", [
         Choice("no reward reads the opening, so nothing pulls its share back to 50/50",
