@@ -238,8 +238,18 @@ def test_the_paired_bootstrap_bounds_the_mean_from_below_the_same_way_every_time
     (lambda: lessons.paired_bootstrap([0.1, math.nan]), r"2 differences, 1 not finite"),
     (lambda: lessons.paired_bootstrap([0.1, 0.2], resamples=10), r"resamples=10 must be"),
     (lambda: lessons.paired_bootstrap([0.1, 0.2], level=0.3), r"level=0.3 must be"),
+    (lambda: lessons.paired_bootstrap("12"), r"diffs = '12' must be a list of numbers"),
+    (lambda: lessons.paired_bootstrap([1, 2, 3], 100, 0.999), r"resamples=100 must be .* >= 1000"),
+    (lambda: lessons.paired_difference([1, "a"], [1, 2]), r"a\[1\] = 'a' must be a number"),
+    (lambda: lessons.beyond_t("34", "12"), r"a = '34' must be a list of numbers"),
     (lambda: lessons.beyond_t([1.0], [0.0]), r"two lists of equal length >= 2"),
 ])
 def test_the_bars_refuse_what_they_cannot_judge(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_beyond_t_takes_generators_and_the_bootstrap_a_high_level_with_enough_resamples():
+    mean, se, t, margin = lessons.beyond_t((v for v in [3.0, 4.0, 8.0]), iter([1.0] * 3))
+    assert mean == 4.0 and t == pytest.approx(2.919986, abs=1e-5)
+    assert lessons.paired_bootstrap([1, 2, 3], 1000, 0.999) >= 1.0

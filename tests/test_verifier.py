@@ -208,7 +208,7 @@ def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
     drifted = prose.judge_opening(odds, [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7],
                                          [0.2, 0.3, 0.25, 0.1]], control, seeds, sampled)
     assert drifted.holds and "went from 49.8, 49.8, 49.8% to 12.5, 83.8, 21.2%" in drifted.text
-    assert "moved it 1.2, 1.2, 1.2 points" in drifted.text and "bootstrap over the prompts" in drifted.text
+    assert "changed that distance by 1.2, 1.2, 1.2 points" in drifted.text and "bootstrap over the prompts" in drifted.text
     one_stayed = [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7], [0.5, 0.6, 0.45, 0.5]]
     assert not prose.judge_opening(odds, one_stayed, control, seeds, sampled).holds
     as_far = [[0.1, 0.2, 0.05, 0.15]] * 3  # the control moved as far as the runs: no finding
@@ -287,6 +287,70 @@ def test_the_mixed_text_needs_room_for_two_blocks():
     assert "mixed groups 75.0% → 25.0%" in prose.mixed_text(mixed, mixed, block=2)
     with pytest.raises(ValueError, match="block=3"):
         prose.mixed_text(mixed, mixed, block=3)
+    with pytest.raises(ValueError, match=r"reward\[0\]\[0\] = 70.0 must be a share"):
+        prose.mixed_text(mixed, {0: [70.0, 80.0, 90.0, 95.0]}, block=2)
+
+
+def test_the_mixed_text_says_fewer_groups_teach_only_where_the_reward_rose():
+    mixed = {0: [0.6, 0.6, 0.3, 0.3], 1: [0.5, 0.5, 0.2, 0.2]}
+    rose = {0: [0.6, 0.6, 0.9, 0.9], 1: [0.7, 0.7, 0.8, 0.8]}
+    assert "as the reward rose in every run, fewer groups taught" in prose.mixed_text(
+        mixed, rose, block=2)
+    fell = {0: [0.6, 0.6, 0.9, 0.9], 1: [0.7, 0.7, 0.4, 0.4]}
+    text = prose.mixed_text(mixed, fell, block=2)
+    assert "reward rose" not in text and text.endswith("adds nothing to the gradient.")
+
+
+def test_the_sampling_text_refuses_what_would_make_a_broken_sentence():
+    with pytest.raises(ValueError, match=r"the same tasks, at least one"):
+        prose.sampling_text({}, {}, {}, 8)
+    with pytest.raises(ValueError, match=r"greedy\['a'\]\[0\] = 70 must be a share"):
+        prose.sampling_text({"a": [70]}, {"a": [0.5]}, {"a": [0.9]}, 8)
+    with pytest.raises(ValueError, match=r"k=0 must be a whole number >= 1"):
+        prose.sampling_text({"a": [0.7]}, {"a": [0.5]}, {"a": [0.9]}, 0)
+    assert "pass@8 90.0%" in prose.sampling_text({"a": [0.7]}, {"a": [0.5]}, {"a": [0.9]}, 8)
+
+
+def test_the_groups_text_agrees_with_the_counts():
+    text = prose.groups_text({"Last word": [7, 8, 6, 7, 8, 7, 7, 8],
+                              "Repeat": [0, 0, 3, 0, 0, 0, 0, 0]}, 8)
+    assert "**Last word** (mean reward 0.91): 3 of its 8 groups unanimous, 3 all right" in text
+    assert "**Repeat** (mean reward 0.05): 7 of its 8 groups unanimous, 0 all right and 7" in text
+    assert "**Repeat**, which the model almost never solves" in text
+    assert "almost never" not in prose.groups_text({"a": [2, 3]}, 4)
+    with pytest.raises(ValueError, match=r"from 0 to 8"):
+        prose.groups_text({"a": [9]}, 8)
+
+
+def test_the_gain_says_when_its_margin_is_thin_and_refuses_a_bad_k():
+    k = ([0.8, 0.85, 0.9], [0.85, 0.9, 0.9])
+    wide = prose.judge_gain([0.60, 0.65, 0.70], [0.70, 0.74, 0.78], k, 8, (0, 1, 2), "L")
+    assert wide.holds and "thin" not in wide.text
+    # a rise of 10 points, 3.46 standard errors of 2.89: clears t's 2.92 by 1.6 points
+    thin = prose.judge_gain([0.6, 0.6, 0.6], [0.65, 0.7, 0.75], k, 8, (0, 1, 2), "L")
+    assert thin.holds and 0 < thin.margin < 2.5 and "The margin is thin" in thin.text
+    with pytest.raises(ValueError, match=r"k=0 must be a whole number >= 1"):
+        prose.judge_gain([0.6] * 3, [0.7] * 3, k, 0, (0, 1, 2), "L")
+    with pytest.raises(ValueError, match=r"pass_k = \(0.8, 0.9\) must be a pair"):
+        prose.judge_gain([0.6] * 3, [0.7] * 3, (0.8, 0.9), 8, (0, 1, 2), "L")
+
+
+def test_the_forgetting_sentence_gives_the_factor_with_a_decimal():
+    text = prose.judge_forgetting([-1.0, -1.1, -1.2], [-1.3, -1.4, -1.52], (0, 1, 2), "a", "b",
+                                  ([0.1] * 3, [0.1] * 3)).text
+    assert "e^0.31 ≈ 1.4 times less likely" in text
+
+
+def test_the_opening_says_what_it_measured_and_shows_only_what_the_samples_show():
+    even = [[0.5] * 4] * 3
+    split = [[0.9, 0.1, 0.9, 0.1]] * 3  # as far from 50/50, on average still 50%
+    found = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3))
+    assert found.holds and "distance from 50/50 grew by 40.0, 40.0, 40.0 points" in found.text
+    assert "drifted to one side" not in found.text and "show it too" not in found.text
+    assert "The sampled answers do not all show it" in found.text
+    assert "shuffled within each group" in found.text and "not measured here" in found.text
+    moved = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.8, 0.3, 0.2]))
+    assert "The sampled answers show it too" in moved.text
 
 
 # ---------------------------------------------------------------- the Colab track
@@ -321,9 +385,22 @@ def test_the_colab_track_runs_both_trainers_on_stand_ins(tmp_path, monkeypatch):
 
 def test_the_brake_sentence_says_which_way_its_one_seed_went():
     plain, braked = {"pass@1": 0.41}, {"pass@1": 0.49, "kl": 0.2}
-    assert "slowed the collapse" in prose.brake_text(1e-3, 0.1, plain, braked, "Last word")
-    braked["pass@1"] = 0.40
-    assert "did not slow" in prose.brake_text(1e-3, 0.1, plain, braked, "Last word")
+    assert "slowed the fall" in prose.brake_text(1e-3, 0.1, plain, braked, "Last word")
+    braked["pass@1"] = 0.35
+    assert "fell further with the penalty" in prose.brake_text(1e-3, 0.1, plain, braked, "L")
+    plain, braked = {"pass@1": 0.3000}, {"pass@1": 0.3001, "kl": 0.2}  # within the margin
+    text = prose.brake_text(1e-3, 0.1, plain, braked, "Last word")
+    assert "slowed" not in text and "within 2.0 points" in text
+
+
+@pytest.mark.parametrize("plain, braked, match", [
+    ({"pass@1": 30.0}, {"pass@1": 45.0, "kl": 0.1}, r"plain\['pass@1'\] = 30.0 must be a share"),
+    ({"pass@1": 0.3}, {"pass@1": 0.4, "kl": -0.1}, r"kl'\] = -0.1 must be a KL"),
+    ({"pass@1": 0.3}, {"pass@1": 0.4, "kl": math.nan}, r"must be a KL"),
+])
+def test_the_brake_sentence_refuses_percents_and_a_negative_kl(plain, braked, match):
+    with pytest.raises(ValueError, match=match):
+        prose.brake_text(1e-3, 0.1, plain, braked, "Last word")
 
 
 def test_the_collapse_sentence_counts_different_and_right_answers():
@@ -331,8 +408,13 @@ def test_the_collapse_sentence_counts_different_and_right_answers():
                      [1.0, 1.0, 1.0, 0.0]),
              "collapsed": (["Good sir, thess"] * 3 + ["Good sir, these"], [0.0] * 4)}
     text = prose.collapse_text(0, shown)
-    assert "wrote 3 different answers, 3 of them right; the collapsed model 2, 0 right." in text
-    assert "narrowed onto fewer answers" in text
+    assert ("wrote 3 different answers, 3 of them right, its commonest 2 times; the collapsed "
+            "model 2, 0 right, its commonest 3 times." in text)
+    assert "narrowed" not in text  # 3 answers -> 2: not half as many
+    assert "rewards are all 0: as one group they would carry no gradient" in text
+    shown["collapsed"] = (["Good sir, thess"] * 4, [0.0, 0.0, 1.0, 0.0])
+    text = prose.collapse_text(0, shown)
+    assert "narrowed onto fewer answers" in text and "no gradient" not in text
     shown["collapsed"] = (["a", "b", "c", "d"], [0.0] * 4)
     assert "narrowed" not in prose.collapse_text(0, shown)
     with pytest.raises(ValueError, match=r"shown holds 1 model\(s\): pass at least two"):

@@ -80,7 +80,7 @@ def paired_difference(a, b) -> tuple[float, float]:
     Pairing removes what the two runs share (the batches, the initial weights of shared parts),
     so a small effect shows with few seeds where unpaired ranges overlap.
     """
-    a, b = [float(v) for v in a], [float(v) for v in b]
+    a, b = _values("paired runs", "a", a), _values("paired runs", "b", b)
     if len(a) != len(b) or len(a) < 2:
         raise ValueError(f"paired runs need two lists of equal length >= 2, got {len(a)} and "
                          f"{len(b)}; pass one value per seed on each side")
@@ -90,6 +90,23 @@ def paired_difference(a, b) -> tuple[float, float]:
                          "sides")
     diffs = [x - y for x, y in zip(a, b)]
     return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+
+
+def _values(judge: str, name: str, values) -> list[float]:
+    """``values`` as a list of floats, refusing a string (whose characters would be read as
+    digits) and anything that is not a sequence of real numbers."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{judge}: {name} = {values!r} must be a list of numbers, one per "
+                         "run (not a string, not one number)")
+    out = []
+    for i, v in enumerate(values):
+        try:
+            if isinstance(v, (str, bytes)):
+                raise TypeError
+            out.append(float(v))
+        except (TypeError, ValueError):
+            raise ValueError(f"{judge}: {name}[{i}] = {v!r} must be a number") from None
+    return out
 
 
 def _check_level(judge: str, level) -> None:
@@ -140,6 +157,7 @@ def beyond_t(a, b, level: float = T_LEVEL) -> tuple[float, float, float, float]:
     """Mean and standard error of ``a - b`` over paired seeds, the one-sided ``level`` quantile
     ``t`` of Student's t with one degree of freedom less than the seeds, and the margin
     ``mean - t se``: positive when the difference clears zero at that level."""
+    a, b = _values("beyond_t", "a", a), _values("beyond_t", "b", b)
     mean, se = paired_difference(a, b)
     t = t_quantile(level, len(a) - 1)
     return mean, se, t, mean - t * se
@@ -152,10 +170,13 @@ def paired_bootstrap(diffs, resamples: int = 2000, level: float = T_LEVEL,
     replacement ``resamples`` times by a seeded ``random.Random``, the same bound on every
     machine for the same differences."""
     _check_level("paired_bootstrap", level)
-    if isinstance(resamples, bool) or not isinstance(resamples, numbers.Integral) or resamples < 100:
+    least = max(100, math.ceil(1 / (1 - level) - 1e-9))  # one resample at least below it
+    if (isinstance(resamples, bool) or not isinstance(resamples, numbers.Integral)
+            or resamples < least):
         raise ValueError(f"paired_bootstrap: resamples={resamples!r} must be a whole number >= "
-                         "100, so that the bound's quantile falls between resamples; e.g. 2000")
-    values = [float(v) for v in diffs]
+                         f"{least} (100, and 1 / (1 - level) at level={level}), so that "
+                         "the bound's quantile falls between resamples; e.g. 2000")
+    values = _values("paired_bootstrap", "diffs", diffs)
     if len(values) < 2 or not all(map(math.isfinite, values)):
         raise ValueError(f"paired_bootstrap: {len(values)} differences, "
                          f"{sum(not math.isfinite(v) for v in values)} not finite: pass one "

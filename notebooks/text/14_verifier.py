@@ -34,8 +34,8 @@
 #    two normalisations; the book's loss equals TRL's `GRPOTrainer` {cite}`vonwerra2020trl`,
 #    loss and gradients, on- and off-policy (`tests/test_grpo_parity.py`);
 # 4. **training on "Last word"**, three seeds, with what the reward curve does not show;
-# 5. **what goes wrong**: the collapse at a large step, a KL penalty as a brake, forgetting of
-#    the task not rewarded, and a style that no reward mentions drifting to one side.
+# 5. **what goes wrong**: pass@1 falling at a large step, a KL penalty as a brake, forgetting
+#    of the task not rewarded, and a style that no reward mentions moving away from 50/50.
 #
 # On Colab with a GPU, the last section trains GPT-2 small with Chapter 9's LoRA on two-digit
 # sums, with the book's trainer and with TRL's side by side.
@@ -187,10 +187,13 @@ display(Markdown(prose.sampling_text(
 # The policy gradient {cite}`williams1992reinforce` makes a sampled answer $y$ to a prompt $x$
 # more likely in proportion to its reward: the gradient of $R(y)\,\log \pi(y \mid x)$, where
 # $\log \pi(y \mid x)$ is the sum of the answer's token log-probabilities. Subtracting a
-# *baseline* $b$ that does not depend on $y$ leaves the expected gradient unchanged and shrinks
-# its variance. GRPO makes two choices at once, and they are better taken apart:
+# *baseline* $b$ that does not depend on $y$ leaves the expected gradient unchanged and can
+# shrink its variance. GRPO makes two choices at once, and they are better taken apart:
 #
 # $$A_i = \frac{r_i - \operatorname{mean}(r_{1..G})}{\operatorname{std}(r_{1..G}) + 10^{-4}}.$$
+#
+# (DeepSeekMath writes the plain ratio; the $10^{-4}$, which keeps a group of equal rewards
+# from dividing by zero, is TRL's, as the book's code follows it.)
 #
 # **The baseline** is the mean reward of the $G$ answers to the same prompt, its *group*. That
 # mean includes the answer's own reward, so it does depend on $y_i$; but only through a fixed
@@ -212,12 +215,14 @@ display(Markdown(prose.sampling_text(
 # Either way, an answer better than its siblings is pushed up, a worse one down, and a group
 # whose answers all got the same reward has $A_i = 0$ for every answer: all right or all
 # wrong, it carries no gradient at all. `mixed_groups` measures the share of groups that do
-# carry one. Three groups of four, with and without the scaling:
+# carry one. Three groups of four, with and without the scaling, one group a line:
 
 # %% tags=["nbval-check-output"]
 rewards = torch.tensor([1.0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1])  # three groups of four
-print("advantages:", grpo.group_advantages(rewards, 4))
-print("scale=None:", grpo.group_advantages(rewards, 4, scale=None))
+for name, adv in (("advantages", grpo.group_advantages(rewards, 4)),
+                  ("scale=None", grpo.group_advantages(rewards, 4, scale=None))):
+    for i, group in enumerate(adv.view(3, 4)):
+        print(f"{name}, group {i}: {group}")
 print(f"mixed groups: {mixed_groups(rewards, 4):.2f}")
 
 # %% [markdown]
@@ -251,14 +256,15 @@ def training_batch(task, model, seed, B=8, G=8):
 
 batches = {task: training_batch(task, sft[0], seed=0) for task in TASKS}
 for task, (_, _, _, r) in batches.items():
-    print(f"{task:<9}: mean reward {r.mean():.2f}, mixed groups {mixed_groups(r, 8):.2f}, "
-          f"rewards per group {r.view(8, 8).sum(1).int().tolist()}")
+    print(f"{task:<9}: mean reward {r.mean():.2f}, mixed groups {mixed_groups(r, 8):.2f}\n"
+          f"  right answers per group {r.view(8, 8).sum(1).int().tolist()}")
+
+# %% tags=["remove-input"]
+display(Markdown(prose.groups_text(
+    {task: r.view(8, 8).sum(1).int().tolist() for task, (_, _, _, r) in batches.items()}, 8)))
 
 # %% [markdown]
-# Where the model is usually right or usually wrong, most groups are unanimous and the step
-# is spent on sampling them. A task the model almost never solves gives almost no signal:
-# reinforcement learning sharpens what the model can already do; it does not teach from zero.
-#
+
 # ## 14.3 GRPO: the ratio and the clip
 #
 # GRPO {cite}`shao2024deepseekmath` writes the policy gradient as PPO does
@@ -269,7 +275,7 @@ for task, (_, _, _, r) in batches.items():
 # $$\ell_{i,t} = -\min\big(\rho_{i,t} A_i,\ \operatorname{clip}(\rho_{i,t}, 1-\epsilon,
 # 1+\epsilon)\, A_i\big),$$
 #
-# with $\epsilon = 0.2$. Once a token's probability has moved far enough in the direction its
+# with $\epsilon = 0.2$, TRL's default (the book's code follows TRL's settings). Once a token's probability has moved far enough in the direction its
 # advantage asks, the clipped term is the smaller one and the token's gradient is zero. TRL's
 # default (`num_iterations=1`) takes one update per batch of answers: the policy being trained
 # *is* the policy that sampled them, and $\pi_{\text{old}}$ is the trainer's own
@@ -278,8 +284,11 @@ for task, (_, _, _, r) in batches.items():
 # REINFORCE with the group baseline, token by token. That holds because one model, in one
 # arithmetic, both draws the answers and trains; where a separate engine draws them (a
 # serving library, often in lower precision), they come from a slightly different
-# distribution than the one trained, and $\rho$, computed from the trainer's numbers, does not
-# see the difference. On the batch above:
+# distribution than the one trained, and $\rho$, computed from the trainer's numbers alone,
+# does not see the difference. TRL corrects for it with a separate importance weight between
+# the sampler's and the trainer's probabilities (`vllm_importance_sampling_correction`, on by
+# default when vLLM samples); `train_grpo` samples with the model it trains and needs none.
+# On the batch above:
 
 # %%
 idx, completions, mask, rewards = batches[TASK]
@@ -392,9 +401,10 @@ display(Markdown(found[0].text + "\n\n" + mixed))
 # The reward curve is noisy: each step scores 8 answers to each of 8 prompts, a new draw every
 # step. The held-out numbers are measured on prompts the runs never saw, `N_SAMPLES` samples each,
 # which is why pass@1, not one greedy answer per prompt, judges the lesson: one prompt of the
-# held-out set is a large step in greedy exact match. The ± is the spread of the seeds'
-# paired differences, what another run on these prompts could give; it leaves out the choice
-# of the prompts, which are the same in every seed: another set would move each seed's pass@1
+# held-out set is a large step in greedy exact match. The ± is the standard error of the mean
+# of the seeds' paired differences (their standard deviation over $\sqrt{3}$): how far the
+# mean of three such runs on these prompts could move, not the spread of one run; it leaves
+# out the choice of the prompts, which are the same in every seed: another set would move each seed's pass@1
 # by a few points more.
 #
 # ## 14.5 When it goes wrong
@@ -415,14 +425,16 @@ for seed in SEEDS:
 one_prompt, one_reward = prompts_and_reward(held_task[:1], tok)  # one prompt, 6 answers
 print(f"\n{held_task[0].prompt!r} -> {held_task[0].answer!r}")
 shown = {}
-for name, m in (("SFT", sft[SEEDS[0]]), ("collapsed", collapsed[SEEDS[0]][0])):
+for name, m in (("SFT", sft[SEEDS[0]]), ("large-step", collapsed[SEEDS[0]][0])):
     g = torch.Generator().manual_seed(0)
     answers, mask = sample_groups(m, torch.tensor(one_prompt), 6, T - len(one_prompt[0]),
                                   tok.end_id, generator=g)  # (6, C) each
     ids = [c[k.bool()].tolist() for c, k in zip(answers, mask)]
     texts = [tok.decode([t for t in i if t < tok.base_vocab_size]) for i in ids]
     shown[name] = (texts, [one_reward(0, i) for i in ids])
-    print(f"{name}, seed {SEEDS[0]}: " + "; ".join(repr(t) for t in texts))
+    print(f"{name}, seed {SEEDS[0]}:")
+    for t, r in zip(*shown[name]):
+        print(f"  reward {r:.0f}  {t!r}")
 display(Markdown(prose.collapse_text(SEEDS[0], shown)))
 
 # %% tags=["remove-input"]
@@ -447,8 +459,8 @@ display(Markdown(found[-1].text))
 #
 # $$\nabla (\rho\, k_3) = (\log \pi_\theta - \log \pi_{\text{ref}})\, \nabla \log \pi_\theta,$$
 #
-# whose mean over sampled tokens is the gradient of the KL itself; the mean of $\nabla k_3$
-# alone is not. The first seed's run at the large step, with and without the penalty:
+# whose mean over the token sampled at a context is, per token with the context held fixed,
+# the gradient of the KL at that position; the mean of $\nabla k_3$ alone is not. The first seed's run at the large step, with and without the penalty:
 
 # %%
 braked, _, braked_history = grpo_model(GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, BETA,
@@ -487,11 +499,16 @@ display(Markdown(found[-1].text))
 # every held-out "Last word" prompt, before and after GRPO, beside the share of courteous
 # openings among the sampled answers.
 #
-# Almost any change to a model moves a share that starts at one half away from it, so a drift
-# is a finding only against a control changed as much. `same_size_change` gives each weight
-# of the SFT model the step the GRPO run gave it, with its sign drawn at random: every weight
-# moves as far as in the run, in no direction the run's gradients chose. The lesson asks, seed
-# by seed, whether the run moved the opening further from one half than its control did.
+# The lesson measures each prompt's distance from an even share, $|p - \frac12|$, and asks,
+# seed by seed, whether the run increased its mean more than a control did. The control,
+# `same_size_change`, gives each weight of the SFT model the step the GRPO run gave it, with
+# its sign drawn at random: every weight moves as far as in the run, in no direction the
+# run's gradients chose. What it rules out is narrow. A random change of that size barely
+# moves the model's outputs (an outside reading measured its next-token KL from the SFT model
+# tens of times smaller than the run's; the chapter does not print it), so passing it says
+# that training changed the model, not that this reward did something to the opening that
+# any other would not. The control that would say so, a GRPO run whose rewards are shuffled
+# within each group so that they ignore the answers, is not run here.
 
 # %%
 every_task = [i for i in items["held_out"] if i.task == TASK]
@@ -507,16 +524,18 @@ found.append(prose.judge_opening(odds_before, odds_after, odds_control, SEEDS,
 display(Markdown(found[-1].text))
 
 # %% [markdown]
-# The reward function never reads the opening: `verify` pays a right answer the same after
-# either. Each step pushes up whole answers that were right, openings included, and pushes
-# down the wrong ones. If an answer is as likely to be right after one opening as after the
-# other, the expected push on the opening's probability is zero: what moves it is sampling
-# noise, which opening happened to come with the right answers of a step's groups. That is a
-# random walk with no force pulling it back toward one half, so the share wanders away from
-# 50/50 and nothing undoes the drift; each seed wanders its own way. (Whether right answers
-# were in fact as frequent after either opening is not measured here.) Chapter 12's DPO moved
-# the same opening *deliberately*, toward the side its pairs preferred; GRPO moves it by
-# drift, and the remedy is to watch the share of each style beside the reward.
+# Why would it move? What follows is the chapter's reading, not a measurement. The reward
+# function never reads the opening: `verify` pays a right answer the same after either. Each
+# step pushes up whole answers that were right, openings included, and pushes down the wrong
+# ones. If an answer is as likely to be right after one opening as after the other, the
+# expected push on the opening's probability is zero, and what moves it is sampling noise,
+# which opening happened to come with the right answers of a step's groups: a random walk
+# with no force pulling it back toward one half, each seed its own way. Sampling noise with
+# no pull back to 50/50 would do what the runs show; whether right answers were in fact as
+# frequent after either opening, and whether a run with shuffled rewards moves it as far,
+# are not measured here. Chapter 12's DPO moved the same opening *deliberately*, toward the
+# side its pairs preferred; whatever moves it under GRPO, the remedy is to watch the share of
+# each style beside the reward.
 
 # %% tags=["remove-input"]
 if train_seconds > 5:
@@ -554,9 +573,13 @@ display(Markdown(online_run(steps=200 if FULL_RUN else 100)))
 # - GRPO adds PPO's ratio and clip; with one update per batch the ratio is exactly 1 and the
 #   loss is REINFORCE token by token; the book's loss equals TRL's.
 # - On the assistant, GRPO raises pass@1 toward pass@k: it makes the model choose more often
-#   what it could already sample. Pushed too hard it collapses (on one seed, a KL penalty
-#   slowed that); the task not rewarded drifts down, and the opening, which the reward ignores,
-#   drifts away from half and half, further than an equally large random change moves it.
+#   what it could already sample (with three seeds, section 14.4 says by how much the rise
+#   clears its bar). At a learning rate five times larger, pass@1 falls instead (on one seed, a KL
+#   penalty braked the fall); the task not rewarded drifts down; and the opening, which the
+#   reward ignores, moves away from half and half, further than a random change of the same
+#   size in the weights moves it. That control changes the outputs far less than a run does,
+#   so it shows that training moved the opening, not that this reward did: a run with
+#   shuffled rewards, not run here, would tell.
 # - GRPO's advantage is two choices: a baseline, the group's mean, which leaves the expected
 #   gradient's direction as it is ($\frac{G-1}{G}$ of RLOO's), and a scaling by the group's
 #   standard deviation, which weighs the prompts anew (Dr. GRPO's difficulty bias).
@@ -628,18 +651,19 @@ check_pass_at_k(pass_at_k);
 # Chapter 12's training answers opened rudely half of the time, and its assistants sample
 # both openings. Nothing in GRPO's reward mentions the opening. Predict the share of rude
 # openings among seed 1's sampled "Last word" answers after the run of section 14.4, and
-# whether another seed would move the same way. Write your prediction in the answer cell, then run the cell after it.
+# whether another seed would move the same way. Write your prediction in the answer cell,
+# then run the cell after it.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# The share moves away from one half, and how far and to which side is the seed's accident.
-# The reward is the same for both openings, so unless right answers come more often after
-# one of them, the expected push on the opening is zero; each step that pushes up right
-# answers pushes up their openings too, and which opening came with them is sampling noise.
-# The share moves like a random walk, and nothing pulls it back to one half. The runs sample
-# different answers, so they wander different ways. The cell prints seed 1's share and the
-# other seeds'.
+# The share moves away from one half, and how far and to which side differs from seed to
+# seed. The chapter's reading, which it does not measure: the reward is the same for both
+# openings, so unless right answers come more often after one of them, the expected push on
+# the opening is zero; each step that pushes up right answers pushes up their openings too,
+# and which opening came with them is sampling noise. Sampling noise with no pull back to
+# 50/50 would move the share like a random walk, each run its own way, since the runs sample
+# different answers. The cell prints seed 1's share and the other seeds'.
 # ```
 
 # %%
@@ -650,8 +674,8 @@ for seed in SEEDS:
 # %% [markdown]
 # ### Exercise 5. A group of identical rewards (explain)
 #
-# In section 14.2, a group whose eight answers were all right got advantages of zero. The
-# answers were right: why does GRPO not make them more likely? And what would change if the
+# In section 14.2, the third group, whose four answers were all right, got advantages of
+# zero. The answers were right: why does GRPO not make them more likely? And what would change if the
 # advantage were the reward itself, with no baseline?
 
 # %% [markdown] tags=["answer"]
@@ -662,7 +686,7 @@ for seed in SEEDS:
 # so there is nothing to prefer and the gradient is zero (GRPO's division by the std, which is
 # 0 there, is why the $10^{-4}$ is needed). The prompt is already solved at this temperature;
 # the step's compute on it was spent for nothing, which is why the share of mixed groups is
-# worth logging. With the raw reward as advantage, all eight answers would be pushed up. Two
+# worth logging. With the raw reward as advantage, all four answers would be pushed up. Two
 # things change. The baseline: the raw reward estimates the policy gradient itself, the group
 # mean $\frac{G-1}{G}$ of it (it is RLOO's leave-one-out advantage times $\frac{G-1}{G}$), the
 # same direction; but each step's raw-reward gradient is noisier, and on a group of right
@@ -704,11 +728,14 @@ show_quiz([
                "Subtracting a baseline leaves the expected gradient's direction alone; "
                "dividing by a per-prompt number reweighs the prompts."),
     ]),
-    MultipleChoice("The courteous/rude opening drifted to one side during GRPO. Why?", [
+    MultipleChoice("The courteous/rude opening moved away from 50/50 during GRPO, each "
+                   "seed its own way. What is the chapter's reading?", [
         Choice("no reward reads the opening, so nothing pulls its share back to 50/50",
                True,
-               "Yes: its expected push is zero; sampling noise moves it like a random "
-               "walk, each seed its own way."),
+               "Yes, as a reading, not a measurement: if its expected push is zero, "
+               "sampling noise with no pull back would move it like a random walk. The "
+               "chapter does not measure that, nor run the shuffled-reward control that "
+               "would test it."),
         Choice("the reward prefers one opening", False,
                "verify accepts either opening: the reward is the same for both."),
     ]),
