@@ -260,8 +260,9 @@ for task, (_, _, _, r) in batches.items():
           f"  right answers per group {r.view(8, 8).sum(1).int().tolist()}")
 
 # %% tags=["remove-input"]
-display(Markdown(prose.groups_text(
-    {task: r.view(8, 8).sum(1).int().tolist() for task, (_, _, _, r) in batches.items()}, 8)))
+right_per_group = {task: r.view(8, 8).sum(1).int().tolist()
+                   for task, (_, _, _, r) in batches.items()}
+display(Markdown(prose.groups_text(right_per_group, 8)))
 
 # %% [markdown]
 
