@@ -691,8 +691,8 @@ for seed in SEEDS:
 # things change. The baseline: the raw reward estimates the policy gradient itself, the group
 # mean $\frac{G-1}{G}$ of it (it is RLOO's leave-one-out advantage times $\frac{G-1}{G}$), the
 # same direction; but each step's raw-reward gradient is noisier, and on a group of right
-# answers it pushes up whatever they share, such as their opening, which is how a style
-# drifts. The scaling: GRPO also divides by the group's std, which is not a baseline at all;
+# answers it pushes up whatever they share, such as their opening, one way a style could
+# drift. The scaling: GRPO also divides by the group's std, which is not a baseline at all;
 # it weighs each prompt by $1/\operatorname{std}$, favouring prompts nearly always right or
 # nearly always wrong, and so changes the expected gradient (`scale=None` drops it).
 # ```
