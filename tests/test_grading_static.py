@@ -212,13 +212,30 @@ def test_a_sheet_saved_by_excel_keeps_its_written_column(tmp_path):
     text = "\r\n".join(";".join(r) for r in table) + "\r\n"
     out.write_bytes("\ufeff".encode() + text.encode())
     assert sheet.read_written(out) == {"ann": "2,5", "bob": ""}
-    sheet.write([sheet.Grade("bob", "b.ipynb", {"f": sheet.Result(1.0)})], ["f"], out)
-    rows = {r["student"]: r for r in csv.DictReader(out.open(newline=""))}
+    sheet.write([sheet.Grade("bob", "b.ipynb", {"f": sheet.Result(1.5)})], ["f"], out)
+    assert sheet.sheet_format(out) == (";", ",")  # written back as it was read
+    rows = {r["student"]: r for r in csv.DictReader(out.open(newline=""), delimiter=";")}
     assert (
         rows["ann"]["written"] == "2,5"
-        and rows["ann"]["total"] == "3.5"
+        and rows["ann"]["total"] == "3,5"
+        and rows["bob"]["f"] == "1,5"
         and set(rows) == {"ann", "bob"}
     )
+    assert sheet.read_written(out) == {"ann": "2,5", "bob": ""}  # and read again
+
+
+def test_a_new_sheet_and_the_graders_own_keep_commas_and_points(tmp_path):
+    out = tmp_path / "grades.csv"
+    assert sheet.sheet_format(out) == (",", ".")
+    sheet.write([sheet.Grade("ann", "a.ipynb", {"f": sheet.Result(1.5)})], ["f"], out)
+    sheet.write([sheet.Grade("bob", "b.ipynb", {"f": sheet.Result(2.5)})], ["f"], out)
+    assert sheet.sheet_format(out) == (",", ".")
+    rows = {r["student"]: r for r in csv.DictReader(out.open(newline=""))}
+    assert rows["ann"]["f"] == "1.5" and rows["bob"]["total"] == "2.5"
+    out.write_text("student;f;written;total\nann;1;;1\n")  # whole numbers only, ; between
+    assert sheet.sheet_format(out) == (";", ",")  # cells: a decimal-comma locale's sheet
+    out.write_text("student\tf\twritten\ttotal\nann\t1.5\t\t1.5\n")  # a tab and a point
+    assert sheet.sheet_format(out) == ("\t", ".")
 
 
 def test_a_file_that_is_not_a_sheet_is_never_overwritten(tmp_path):

@@ -91,17 +91,41 @@ def row(grade: Grade, names: list[str]) -> list[str]:
     ]
 
 
+def _text(out: Path) -> str:
+    raw = out.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return raw.decode("cp1252", errors="replace")  # Excel's "CSV" on Windows
+
+
+def _delimiter(text: str) -> str:
+    first = text.splitlines()[0] if text.strip() else ""
+    return max(",;\t", key=first.count)
+
+
+def sheet_format(out: Path) -> tuple[str, str]:
+    """(delimiter, decimal mark) of an existing sheet, so that a regraded one is written
+    back as it was read: ``(";", ",")`` from a spreadsheet in a decimal-comma locale;
+    ``(",", ".")`` for a new sheet or this grader's own."""
+    if not out.exists():
+        return ",", "."
+    text = _text(out)
+    delimiter = _delimiter(text)
+    cells = [c for r in csv.reader(io.StringIO(text), delimiter=delimiter) for c in r[1:]]
+    commas, points = (any(re.fullmatch(rf"\s*\d+\{m}\d+\s*", c) for c in cells)
+                      for m in ",.")
+    comma = delimiter != "," and (commas or (delimiter == ";" and not points))  # ;: Excel's
+    return delimiter, "," if comma else "."  # in a decimal-comma locale
+
+
 def read_sheet(out: Path) -> list[dict[str, str]]:
     """The rows of an existing sheet, as saved by this grader, Excel or LibreOffice."""
     if not out.exists():
         return []
-    raw = out.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        text = raw.decode("cp1252", errors="replace")  # Excel's "CSV" on Windows
+    text = _text(out)
     first = text.splitlines()[0] if text.strip() else ""
-    delimiter = max(",;\t", key=first.count)
+    delimiter = _delimiter(text)
     rows = list(csv.DictReader(io.StringIO(text), delimiter=delimiter))
     if text.strip() and "student" not in (
         rows[0].keys() if rows else first.split(delimiter)
@@ -164,18 +188,26 @@ def number(text: str | None) -> float | None:
 
 
 def write(grades: list[Grade], names: list[str], out: Path) -> None:
-    """Write the sheet: these rows, plus the rows of other students already in ``out``."""
+    """Write the sheet: these rows, plus the rows of other students already in ``out``, with
+    ``out``'s own delimiter and decimal mark (``sheet_format``)."""
     graded = {safe(g.student, 200) for g in grades}
     rows = read_sheet(out)
     graded |= set(lost_zeros(list(graded), [r.get("student") or "" for r in rows]))
     header = columns(names)
     kept = [kept_row(r, names) for r in rows if (r.get("student") or "") not in graded]
+    delimiter, decimal = sheet_format(out)
+    points = {i for i, c in enumerate(header) if c in (*names, "total", WRITTEN)}
+
+    def local(cells: list[str]) -> list[str]:  # 1.5 as 1,5 where the sheet wrote 1,5
+        return [c.replace(".", decimal) if i in points and number(c) is not None else c
+                for i, c in enumerate(cells)]
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     with partial.open("w", newline="") as f:
-        writer = csv.writer(f)
+        writer = csv.writer(f, delimiter=delimiter)
         writer.writerow(header)
-        writer.writerows(sorted(kept + [row(g, names) for g in grades], key=lambda r: r[0]))
+        writer.writerows(local(r) for r in sorted(kept + [row(g, names) for g in grades],
+                                                   key=lambda r: r[0]))
     partial.replace(out)  # the old sheet or the new one, never half of one
 
 
