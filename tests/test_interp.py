@@ -10,26 +10,12 @@ import torch
 
 from gpt_from_scratch import interp, patching
 from gpt_from_scratch.lora import apply_lora, merge_lora
-from gpt_from_scratch.model import GPT, GPTConfig
+from small_heads import small_idx, small_model
 from gpt_from_scratch.modern import Llama, LlamaConfig
 
 
-def _model(seed=0, **overrides) -> GPT:
-    torch.manual_seed(seed)
-    cfg = dict(vocab_size=50, context_length=16, d_model=32, n_layers=3, n_heads=4, dropout=0.0)
-    model = GPT(GPTConfig(**(cfg | overrides))).eval()
-    with torch.no_grad():  # larger than GPT-2's initialisation, so that heads matter and differ
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    return model
-
-
-def _idx(seed=1, B=3, T=10, V=50) -> torch.Tensor:
-    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
-
-
 def test_reading_every_activation_leaves_the_logits_as_they_are_and_the_pieces_fit():
-    model, idx = _model(), _idx()
+    model, idx = small_model(), small_idx()
     logits, cache = interp.run_with_hooks(model, idx, read=interp.hook_names(model))
     assert torch.equal(logits, model(idx)[0])
     for l, block in enumerate(model.blocks):
@@ -47,7 +33,7 @@ def test_reading_every_activation_leaves_the_logits_as_they_are_and_the_pieces_f
 
 
 def test_an_edited_pattern_becomes_the_heads_output():
-    model, idx = _model(), _idx()
+    model, idx = small_model(), small_idx()
     T = idx.shape[1]
     uniform = torch.ones(T, T).tril() / torch.arange(1, T + 1)[:, None]  # each query: the mean of its keys
 
@@ -67,7 +53,7 @@ def test_an_edited_pattern_becomes_the_heads_output():
 
 
 def test_an_edit_changes_what_follows_and_the_hooks_go_even_after_a_failure():
-    model, idx = _model(), _idx()
+    model, idx = small_model(), small_idx()
     zeroed, _ = interp.run_with_hooks(model, idx, edit={"blocks.2.mlp_out": torch.zeros_like})
     _, cache = interp.run_with_hooks(model, idx, read=["blocks.2.resid_pre", "blocks.2.attn_out"])
     torch.testing.assert_close(zeroed, model.lm_head(model.ln_f(cache["blocks.2.resid_pre"]
@@ -78,7 +64,7 @@ def test_an_edit_changes_what_follows_and_the_hooks_go_even_after_a_failure():
 
 
 def test_the_logit_lens_ends_at_the_models_logits():
-    model, idx = _model(), _idx()
+    model, idx = small_model(), small_idx()
     lens = interp.logit_lens(model, idx)
     assert lens.shape == (3, 3, 10, 50)
     torch.testing.assert_close(lens[-1], model(idx)[0])
@@ -87,8 +73,8 @@ def test_the_logit_lens_ends_at_the_models_logits():
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_direct_logit_attribution_adds_up_to_the_logit(bias):
-    model, idx = _model(bias=bias), _idx()
-    target = _idx(seed=2)
+    model, idx = small_model(bias=bias), small_idx()
+    target = small_idx(seed=2)
     parts = interp.direct_logit_attribution(model, idx, target)
     assert parts.heads.shape == (3, 4, 3, 10) and parts.mlps.shape == (3, 3, 10)
     logit = model(idx)[0].gather(-1, target[..., None])[..., 0]
@@ -98,7 +84,7 @@ def test_direct_logit_attribution_adds_up_to_the_logit(bias):
 
 @pytest.mark.parametrize("merged", [False, True])
 def test_direct_logit_attribution_counts_a_lora_update_merged_or_not(merged):
-    model, idx, target = _model(), _idx(), _idx(seed=2)
+    model, idx, target = small_model(), small_idx(), small_idx(seed=2)
     apply_lora(model, r=2)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -109,7 +95,7 @@ def test_direct_logit_attribution_counts_a_lora_update_merged_or_not(merged):
     parts = interp.direct_logit_attribution(model.eval(), idx, target)
     logit = model(idx)[0].gather(-1, target[..., None])[..., 0]
     torch.testing.assert_close(parts.total(), logit, atol=1e-4, rtol=1e-5)
-    assert not torch.allclose(logit, _model()(idx)[0].gather(-1, target[..., None])[..., 0])
+    assert not torch.allclose(logit, small_model()(idx)[0].gather(-1, target[..., None])[..., 0])
 
 
 def _llama() -> Llama:
@@ -148,7 +134,7 @@ def test_a_model_that_is_not_the_books_gpt_is_named_with_what_to_use(call, make,
     with pytest.raises(ValueError, match=r"expected the book's GPT "
                                          r"\(gpt_from_scratch.model.GPT.*" + fix
                                          + r".*TransformerLens"):
-        call(make(), _idx())
+        call(make(), small_idx())
 
 
 @pytest.mark.parametrize("call, message", [
@@ -159,7 +145,7 @@ def test_a_model_that_is_not_the_books_gpt_is_named_with_what_to_use(call, make,
 ])
 def test_a_target_outside_the_vocabulary_is_named_with_its_range(call, message):
     with pytest.raises(ValueError, match=message):
-        call(_model(), _idx())
+        call(small_model(), small_idx())
 
 
 @pytest.mark.parametrize("call, message", [
@@ -183,6 +169,6 @@ def test_a_target_outside_the_vocabulary_is_named_with_its_range(call, message):
      r"target holds torch.float32, not token ids"),
 ])
 def test_bad_input_names_the_value_the_rule_and_the_fix(call, message):
-    model, idx = _model(), _idx()
+    model, idx = small_model(), small_idx()
     with pytest.raises(ValueError, match=message):
         call(model, idx)

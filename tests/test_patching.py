@@ -13,21 +13,7 @@ import pytest
 import torch
 
 from gpt_from_scratch import interp, patching
-from gpt_from_scratch.model import GPT, GPTConfig
-
-
-def _model(seed=0, **overrides) -> GPT:
-    torch.manual_seed(seed)
-    cfg = dict(vocab_size=50, context_length=16, d_model=32, n_layers=3, n_heads=4, dropout=0.0)
-    model = GPT(GPTConfig(**(cfg | overrides))).eval()
-    with torch.no_grad():  # larger than GPT-2's initialisation, so that heads matter and differ
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    return model
-
-
-def _idx(seed=1, B=3, T=10, V=50) -> torch.Tensor:
-    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+from small_heads import small_idx, small_model
 
 
 def _with_head(model, idx, layer, head, value, where=None):
@@ -46,16 +32,16 @@ def _z(model, idx, layer):
 
 
 def test_zero_ablation_is_chapter_8s_zeroed_columns_and_resampling_from_itself_changes_nothing():
-    model, idx = _model(), _idx()
+    model, idx = small_model(), small_idx()
     zeroed = patching.ablate_heads(model, idx, [(1, 2), (2, 0)])
-    reference = _model()
+    reference = small_model()
     with torch.no_grad():  # Chapter 8, Exercise 4: a head's columns of c_proj set to zero
         reference.blocks[1].attn.c_proj.weight[:, 16:24] = 0
         reference.blocks[2].attn.c_proj.weight[:, 0:8] = 0
     torch.testing.assert_close(zeroed, reference(idx)[0])
     same = patching.ablate_heads(model, idx, [(1, 2)], how="resample", reference=idx)
     torch.testing.assert_close(same, model(idx)[0])
-    other = _idx(seed=5)
+    other = small_idx(seed=5)
     resampled = patching.ablate_heads(model, idx, [(0, 1)], how="resample", reference=other)
     torch.testing.assert_close(resampled, _with_head(model, idx, 0, 1, _z(model, other, 0)[:, :, 1]))
 
@@ -63,7 +49,7 @@ def test_zero_ablation_is_chapter_8s_zeroed_columns_and_resampling_from_itself_c
 def test_mean_ablation_averages_the_positions_of_one_role_and_leaves_padding_as_it_is():
     # Row 1 is row 0's conversation without its first two tokens, padded at the right: its
     # position t plays row 0's role t + 2, and its last two positions are padding.
-    model, idx = _model(), _idx(B=2)
+    model, idx = small_model(), small_idx(B=2)
     idx[1, :8] = idx[0, 2:]
     roles = torch.tensor([list(range(10)), list(range(2, 10)) + [-1, -1]])
     z = _z(model, idx, 1)[:, :, 3]  # (B, T, d_k)
@@ -78,7 +64,7 @@ def test_mean_ablation_averages_the_positions_of_one_role_and_leaves_padding_as_
 
 
 def test_mean_ablation_with_every_position_its_own_role_changes_nothing():
-    model, idx = _model(), _idx()
+    model, idx = small_model(), small_idx()
     alone = torch.arange(idx.numel()).view(idx.shape)
     torch.testing.assert_close(patching.ablate_heads(model, idx, [(0, 1), (2, 3)], "mean", roles=alone),
                                model(idx)[0])
@@ -89,7 +75,7 @@ def test_mean_ablation_with_every_position_its_own_role_changes_nothing():
 
 
 def test_mean_ablation_reads_its_means_from_the_reference():
-    model, idx, other = _model(), _idx(), _idx(seed=5)
+    model, idx, other = small_model(), small_idx(), small_idx(seed=5)
     aligned = torch.arange(idx.shape[1]).expand_as(idx)
     z = _z(model, other, 0)[:, :, 2]
     torch.testing.assert_close(
@@ -106,11 +92,11 @@ def _metric(clean):
 def test_patching_the_only_head_restores_the_whole_gap():
     # One block, one head; clean and corrupted differ at position 0 only, and the metric reads the last
     # position: there the residual stream differs only through the head, so patching it restores all.
-    model = _model(n_layers=1, n_heads=1)
-    clean = _idx(seed=3)
+    model = small_model(n_layers=1, n_heads=1)
+    clean = small_idx(seed=3)
     corrupted = clean.clone()
     corrupted[:, 0] = (clean[:, 0] + 1) % 50
-    target = _idx(seed=4)[:, -1]
+    target = small_idx(seed=4)[:, -1]
 
     def metric(logits):
         return logits[:, -1].log_softmax(-1).gather(-1, target[:, None]).mean()
@@ -121,7 +107,7 @@ def test_patching_the_only_head_restores_the_whole_gap():
 
 
 def test_denoising_shares_are_each_heads_restored_fraction():
-    model, clean, corrupted = _model(), _idx(seed=3), _idx(seed=6)
+    model, clean, corrupted = small_model(), small_idx(seed=3), small_idx(seed=6)
     metric = _metric(clean)
     shares = patching.patching_shares(model, clean, corrupted, metric)
     assert shares.shape == (3, 4)
@@ -137,7 +123,7 @@ def test_denoising_shares_are_each_heads_restored_fraction():
 
 
 def test_noising_is_resample_ablation_from_the_corrupted_run():
-    model, clean, corrupted = _model(), _idx(seed=3), _idx(seed=6)
+    model, clean, corrupted = small_model(), small_idx(seed=3), small_idx(seed=6)
     metric = _metric(clean)
     noised = patching.patching_shares(model, clean, corrupted, metric, "noise")
     with torch.no_grad():
@@ -152,9 +138,9 @@ def test_noising_is_resample_ablation_from_the_corrupted_run():
 def test_heads_patched_together():
     # Clean and corrupted differ before position 5 only, and the metric reads positions 5 on:
     # with every head patched, those positions see exactly the other run, in either direction.
-    model, clean = _model(), _idx(seed=3)
+    model, clean = small_model(), small_idx(seed=3)
     corrupted = clean.clone()
-    corrupted[:, :5] = _idx(seed=6)[:, :5]
+    corrupted[:, :5] = small_idx(seed=6)[:, :5]
     metric = _metric(clean)
     every = [(l, h) for l in range(3) for h in range(4)]
     for direction in patching.DIRECTIONS:
@@ -168,13 +154,13 @@ def test_heads_patched_together():
 
 
 def test_heads_may_be_numpy_ints():
-    model, idx = _model(), _idx()
+    model, idx = small_model(), small_idx()
     layers, heads = np.array([1, 2]), np.array([2, 0])
     torch.testing.assert_close(patching.ablate_heads(model, idx, list(zip(layers, heads))),
                                patching.ablate_heads(model, idx, [(1, 2), (2, 0)]))
     torch.testing.assert_close(patching.ablate_heads(model, idx, np.array([[1, 2]])),
                                patching.ablate_heads(model, idx, [(1, 2)]))
-    z = _z(model, _idx(seed=3), 1)
+    z = _z(model, small_idx(seed=3), 1)
     torch.testing.assert_close(patching.patch_head(model, idx, z, np.int64(1), np.int32(3)),
                                patching.patch_head(model, idx, z, 1, 3))
 
@@ -218,11 +204,11 @@ ROLES = torch.arange(10).expand(3, 10)
     (lambda m, i: patching.patch_head(m, i, torch.zeros(3, 9, 4, 8), 0, 1), r"clean_z has shape \(3, 9, 4, 8\)"),
     (lambda m, i: patching.patching_shares(m, i, i[:, :5], lambda x: x.mean()), r"pair inputs of equal length"),
     (lambda m, i: patching.patching_shares(m, i, i, lambda x: x.mean()), r"no gap"),
-    (lambda m, i: patching.patching_shares(m, i, _idx(seed=6), lambda x: x.mean() * math.nan),
+    (lambda m, i: patching.patching_shares(m, i, small_idx(seed=6), lambda x: x.mean() * math.nan),
      r"metric is nan on clean and nan on corrupted inputs: it must return a finite number"),
-    (lambda m, i: patching.patching_shares(m, i, _idx(seed=6), lambda x: x.mean(), "forward"),
+    (lambda m, i: patching.patching_shares(m, i, small_idx(seed=6), lambda x: x.mean(), "forward"),
      r"direction='forward': choose 'denoise' .* or 'noise'"),
-    (lambda m, i: patching.group_share(m, i, _idx(seed=6), lambda x: x.mean(), (1, 2)),
+    (lambda m, i: patching.group_share(m, i, small_idx(seed=6), lambda x: x.mean(), (1, 2)),
      r"heads=\(1, 2\) must be a non-empty list"),
     (lambda m, i: patching.mean_logprob(m(i)[0], i, (i > 0).float()), r"must be \(B, T, V\), \(B, T\), \(B, T\) bool"),
     (lambda m, i: patching.mean_logprob(m(i)[0], i, i < 0), r"selects no position"),
@@ -243,10 +229,10 @@ ROLES = torch.arange(10).expand(3, 10)
     (lambda m, i: patching.ablate_heads(m, i, {(0, 1): 1}), r"heads=\{\(0, 1\): 1\} must be"),
     (lambda m, i: patching.ablate_heads(m, i[:0], [(0, 1)]),
      r"idx has shape \(0, 10\): pass token ids \(B, T\) with at least one row"),
-    (lambda m, i: patching.patching_shares(m, i, _idx(seed=6), lambda x: x[:, -1, 0]),
+    (lambda m, i: patching.patching_shares(m, i, small_idx(seed=6), lambda x: x[:, -1, 0]),
      r"metric returned a tensor of shape \(3,\): it must return one number"),
 ])
 def test_bad_input_names_the_value_the_rule_and_the_fix(call, message):
-    model, idx = _model(), _idx()
+    model, idx = small_model(), small_idx()
     with pytest.raises(ValueError, match=message):
         call(model, idx)
