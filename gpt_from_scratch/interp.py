@@ -73,6 +73,14 @@ def _check_gpt(model: nn.Module) -> None:
                      "\"gpt-from-scratch-book[interp]\")")
 
 
+def check_token_ids(target: Tensor, fix: str = "target.long() if they are whole") -> None:
+    """A ValueError unless ``target`` holds whole numbers (not bool, float or complex); ``fix``
+    says where the caller's ids come from."""
+    if target.dtype == torch.bool or target.is_floating_point() or target.is_complex():
+        raise ValueError(f"target holds {target.dtype}, not token ids: pass whole numbers "
+                         f"({fix})")
+
+
 def check_model(model: nn.Module) -> None:
     """A ValueError unless ``model`` is the book's GPT, in eval mode."""
     _check_gpt(model)
@@ -202,9 +210,7 @@ def direct_logit_attribution(model: nn.Module, idx: Tensor, target: Tensor) -> A
         raise ValueError(f"target must be a tensor of token ids of idx's shape {tuple(idx.shape)}, got "
                          f"{tuple(target.shape) if isinstance(target, Tensor) else type(target).__name__}: "
                          "for the next token at each position pass idx's shifted ids")
-    if target.dtype == torch.bool or target.is_floating_point() or target.is_complex():
-        raise ValueError(f"target holds {target.dtype}, not token ids: pass whole numbers "
-                         "(e.g. idx's shifted ids, or target.long() if they are whole)")
+    check_token_ids(target, "e.g. idx's shifted ids, or target.long() if they are whole")
     if ((target < 0) | (target >= V)).any():
         raise ValueError(f"target holds ids in [{int(target.min())}, {int(target.max())}], "
                          f"outside the vocabulary [0, {V}): pass token ids of the model's "

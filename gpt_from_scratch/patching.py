@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .interp import Edit, check_model, run_with_hooks
+from .interp import Edit, check_model, check_token_ids, run_with_hooks
 
 ABLATIONS = ("zero", "mean", "resample")
 DIRECTIONS = ("denoise", "noise")
@@ -267,9 +267,7 @@ def mean_logprob(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor:
         raise ValueError(f"logits {tuple(logits.shape)}, target {tuple(target.shape)} and mask "
                          f"{tuple(mask.shape)} ({mask.dtype}) must be (B, T, V), (B, T), (B, T) "
                          "bool: target[b, t] is the token that follows position t")
-    if target.dtype == torch.bool or target.is_floating_point() or target.is_complex():
-        raise ValueError(f"target holds {target.dtype}, not token ids: pass whole numbers "
-                         "(target.long() if they are whole)")
+    check_token_ids(target)
     if not mask.any():
         raise ValueError("mask selects no position, so the mean is 0 / 0: select at least one")
     V, chosen = logits.shape[-1], target[mask]
