@@ -243,6 +243,40 @@ def fit_linear(linear: nn.Linear, X: Tensor, y: Tensor, steps: int, lr: float = 
     return [_adamw_step(optimizer, F.cross_entropy(linear(X), y), step, lr) for step in range(steps)]
 
 
+def fit_linears(heads: list[nn.Linear], X: Tensor, y: Tensor, steps: int, lr: float = 1e-2,
+                weight_decay: float = 1e-2) -> None:
+    """``fit_linear`` for K independent heads at once (Chapter 9): head k on features ``X[k]``
+    and labels ``y[k]``, with ``X`` (K, N, F) and ``y`` (K, N); trains ``heads`` in place.
+
+    The heads are stacked into one weight (K, C, F) and one AdamW step trains them all on the
+    sum of their losses: each head's gradient is its own loss's (the sum's other terms do not
+    depend on it) and AdamW updates each element on its own, so each head follows the path
+    ``fit_linear`` gives it, up to the order of float sums (tests/test_finetune.py compares),
+    in one step where there were K. It pays where a head is small: Chapter 9's learning curve
+    fits 80 heads of 64 features a step, 2-4 times faster; 4,000 features gain nothing.
+    """
+    steps = check_int("fit_linears", "steps", steps, minimum=1)
+    if X.dim() != 3 or y.shape != X.shape[:2] or len(heads) != X.shape[0]:
+        raise ValueError(f"fit_linears: features {tuple(X.shape)}, labels {tuple(y.shape)} and "
+                         f"{len(heads)} heads: pass X (K, N, F), y (K, N) and K heads")
+    shapes = {(head.in_features, head.out_features) for head in heads}
+    if len(shapes) != 1 or next(iter(shapes))[0] != X.shape[2]:
+        raise ValueError(f"fit_linears: the heads map {sorted(shapes)} (in, out) but the "
+                         f"features have {X.shape[2]} columns: pass heads of one shape, "
+                         "nn.Linear(F, C), or fit heads of other shapes with fit_linear")
+    W = torch.stack([head.weight.detach() for head in heads]).requires_grad_()  # (K, C, F)
+    b = torch.stack([head.bias.detach() for head in heads]).requires_grad_()  # (K, C)
+    optimizer = torch.optim.AdamW([W, b], lr=lr, weight_decay=weight_decay)
+    for step in range(steps):
+        logits = torch.baddbmm(b[:, None, :], X, W.transpose(1, 2))  # (K, N, C)
+        loss = F.cross_entropy(logits.transpose(1, 2), y, reduction="none").mean(1).sum()
+        _adamw_step(optimizer, loss, step, lr)
+    with torch.no_grad():
+        for head, w, bias in zip(heads, W, b):
+            head.weight.copy_(w)
+            head.bias.copy_(bias)
+
+
 TRAINABLE = ("head", "last", "all")
 
 

@@ -3,13 +3,17 @@ reads the last real token, and set_trainable trains what it says."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
+from torch import nn
 
 from gpt_from_scratch.finetune import (
     GPTClassifier,
     bag_of_tokens,
     fit_linear,
+    fit_linears,
     hidden_states,
     majority_accuracy,
     mask_names,
@@ -124,6 +128,27 @@ def test_head_on_cached_features_equals_the_classifier():
         torch.testing.assert_close(clf.head(features), clf(data.train.ids, data.train.lengths))
     with pytest.raises(ValueError, match="steps"):
         fit_linear(clf.head, features, data.train.labels, steps=0)
+
+
+def test_heads_fitted_at_once_follow_the_path_each_takes_alone():
+    torch.manual_seed(0)
+    X, y = torch.randn(5, 12, 6), torch.randint(0, 3, (5, 12))  # (K, N, F), (K, N)
+    alone = [nn.Linear(6, 3) for _ in range(5)]
+    together = [copy.deepcopy(head) for head in alone]
+    start = copy.deepcopy(together)
+    for head, features, labels in zip(alone, X, y):
+        fit_linear(head, features, labels, steps=50)
+    fit_linears(together, X, y, steps=50)
+    for a, b in zip(alone, together):
+        torch.testing.assert_close(b.weight, a.weight, atol=1e-5, rtol=0)
+        torch.testing.assert_close(b.bias, a.bias, atol=1e-5, rtol=0)
+    assert all(not torch.equal(b.weight, s.weight) for b, s in zip(together, start))  # trained
+    with pytest.raises(ValueError, match=r"features \(5, 12, 6\), labels \(5, 11\)"):
+        fit_linears(together, X, y[:, :11], steps=1)
+    with pytest.raises(ValueError, match="heads of one shape"):
+        fit_linears(together[:4] + [nn.Linear(7, 3)], X, y, steps=1)
+    with pytest.raises(ValueError, match="steps"):
+        fit_linears(together, X, y, steps=0)
 
 
 def test_set_trainable_counts_and_freezes():

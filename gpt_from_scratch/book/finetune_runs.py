@@ -18,6 +18,7 @@ from ..finetune import (
     accuracy,
     bag_of_tokens,
     fit_linear,
+    fit_linears,
     majority_accuracy,
     pooled_features,
     set_trainable,
@@ -119,6 +120,20 @@ def _linear_accuracy(train_X, train_y, test_X, test_y, seed: int, steps: int) ->
         return (head(test_X).argmax(-1) == test_y).float().mean().item()
 
 
+def _linear_accuracies(runs: list[tuple], steps: int) -> list[float]:
+    """``_linear_accuracy`` of each ``(train_X, train_y, test_X, test_y, seed)``, features of
+    one width, fitted all at once (``fit_linears``)."""
+    heads = []
+    for train_X, _, _, test_y, seed in runs:
+        torch.manual_seed(seed)
+        heads.append(nn.Linear(train_X.shape[1], int(test_y.max()) + 1))
+    fit_linears(heads, torch.stack([run[0] for run in runs]),
+                torch.stack([run[1] for run in runs]), steps)
+    with torch.no_grad():
+        return [(head(test_X).argmax(-1) == test_y).float().mean().item()
+                for head, (_, _, test_X, test_y, _) in zip(heads, runs)]
+
+
 def learning_curve(backbones: list[CorpusVocabGPT], data: SpeakerData, sizes=(8, 32, 128),
                    seeds: int = 20, n_random: int = 5) -> dict:
     """Head-only classifiers (mean pooling) trained on ``n`` speeches per speaker, for each ``n`` of
@@ -151,24 +166,23 @@ def learning_curve(backbones: list[CorpusVocabGPT], data: SpeakerData, sizes=(8,
     randoms = [features(random_like(first, seed=1000 + k)) for k in range(n_random)]
     y, test_y = data.train.labels, data.test.labels
     curve = dict(sizes=list(sizes), pretrained=[], random=[], bag=[], per_backbone=[])
-    for n in sizes:
-        rows = dict(random=[], bag=[])
-        each = [[] for _ in backbones]
-        for seed in range(seeds):
-            pick = few_labels(y, n, seed)
-            for k, (X, test_X) in enumerate(pretrained):
-                each[k].append(_linear_accuracy(X[pick], y[pick], test_X, test_y, seed,
-                                                HEAD_STEPS))
-            X, test_X = randoms[seed % n_random]
-            rows["random"].append(_linear_accuracy(X[pick], y[pick], test_X, test_y, seed,
-                                                   HEAD_STEPS))
+    for n in sizes:  # every draw's heads on the networks' features fitted at once
+        picks = [few_labels(y, n, seed) for seed in range(seeds)]
+        runs = [(X[pick], y[pick], test_X, test_y, seed)
+                for seed, pick in enumerate(picks)
+                for X, test_X in pretrained + [randoms[seed % n_random]]]
+        accs = _linear_accuracies(runs, HEAD_STEPS)  # per draw: each backbone's, the random's
+        stride = len(backbones) + 1
+        each = [accs[k::stride] for k in range(len(backbones))]
+        curve["pretrained"].append([sum(draw) / len(draw) for draw in zip(*each)])
+        curve["per_backbone"].append(each)
+        curve["random"].append(accs[len(backbones)::stride])
+        bags = []
+        for seed, pick in enumerate(picks):  # a vocabulary of each draw's own: one at a time
             few = Split(data.train.ids[pick], data.train.lengths[pick], y[pick], [])
             vocab = torch.unique(few.ids[few.real()])
-            rows["bag"].append(_linear_accuracy(bag_of_tokens(few, vocab), y[pick],
-                                                bag_of_tokens(data.test, vocab), test_y, seed,
-                                                BAG_STEPS))
-        curve["pretrained"].append([sum(accs) / len(accs) for accs in zip(*each)])
-        curve["per_backbone"].append(each)
-        for name, values in rows.items():
-            curve[name].append(values)
+            bags.append(_linear_accuracy(bag_of_tokens(few, vocab), y[pick],
+                                         bag_of_tokens(data.test, vocab), test_y, seed,
+                                         BAG_STEPS))
+        curve["bag"].append(bags)
     return curve
