@@ -129,20 +129,22 @@ def pair(rank: int, world_size: int) -> dict:
 
 
 def fsdp2(batches, rows, names):
-    """FSDP2's fully_shard on each block, then the model; None where torch has none."""
+    """FSDP2's fully_shard on each block, then the model; or why this torch cannot run it."""
     try:
         from torch.distributed.fsdp import fully_shard
-    except ImportError:  # torch < 2.6 had it here
-        try:
-            from torch.distributed._composable.fsdp import fully_shard
-        except ImportError:
-            return None
+    except ImportError:
+        return f"torch {torch.__version__} has no torch.distributed.fsdp.fully_shard (2.6+)"
     model = tiny_gpt(0)
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
     optimizer = torch.optim.AdamW(model.parameters(), **ADAMW)
-    run(model, optimizer, batches, rows, sharded=True)
+    try:
+        run(model, optimizer, batches, rows, sharded=True)
+    except RuntimeError as err:  # FSDP2 before CPU support makes CUDA streams
+        if "CUDA" not in str(err):
+            raise
+        return f"torch {torch.__version__}'s FSDP2 needs CUDA: {str(err).splitlines()[0]}"
     full = dict(model.named_parameters())
     return flat(full[name].full_tensor() for name in names)
 

@@ -129,8 +129,8 @@ def test_shard_model_equals_fsdp2(pair):
     rank0, rank1 = pair
     torch.testing.assert_close(rank0["zero3"], rank0["reference"], **ONE_PROCESS_WEIGHTS)
     assert torch.equal(rank0["zero3"], rank1["zero3"])
-    if rank0["fsdp2"] is None:
-        pytest.skip(f"this torch ({torch.__version__}) has no FSDP2 fully_shard")
+    if isinstance(rank0["fsdp2"], str):
+        pytest.skip(rank0["fsdp2"])
     torch.testing.assert_close(rank0["zero3"], rank0["fsdp2"], **EXACT)
 
 
