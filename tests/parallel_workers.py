@@ -133,7 +133,7 @@ def fsdp2(batches, rows, names):
     try:
         from torch.distributed.fsdp import fully_shard
     except ImportError:
-        return f"torch {torch.__version__} has no torch.distributed.fsdp.fully_shard (2.6+)"
+        return f"torch {torch.__version__} has no public FSDP2 (torch.distributed.fsdp)"
     model = tiny_gpt(0)
     for block in model.blocks:
         fully_shard(block)
