@@ -129,7 +129,7 @@ def pair(rank: int, world_size: int) -> dict:
 
 
 def fsdp2(batches, rows, names):
-    """FSDP2's fully_shard on each block, then the model; or why this torch cannot run it."""
+    """FSDP2: fully_shard on each block, then the model; or why this torch cannot."""
     try:
         from torch.distributed.fsdp import fully_shard
     except ImportError:
