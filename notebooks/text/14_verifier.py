@@ -464,8 +464,8 @@ display(Markdown(found[-1].text))
 # the gradient of the KL at that position; the mean of $\nabla k_3$ alone is not. The first seed's run at the large step, with and without the penalty:
 
 # %%
-braked, _, braked_history = grpo_model(GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, BETA,
-                                                  seed=SEEDS[0]))
+braked, _, braked_history = grpo_model(
+    GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, BETA, seed=SEEDS[0]))
 brake = sampled_scores(braked, tok, held_task, N_SAMPLES, K, seed=SEEDS[0])[TASK]
 brake["kl"] = sum(braked_history.kl[-10:]) / 10
 display(Markdown(prose.brake_text(COLLAPSE_LR, BETA, hot[SEEDS[0]], brake, TASK)))
