@@ -1103,9 +1103,12 @@ print(f"loss {untied_loss:.4f}; extra parameters {extra:,}")
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# $\sigma = 0.02 \times 40 = 0.8$, so the prediction is $\ln 50{,}257 + 0.8^2 / 2 \approx
-# 10.82 + 0.32 = 11.14$: above $\ln V$, because the tied logits of a wide model are spread
-# out. Compare with the measured value.
+# $\sigma = 0.02 \times 40 = 0.8$, so the prediction is
+#
+# $$\ln 50{,}257 + 0.8^2 / 2 \approx 10.82 + 0.32 = 11.14,$$
+#
+# above $\ln V$, because the tied logits of a wide model are spread out. Compare with the
+# measured value.
 # ```
 
 # %%
