@@ -305,9 +305,10 @@ for seed, m in models.items():
     shares[seed] = patching.patching_shares(m, pairs.clean, pairs.corrupted, metric)
     scores[seed] = inside.induction_scores(m, pairs)
 analysis_seconds = clock() - start
+print("top heads by the share denoising restores, and by induction score:")
 for seed in SEEDS:
-    print(f"seed {seed}, top heads by denoising:   {inside.top_heads(shares[seed])}")
-    print(f"seed {seed}, by induction score:       {inside.top_heads(scores[seed])}")
+    print(f"seed {seed}, denoising: {inside.top_heads(shares[seed])}")
+    print(f"seed {seed}, induction: {inside.top_heads(scores[seed])}")
 rhos = [inside.rank_correlation(shares[s], scores[s]) for s in SEEDS]
 sums = [float(shares[s].sum()) for s in SEEDS]
 found = [inside_prose.rankings_lesson(rhos, N_PAIRS), inside_prose.shares_lesson(sums)]
