@@ -166,11 +166,12 @@ before = {seed: sampled_scores(sft[seed], tok, held_out, N_SAMPLES, K, seed=seed
           for seed in SEEDS}
 greedy_before = {seed: evaluate(sft[seed], tok, held_out) for seed in SEEDS}
 eval_seconds = (clock() - start) / len(SEEDS)
+print(f"{'':<17}{'greedy':>8}{'pass@1':>8}{f'pass@{K}':>8}")
 for seed in SEEDS:
     for task in TASKS:
         s = before[seed][task]
-        print(f"seed {seed}, {task:<9}: greedy {greedy_before[seed][task]['exact']:.1%}, "
-              f"pass@1 {s['pass@1']:.1%}, pass@{K} {s[f'pass@{K}']:.1%}")
+        print(f"{f'seed {seed}, {task}':<17}{greedy_before[seed][task]['exact']:>8.1%}"
+              f"{s['pass@1']:>8.1%}{s[f'pass@{K}']:>8.1%}")
 
 # %% tags=["remove-input"]
 display(Markdown(prose.sampling_text(
