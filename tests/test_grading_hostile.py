@@ -747,3 +747,18 @@ def test_a_dpo_loss_in_float64_scores_full_marks_and_so_does_the_next(assistant_
     name = "dpo_in_float64"
     for row in (assistant_class[name], after(assistant_class, name)):
         assert (row["total"], row["notes"], row["flags"]) == ("4", "", ""), row
+
+
+# The book's "Show the solution" cells pasted: full marks (the book is public) and, on the
+# teacher's sheet, a hint for each exercise; the classmate's own work after it, none
+CLASSES = {"12_assistant": "assistant_class", "13_inside": "inside_class",
+           "14_verifier": "verifier_class"}
+
+
+@pytest.mark.parametrize("chapter", sorted(CLASSES))
+def test_the_books_solutions_pasted_are_hinted_and_keep_their_points(request, chapter):
+    rows = request.getfixturevalue(CLASSES[chapter])
+    pasted, own = rows["pastes_the_book"], rows["own_work"]
+    for exercise in assign.ASSIGNMENTS[chapter].exercises:
+        assert f"{exercise.name}: the book's published solution" in pasted["flags"], pasted
+    assert (pasted["total"], own["flags"]) == (own["total"], ""), (pasted, own)
