@@ -509,8 +509,8 @@ def test_logit_lens(capsys):
     fails(ex.check_logit_lens, lambda *a: logit_lens(*a, use_eps=False), capsys, "add eps")
     fails(ex.check_logit_lens, lambda *a: logit_lens(*a, affine=False), capsys, "scale by weight")
     fails(ex.check_logit_lens, lambda r, w, b, W, e: logit_lens(r, w, b, W, e)[0], capsys, "(L, B, T, V)")
-    passes(ex.check_logit_lens, lambda r, w, b, W, e: logit_lens(r.double(), w.double(), b.double(),
-                                                                 W.double(), e), capsys)  # float64
+    passes(ex.check_logit_lens, lambda *a: logit_lens(*(t.double() for t in a[:4]), a[4]),
+           capsys)  # no dtype is stated: float64 too
 
 
 def clears_b_O(z_corrupted, z_clean, head, W_O, b_O):
@@ -534,8 +534,8 @@ def test_patch_head(capsys):
     fails(ex.check_patch_head, lambda *a: patch_head(*a, all_but=True), capsys, "only the head asked for")
     fails(ex.check_patch_head, lambda zc, zk, h, W, b: zc.flatten(2) @ W.T + b, capsys, "clean run's")
     fails(ex.check_patch_head, clears_b_O, capsys, "b_O changed in place")
-    passes(ex.check_patch_head, lambda zc, zk, h, W, b: patch_head(zc.double(), zk.double(), h,
-                                                                   W.double(), b), capsys)
+    passes(ex.check_patch_head, lambda zc, zk, h, W, b: patch_head(
+        zc.double(), zk.double(), h, W.double(), b), capsys)  # float64 too
 
 
 # ---------------------------------------------------------------------------------------------- 14

@@ -61,8 +61,9 @@ def test_every_chapter_grades_correct_solutions_and_typical_mistakes(
         got = {n: float(rows[student][n]) for n in names}
         assert got == pytest.approx(want), f"{student}: {rows[student]}"
         # "correct" is the book's own solution cells: hinted, never a point less
-        hinted = [f"{n}: the book's published solution, pasted line for line" for n in names]
-        want = "; ".join(hinted) if student == "correct" else ""
+        hinted = "; ".join(f"{n}: the book's published solution, pasted line for line"
+                           for n in names)
+        want = hinted if student == "correct" else ""
         assert rows[student]["flags"] == want, f"{student}: {rows[student]}"
     assert "raised an exception" in rows["untouched_stub"]["notes"]  # fixed words
     assert "NotImplementedError" in rows["untouched_stub"]["details"]  # the teacher's
