@@ -497,7 +497,14 @@ def test_the_bottleneck_passes_every_case_after_any_attack(lora_class, name):
     assert (float(row["lora_forward"]), row["notes"]) == (2.0, ""), row
 
 
-def graded_in_order(tmp, chapter: str, students: list[tuple[str, dict]]) -> dict:
+class Graded(dict):
+    """Rows by student name, and ``groups``: per exercise, the groups of the similarity
+    report (students by name)."""
+
+    groups: dict[str, list[set[str]]]
+
+
+def graded_in_order(tmp, chapter: str, students: list[tuple[str, dict]]) -> Graded:
     """Rows by name of ``students`` ((name, sources by exercise) in grading order), graded
     in one sandbox slot: each follows the one before in it."""
     secret = tmp / "course_secret"
@@ -510,7 +517,13 @@ def graded_in_order(tmp, chapter: str, students: list[tuple[str, dict]]) -> dict
     out = tmp / "grades.csv"
     grade.grade_folder(folder, autograder, out, secret=secret, jobs=1, quiet=True)
     with out.open(newline="") as f:
-        return {r["student"].split("_", 1)[1]: r for r in csv.DictReader(f)}
+        rows = Graded((r["student"].split("_", 1)[1], r) for r in csv.DictReader(f))
+    rows.groups = {}
+    with (tmp / "grades_similarity.csv").open(newline="") as f:
+        for exercise, _, names in csv.reader(f):
+            group = {name.split("_", 1)[1] for name in names.split(" | ") if "_" in name}
+            rows.groups.setdefault(exercise, []).append(group)
+    return rows
 
 
 def alternate(attacks: dict, honest: dict, base: dict) -> list[tuple[str, dict]]:
@@ -691,11 +704,45 @@ PASS_AT_K = {
 }
 
 
+# A classmate's grpo_loss copied with light edits, each below the similarity report's 90%
+# before grading.canonical (dead code 88%, "x /= n" 88%, all at once 77%): in the
+# classmate's group of the report, never a point less; the honest student after each in none
+MINE = (
+    "    log_ratio = logps - old_logps\n    ratio = torch.exp(log_ratio)\n"
+    "    adv = advantages.unsqueeze(1)\n"
+)
+OBJECTIVE = (
+    "    unclipped = ratio * adv\n"
+    "    clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv\n"
+)
+SUMS = "    total = (per_token * mask).sum()\n    count = mask.sum()\n"
+CLASSMATE = GRPO + MINE + OBJECTIVE + "    per_token = -torch.minimum(unclipped, clipped)\n"
+CLASSMATE += SUMS + "    return total / count"
+COPIES = {
+    "copies_adding_dead_code": CLASSMATE.replace(
+        SUMS, SUMS + "    unused = epsilon * 2\n    if False:\n        count = 1\n"
+    ),
+    "copies_dividing_in_place": CLASSMATE.replace(
+        "    return total / count", "    total /= count\n    return total"
+    ),
+    "copies_all_at_once": "def objective(ratio, adv, epsilon):\n"
+    + OBJECTIVE.replace("ratio * adv", "adv * ratio")
+    + "    return torch.minimum(unclipped, clipped)\n\n\n"
+    + GRPO + MINE + "    per_token = -objective(ratio, adv, epsilon)\n"
+    + SUMS.replace("per_token * mask", "mask * per_token")
+    + "    total /= count\n    return total",
+}
+
+
 @pytest.fixture(scope="module")
 def verifier_class(tmp_path_factory, book_solutions):
     base = ADVANTAGES | HONEST_GRPO["minimum_of_the_two"] | PASS_AT_K
     students = alternate(NO_GRADIENT | FLOAT64_14, HONEST_GRPO, base)
     students += [("pastes_the_book", book_solutions["14_verifier"]), ("own_work", base)]
+    students += [("classmate", base | {"grpo_loss": CLASSMATE})]
+    copies = {name: {"grpo_loss": source} for name, source in COPIES.items()}
+    honest = {"where_the_smaller": HONEST_GRPO["where_the_smaller"]}
+    students += alternate(copies, honest, base)
     return graded_in_order(tmp_path_factory.mktemp("verifier"), "14_verifier", students)
 
 
@@ -762,3 +809,12 @@ def test_the_books_solutions_pasted_are_hinted_and_keep_their_points(request, ch
     for exercise in assign.ASSIGNMENTS[chapter].exercises:
         assert f"{exercise.name}: the book's published solution" in pasted["flags"], pasted
     assert (pasted["total"], own["flags"]) == (own["total"], ""), (pasted, own)
+
+
+def test_light_edits_of_a_classmates_file_are_grouped_with_it(verifier_class):
+    group = next(g for g in verifier_class.groups["grpo_loss"] if "classmate" in g)
+    assert group == {"classmate", *COPIES}, verifier_class.groups
+    for name in ["classmate", *COPIES]:
+        fair = after(verifier_class, name) if name in COPIES else verifier_class[name]
+        for row in (verifier_class[name], fair):
+            assert (row["total"], row["notes"], row["flags"]) == ("6", "", ""), row
