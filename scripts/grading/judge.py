@@ -5,10 +5,10 @@ Nothing of the student's runs here, and nothing the student chose reaches the st
 result is parsed as JSON (size capped), its tensors loaded by safetensors (plain tensors, no
 pickle, no subclass), and every failure is said in fixed words: the case's name and what
 went wrong (wrong shape, wrong dtype, wrong values, no or a wrong gradient, changed its
-inputs, raised an exception, a limit), never the
-expected values, the inputs, the student's message, nor the error class or dtype their code
-chose (those go to the teacher's ``details`` column: a student could pick them to read back
-bits of the private inputs).
+inputs, raised an exception, a limit), never the expected values, the inputs, the
+student's message, nor the error class or dtype their code chose (those go to the
+teacher's ``details`` column: a student could pick them to read back bits of the private
+inputs).
 """
 
 from __future__ import annotations
