@@ -20,6 +20,7 @@ library, torch and safetensors only.
 import ctypes
 import json
 import linecache
+import numbers
 import os
 import resource
 import sys
@@ -84,8 +85,10 @@ def encode(value, key: str, out: dict):
         return {"$list": [encode(v, f"{key}.{i}", out) for i, v in enumerate(value)]}
     if isinstance(value, bool) or value is None:
         return value
-    if isinstance(value, (int, float)):
-        return float(value) if isinstance(value, float) else int(value)
+    if isinstance(value, numbers.Integral):  # a NumPy integer too
+        return int(value)
+    if isinstance(value, numbers.Real):  # a NumPy float too
+        return float(value)
     if isinstance(value, str):
         return value[:MAX_TEXT]
     return {"$type": type(value).__name__[:80]}
@@ -121,14 +124,39 @@ def run_case(
         if step.get("attr"):
             value = getattr(target, step["attr"])
             value = value() if callable(value) else value
+            values.append(encode(value, f"{prefix}.{i}", out))
         else:
             function = getattr(target, step["method"]) if step.get("method") else target
-            value = function(
-                *decode(step["args"], tensors, names),
-                **decode(step["kwargs"], tensors, names),
-            )
-        values.append(encode(value, f"{prefix}.{i}", out))
+            values.append(call(function, step, tensors, names, out, f"{prefix}.{i}"))
     return values
+
+
+def call(function, step: dict, tensors: dict, names: dict, out: dict, key: str):
+    """One step's call, reported: its value; with ``grad``, [value, its gradient with
+    respect to that argument] (autograd on for this call only); with ``unchanged``, [that,
+    the arguments after the call]."""
+    args = decode(step["args"], tensors, names)
+    wrt = step.get("grad")
+    if wrt is not None:
+        args[wrt].requires_grad_(True)
+    with torch.set_grad_enabled(wrt is not None):
+        value = function(*args, **decode(step["kwargs"], tensors, names))
+        reported = encode(value, key, out)
+        if wrt is not None:
+            grad = gradient(value, args[wrt])
+            reported = {"$list": [reported, encode(grad, key + ".grad", out)]}
+    if step.get("unchanged"):
+        reported = {"$list": [reported, encode(args, key + ".args", out)]}
+    return reported
+
+
+def gradient(value, wrt: torch.Tensor):
+    """The gradient of ``value`` with respect to ``wrt``; None unless ``value`` is a
+    one-element tensor whose graph reaches ``wrt``."""
+    if not (isinstance(value, torch.Tensor) and value.requires_grad and value.numel() == 1):
+        return None
+    (grad,) = torch.autograd.grad(value.sum(), wrt, allow_unused=True)
+    return grad
 
 
 def run_source(source: str, filename: str, env: dict) -> None:
