@@ -60,14 +60,7 @@ GRPO = """def grpo_loss(logps, old_logps, advantages, mask, epsilon):
     count = mask.sum()
     return total / count
 """
-HEAD_LOOP = """        outs = []
-        for h in range(self.n_heads):
-            cols = slice(h * self.d_head, (h + 1) * self.d_head)
-            scores = q[..., cols] @ k[..., cols].transpose(-2, -1) / math.sqrt(self.d_head)
-            scores = scores.masked_fill(~mask, float("-inf"))
-            weights = torch.softmax(scores, dim=-1)
-            outs.append(weights @ v[..., cols])
-"""
+HEAD_LOOP = HEADS[HEADS.index("        outs = []"):HEADS.index("        return self.c_proj")]
 # Each scored below the report's 90% before grading.canonical (the share alike then)
 EDITS = {
     "comparison_turned": (BPE, BPE.replace("len(ids) >= 2", "2 <= len(ids)")),  # 0.88
