@@ -60,7 +60,8 @@ GRPO = """def grpo_loss(logps, old_logps, advantages, mask, epsilon):
     count = mask.sum()
     return total / count
 """
-HEAD_LOOP = HEADS[HEADS.index("        outs = []"):HEADS.index("        return self.c_proj")]
+HEAD_LOOP = HEADS[HEADS.index("        outs = []"):
+                  HEADS.index("        return self.c_proj")]
 # Each scored below the report's 90% before grading.canonical (the share alike then)
 EDITS = {
     "comparison_turned": (BPE, BPE.replace("len(ids) >= 2", "2 <= len(ids)")),  # 0.88
