@@ -135,7 +135,8 @@ def test_independent_solutions_stay_apart_from_the_classmate_and_the_book(name):
 
 def test_a_helper_used_twice_or_calling_itself_is_kept():
     source = (
-        "def twice(x):\n    return x + 1\n\n\ndef f(x):\n    return twice(x) * twice(x)\n\n\n"
+        "def twice(x):\n    return x + 1\n\n\n"
+        "def f(x):\n    return twice(x) * twice(x)\n\n\n"
         "def itself(n):\n    y = n - 1\n    return itself(y)\n"
     )
     kept = canonical.canonical(ast.parse(source))
