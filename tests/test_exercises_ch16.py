@@ -1,0 +1,119 @@
+"""The checks of Chapter 16's exercises: each passes a correct solution (the book's, and the
+package's own function where it has one) and catches the typical mistakes, naming them."""
+
+from __future__ import annotations
+
+import torch
+
+from gpt_from_scratch import exercises as ex
+from gpt_from_scratch.quantize import absmax_quantize as package_absmax
+from gpt_from_scratch.speculative import accept_or_resample as package_accept
+from gpt_from_scratch.tiled_attention import online_softmax_step as package_step
+
+
+def outcome(check, candidate, capsys) -> tuple[bool, str]:
+    result = check(candidate)
+    out = capsys.readouterr().out
+    assert isinstance(result, bool) and "Traceback" not in out
+    return result, out
+
+
+def passes(check, candidate, capsys) -> None:
+    result, out = outcome(check, candidate, capsys)
+    assert result is True and out.startswith(ex.PASS_MARK), out
+
+
+def fails(check, candidate, capsys, *fragments: str) -> None:
+    result, out = outcome(check, candidate, capsys)
+    assert result is False and out.startswith(ex.FAIL_MARK), out
+    for fragment in fragments:
+        assert fragment in out, f"{fragment!r} not in:\n{out}"
+
+
+# ------------------------------------------------------------------ 1. the online softmax
+def online_step(m, l, acc, scores, v, rescale_acc=True, rescale_l=True, grow=True):
+    m_new = torch.maximum(m, scores.amax(-1, keepdim=True)) if grow else torch.where(
+        torch.isinf(m), scores.amax(-1, keepdim=True), m)
+    alpha = torch.exp(m - m_new)
+    p = torch.exp(scores - m_new)
+    l_new = (alpha * l if rescale_l else l) + p.sum(-1, keepdim=True)
+    return m_new, l_new, (alpha * acc if rescale_acc else acc) + p @ v
+
+
+def test_online_softmax_step(capsys):
+    passes(ex.check_online_softmax_step, online_step, capsys)
+    passes(ex.check_online_softmax_step, package_step, capsys)
+    fails(ex.check_online_softmax_step,
+          lambda *a: online_step(*a, rescale_acc=False), capsys, "case 1 of 3",
+          "rescale acc too")
+    fails(ex.check_online_softmax_step,
+          lambda *a: online_step(*a, rescale_acc=False, rescale_l=False), capsys,
+          "rescale the old sums")
+    fails(ex.check_online_softmax_step, lambda *a: online_step(*a, grow=False), capsys,
+          "case 1 of 3")  # the first block's maximum kept: wrong once a larger score comes
+    fails(ex.check_online_softmax_step, lambda *a: online_step(*a)[1:], capsys,
+          "expected (m, l, acc)")
+
+
+# ------------------------------------------------------------------ 2. accept or resample
+def accept(p, q, drafts, generator, keep="ratio", resample="residual"):
+    for i, x in enumerate(drafts.tolist()):
+        chance = p[i, x] / q[i, x] if keep == "ratio" else p[i, x]
+        if torch.rand((), generator=generator, dtype=p.dtype) < chance:
+            continue
+        law = {"residual": (p[i] - q[i]).clamp(min=0), "q": q[i], "p": p[i]}[resample]
+        new = torch.multinomial(law / law.sum(), 1, generator=generator)
+        return torch.cat([drafts[:i], new]), i
+    return torch.cat([drafts, torch.multinomial(p[-1], 1, generator=generator)]), len(drafts)
+
+
+def test_accept_or_resample(capsys):
+    passes(ex.check_accept_or_resample, accept, capsys)
+    passes(ex.check_accept_or_resample, package_accept, capsys)
+    fails(ex.check_accept_or_resample, lambda *a: accept(*a, resample="q"), capsys,
+          "case 2 of 4", "not from q")
+    fails(ex.check_accept_or_resample, lambda *a: accept(*a, resample="p"), capsys,
+          "case 3 of 4", "drawing from p again")
+    fails(ex.check_accept_or_resample, lambda *a: accept(*a, keep="p"), capsys,
+          "case 1 of 4", "min(1, p(x) / q(x))")
+
+
+def test_a_wrong_acceptance_that_passes_the_certain_cases_fails_the_chi_square(capsys):
+    """Keeping with probability min(1, p/q)^2 keeps every draft when p >= q (cases 1 to 3
+    cannot tell): only the distribution shows it."""
+    def squared(p, q, drafts, generator):
+        for i, x in enumerate(drafts.tolist()):
+            if torch.rand((), generator=generator, dtype=p.dtype) < min(
+                    1.0, float(p[i, x] / q[i, x])) ** 2:
+                continue
+            law = (p[i] - q[i]).clamp(min=0)
+            new = torch.multinomial(law / law.sum(), 1, generator=generator)
+            return torch.cat([drafts[:i], new]), i
+        return torch.cat([drafts, torch.multinomial(p[-1], 1, generator=generator)]), \
+            len(drafts)
+    fails(ex.check_accept_or_resample, squared, capsys, "case 4 of 4", "chi-square")
+
+
+# ------------------------------------------------------------------ 3. absmax quantization
+def absmax(w, bits, divide=True, rounding=torch.round, per_row=True):
+    top = 2 ** (bits - 1) - 1
+    peak = w.abs().amax(dim=1, keepdim=True) if per_row else w.abs().amax().expand(len(w), 1)
+    scale = (peak / top if divide else peak).clamp(min=torch.finfo(torch.float32).eps)
+    return rounding(w / scale).clamp(-top, top).to(torch.int8), scale
+
+
+def test_absmax_quantize(capsys):
+    passes(ex.check_absmax_quantize, absmax, capsys)
+    passes(ex.check_absmax_quantize,
+           lambda w, bits: (package_absmax(w, bits).values(), package_absmax(w, bits).scale),
+           capsys)
+    fails(ex.check_absmax_quantize, lambda w, b: absmax(w, b, divide=False), capsys,
+          "divide the largest magnitude by q_max")
+    fails(ex.check_absmax_quantize, lambda w, b: absmax(w, b, rounding=torch.trunc), capsys,
+          "rounds toward zero")
+    fails(ex.check_absmax_quantize, lambda w, b: absmax(w, b, per_row=False), capsys,
+          "one scale per row")
+    fails(ex.check_absmax_quantize, lambda w, b: (absmax(w, b)[0].float(), absmax(w, b)[1]),
+          capsys, "int8")
+    fails(ex.check_absmax_quantize, lambda w, b: (absmax(w, b)[0], absmax(w, b)[1][:, 0]),
+          capsys, "shape (out, 1)")
