@@ -64,7 +64,8 @@ def accept(p, q, drafts, generator, keep="ratio", resample="residual"):
         law = {"residual": (p[i] - q[i]).clamp(min=0), "q": q[i], "p": p[i]}[resample]
         new = torch.multinomial(law / law.sum(), 1, generator=generator)
         return torch.cat([drafts[:i], new]), i
-    return torch.cat([drafts, torch.multinomial(p[-1], 1, generator=generator)]), len(drafts)
+    bonus = torch.multinomial(p[-1], 1, generator=generator)
+    return torch.cat([drafts, bonus]), len(drafts)
 
 
 def test_accept_or_resample(capsys):
@@ -97,7 +98,8 @@ def test_a_wrong_acceptance_that_passes_the_certain_cases_fails_the_chi_square(c
 # ------------------------------------------------------------------ 3. absmax quantization
 def absmax(w, bits, divide=True, rounding=torch.round, per_row=True):
     top = 2 ** (bits - 1) - 1
-    peak = w.abs().amax(dim=1, keepdim=True) if per_row else w.abs().amax().expand(len(w), 1)
+    peak = (w.abs().amax(dim=1, keepdim=True) if per_row
+            else w.abs().amax().expand(len(w), 1))
     scale = (peak / top if divide else peak).clamp(min=torch.finfo(torch.float32).eps)
     return rounding(w / scale).clamp(-top, top).to(torch.int8), scale
 
@@ -105,7 +107,7 @@ def absmax(w, bits, divide=True, rounding=torch.round, per_row=True):
 def test_absmax_quantize(capsys):
     passes(ex.check_absmax_quantize, absmax, capsys)
     passes(ex.check_absmax_quantize,
-           lambda w, bits: (package_absmax(w, bits).values(), package_absmax(w, bits).scale),
+           lambda w, b: (package_absmax(w, b).values(), package_absmax(w, b).scale),
            capsys)
     fails(ex.check_absmax_quantize, lambda w, b: absmax(w, b, divide=False), capsys,
           "divide the largest magnitude by q_max")

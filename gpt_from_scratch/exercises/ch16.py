@@ -32,9 +32,10 @@ def _step(m, l, acc, scores, v, rescale_acc=True, rescale_l=True):
 
 
 def check_online_softmax_step(candidate) -> bool:
-    """Check ``online_softmax_step(m, l, acc, scores, v_block)`` -> ``(m, l, acc)``: one block
-    of scores folded into the running maximum ``m`` (Q, 1), sum ``l`` (Q, 1) and unnormalized
-    output ``acc`` (Q, d); after the last block ``acc / l`` is ``softmax(scores) @ v``."""
+    """Check ``online_softmax_step(m, l, acc, scores, v_block)`` -> ``(m, l, acc)``: one
+    block of scores folded into the running maximum ``m`` (Q, 1), sum ``l`` (Q, 1) and
+    unnormalized output ``acc`` (Q, d); after the last block ``acc / l`` is
+    ``softmax(scores) @ v``."""
     specs = [("3 blocks of 4 keys, the largest score in the last block", 3, 4, 1, True),
              ("2 blocks of 5 keys, scores in order", 2, 5, 2, False),
              ("4 blocks of 3 keys, some scores masked with -inf", 4, 3, 3, False)]
@@ -112,14 +113,16 @@ def _step_output(candidate, p, q, drafts, seed):
                         hint="return the tokens kept and drawn, and how many drafts were "
                              "kept")
     tokens, n = got
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.is_floating_point():
+    if (not isinstance(tokens, torch.Tensor) or tokens.dim() != 1
+            or tokens.is_floating_point()):
         raise _Mismatch(f"tokens: expected a 1-D tensor of ids, got {tokens!r:.60}",
                         hint="return torch.cat([draft_tokens[:n], new_token])")
     n = int(n)
     if len(tokens) != n + 1 or not torch.equal(tokens[:n].long(), drafts[:n].long()):
         raise _Mismatch(f"with n_accepted={n}, tokens {tokens.tolist()} must be the first "
                         f"{n} drafts {drafts.tolist()} and one token more",
-                        hint="keep the drafts up to the first rejection, then add one token")
+                        hint="keep the drafts up to the first rejection, then add one "
+                             "token")
     return tokens.long(), n
 
 
@@ -131,7 +134,8 @@ DRAWS = 2_000  # the wrong rules' laws are far from p: each fails at p < 1e-12
 def check_accept_or_resample(candidate) -> bool:
     """Check ``accept_or_resample(p, q, draft_tokens, generator)`` -> ``(tokens,
     n_accepted)``: keep draft x_i with probability min(1, p_i(x_i) / q_i(x_i)); at the first
-    rejection draw from norm(max(0, p_i - q_i)) and stop; after γ kept, a bonus from p_γ+1."""
+    rejection draw from norm(max(0, p_i - q_i)) and stop; after γ kept, a bonus from
+    p_γ+1."""
     F64 = torch.float64
 
     def equal_laws() -> None:
@@ -186,8 +190,8 @@ def check_accept_or_resample(candidate) -> bool:
                             f"not {' or '.join(wrong)}")
 
     cases = [_Case("p equals q: every draft is kept", equal_laws),
-             _Case("p(x) = 0 at the draft: rejected, and the residual's support is disjoint "
-                   "from q's", certain_rejection),
+             _Case("p(x) = 0 at the draft: rejected, and the residual's support is "
+                   "disjoint from q's", certain_rejection),
              _Case("a rejection leaves one token where p > q", certain_residual),
              _Case(f"the first token's distribution over {DRAWS:,} draws is p", law)]
     hint = ("p is a (γ + 1, V) tensor, q (γ, V), draft_tokens (γ,) int64, generator a "
@@ -213,7 +217,8 @@ def _absmax(w, bits, divide=True, rounding=torch.round, per_row=True, absolute=T
 def check_absmax_quantize(candidate) -> bool:
     """Check ``absmax_quantize(w, bits)`` -> ``(q, scale)``: per row s = max|w_row| / q_max
     (q_max = 2^(bits-1) - 1) as float32 (out, 1), q = round(w / s) clamped to ±q_max as int8
-    (out, in); a row of zeros gets s = float32's eps. Then q * scale is within s / 2 of w."""
+    (out, in); a row of zeros gets s = float32's eps. Then q * scale is within s / 2 of
+    w."""
     specs = [("8 bits, 4 rows of 16", 8, 1, False), ("4 bits, 6 rows of 8", 4, 2, False),
              ("8 bits, a row of zeros and a row of one large weight", 8, 3, True)]
 
@@ -243,7 +248,8 @@ def check_absmax_quantize(candidate) -> bool:
                                                       "extreme may be negative"),
             ], default_hint="scale = w.abs().amax(dim=1, keepdim=True) / q_max, at least "
                             "eps", what="scale")
-            q = _require_tensor(q, q_ref, "q", dtype_hint="store q as int8: .to(torch.int8)")
+            q = _require_tensor(q, q_ref, "q",
+                                dtype_hint="store q as int8: .to(torch.int8)")
             _compare_values(q, q_ref, atol=0, rtol=0, known_mistakes=[
                 (_absmax(w, bits, rounding=torch.trunc)[0], "round to the nearest integer "
                  "(torch.round); .to(torch.int8) alone rounds toward zero"),

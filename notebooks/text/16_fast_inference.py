@@ -1,0 +1,678 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.17.3
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (ch-fast-inference)=
+# # 16. Fast inference, proven exact
+#
+# {ref}`ch-generation` generated text one token at a time, with a cache of keys and values.
+# Serving a model fast rests on four more ideas, and three of them change *how* the numbers
+# are computed without changing *what* is computed. This chapter writes each from scratch,
+# proves it exact (or measures what it costs), and says what a CPU run can and cannot show:
+#
+# 1. **tiled attention**: the softmax computed block by block with a running maximum, as
+#    FlashAttention does: the same output, without the $T \times T$ scores in memory;
+# 2. **speculative decoding**: a small draft model guesses, the book's model checks several
+#    guesses in one forward pass, and an accept/reject rule keeps the target's own output;
+# 3. **weight-only quantization**: weights stored as 8-bit (or 4-bit) integers and a scale,
+#    and what that costs in Chapter 11's bits per byte;
+# 4. **a paged KV cache**: keys and values in fixed-size blocks from one pool, as vLLM
+#    serves many requests of different lengths.
+#
+# With `FULL_RUN = True` on a GPU, section 16.1 also times PyTorch's own fused attention
+# kernels, where tiling's speed shows.
+
+# %% tags=["colab-setup"]
+# Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
+# Written by scripts/colab_setup.py from _config.yml and pyproject.toml.
+try:
+    import gpt_from_scratch
+except ImportError:
+    %pip install --quiet "gpt-from-scratch-book[notebooks]==0.1.0"
+    try:
+        import gpt_from_scratch
+    except ImportError:
+        raise RuntimeError(
+            "could not install gpt-from-scratch-book 0.1.0: check that the runtime has "
+            "internet access and that this version is on PyPI") from None
+
+# %%
+import inspect
+import math
+import os
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from IPython.display import Markdown, display
+
+from gpt_from_scratch.attention import scaled_dot_product_attention
+from gpt_from_scratch.evaluate import model_bits_per_byte
+from gpt_from_scratch.generate import generate
+from gpt_from_scratch.model import GPT, GPTConfig
+from gpt_from_scratch.paged_cache import kv_cache_memory, paged_generate, slot_bytes
+from gpt_from_scratch.quantize import model_bytes, quantize_model, weight_error
+from gpt_from_scratch import speculative  # speculative.accept_or_resample and
+from gpt_from_scratch import tiled_attention as tiling  # tiling.online_softmax_step: the
+# exercises write their own
+from gpt_from_scratch.speculative import (RollbackKVCache, sampling_probabilities,
+                                          speculative_generate)
+from gpt_from_scratch.tiled_attention import (attention_memory, measure_peak_bytes,
+                                              tiled_attention)
+from gpt_from_scratch.train import train
+from gpt_from_scratch.train_config import TrainConfig
+from gpt_from_scratch.book import lessons
+from gpt_from_scratch.book import fast_prose as prose
+from gpt_from_scratch.book.figure_text import book_figures
+from gpt_from_scratch.book.recipes import RECIPES, book_model, char_level_data
+
+book_figures()  # sharp on high-density screens, each PNG records its smallest text
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # the profiler's own log lines, off
+torch.set_printoptions(precision=3, sci_mode=False)
+
+# FULL_RUN = False: everything runs on the CPU. FULL_RUN = True (on a GPU): section 16.1
+# also times SDPA's flash kernel against its plain one.
+FULL_RUN = False
+SEED = 0
+chapter_start = time.perf_counter()
+train_ids, val_ids, tok = char_level_data()
+
+# %% [markdown]
+# ## 16.1 Tiled attention and the online softmax
+#
+# Attention as {ref}`ch-attention` wrote it computes all $T_q \times T_k$ scores
+# $s_j = q \cdot k_j / \sqrt{d}$ of a query, takes their softmax and the weighted sum of the
+# values. The softmax needs every score before it can start: its denominator sums them all,
+# and for stability each score is first lowered by the row's maximum $m$. The *online
+# softmax* {cite}`milakov2018online` removes that wait. Read the keys in blocks, and keep
+# per query three numbers: the largest score $m$ so far, the sum $\ell$ of
+# $e^{s_j - m}$ over the scores seen, and the unnormalized output
+# $\mathbf{a} = \sum_j e^{s_j - m} \mathbf{v}_j$. When a block of scores arrives with a
+# larger maximum $m' = \max(m, \max_j s_j)$, the old sums were taken against $m$;
+# multiplying them by $e^{m - m'}$ puts them against $m'$:
+#
+# $$\ell' = e^{m - m'}\,\ell + \sum_{j \in \text{block}} e^{s_j - m'}, \qquad
+# \mathbf{a}' = e^{m - m'}\,\mathbf{a} + \sum_{j \in \text{block}} e^{s_j - m'}\,
+# \mathbf{v}_j.$$
+#
+# After the last block, $\mathbf{a} / \ell$ is exactly $\operatorname{softmax}(s)\,V$: each
+# term carries $e^{s_j - m_{\text{final}}}$, whatever block it came in. FlashAttention
+# {cite}`dao2022flashattention` runs this loop on a GPU with each block of queries, keys and
+# values in the chip's fast on-chip memory, so the scores never travel to the GPU's main
+# memory. The update, from `tiled_attention.py`:
+
+# %%
+print(inspect.getsource(tiling.online_softmax_step).split('"""')[-1])
+
+# %% [markdown]
+# `tiled_attention` loops over blocks of 64 queries, and for each over blocks of 64 keys,
+# skipping the key blocks that a causal mask hides entirely. Against PyTorch's
+# `F.scaled_dot_product_attention`, causal and not, for 2 sequences of 200 tokens and 4
+# heads of 32 dimensions, beside a tiled loop that forgets to rescale $\mathbf{a}$ (the
+# denominator is rescaled, the output is not):
+
+# %%
+def tiled_without_rescale(q, k, v, block=64):
+    """The online softmax, not causal, with one slip: acc is not rescaled."""
+    m = q.new_full((*q.shape[:-1], 1), float("-inf"))
+    l, acc = torch.zeros_like(m), torch.zeros_like(q)
+    for start in range(0, k.size(-2), block):
+        k_block = k[..., start:start + block, :]
+        scores = q @ k_block.transpose(-2, -1) / math.sqrt(q.size(-1))
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        p = torch.exp(scores - m_new)
+        l = torch.exp(m - m_new) * l + p.sum(-1, keepdim=True)
+        acc = acc + p @ v[..., start:start + block, :]  # the slip: no exp(m - m_new)
+        m = m_new
+    return acc / l
+
+
+g = torch.Generator().manual_seed(SEED)
+B, H, T, d = 2, 4, 200, 32
+differences = {}
+for dtype in (torch.float32, torch.float64):
+    q, k, v = (torch.randn(B, H, T, d, generator=g, dtype=dtype) for _ in range(3))
+    for causal in (False, True):
+        ours = tiled_attention(q, k, v, causal=causal)
+        theirs = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        differences[dtype, causal] = (ours - theirs).abs().max().item()
+        print(f"{str(dtype):<14} causal={causal!s:<5}: largest difference "
+              f"{differences[dtype, causal]:.1e}")
+slip = (tiled_without_rescale(q, k, v) - F.scaled_dot_product_attention(q, k, v))
+print(f"without rescaling acc (float64): {slip.abs().max():.1e}")
+
+# %% tags=["remove-input"]
+found = [prose.tiled_lesson(max(differences[torch.float64, c] for c in (False, True)),
+                            max(differences[torch.float32, c] for c in (False, True)),
+                            slip.abs().max().item())]
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# **Memory.** The written-out attention keeps the $T \times T$ scores, and the softmax
+# beside them; the tiled loop keeps one block of $64 \times 64$ scores, the block's
+# queries, and $m$, $\ell$, $\mathbf{a}$, whatever $T$ is. `attention_memory` gives both
+# by formula; `measure_peak_bytes` measures the most bytes of tensors alive at once while
+# a call runs, from PyTorch's profiler. One head of 64 dimensions, not causal (Chapter 4's
+# `scaled_dot_product_attention`, the written-out one, against `tiled_attention`):
+
+# %%
+memory_rows = []
+print(f"{'T':>5} {'scores':>10} {'measured':>10} {'tiled':>8} {'measured':>10}")
+for T in (256, 512, 1024, 2048):
+    q, k, v = (torch.randn(1, 1, T, 64, generator=g) for _ in range(3))
+    formula = attention_memory(T, 64, 64, 64)
+    naive = measure_peak_bytes(lambda: scaled_dot_product_attention(q, k, v))
+    tiled = measure_peak_bytes(lambda: tiled_attention(q, k, v, causal=False))
+    memory_rows.append((T, naive, tiled))
+    print(f"{T:>5} {formula.naive_bytes / 2**20:>6.2f} MiB {naive / 2**20:>6.2f} MiB "
+          f"{formula.tiled_bytes / 2**10:>4.0f} KiB {tiled / 2**10:>6.0f} KiB")
+
+# %% tags=["remove-input"] mystnb={"figure": {"caption": "Peak memory of one head's attention against the sequence length: the written-out attention's T × T scores and softmax, and the tiled loop's working set, measured by PyTorch's profiler.", "name": "fig-tiled-memory"}, "image": {"alt": "Log-log plot of peak memory against T: the written-out attention's line rises with slope two, the tiled one stays nearly flat."}}
+fig, ax = plt.subplots(figsize=(5.2, 3.4))
+Ts = [row[0] for row in memory_rows]
+ax.loglog(Ts, [row[1] / 2**20 for row in memory_rows], "o-", label="written out")
+ax.loglog(Ts, [row[2] / 2**20 for row in memory_rows], "s-", label="tiled")
+ax.set(xlabel="sequence length T", ylabel="peak memory (MiB)")
+ax.legend()
+fig.tight_layout()
+plt.show()
+
+# %% tags=["remove-input"]
+found.append(prose.memory_lesson(memory_rows))
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# The measured peaks count the output too, $T \times d$ numbers, and the tiled loop's
+# log-sum-exp beside it: the tiled peak grows in proportion to $T$. The scores, the term
+# that grows as $T^2$, are gone. What the CPU
+# cannot show is the speed. Here tiling is slower than one large matrix product, since
+# every block is a separate small product launched from Python. On a GPU the written-out
+# attention writes the scores to the GPU's main memory and reads them back for the
+# softmax and again for the product with $V$; at long contexts that traffic, not the
+# arithmetic, sets the time. A fused kernel keeps each block in on-chip memory and
+# reads $Q$, $K$ and $V$ once {cite}`dao2022flashattention`. With `FULL_RUN` on a GPU,
+# PyTorch's flash kernel against its plain ("math") one, in float16, 4 sequences of 16 heads
+# of 64 dimensions, causal:
+
+# %%
+if FULL_RUN and torch.cuda.is_available():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for T in (1024, 4096, 16384):
+        q, k, v = (torch.randn(4, 16, T, 64, device="cuda", dtype=torch.float16)
+                   for _ in range(3))
+        times = {}
+        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH):
+            with sdpa_kernel(backend):
+                for _ in range(3):  # warm-up
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                start.record()
+                for _ in range(10):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                end.record()
+                torch.cuda.synchronize()
+                times[backend.name] = start.elapsed_time(end) / 10
+        print(f"T = {T:>6}: " + ", ".join(f"{n} {ms:.2f} ms" for n, ms in times.items()))
+else:
+    print("skipped: FULL_RUN is False" if not FULL_RUN else "skipped: no GPU here; the "
+          "speed of a fused kernel comes from on-chip memory that a CPU run cannot show")
+
+# %% [markdown]
+# ## 16.2 Speculative decoding
+#
+# Decoding runs the model once per token, and on a GPU a forward pass of one token is
+# slow for its memory traffic: every weight is read to produce one token. Checking
+# several tokens costs about the same pass. *Speculative decoding*
+# {cite}`leviathan2023fast,chen2023accelerating` uses that: a cheap *draft* model proposes
+# $\gamma$ tokens $x_1, \dots, x_\gamma$, one at a time, from its distributions
+# $q_1, \dots, q_\gamma$; the *target* scores all of them in one forward pass, which
+# gives its own distributions $p_1, \dots, p_{\gamma+1}$ at the same positions. Each guess
+# is kept with probability $\min(1, p_i(x_i) / q_i(x_i))$, in order; at the first
+# rejection the token is drawn from the residual $\operatorname{norm}(\max(0, p_i - q_i))$
+# and the round ends; if all $\gamma$ are kept, a bonus token comes from $p_{\gamma+1}$.
+# Why the tokens follow $p$: with $\beta = \sum_y \min(p(y), q(y))$, a rejection happens
+# with probability $1 - \beta$, and
+# $\sum_y \max(0, p(y) - q(y)) = 1 - \beta$ too, so a token is $y$ with probability
+#
+# $$q(y) \min\Big(1, \frac{p(y)}{q(y)}\Big) + (1 - \beta)\,
+# \frac{\max(0, p(y) - q(y))}{1 - \beta} = \min(p, q)(y) + \max(0, p - q)(y) = p(y).$$
+#
+# Greedy decoding is the case where both put all their mass on their arg-max: a guess is
+# kept while it equals the target's arg-max, so the output is the target's greedy text.
+#
+# The target is the book's character model of {ref}`ch-training`. The draft must share its
+# vocabulary and be much cheaper: one layer of 64 dimensions instead of four of 128,
+# trained here for a few seconds with the book's `train`:
+
+# %%
+target, tok = book_model("shakespeare-char", progress=False)
+torch.manual_seed(SEED)
+draft = GPT(GPTConfig(**RECIPES["shakespeare-char"].model
+                      | dict(n_layers=1, d_model=64, n_heads=2, d_ff=256)))
+start = time.perf_counter()
+history = train(draft, train_ids, val_ids,
+                TrainConfig(max_iters=1500, batch_size=12, learning_rate=3e-3, min_lr=3e-4,
+                            warmup_iters=50, eval_interval=1500, eval_iters=10,
+                            keep_best=False, progress=False, seed=SEED))
+draft_seconds = time.perf_counter() - start
+draft.eval()
+for name, m in (("target", target), ("draft", draft)):
+    print(f"{name}: {m.config.n_layers} layer(s) of {m.config.d_model} dimensions, "
+          f"{m.num_parameters():,} parameters")
+print(f"the draft's validation loss {history.val_loss[-1]:.3f} after {draft_seconds:.0f} s "
+      "of training")
+
+# %% [markdown]
+# **Greedy: the target's own tokens.** Four prompts, each extended to the end of the
+# context (64 characters), by the target alone with `generate(..., greedy=True)` and by
+# speculative decoding with $\gamma$ from 1 to 6. `speculative_generate` counts what it did:
+# guesses proposed and kept, forward passes of each model. Each run is timed 5 times, the
+# kinds taking turns:
+
+# %%
+prompts = [torch.tensor([tok.encode(s)]) for s in
+           ("ROMEO:\n", "First Citizen:\n", "KING HENRY", "JULIET:\nO")]
+new = [64 - p.size(1) + 1 for p in prompts]  # to the end of the context
+plain = [generate(target, p, n, greedy=True) for p, n in zip(prompts, new)]
+GAMMAS, REPEATS = (0, 1, 2, 3, 4, 6), 5
+seconds = {gamma: [] for gamma in GAMMAS}
+counts, mismatches = {}, 0
+for repeat in range(REPEATS):
+    for gamma in GAMMAS[::-1] if repeat % 2 else GAMMAS:  # alternate the order
+        start = time.perf_counter()
+        runs = [speculative_generate(target, draft, p, n, gamma, greedy=True)
+                for p, n in zip(prompts, new)]
+        seconds[gamma].append(time.perf_counter() - start)
+        mismatches += sum(int((out != ref).sum()) for (out, _), ref in zip(runs, plain))
+        stats = [s for _, s in runs]
+        kept, proposed = sum(s.accepted for s in stats), sum(s.proposed for s in stats)
+        counts[gamma] = (kept / proposed if proposed else math.nan,
+                         sum(s.new_tokens for s in stats)
+                         / sum(s.target_forwards for s in stats))
+n_compared = REPEATS * len(GAMMAS) * sum(new)
+print(f"tokens that differ from the target's greedy ones: {mismatches} of {n_compared:,}")
+print(f"{'γ':>2} {'kept':>6} {'tokens/target pass':>19} {'seconds (median)':>17}")
+for gamma in GAMMAS:
+    rate, per_pass = counts[gamma]
+    print(f"{gamma:>2} {rate:>6.1%} {per_pass:>19.2f} "
+          f"{sorted(seconds[gamma])[REPEATS // 2]:>17.3f}")
+print("".join(tok.decode(plain[0][0].tolist())))
+
+# %% [markdown]
+# The counts are what speculation buys: fewer forward passes of the target per token. A
+# guess of the draft is kept less often the further it looks ahead (it guesses from its own
+# earlier guesses), so each extra $\gamma$ brings less. Whether fewer passes mean fewer
+# seconds depends on what each pass costs. The costs measured here, each forward pass run
+# 200 times after a short context: the draft's one-token pass, and the target's pass over
+# $\gamma + 1$ tokens, each over the target's one-token pass:
+
+# %%
+def pass_ms(model, n_tokens, repeats=200):
+    """Milliseconds of a forward pass of n_tokens after a cache of 20 positions."""
+    cache = [RollbackKVCache(model.config.context_length) for _ in model.blocks]
+    context, step = torch.tensor([tok.encode("ROMEO:\nWhat is this")]), torch.zeros(
+        1, n_tokens, dtype=torch.long)
+    with torch.no_grad():
+        model(context, kv_cache=cache)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            for layer in cache:
+                layer.crop(context.size(1))
+            model(step, kv_cache=cache)
+    return 1e3 * (time.perf_counter() - start) / repeats
+
+
+one = pass_ms(target, 1)
+c_draft = pass_ms(draft, 1) / one
+verify = {gamma: pass_ms(target, gamma + 1) / one for gamma in GAMMAS if gamma}
+print(f"target, one token: {one:.2f} ms; draft: {c_draft:.2f} of it; target over γ + 1 "
+      "tokens: " + ", ".join(f"{v:.2f} (γ = {g})" for g, v in verify.items()))
+
+# %% tags=["remove-input"]
+display(Markdown(prose.speedup_text(c_draft, verify, counts, seconds,
+                                     draft.num_parameters() / target.num_parameters())))
+found.append(prose.tokens_lesson({g: counts[g] for g in GAMMAS if g}))
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# **Sampling: the target's distribution.** Greedy identity is a check token by token; a
+# sampled run is checked by its distribution. At the position after "ROMEO:\n", the
+# target's distribution $p$ and the draft's $q$, each restricted to its 5 likeliest
+# characters (`top_k=5`, which the rule allows: both models sample from what they are
+# given), on 6,000 draws of one round with $\gamma = 1$: the draft draws $x_1$ from $q$,
+# `accept_or_resample` keeps it or draws from the residual. Pearson's chi-square test
+# compares the counts of the round's first token with $6{,}000\,p$. Beside it, the slip
+# of Exercise 2, drawing from $q$ instead of the residual after a rejection, run the same
+# way; and the test's *power* against that slip: the chance it rejects the slip's law at
+# the level 0.01, from the non-central chi-square law with
+# $\lambda = N \sum_y (w(y) - p(y))^2 / p(y)$ for the slip's law $w$.
+
+# %%
+DRAWS = 6_000
+context = prompts[0]
+with torch.no_grad():
+    p_row = sampling_probabilities(target(context)[0][0, -1:], top_k=5)[0]  # (V,)
+    q_row = sampling_probabilities(draft(context)[0][0, -1:], top_k=5)[0]  # (V,)
+p, q = torch.stack([p_row, p_row]), q_row[None]  # γ = 1: p_1, p_2 and q_1
+
+
+def resample_from_q(p, q, drafts, generator):
+    """Exercise 2's slip: after a rejection, draw from q, not from the residual."""
+    x = int(drafts[0])
+    if torch.rand((), generator=generator) < p[0, x] / q[0, x]:
+        return torch.cat([drafts, torch.multinomial(p[1], 1, generator=generator)]), 1
+    return torch.multinomial(q[0], 1, generator=generator), 0
+
+
+g = torch.Generator().manual_seed(SEED)
+firsts = {"accept_or_resample": [], "resample from q": []}
+for _ in range(DRAWS):
+    x = torch.multinomial(q[0], 1, generator=g)
+    tokens, _ = speculative.accept_or_resample(p, q, x, g)
+    firsts["accept_or_resample"].append(int(tokens[0]))
+    firsts["resample from q"].append(int(resample_from_q(p, q, x, g)[0][0]))
+support = (p_row > 0).nonzero()[:, 0]  # the target's 5 characters
+print("characters:", [tok.decode([int(i)]) for i in support])
+print("p:        ", [round(v, 3) for v in p_row[support].tolist()])
+chi = {}
+for rule, tokens in firsts.items():
+    counts_y = torch.bincount(torch.tensor(tokens), minlength=len(p_row))
+    outside = int(counts_y.sum() - counts_y[support].sum())
+    chi[rule] = prose.chi_square(counts_y[support], DRAWS * p_row[support])
+    print(f"{rule:<19}", [round(c / DRAWS, 3) for c in counts_y[support].tolist()],
+          f"outside p's support {outside}; chi-square {chi[rule][0]:.1f}, "
+          f"{chi[rule][1]} degrees of freedom, p-value {chi[rule][2]:.2g}")
+kept = q_row * torch.where(q_row > 0, p_row / q_row, 0.0).clamp(max=1.0)
+slip_law = kept + (1 - kept.sum()) * q_row  # the slip's law of the first token
+power = prose.chi_square_power(DRAWS, p_row[support], slip_law[support], prose.ALPHA)
+print(f"power against resampling from q at level {prose.ALPHA}: {power:.6f}; the "
+      f"smallest expected count {DRAWS * p_row[support].min().item():.0f}")
+
+# %% tags=["remove-input"]
+found.append(prose.speculative_lesson(mismatches, n_compared,
+                                      chi["accept_or_resample"][2], DRAWS, power,
+                                      "from q after a rejection"))
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# The smallest expected count, printed above, is what Pearson's approximation of the
+# statistic's law needs to be large (five or more, by the usual rule). Sampled end to end,
+# at the default temperature, a guess that matches the target's likeliest character can
+# still be rejected, and one that does not can be kept:
+
+# %%
+g = torch.Generator().manual_seed(SEED)
+sampled = [speculative_generate(target, draft, p_, n, 4, generator=g)[1]
+           for p_, n in zip(prompts, new)]
+kept_share = sum(s.accepted for s in sampled) / sum(s.proposed for s in sampled)
+per_pass = sum(s.new_tokens for s in sampled) / sum(s.target_forwards for s in sampled)
+print(f"sampled, γ = 4: kept {kept_share:.1%}, {per_pass:.2f} tokens per target pass "
+      f"(greedy: {counts[4][0]:.1%}, {counts[4][1]:.2f})")
+
+# %% [markdown]
+# ## 16.3 Int8 and int4 weights
+#
+# A forward pass of one token reads every weight once: at batch 1 on a GPU, decoding is
+# limited by the bytes of the weights, and fewer bytes are fewer seconds. *Weight-only
+# quantization* stores each weight matrix $W$ as small integers and a scale per row (or per
+# group of a row), *absmax* quantization {cite}`dettmers2022llmint8`:
+#
+# $$s = \frac{\max |W_{\text{row}}|}{q_{\max}}, \qquad
+# q = \operatorname{clamp}\big(\operatorname{round}(W / s), -q_{\max}, q_{\max}\big), \qquad
+# W \approx q\, s,$$
+#
+# with $q_{\max} = 127$ for int8 and 7 for int4. Rounding moves each weight by at most half
+# a step, $s/2$. The activations stay in floating point; `quantize_model` replaces every
+# `nn.Linear` of a copy by a `QuantizedLinear` that multiplies by $q s$. The embedding and
+# the output layer tied to it stay in float32. The int8 copy with one scale per row, the
+# int4 copy with one scale per group of 32 weights:
+
+# %%
+models = {"fp32": target, "int8": quantize_model(target, bits=8),
+          "int4": quantize_model(target, bits=4, group_size=32)}
+print(f"{'':<6} {'bytes':>9} {'largest relative error of a weight matrix':>42}")
+for name, model in models.items():
+    errors = [weight_error(dict(target.named_modules())[n].weight, m.quantized_weight)
+              for n, m in model.named_modules() if hasattr(m, "quantized_weight")]
+    worst = max((e.relative for e in errors), default=0.0)
+    print(f"{name:<6} {model_bytes(model):>9,} {worst:>42.2%}")
+print(f"int8: {model_bytes(models['int8']) / model_bytes(target):.1%} of float32's bytes, "
+      f"int4: {model_bytes(models['int4']) / model_bytes(target):.1%}")
+
+# %% [markdown]
+# The logits on 8 windows of validation text, the share of positions where the likeliest
+# next character is float32's, and the greedy continuations of the four prompts; then the
+# quality that counts, bits per byte on the whole validation text (Chapter 11's measure):
+
+# %%
+g = torch.Generator().manual_seed(SEED)
+starts = torch.randint(0, len(val_ids) - 64, (8,), generator=g)
+windows = torch.stack([torch.as_tensor(val_ids[s:s + 64].astype("int64")) for s in starts])
+with torch.no_grad():
+    logits = {name: m(windows)[0] for name, m in models.items()}
+bpb = {name: model_bits_per_byte(m, val_ids, lambda t: len(tok.decode([t]).encode()))
+       for name, m in models.items()}
+greedy_text = {name: [generate(m, p_, n, greedy=True) for p_, n in zip(prompts, new)]
+               for name, m in models.items()}
+print(f"{'':<6} {'max |Δ logit|':>13} {'same arg-max':>13} {'same greedy':>12} "
+      f"{'bits/byte':>10}")
+for name in models:
+    gap = (logits[name] - logits["fp32"]).abs().max().item()
+    agree = (logits[name].argmax(-1) == logits["fp32"].argmax(-1)).float().mean().item()
+    same = sum(int((a == b).sum()) for a, b in zip(greedy_text[name], greedy_text["fp32"]))
+    total = sum(a.numel() for a in greedy_text["fp32"])
+    print(f"{name:<6} {gap:>13.4f} {agree:>13.1%} {same / total:>12.1%} {bpb[name]:>10.4f}")
+print(f"the logits' spread (float32): {logits['fp32'].std().item():.2f}")
+
+# %% tags=["remove-input"]
+found.append(prose.quantize_lesson(bpb))
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# "Same greedy" counts the prompt too, and a greedy continuation that differs once goes its
+# own way from there, so it falls faster than the arg-max agreement. The bytes: int8 is one
+# byte a weight and int4 half, plus the scales; the embedding (which the output layer
+# shares), the biases and the LayerNorms stay in float32. Here nothing is faster:
+# `QuantizedLinear` multiplies its integers back into a float32 matrix at every call, to
+# show the arithmetic plainly. Fast kernels (torchao's, or bitsandbytes') read the integers
+# and scale inside the matrix product, which is where the bytes saved become time saved.
+#
+# ## 16.4 A paged KV cache
+#
+# Chapter 7's cache keeps each sequence's keys and values in one tensor. A batch of prompts
+# of different lengths is padded to its longest, and a static cache reserves the whole
+# context for every sequence. vLLM's PagedAttention {cite}`kwon2023pagedattention` cuts
+# the cache into blocks of a fixed number of positions, handed out from one pool as a
+# sequence grows, with a *block table* per sequence, as an operating system pages memory:
+# a sequence wastes at most one block's unused tail. `paged_generate` decodes prompts of any
+# lengths with blocks of 16 positions, running the model's own forward on each sequence's
+# keys and values gathered through its table. Five prompts of 3 to 40 characters, 20 new
+# characters each, greedy, against `generate` on each prompt alone:
+
+# %%
+lengths = (3, 11, 17, 26, 40)
+ragged = [torch.as_tensor(val_ids[100 * i:100 * i + n].astype("int64"))
+          for i, n in enumerate(lengths)]
+N_NEW, BLOCK = 20, 16
+paged, cache = paged_generate(target, ragged, N_NEW, block_size=BLOCK)
+alone = [generate(target, p_[None], N_NEW, greedy=True)[0] for p_ in ragged]
+paged_mismatches = sum(int((a != b).sum()) for a, b in zip(paged, alone))
+print(f"tokens that differ: {paged_mismatches} of {sum(len(a) for a in alone)}; "
+      f"{cache}")
+held = [n + N_NEW - 1 for n in lengths]  # the last new token is never fed back
+memory = kv_cache_memory(held, BLOCK, target.config.context_length)
+per_slot = slot_bytes(target)
+print(f"{'layout':<8} {'slots':>6} {'wasted':>7} {'KiB':>6}")
+for layout in ("padded", "static", "paged"):
+    slots = getattr(memory, layout)
+    kib = slots * per_slot / 1024
+    print(f"{layout:<8} {slots:>6} {memory.waste[layout]:>7} {kib:>6.0f}")
+print(f"needed: {memory.needed} slots of {per_slot:,} bytes")
+
+# %% tags=["remove-input"]
+found.append(prose.paged_lesson(paged_mismatches, sum(len(a) for a in alone),
+                                memory.waste, memory.needed))
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# The paged layout's waste does not depend on how different the lengths are: at most one
+# block less one position per sequence. vLLM adds what this chapter leaves out: the
+# attention kernel reads the blocks through the table in place, where `gather` here copies
+# them into one tensor; sequences that share a prefix share its blocks; and a scheduler
+# adds and removes sequences from the running batch at every step.
+
+# %% tags=["remove-input"]
+display(Markdown(f"This chapter ran in {time.perf_counter() - chapter_start:.0f} s here, "
+                 f"wall clock, {draft_seconds:.0f} s of it training the draft."))
+
+# %% [markdown]
+# ## Summary
+#
+# - The online softmax folds a block of scores into a running maximum, sum and output,
+#   rescaling the old sums by $e^{m - m'}$: tiled attention is the same attention, to
+#   rounding, whose working set beyond its output does not grow with $T$. Its speed
+#   needs a GPU kernel that keeps the blocks on chip.
+# - Speculative decoding keeps the target's output: greedy, token for token; sampled, in
+#   distribution, by accepting with $\min(1, p/q)$ and drawing from the residual. It saves
+#   forward passes of the target; whether it saves seconds depends on the draft's cost
+#   and the cost of checking $\gamma + 1$ tokens, which on a CPU are far from free.
+# - Absmax quantization stores a weight as an integer and a scale per row or group; int8
+#   changes the model's bits per byte little, int4 in groups of 32 more.
+# - A paged cache hands out fixed-size blocks through a block table: the same tokens as a
+#   contiguous cache, and at most one block's tail wasted per sequence.
+
+# %% tags=["remove-cell", "nbval-check-output"]
+print(lessons.verdicts())
+
+# %% [markdown]
+# ## Exercises
+#
+# ### Exercise 1. The online softmax update (implement)
+#
+# Write `online_softmax_step(m, l, acc, scores, v_block)`: `m` and `l` are $(Q, 1)$, the
+# running maximum and sum of each query row, `acc` $(Q, d)$ the unnormalized output,
+# `scores` $(Q, K)$ the next block of scores (some may be `-inf`), `v_block` $(K, d)$ its
+# values. Return the new `(m, l, acc)` of section 16.1. The checker starts from
+# `m = -inf`, `l = 0`, `acc = 0`, folds several blocks, and compares `acc / l` with
+# `softmax(scores) @ v`.
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def online_softmax_step(m, l, acc, scores, v_block):
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (Q, 1)
+    rescale = torch.exp(m - m_new)  # (Q, 1): 0 for the first block
+    p = torch.exp(scores - m_new)  # (Q, K)
+    return m_new, rescale * l + p.sum(dim=-1, keepdim=True), rescale * acc + p @ v_block
+
+
+# %%
+from gpt_from_scratch.exercises import check_online_softmax_step
+check_online_softmax_step(online_softmax_step);
+
+# %% [markdown]
+# ### Exercise 2. The accept/reject step (implement)
+#
+# Write `accept_or_resample(p, q, draft_tokens, generator)`: `p` is the target's
+# probabilities $(\gamma + 1, V)$, `q` the draft's $(\gamma, V)$, `draft_tokens` the
+# $\gamma$ drafted ids. Keep $x_i$ with probability $\min(1, p_i(x_i) / q_i(x_i))$, in
+# order (draw `torch.rand((), generator=generator)`); at the first rejection, draw one
+# token from $\operatorname{norm}(\max(0, p_i - q_i))$ with `torch.multinomial` and stop;
+# when all are kept, draw a bonus token from $p_{\gamma+1}$. Return `(tokens, n_accepted)`:
+# the kept drafts followed by the new token, and how many drafts were kept.
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def accept_or_resample(p, q, draft_tokens, generator):
+    for i, x in enumerate(draft_tokens.tolist()):
+        if torch.rand((), generator=generator) < p[i, x] / q[i, x]:
+            continue  # kept: min(1, p/q), since a uniform draw is below 1
+        residual = (p[i] - q[i]).clamp(min=0)  # (V,)
+        new = torch.multinomial(residual / residual.sum(), 1, generator=generator)
+        return torch.cat([draft_tokens[:i], new]), i
+    bonus = torch.multinomial(p[-1], 1, generator=generator)  # (1,)
+    return torch.cat([draft_tokens, bonus]), len(draft_tokens)
+
+
+# %%
+from gpt_from_scratch.exercises import check_accept_or_resample
+check_accept_or_resample(accept_or_resample);
+
+# %% [markdown]
+# ### Exercise 3. Absmax quantization (implement)
+#
+# Write `absmax_quantize(w, bits)`: `w` is a float32 weight $(\text{out}, \text{in})$.
+# Return `(q, scale)`: per row, `scale` $= \max |w_{\text{row}}| / q_{\max}$ with
+# $q_{\max} = 2^{\text{bits} - 1} - 1$, as float32 $(\text{out}, 1)$, at least float32's
+# machine epsilon (a row of zeros); `q` $= \operatorname{round}(w / \text{scale})$ clamped
+# to $[-q_{\max}, q_{\max}]$, as int8.
+
+# %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+def absmax_quantize(w, bits):
+    q_max = 2 ** (bits - 1) - 1
+    scale = w.abs().amax(dim=1, keepdim=True) / q_max  # (out, 1)
+    scale = scale.clamp(min=torch.finfo(torch.float32).eps)
+    q = torch.round(w / scale).clamp(-q_max, q_max).to(torch.int8)  # (out, in)
+    return q, scale
+
+
+# %%
+from gpt_from_scratch.exercises import check_absmax_quantize
+check_absmax_quantize(absmax_quantize);
+
+# %% [markdown] tags=["quiz"]
+# ## Check yourself
+#
+# A few questions on this chapter, each answer with its explanation. The numbers in them
+# are the ones this chapter printed.
+
+# %% tags=["quiz", "remove-input"]
+from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
+best_gamma = max((g for g in GAMMAS if g), key=lambda g: counts[g][1])
+show_quiz([
+    MultipleChoice("In the online softmax, a new block raises the running maximum from m "
+                   "to m'. What happens to the running sum l and output acc?", [
+        Choice("both are multiplied by exp(m - m') before the block is added", True,
+               "They were sums of exp(s - m); multiplying puts them against m'."),
+        Choice("only l is rescaled: acc is divided by l at the end anyway", False,
+               "acc / l is right only if both carry the same exp(-m_final): section "
+               "16.1's slip shows the error."),
+    ]),
+    Numeric("How many times the tiled working set did the T × T scores need at T = "
+            f"{memory_rows[-1][0]:,}? (No decimals.)",
+            memory_rows[-1][1] / memory_rows[-1][2], 0.6,
+            "Section 16.1's measured peaks, one over the other."),
+    MultipleChoice("After a draft token is rejected, the next token is drawn from:", [
+        Choice("norm(max(0, p - q)), the residual", True,
+               "With the accepted share min(p, q) it adds up to p."),
+        Choice("q, the draft's distribution", False,
+               "That is the slip the chi-square test rejected in section 16.2."),
+        Choice("p, the target's distribution", False,
+               "Then tokens where q > p would come out too often: min(p, q) + (1 - β) p "
+               "is not p."),
+    ]),
+    Numeric(f"How many tokens per forward pass of the target did greedy speculative "
+            f"decoding give at γ = {best_gamma}? (Two decimals.)",
+            counts[best_gamma][1], 0.006,
+            "Section 16.2's table: new tokens over target passes."),
+    Numeric("How many bits per byte did int8 weights add to the float32 model on the "
+            "validation text? (Four decimals.)", bpb["int8"] - bpb["fp32"], 0.00006,
+            "Section 16.3's table: int8's bits per byte less float32's."),
+    MultipleChoice("At most how many positions does a paged cache with blocks of B "
+                   "positions waste per sequence?", [
+        Choice("B - 1, in its last block", True,
+               "Every other block is full; the last holds at least one position."),
+        Choice("the context length less the sequence's length", False,
+               "That is a static cache's reserve."),
+    ]),
+])
