@@ -2,15 +2,18 @@
 
 Attention written out (Chapter 4) builds the whole ``T_q x T_k`` matrix of scores before
 its softmax. ``tiled_attention`` never does: for each block of queries it walks the blocks
-of keys and folds each block of scores into a running softmax (``online_softmax_step``;
-Milakov and Gimelshein 2018), keeping per query row only the largest score ``m`` so far,
-the sum ``l`` of ``exp(s - m)`` and the unnormalized output ``acc``. This is Algorithm 1 of
-FlashAttention (Dao et al. 2022) in FlashAttention-2's loop order (queries outside, keys
-inside). The result is the same softmax, not an approximation: the tests check it against
+of keys and folds each block of scores into a running softmax (``online_softmax_step``),
+keeping per query row the largest score ``m`` so far and the sum ``l`` of ``exp(s - m)``
+(Milakov and Gimelshein 2018's online normalizer) and the output ``acc``, rescaled the same
+way. FlashAttention (Dao et al. 2022, Algorithm 1) runs this loop with the keys outside
+and normalizes the output at every step; this is FlashAttention-2's form (Dao 2023):
+queries outside, keys inside, ``acc`` unnormalized until the last block. The result is the
+same softmax, not an approximation: the tests check it against
 ``F.scaled_dot_product_attention`` to 1e-12 in float64. What tiling saves is memory, one
 block of scores instead of all of them (``attention_memory``, measured by
-``measure_peak_bytes``); speed comes only when a GPU kernel keeps the blocks in its fast
-on-chip memory, which plain PyTorch cannot do.
+``measure_peak_bytes``; the tests show the working set beyond the output is the same at
+every T); speed comes only when a GPU kernel keeps the blocks in its fast on-chip memory,
+which plain PyTorch cannot do.
 """
 
 from __future__ import annotations
@@ -51,8 +54,14 @@ def online_softmax_step(m: Tensor, l: Tensor, acc: Tensor, scores: Tensor,
     return m_new, l_new, acc_new
 
 
+CHECK_ROWS = 64  # positions whose finiteness _check_inputs checks at once
+
+
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> None:
     """A TypeError or ValueError naming what is wrong with ``q, k, v`` and the fix."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"tiled_attention: causal={causal!r} must be True or False, got "
+                        f"a {type(causal).__name__}: pass causal=True for a decoder")
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
             raise TypeError(f"tiled_attention: {name} must be a torch.Tensor of shape "
@@ -77,7 +86,10 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> None:
         raise ValueError(f"tiled_attention: {T_q} queries and no keys (T_k=0): a softmax "
                          "over nothing is undefined; pass at least one key")
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not torch.isfinite(x).all():
+        # One block of rows at a time: a check of all T x d at once would need more memory
+        # than the tiled loop itself.
+        if not all(torch.isfinite(x[:, :, i:i + CHECK_ROWS]).all()
+                   for i in range(0, x.size(2), CHECK_ROWS)):
             bad = int((~torch.isfinite(x)).sum())
             raise ValueError(f"tiled_attention: {name} holds {bad} NaN or infinite "
                              "value(s); attention of them is undefined: find their source")

@@ -260,6 +260,34 @@ def test_measured_memory_grows_with_t_squared_naive_and_stays_flat_tiled():
     assert tiled_extra[256] == tiled_extra[128]  # the same blocks, whatever T
 
 
+def _query_tiled(q, k, v, block=64):
+    """A loop tiled over the queries only: each block keeps its Q x T scores."""
+    out = torch.empty_like(q)
+    for start in range(0, q.size(2), block):
+        scores = q[:, :, start:start + block] @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+        out[:, :, start:start + block] = torch.softmax(scores, dim=-1) @ v
+    return out
+
+
+def test_the_working_set_beyond_the_output_is_the_same_at_t_2048_as_at_256():
+    """What Chapter 16 measures, at its largest T: the peak less the output and the lse is
+    the same bytes at every T (the input check included); a loop tiled over the queries
+    only, which keeps 64 x T scores, grows 8-fold with T and fails the same check."""
+    d = 64
+    extra, query_only = {}, {}
+    for T in (256, 2048):
+        q, k, v = (torch.randn(1, 1, T, d, generator=torch.Generator().manual_seed(T))
+                   for _ in range(3))
+        output_and_lse = T * d * 4 + T * 4
+        extra[T] = measure_peak_bytes(lambda: tiled_attention(q, k, v, causal=False)) \
+            - output_and_lse
+        query_only[T] = measure_peak_bytes(lambda: _query_tiled(q, k, v)) - T * d * 4
+    assert extra[2048] == extra[256]
+    assert attention_memory(2048, d, 64, 64).tiled_bytes <= extra[2048] \
+        <= 3 * attention_memory(2048, d, 64, 64).tiled_bytes
+    assert query_only[2048] > 7 * query_only[256]
+
+
 # ---------------------------------------------------------------- refused inputs
 
 
@@ -280,6 +308,7 @@ REFUSED = [
     ((Q, K, V), {"block_k": -3}, ValueError, "block_k=-3 must be a positive int"),
     ((Q, K, V), {"block_k": 2.5}, ValueError, r"block_k=2\.5 must be an int"),
     ((Q, K, V), {"block_q": True}, ValueError, "block_q=True must be an int"),
+    ((Q, K, V), {"causal": "no"}, TypeError, "causal='no' must be True or False"),
 ]
 
 
@@ -296,6 +325,13 @@ def test_non_finite_inputs_are_refused(name, bad):
     tensors[name][0, 1, 4, 2] = bad
     with pytest.raises(ValueError, match=f"{name} holds 1 NaN or infinite value"):
         tiled_attention(**tensors)
+
+
+def test_a_non_finite_value_after_the_first_rows_checked_is_refused():
+    q, k, v = qkv(1, 2, 150, 150)
+    v[0, 1, 140, 3] = float("nan")  # in the third block of rows the check reads
+    with pytest.raises(ValueError, match="v holds 1 NaN or infinite value"):
+        tiled_attention(q, k, v)
 
 
 def test_attention_memory_refuses_bad_sizes():
