@@ -31,11 +31,16 @@ def fails(check, candidate, capsys, *fragments: str) -> None:
 
 
 # ------------------------------------------------------------------ 1. the online softmax
-def online_step(m, l, acc, scores, v, rescale_acc=True, rescale_l=True, grow=True):
+def online_step(m, l, acc, scores, v, rescale_acc=True, rescale_l=True, grow=True,
+                block_max=False):
     m_new = torch.maximum(m, scores.amax(-1, keepdim=True)) if grow else torch.where(
         torch.isinf(m), scores.amax(-1, keepdim=True), m)
     alpha = torch.exp(m - m_new)
-    p = torch.exp(scores - m_new)
+    if block_max:  # FlashAttention-2's form: exp(s - the block's max), then rescaled
+        m_block = scores.amax(-1, keepdim=True)
+        p = torch.exp(scores - m_block) * torch.exp(m_block - m_new)
+    else:
+        p = torch.exp(scores - m_new)
     l_new = (alpha * l if rescale_l else l) + p.sum(-1, keepdim=True)
     return m_new, l_new, (alpha * acc if rescale_acc else acc) + p @ v
 
@@ -44,15 +49,23 @@ def test_online_softmax_step(capsys):
     passes(ex.check_online_softmax_step, online_step, capsys)
     passes(ex.check_online_softmax_step, package_step, capsys)
     fails(ex.check_online_softmax_step,
-          lambda *a: online_step(*a, rescale_acc=False), capsys, "case 1 of 3",
+          lambda *a: online_step(*a, rescale_acc=False), capsys, "case 1 of 4",
           "rescale acc too")
     fails(ex.check_online_softmax_step,
           lambda *a: online_step(*a, rescale_acc=False, rescale_l=False), capsys,
           "rescale the old sums")
     fails(ex.check_online_softmax_step, lambda *a: online_step(*a, grow=False), capsys,
-          "case 1 of 3")  # the first block's maximum kept: wrong once a larger score comes
+          "case 1 of 4")  # the first block's maximum kept: wrong once a larger score comes
     fails(ex.check_online_softmax_step, lambda *a: online_step(*a)[1:], capsys,
           "expected (m, l, acc)")
+
+
+def test_a_step_that_gives_nan_on_a_row_masked_in_a_later_block_fails(capsys):
+    """exp(scores - rowmax(block)) equals the right step wherever a block has a finite
+    score, and is NaN for a row all -inf: a causal tiling (block_q=4, block_k=5, T=17)
+    has such rows. Only case 4 has one."""
+    fails(ex.check_online_softmax_step, lambda *a: online_step(*a, block_max=True),
+          capsys, "case 4 of 4", "-inf - (-inf) = NaN")
 
 
 # ------------------------------------------------------------------ 2. accept or resample
@@ -95,12 +108,40 @@ def test_a_wrong_acceptance_that_passes_the_certain_cases_fails_the_chi_square(c
     fails(ex.check_accept_or_resample, squared, capsys, "case 4 of 4", "chi-square")
 
 
+def wrong_rows(p, q, drafts, generator, row="i", bonus="last"):
+    """The right rule with one index wrong: row 0 for every draft, or the bonus drawn
+    from another row (or its arg-max)."""
+    for i, x in enumerate(drafts.tolist()):
+        r = 0 if row == "0" else i
+        if torch.rand((), generator=generator, dtype=p.dtype) < p[r, x] / q[r, x]:
+            continue
+        law = (p[r] - q[r]).clamp(min=0)
+        return torch.cat([drafts[:i], torch.multinomial(law / law.sum(), 1,
+                                                        generator=generator)]), i
+    extra = {"last": lambda: torch.multinomial(p[-1], 1, generator=generator),
+             "p0": lambda: torch.multinomial(p[0], 1, generator=generator),
+             "q": lambda: torch.multinomial(q[-1], 1, generator=generator),
+             "argmax": lambda: p[-1].argmax()[None]}[bonus]()
+    return torch.cat([drafts, extra]), len(drafts)
+
+
+def test_wrong_rows_and_wrong_bonuses_fail(capsys):
+    """The slips that the first version of the checker passed (review H2)."""
+    passes(ex.check_accept_or_resample, wrong_rows, capsys)
+    fails(ex.check_accept_or_resample, lambda *a: wrong_rows(*a, row="0"), capsys,
+          "case 4 of 4", "output token 2")
+    for bonus in ("p0", "q", "argmax"):
+        fails(ex.check_accept_or_resample, lambda *a: wrong_rows(*a, bonus=bonus), capsys,
+              "case 1 of 4", "the bonus token", "not the arg-max")
+
+
 # ------------------------------------------------------------------ 3. absmax quantization
-def absmax(w, bits, divide=True, rounding=torch.round, per_row=True):
+def absmax(w, bits, divide=True, rounding=torch.round, per_row=True,
+           floor=torch.finfo(torch.float32).eps):
     top = 2 ** (bits - 1) - 1
     peak = (w.abs().amax(dim=1, keepdim=True) if per_row
             else w.abs().amax().expand(len(w), 1))
-    scale = (peak / top if divide else peak).clamp(min=torch.finfo(torch.float32).eps)
+    scale = (peak / top if divide else peak).clamp(min=floor)
     return rounding(w / scale).clamp(-top, top).to(torch.int8), scale
 
 
@@ -119,3 +160,7 @@ def test_absmax_quantize(capsys):
           capsys, "int8")
     fails(ex.check_absmax_quantize, lambda w, b: (absmax(w, b)[0], absmax(w, b)[1][:, 0]),
           capsys, "shape (out, 1)")
+    fails(ex.check_absmax_quantize, lambda w, b: absmax(w.double(), b), capsys,
+          "keep the scale float32")
+    fails(ex.check_absmax_quantize, lambda w, b: absmax(w, b, floor=1e-7), capsys,
+          "case 3 of 3", "at least torch.finfo(torch.float32).eps")

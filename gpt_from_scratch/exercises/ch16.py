@@ -21,11 +21,15 @@ __all__ = ["check_online_softmax_step", "check_accept_or_resample", "check_absma
 
 # ---------------------------------------------------------------- 1. the online softmax
 
-def _step(m, l, acc, scores, v, rescale_acc=True, rescale_l=True):
+def _step(m, l, acc, scores, v, rescale_acc=True, rescale_l=True, block_max=False):
     """The reference update, with switches for the usual mistakes."""
     m_new = torch.maximum(m, scores.amax(-1, keepdim=True))  # (Q, 1)
     alpha = torch.exp(m - m_new)
-    p = torch.exp(scores - m_new)
+    if block_max:  # exp(s - the block's own max), then scaled: NaN for a row all -inf
+        m_block = scores.amax(-1, keepdim=True)
+        p = torch.exp(scores - m_block) * torch.exp(m_block - m_new)
+    else:
+        p = torch.exp(scores - m_new)
     l_new = (alpha * l if rescale_l else l) + p.sum(-1, keepdim=True)
     acc_new = (alpha * acc if rescale_acc else acc) + p @ v
     return m_new, l_new, acc_new
@@ -38,7 +42,8 @@ def check_online_softmax_step(candidate) -> bool:
     ``softmax(scores) @ v``."""
     specs = [("3 blocks of 4 keys, the largest score in the last block", 3, 4, 1, True),
              ("2 blocks of 5 keys, scores in order", 2, 5, 2, False),
-             ("4 blocks of 3 keys, some scores masked with -inf", 4, 3, 3, False)]
+             ("4 blocks of 3 keys, some scores masked with -inf", 4, 3, 3, False),
+             ("3 blocks of 4 keys, a row all -inf in the second block", 3, 4, 4, False)]
 
     def make(n_blocks: int, K: int, seed: int, grow: bool) -> Callable[[], None]:
         def run() -> None:
@@ -50,13 +55,15 @@ def check_online_softmax_step(candidate) -> bool:
             if seed == 3:  # a masked key in a later block, never a whole first block
                 scores[:, K + 1] = float("-inf")
                 scores[0, -1] = float("-inf")
+            if seed == 4:  # as a causal mask leaves a query row in a block after it
+                scores[1, K:2 * K] = float("-inf")
             v = torch.randn(n_blocks * K, d, generator=g, dtype=torch.float64)
             expected = torch.softmax(scores, dim=-1) @ v
             state = [torch.full((Q, 1), float("-inf"), dtype=torch.float64),
                      torch.zeros(Q, 1, dtype=torch.float64),
                      torch.zeros(Q, d, dtype=torch.float64)]
             mine = [s.clone() for s in state]
-            wrong = {"acc": [s.clone() for s in state], "both": [s.clone() for s in state]}
+            wrong = {name: [s.clone() for s in state] for name in ("acc", "both", "block")}
             for b in range(n_blocks):
                 block, v_block = scores[:, b * K:(b + 1) * K], v[b * K:(b + 1) * K]
                 got = _call(candidate, *(s.clone() for s in state), block.clone(),
@@ -68,7 +75,8 @@ def check_online_softmax_step(candidate) -> bool:
                 wrong["acc"] = list(_step(*wrong["acc"], block, v_block, rescale_acc=False))
                 wrong["both"] = list(_step(*wrong["both"], block, v_block,
                                            rescale_acc=False, rescale_l=False))
-                for name, value, ref in zip(("m", "l", "acc"), got, mine):
+                wrong["block"] = list(_step(*wrong["block"], block, v_block, block_max=True))
+                for i, (name, value, ref) in enumerate(zip(("m", "l", "acc"), got, mine)):
                     value = _require_tensor(value, ref, name, dtype=False)
                     _compare_values(value.double(), ref, atol=1e-9, rtol=1e-9,
                                     known_mistakes=[
@@ -76,6 +84,9 @@ def check_online_softmax_step(candidate) -> bool:
                                           "before adding p @ v_block"),
                         (wrong["both"][1], "rescale the old sums by exp(m_old - m_new) "
                                            "when the maximum grows"),
+                        (wrong["block"][i], "take exp(scores - m_new), the running "
+                                            "maximum: a row all -inf in a block gives "
+                                            "-inf - (-inf) = NaN against its own maximum"),
                     ], default_hint="m_new = max(m, rowmax(scores)); l and acc times "
                                     "exp(m - m_new), plus the block's exp(scores - m_new)",
                         what=f"{name} after block {b + 1} of {n_blocks}")
@@ -126,9 +137,24 @@ def _step_output(candidate, p, q, drafts, seed):
     return tokens.long(), n
 
 
-P_LAW = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)  # the chi-square case
-Q_LAW = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
+# γ = 2, rows that differ, so that a step reading the wrong row fails: the target's p
+# (3, V) and the draft's q (2, V); token j of the output follows p_j.
+P_ROWS = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.4, 0.1, 0.1, 0.4], [0.7, 0.1, 0.1, 0.1]],
+                      dtype=torch.float64)
+Q_ROWS = torch.tensor([[0.4, 0.3, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
 DRAWS = 2_000  # the wrong rules' laws are far from p: each fails at p < 1e-12
+BONUS_DRAWS = 400
+
+
+def _law_mismatch(tokens: list[int], p: torch.Tensor, what: str, hint: str) -> None:
+    """A _Mismatch when Pearson's test rejects ``tokens`` as draws from ``p`` at 1e-6."""
+    counts = torch.bincount(torch.tensor(tokens), minlength=len(p)).double()
+    value = _chi_square_p(counts, len(tokens) * p)
+    if value < 1e-6 or counts[p == 0].sum() > 0:
+        shares = ", ".join(f"{c / len(tokens):.3f}" for c in counts.tolist())
+        raise _Mismatch(f"{what}: shares [{shares}] over {len(tokens):,} draws, p is "
+                        f"{p.tolist()}: Pearson's chi-square p-value {value:.1e}",
+                        hint=hint)
 
 
 def check_accept_or_resample(candidate) -> bool:
@@ -138,13 +164,19 @@ def check_accept_or_resample(candidate) -> bool:
     p_γ+1."""
     F64 = torch.float64
 
-    def equal_laws() -> None:
-        p = torch.tensor([[0.2, 0.3, 0.5]] * 3, dtype=F64)
-        for seed in range(20):
-            _, n = _step_output(candidate, p, p[:2].clone(), torch.tensor([2, 0]), seed)
+    def all_kept() -> None:
+        p = torch.tensor([[0.5, 0.5, 0.0, 0.0]] * 2 + [[0.0, 0.0, 0.3, 0.7]], dtype=F64)
+        g, bonuses = _generator(7), []
+        for seed in range(BONUS_DRAWS):
+            drafts = torch.multinomial(p[:2], 1, generator=g)[:, 0]
+            tokens, n = _step_output(candidate, p, p[:2].clone(), drafts, seed)
             if n != 2:
-                raise _Mismatch(f"p == q, yet n_accepted={n} of 2",
+                raise _Mismatch(f"p == q at both drafts, yet n_accepted={n} of 2",
                                 hint="keep x with probability min(1, p(x) / q(x)): 1 here")
+            bonuses.append(int(tokens[2]))
+        _law_mismatch(bonuses, p[2], "the bonus token after both drafts were kept",
+                      "draw the bonus from p[-1] = p_γ+1 (the last row of p, not q's, not "
+                      "p[0]), with torch.multinomial: a draw, not the arg-max")
 
     def certain_rejection() -> None:
         p = torch.tensor([[0.0, 0.0, 0.5, 0.5], [0.25] * 4], dtype=F64)
@@ -170,30 +202,24 @@ def check_accept_or_resample(candidate) -> bool:
                                      "; drawing from p again is the usual slip")
 
     def law() -> None:
-        p, q = torch.stack([P_LAW, P_LAW.flip(0)]), Q_LAW[None]
-        g = _generator(16)
-        firsts = []
+        g, outputs = _generator(16), []
         for i in range(DRAWS):
-            draft = torch.multinomial(q, 1, generator=g)[:, 0]
-            tokens, _ = _step_output(candidate, p, q, draft, 1000 + i)
-            firsts.append(int(tokens[0]))
-        counts = torch.bincount(torch.tensor(firsts), minlength=4).double()
-        value = _chi_square_p(counts, DRAWS * P_LAW)
-        if value < 1e-6:
-            wrong = {"from q after a rejection": Q_LAW,
-                     "from p after a rejection": P_LAW}
-            shares = ", ".join(f"{c / DRAWS:.3f}" for c in counts.tolist())
-            raise _Mismatch(f"the first token's shares over {DRAWS} draws are [{shares}], "
-                            f"p is {P_LAW.tolist()}: Pearson's chi-square p-value "
-                            f"{value:.1e}", hint="keep with probability min(1, p(x)/q(x)) "
-                            "(not p(x)); after a rejection draw from norm(max(0, p - q)), "
-                            f"not {' or '.join(wrong)}")
+            drafts = torch.multinomial(Q_ROWS, 1, generator=g)[:, 0]  # (γ,)
+            outputs.append(_step_output(candidate, P_ROWS, Q_ROWS, drafts, 1000 + i)[0])
+        for j in range(3):  # token j exists when the first j drafts were kept
+            _law_mismatch([int(out[j]) for out in outputs if len(out) > j], P_ROWS[j],
+                          f"output token {j + 1} (of the outputs that have one)",
+                          "use row i of p and q for draft i; keep with probability "
+                          "min(1, p_i(x)/q_i(x)) (not p_i(x)); after a rejection draw "
+                          "from norm(max(0, p_i - q_i)), not from q_i or p_i")
 
-    cases = [_Case("p equals q: every draft is kept", equal_laws),
+    cases = [_Case(f"p == q at the drafts: every draft is kept, and the bonus over "
+                   f"{BONUS_DRAWS} draws follows p_γ+1", all_kept),
              _Case("p(x) = 0 at the draft: rejected, and the residual's support is "
                    "disjoint from q's", certain_rejection),
              _Case("a rejection leaves one token where p > q", certain_residual),
-             _Case(f"the first token's distribution over {DRAWS:,} draws is p", law)]
+             _Case(f"γ = 2, rows that differ: over {DRAWS:,} draws each output token j "
+                   "follows p_j", law)]
     hint = ("p is a (γ + 1, V) tensor, q (γ, V), draft_tokens (γ,) int64, generator a "
             "torch.Generator")
     for case in cases:
@@ -218,7 +244,8 @@ def check_absmax_quantize(candidate) -> bool:
     """Check ``absmax_quantize(w, bits)`` -> ``(q, scale)``: per row s = max|w_row| / q_max
     (q_max = 2^(bits-1) - 1) as float32 (out, 1), q = round(w / s) clamped to ±q_max as int8
     (out, in); a row of zeros gets s = float32's eps. Then q * scale is within s / 2 of
-    w."""
+    w. The clamp cannot be checked: with the row's own absmax scale |w / s| <= q_max
+    already (and the eps floor only makes s larger), so it never acts here."""
     specs = [("8 bits, 4 rows of 16", 8, 1, False), ("4 bits, 6 rows of 8", 4, 2, False),
              ("8 bits, a row of zeros and a row of one large weight", 8, 3, True)]
 
@@ -237,9 +264,11 @@ def check_absmax_quantize(candidate) -> bool:
                 raise _Mismatch(f"expected (q, scale), got {type(got).__name__}",
                                 hint="return the int8 integers and the scales")
             q, scale = got
-            scale = _require_tensor(scale, s_ref, "scale", dtype=False,
-                                    shape_hint="one scale per row: shape (out, 1)")
-            _compare_values(scale, s_ref, atol=1e-7, rtol=1e-5, known_mistakes=[
+            scale = _require_tensor(scale, s_ref, "scale",
+                                    shape_hint="one scale per row: shape (out, 1)",
+                                    dtype_hint="keep the scale float32, as w is")
+            # relative only: a floor other than eps (e.g. 1e-7) fails the row of zeros
+            _compare_values(scale, s_ref, atol=0.0, rtol=1e-6, known_mistakes=[
                 (_absmax(w, bits, divide=False)[1], "divide the largest magnitude by q_max "
                                                     f"({2 ** (bits - 1) - 1} here)"),
                 (_absmax(w, bits, per_row=False)[1], "one scale per row (max over dim=1), "
@@ -247,7 +276,7 @@ def check_absmax_quantize(candidate) -> bool:
                 (_absmax(w, bits, absolute=False)[1], "take the largest |w|: a row's "
                                                       "extreme may be negative"),
             ], default_hint="scale = w.abs().amax(dim=1, keepdim=True) / q_max, at least "
-                            "eps", what="scale")
+                            "torch.finfo(torch.float32).eps", what="scale")
             q = _require_tensor(q, q_ref, "q",
                                 dtype_hint="store q as int8: .to(torch.int8)")
             _compare_values(q, q_ref, atol=0, rtol=0, known_mistakes=[
