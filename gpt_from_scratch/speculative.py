@@ -72,7 +72,10 @@ def sampling_probabilities(logits: Tensor, temperature: float = 1.0,
                            top_k: int | None = None) -> Tensor:
     """(N, V) logits -> (N, V) probabilities, made as ``generate.next_token`` makes them
     (Chapter 7): float32, ``top_k_filter``, minus each row's max, divided by the
-    temperature, softmax. Chapter 16 applies it to the target's and the draft's logits."""
+    temperature, softmax. Chapter 16 applies it to the target's and the draft's logits.
+    ``temperature`` must be a finite number > 0 (greedy decoding is the arg-max)."""
+    temperature = check_float("sampling_probabilities", "temperature", temperature, 0.0,
+                              low_open=True)
     logits = logits.float()  # (N, V)
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
@@ -89,6 +92,10 @@ def residual_distribution(p: Tensor, q: Tensor) -> Tensor:
     When p == q nothing is ever rejected (the ratio is 1). If floats that sum to 1 only up
     to rounding leave no positive mass, p and q agree to rounding: this returns p itself.
     """
+    if p.shape != q.shape:
+        raise ValueError(f"residual_distribution: p {tuple(p.shape)} and q "
+                         f"{tuple(q.shape)} must be laws over one vocabulary (V,): the "
+                         "draft and the target must share their tokens")
     residual = (p - q).clamp(min=0.0)  # (V,)
     mass = residual.sum()
     return residual / mass if mass > 0 else p
@@ -97,7 +104,7 @@ def residual_distribution(p: Tensor, q: Tensor) -> Tensor:
 def _check_step(p: Tensor, q: Tensor, draft_tokens: Tensor) -> None:
     """ValueErrors for ``accept_or_resample``'s arguments, naming the rule and the fix."""
     if not (isinstance(draft_tokens, Tensor) and draft_tokens.dim() == 1
-            and not draft_tokens.is_floating_point()):
+            and not draft_tokens.is_floating_point() and draft_tokens.dtype != torch.bool):
         raise ValueError(f"accept_or_resample: draft_tokens must be a 1-D tensor of the γ "
                          f"drafted ids, got {draft_tokens!r:.60}: pass torch.tensor([x_1, "
                          "..., x_γ])")
