@@ -10,14 +10,12 @@ table** per sequence: its logical block ``i`` (positions ``i * block_size ..``) 
 physical block ``table[i]``, wherever that is in the pool. A sequence then wastes at most
 ``block_size - 1`` positions, in its last block (``kv_cache_memory`` counts three layouts).
 
-The model does not know its cache is paged: ``PagedLayer`` has the two things
-``MultiHeadAttention`` asks of a ``KVCache`` (its length, and ``update``, which appends the
-new keys and values and returns all of them), read back through the block table. So
-``paged_generate`` runs the model's own ``forward``, and the tests prove that it gives token
-for token what ``generate`` gives each prompt alone, with the contiguous cache's logits.
-
-``block_size`` here is the paging block, in positions. nanoGPT calls the context length
-``block_size``; this package calls that ``context_length``.
+The model does not know its cache is paged: ``PagedLayer`` has what attention asks of a
+``KVCache`` (its length, and ``update``: append, then return all), read through the block
+table. So ``paged_generate`` runs the model's own ``forward``, and the tests prove it gives
+token for token what ``generate`` gives each prompt alone, with the contiguous cache's
+logits. ``block_size`` is the paging block, in positions (nanoGPT's ``block_size`` is this
+package's ``context_length``).
 """
 
 from __future__ import annotations
@@ -36,13 +34,11 @@ from .utils import check_int, eval_mode, skip_token_id_checks
 class PagedKVCache:
     """Many sequences' keys and values, in every layer, in blocks of one pool (Chapter 16).
 
-    ``keys[layer]`` and ``values[layer]`` are the pools, ``(num_blocks, H, block_size,
-    d_head)`` each. ``free_blocks`` is a stack of the unused physical blocks (``pop`` hands
-    out the next one). ``block_tables[seq]`` lists a sequence's physical blocks in logical
-    order; all layers share it. ``lengths[seq][layer]`` counts the positions written in that
-    layer (a forward pass writes layer after layer, so they agree once it is done). A
-    sequence starts with its first ``append``.
-    """
+    ``keys[layer]``, ``values[layer]``: the pools, ``(num_blocks, H, block_size, d_head)``
+    each. ``free_blocks``: a stack of the unused physical blocks. ``block_tables[seq]``: a
+    sequence's physical blocks in logical order, shared by all layers.
+    ``lengths[seq][layer]``: the positions written in that layer (equal once a forward
+    pass is done). A sequence starts with its first ``append``."""
 
     def __init__(self, n_layers: int, n_heads: int, d_head: int, block_size: int,
                  num_blocks: int, dtype: torch.dtype = torch.float32,
@@ -62,9 +58,10 @@ class PagedKVCache:
 
     @classmethod
     def for_model(cls, model, block_size: int, num_blocks: int) -> PagedKVCache:
-        """An empty cache shaped for a ``GPT``, in its dtype, on its device (Chapter 16)."""
+        """An empty cache shaped for a ``GPT`` (or a ``Llama``: its ``n_kv_heads``), in its
+        dtype, on its device (Chapter 16)."""
         cfg, weight = model.config, model.lm_head.weight
-        return cls(cfg.n_layers, cfg.n_heads, cfg.d_head, block_size, num_blocks,
+        return cls(cfg.n_layers, _kv_heads(cfg), cfg.d_head, block_size, num_blocks,
                    weight.dtype, weight.device)
 
     @property
@@ -75,6 +72,9 @@ class PagedKVCache:
     def length(self, seq: int, layer: int = -1) -> int:
         """Positions of ``seq`` cached in ``layer`` (by default the last one, which a
         forward pass writes last); 0 for a sequence not in the cache."""
+        if not -self.n_layers <= layer < self.n_layers:
+            raise ValueError(f"PagedKVCache.length: layer={layer} must be in "
+                             f"[-{self.n_layers}, {self.n_layers})")
         return self.lengths[seq][layer] if seq in self.lengths else 0
 
     def layers(self, seq: int) -> list[PagedLayer]:
@@ -99,7 +99,7 @@ class PagedKVCache:
         self._allocate(seq, table, P + T)  # raises before anything changes if it cannot
         self.block_tables[seq], self.lengths[seq] = table, lengths
         pos = torch.arange(P, P + T, device=k.device)  # (T,): the new positions
-        blocks = torch.tensor(table, device=k.device)[pos // S]  # (T,): each one's block
+        blocks = torch.tensor(table, dtype=torch.long, device=k.device)[pos // S]  # (T,)
         offsets = pos % S  # (T,): its slot in that block
         # Indices on dims 0 and 2, a slice between them: the part selected is (T, H, d).
         self.keys[layer][blocks, :, offsets] = k[0].transpose(0, 1)  # (T, H, d)
@@ -124,7 +124,8 @@ class PagedKVCache:
             raise ValueError(
                 f"PagedKVCache.gather: sequence {seq!r} is not in the cache (it holds "
                 f"{sorted(self.block_tables)}): append to it first")
-        table = torch.tensor(self.block_tables[seq], device=self.keys[layer].device)  # (n,)
+        table = torch.tensor(self.block_tables[seq], dtype=torch.long,
+                             device=self.keys[layer].device)  # (n,), maybe empty
         H, d, n_slots = self.n_heads, self.d_head, len(table) * self.block_size
         L = self.length(seq, layer)
 
@@ -150,9 +151,8 @@ class PagedKVCache:
 
 @dataclass
 class PagedLayer:
-    """One layer of one sequence of a ``PagedKVCache``, with what ``MultiHeadAttention``
-    calls on a ``KVCache``: ``len`` (positions cached) and ``update`` (append, then read
-    back)."""
+    """One layer of one sequence of a ``PagedKVCache``, with what attention calls on a
+    ``KVCache``: ``len`` (positions cached) and ``update`` (append, then read back)."""
 
     cache: PagedKVCache
     seq: int
@@ -182,8 +182,8 @@ class KVCacheMemory:
     @property
     def waste(self) -> dict[str, int]:
         """Slots each layout keeps beyond ``needed``, by name."""
-        layouts = ("padded", "static", "paged")
-        return {name: getattr(self, name) - self.needed for name in layouts}
+        return {name: getattr(self, name) - self.needed for name in ("padded", "static",
+                                                                        "paged")}
 
 
 def kv_cache_memory(lengths: Sequence[int], block_size: int,
@@ -198,20 +198,26 @@ def kv_cache_memory(lengths: Sequence[int], block_size: int,
     lengths = [check_int("kv_cache_memory", f"lengths[{i}]", n, minimum=0)
                for i, n in enumerate(lengths)]
     if max(lengths) > max_length:
-        raise ValueError(
-            f"kv_cache_memory: a sequence of {max(lengths)} positions does not fit a "
-            f"static cache of max_length={max_length}: pass max_length >= {max(lengths)} "
-            "(the model's context_length)")
+        raise ValueError(f"kv_cache_memory: a sequence of {max(lengths)} positions does "
+                         f"not fit a static cache of max_length={max_length}: pass "
+                         f"max_length >= {max(lengths)} (the model's context_length)")
     B, S = len(lengths), block_size
     return KVCacheMemory(needed=sum(lengths), padded=B * max(lengths),
                          static=B * max_length, paged=sum(-(-n // S) * S for n in lengths))
 
 
+def _kv_heads(cfg) -> int:
+    """The heads a layer caches: a ``Llama``'s ``n_kv_heads`` (grouped-query attention),
+    a ``GPT``'s ``n_heads``."""
+    return getattr(cfg, "n_kv_heads", None) or cfg.n_heads
+
+
 def slot_bytes(model) -> int:
-    """Bytes of one cache slot of a ``GPT`` (Chapter 16): keys and values, D numbers each,
-    in every layer."""
+    """Bytes of one cache slot of a ``GPT`` or ``Llama`` (Chapter 16): keys and values,
+    ``n_kv_heads * d_head`` numbers each (D for a GPT), in every layer."""
     cfg = model.config
-    return 2 * cfg.n_layers * cfg.d_model * model.lm_head.weight.element_size()
+    numbers = 2 * cfg.n_layers * _kv_heads(cfg) * cfg.d_head
+    return numbers * model.lm_head.weight.element_size()
 
 
 def _check_prompts(model, prompts, max_new_tokens: int) -> list[Tensor]:
@@ -234,14 +240,12 @@ def _check_prompts(model, prompts, max_new_tokens: int) -> list[Tensor]:
                              f"token ids, got {got}: pass torch.tensor(ids)")
         T = len(prompt)
         if T == 0:
-            raise ValueError(
-                f"paged_generate: prompt {b} is empty: every prompt needs at least one "
-                "token; drop it, or start it with a token such as <|endoftext|>")
+            raise ValueError(f"paged_generate: prompt {b} is empty: drop it, or start it "
+                             "with a token such as <|endoftext|>")
         if T > C:
-            raise ValueError(
-                f"paged_generate: prompt {b} has {T} tokens, more than the model's "
-                f"context_length={C} (the cache's block_size is another thing): keep its "
-                f"last {C} tokens")
+            raise ValueError(f"paged_generate: prompt {b} has {T} tokens, more than the "
+                             f"model's context_length={C} (the cache's block_size is "
+                             f"another thing): keep its last {C} tokens")
         if T + max_new_tokens - 1 > C:
             raise ValueError(
                 f"paged_generate: prompt {b} ({T} tokens) plus max_new_tokens="
@@ -269,20 +273,18 @@ def paged_generate(model, prompts: Sequence[Tensor], max_new_tokens: int,
     """Extend prompts of different lengths together, each through its own block table
     (Chapter 16).
 
-    ``prompts`` is a list of 1-D tensors of token ids, of any lengths. Each prompt is
-    prefilled on its own; then every step runs the model once per sequence on its newest
-    token, attending to its keys and values gathered from the pool, and picks the ``B`` next
-    tokens together with ``next_token`` (greedy by default; else ``temperature``, ``top_k``,
-    ``top_p`` and ``generator`` as in ``generate``). No padding, no reserve:
-    ``num_blocks=None`` makes the pool exactly as large as the run needs
-    (``kv_cache_memory(...).paged`` slots); a given ``num_blocks`` must hold as much.
+    ``prompts``: 1-D tensors of token ids, of any lengths. Each prompt is prefilled on its
+    own; then every step runs the model once per sequence on its newest token, attending to
+    its keys and values gathered from the pool, and picks the ``B`` next tokens together
+    with ``next_token`` (greedy by default; else ``temperature``, ``top_k``, ``top_p`` and
+    ``generator`` as in ``generate``). ``num_blocks=None`` makes the pool exactly as large
+    as the run needs (``kv_cache_memory(...).paged`` slots).
 
-    Returns ``(sequences, cache)``: each prompt followed by its ``max_new_tokens`` new
-    tokens, and the cache, still holding sequence ``b`` (prompt ``b``) to inspect
-    (``cache.free(b)`` gives its blocks back). Greedy, the tokens are those of
-    ``generate(model, prompt[None], ..., greedy=True)`` for each prompt alone. A prompt plus
-    its new tokens must fit the context (the window is not slid). Logits that are not finite
-    raise ``generate``'s ValueError, whose row is the sequence.
+    Returns ``(sequences, cache)``: each prompt and its ``max_new_tokens`` new tokens, and
+    the cache, still holding sequence ``b`` (``cache.free(b)`` gives its blocks back).
+    Greedy, the tokens are ``generate(model, prompt[None], ..., greedy=True)``'s for each
+    prompt alone. A prompt plus its new tokens must fit the context (no sliding window);
+    logits that are not finite raise ``generate``'s ValueError, whose row is the sequence.
     """
     _check_options(temperature, top_k, top_p, greedy, max_new_tokens)
     block_size = check_int("paged_generate", "block_size", block_size, minimum=1)

@@ -282,3 +282,30 @@ def test_bad_arguments_to_the_cache_and_the_memory_count():
         kv_cache_memory([], block_size=2, max_length=8)
     with pytest.raises(ValueError, match=r"9 positions does not fit .*max_length=8"):
         kv_cache_memory([9], block_size=2, max_length=8)
+    with pytest.raises(ValueError, match=r"PagedKVCache.length: layer=5 must be in "
+                                         r"\[-1, 1\)"):
+        cache.length(0, layer=5)
+
+
+def test_an_empty_append_to_a_new_sequence_gathers_no_positions():
+    """A sequence with no block yet: the table is an empty long tensor, not a float one."""
+    cache = PagedKVCache(n_layers=1, n_heads=2, d_head=4, block_size=4, num_blocks=3)
+    cache.append(0, 0, torch.zeros(1, 2, 0, 4), torch.zeros(1, 2, 0, 4))
+    keys, values = cache.gather(0, 0)
+    assert keys.shape == values.shape == (1, 2, 0, 4) and cache.blocks_in_use == 0
+
+
+def test_a_grouped_query_llama_caches_its_kv_heads_and_decodes_as_generate():
+    """Llama with 4 query heads and 1 key/value head: a slot is 2 x 2 layers x 1 head x 8
+    dimensions x 4 bytes = 128 bytes (512 if every query head were cached), and the paged
+    tokens are generate's."""
+    from gpt_from_scratch.modern import Llama, LlamaConfig
+    torch.manual_seed(0)
+    llama = Llama(LlamaConfig(vocab_size=16, context_length=16, d_model=32, n_layers=2,
+                              n_heads=4, n_kv_heads=1, d_ff=64)).eval()
+    assert slot_bytes(llama) == 2 * 2 * 1 * 8 * 4
+    prompts = [torch.tensor([1, 2]), torch.tensor([3, 4, 5, 6, 7])]
+    paged, cache = paged_generate(llama, prompts, 6, block_size=4)
+    assert cache.n_heads == 1
+    for sequence, prompt in zip(paged, prompts):
+        assert torch.equal(sequence, generate(llama, prompt[None], 6, greedy=True)[0])
