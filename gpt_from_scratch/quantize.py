@@ -157,6 +157,9 @@ def weight_error(w: Tensor, qw: QuantizedWeight | Tensor) -> WeightError:
     if tuple(approx.shape) != tuple(w.shape):
         raise ValueError(f"weight_error: w has shape {tuple(w.shape)}, its approximation "
                          f"{tuple(approx.shape)}: compare a weight with its quantization")
+    if not (torch.isfinite(w).all() and torch.isfinite(approx).all()):
+        raise ValueError("weight_error: w or its approximation holds NaN or inf: the error "
+                         "is undefined; check torch.isfinite(w).all() before quantizing")
     diff = w.detach().double() - approx.detach().double()
     relative = (diff.norm() / w.detach().double().norm()).item() if diff.any() else 0.0
     return WeightError(diff.abs().max().item(), relative)
@@ -166,7 +169,8 @@ class QuantizedLinear(nn.Module):
     """An ``nn.Linear`` whose weight is stored quantized (Chapter 16): y = x (q s)^T + b.
 
     Forward dequantizes the weight and runs one float matmul. With one scale per row this
-    equals torchao's int8 weight-only form y = (x q^T) s + b, the scales applied to the
+    equals, by algebra (torchao is not run here: its test skips where it is not
+    installed), torchao's int8 weight-only form y = (x q^T) s + b, the scales applied to the
     outputs after a matmul on the integers: row o of q s is s_o times row o of q, so
     (x (q s)^T)_o = s_o (x q^T)_o. Group scales change along a row, so they must be applied
     before the matmul. ``q`` and ``scale`` are buffers (``.to(device)`` moves them, the
