@@ -336,8 +336,8 @@ def nan_model() -> GPT:
     (lambda: quantize_model(tiny_gpt().state_dict()), TypeError, r"model is a OrderedDict"),
     (lambda: weight_error(weights(), torch.ones(3, 3)), ValueError,
      r"w has shape \(48, 64\), its approximation \(3, 3\)"),
-    (lambda: weight_error(torch.tensor([[float("nan"), 1.0]]), torch.ones(1, 2)), ValueError,
-     r"weight_error: w or its approximation holds NaN or inf"),
+    (lambda: weight_error(torch.tensor([[float("nan"), 1.0]]), torch.ones(1, 2)),
+     ValueError, r"weight_error: w or its approximation holds NaN or inf"),
 ])
 def test_clear_errors(call, error, match):
     with pytest.raises(error, match=match):
