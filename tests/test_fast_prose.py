@@ -1,6 +1,7 @@
-"""Chapter 16's statistics without scipy (book.fast_prose): Pearson's p-value,
-chi-square's quantile and the test's power against a wrong law, each checked against
-scipy where it is."""
+"""Chapter 16's lessons and statistics (book.fast_prose): each lesson holds on a right
+run and fails, with a sentence of its own, on the run it is there to catch; Pearson's
+p-value, chi-square's quantile and the test's power against a wrong law match scipy's
+where it is installed."""
 
 from __future__ import annotations
 
@@ -11,13 +12,109 @@ import torch
 
 from gpt_from_scratch.book import fast_prose as prose
 
-stats = pytest.importorskip("scipy.stats", reason="the reference laws: pip install scipy")
 
+
+def scipy_stats():
+    return pytest.importorskip("scipy.stats", reason="the reference laws: pip install "
+                               "scipy")
+
+
+# ------------------------------------------------------------------ the lessons' branches
+
+def test_tiled_lesson_fails_when_the_bar_does_not_separate_rounding_from_a_slip():
+    assert prose.tiled_lesson(2e-16, 3e-7, 0.4).holds
+    failed = prose.tiled_lesson(2e-16, 3e-7, 1e-13)
+    assert not failed.holds and "the bar does not separate" in failed.text.lower()
+
+
+# (T, naive peak, tiled peak, tiled beyond output), bytes: the chapter's real tiling, and
+# a loop tiled over the queries only, whose 64 x T scores grow with T
+TILED = [(256, 788_000, 182_528, 115_968), (2048, 50_400_000, 648_448, 115_968)]
+QUERY_ONLY = [(256, 788_000, 262_000, 196_620), (2048, 50_400_000, 2_100_000, 1_572_876)]
+
+
+def test_memory_lesson_judges_the_growth_beyond_the_output_not_one_ratio():
+    assert prose.memory_lesson(TILED).holds
+    failed = prose.memory_lesson(QUERY_ONLY)
+    # the old judgement, scores over the tiled peak at the largest T, passes it (24 > 10)
+    assert QUERY_ONLY[-1][1] / QUERY_ONLY[-1][2] > 10
+    assert not failed.holds and "grew with T" in failed.text
+    assert "8.00-fold" in failed.text
+
+
+def test_greedy_lesson_fails_on_one_token():
+    assert prose.greedy_lesson(0, 1_090).holds
+    failed = prose.greedy_lesson(1, 1_090)
+    assert not failed.holds and "within rounding" in failed.text
+
+
+SAMPLED = {"the step's first token": (0.41, 6000, 0), "token 2 after 'A'": (0.2, 500, 0)}
+POWER = {"from q after a rejection": 1.0, "from p after a rejection": 0.9999}
+
+
+@pytest.mark.parametrize("tests, power, says", [
+    ({**SAMPLED, "token 1": (0.3, 1200, 2)}, POWER, "came out, which the target never"),
+    ({**SAMPLED, "token 1": (0.004, 1200, 0)}, POWER, "A p-value is under 0.01"),
+    (SAMPLED, {**POWER, "from p after a rejection": 0.9}, "power against a slip is under"),
+])
+def test_sampled_lesson_fails_each_way_with_its_own_sentence(tests, power, says):
+    assert prose.sampled_lesson(SAMPLED, POWER, top_k=5).holds
+    failed = prose.sampled_lesson(tests, power, top_k=5)
+    assert not failed.holds and says in failed.text
+
+
+def test_a_small_p_value_is_printed_as_it_is_and_not_called_a_pass():
+    """The first version printed p = 0.004 as "0.00, -0.4 decades above the level"."""
+    failed = prose.sampled_lesson({**SAMPLED, "token 1": (0.004, 1200, 0)}, POWER, top_k=5)
+    assert "token 1 (1,200 draws) 0.004" in failed.text
+    assert "passes" not in failed.text and "decades above" not in failed.text
+
+
+def test_the_power_is_stated_no_closer_to_1_than_the_approximation_allows():
+    assert prose.power_text(1 - 2e-27) == "> 0.999"
+    assert prose.power_text(0.95) == "0.950"
+
+
+def test_tokens_lesson_fails_under_the_bar():
+    assert prose.tokens_lesson({1: (0.67, 1.67), 2: (0.59, 2.1)}).holds
+    failed = prose.tokens_lesson({1: (0.2, 1.2), 2: (0.1, 1.2)})
+    assert not failed.holds and "under the 1.5" in failed.text
+
+
+def test_leviathans_formula_by_hand():
+    kept, tokens = prose.leviathan(0.5, 2)
+    assert math.isclose(kept, 0.5 * 0.75 / (2 * 0.5)) and math.isclose(tokens, 1.75)
+
+
+def test_quantize_lesson_fails_over_the_bar():
+    assert prose.quantize_lesson({"fp32": 2.0, "int8": 2.004}).holds
+    failed = prose.quantize_lesson({"fp32": 2.0, "int8": 2.05, "int4": 2.2})
+    assert not failed.holds and "over the bar" in failed.text
+
+
+def test_paged_lesson_fails_on_one_token():
+    waste = {"padded": 80, "static": 200, "paged": 30}
+    assert prose.paged_lesson(0, 100, waste, 197).holds
+    failed = prose.paged_lesson(1, 100, waste, 197)
+    assert not failed.holds and "A token differs" in failed.text
+
+
+def test_speedup_text_says_where_the_measurement_is_above_and_below_the_model():
+    text = prose.speedup_text(0.5, {1: 1.0, 2: 1.1}, {1: (0.7, 1.7), 2: (0.6, 2.2)},
+                              {0: [1.0, 1.1, 0.9], 1: [0.5, 0.6, 0.55], 2: [0.9, 0.8, 1.0]},
+                              0.1)
+    # γ = 1: 1.0 / 0.55 = 1.82 measured, 1.7 / 1.5 = 1.13 by the model; γ = 2: 1.11, 1.05
+    assert "above the model at 2 of the 2 γ and below it at 0" in text
+    assert "The ranges of 0 of the 1 pairs" in text
+
+
+# ------------------------------------------------------------------ the statistics
 
 def test_pearsons_p_value_is_scipys():
     observed = torch.tensor([30.0, 50, 20, 7], dtype=torch.float64)
     expected = torch.tensor([25.0, 50, 25, 7], dtype=torch.float64)
     stat, df, p = prose.chi_square(observed, expected)
+    stats = scipy_stats()
     reference = stats.chisquare(observed.numpy(), expected.numpy())
     assert df == 3
     assert math.isclose(stat, reference.statistic, rel_tol=1e-9)
@@ -26,6 +123,7 @@ def test_pearsons_p_value_is_scipys():
 
 @pytest.mark.parametrize("level, df", [(0.99, 4), (0.95, 1), (0.999, 10)])
 def test_the_quantile_is_scipys(level, df):
+    stats = scipy_stats()
     assert math.isclose(prose.chi2_quantile(level, df), stats.chi2.ppf(level, df),
                         rel_tol=1e-9)
 
@@ -34,6 +132,7 @@ def test_the_quantile_is_scipys(level, df):
 def test_the_power_is_one_minus_the_non_central_laws_miss(n):
     p = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
     wrong = torch.tensor([0.15, 0.2, 0.25, 0.4], dtype=torch.float64)
+    stats = scipy_stats()
     lam = n * ((wrong - p) ** 2 / p).sum().item()
     miss = stats.ncx2.cdf(stats.chi2.ppf(0.99, 3), 3, lam)
     assert math.isclose(prose.chi_square_power(n, p, wrong, 0.01), 1 - miss, abs_tol=1e-9)

@@ -1,12 +1,13 @@
 """Chapter 16 — the lessons and sentences, written from what the chapter measured.
 
-Six lessons, each with its margin. Exact ones, as distances from a bar in decades: tiled
-attention equals PyTorch's attention; speculative sampling keeps the target's distribution
-(greedy: its tokens; sampled: Pearson's chi-square test); the paged cache gives Chapter 7's
-tokens. Measured ones, as counts that no busy machine can flip: tiled attention's working
-memory does not grow with T; the draft saves target forward passes; int8 weights cost little
-in bits per byte. Seconds are reported, never judged. The chi-square helpers (p-value,
-quantile and power against a named wrong law) use ``torch.special`` only.
+Seven lessons, each with its margin. Exact ones, as distances from a bar in decades: tiled
+attention equals PyTorch's attention; greedy speculative decoding gives the target's
+tokens; sampled, its tokens pass Pearson's chi-square test against the target's law, with
+the power to catch the usual slips; the paged cache gives Chapter 7's tokens. Measured
+ones, as counts that no busy machine can flip: tiled attention's working memory beyond its
+output does not grow with T; the draft saves target forward passes; int8 weights cost
+little in bits per byte. Seconds are reported, never judged. The chi-square helpers
+(p-value, quantile and power against a named wrong law) use ``torch.special`` only.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import torch
 from .lessons import Lesson, lesson
 
 F64_BAR = 1e-12  # tiled against SDPA in float64
-MEMORY_BAR = 10  # the T x T scores' peak over the tiled peak, at the largest T
+GROWTH_BAR = 2.0  # the tiled working set beyond its output, largest T over smallest
 ALPHA = 0.01  # the chi-square test's level
+POWER_BAR = 0.99  # the least power the test must have against each slip
 TOKENS_BAR = 1.5  # tokens per target forward at the best γ (plain decoding: 1)
 INT8_BAR = 0.01  # bits per byte int8 may add to float32's
 FLOOR = 1e-18  # a difference of exactly zero, read as this to take its logarithm
@@ -92,45 +94,84 @@ def tiled_lesson(f64: float, f32: float, mistake: float) -> Lesson:
                   "update, or the masking of the blocks that cross the diagonal, is wrong.")
 
 
-def memory_lesson(rows: list[tuple[int, int, int]]) -> Lesson:
-    """``rows``: (T, naive peak bytes, tiled peak bytes), T increasing."""
-    (T0, naive0, tiled0), (T1, naive1, tiled1) = rows[0], rows[-1]
-    ratio = naive1 / tiled1
+def memory_lesson(rows: list[tuple[int, int, int, int]]) -> Lesson:
+    """``rows``: (T, naive peak, tiled peak, tiled peak less its output and lse), in
+    bytes, T increasing."""
+    (T0, naive0, _, beyond0), (T1, naive1, tiled1, beyond1) = rows[0], rows[-1]
+    growth = beyond1 / beyond0
     said = (f"From T = {T0:,} to T = {T1:,}, {T1 // T0} times longer, the written-out "
             f"attention's peak grew {naive1 / naive0:.0f}-fold, to {naive1 / 2**20:.1f} "
-            f"MiB, and the tiled one's {tiled1 / tiled0:.2f}-fold, to "
-            f"{tiled1 / 2**10:.0f} KiB: at T = {T1:,} the scores need {ratio:.0f} times "
-            "the tiled working set. ")
+            f"MiB; the tiled one's working set beyond its output and log-sum-exp grew "
+            f"{growth:.2f}-fold ({beyond1 / 2**10:.0f} KiB at T = {T1:,}), against a bar "
+            f"of {GROWTH_BAR:g}-fold. At T = {T1:,} the scores need {naive1 / tiled1:.0f} "
+            "times the whole tiled peak. ")
     why = ("The first holds T² scores and their softmax; the second one block of scores, "
-           "whatever T is, beside its output of T rows. The count is the allocator's, the "
-           "same on every CPU.")
-    return lesson("tiled attention keeps no T × T scores",
-                  math.log10(ratio / MEMORY_BAR), "decades", said + why,
-                  said + f"That is less than the factor of {MEMORY_BAR} the chapter "
-                  "expects: the tiled peak holds something of size T², or the profiler "
-                  "missed the scores. " + why)
+           "whatever T is, beside its output of T rows.")
+    return lesson("tiled attention's working set does not grow with T",
+                  math.log10(GROWTH_BAR / growth), "decades", said + why,
+                  said + "The tiled working set grew with T: it holds something whose "
+                  "size depends on T, such as a block of queries against all T keys "
+                  "(tiling the queries only), or a check of the whole input at once. "
+                  + why)
 
 
-def speculative_lesson(mismatches: int, n_tokens: int, p_value: float, draws: int,
-                       power: float, wrong: str) -> Lesson:
-    """Greedy: ``mismatches`` of ``n_tokens`` against the target's own; sampled: the
-    chi-square ``p_value`` of ``draws`` first tokens, with ``power`` against ``wrong``."""
+def greedy_lesson(mismatches: int, n_tokens: int) -> Lesson:
+    """``mismatches`` of ``n_tokens`` generated tokens against the target's own."""
     said = (f"Greedy, the speculative tokens differ from the target's own in {mismatches} "
-            f"of {n_tokens:,}. Sampled, the first token of {draws:,} accept/reject steps "
-            f"passes Pearson's chi-square test against the target's distribution with a "
-            f"p-value of {p_value:.2f}, {_decades(p_value, ALPHA):.1f} decades above "
-            f"the level {ALPHA:g}; had the step drawn {wrong}, the test would have "
-            f"rejected it with probability {power:.6f}. ")
+            f"of {n_tokens:,} generated tokens (each γ once: a greedy run is the same on "
+            "every repeat). ")
+    why = ("A guess is kept only while it is the target's arg-max, and the token after a "
+           "rejection is the target's arg-max.")
+    return lesson("greedy speculative decoding gives the target's tokens",
+                  1.0 if mismatches == 0 else -float(mismatches), "tokens (1: none differ)",
+                  said + why, said + "Two logits of the target were within rounding, and "
+                  "the pass over several tokens ordered them otherwise than the "
+                  "one-token pass; or the caches kept a rejected guess. " + why)
+
+
+def power_text(power: float) -> str:
+    """A power as the non-central approximation can state it: "> 0.999" near 1."""
+    return "> 0.999" if power > 0.999 else f"{power:.3f}"
+
+
+def sampled_lesson(tests: dict[str, tuple[float, int, int]], power: dict[str, float],
+                   top_k: int) -> Lesson:
+    """``tests``: what was tested -> (chi-square p-value, draws, draws outside the target's
+    top ``top_k``); ``power``: a slip -> the chance the first test rejects it."""
+    p_values = ", ".join(f"{name} ({draws:,} draws) {p:.2g}"
+                         for name, (p, draws, _) in tests.items())
+    outside = sum(o for _, _, o in tests.values())
+    said = (f"Sampled, Pearson's chi-square test against the target's law gives p-values: "
+            f"{p_values}; {outside} token(s) came from outside the target's top {top_k}. "
+            "Had the step drawn " + " or ".join(f"{slip} (power {power_text(x)})"
+                                        for slip, x in power.items())
+            + f", the first test would have rejected it at the level {ALPHA:g}. ")
     why = ("Accepting with probability min(1, p/q) and drawing from the residual after a "
            "rejection give each token with probability min(p, q) + max(0, p - q) = p.")
-    margin = _decades(p_value, ALPHA) if mismatches == 0 else -1.0
-    fails = ("A greedy token differs: two logits of the target were within rounding, and "
-             "the verification pass of several tokens ordered them otherwise than the "
-             "single-token pass. " if mismatches else
-             f"The p-value is under {ALPHA:g}, which a right rule gives one time in "
-             f"{1 / ALPHA:.0f}: rerun with another seed before suspecting the rule. ")
-    return lesson("speculative decoding keeps the target's output", margin, "decades",
-                  said + why, said + fails + why)
+    p_margin = min(math.log10(max(p, FLOOR) / ALPHA) for p, _, _ in tests.values())
+    power_margin = min(_decades(1 - POWER_BAR, 1 - x) for x in power.values())
+    margin = -1.0 if outside else min(p_margin, power_margin)
+    fails = []
+    if outside:
+        fails.append(f"A token outside the target's top {top_k} came out, which the "
+                     "target never draws: the step or the filtering is wrong. ")
+    if p_margin <= 0:
+        fails.append(f"A p-value is under {ALPHA:g}, which a right rule gives one time in "
+                     f"{1 / ALPHA:.0f} per test: rerun with another seed before suspecting "
+                     "the rule. ")
+    if power_margin <= 0:
+        fails.append(f"The test's power against a slip is under {POWER_BAR}: passing it "
+                     "shows little; draw more. ")
+    return lesson("sampled speculative decoding follows the target's law",
+                  margin, "decades", said + why, said + "".join(fails) + why)
+
+
+def leviathan(alpha: float, gamma: int) -> tuple[float, float]:
+    """Guesses kept independently with probability ``alpha`` (Leviathan et al. 2023): the
+    expected share of the γ proposed that are kept, α (1 - α^γ) / (γ (1 - α)), and tokens
+    per target pass, (1 - α^(γ + 1)) / (1 - α) (Chapter 16)."""
+    return (alpha * (1 - alpha**gamma) / (gamma * (1 - alpha)),
+            (1 - alpha ** (gamma + 1)) / (1 - alpha))
 
 
 def tokens_lesson(rows: dict[int, tuple[float, float]]) -> Lesson:
@@ -140,8 +181,8 @@ def tokens_lesson(rows: dict[int, tuple[float, float]]) -> Lesson:
     said = (f"With γ = {best} the draft's guesses were kept {rate:.0%} of the time and "
             f"each forward pass of the target gave {tokens:.2f} tokens, against 1 without "
             "a draft. ")
-    why = ("These are counts, the same on every machine: whether they become seconds "
-           "depends on what a forward pass costs, below.")
+    why = ("These count forward passes, not seconds: whether they become seconds depends "
+           "on what a pass costs, below.")
     return lesson("the draft saves forward passes of the target", tokens - TOKENS_BAR,
                   "tokens per target forward", said + why,
                   said + f"That is under the {TOKENS_BAR} the chapter expects: the draft "
@@ -159,21 +200,20 @@ def quantize_lesson(bpb: dict[str, float]) -> Lesson:
         said += (f"Int4 in groups costs {bpb['int4'] - bpb['fp32']:+.4f} "
                  f"({bpb['int4']:.4f}). ")
     why = (f"The bar is {INT8_BAR} bits per byte. Rounding to int8 moves each weight by at "
-           "most half a step, max|row| / 254, and the errors of a row's products largely "
-           "cancel.")
+           "most half a step, max|row| / 254.")
     return lesson("int8 weights cost almost nothing in bits per byte", INT8_BAR - cost,
                   "bits per byte", said + why,
-                  said + "Int8 rounding changes each weight by at most half a step of "
-                  "max|row| / 127; a cost this large means a row with an outlier, whose "
-                  "step is large for every other weight of the row. " + why)
+                  said + "That is over the bar: for some layer a step of max|row| / 127 "
+                  "is too coarse; give it a scale per group of the row (group_size), or "
+                  "leave it in float32. " + why)
 
 
 def paged_lesson(mismatches: int, n_tokens: int, waste: dict[str, int], needed: int
                  ) -> Lesson:
     """``mismatches`` of ``n_tokens`` against ``generate``; ``waste``: layout -> slots."""
-    said = (f"The paged cache's tokens differ from those of Chapter 7's cache, prompt by "
-            f"prompt, in {mismatches} of {n_tokens:,}. For {needed:,} positions held, "
-            f"the padded batch wastes {waste['padded']:,} slots, the static cache "
+    said = (f"The paged cache's generated tokens differ from those of Chapter 7's cache, "
+            f"prompt by prompt, in {mismatches} of {n_tokens:,}. For {needed:,} positions "
+            f"held, the padded batch wastes {waste['padded']:,} slots, the static cache "
             f"{waste['static']:,}, the pages {waste['paged']:,}. ")
     why = ("The model reads the same keys and values, gathered through a block table "
            "instead of sliced from one tensor.")
@@ -190,22 +230,27 @@ def speedup_text(c_draft: float, verify: dict[int, float], rows: dict[int, tuple
     tokens per target forward); ``seconds``: γ -> the repeats' times (γ = 0: plain);
     ``size``: the draft's parameters over the target's."""
     base = sorted(seconds[0])[len(seconds[0]) // 2]
-    parts, short = [], 0
-    for gamma in sorted(g for g in rows if g):
+    gammas = sorted(g for g in rows if g)
+    parts, ranges, gaps = [], [], []
+    for gamma in gammas:
         times = sorted(seconds[gamma])
-        median = times[len(times) // 2]
+        measured = base / times[len(times) // 2]
         model = rows[gamma][1] / (gamma * c_draft + verify[gamma])
-        short += base / median < model
-        parts.append(f"γ = {gamma}: {base / median:.2f} measured "
-                     f"({base / times[-1]:.2f} to {base / times[0]:.2f}), {model:.2f} "
-                     "by the model")
-    return ("Speed-up over plain decoding, the median of the repeats (the range of "
-            "them) beside the cost model's tokens per round over a round's cost: "
-            + "; ".join(parts) + ". "
-            + (f"At {short} of the {len(parts)} γ the measured speed-up falls short of the "
-               "model, which leaves out what a round costs besides the two models' passes "
-               "(the accept step, cropping the caches, Python). " if short else "")
-            + f"Here a draft forward costs {c_draft:.2f} of the target's one-token pass, "
+        ranges.append((base / times[-1], base / times[0]))
+        gaps.append(measured / model - 1)
+        parts.append(f"γ = {gamma}: {measured:.2f} measured ({ranges[-1][0]:.2f} to "
+                     f"{ranges[-1][1]:.2f}), {model:.2f} by the model")
+    over = sum(gap > 0 for gap in gaps)
+    overlaps = sum(a[1] >= b[0] and b[1] >= a[0] for a, b in zip(ranges, ranges[1:]))
+    return ("Speed-up over plain decoding, the median of the repeats (their range) beside "
+            "the cost model's tokens per round over a round's cost: " + "; ".join(parts)
+            + f". The measured speed-up is above the model at {over} of the {len(gammas)} "
+            f"γ and below it at {len(gammas) - over}, by up to "
+            f"{max(abs(g) for g in gaps):.0%}: the model times c and v alone, after one "
+            "short context, and leaves out the rest of a round (the accept step, cropping "
+            f"the caches, Python). The ranges of {overlaps} of the {len(gammas) - 1} pairs "
+            "of neighbouring γ overlap: these repeats do not order those γ. "
+            f"Here a draft forward costs {c_draft:.2f} of the target's one-token pass, "
             f"and the target's pass over γ + 1 tokens {min(verify.values()):.2f} to "
             f"{max(verify.values()):.2f} of it. On a CPU a forward pass of these small "
             f"models is largely fixed cost (Python and each operation's overhead): a draft "

@@ -64,9 +64,10 @@ from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.paged_cache import kv_cache_memory, paged_generate, slot_bytes
 from gpt_from_scratch.quantize import model_bytes, quantize_model, weight_error
-from gpt_from_scratch import speculative  # speculative.accept_or_resample and
-from gpt_from_scratch import tiled_attention as tiling  # tiling.online_softmax_step: the
-# exercises write their own
+# Two modules by name: the exercises write their own accept_or_resample and
+# online_softmax_step.
+from gpt_from_scratch import speculative
+from gpt_from_scratch import tiled_attention as tiling
 from gpt_from_scratch.speculative import (RollbackKVCache, sampling_probabilities,
                                           speculative_generate)
 from gpt_from_scratch.tiled_attention import (attention_memory, measure_peak_bytes,
@@ -96,8 +97,9 @@ train_ids, val_ids, tok = char_level_data()
 # $s_j = q \cdot k_j / \sqrt{d}$ of a query, takes their softmax and the weighted sum of the
 # values. The softmax needs every score before it can start: its denominator sums them all,
 # and for stability each score is first lowered by the row's maximum $m$. The *online
-# softmax* {cite}`milakov2018online` removes that wait. Read the keys in blocks, and keep
-# per query three numbers: the largest score $m$ so far, the sum $\ell$ of
+# softmax* {cite}`milakov2018online` computes that denominator in one pass over the scores,
+# and FlashAttention {cite}`dao2022flashattention` carries the output along. Read the keys
+# in blocks, and keep per query the largest score $m$ so far, the sum $\ell$ of
 # $e^{s_j - m}$ over the scores seen, and the unnormalized output
 # $\mathbf{a} = \sum_j e^{s_j - m} \mathbf{v}_j$. When a block of scores arrives with a
 # larger maximum $m' = \max(m, \max_j s_j)$, the old sums were taken against $m$;
@@ -108,13 +110,16 @@ train_ids, val_ids, tok = char_level_data()
 # \mathbf{v}_j.$$
 #
 # After the last block, $\mathbf{a} / \ell$ is exactly $\operatorname{softmax}(s)\,V$: each
-# term carries $e^{s_j - m_{\text{final}}}$, whatever block it came in. FlashAttention
-# {cite}`dao2022flashattention` runs this loop on a GPU with each block of queries, keys and
-# values in the chip's fast on-chip memory, so the scores never travel to the GPU's main
-# memory. The update, from `tiled_attention.py`:
+# term carries $e^{s_j - m_{\text{final}}}$, whatever block it came in. Keeping
+# $\mathbf{a}$ unnormalized and dividing once at the end is FlashAttention-2's form
+# {cite}`dao2023flashattention2`; the first FlashAttention divided at every step. Both run
+# this loop on a GPU with each block of queries, keys and values in the chip's fast on-chip
+# memory, so the scores never travel to the GPU's main memory. The update's body, from
+# `tiled_attention.py`:
 
 # %%
-print(inspect.getsource(tiling.online_softmax_step).split('"""')[-1])
+source = inspect.getsource(tiling.online_softmax_step)
+print(source[source.index("    m_new"):])  # the lines after the docstring
 
 # %% [markdown]
 # `tiled_attention` loops over blocks of 64 queries, and for each over blocks of 64 keys,
@@ -165,25 +170,33 @@ display(Markdown(found[-1].text))
 # queries, and $m$, $\ell$, $\mathbf{a}$, whatever $T$ is. `attention_memory` gives both
 # by formula; `measure_peak_bytes` measures the most bytes of tensors alive at once while
 # a call runs, from PyTorch's profiler. One head of 64 dimensions, not causal (Chapter 4's
-# `scaled_dot_product_attention`, the written-out one, against `tiled_attention`):
+# `scaled_dot_product_attention`, the written-out one, against `tiled_attention`); the
+# last column is the tiled peak less its output and log-sum-exp, $T (d + 1)$ numbers:
 
 # %%
 memory_rows = []
-print(f"{'T':>5} {'scores':>10} {'measured':>10} {'tiled':>8} {'measured':>10}")
+print(f"{'':>5} {'scores (MiB)':>17} {'tiled (KiB)':>27}")
+print(f"{'T':>5} {'formula':>8} {'measured':>8} {'formula':>8} {'measured':>8} "
+      f"{'beyond output':>13}")
 for T in (256, 512, 1024, 2048):
     q, k, v = (torch.randn(1, 1, T, 64, generator=g) for _ in range(3))
     formula = attention_memory(T, 64, 64, 64)
     naive = measure_peak_bytes(lambda: scaled_dot_product_attention(q, k, v))
     tiled = measure_peak_bytes(lambda: tiled_attention(q, k, v, causal=False))
-    memory_rows.append((T, naive, tiled))
-    print(f"{T:>5} {formula.naive_bytes / 2**20:>6.2f} MiB {naive / 2**20:>6.2f} MiB "
-          f"{formula.tiled_bytes / 2**10:>4.0f} KiB {tiled / 2**10:>6.0f} KiB")
+    beyond = tiled - T * (64 + 1) * 4  # less the output (T, 64) and lse (T,), float32
+    memory_rows.append((T, naive, tiled, beyond))
+    print(f"{T:>5} {formula.naive_bytes / 2**20:>8.2f} {naive / 2**20:>8.2f} "
+          f"{formula.tiled_bytes / 2**10:>8.0f} {tiled / 2**10:>8.0f} "
+          f"{beyond / 2**10:>13.0f}")
 
-# %% tags=["remove-input"] mystnb={"figure": {"caption": "Peak memory of one head's attention against the sequence length: the written-out attention's T × T scores and softmax, and the tiled loop's working set, measured by PyTorch's profiler.", "name": "fig-tiled-memory"}, "image": {"alt": "Log-log plot of peak memory against T: the written-out attention's line rises with slope two, the tiled one stays nearly flat."}}
+# %% tags=["remove-input"] mystnb={"figure": {"caption": "Peak memory of one head's attention against the sequence length, measured by PyTorch's profiler: the written-out attention's T × T scores and softmax; the tiled loop's peak, which grows with its output; and the tiled working set beyond that output.", "name": "fig-tiled-memory"}, "image": {"alt": "Log-log plot of peak memory against T from 256 to 2048: the written-out attention's line rises with slope two, the tiled peak with slope one, and the tiled working set beyond the output is a flat line."}}
 fig, ax = plt.subplots(figsize=(5.2, 3.4))
 Ts = [row[0] for row in memory_rows]
 ax.loglog(Ts, [row[1] / 2**20 for row in memory_rows], "o-", label="written out")
 ax.loglog(Ts, [row[2] / 2**20 for row in memory_rows], "s-", label="tiled")
+ax.loglog(Ts, [row[3] / 2**20 for row in memory_rows], "^--", label="tiled beyond output")
+ax.set_xticks(Ts, [str(T) for T in Ts])
+ax.minorticks_off()
 ax.set(xlabel="sequence length T", ylabel="peak memory (MiB)")
 ax.legend()
 fig.tight_layout()
@@ -194,38 +207,54 @@ found.append(prose.memory_lesson(memory_rows))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
-# The measured peaks count the output too, $T \times d$ numbers, and the tiled loop's
-# log-sum-exp beside it: the tiled peak grows in proportion to $T$. The scores, the term
-# that grows as $T^2$, are gone. What the CPU
+# The measured tiled peak counts the output, $T \times d$ numbers, and the log-sum-exp
+# beside it: it grows in proportion to $T$. What the loop keeps beyond them (last column)
+# is the same bytes at every $T$: the scores, the term that grows as $T^2$, are gone. The
+# input check reads 64 rows at a time for the same reason: checking all of $Q$, $K$, $V$
+# at once would hold $T \times d$ temporaries, more than the loop. What the CPU
 # cannot show is the speed. Here tiling is slower than one large matrix product, since
 # every block is a separate small product launched from Python. On a GPU the written-out
 # attention writes the scores to the GPU's main memory and reads them back for the
 # softmax and again for the product with $V$; at long contexts that traffic, not the
-# arithmetic, sets the time. A fused kernel keeps each block in on-chip memory and
-# reads $Q$, $K$ and $V$ once {cite}`dao2022flashattention`. With `FULL_RUN` on a GPU,
-# PyTorch's flash kernel against its plain ("math") one, in float16, 4 sequences of 16 heads
-# of 64 dimensions, causal:
+# arithmetic, sets the time. A fused kernel keeps each block in on-chip memory, never
+# writes the $T^2$ scores, and reads $Q$, $K$ and $V$ a number of times that shrinks as
+# on-chip memory grows {cite}`dao2022flashattention`. With `FULL_RUN` on a GPU, PyTorch's
+# flash kernel against its plain ("math") one, on float16 inputs, 4 sequences of 16 heads
+# of 64 dimensions, causal. Recent PyTorch's math kernel computes float16 in float32
+# (`torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()` is False), so its scores
+# are float32 too; at the longest $T$ they would not fit, and the cell says what they
+# would take instead of running it:
 
 # %%
 if FULL_RUN and torch.cuda.is_available():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    def sdpa_ms(q, k, v, backend):
+        """Milliseconds of one causal SDPA call with one backend, the mean of 10."""
+        with sdpa_kernel(backend):
+            for _ in range(3):  # warm-up
+                F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            for _ in range(10):
+                F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            end.record()
+            torch.cuda.synchronize()
+        return start.elapsed_time(end) / 10
+
     for T in (1024, 4096, 16384):
         q, k, v = (torch.randn(4, 16, T, 64, device="cuda", dtype=torch.float16)
                    for _ in range(3))
-        times = {}
-        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH):
-            with sdpa_kernel(backend):
-                for _ in range(3):  # warm-up
-                    F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                start.record()
-                for _ in range(10):
-                    F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                end.record()
-                torch.cuda.synchronize()
-                times[backend.name] = start.elapsed_time(end) / 10
-        print(f"T = {T:>6}: " + ", ".join(f"{n} {ms:.2f} ms" for n, ms in times.items()))
+        line = f"T = {T:>6}: flash {sdpa_ms(q, k, v, SDPBackend.FLASH_ATTENTION):.2f} ms"
+        scores_gib = 4 * 16 * T * T * 4 / 2**30  # float32 scores of the math kernel
+        if scores_gib > 16:
+            line += f", math not run (its scores alone: {scores_gib:.0f} GiB)"
+        else:
+            try:
+                line += f", math {sdpa_ms(q, k, v, SDPBackend.MATH):.2f} ms"
+            except torch.cuda.OutOfMemoryError:
+                line += ", math: out of memory"
+        print(line)
 else:
     print("skipped: FULL_RUN is False" if not FULL_RUN else "skipped: no GPU here; the "
           "speed of a fused kernel comes from on-chip memory that a CPU run cannot show")
@@ -278,9 +307,12 @@ print(f"the draft's validation loss {history.val_loss[-1]:.3f} after {draft_seco
 # %% [markdown]
 # **Greedy: the target's own tokens.** Four prompts, each extended to the end of the
 # context (64 characters), by the target alone with `generate(..., greedy=True)` and by
-# speculative decoding with $\gamma$ from 1 to 6. `speculative_generate` counts what it did:
-# guesses proposed and kept, forward passes of each model. Each run is timed 5 times, the
-# kinds taking turns:
+# speculative decoding with each $\gamma$ of `GAMMAS` below. `speculative_generate` counts
+# what it did: guesses proposed and kept, forward passes of each model. Each run is timed
+# `REPEATS` times, the kinds taking turns; a greedy run gives the same tokens every time,
+# so its generated tokens are compared with the target's once per $\gamma$. Beside the
+# counts, what they would be if every guess were kept with one chance $\alpha$, estimated
+# by the share kept at $\gamma = 1$ (below):
 
 # %%
 prompts = [torch.tensor([tok.encode(s)]) for s in
@@ -296,52 +328,75 @@ for repeat in range(REPEATS):
         runs = [speculative_generate(target, draft, p, n, gamma, greedy=True)
                 for p, n in zip(prompts, new)]
         seconds[gamma].append(time.perf_counter() - start)
-        mismatches += sum(int((out != ref).sum()) for (out, _), ref in zip(runs, plain))
+        if repeat == 0 and gamma:  # the generated tokens, after each prompt
+            mismatches += sum(int((out[0, p.size(1):] != ref[0, p.size(1):]).sum())
+                              for (out, _), ref, p in zip(runs, plain, prompts))
         stats = [s for _, s in runs]
         kept, proposed = sum(s.accepted for s in stats), sum(s.proposed for s in stats)
         counts[gamma] = (kept / proposed if proposed else math.nan,
                          sum(s.new_tokens for s in stats)
                          / sum(s.target_forwards for s in stats))
-n_compared = REPEATS * len(GAMMAS) * sum(new)
-print(f"tokens that differ from the target's greedy ones: {mismatches} of {n_compared:,}")
-print(f"{'γ':>2} {'kept':>6} {'tokens/target pass':>19} {'seconds (median)':>17}")
+n_compared = (len(GAMMAS) - 1) * sum(new)
+print(f"generated tokens that differ from the target's greedy ones: {mismatches} of "
+      f"{n_compared:,}")
+alpha = counts[1][0]  # α estimated: the share kept at γ = 1
+print(f"α = {alpha:.3f}")
+print(f"{'':>2} {'kept':>15} {'tokens/target pass':>19} {'seconds':>9}")
+print(f"{'γ':>2} {'counted':>7} {'α says':>7} {'counted':>9} {'α says':>9} {'median':>9}")
 for gamma in GAMMAS:
     rate, per_pass = counts[gamma]
-    print(f"{gamma:>2} {rate:>6.1%} {per_pass:>19.2f} "
-          f"{sorted(seconds[gamma])[REPEATS // 2]:>17.3f}")
+    kept_model, tokens_model = prose.leviathan(alpha, gamma) if gamma else (math.nan, 1.0)
+    print(f"{gamma:>2} {rate:>7.1%} {kept_model:>7.1%} {per_pass:>9.2f} "
+          f"{tokens_model:>9.2f} {sorted(seconds[gamma])[REPEATS // 2]:>9.3f}")
 print("".join(tok.decode(plain[0][0].tolist())))
 
 # %% [markdown]
-# The counts are what speculation buys: fewer forward passes of the target per token. A
-# guess of the draft is kept less often the further it looks ahead (it guesses from its own
-# earlier guesses), so each extra $\gamma$ brings less. Whether fewer passes mean fewer
-# seconds depends on what each pass costs. The costs measured here, each forward pass run
-# 200 times after a short context: the draft's one-token pass, and the target's pass over
-# $\gamma + 1$ tokens, each over the target's one-token pass:
+# The counts are what speculation buys: fewer forward passes of the target per token. The
+# share of guesses kept falls as $\gamma$ grows even if each guess were kept with the same
+# chance $\alpha$: the guesses after a round's first rejection are proposed but never
+# checked, so they count as not kept. With
+# $\alpha = \mathbb{E}[\beta]$, Leviathan et al. {cite}`leviathan2023fast` give
+# $(1 - \alpha^{\gamma + 1}) / (1 - \alpha)$ tokens per target pass, and a kept share of
+# $\alpha (1 - \alpha^\gamma) / (\gamma (1 - \alpha))$: the "α says" columns. Whether
+# fewer passes mean fewer seconds depends on what each pass costs. The costs measured here,
+# the draft's one-token pass and the target's pass over $\gamma + 1$ tokens, each over the
+# target's one-token pass, after the context "ROMEO:\nWhat is this"; the kinds take turns,
+# and each keeps the median of its turns:
 
 # %%
-def pass_ms(model, n_tokens, repeats=200):
-    """Milliseconds of a forward pass of n_tokens after a cache of 20 positions."""
+def pass_ms(model, n_tokens, passes=20):
+    """Milliseconds of one forward pass of n_tokens after a fixed context, the mean of
+    `passes` passes, each after cropping the cache back to the context."""
     cache = [RollbackKVCache(model.config.context_length) for _ in model.blocks]
-    context, step = torch.tensor([tok.encode("ROMEO:\nWhat is this")]), torch.zeros(
-        1, n_tokens, dtype=torch.long)
+    context = torch.tensor([tok.encode("ROMEO:\nWhat is this")])
+    step = torch.zeros(1, n_tokens, dtype=torch.long)
     with torch.no_grad():
         model(context, kv_cache=cache)
         start = time.perf_counter()
-        for _ in range(repeats):
+        for _ in range(passes):
             for layer in cache:
                 layer.crop(context.size(1))
             model(step, kv_cache=cache)
-    return 1e3 * (time.perf_counter() - start) / repeats
+    return 1e3 * (time.perf_counter() - start) / passes
 
 
-one = pass_ms(target, 1)
-c_draft = pass_ms(draft, 1) / one
-verify = {gamma: pass_ms(target, gamma + 1) / one for gamma in GAMMAS if gamma}
-print(f"target, one token: {one:.2f} ms; draft: {c_draft:.2f} of it; target over γ + 1 "
-      "tokens: " + ", ".join(f"{v:.2f} (γ = {g})" for g, v in verify.items()))
+kinds = {"target": (target, 1), "draft": (draft, 1)} | {
+    gamma: (target, gamma + 1) for gamma in GAMMAS if gamma}
+samples = {kind: [] for kind in kinds}
+for _ in range(10):  # the kinds take turns, so a slow spell of the machine hits them all
+    for kind, (model, n_tokens) in kinds.items():
+        samples[kind].append(pass_ms(model, n_tokens))
+pass_median = {kind: sorted(times)[len(times) // 2] for kind, times in samples.items()}
+one = pass_median["target"]
+c_draft = pass_median["draft"] / one
+verify = {gamma: pass_median[gamma] / one for gamma in GAMMAS if gamma}
+print(f"target, one token: {one:.2f} ms; draft: {c_draft:.2f} of it")
+print("target over γ + 1 tokens: " + ", ".join(f"{v:.2f} (γ = {g})"
+                                                for g, v in verify.items()))
 
 # %% tags=["remove-input"]
+found.append(prose.greedy_lesson(mismatches, n_compared))
+display(Markdown(found[-1].text))
 display(Markdown(prose.speedup_text(c_draft, verify, counts, seconds,
                                      draft.num_parameters() / target.num_parameters())))
 found.append(prose.tokens_lesson({g: counts[g] for g in GAMMAS if g}))
@@ -356,15 +411,24 @@ display(Markdown(found[-1].text))
 # `accept_or_resample` keeps it or draws from the residual. Pearson's chi-square test
 # compares the counts of the round's first token with $6{,}000\,p$. Beside it, the slip
 # of Exercise 2, drawing from $q$ instead of the residual after a rejection, run the same
-# way; and the test's *power* against that slip: the chance it rejects the slip's law at
-# the level 0.01, from the non-central chi-square law with
-# $\lambda = N \sum_y (w(y) - p(y))^2 / p(y)$ for the slip's law $w$.
+# way; and the test's *power* against that slip and against drawing from $p$: the chance
+# it rejects the slip's law at the level 0.01, from the non-central chi-square law with
+# $\lambda = N \sum_y (w(y) - p(y))^2 / p(y)$ for the slip's law $w$. That law is an
+# approximation for laws near $p$, so a power near 1 is stated as "> 0.999".
 
 # %%
 DRAWS = 6_000
 context = prompts[0]
+
+
+def target_law(ids):
+    """The target's top-5 law of the next character after the ids."""
+    with torch.no_grad():
+        return sampling_probabilities(target(torch.tensor([ids]))[0][0, -1:], top_k=5)[0]
+
+
+p_row = target_law(context[0].tolist())  # (V,)
 with torch.no_grad():
-    p_row = sampling_probabilities(target(context)[0][0, -1:], top_k=5)[0]  # (V,)
     q_row = sampling_probabilities(draft(context)[0][0, -1:], top_k=5)[0]  # (V,)
 p, q = torch.stack([p_row, p_row]), q_row[None]  # γ = 1: p_1, p_2 and q_1
 
@@ -377,6 +441,14 @@ def resample_from_q(p, q, drafts, generator):
     return torch.multinomial(q[0], 1, generator=generator), 0
 
 
+def chi_square_of(tokens, law):
+    """Pearson's test of the tokens against law's support; and the draws outside it."""
+    support = (law > 0).nonzero()[:, 0]
+    counts_y = torch.bincount(torch.tensor(tokens), minlength=len(law))
+    outside = int(counts_y.sum() - counts_y[support].sum())
+    return prose.chi_square(counts_y[support], len(tokens) * law[support]), outside
+
+
 g = torch.Generator().manual_seed(SEED)
 firsts = {"accept_or_resample": [], "resample from q": []}
 for _ in range(DRAWS):
@@ -386,32 +458,63 @@ for _ in range(DRAWS):
     firsts["resample from q"].append(int(resample_from_q(p, q, x, g)[0][0]))
 support = (p_row > 0).nonzero()[:, 0]  # the target's 5 characters
 print("characters:", [tok.decode([int(i)]) for i in support])
-print("p:        ", [round(v, 3) for v in p_row[support].tolist()])
+print("p:", [round(v, 3) for v in p_row[support].tolist()])
 chi = {}
 for rule, tokens in firsts.items():
-    counts_y = torch.bincount(torch.tensor(tokens), minlength=len(p_row))
-    outside = int(counts_y.sum() - counts_y[support].sum())
-    chi[rule] = prose.chi_square(counts_y[support], DRAWS * p_row[support])
-    print(f"{rule:<19}", [round(c / DRAWS, 3) for c in counts_y[support].tolist()],
-          f"outside p's support {outside}; chi-square {chi[rule][0]:.1f}, "
-          f"{chi[rule][1]} degrees of freedom, p-value {chi[rule][2]:.2g}")
+    chi[rule] = chi_square_of(tokens, p_row)
+    (stat, df, p_value), outside = chi[rule]
+    print(f"{rule}:", [round(tokens.count(int(i)) / DRAWS, 3) for i in support])
+    print(f"  outside p's support {outside}; chi-square {stat:.1f}, {df} degrees of "
+          f"freedom, p-value {p_value:.2g}")
 kept = q_row * torch.where(q_row > 0, p_row / q_row, 0.0).clamp(max=1.0)
-slip_law = kept + (1 - kept.sum()) * q_row  # the slip's law of the first token
-power = prose.chi_square_power(DRAWS, p_row[support], slip_law[support], prose.ALPHA)
-print(f"power against resampling from q at level {prose.ALPHA}: {power:.6f}; the "
-      f"smallest expected count {DRAWS * p_row[support].min().item():.0f}")
-
-# %% tags=["remove-input"]
-found.append(prose.speculative_lesson(mismatches, n_compared,
-                                      chi["accept_or_resample"][2], DRAWS, power,
-                                      "from q after a rejection"))
-display(Markdown(found[-1].text))
+power = {}
+for slip, law in (("from q", q_row), ("from p", p_row)):
+    slip_law = kept + (1 - kept.sum()) * law  # the first token's law under the slip
+    power[f"{slip} after a rejection"] = prose.chi_square_power(
+        DRAWS, p_row[support], slip_law[support], prose.ALPHA)
+    print(f"power against drawing {slip} after a rejection, at level {prose.ALPHA}: "
+          f"{prose.power_text(power[f'{slip} after a rejection'])}")
+print(f"the smallest expected count {DRAWS * p_row[support].min().item():.0f}")
 
 # %% [markdown]
 # The smallest expected count, printed above, is what Pearson's approximation of the
-# statistic's law needs to be large (five or more, by the usual rule). Sampled end to end,
-# at the default temperature, a guess that matches the target's likeliest character can
-# still be rejected, and one that does not can be kept:
+# statistic's law needs to be large (five or more, by the usual rule). That checks the
+# step alone, on one round's first token. End to end, `speculative_generate` with
+# $\gamma = 2$ makes 3 characters after "ROMEO:\n", again and again: its first round drafts
+# two guesses and, when both are kept, draws the third character as the bonus token from
+# the target's last row. Token 1 is checked against $p$; token 2 among the runs whose
+# token 1 was the commonest one, against the target's law after it; token 3 the same way
+# after the commonest pair:
+
+# %%
+E2E_RUNS = 1_200
+g = torch.Generator().manual_seed(SEED)
+e2e = [speculative_generate(target, draft, context, 3, 2, top_k=5, generator=g)
+       for _ in range(E2E_RUNS)]
+outputs = [out[0, -3:].tolist() for out, _ in e2e]
+bonus_runs = sum(stats.accepted == 2 for _, stats in e2e)
+tests = {"the step's first token": (chi["accept_or_resample"][0][2], DRAWS,
+                                    chi["accept_or_resample"][1])}
+prefix = []
+for j in range(3):
+    runs_j = [out for out in outputs if out[:j] == prefix]
+    (stat, df, p_value), outside = chi_square_of([out[j] for out in runs_j],
+                                                 target_law(context[0].tolist() + prefix))
+    name = f"token {j + 1}" + (f" after {tok.decode(prefix)!r}" if prefix else "")
+    tests[name] = (p_value, len(runs_j), outside)
+    print(f"{name}: {len(runs_j):,} runs, outside the top 5 {outside}, chi-square "
+          f"{stat:.1f}, p-value {p_value:.2g}")
+    prefix = prefix + [int(torch.bincount(torch.tensor([o[j] for o in runs_j])).argmax())]
+print(f"runs whose first round kept both guesses (token 3 from the bonus): {bonus_runs:,}")
+
+# %% tags=["remove-input"]
+found.append(prose.sampled_lesson(tests, power, top_k=5))
+display(Markdown(found[-1].text))
+
+# %% [markdown]
+# Sampled end to end at the default temperature, without top-k, over the four prompts
+# with $\gamma = 4$: the share of guesses kept and the tokens per target pass, beside
+# greedy decoding's:
 
 # %%
 g = torch.Generator().manual_seed(SEED)
@@ -428,7 +531,11 @@ print(f"sampled, γ = 4: kept {kept_share:.1%}, {per_pass:.2f} tokens per target
 # A forward pass of one token reads every weight once: at batch 1 on a GPU, decoding is
 # limited by the bytes of the weights, and fewer bytes are fewer seconds. *Weight-only
 # quantization* stores each weight matrix $W$ as small integers and a scale per row (or per
-# group of a row), *absmax* quantization {cite}`dettmers2022llmint8`:
+# group of a row). *Absmax* quantization rounds to the nearest step of a symmetric grid
+# {cite}`dettmers2022llmint8` (LLM.int8() applies it to rows of the weights and of the
+# activations, with the activations' outlier features kept in float16); weight-only
+# methods such as GPTQ {cite}`frantar2022gptq` quantize a row in groups, as the int4 copy
+# here does, and choose the integers more carefully than by rounding:
 #
 # $$s = \frac{\max |W_{\text{row}}|}{q_{\max}}, \qquad
 # q = \operatorname{clamp}\big(\operatorname{round}(W / s), -q_{\max}, q_{\max}\big), \qquad
@@ -509,9 +616,10 @@ ragged = [torch.as_tensor(val_ids[100 * i:100 * i + n].astype("int64"))
 N_NEW, BLOCK = 20, 16
 paged, cache = paged_generate(target, ragged, N_NEW, block_size=BLOCK)
 alone = [generate(target, p_[None], N_NEW, greedy=True)[0] for p_ in ragged]
-paged_mismatches = sum(int((a != b).sum()) for a, b in zip(paged, alone))
-print(f"tokens that differ: {paged_mismatches} of {sum(len(a) for a in alone)}; "
-      f"{cache}")
+paged_mismatches = sum(int((a[n:] != b[n:]).sum())  # the generated tokens only
+                       for a, b, n in zip(paged, alone, lengths))
+print(f"generated tokens that differ: {paged_mismatches} of {len(lengths) * N_NEW}")
+print(cache)
 held = [n + N_NEW - 1 for n in lengths]  # the last new token is never fed back
 memory = kv_cache_memory(held, BLOCK, target.config.context_length)
 per_slot = slot_bytes(target)
@@ -523,8 +631,8 @@ for layout in ("padded", "static", "paged"):
 print(f"needed: {memory.needed} slots of {per_slot:,} bytes")
 
 # %% tags=["remove-input"]
-found.append(prose.paged_lesson(paged_mismatches, sum(len(a) for a in alone),
-                                memory.waste, memory.needed))
+found.append(prose.paged_lesson(paged_mismatches, len(lengths) * N_NEW, memory.waste,
+                                memory.needed))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
@@ -548,7 +656,8 @@ display(Markdown(f"This chapter ran in {time.perf_counter() - chapter_start:.0f}
 # - Speculative decoding keeps the target's output: greedy, token for token; sampled, in
 #   distribution, by accepting with $\min(1, p/q)$ and drawing from the residual. It saves
 #   forward passes of the target; whether it saves seconds depends on the draft's cost
-#   and the cost of checking $\gamma + 1$ tokens, which on a CPU are far from free.
+#   and on the cost of checking $\gamma + 1$ tokens, both measured in section 16.2: on a
+#   CPU a small model's pass is largely fixed cost, so the draft is not cheap.
 # - Absmax quantization stores a weight as an integer and a scale per row or group; int8
 #   changes the model's bits per byte little, int4 in groups of 32 more.
 # - A paged cache hands out fixed-size blocks through a block table: the same tokens as a
@@ -564,7 +673,8 @@ print(lessons.verdicts())
 #
 # Write `online_softmax_step(m, l, acc, scores, v_block)`: `m` and `l` are $(Q, 1)$, the
 # running maximum and sum of each query row, `acc` $(Q, d)$ the unnormalized output,
-# `scores` $(Q, K)$ the next block of scores (some may be `-inf`), `v_block` $(K, d)$ its
+# `scores` $(Q, K)$ the next block of scores (some may be `-inf`, and a row may be all
+# `-inf` in a block after its first, as a causal mask leaves it), `v_block` $(K, d)$ its
 # values. Return the new `(m, l, acc)` of section 16.1. The checker starts from
 # `m = -inf`, `l = 0`, `acc = 0`, folds several blocks, and compares `acc / l` with
 # `softmax(scores) @ v`.
@@ -615,7 +725,8 @@ check_accept_or_resample(accept_or_resample);
 # Return `(q, scale)`: per row, `scale` $= \max |w_{\text{row}}| / q_{\max}$ with
 # $q_{\max} = 2^{\text{bits} - 1} - 1$, as float32 $(\text{out}, 1)$, at least float32's
 # machine epsilon (a row of zeros); `q` $= \operatorname{round}(w / \text{scale})$ clamped
-# to $[-q_{\max}, q_{\max}]$, as int8.
+# to $[-q_{\max}, q_{\max}]$, as int8. (The clamp is a guard: with the row's own scale,
+# $|w / \text{scale}| \le q_{\max}$ already.)
 
 # %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 def absmax_quantize(w, bits):
