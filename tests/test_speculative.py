@@ -410,3 +410,51 @@ def test_the_smaller_context_of_the_two_models_is_the_limit():
                           n_heads=2))
     with pytest.raises(ValueError, match="the draft's context_length=8"):
         speculative_generate(_gpt(0), draft, torch.tensor([[3, 1, 4]]), 7, gamma=2)
+
+
+THREE_DRAWS = 2_000
+
+
+def _three_sampled_tokens(seed: int = 8) -> tuple[list[list[int]], GPT]:
+    """THREE_DRAWS runs of speculative_generate making 3 tokens with γ = 2 (temperature
+    0.7, top-k 5): a first round that keeps both guesses draws token 3 as the bonus."""
+    target = _gpt(2, vocab_size=8, n_layers=1, d_model=16).eval()
+    draft = _gpt(3, vocab_size=8, n_layers=1, d_model=16).eval()
+    generator = torch.Generator().manual_seed(seed)
+    outputs = [speculative_generate(target, draft, torch.tensor([[1, 2, 3]]), 3, gamma=2,
+                                    temperature=0.7, top_k=5, generator=generator)[0]
+               for _ in range(THREE_DRAWS)]
+    return [out[0, 3:].tolist() for out in outputs], target
+
+
+def _conditional_p_values(outputs: list[list[int]], target: GPT) -> list[float]:
+    """Token j's p-value among the runs whose first j tokens are the commonest prefix,
+    against the target's own law after it (the bonus path shows in token 3)."""
+    p_values, prefix = [], []
+    for j in range(3):
+        runs = [out for out in outputs if out[:j] == prefix]
+        with torch.no_grad():
+            logits = target(torch.tensor([[1, 2, 3] + prefix]))[0][0, -1].double()
+        p = torch.softmax(top_k_filter(logits, 5) / 0.7, dim=-1)
+        outside, p_value = _support_and_p_value([out[j] for out in runs], p)
+        assert outside == 0.0 and len(runs) > 150, (j, len(runs))
+        p_values.append(p_value)
+        prefix = prefix + [int(torch.bincount(torch.tensor([o[j] for o in runs])).argmax())]
+    return p_values
+
+
+def test_tokens_2_and_3_of_speculative_generate_follow_the_target_given_the_first():
+    outputs, target = _three_sampled_tokens()
+    assert min(_conditional_p_values(outputs, target)) > 0.01
+
+
+def test_a_bonus_drawn_from_the_first_row_fails_at_token_3(monkeypatch):
+    def bonus_from_first_row(p, q, draft_tokens, generator=None):
+        tokens, n = accept_or_resample(p, q, draft_tokens, generator)
+        if n == len(draft_tokens) and n:  # all kept: replace the bonus
+            tokens[-1] = torch.multinomial(p[0], 1, generator=generator)[0]
+        return tokens, n
+    monkeypatch.setattr("gpt_from_scratch.speculative.accept_or_resample",
+                        bonus_from_first_row)
+    outputs, target = _three_sampled_tokens()
+    assert _conditional_p_values(outputs, target)[2] < 1e-6

@@ -182,7 +182,7 @@ def tokens_lesson(rows: dict[int, tuple[float, float]]) -> Lesson:
             f"each forward pass of the target gave {tokens:.2f} tokens, against 1 without "
             "a draft. ")
     why = ("These count forward passes, not seconds: whether they become seconds depends "
-           "on what a pass costs, below.")
+           "on what a pass costs.")
     return lesson("the draft saves forward passes of the target", tokens - TOKENS_BAR,
                   "tokens per target forward", said + why,
                   said + f"That is under the {TOKENS_BAR} the chapter expects: the draft "

@@ -170,8 +170,8 @@ display(Markdown(found[-1].text))
 # queries, and $m$, $\ell$, $\mathbf{a}$, whatever $T$ is. `attention_memory` gives both
 # by formula; `measure_peak_bytes` measures the most bytes of tensors alive at once while
 # a call runs, from PyTorch's profiler. One head of 64 dimensions, not causal (Chapter 4's
-# `scaled_dot_product_attention`, the written-out one, against `tiled_attention`); the
-# last column is the tiled peak less its output and log-sum-exp, $T (d + 1)$ numbers:
+# `scaled_dot_product_attention`, the written-out one, against `tiled_attention`). The
+# last column is the tiled peak without its output and log-sum-exp, $T (d + 1)$ numbers:
 
 # %%
 memory_rows = []
@@ -346,8 +346,9 @@ print(f"{'γ':>2} {'counted':>7} {'α says':>7} {'counted':>9} {'α says':>9} {'
 for gamma in GAMMAS:
     rate, per_pass = counts[gamma]
     kept_model, tokens_model = prose.leviathan(alpha, gamma) if gamma else (math.nan, 1.0)
-    print(f"{gamma:>2} {rate:>7.1%} {kept_model:>7.1%} {per_pass:>9.2f} "
-          f"{tokens_model:>9.2f} {sorted(seconds[gamma])[REPEATS // 2]:>9.3f}")
+    kept_text = f"{rate:>7.1%} {kept_model:>7.1%}" if gamma else f"{'-':>7} {'-':>7}"
+    print(f"{gamma:>2} {kept_text} {per_pass:>9.2f} {tokens_model:>9.2f} "
+          f"{sorted(seconds[gamma])[REPEATS // 2]:>9.3f}")
 print("".join(tok.decode(plain[0][0].tolist())))
 
 # %% [markdown]
@@ -391,16 +392,16 @@ one = pass_median["target"]
 c_draft = pass_median["draft"] / one
 verify = {gamma: pass_median[gamma] / one for gamma in GAMMAS if gamma}
 print(f"target, one token: {one:.2f} ms; draft: {c_draft:.2f} of it")
-print("target over γ + 1 tokens: " + ", ".join(f"{v:.2f} (γ = {g})"
-                                                for g, v in verify.items()))
+print("target over γ + 1 tokens, over one token:")
+print("  " + ", ".join(f"γ = {g}: {v:.2f}" for g, v in verify.items()))
 
 # %% tags=["remove-input"]
 found.append(prose.greedy_lesson(mismatches, n_compared))
 display(Markdown(found[-1].text))
-display(Markdown(prose.speedup_text(c_draft, verify, counts, seconds,
-                                     draft.num_parameters() / target.num_parameters())))
 found.append(prose.tokens_lesson({g: counts[g] for g in GAMMAS if g}))
 display(Markdown(found[-1].text))
+display(Markdown(prose.speedup_text(c_draft, verify, counts, seconds,
+                                     draft.num_parameters() / target.num_parameters())))
 
 # %% [markdown]
 # **Sampling: the target's distribution.** Greedy identity is a check token by token; a
@@ -464,8 +465,8 @@ for rule, tokens in firsts.items():
     chi[rule] = chi_square_of(tokens, p_row)
     (stat, df, p_value), outside = chi[rule]
     print(f"{rule}:", [round(tokens.count(int(i)) / DRAWS, 3) for i in support])
-    print(f"  outside p's support {outside}; chi-square {stat:.1f}, {df} degrees of "
-          f"freedom, p-value {p_value:.2g}")
+    print(f"  outside p {outside}; chi-square {stat:.1f}, {df} degrees of freedom, "
+          f"p-value {p_value:.2g}")
 kept = q_row * torch.where(q_row > 0, p_row / q_row, 0.0).clamp(max=1.0)
 power = {}
 for slip, law in (("from q", q_row), ("from p", p_row)):
@@ -502,8 +503,8 @@ for j in range(3):
                                                  target_law(context[0].tolist() + prefix))
     name = f"token {j + 1}" + (f" after {tok.decode(prefix)!r}" if prefix else "")
     tests[name] = (p_value, len(runs_j), outside)
-    print(f"{name}: {len(runs_j):,} runs, outside the top 5 {outside}, chi-square "
-          f"{stat:.1f}, p-value {p_value:.2g}")
+    print(f"{name}: {len(runs_j):,} runs, outside p {outside}, chi-square {stat:.1f}, "
+          f"p-value {p_value:.2g}")
     prefix = prefix + [int(torch.bincount(torch.tensor([o[j] for o in runs_j])).argmax())]
 print(f"runs whose first round kept both guesses (token 3 from the bonus): {bonus_runs:,}")
 
@@ -522,8 +523,8 @@ sampled = [speculative_generate(target, draft, p_, n, 4, generator=g)[1]
            for p_, n in zip(prompts, new)]
 kept_share = sum(s.accepted for s in sampled) / sum(s.proposed for s in sampled)
 per_pass = sum(s.new_tokens for s in sampled) / sum(s.target_forwards for s in sampled)
-print(f"sampled, γ = 4: kept {kept_share:.1%}, {per_pass:.2f} tokens per target pass "
-      f"(greedy: {counts[4][0]:.1%}, {counts[4][1]:.2f})")
+print(f"sampled, γ = 4: kept {kept_share:.1%}, {per_pass:.2f} tokens per target pass")
+print(f"greedy, γ = 4: kept {counts[4][0]:.1%}, {counts[4][1]:.2f}")
 
 # %% [markdown]
 # ## 16.3 Int8 and int4 weights
@@ -759,8 +760,8 @@ show_quiz([
                "acc / l is right only if both carry the same exp(-m_final): section "
                "16.1's slip shows the error."),
     ]),
-    Numeric("How many times the tiled working set did the T × T scores need at T = "
-            f"{memory_rows[-1][0]:,}? (No decimals.)",
+    Numeric("How many times the whole tiled peak (its output included) did the T × T "
+            f"scores need at T = {memory_rows[-1][0]:,}? (No decimals.)",
             memory_rows[-1][1] / memory_rows[-1][2], 0.6,
             "Section 16.1's measured peaks, one over the other."),
     MultipleChoice("After a draft token is rejected, the next token is drawn from:", [
