@@ -104,8 +104,8 @@ def test_speedup_text_says_where_the_measurement_is_above_and_below_the_model():
                               {0: [1.0, 1.1, 0.9], 1: [0.5, 0.6, 0.55], 2: [0.9, 0.8, 1.0]},
                               0.1)
     # γ = 1: 1.0 / 0.55 = 1.82 measured, 1.7 / 1.5 = 1.13 by the model; γ = 2: 1.11, 1.05
-    assert "above the model at 2 of the 2 γ and below it at 0" in text
-    assert "The ranges of 0 of the 1 pairs" in text
+    assert "exceeds the model's at 2 of the 2 γ and falls short of it at 0" in text
+    assert "No two neighbouring γ have overlapping ranges" in text
 
 
 # ------------------------------------------------------------------ the statistics

@@ -244,13 +244,15 @@ def speedup_text(c_draft: float, verify: dict[int, float], rows: dict[int, tuple
     overlaps = sum(a[1] >= b[0] and b[1] >= a[0] for a, b in zip(ranges, ranges[1:]))
     return ("Speed-up over plain decoding, the median of the repeats (their range) beside "
             "the cost model's tokens per round over a round's cost: " + "; ".join(parts)
-            + f". The measured speed-up is above the model at {over} of the {len(gammas)} "
-            f"γ and below it at {len(gammas) - over}, by up to "
-            f"{max(abs(g) for g in gaps):.0%}: the model times c and v alone, after one "
-            "short context, and leaves out the rest of a round (the accept step, cropping "
-            f"the caches, Python). The ranges of {overlaps} of the {len(gammas) - 1} pairs "
-            "of neighbouring γ overlap: these repeats do not order those γ. "
-            f"Here a draft forward costs {c_draft:.2f} of the target's one-token pass, "
+            + f". The measured speed-up exceeds the model's at {over} of the "
+            f"{len(gammas)} γ and falls short of it at {len(gammas) - over}; the two "
+            f"differ by up to {max(abs(g) for g in gaps):.0%}: the model times c and v "
+            "alone, after one short context, and leaves out the rest of a round (the "
+            "accept step, cropping the caches, Python). "
+            + (f"The ranges of {overlaps} of the {len(gammas) - 1} pairs of neighbouring γ "
+               "overlap: these repeats do not order those γ. " if overlaps else
+               "No two neighbouring γ have overlapping ranges. ")
+            + f"Here a draft forward costs {c_draft:.2f} of the target's one-token pass, "
             f"and the target's pass over γ + 1 tokens {min(verify.values()):.2f} to "
             f"{max(verify.values()):.2f} of it. On a CPU a forward pass of these small "
             f"models is largely fixed cost (Python and each operation's overhead): a draft "
