@@ -75,7 +75,8 @@ def check_online_softmax_step(candidate) -> bool:
                 wrong["acc"] = list(_step(*wrong["acc"], block, v_block, rescale_acc=False))
                 wrong["both"] = list(_step(*wrong["both"], block, v_block,
                                            rescale_acc=False, rescale_l=False))
-                wrong["block"] = list(_step(*wrong["block"], block, v_block, block_max=True))
+                wrong["block"] = list(_step(*wrong["block"], block, v_block,
+                                            block_max=True))
                 for i, (name, value, ref) in enumerate(zip(("m", "l", "acc"), got, mine)):
                     value = _require_tensor(value, ref, name, dtype=False)
                     _compare_values(value.double(), ref, atol=1e-9, rtol=1e-9,

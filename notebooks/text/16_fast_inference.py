@@ -189,7 +189,7 @@ for T in (256, 512, 1024, 2048):
           f"{formula.tiled_bytes / 2**10:>8.0f} {tiled / 2**10:>8.0f} "
           f"{beyond / 2**10:>13.0f}")
 
-# %% tags=["remove-input"] mystnb={"figure": {"caption": "Peak memory of one head's attention against the sequence length, measured by PyTorch's profiler: the written-out attention's T × T scores and softmax; the tiled loop's peak, which grows with its output; and the tiled working set beyond that output.", "name": "fig-tiled-memory"}, "image": {"alt": "Log-log plot of peak memory against T from 256 to 2048: the written-out attention's line rises with slope two, the tiled peak with slope one, and the tiled working set beyond the output is a flat line."}}
+# %% tags=["remove-input"] mystnb={"figure": {"caption": "Peak memory of one head's attention against the sequence length, measured by PyTorch's profiler: the written-out attention's T × T scores and softmax; the tiled loop's peak, which grows with its output; and the tiled working set beyond that output.", "name": "fig-tiled-memory"}, "image": {"alt": "Log-log plot of peak memory against T from 256 to 2048: the written-out attention's line rises with slope two, the tiled peak rises slowly with its output, and the tiled working set beyond the output is a flat line."}}
 fig, ax = plt.subplots(figsize=(5.2, 3.4))
 Ts = [row[0] for row in memory_rows]
 ax.loglog(Ts, [row[1] / 2**20 for row in memory_rows], "o-", label="written out")
