@@ -54,7 +54,7 @@ POWER = {"from q after a rejection": 1.0, "from p after a rejection": 0.9999}
 
 @pytest.mark.parametrize("tests, power, says", [
     ({**SAMPLED, "token 1": (0.3, 1200, 2)}, POWER, "came out, which the target never"),
-    ({**SAMPLED, "token 1": (0.004, 1200, 0)}, POWER, "A p-value is under 0.01"),
+    ({**SAMPLED, "token 1": (0.002, 1200, 0)}, POWER, "A p-value is under 0.00333333"),
     (SAMPLED, {**POWER, "from p after a rejection": 0.9}, "power against a slip is under"),
 ])
 def test_sampled_lesson_fails_each_way_with_its_own_sentence(tests, power, says):
@@ -65,8 +65,8 @@ def test_sampled_lesson_fails_each_way_with_its_own_sentence(tests, power, says)
 
 def test_a_small_p_value_is_printed_as_it_is_and_not_called_a_pass():
     """The first version printed p = 0.004 as "0.00, -0.4 decades above the level"."""
-    failed = prose.sampled_lesson({**SAMPLED, "token 1": (0.004, 1200, 0)}, POWER, top_k=5)
-    assert "token 1 (1,200 draws) 0.004" in failed.text
+    failed = prose.sampled_lesson({**SAMPLED, "token 1": (0.002, 1200, 0)}, POWER, top_k=5)
+    assert "token 1 (1,200 draws) 0.002" in failed.text
     assert "passes" not in failed.text and "decades above" not in failed.text
 
 
@@ -141,3 +141,11 @@ def test_the_power_is_one_minus_the_non_central_laws_miss(n):
 def test_a_right_law_has_the_power_of_the_level():
     p = torch.tensor([0.25, 0.25, 0.5], dtype=torch.float64)
     assert math.isclose(prose.chi_square_power(1000, p, p, 0.01), 0.01, abs_tol=1e-9)
+
+
+def test_the_sampled_tests_are_judged_together_at_one_percent():
+    """Four tests at 0.0025 each: a p-value of 0.004 passes (it would fail at 0.01 alone
+    one time in a hundred per test, four times as often for the four)."""
+    four = {**SAMPLED, "token 1": (0.004, 1200, 0), "token 3": (0.3, 700, 0)}
+    found = prose.sampled_lesson(four, POWER, top_k=5)
+    assert found.holds and "the level 0.0025 that each of the 4 tests" in found.text

@@ -20,7 +20,13 @@ from .lessons import Lesson, lesson
 
 F64_BAR = 1e-12  # tiled against SDPA in float64
 GROWTH_BAR = 2.0  # the tiled working set beyond its output, largest T over smallest
-ALPHA = 0.01  # the chi-square test's level
+ALPHA = 0.01  # the chance that a right rule fails the sampled lesson, all its tests together
+
+
+def level(n_tests: int) -> float:
+    """Each of ``n_tests`` chi-square tests at ALPHA / n_tests (Bonferroni): a right rule
+    fails one of them at most ALPHA of the time, on any machine's draws (Chapter 16)."""
+    return ALPHA / n_tests
 POWER_BAR = 0.99  # the least power the test must have against each slip
 TOKENS_BAR = 1.5  # tokens per target forward at the best γ (plain decoding: 1)
 INT8_BAR = 0.01  # bits per byte int8 may add to float32's
@@ -137,7 +143,9 @@ def power_text(power: float) -> str:
 def sampled_lesson(tests: dict[str, tuple[float, int, int]], power: dict[str, float],
                    top_k: int) -> Lesson:
     """``tests``: what was tested -> (chi-square p-value, draws, draws outside the target's
-    top ``top_k``); ``power``: a slip -> the chance the first test rejects it."""
+    top ``top_k``), each judged at ``level(len(tests))``; ``power``: a slip -> the chance
+    the first test rejects it at that level."""
+    each = level(len(tests))
     p_values = ", ".join(f"{name} ({draws:,} draws) {p:.2g}"
                          for name, (p, draws, _) in tests.items())
     outside = sum(o for _, _, o in tests.values())
@@ -145,10 +153,12 @@ def sampled_lesson(tests: dict[str, tuple[float, int, int]], power: dict[str, fl
             f"{p_values}; {outside} token(s) came from outside the target's top {top_k}. "
             "Had the step drawn " + " or ".join(f"{slip} (power {power_text(x)})"
                                         for slip, x in power.items())
-            + f", the first test would have rejected it at the level {ALPHA:g}. ")
+            + f", the first test would have rejected it at the level {each:g} that each of "
+            f"the {len(tests)} tests is judged at ({ALPHA:g} / {len(tests)}: a right rule "
+            f"fails one of them at most {ALPHA:.0%} of the time). ")
     why = ("Accepting with probability min(1, p/q) and drawing from the residual after a "
            "rejection give each token with probability min(p, q) + max(0, p - q) = p.")
-    p_margin = min(math.log10(max(p, FLOOR) / ALPHA) for p, _, _ in tests.values())
+    p_margin = min(math.log10(max(p, FLOOR) / each) for p, _, _ in tests.values())
     power_margin = min(_decades(1 - POWER_BAR, 1 - x) for x in power.values())
     margin = -1.0 if outside else min(p_margin, power_margin)
     fails = []
@@ -156,9 +166,9 @@ def sampled_lesson(tests: dict[str, tuple[float, int, int]], power: dict[str, fl
         fails.append(f"A token outside the target's top {top_k} came out, which the "
                      "target never draws: the step or the filtering is wrong. ")
     if p_margin <= 0:
-        fails.append(f"A p-value is under {ALPHA:g}, which a right rule gives one time in "
-                     f"{1 / ALPHA:.0f} per test: rerun with another seed before suspecting "
-                     "the rule. ")
+        fails.append(f"A p-value is under {each:g}, which a right rule gives in at most "
+                     f"{ALPHA:.0%} of runs: rerun with another seed before suspecting the "
+                     "rule. ")
     if power_margin <= 0:
         fails.append(f"The test's power against a slip is under {POWER_BAR}: passing it "
                      "shows little; draw more. ")

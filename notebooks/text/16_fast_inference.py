@@ -405,15 +405,16 @@ display(Markdown(prose.speedup_text(c_draft, verify, counts, seconds,
 
 # %% [markdown]
 # **Sampling: the target's distribution.** Greedy identity is a check token by token; a
-# sampled run is checked by its distribution. At the position after "ROMEO:\n", the
-# target's distribution $p$ and the draft's $q$, each restricted to its 5 likeliest
-# characters (`top_k=5`, which the rule allows: both models sample from what they are
-# given), on 6,000 draws of one round with $\gamma = 1$: the draft draws $x_1$ from $q$,
-# `accept_or_resample` keeps it or draws from the residual. Pearson's chi-square test
-# compares the counts of the round's first token with $6{,}000\,p$. Beside it, the slip
-# of Exercise 2, drawing from $q$ instead of the residual after a rejection, run the same
-# way; and the test's *power* against that slip and against drawing from $p$: the chance
-# it rejects the slip's law at the level 0.01, from the non-central chi-square law with
+# sampled run is checked by its distribution. At the position after "ROMEO:\n", the target's
+# distribution $p$ and the draft's $q$, each restricted to its 5 likeliest characters
+# (`top_k=5`, which the rule allows: both models sample from what they are given), on 6,000
+# draws of one round with $\gamma = 1$: the draft draws $x_1$ from $q$, `accept_or_resample`
+# keeps it or draws from the residual. Pearson's chi-square test compares the counts of the
+# round's first token with $6{,}000\,p$. Beside it, the slip of Exercise 2, drawing from $q$
+# instead of the residual after a rejection, run the same way; and the test's *power*
+# against that slip and against drawing from $p$: the chance it rejects the slip's law at
+# the level each of this section's four tests is judged at (0.01 / 4, so that a right rule
+# fails one of them at most one time in a hundred), from the non-central chi-square law with
 # $\lambda = N \sum_y (w(y) - p(y))^2 / p(y)$ for the slip's law $w$. That law is an
 # approximation for laws near $p$, so a power near 1 is stated as "> 0.999".
 
@@ -472,8 +473,8 @@ power = {}
 for slip, law in (("from q", q_row), ("from p", p_row)):
     slip_law = kept + (1 - kept.sum()) * law  # the first token's law under the slip
     power[f"{slip} after a rejection"] = prose.chi_square_power(
-        DRAWS, p_row[support], slip_law[support], prose.ALPHA)
-    print(f"power against drawing {slip} after a rejection, at level {prose.ALPHA}: "
+        DRAWS, p_row[support], slip_law[support], prose.level(4))  # 4 tests in all, below
+    print(f"power against drawing {slip} after a rejection, at level {prose.level(4)}: "
           f"{prose.power_text(power[f'{slip} after a rejection'])}")
 print(f"the smallest expected count {DRAWS * p_row[support].min().item():.0f}")
 
