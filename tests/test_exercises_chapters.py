@@ -583,3 +583,106 @@ def test_pass_at_k(capsys):
           "take 1 minus it")
     passes(ex.check_pass_at_k,  # a NumPy number is a number
            lambda n, c, k: np.float32(1 - math.comb(n - c, k) / math.comb(n, k)), capsys)
+
+
+# ---------------------------------------------------------------------------------------------- 15
+def ring_all_reduce(tensor, rank, N, send, recv, mean=False, gather=True, receive_first=False):
+    chunks = tensor.clone().tensor_split(N)
+    after, before = (rank + 1) % N, (rank - 1) % N
+    for step in range(N - 1):
+        incoming = chunks[(rank - step - 2) % N]
+        received = torch.empty_like(incoming)
+        if receive_first:
+            recv(received, before)
+        send(chunks[(rank - step - 1) % N], after)
+        if not receive_first:
+            recv(received, before)
+        incoming += received
+    for step in range(N - 1 if gather else 0):
+        send(chunks[(rank - step) % N], after)
+        recv(chunks[(rank - step - 1) % N], before)
+    total = torch.cat(chunks)
+    return total / N if mean else total
+
+
+def everyone_to_everyone(tensor, rank, N, send, recv):
+    for other in range(N):
+        if other != rank:
+            send(tensor, other)
+    total = tensor.clone()
+    for other in range(N):
+        if other != rank:
+            received = torch.empty_like(tensor)
+            recv(received, other)
+            total += received
+    return total
+
+
+def test_ring_all_reduce(capsys, monkeypatch):
+    passes(ex.check_ring_all_reduce, ring_all_reduce, capsys)
+    fails(ex.check_ring_all_reduce, partial(ring_all_reduce, mean=True), capsys,
+          "not their mean")
+    fails(ex.check_ring_all_reduce, everyone_to_everyone, capsys, "case 2 of 4",
+          "never the whole tensor")
+    fails(ex.check_ring_all_reduce, partial(ring_all_reduce, gather=False), capsys,
+          "all-gather")
+    monkeypatch.setattr(ex.ch15, "WAIT_S", 0.3)
+    fails(ex.check_ring_all_reduce, partial(ring_all_reduce, receive_first=True), capsys,
+          "never came", "send before you receive")
+
+
+class ZeRO1:
+    def __init__(self, weights, rank, N, everything=False, gather=True, in_place=True,
+                 **adamw):
+        self.weights, self.rank, self.N = weights, rank, N
+        self.everything, self.gather, self.in_place = everything, gather, in_place
+        start = weights.detach() if everything else weights.detach().tensor_split(N)[rank]
+        self.chunk = nn.Parameter(start.clone())
+        self.optimizer = torch.optim.AdamW([self.chunk], **adamw)
+
+    def step(self, grad, all_gather):
+        self.chunk.grad = grad.clone() if self.everything else grad.tensor_split(self.N)[
+            self.rank].clone()
+        self.optimizer.step()
+        mine = self.chunk.detach()
+        new = mine if self.everything else (torch.cat(all_gather(mine)) if self.gather
+                                            else None)
+        if new is None:
+            self.weights.detach().tensor_split(self.N)[self.rank].copy_(mine)
+        elif self.in_place:
+            self.weights.detach().copy_(new)
+        else:
+            self.weights = new.clone()
+
+
+def test_zero1(capsys):
+    passes(ex.check_zero1, ZeRO1, capsys)
+    fails(ex.check_zero1, partial(ZeRO1, everything=True), capsys, "keeps a tensor of 40",
+          "your own chunk only")
+    fails(ex.check_zero1, partial(ZeRO1, gather=False), capsys, "all_gather")
+    fails(ex.check_zero1, partial(ZeRO1, in_place=False), capsys, "in place")
+
+
+def data_parallel_step(replicas, optimizers, x, y, reduce="mean", zero=True):
+    N = len(replicas)
+    for replica, xs, ys in zip(replicas, x.chunk(N), y.chunk(N)):
+        replica(xs, ys)[1].backward()
+    if reduce:
+        for params in zip(*(r.parameters() for r in replicas)):
+            total = torch.stack([p.grad for p in params]).sum(0)
+            for p in params:
+                p.grad = total / N if reduce == "mean" else total.clone()
+    for optimizer in optimizers:
+        optimizer.step()
+        if zero:
+            optimizer.zero_grad()
+
+
+def test_data_parallel_step(capsys):
+    passes(ex.check_data_parallel_step, data_parallel_step, capsys)
+    fails(ex.check_data_parallel_step, partial(data_parallel_step, reduce="sum"), capsys,
+          "the mean, not the sum")
+    fails(ex.check_data_parallel_step, partial(data_parallel_step, reduce=None), capsys,
+          "replica 1's weights differ")
+    fails(ex.check_data_parallel_step, partial(data_parallel_step, zero=False), capsys,
+          "zero_grad")
