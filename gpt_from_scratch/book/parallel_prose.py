@@ -153,37 +153,52 @@ def memory_lesson(measured: dict[tuple[str, int], list[float]], formula: dict,
                   said + f"That is beyond the {MEMORY_BAR:.0%} the chapter allows. " + why)
 
 
+HALF = 0.55  # one share "took about half" the two shares' time alone up to this share
+
+
 def _sharing(share: float, load: float, cores: int) -> str:
-    """Why one share took ``share`` of the time both shares took alone."""
+    """What one share taking ``share`` of the time both shares took alone says."""
     if share > 1:
-        return (f"more than both shares alone: other programs kept the cores busy (a "
-                f"load of {load:.1f} on {cores} cores over the last minute), and a second "
-                "process only competed with them for a core")
-    return ("not 50%: the two processes share the machine's memory and caches, and the "
+        return (f"more than both shares alone: other programs kept the cores busy (a load "
+                f"of {load:.1f} on {cores} cores over the last minute), and the second "
+                "process competed with them for a core")
+    return ("not half: the two processes share the machine's memory and caches, and the "
             "buckets' all-reduces run beside the backward pass on the same cores")
+
+
+def fastest(steps: list[tuple[float, float, float]]) -> list[float]:
+    """The parts (forward and backward, wait, AdamW) of the fastest of ``steps``: other
+    programs on the machine can only slow a step down."""
+    if not steps:
+        raise ValueError("fastest: no steps were timed: pass (seconds, seconds, seconds) "
+                         "for each step")
+    return list(min(steps, key=sum))
 
 
 def speed_lesson(alone: list[float], together: list[float], per_parameter: list[float],
                  alpha: float, beta: float, P: int, load: tuple[float, int]) -> Lesson:
-    """Median seconds of (forward and backward, wait in ``finish()``, AdamW) a step:
+    """Seconds of (forward and backward, wait in ``finish()``, AdamW) in the fastest step:
     ``alone`` (both shares in one process), ``together`` (bucketed), ``per_parameter``;
     ``load``: the machine's load average over the last minute and its number of cores."""
     speedup = sum(alone) / sum(together)
+    share = together[0] / alone[0]
     predicted = 2 * alpha + 4 * P / beta  # every gradient in one all-reduce, N = 2
-    said = (f"Alone, a step took {_ms(sum(alone))}: {_ms(alone[0])} of forward and "
-            f"backward for the two shares, {_ms(alone[2])} of AdamW. Together, "
+    said = (f"Alone, the fastest step took {_ms(sum(alone))}: {_ms(alone[0])} of forward "
+            f"and backward for the two shares, {_ms(alone[2])} of AdamW. Together, "
             f"{_ms(sum(together))}: {_ms(together[0])} of forward and backward for one "
             f"share, {_ms(together[1])} waiting for the last buckets, {_ms(together[2])} "
             f"of AdamW. Two processes were {speedup:.2f} times as fast. ")
-    why = (f"Three things keep it under 2. Every process repeats AdamW's whole step, "
-           f"{_ms(together[2])} that no second process shortens (ZeRO-1 would split it). "
-           f"One share took {together[0] / alone[0]:.0%} of the two shares' time alone, "
-           f"{_sharing(together[0] / alone[0], *load)}. And the "
-           f"gradients travel: {_ms(together[1])} of waiting remained after the overlap; "
-           f"the ring model of section 15.2 gives {_ms(predicted)} for all {4 * P:,} bytes "
-           "at once. "
-           f"With one all-reduce per parameter after the backward pass, the forward and "
-           f"backward took {_ms(per_parameter[0])}, with nothing beside them, but the wait "
+    reasons = [f"every process repeats AdamW's whole step, {_ms(together[2])} that no "
+               "second process shortens (ZeRO-1 would split it)",
+               f"the gradients travel: {_ms(together[1])} of waiting remained after the "
+               f"overlap, where the ring model of section 15.2 gives {_ms(predicted)} for "
+               f"all {4 * P:,} bytes at once"]
+    if share > HALF:
+        reasons.insert(1, f"one share took {share:.0%} of the two shares' time alone, "
+                          + _sharing(share, *load))
+    why = (f"What keeps it under 2: {'; '.join(reasons)}. With one all-reduce per "
+           f"parameter after the backward pass instead, nothing ran beside the forward and "
+           f"backward ({_ms(per_parameter[0])}), but the wait took "
            f"{_ms(per_parameter[1])}: {_ms(sum(per_parameter))} a step.")
     return lesson("two processes on two cores are not twice as fast", 2 - speedup, "times",
                   said + why,
