@@ -618,6 +618,27 @@ def everyone_to_everyone(tensor, rank, N, send, recv):
     return total
 
 
+def owner_all_reduce(tensor, rank, N, send, recv):
+    """Reduce-scatter and all-gather by the owners: each chunk straight to the rank that sums
+    it, then from it to every other rank: a ring's bytes, not its messages."""
+    chunks = list(tensor.clone().tensor_split(N))
+    for other in range(N):
+        if other != rank:
+            send(chunks[other], other)
+    for other in range(N):
+        if other != rank:
+            received = torch.empty_like(chunks[rank])
+            recv(received, other)
+            chunks[rank] += received
+    for other in range(N):
+        if other != rank:
+            send(chunks[rank], other)
+    for other in range(N):
+        if other != rank:
+            recv(chunks[other], other)
+    return torch.cat(chunks)
+
+
 def test_ring_all_reduce(capsys, monkeypatch):
     passes(ex.check_ring_all_reduce, ring_all_reduce, capsys)
     fails(ex.check_ring_all_reduce, partial(ring_all_reduce, mean=True), capsys,
@@ -626,16 +647,42 @@ def test_ring_all_reduce(capsys, monkeypatch):
           "never the whole tensor")
     fails(ex.check_ring_all_reduce, partial(ring_all_reduce, gather=False), capsys,
           "all-gather")
-    monkeypatch.setattr(ex.ch15, "WAIT_S", 0.3)
+    fails(ex.check_ring_all_reduce, owner_all_reduce, capsys, "case 2 of 4",
+          "rank 0 sent a message to rank 2", "not straight to the rank that owns it")
+    fails(ex.check_ring_all_reduce,  # rank 1 a last bit off: within atol, not the same bits
+          lambda t, rank, N, send, recv: ring_all_reduce(t, rank, N, send, recv).nextafter(
+              torch.tensor(math.inf)) if rank == 1 else ring_all_reduce(t, rank, N, send, recv),
+          capsys, "rank 1's sum differs from rank 0's", "the same bits")
+    monkeypatch.setattr(ex.ranks, "WAIT_S", 0.3)
     fails(ex.check_ring_all_reduce, partial(ring_all_reduce, receive_first=True), capsys,
           "never came", "send before you receive")
 
 
+class EveryChunk:
+    """ZeRO-1 gone wrong: an AdamW per chunk on every rank, each stepping every chunk (the
+    memory of no sharding); with ``gather`` it still gathers its own chunk once a step."""
+
+    def __init__(self, weights, rank, N, gather=False, **adamw):
+        self.weights, self.rank, self.N, self.gather = weights, rank, N, gather
+        self.chunks = [nn.Parameter(c.clone()) for c in weights.detach().tensor_split(N)]
+        self.optimizers = [torch.optim.AdamW([c], **adamw) for c in self.chunks]
+
+    def step(self, grad, all_gather):
+        for chunk, g, optimizer in zip(self.chunks, grad.tensor_split(self.N), self.optimizers):
+            chunk.grad = g.clone()
+            optimizer.step()
+            chunk.grad = None
+        if self.gather:
+            all_gather(self.chunks[self.rank].detach())
+        self.weights.detach().copy_(torch.cat([c.detach() for c in self.chunks]))
+
+
 class ZeRO1:
     def __init__(self, weights, rank, N, everything=False, gather=True, in_place=True,
-                 **adamw):
+                 whole=False, twice=False, **adamw):
         self.weights, self.rank, self.N = weights, rank, N
         self.everything, self.gather, self.in_place = everything, gather, in_place
+        self.whole, self.twice = whole, twice  # gather the whole vector; gather twice
         start = weights.detach() if everything else weights.detach().tensor_split(N)[rank]
         self.chunk = nn.Parameter(start.clone())
         self.optimizer = torch.optim.AdamW([self.chunk], **adamw)
@@ -645,6 +692,14 @@ class ZeRO1:
             self.rank].clone()
         self.optimizer.step()
         mine = self.chunk.detach()
+        if self.whole:  # each rank's whole vector, its own chunk updated: N times the bytes
+            self.weights.detach().tensor_split(self.N)[self.rank].copy_(mine)
+            gathered = all_gather(self.weights.detach())
+            self.weights.detach().copy_(torch.cat([g.tensor_split(self.N)[r]
+                                                   for r, g in enumerate(gathered)]))
+            return
+        if self.twice:
+            all_gather(mine)
         new = mine if self.everything else (torch.cat(all_gather(mine)) if self.gather
                                             else None)
         if new is None:
@@ -661,12 +716,21 @@ def test_zero1(capsys):
           "your own chunk only")
     fails(ex.check_zero1, partial(ZeRO1, gather=False), capsys, "all_gather")
     fails(ex.check_zero1, partial(ZeRO1, in_place=False), capsys, "in place")
+    for gather in (False, True):
+        fails(ex.check_zero1, partial(EveryChunk, gather=gather), capsys,
+              "rank 0's optimizers keep 82 numbers of state", "no moments for the other")
+    fails(ex.check_zero1, partial(ZeRO1, whole=True), capsys,
+          "rank 0 gave all_gather a tensor of shape (40,) in step 1", "chunk only")
+    fails(ex.check_zero1, partial(ZeRO1, twice=True), capsys,
+          "rank 0 called all_gather 2 times in step 1")
 
 
-def data_parallel_step(replicas, optimizers, x, y, reduce="mean", zero=True):
+def data_parallel_step(replicas, optimizers, x, y, reduce="mean", zero=True, whole=False,
+                       reverse=False):
     N = len(replicas)
-    for replica, xs, ys in zip(replicas, x.chunk(N), y.chunk(N)):
-        replica(xs, ys)[1].backward()
+    shares = list(zip(x.chunk(N), y.chunk(N)))
+    for replica, (xs, ys) in zip(replicas, shares[::-1] if reverse else shares):
+        replica(x, y)[1].backward() if whole else replica(xs, ys)[1].backward()
     if reduce:
         for params in zip(*(r.parameters() for r in replicas)):
             total = torch.stack([p.grad for p in params]).sum(0)
@@ -684,5 +748,10 @@ def test_data_parallel_step(capsys):
           "the mean, not the sum")
     fails(ex.check_data_parallel_step, partial(data_parallel_step, reduce=None), capsys,
           "replica 1's weights differ")
+    fails(ex.check_data_parallel_step,  # no data parallelism: every replica, every row
+          partial(data_parallel_step, reduce=None, whole=True), capsys,
+          "in step 1, replica 0's forward received the whole batch", "rows 0 to 3 of the 8")
+    fails(ex.check_data_parallel_step, partial(data_parallel_step, reverse=True), capsys,
+          "replica 0's forward received other rows")  # the same mean: only the rows tell
     fails(ex.check_data_parallel_step, partial(data_parallel_step, zero=False), capsys,
           "zero_grad")

@@ -1,124 +1,25 @@
 """Checkers for the exercises of Chapter 15 (training on many devices):
 ``check_ring_all_reduce``, ``check_zero1``, ``check_data_parallel_step``.
 
-The ranks of the first two are threads of one process, each running the candidate with its
-own ``rank``, talking through ``send``/``recv`` (messages in order, per pair of ranks) or
-``all_gather``, as processes would through ``torch.distributed``. A rank that waits for a
-message no rank sends, or for a rank that stopped, ends with an error naming both.
+The ranks of the first two are threads of one process (``ranks._World``), each running the
+candidate with its own ``rank``, talking through ``send``/``recv`` or ``all_gather`` as
+processes would through ``torch.distributed``; the checks read how they talked too.
 """
 
 from __future__ import annotations
 
 import math
-import queue
-import threading
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from ..model import GPT, GPTConfig
-from .core import _Case, _CandidateError, _call, _compare_values, _generator, _Mismatch
-from .core import _require_tensor, _run_cases
+from .core import _Case, _call, _compare_values, _generator, _Mismatch, _require_tensor
+from .core import _run_cases
+from .ranks import _World, _neighbours_only, _optimizers, _tensors
 
 __all__ = ["check_ring_all_reduce", "check_zero1", "check_data_parallel_step"]
-
-WAIT_S = 5.0  # a rank waits this long for a message before its wait is an error
-
-
-class _World:
-    """``world_size`` threads' messages: a queue per (sender, receiver), a barrier, and
-    the bytes each rank sent."""
-
-    def __init__(self, world_size: int):
-        self.world_size = world_size
-        self.queues = {(a, b): queue.Queue() for a in range(world_size)
-                       for b in range(world_size)}
-        self.sent = [0] * world_size
-        self.barrier = threading.Barrier(world_size, timeout=WAIT_S)
-        self.slots: list = [None] * world_size
-        self.failed = threading.Event()  # a rank raised: the others stop waiting
-
-    def _rank(self, what: str, value, rank: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not (
-                0 <= value < self.world_size) or value == rank:
-            raise ValueError(f"{what}={value!r} must be another rank, an int from 0 to "
-                             f"{self.world_size - 1}: rank {rank} cannot message itself")
-        return value
-
-    def send(self, rank: int) -> Callable:
-        def send(tensor, to):
-            if not isinstance(tensor, torch.Tensor):
-                raise ValueError(f"send takes a tensor, got a {type(tensor).__name__}")
-            self.queues[rank, self._rank("to", to, rank)].put(tensor.detach().clone())
-            self.sent[rank] += tensor.numel()
-        return send
-
-    def recv(self, rank: int) -> Callable:
-        def recv(tensor, source):
-            source = self._rank("source", source, rank)
-            waited = 0.0
-            while True:
-                try:
-                    message = self.queues[source, rank].get(timeout=0.05)
-                    break
-                except queue.Empty:
-                    waited += 0.05
-                    if self.failed.is_set():
-                        raise RuntimeError("another rank stopped with an error") from None
-                    if waited >= WAIT_S:
-                        raise RuntimeError(
-                            f"rank {rank} waited {WAIT_S:g} s for a message from rank "
-                            f"{source} that never came") from None
-            if message.shape != tensor.shape:
-                raise ValueError(f"rank {rank} received a tensor of shape "
-                                 f"{tuple(message.shape)} from rank {source} into one of "
-                                 f"shape {tuple(tensor.shape)}: receive into a tensor the "
-                                 "size of the chunk sent")
-            with torch.no_grad():
-                tensor.copy_(message)
-        return recv
-
-    def all_gather(self, rank: int) -> Callable:
-        def all_gather(tensor):
-            self.slots[rank] = tensor.detach().clone()
-            self.sent[rank] += tensor.numel() * (self.world_size - 1)
-            self.barrier.wait()
-            gathered = [t.clone() for t in self.slots]
-            self.barrier.wait()  # nobody overwrites a slot before all have read
-            return gathered
-        return all_gather
-
-    def run(self, body: Callable[[int], object]) -> list:
-        """``body(rank)`` on every rank at once; the results, or the first rank's error."""
-        results, errors = [None] * self.world_size, [None] * self.world_size
-
-        def thread(rank):
-            try:
-                results[rank] = _call(body, rank)
-            except _CandidateError as err:
-                errors[rank] = err
-                self.failed.set()
-                self.barrier.abort()
-        threads = [threading.Thread(target=thread, args=(r,), daemon=True)
-                   for r in range(self.world_size)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(WAIT_S * 4)
-        if any(t.is_alive() for t in threads):
-            raise _Mismatch(f"the ranks did not finish within {4 * WAIT_S:g} s",
-                            hint="look for a loop that never ends on some rank")
-        raised = [e for e in errors if e is not None]
-        first = next((e for e in raised if not isinstance(
-            e.error, threading.BrokenBarrierError) and "another rank stopped" not in
-            str(e.error)), raised[0] if raised else None)
-        if first is not None and "that never came" in str(first.error):
-            raise _Mismatch(str(first.error), hint="in each step, send before you receive: "
-                            "if every rank first waits for a message, none is ever sent")
-        if first is not None:
-            raise first
-        return results
 
 
 def check_ring_all_reduce(candidate) -> bool:
@@ -154,6 +55,15 @@ def check_ring_all_reduce(candidate) -> bool:
                                     f"{ring} (2(N - 1)/N of the {n})",
                                     hint="send one chunk a step, 2(N - 1) steps in all, "
                                          "never the whole tensor")
+            _neighbours_only(world, N)
+            for rank, result in enumerate(got[1:], 1):
+                if not torch.equal(result, got[0]):
+                    gap = (result - got[0]).abs().max().item()
+                    raise _Mismatch(f"rank {rank}'s sum differs from rank 0's by up to "
+                                    f"{gap:.1e}: every rank must end with the same bits",
+                                    hint="sum each chunk once, on the rank that finishes "
+                                         "it, then pass the finished chunk round the ring "
+                                         "as it is: copy it, never add it again")
         return run
 
     cases = [_Case(label, make(*spec), "tensor is a (n,) float tensor; rank and world_size "
@@ -162,29 +72,57 @@ def check_ring_all_reduce(candidate) -> bool:
     return _run_cases("check_ring_all_reduce", cases)
 
 
-def _tensors(obj, seen=None) -> list[torch.Tensor]:
-    """Every tensor an object keeps: attributes, their lists and dicts, optimizer state."""
-    seen = set() if seen is None else seen
-    if id(obj) in seen:
-        return []
-    seen.add(id(obj))
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, torch.optim.Optimizer):
-        return _tensors(obj.state, seen) + _tensors(obj.param_groups, seen)
-    if isinstance(obj, dict):
-        return [t for v in obj.values() for t in _tensors(v, seen)]
-    if isinstance(obj, (list, tuple)):
-        return [t for v in obj for t in _tensors(v, seen)]
-    if isinstance(obj, nn.Module) or hasattr(obj, "__dict__"):
-        return _tensors(vars(obj), seen)
-    return []
+def _check_kept(zero, weights: torch.Tensor, rank: int, chunk: int) -> None:
+    """A _Mismatch when a rank keeps more than ZeRO-1 allows: AdamW's state for its own
+    chunk (two moments and a step count), and besides the weights at most a chunk's copy,
+    its gradient and that state."""
+    own = weights.untyped_storage().data_ptr()
+    kept = [t for t in _tensors(zero) if t.untyped_storage().data_ptr() != own]
+    if any(t.numel() > chunk for t in kept):
+        big = next(t for t in kept if t.numel() > chunk)
+        raise _Mismatch(f"rank {rank} keeps a tensor of {big.numel()} numbers besides the "
+                        f"weights; a chunk is {chunk}",
+                        hint="keep AdamW's state for your own chunk only: give the "
+                             "optimizer a parameter of the chunk's size")
+    states = [st for opt in _optimizers(zero) for st in opt.state.values()]
+    state = sum(t.numel() for st in states for t in st.values() if torch.is_tensor(t))
+    if state > 2 * chunk + len(states):
+        raise _Mismatch(f"rank {rank}'s optimizers keep {state} numbers of state; AdamW on "
+                        f"one chunk of {chunk} keeps 2 x {chunk} and a step count",
+                        hint="one optimizer over this rank's chunk alone: ZeRO-1 keeps no "
+                             "moments for the other ranks' chunks")
+    total = sum(t.numel() for t in kept)
+    if total > 4 * chunk + 8:
+        raise _Mismatch(f"rank {rank} keeps {total} numbers besides the weights; its "
+                        f"chunk, the chunk's gradient and AdamW's two moments are 4 x "
+                        f"{chunk}",
+                        hint="keep one chunk and its optimizer; leave every other chunk to "
+                             "its rank")
+
+
+def _check_gathers(world: _World, rank: int, counts: list[int], expected: list) -> None:
+    """One ``all_gather`` a step, given this rank's chunk just stepped (``expected``)."""
+    for step, (count, chunk) in enumerate(zip(counts, expected), 1):
+        calls = count - (counts[step - 2] if step > 1 else 0)
+        if calls != 1:
+            raise _Mismatch(f"rank {rank} called all_gather {calls} times in step {step}; "
+                            "ZeRO-1 calls it once a step",
+                            hint="after stepping your chunk, write torch.cat(all_gather("
+                                 "chunk)) into weights: each rank updates only its chunk")
+        given = world.gathered[rank][count - 1]
+        if given.shape != chunk.shape or not torch.allclose(given, chunk, 1e-5, 1e-5):
+            raise _Mismatch(f"rank {rank} gave all_gather a tensor of shape "
+                            f"{tuple(given.shape)} in step {step}; its chunk, just stepped,"
+                            f" is {tuple(chunk.shape)}",
+                            hint="give all_gather this rank's updated chunk only: "
+                                 "weights.tensor_split(world_size)[rank], after AdamW")
 
 
 def check_zero1(candidate) -> bool:
     """Check a class ``ZeRO1(weights, rank, world_size, **adamw)`` with ``step(grad,
-    all_gather)``: AdamW on the rank's chunk only, then every chunk gathered into weights;
-    after each step every rank's weights equal AdamW's on the whole vector."""
+    all_gather)``: AdamW on the rank's chunk only, then every chunk gathered into weights,
+    one ``all_gather`` a step of the rank's chunk; after each step every rank's weights
+    equal AdamW's on the whole vector, and no rank keeps another's optimizer state."""
     specs = [("2 ranks, 40 weights, 3 steps", 2, 40, 1), ("3 ranks, 50 weights: chunks of "
              "17, 17 and 16", 3, 50, 2), ("4 ranks, 42 weights, weight decay 0", 4, 42, 3)]
 
@@ -196,19 +134,22 @@ def check_zero1(candidate) -> bool:
             adamw = dict(lr=0.1, weight_decay=0.0 if seed == 3 else 0.1)
             reference = nn.Parameter(start.clone())
             optimizer = torch.optim.AdamW([reference], **adamw)
+            after = []  # the whole vector after each step
             for grad in grads:
                 reference.grad = grad.clone()
                 optimizer.step()
+                after.append(reference.detach().clone())
             world = _World(N)
             weights = [start.clone() for _ in range(N)]
+            counts: list[list[int]] = [[] for _ in range(N)]
 
             def rank_body(rank):
                 zero = candidate(weights[rank], rank, N, **adamw)
                 for grad in grads:
                     zero.step(grad.clone(), world.all_gather(rank))
+                    counts[rank].append(len(world.gathered[rank]))
                 return zero
             ranks = world.run(rank_body)
-            chunk = math.ceil(P / N)
             for rank, zero in enumerate(ranks):
                 _compare_values(weights[rank], reference.detach(), atol=1e-5, rtol=1e-5,
                                 known_mistakes=[(start, "step() must change weights in "
@@ -216,14 +157,9 @@ def check_zero1(candidate) -> bool:
                                 default_hint="step your chunk with AdamW, then write "
                                              "torch.cat(all_gather(chunk)) into weights",
                                 what=f"rank {rank}'s weights after 3 steps")
-                own = weights[rank].untyped_storage().data_ptr()
-                kept = [t for t in _tensors(zero) if t.numel() > chunk
-                        and t.untyped_storage().data_ptr() != own]
-                if kept:
-                    raise _Mismatch(f"rank {rank} keeps a tensor of {kept[0].numel()} "
-                                    f"numbers besides the weights; a chunk is {chunk}",
-                                    hint="keep AdamW's state for your own chunk only: give "
-                                         "the optimizer a parameter of the chunk's size")
+                _check_kept(zero, weights[rank], rank, math.ceil(P / N))
+                _check_gathers(world, rank, counts[rank],
+                               [w.tensor_split(N)[rank] for w in after])
         return run
 
     cases = [_Case(label, make(*spec), "weights is a (P,) float tensor, the same on every "
@@ -242,9 +178,45 @@ def _flat(model) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def _record_rows(replicas) -> list[list[torch.Tensor]]:
+    """Each replica's inputs, forward by forward (a hook on each; idx given by position or
+    by name)."""
+    seen: list[list[torch.Tensor]] = [[] for _ in replicas]
+
+    def recorder(r: int):
+        def hook(module, args, kwargs):
+            idx = args[0] if args else kwargs.get("idx")
+            if isinstance(idx, torch.Tensor):
+                seen[r].append(idx.detach().clone())
+        return hook
+    for r, replica in enumerate(replicas):
+        replica.register_forward_pre_hook(recorder(r), with_kwargs=True)
+    return seen
+
+
+def _check_rows(seen: list[list[torch.Tensor]], x: torch.Tensor, step: int) -> None:
+    """Replica r's forward saw rows r * B/N to (r + 1) * B/N of ``x``, and nothing else."""
+    N, B = len(seen), x.shape[0]
+    for r, inputs in enumerate(seen):
+        share = x[r * B // N:(r + 1) * B // N]
+        got = torch.cat(inputs) if inputs else x[:0]
+        if not torch.equal(got, share):
+            what = ("the whole batch" if torch.equal(got, x) else
+                    f"{got.shape[0]} rows" if got.shape[0] != share.shape[0] else
+                    "other rows")
+            raise _Mismatch(f"in step {step}, replica {r}'s forward received {what}; its "
+                            f"share is rows {r * B // N} to {(r + 1) * B // N - 1} of the "
+                            f"{B}, {B // N} rows",
+                            hint="replica r computes its loss on x[r * B // N:(r + 1) * B "
+                                 "// N] alone, as process r would: the batch is split, "
+                                 "then the gradients averaged")
+        inputs.clear()
+
+
 def check_data_parallel_step(candidate) -> bool:
-    """Check ``data_parallel_step(replicas, optimizers, x, y)``: after 3 steps every replica
-    equals one model trained on the whole batch, and all replicas are equal."""
+    """Check ``data_parallel_step(replicas, optimizers, x, y)``: replica r's forward sees
+    only its share of the rows, and after 3 steps every replica equals one model trained
+    on the whole batch (the gradients averaged), all replicas alike."""
     specs = [("2 replicas, 8 rows, SGD", 2, "sgd", 1),
              ("4 replicas, 8 rows, SGD", 4, "sgd", 2),
              ("2 replicas, 6 rows, AdamW", 2, "adamw", 3)]
@@ -272,8 +244,10 @@ def check_data_parallel_step(candidate) -> bool:
                 sum_opt.zero_grad()
             replicas = [_tiny(seed) for _ in range(N)]
             optimizers = [optimizer_of(kind, r) for r in replicas]
-            for batch in batches:
+            seen = _record_rows(replicas)
+            for step, batch in enumerate(batches, 1):
                 _call(candidate, replicas, optimizers, batch[:, :-1], batch[:, 1:])
+                _check_rows(seen, batch[:, :-1], step)
             first = _flat(replicas[0])
             for rank, replica in enumerate(replicas[1:], 1):
                 if not torch.equal(_flat(replica), first):
