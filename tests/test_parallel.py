@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from gpt_from_scratch.data_parallel import DataParallel
 from gpt_from_scratch.parallel import free_port, ring_all_reduce, start_process_group
 from gpt_from_scratch.sharding import shard_owners, state_bytes
 from parallel_workers import tiny_gpt
@@ -155,6 +156,49 @@ def test_state_bytes_formula():
         state_bytes(model, "zero2", 2)
     with pytest.raises(ValueError, match="rank=2 must be below world_size=2"):
         state_bytes(model, "zero1", 2, rank=2)
+    ranks = [state_bytes(model, "zero1", 8, rank=r).total for r in range(8)]
+    assert state_bytes(model, "zero1", 8).total == max(ranks) > min(ranks)  # the most
+
+
+def test_odd_inputs_to_the_formulas_are_named():
+    with pytest.raises(ValueError, match="shard_owners.world_size=0 must be a positive"):
+        shard_owners([5, 3], 0)
+    with pytest.raises(ValueError, match=r"numels=\[0, 0\] hold no numbers to share out"):
+        shard_owners([0, 0], 2)
+    with pytest.raises(ValueError, match=r"numels\[1\]=-3 must be an int >= 0"):
+        shard_owners([5, -3], 2)
+    model = tiny_gpt(0)
+    P, frozen = model.num_parameters(), model.blocks[0].ln_1.weight
+    frozen.requires_grad_(False)  # no gradient and no moments for it
+    kept = state_bytes(model, "ddp", 2)
+    assert (kept.parameters, kept.gradients) == (4 * P, 4 * (P - frozen.numel()))
+    with pytest.raises(ValueError, match="'blocks.0.ln_1.weight' is frozen"):
+        state_bytes(model, "zero3", 2)
+    half = tiny_gpt(0)
+    half.blocks[1].half()  # a block in float16: 2 bytes a number there
+    full, mixed = state_bytes(tiny_gpt(0), "zero3", 2), state_bytes(half, "zero3", 2)
+    block = sum(p.numel() for p in half.blocks[1].parameters())
+    assert full.parameters - mixed.parameters == 2 * -(-block // 2)
+    half.blocks[1].ln_1.float()  # one block, two dtypes: what shard_model refuses
+    with pytest.raises(ValueError, match=r"needs parameters of one dtype.*model.float\(\)"):
+        state_bytes(half, "zero3", 2)
+
+
+def test_odd_inputs_are_named_or_handled(pair):
+    for rank, result in enumerate(pair):
+        odd = result["odd"]
+        assert "is wrapped by a DataParallel already (a cell run twice?)" in odd["twice"]
+        assert "call its remove() before wrapping again" in odd["twice"]
+        assert "this module is a DataParallel already" in odd["wrapper"]
+        assert odd["views"]  # after finish(), each gradient is its bucket's memory
+        dtypes, a, b = odd["mixed"]
+        assert dtypes == ["torch.float64", "torch.float32"]  # a bucket per dtype
+        torch.testing.assert_close(a, torch.full((3,), 1.5))  # (1 + 2) / 2
+        torch.testing.assert_close(b, torch.ones(2, dtype=torch.float64))
+        for scheme in ("zero1", "zero3"):
+            assert "is frozen (requires_grad=False)" in odd[f"frozen {scheme}"], scheme
+            assert "pass only the trainable parameters" in odd[f"frozen {scheme}"]
+        assert "'blocks.0.ln_1.weight' is frozen" in odd["frozen zero3"]
 
 
 def test_mismatched_models_fail_on_every_rank(pair):
@@ -196,6 +240,8 @@ def test_a_rendezvous_that_never_completes_ends_in_bounded_time():
 def test_bad_inputs_are_named():
     with pytest.raises(RuntimeError, match="ring_reduce_scatter needs a process group"):
         ring_all_reduce(torch.ones(3))
+    with pytest.raises(ValueError, match="DataParallel wraps an nn.Module, got a Tensor"):
+        DataParallel(torch.ones(3))
     with pytest.raises(ValueError, match="rank=2 must be below world_size=2"):
         start_process_group(2, 2, 29500)
 

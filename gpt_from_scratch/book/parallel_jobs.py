@@ -6,13 +6,15 @@ Started by ``parallel_runs`` (never by hand): ``JOB RANK N PORT FOLDER`` for the
 settings from ``FOLDER/setup.pt``, written by the chapter, and saves what it measured to
 ``FOLDER/JOB-rankR.pt``:
 
-- ``pair`` (2 ranks): the collectives timed and their bytes counted; five steps of
+- ``pair`` (2 ranks): the collectives timed and their bytes counted; the same steps of
   one process, of ``DataParallel`` (per parameter and bucketed), of PyTorch's
   ``DistributedDataParallel``, of ZeRO-1 and ZeRO-3, and of ranks that never average;
   the bytes each scheme keeps; and the time of a step, alone and in pairs;
-- ``four`` (4 ranks): the ring's bytes and each scheme's memory at N = 4, then the last
-  rank is killed in the middle of a backward pass and the others keep the error they got;
-- ``train``: the book's ``train`` under torchrun, checkpointing, one rank killed once.
+- ``four`` (4 ranks): the ring's bytes, DDP's gradients and each scheme's memory at N =
+  4, then the last rank is killed in the middle of a backward pass and the others keep
+  the error they got;
+- ``train``: the book's ``train`` under torchrun, checkpointing, one rank killed once;
+- ``meet``: the ranks join and leave, for the launcher's tests.
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ import os
 import signal
 import sys
 import time
-from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -30,52 +30,13 @@ import torch
 import torch.distributed as dist
 
 from ..checkpoint_folder import META_FILE, read_meta
-from ..model import GPT, GPTConfig
-from ..parallel import DataParallel, ring_all_reduce, start_process_group
+from ..data_parallel import DataParallel
+from ..model import GPT
+from ..parallel import start_process_group
 from ..sharding import ShardedAdamW, gathered_parameters, shard_model, state_bytes
 from ..train import train
 from ..train_config import TrainConfig
-
-
-@contextmanager
-def counted_sends():
-    """Inside the block, the bytes of every tensor sent with ``dist.isend``, listed."""
-    sent, isend = [], dist.isend
-
-    def counting(tensor, dst, *args, **kwargs):
-        sent.append(tensor.numel() * tensor.element_size())
-        return isend(tensor, dst, *args, **kwargs)
-
-    dist.isend = counting
-    try:
-        yield sent
-    finally:
-        dist.isend = isend
-
-
-def collectives(sizes: list[int], repeats: int) -> list[dict]:
-    """Per size (float32 numbers): bytes the ring sends from this rank, its largest
-    difference from gloo's all-reduce, and the fewest seconds each took in ``repeats``
-    tries (other programs on the machine can only slow one down)."""
-    rows, g = [], torch.Generator().manual_seed(dist.get_rank())
-    for n in sizes:
-        x = torch.randn(n, generator=g)  # (n,)
-        with counted_sends() as sent:
-            ours = ring_all_reduce(x.clone())
-        theirs = x.clone()
-        dist.all_reduce(theirs)
-        row = dict(numel=n, sent=sum(sent), difference=(ours - theirs).abs().max().item())
-        for name, reduce in (("ring", ring_all_reduce), ("gloo", dist.all_reduce)):
-            seconds = []
-            for _ in range(repeats):
-                y = x.clone()
-                dist.barrier()  # both ranks start together
-                start = time.perf_counter()
-                reduce(y)
-                seconds.append(time.perf_counter() - start)
-            row[name] = min(seconds)
-        rows.append(row)
-    return rows
+from .parallel_timing import collectives, model_of, nccl, speed
 
 
 def flat(tensors) -> torch.Tensor:
@@ -93,25 +54,40 @@ def held(params, optimizer) -> dict[str, int]:
                 optimizer=nbytes(state))
 
 
-def run_steps(model, optimizer, batches, rows, finish=lambda: None) -> torch.Tensor | None:
-    """AdamW steps on ``rows`` of each batch; the first step's gradients, flat (None when
-    sharded). The last step's gradients stay, to be counted."""
+def run_steps(model, optimizer, batches, rows, finish=lambda: None) -> torch.Tensor:
+    """AdamW steps on ``rows`` of each batch; the first step's gradients, flat, in the
+    model's order (gathered from the shards under ZeRO-3). The last step's gradients
+    stay, to be counted."""
     grads = None
     for k, (x, y) in enumerate(batches):
         _, loss = model(x[rows], y[rows])
         loss.backward()
         finish()
-        if k == 0 and not hasattr(model, "shard_pieces"):
-            grads = flat(p.grad for p in model.parameters())
+        if k == 0:
+            grads = (sharded_grads(model) if hasattr(model, "shard_pieces")
+                     else flat(p.grad for p in model.parameters()))
         optimizer.step()
         if k < len(batches) - 1:
             optimizer.zero_grad()
     return grads
 
 
-def _model(setup: dict, seed_offset: int = 0) -> GPT:
-    torch.manual_seed(setup["seed"] + seed_offset)
-    return GPT(GPTConfig(**setup["config"]))
+def sharded_grads(model) -> torch.Tensor:
+    """A ``shard_model``'s mean gradients, every shard's gathered, flat in the order of the
+    model's parameters before sharding (a collective: every rank calls it)."""
+    grads, world_size = {}, dist.get_world_size()
+    for prefix, unit in model.named_modules():
+        if "flat_shard" in unit._parameters:
+            shards = [torch.empty_like(unit.flat_shard) for _ in range(world_size)]
+            dist.all_gather(shards, unit.flat_shard.grad)
+            full = torch.cat(shards)
+            for piece in unit.shard_pieces:
+                for name in piece.names:
+                    name = f"{prefix}.{name}" if prefix else name
+                    grads[name] = full[piece.offset : piece.offset + piece.shape.numel()]
+    with torch.device("meta"):  # the names alone: no memory
+        names = [name for name, _ in GPT(model.config).named_parameters()]
+    return torch.cat([grads[name] for name in names])
 
 
 RUNS = ("one process", "never averaged", "per parameter", "bucketed", "DDP", "ZeRO-1",
@@ -122,7 +98,7 @@ def _run(name: str, rank: int, world_size: int, setup: dict):
     """The model, optimizer and ``finish`` of one way to take the steps."""
     adamw = setup["adamw"]
     seed_offset = rank if name in ("per parameter", "bucketed") else 0
-    model = _model(setup, seed_offset)  # different weights on each rank: rank 0's win
+    model = model_of(setup, seed_offset)  # different weights on each rank: rank 0's win
     if name in ("per parameter", "bucketed", "ZeRO-1"):
         model = DataParallel(model, setup["bucket_bytes"] if name == "bucketed" else None)
     elif name == "DDP":
@@ -139,7 +115,7 @@ def equivalence(rank: int, world_size: int, setup: dict, runs=RUNS) -> dict:
     each ends with (flat), the bytes it holds, and ``state_bytes``' formula."""
     rows = setup["batches"][0][0].shape[0] // world_size
     mine = slice(rank * rows, (rank + 1) * rows)
-    out, names = {}, [name for name, _ in _model(setup).named_parameters()]
+    out, names = {}, [name for name, _ in model_of(setup).named_parameters()]
     for name in runs:
         model, optimizer, finish = _run(name, rank, world_size, setup)
         started = []
@@ -152,43 +128,12 @@ def equivalence(rank: int, world_size: int, setup: dict, runs=RUNS) -> dict:
         out[name] = flat(params[n] for n in names)
         out[f"{name}_held"] = held(list(model.parameters()),
                                    getattr(optimizer, "local", None) or optimizer)
-        out[f"{name}_buckets"] = (len(getattr(model, "buckets", ())), started[0])
-    out["formula"] = {s: vars(state_bytes(_model(setup), s, world_size, rank))
+        buckets = getattr(model, "buckets", ())
+        out[f"{name}_buckets"] = (len(buckets), started[0])
+        out[f"{name}_bucket_bytes"] = sum(b.flat.numel() * b.flat.element_size()
+                                          for b in buckets)
+    out["formula"] = {s: vars(state_bytes(model_of(setup), s, world_size, rank))
                       for s in ("ddp", "zero1", "zero3")}
-    return out
-
-
-def speed(rank: int, world_size: int, setup: dict) -> dict:
-    """Seconds a step, in alternating rounds. "alone": rank 0 runs every rank's share one
-    after the other, accumulating the gradients (the others wait); "together": each rank
-    its own share, bucketed; "per parameter": the same, one all-reduce per parameter after
-    backward. Each step: (forward and backward, the wait in ``finish()``, AdamW)."""
-    batches, rounds = setup["speed_batches"], setup["rounds"]
-    rows = batches[0][0].shape[0] // world_size
-    shares = [slice(r * rows, (r + 1) * rows) for r in range(world_size)]
-    models = {"alone": _model(setup), "per parameter": DataParallel(_model(setup), None),
-              "together": DataParallel(_model(setup), setup["bucket_bytes"])}
-    out = {key: [] for key in models}
-    for _ in range(rounds):
-        for key, model in models.items():
-            optimizer = torch.optim.AdamW(model.parameters(), **setup["adamw"])
-            dist.barrier()
-            if key == "alone" and rank != 0:
-                continue  # waits in the next barrier
-            for x, y in batches:
-                start = time.perf_counter()
-                for part in shares if key == "alone" else shares[rank:rank + 1]:
-                    loss = model(x[part], y[part])[1]
-                    (loss / world_size if key == "alone" else loss).backward()
-                backward = time.perf_counter()
-                if key != "alone":
-                    model.finish()
-                finished = time.perf_counter()
-                optimizer.step()
-                optimizer.zero_grad()
-                end = time.perf_counter()
-                out[key].append((backward - start, finished - backward, end - finished))
-    dist.barrier()
     return out
 
 
@@ -199,12 +144,13 @@ def pair(rank: int, world_size: int, setup: dict, folder: Path) -> dict:
 
 
 def four(rank: int, world_size: int, setup: dict, folder: Path) -> dict:
-    """The ring's bytes, each scheme's memory at N = 4; then the last rank dies mid-step."""
-    out = dict(collectives=collectives(setup["sizes"][:1], 1),
+    """The ring's bytes (untimed: 4 processes would share fewer cores), DDP against the
+    book's gradients and each scheme's memory at N = 4; then the last rank dies mid-step."""
+    out = dict(collectives=collectives(setup["sizes"][:2], 0),  # 4 ranks: bytes, no times
                **equivalence(rank, world_size, setup | {"batches": setup["batches"][:1]},
-                             ("per parameter", "ZeRO-1", "ZeRO-3")))
+                             ("per parameter", "DDP", "ZeRO-1", "ZeRO-3")))
     torch.save(out, folder / f"four-rank{rank}.pt")
-    model = DataParallel(_model(setup), setup["bucket_bytes"])
+    model = DataParallel(model_of(setup), setup["bucket_bytes"])
     if rank == world_size - 1:  # killed once backward reaches the first block
         model.module.blocks[0].mlp.c_fc.weight.register_post_accumulate_grad_hook(
             lambda p: os.kill(os.getpid(), signal.SIGKILL))
@@ -223,37 +169,27 @@ def four(rank: int, world_size: int, setup: dict, folder: Path) -> dict:
     os._exit(0)  # the group is broken: leave without waiting for the dead rank
 
 
-def nccl(rank: int, world_size: int, port: int, setup: dict) -> dict:
-    """FULL_RUN on GPUs: the seconds of NCCL's all-reduce for each of ``gpu_sizes``."""
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=120))
-    rows = []
-    for n in setup["gpu_sizes"]:
-        x = torch.zeros(n, device="cuda")  # zeros: the sums stay finite
-        for _ in range(3):  # NCCL sets up its rings on the first calls
-            dist.all_reduce(x)
-        torch.cuda.synchronize()
-        dist.barrier(device_ids=[rank])
-        start = time.perf_counter()
-        for _ in range(setup["repeats"]):
-            dist.all_reduce(x)
-        torch.cuda.synchronize()  # the GPU runs asynchronously: wait for it
-        rows.append(dict(numel=n, seconds=(time.perf_counter() - start) / setup["repeats"]))
-    return {"nccl": rows}
+def meet(rank: int, world_size: int, setup: dict, folder: Path) -> dict:
+    """The ranks join, exchange their ranks and leave (tests/test_parallel_runs.py)."""
+    ranks = [None] * world_size
+    dist.all_gather_object(ranks, rank)
+    return {"ranks": ranks}
+
+
+JOBS = {"pair": pair, "four": four, "meet": meet}
 
 
 def train_job(folder: Path, run: str, steps: str, every: str, kill_at: str) -> None:
     """The book's ``train`` under torchrun, resuming from ``FOLDER/RUN``'s checkpoint when
     there is one; rank 1 is killed at its ``kill_at``-th training step, on the first try."""
-    dist.init_process_group("gloo")
-    rank, restart = dist.get_rank(), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    (folder / "pids" / f"{run}-{rank}-{restart}.pid").write_text(str(os.getpid()))
+    rank, restart = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    (folder / "pids" / f"{run}-{rank}-{restart}.pid").write_text(str(os.getpid()))  # first:
+    dist.init_process_group("gloo")  # a rank stuck here is found and ended all the same
     setup = torch.load(folder / "setup.pt", weights_only=False)
     out_dir = folder / run
     resume = (out_dir / META_FILE).is_file()
     resumed_from = read_meta(out_dir)["step"] if resume else None
-    model = _model(setup)
+    model = model_of(setup)
     if int(kill_at) and rank == 1 and restart == 0:
         calls = []
 
@@ -285,7 +221,7 @@ if __name__ == "__main__":
         results = nccl(rank, world_size, int(port), setup)
     else:
         start_process_group(rank, world_size, int(port), timeout_s=60)
-        results = {"pair": pair, "four": four}[job](rank, world_size, setup, Path(folder))
+        results = JOBS[job](rank, world_size, setup, Path(folder))
     torch.save(results, Path(folder) / f"{job}-rank{rank}.pt")
     dist.barrier()  # no rank leaves while another still talks to it
     dist.destroy_process_group()
