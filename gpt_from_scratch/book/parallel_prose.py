@@ -1,7 +1,7 @@
 """Chapter 15 — the lessons and sentences, written from what the processes measured.
 
 Four lessons, each with its margin: the ring's cost per byte falls with the message's size
-(latency, then bandwidth); data parallelism ends with one process's weights, within a bar
+(latency, then bandwidth); data parallelism computes one process's gradients, within a bar
 far above float32 rounding and far below a real mistake; each scheme keeps the bytes a
 parameter its formula gives; and two processes on two cores are not twice as fast as one
 doing the same work. The timing sentences and the restart's are written from the run too.
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 
 from .lessons import Lesson, lesson
 
 PER_BYTE_BAR = 10  # the smallest message costs at least 10 times the largest per byte
-WEIGHTS_BAR = 1e-3  # largest weight difference from one process, after a few AdamW steps
+GRADS_BAR = 1e-5  # largest gradient difference from one process on the whole batch
 MEMORY_BAR = 0.02  # bytes a parameter within 2% of the formula, on every rank
 SCHEMES = {"ddp": "unsharded", "zero1": "ZeRO-1", "zero3": "ZeRO-3"}  # state_bytes' names
 FLOOR = 1e-12  # a difference of exactly zero is read as this, to take its logarithm
@@ -28,12 +29,21 @@ def _ms(seconds: float) -> str:
 def _size(n_bytes: float) -> str:
     if n_bytes >= 1e9:
         return f"{n_bytes / 1e9:.1f} GB"
-    return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e6 else f"{n_bytes / 1e3:.0f} kB"
+    if n_bytes >= 1e6:
+        return f"{n_bytes / 1e6:.1f} MB"
+    return f"{n_bytes / 1e3:.1f} kB" if n_bytes < 1e4 else f"{n_bytes / 1e3:.0f} kB"
 
 
-def memory_text(sizes: dict[str, tuple], device_gb: float, n_devices: int) -> str:
-    """``sizes``: name -> (parameters, bytes on one device, ZeRO-1 and ZeRO-3 on each of
-    ``n_devices``, in GB), the book's models first."""
+def _binary(n_bytes: int) -> str:
+    """A tensor's size as the chapter's tables print it: KiB, or MiB from 1 MiB."""
+    return f"{n_bytes / 2**20:g} MiB" if n_bytes >= 2**20 else f"{n_bytes / 2**10:g} KiB"
+
+
+def memory_text(sizes: dict[str, tuple], device_gb: float, n_devices: int,
+                device: str) -> str:
+    """``sizes``: name -> (parameters, bytes on one device, the most ZeRO-1 and ZeRO-3 leave
+    on any of ``n_devices``, in GB), the book's models first; ``device``: its name, which
+    holds ``device_gb`` GB."""
     if not sizes:
         raise ValueError("memory_text: no sizes: pass {name: (P, one, zero1, zero3)}")
     (small, (p_small, gb_small, *_)), *rest = sizes.items()
@@ -44,12 +54,13 @@ def memory_text(sizes: dict[str, tuple], device_gb: float, n_devices: int) -> st
     if fits:
         name, (p, gb, *_) = fits[-1]
         text += (f"`{name}`, with {p / 1e6:,.0f}M parameters, needs {gb:.1f} GB: "
-                 f"{gb / device_gb:.0%} of a device of {device_gb:g} GB, before any "
+                 f"{gb / device_gb:.0%} of {device} ({device_gb:.1f} GB), before any "
                  "activation. ")
     for name, (p, gb, zero1, zero3) in too_big:
         text += (f"{name}, {p / 1e9:.2f} billion parameters, needs {gb:.1f} GB: more than "
-                 f"the device holds. Shared by {n_devices} devices, ZeRO-1 leaves "
-                 f"{zero1:.1f} GB on each, ZeRO-3 {zero3:.1f} GB.")
+                 f"the device holds. Shared by {n_devices} devices, ZeRO-1 leaves at most "
+                 f"{zero1:.1f} GB on each (the ranks own whole parameters, so some own "
+                 f"more), ZeRO-3 {zero3:.1f} GB.")
     return text
 
 
@@ -81,51 +92,64 @@ def ring_lesson(rows: list[dict], alpha: float, beta: float) -> Lesson:
     cost = [row["ring"] / row["sent"] for row in (small, large)]  # seconds a byte sent
     ratio = cost[0] / cost[1]
     crossover = alpha * beta if math.isfinite(beta) else math.inf
-    said = (f"Per byte sent, the ring's smallest tensor cost {1e9 * cost[0]:.1f} ns and "
-            f"its largest {1e9 * cost[1]:.2f} ns: {ratio:.0f} times less. The fitted model "
-            f"puts the latency at {1e6 * alpha:.0f} µs a step and the bandwidth at "
+    s1, s2 = small["sent"], large["sent"]  # N = 2: per byte, 2 alpha / s + 1 / beta
+    gap = 1 / s1 - PER_BYTE_BAR / s2
+    needed = (PER_BYTE_BAR - 1) / (2 * gap) if gap > 0 else math.inf  # alpha beta, bytes
+    said = (f"Per byte sent, the ring's smallest tensor ({_binary(s1)}) cost "
+            f"{1e9 * cost[0]:.1f} ns and its largest ({_binary(s2)}) {1e9 * cost[1]:.2f} "
+            f"ns: {ratio:.0f} times less. The fitted model puts the latency at "
+            f"{1e6 * alpha:.{0 if alpha >= 1e-5 else 1}f} µs a step and the bandwidth at "
             f"{beta / 1e9:.2f} GB/s. ")
-    why = (f"A message of {_size(crossover)} costs as much in latency as in bytes: smaller "
-           "ones are paid mostly for being sent at all, which is why gradients travel in "
-           "buckets. Gloo's own all-reduce took "
-           f"{_ms(small['gloo'])} and {_ms(large['gloo'])} for the same two tensors.")
+    why = (f"In the model the ratio of the two is (2αβ/s₁ + 1)/(2αβ/s₂ + 1), for s₁ and s₂ "
+           f"bytes: it exceeds {PER_BYTE_BAR} once αβ, the bytes a link moves during one "
+           f"latency, exceeds {_size(needed)}, as it does wherever a message goes through "
+           "an operating system (a microsecond or more, at a few GB/s). Here αβ is "
+           f"{_size(crossover)}: a message that size costs as much in latency as in bytes; "
+           "smaller ones are paid mostly for being sent at all, which is why gradients "
+           f"travel in buckets. Gloo's own all-reduce took {_ms(small['gloo'])} and "
+           f"{_ms(large['gloo'])} for the same two tensors.")
     return lesson("a message costs a latency, then bytes over a bandwidth",
                   math.log10(ratio / PER_BYTE_BAR), "decades",
                   said + why,
-                  said + f"That is not the factor of {PER_BYTE_BAR} the chapter expects: "
-                  "on a machine this busy, the times of small messages are mostly waiting "
-                  "for a core, and the fit says little.")
+                  said + f"That is not the factor of {PER_BYTE_BAR} the chapter expects. "
+                  f"Either this machine's messages cost little latency beside their bytes "
+                  f"(αβ under {_size(needed)}; the fit gives {_size(crossover)}), or the "
+                  "times were disturbed: on a busy machine the time of a small message is "
+                  "mostly waiting for a core, and the fit says little.")
 
 
-def equivalence_lesson(differences: dict[str, float], grads: float, steps: int,
+def equivalence_lesson(grads: dict[str, float], weights: dict[str, float], steps: int,
                        lr: float) -> Lesson:
-    """``differences``: run -> largest weight difference from one process on the whole
-    batch, after ``steps`` AdamW steps; ``"never averaged"`` is the mistake."""
-    if "never averaged" not in differences or len(differences) < 2:
+    """``grads``: run -> largest difference of its first step's gradients from one process
+    on the whole batch; ``weights``: run -> the same for the weights after ``steps`` AdamW
+    steps. ``"never averaged"`` is the mistake, on the other side of the bar."""
+    if "never averaged" not in grads or len(grads) < 2:
         raise ValueError("equivalence_lesson: pass the runs' differences and the one of "
                          "'never averaged', the mistake that sets the bar's other side")
-    mistake = differences["never averaged"]
-    runs = {run: d for run, d in differences.items() if run != "never averaged"}
-    worst = max(runs.values())
-    below = math.log10(WEIGHTS_BAR / max(worst, FLOOR))  # decades under the bar
-    above = math.log10(mistake / WEIGHTS_BAR)  # decades over it
-    margin = min(below, above)
-    said = (f"After {steps} AdamW steps at a learning rate of {lr:g}, the weights of every "
-            f"data-parallel run differ from one process's on the whole batch by at most "
-            f"{worst:.1e}, the first step's gradients by {grads:.1e}; two processes that "
-            f"never average differ by {mistake:.1e}. ")
+    mistake = grads["never averaged"]
+    worst = max(d for run, d in grads.items() if run != "never averaged")
+    below = math.log10(GRADS_BAR / max(worst, FLOOR))  # decades under the bar
+    above = math.log10(mistake / GRADS_BAR)  # decades over it
+    moved = max(d for run, d in weights.items() if run != "never averaged")
+    said = (f"In the first step the gradients of every data-parallel run differ from one "
+            f"process's on the whole batch by at most {worst:.1e}, those of two processes "
+            f"that never average by {mistake:.1e}: the bar, {GRADS_BAR:g}, is {below:.1f} "
+            f"decades above the one and {above:.1f} below the other. ")
     why = ("The small difference is float32 rounding: one process sums the whole batch's "
            "losses, two processes each half, then the halves, another order of the same "
-           "sums. AdamW enlarges it: it divides each gradient by its own running size, "
-           "so for a gradient near its ε the last bits move the step by a part of the "
-           f"learning rate. The bar, {WEIGHTS_BAR:g}, is {below:.1f} decades above the one "
-           f"and {above:.1f} below the other: data parallelism is one process's "
-           "training, computed in two places.")
-    return lesson("data parallelism equals one process on the whole batch", margin,
-                  "decades", said + why,
-                  said + f"Here the two are not separated by the bar of {WEIGHTS_BAR:g}: "
-                  "with a gradient near AdamW's ε, rounding can move a step by a part of "
-                  "the learning rate; fewer steps or a larger ε would narrow it.")
+           f"sums. After {steps} AdamW steps at a learning rate of {lr:g} the weights "
+           f"differ by at most {moved:.1e} (never averaged: "
+           f"{weights.get('never averaged', math.nan):.1e}). The weights show it, the "
+           "gradients decide it: AdamW's first step moves a weight by about the learning "
+           "rate whatever its gradient's size (lr·g/(|g| + ε)), so rounding that flips the "
+           "sign of a gradient near zero can move a weight by up to twice the learning "
+           "rate. Data parallelism is one process's training, computed in two places.")
+    return lesson("data parallelism equals one process on the whole batch",
+                  min(below, above), "decades", said + why,
+                  said + f"Here the bar of {GRADS_BAR:g} does not separate the two: "
+                  "a rounding that large means the processes do not compute the whole "
+                  "batch's gradient, or a mistake that small means their shares are "
+                  "nearly alike. " + why)
 
 
 def memory_lesson(measured: dict[tuple[str, int], list[float]], formula: dict,
@@ -153,58 +177,76 @@ def memory_lesson(measured: dict[tuple[str, int], list[float]], formula: dict,
                   said + f"That is beyond the {MEMORY_BAR:.0%} the chapter allows. " + why)
 
 
-HALF = 0.55  # one share "took about half" the two shares' time alone up to this share
+def _median(values) -> float:
+    return statistics.median(values) if values else math.nan
 
 
-def _sharing(share: float, load: float, cores: int) -> str:
-    """What one share taking ``share`` of the time both shares took alone says."""
-    if share > 1:
-        return (f"more than both shares alone: other programs kept the cores busy (a load "
-                f"of {load:.1f} on {cores} cores over the last minute), and the second "
-                "process competed with them for a core")
-    return ("not half: the two processes share the machine's memory and caches, and the "
-            "buckets' all-reduces run beside the backward pass on the same cores")
+def step_parts(rounds: list[list[tuple]]) -> tuple[list[float], list[float]]:
+    """The median of each part (forward and backward, wait, AdamW) over every step of
+    ``rounds``, and each round's median step (the sum of its parts)."""
+    if not rounds or not all(rounds):
+        raise ValueError("step_parts: no steps were timed: pass a list per round of "
+                         "(seconds, seconds, seconds) per step")
+    steps = [step for round_ in rounds for step in round_]
+    return ([_median([step[i] for step in steps]) for i in range(3)],
+            [_median([sum(step) for step in round_]) for round_ in rounds])
 
 
-def fastest(steps: list[tuple[float, float, float]]) -> list[float]:
-    """The parts (forward and backward, wait, AdamW) of the fastest of ``steps``: other
-    programs on the machine can only slow a step down."""
-    if not steps:
-        raise ValueError("fastest: no steps were timed: pass (seconds, seconds, seconds) "
-                         "for each step")
-    return list(min(steps, key=sum))
-
-
-def speed_lesson(alone: list[float], together: list[float], per_parameter: list[float],
-                 alpha: float, beta: float, P: int, load: tuple[float, int]) -> Lesson:
-    """Seconds of (forward and backward, wait in ``finish()``, AdamW) in the fastest step:
-    ``alone`` (both shares in one process), ``together`` (bucketed), ``per_parameter``;
-    ``load``: the machine's load average over the last minute and its number of cores."""
-    speedup = sum(alone) / sum(together)
-    share = together[0] / alone[0]
-    predicted = 2 * alpha + 4 * P / beta  # every gradient in one all-reduce, N = 2
-    said = (f"Alone, the fastest step took {_ms(sum(alone))}: {_ms(alone[0])} of forward "
-            f"and backward for the two shares, {_ms(alone[2])} of AdamW. Together, "
-            f"{_ms(sum(together))}: {_ms(together[0])} of forward and backward for one "
-            f"share, {_ms(together[1])} waiting for the last buckets, {_ms(together[2])} "
-            f"of AdamW. Two processes were {speedup:.2f} times as fast. ")
-    reasons = [f"every process repeats AdamW's whole step, {_ms(together[2])} that no "
-               "second process shortens (ZeRO-1 would split it)",
-               f"the gradients travel: {_ms(together[1])} of waiting remained after the "
-               f"overlap, where the ring model of section 15.2 gives {_ms(predicted)} for "
-               f"all {4 * P:,} bytes at once"]
-    if share > HALF:
-        reasons.insert(1, f"one share took {share:.0%} of the two shares' time alone, "
-                          + _sharing(share, *load))
-    why = (f"What keeps it under 2: {'; '.join(reasons)}. With one all-reduce per "
-           f"parameter after the backward pass instead, nothing ran beside the forward and "
-           f"backward ({_ms(per_parameter[0])}), but the wait took "
-           f"{_ms(per_parameter[1])}: {_ms(sum(per_parameter))} a step.")
+def speed_lesson(speed: dict, alpha: float, beta: float, grad_bytes: int) -> Lesson:
+    """``speed``: rank 0's timings (``parallel_timing.speed``); ``alpha``, ``beta``: the
+    ring's fitted model; ``grad_bytes``: the bytes of the gradients each step averages."""
+    (fb_a, _, adam_a), alone = step_parts(speed["alone"])
+    (fb_t, wait_t, adam_t), together = step_parts(speed["together"])
+    (fb_p, wait_p, adam_p), _ = step_parts(speed["per parameter"])
+    ratios = [a / t for a, t in zip(alone, together)]  # round by round
+    speedup, share = _median(ratios), _median(speed["alone shares"])
+    load, cores = max(speed["load"])
+    messages = speed["messages"]  # all-reduces a step, each kind
+    model = {kind: m * 2 * alpha + grad_bytes / beta for kind, m in messages.items()}
+    said = (f"Over {len(ratios)} rounds, a step alone took {_ms(_median(alone))} (the "
+            f"median; {_ms(min(alone))} to {_ms(max(alone))}), together "
+            f"{_ms(_median(together))} ({_ms(min(together))} to {_ms(max(together))}): two "
+            f"processes were {speedup:.2f} times as fast, from {min(ratios):.2f} to "
+            f"{max(ratios):.2f} round by round. ")
+    half = (fb_a + adam_a) / 2
+    step_t = fb_t + wait_t + adam_t
+    why = (f"In the medians of its parts, a step together took {_ms(step_t)}, "
+           f"{_ms(step_t - half)} more than half the step alone ({_ms(half)}). Of that, "
+           f"AdamW run whole in every process took {_signed(adam_t - adam_a / 2)} "
+           f"({_ms(adam_t)} against half of {_ms(adam_a)}); the wait in `finish()` for the "
+           f"buckets still in flight {_signed(wait_t)}; one share's forward and backward "
+           f"{_signed(fb_t - fb_a / 2)} ({_ms(fb_t)} beside the other process, against "
+           f"{_ms(share)} for a share alone). ")
+    if fb_t > 1.1 * fb_p:
+        why += (f"With the all-reduces after backward instead (per parameter), a share's "
+                f"forward and backward took {_ms(fb_p)}: the buckets' all-reduces beside "
+                f"backward, the one difference between the two, cost {_ms(fb_t - fb_p)} "
+                "of it. ")
+    if min(fb_t, fb_p) > 1.1 * share:
+        why += (f"What {'else ' if fb_t > 1.1 * fb_p else ''}slowed a share beside the "
+                "other process, this run does not measure; the machine's load over the "
+                f"last minute was {load:.1f} on {cores} cores. ")
+    alone_ar = speed["all-reduces alone"]
+    why += (f"Timed alone between two barriers (the median of several tries), the "
+            f"{messages['together']} bucketed all-reduces took {_ms(alone_ar['together'])} "
+            f"and the {messages['per parameter']} per-parameter ones "
+            f"{_ms(alone_ar['per parameter'])}. The ring's model of section 15.2 gives "
+            f"{_ms(model['together'])} and {_ms(model['per parameter'])} (2α each, and "
+            f"{grad_bytes:,} bytes over β): a best case, fitted to the fastest of each "
+            f"size's tries, which the medians here exceed "
+            f"{alone_ar['together'] / model['together']:.1f} and "
+            f"{alone_ar['per parameter'] / model['per parameter']:.1f} times. Per "
+            f"parameter, the wait after backward took {_ms(wait_p)}: "
+            f"{_ms(fb_p + wait_p + adam_p)} a step.")
     return lesson("two processes on two cores are not twice as fast", 2 - speedup, "times",
                   said + why,
-                  said + "Here the two processes came close to, or beyond, twice as fast: "
-                  "the one process was slowed by something the two were not (another "
-                  "program on the machine). " + why)
+                  said + "Twice as fast or more: the steps alone were slowed by something "
+                  f"the pair was not (the machine's load was {load:.1f} on {cores} cores). "
+                  + why)
+
+
+def _signed(seconds: float) -> str:
+    return f"{1e3 * seconds:+.1f} ms"
 
 
 AGENT_LINE = re.compile(r"^[IWE]\d{4} [\d:.]+ \d+ \S+\] (?:\[default\] )?(.*)$")
@@ -218,7 +260,9 @@ def torchrun_lines(log: str) -> list[str]:
     for line in log.splitlines():
         match = AGENT_LINE.match(line)
         if match and any(k in match[1] for k in KEEP):
-            said = re.sub(r" \(pid: \d+\)| of binary: \S+|process \d+ ", "", match[1])
+            said = re.sub(r" \(pid: \d+\)| of binary: \S+|process \d+ |"
+                          r" Waiting \d+ seconds for other agents to finish\.", "",
+                          match[1])
             lines.append("torchrun: " + said.replace("Sending closing", "sending closing"))
         elif line.startswith("[rank") and "Error:" in line:
             lines.append(re.sub(r"\[/[^\]]*\] ", "", line).split(". ")[0] + ".")
@@ -230,10 +274,11 @@ def restart_text(restarted: dict, reference: dict, every: int, killed_at: int) -
     resumed = restarted["resumed_from"]
     same = bool((restarted["weights"] == reference["weights"]).all())
     gap = float((restarted["weights"] - reference["weights"]).abs().max())
-    text = (f"Rank 1 died in its step {killed_at}; torchrun ended rank 0 and started both "
-            f"again, and they resumed from the checkpoint written after step {resumed} "
-            f"(one every {every} steps): the {killed_at - 1 - resumed} steps after it, and "
-            "the one in progress, were computed again. ")
+    text = (f"Rank 1 died in its step {killed_at}; rank 0's next collective failed on its "
+            "own (its connection to rank 1 was reset), torchrun saw a process fail and "
+            "started both again, and they resumed from the checkpoint written after step "
+            f"{resumed} (one every {every} steps): the {killed_at - 1 - resumed} steps "
+            "after it, and the one in progress, were computed again. ")
     if same and restarted["losses"] == reference["losses"]:
         return text + (f"The restarted run ends with the weights of the two machines' "
                        f"uninterrupted run to the bit, and took the same losses in all "
@@ -249,7 +294,8 @@ def cluster_text(allreduce_ms: dict[str, float], compute_ms: float) -> str:
     shares = ", ".join(f"{ms / compute_ms:.0%} of it on {where}"
                        for where, ms in allreduce_ms.items())
     return (f"Against the step's computation, {compute_ms:.0f} ms, the all-reduce of its "
-            f"gradients takes {shares}.")
+            f"gradients takes at least {shares}: the bytes over the link alone, before any "
+            "latency, and at the link's full speed.")
 
 
 def timing_text(total: float, launches: float, torchruns: float) -> str:

@@ -8,7 +8,8 @@ starts its processes with ``subprocess``, which works alike in Jupyter, Colab an
   port of 127.0.0.1), as ``tests/test_parallel.py`` does, and returns what each rank saved;
 - ``torchrun(args, folder)`` starts PyTorch's launcher, ``python -m torch.distributed.run``,
   which starts the ranks itself (and restarts them, with ``--max-restarts``);
-  ``torchrun_pair`` starts two at once, two "machines" meeting at 127.0.0.1.
+  ``torchrun_pair`` starts two at once, two "machines" meeting at 127.0.0.1;
+- ``nccl_skipped``: why section 15.8's GPU timing does not run on this machine.
 
 Each waits with a time limit and ends every process it started, on success, failure or an
 interrupted cell, then raises an error quoting the ranks' last lines if one failed. The
@@ -18,6 +19,7 @@ processes import the very package the notebook imported (its folder leads their
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -38,8 +40,8 @@ def environment(torchrun: bool = False) -> dict[str, str]:
 
     For torchrun, also: its log at INFO level (what it restarts, and why), and a store of
     their own for each attempt's processes (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``): in
-    torchrun's shared store, a restarted gloo rank can read the address its dead
-    predecessor left there and fail to connect (seen with torch 2.13).
+    torchrun's shared store, a restarted rank can read the address its dead predecessor
+    left there and fail to connect (pytorch/pytorch#135712; seen with gloo, torch 2.13).
     """
     package_root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
@@ -63,17 +65,38 @@ def _tail(log: Path, lines: int = 12) -> str:
 
 
 def launch(job: str, world_size: int, folder, timeout_s: float = 120.0,
-           dies: int | None = None) -> list[dict]:
+           dies: int | None = None, tries: int = 3) -> list[dict]:
     """Run ``job`` on ``world_size`` processes, one per rank; each rank's saved results.
 
     Waits at most ``timeout_s`` seconds for all of them; whatever happens, every process
-    still running is killed before this returns or raises. ``dies``: the rank the job
-    kills on purpose, whose exit code is not an error.
+    still running is killed before this returns or raises, and as soon as one rank fails
+    (the others would only wait for it). ``dies``: the rank the job kills on purpose, whose
+    exit code is not an error. A port taken between ``free_port()`` and rank 0's listening
+    is no error: the ranks start again on another, up to ``tries`` times in all.
     """
     folder = _check_folder(folder)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be a whole number >= 1, the "
                          "number of processes to start")
+    for attempt in range(1, tries + 1):
+        failed = _run_ranks(job, world_size, folder, timeout_s, dies)
+        if failed is None:
+            return [torch.load(folder / f"{job}-rank{rank}.pt", weights_only=False)
+                    for rank in range(world_size)]
+        rank, code = failed
+        if attempt < tries and TAKEN in _tail(folder / f"{job}-rank{rank}.log"):
+            continue  # another process took the port first: another port
+        raise RuntimeError(f"{job}: rank {rank} of {world_size} ended with exit code "
+                           f"{code}; its last lines:\n"
+                           + _tail(folder / f"{job}-rank{rank}.log"))
+
+
+TAKEN = "is already taken by another process"  # start_process_group's words for the port
+
+
+def _run_ranks(job: str, world_size: int, folder: Path, timeout_s: float,
+               dies: int | None) -> tuple[int, int] | None:
+    """Start the ranks on a free port and wait; the first failed (rank, exit code)."""
     port, processes = str(free_port()), []
     try:
         for rank in range(world_size):
@@ -83,40 +106,47 @@ def launch(job: str, world_size: int, folder, timeout_s: float = 120.0,
                 processes.append(subprocess.Popen(command, env=environment(), stdout=log,
                                                   stderr=subprocess.STDOUT))
         deadline = time.monotonic() + timeout_s
-        for process in processes:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{job}: the {world_size} processes did not finish within "
-                           f"{timeout_s:g} s and were ended; rank 0's last lines:\n"
-                           + _tail(folder / f"{job}-rank0.log")) from None
+        while any(p.poll() is None for p in processes):
+            failed = [(r, p.returncode) for r, p in enumerate(processes)
+                      if p.returncode not in (None, 0) and r != dies]
+            if failed:
+                return failed[0]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{job}: the {world_size} processes did not finish "
+                                   f"within {timeout_s:g} s and were ended; rank 0's last "
+                                   "lines:\n" + _tail(folder / f"{job}-rank0.log"))
+            time.sleep(0.05)
     finally:
         for process in processes:
             if process.poll() is None:
                 process.kill()
             process.wait()
-    for rank, process in enumerate(processes):
-        if process.returncode != 0 and rank != dies:
-            raise RuntimeError(f"{job}: rank {rank} of {world_size} ended with exit code "
-                               f"{process.returncode}; its last lines:\n"
-                               + _tail(folder / f"{job}-rank{rank}.log"))
-    return [torch.load(folder / f"{job}-rank{rank}.pt", weights_only=False)
-            for rank in range(world_size)]
+    return next(((r, p.returncode) for r, p in enumerate(processes)
+                 if p.returncode != 0 and r != dies), None)
 
 
 def _end(agent: subprocess.Popen, folder: Path) -> None:
-    """End a torchrun agent (it ends its workers on SIGTERM), then any worker it left."""
+    """End a torchrun agent and every worker it started, whatever state they are in.
+
+    The agent ends its workers on SIGTERM; if it does not end, it and its process group
+    (its own session: ``start_new_session``) are killed. torch starts each worker in a
+    session of its own, so the workers are found by the process ids they wrote in
+    ``FOLDER/pids`` (before joining the group), and killed only if that process still runs
+    this folder's job (a number the system gave again to another process is left alone;
+    Linux's /proc tells, elsewhere the agent's SIGTERM alone ends them).
+    """
     if agent.poll() is None:
         agent.send_signal(signal.SIGTERM)
         try:
             agent.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            agent.kill()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(agent.pid, signal.SIGKILL)
             agent.wait()
     for record in sorted((folder / PIDS).glob("*.pid")):
         pid = int(record.read_text())
-        cmdline = Path(f"/proc/{pid}/cmdline")
         try:
-            if cmdline.exists() and JOBS_MODULE.encode() not in cmdline.read_bytes():
+            if str(folder).encode() not in Path(f"/proc/{pid}/cmdline").read_bytes():
                 continue  # that number belongs to another process now
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError, FileNotFoundError):
@@ -158,6 +188,14 @@ def torchrun_pair(commands: list[list[str]], folder, timeout_s: float = 120.0) -
 def torchrun(args: list[str], folder, timeout_s: float = 120.0) -> str:
     """``python -m torch.distributed.run ARGS``: one agent; its log (``torchrun_pair``)."""
     return torchrun_pair([args], folder, timeout_s)[0]
+
+
+def nccl_skipped(full_run: bool, gpus: int) -> str | None:
+    """Why section 15.8 does not time NCCL here, or None when it does."""
+    if full_run and gpus >= 2:
+        return None
+    return (f"skipped: this machine has {gpus} GPU(s), and the NCCL track needs "
+            "FULL_RUN = True and two GPUs or more")
 
 
 def job_args(folder, run: str, steps: int, every: int, kill_at: int = 0) -> list[str]:
