@@ -26,14 +26,14 @@
 # `torchrun` launches on one host stand in for two machines.
 #
 # 1. **what one device must hold**: weights, gradients and AdamW's moments, 16 bytes a
-#    parameter, measured on the book's models and on GPT-2's sizes;
+#    parameter, counted on the book's model and computed from the shapes of GPT-2's sizes;
 # 2. **collectives**: all-reduce, reduce-scatter and all-gather, and what a ring costs;
 # 3. **data parallelism**: each process its share of the batch, the gradients averaged;
 #    equal to one process on the whole batch, then sent in buckets during the backward pass;
 # 4. **sharding**: the optimizer state split across processes (ZeRO-1), then the weights
 #    and gradients too (ZeRO-3, the idea of PyTorch's FSDP);
-# 5. **gradient accumulation**, the one-process equivalent, and a data loader that gives no
-#    sample to two processes;
+# 5. **gradient accumulation**, the one-process equivalent, and a data loader that splits
+#    each epoch between the processes;
 # 6. **torchrun**: one machine, two "machines", and a process that dies;
 # 7. **how much faster**: two processes on 2 cores, measured.
 #
@@ -56,7 +56,6 @@ except ImportError:
 
 # %%
 import inspect
-import math
 import os
 import tempfile
 import time
@@ -75,14 +74,16 @@ from gpt_from_scratch.sharding import ShardedAdamW, state_bytes
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book import parallel_prose as prose
 from gpt_from_scratch.book.figure_text import book_figures
-from gpt_from_scratch.book.parallel_runs import job_args, launch, torchrun, torchrun_pair
+from gpt_from_scratch.book.parallel_runs import (job_args, launch, nccl_skipped, torchrun,
+                                                 torchrun_pair)
 from gpt_from_scratch.book.recipes import RECIPES, char_level_data
 
 book_figures()  # sharp on high-density screens, each PNG records its smallest text
 torch.set_printoptions(precision=3, sci_mode=False)
 
-# FULL_RUN = False: everything runs on the CPU, in processes on this machine, in about a
-# minute on 2 cores. FULL_RUN = True (on two GPUs or more): section 15.8 measures NCCL too.
+# FULL_RUN = False: everything runs on the CPU, in processes on this machine (the chapter
+# prints its run time at the end). FULL_RUN = True (on two GPUs or more): section 15.8
+# measures NCCL too.
 FULL_RUN = False
 SEED = 0
 chapter_start = time.perf_counter()
@@ -129,11 +130,12 @@ print("state_bytes:  ", state_bytes(model, "ddp", world_size=1))
 # (Chapter 8 loaded the smallest), and for the shape of GPT-3's 6.7-billion-parameter model
 # (32 layers of width 4,096 on GPT-2's vocabulary) {cite}`brown2020language`. The models are
 # built on PyTorch's `meta` device, which gives every tensor its shape and no memory:
-# nothing is downloaded and nothing allocated. Beside one device's bytes, what each of 8
-# devices keeps under the two sharding schemes of section 15.4:
+# nothing is downloaded and nothing allocated. Beside one device's bytes, the most any of 8
+# devices keeps under the two sharding schemes of section 15.4 (`state_bytes` without a
+# rank: ZeRO-1 gives each device whole parameters, so some devices keep more than others):
 
 # %%
-N_DEVICES, DEVICE_GB = 8, 80  # GB: an 80 GB H100
+N_DEVICES, DEVICE_GB = 8, 80 * 2**30 / 1e9  # an H100's 80 GiB, in GB (10^9 bytes)
 shapes = {name: GPTConfig(**RECIPES[name].model)
           for name in ("shakespeare-char", "shakespeare-bpe")}
 shapes |= {name: GPTConfig.from_preset(name) for name in PRESETS if name.startswith("gpt2")}
@@ -141,14 +143,16 @@ shapes["GPT-3 6.7B's shape"] = GPTConfig(n_layers=32, d_model=4096, n_heads=32,
                                          context_length=2048)
 sizes = {}
 print(f"{'':<19} {'parameters':>13} {'one device':>11} "
-      f"{'ZeRO-1, 8':>10} {'ZeRO-3, 8':>10}")
+      f"{'ZeRO-1, 8':>10} {'ZeRO-3, 8':>10}   (GB; ZeRO: the most on any device)")
 for name, config in shapes.items():
     with torch.device("meta"):  # shapes only: no memory, no download
         m = GPT(config)
     gb = [state_bytes(m, s, N_DEVICES).total / 1e9 for s in ("ddp", "zero1", "zero3")]
     sizes[name] = (m.num_parameters(), *gb)
     print(f"{name:<19} {m.num_parameters():>13,} " + " ".join(f"{g:>8.2f} GB" for g in gb))
-display(Markdown(prose.memory_text(sizes, DEVICE_GB, N_DEVICES)))
+least = min(state_bytes(m, "zero1", N_DEVICES, rank).total for rank in range(N_DEVICES))
+print(f"ZeRO-1 on 8, {name}: from {least / 1e9:.2f} to {gb[1]:.2f} GB, device by device")
+display(Markdown(prose.memory_text(sizes, DEVICE_GB, N_DEVICES, "an H100's 80 GiB")))
 
 # %% [markdown]
 # The activations come on top: they grow with the batch and the context, and a large model
@@ -181,7 +185,9 @@ display(Markdown(prose.memory_text(sizes, DEVICE_GB, N_DEVICES)))
 # $$\text{sent per process} = \frac{2(N-1)}{N}\, n,$$
 #
 # less than twice the tensor however many processes there are, the least any all-reduce
-# can send {cite}`patarasuk2009bandwidth`. Had every process sent its whole tensor to one,
+# can send when the processes compute the sums themselves {cite}`patarasuk2009bandwidth`
+# (switches that add what passes through them, NVIDIA's SHARP in InfiniBand or NVLink,
+# let each send less). Had every process sent its whole tensor to one,
 # which sent the sum back, that one would receive and send $(N-1)\,n$ numbers: a load that
 # grows with $N$. `parallel.ring_reduce_scatter` and `ring_all_gather` are the ring, from
 # `torch.distributed`'s point-to-point messages, `isend` and `irecv`:
@@ -198,7 +204,9 @@ print(inspect.getsource(ring_all_gather))
 # It waits for them, with a time limit, and ends every process it started, on success,
 # failure or an interrupted cell. Every setting the jobs use is written by this cell: one
 # run of 2 processes measures what sections 15.2 to 15.7 show, and one of 4 repeats the
-# counts at $N = 4$, then loses a process on purpose (section 15.6).
+# counts at $N = 4$, then loses a process on purpose (section 15.6). Four processes on a
+# machine of fewer cores would time their wait for a core more than their messages: that
+# run counts bytes, and times nothing.
 
 # %%
 g = torch.Generator().manual_seed(SEED)
@@ -208,9 +216,9 @@ setup = dict(
     adamw=dict(lr=3e-3, weight_decay=0.1),
     batches=[get_batch(train_ids, 8, 64, g) for _ in range(3)],  # 3 steps of 8 rows
     speed_batches=[get_batch(train_ids, 16, 64, g) for _ in range(3)],
-    rounds=4,  # timed rounds, alone and together in turn
-    sizes=[2**12, 2**15, 2**18, 2**21],  # float32 numbers: 16 KiB to 8 MiB
-    repeats=5,  # each collective timed 5 times, the fastest kept
+    rounds=8,  # timed rounds of 3 steps, alone and together in turn (section 15.7)
+    sizes=[2**8, 2**12, 2**15, 2**18, 2**21],  # float32 numbers: 1 KiB to 8 MiB
+    repeats=5,  # each collective timed 5 times, the ring's and gloo's in turn
     bucket_bytes=2**18,  # 256 KiB gradient buckets (section 15.3)
     train=dict(batch_size=4, learning_rate=3e-3, warmup_iters=4, eval_interval=24,
                eval_iters=1, keep_best=False, progress=False),  # section 15.6
@@ -226,10 +234,13 @@ print(f"{'N':>2} {'size':>9} {'sent by each rank':>19} {'2(N-1)/N n':>12} "
 for N, rows in collected.items():
     for row in rows:
         n, formula = 4 * row["numel"], 2 * (N - 1) / N * 4 * row["numel"]
+        times = (f"{1e3 * row['ring']:>6.2f} ms {1e3 * row['gloo']:>6.2f} ms"
+                 if "ring" in row else f"{'not timed':>19}")
         print(f"{N:>2} {n // 1024:>5} KiB {row['sent']:>13,} bytes {formula:>12,.0f} "
-              f"{1e3 * row['ring']:>6.2f} ms {1e3 * row['gloo']:>6.2f} ms")
+              + times)
 print("largest difference from gloo's sum:",
       {N: max(row["difference"] for row in rows) for N, rows in collected.items()})
+print(f"this machine: {os.cpu_count()} cores; the fastest of {setup['repeats']} tries kept")
 
 # %% [markdown]
 # The counts are exact: a ring of 2 sends half the tensor in each of its 2 steps, a ring of
@@ -237,8 +248,10 @@ print("largest difference from gloo's sum:",
 # the same two numbers); at $N = 4$ they differ in the last bits, since the chunks are
 # summed in another order. The times follow the usual model of a message: a fixed cost
 # $\alpha$ (the *latency*: a system call, a wake-up, a trip through the network stack) plus
-# its bytes over a *bandwidth* $\beta$ {cite}`thakur2005optimization`. A ring's $2(N-1)$
-# steps cost
+# its bytes over a *bandwidth* $\beta$ {cite}`thakur2005optimization`. (Thakur and his
+# coauthors write $\beta$ as the time a byte takes, and add a time a byte $\gamma$ for the
+# additions; here $\beta$ is bytes a second, and the additions, cheap beside the copies
+# between processes, are folded into it.) A ring's $2(N-1)$ steps cost
 #
 # $$t \approx 2(N-1)\,\alpha + \frac{2(N-1)}{N}\,\frac{4n}{\beta}.$$
 #
@@ -282,9 +295,10 @@ display(Markdown(found[-1].text))
 # So an all-reduce of the gradients, divided by $N$, gives every process the gradient one
 # process would have computed on the whole batch, and every process takes the same AdamW
 # step from the same weights: the copies stay equal, to the bit, without ever being
-# compared. They must start equal: `parallel.DataParallel` first sends rank 0's weights to
-# the others (a *broadcast*), and checks that every process built the same shapes. Its
-# simplest form all-reduces the gradients one parameter at a time, after the backward pass:
+# compared. They must start equal: `data_parallel.DataParallel` first sends rank 0's
+# weights to the others (a *broadcast*), and checks that every process built the same
+# shapes. Its simplest form all-reduces the gradients one parameter at a time, after the
+# backward pass:
 #
 # ```python
 # for p in model.parameters():
@@ -292,30 +306,46 @@ display(Markdown(found[-1].text))
 #     p.grad /= world_size      # the mean
 # ```
 #
-# The run of two processes took the same 3 AdamW steps six ways, each from the same starting
-# weights: one process on the whole batch; `DataParallel` one parameter at a time, and in
-# buckets (below); PyTorch's `DistributedDataParallel`; ZeRO-1 and ZeRO-3 (section 15.4);
-# and, as the difference a mistake makes, two processes that never average, each stepping on
-# its own share's gradient. In the `DataParallel` runs each process built its model from its
-# own seed, so the broadcast is what made them start equal. The largest difference of each
-# run's weights from the one process's, on rank 0:
+# The run of two processes took the same 3 AdamW steps seven ways, each from the same
+# starting weights: one process on the whole batch; `DataParallel` one parameter at a time,
+# and in buckets (below); PyTorch's `DistributedDataParallel`; ZeRO-1 and ZeRO-3 (section
+# 15.4); and, as the difference a mistake makes, two processes that never average, each
+# stepping on its own share's gradient. In the `DataParallel` runs each process built its
+# model from its own seed, so the broadcast is what made them start equal. The largest
+# difference of each run from the one process, on rank 0: the first step's gradients (the
+# mean over the processes; ZeRO-3's gathered from its shards), and the weights after the 3
+# steps:
 
 # %%
 runs = ["per parameter", "bucketed", "DDP", "ZeRO-1", "ZeRO-3", "never averaged"]
 one = pair[0]["one process"]
-differences = {run: float((pair[0][run] - one).abs().max()) for run in runs}
+grads = {run: float((pair[0][f"{run}_grads"] - pair[0]["one process_grads"]).abs().max())
+         for run in runs}
+weights = {run: float((pair[0][run] - one).abs().max()) for run in runs}
+print(f"{'':<15} {'gradients':>10} {'weights':>10}   rank 1's weights the same bits")
 for run in runs:
     same = torch.equal(pair[0][run], pair[1][run])
-    print(f"{run:<15} {differences[run]:.2e}   rank 1's weights the same bits: {same}")
-grads = float((pair[0]["per parameter_grads"] - pair[0]["one process_grads"]).abs().max())
-print(f"first step's gradients, per parameter against one process: {grads:.1e}")
+    print(f"{run:<15} {grads[run]:>10.1e} {weights[run]:>10.1e}   {same}")
 print("per parameter, bucketed, DDP, ZeRO-1 and ZeRO-3 the same bits:",
       all(torch.equal(pair[0][run], pair[0]["per parameter"]) for run in runs[1:5]))
+ddp4 = four[0]["DDP_grads"] - four[0]["per parameter_grads"]  # 4 processes, one step
+print(f"4 processes, DDP's gradients against per parameter: {int((ddp4 != 0).sum()):,} of "
+      f"{ddp4.numel():,} differ, by up to {ddp4.abs().max():.1e}")
 
 # %% tags=["remove-input"]
-found.append(prose.equivalence_lesson(differences, grads, len(setup["batches"]),
+found.append(prose.equivalence_lesson(grads, weights, len(setup["batches"]),
                                       setup["adamw"]["lr"]))
 display(Markdown(found[-1].text))
+
+# %% [markdown]
+# "The same bits" holds with two processes: $a + b$ is $b + a$, and DDP, which divides
+# each gradient by $N$ before the sum, computes $a/2 + b/2$, exact in binary. With more
+# processes the sums run in other orders and a division by 4 or 3 before the sum rounds
+# differently from one after it: at $N = 4$ DDP's gradients differ from the book's in
+# their last bits, as printed above, far below the bar. So `tests/test_parallel.py`
+# compares them to the bit at two processes only, and at three within a few float32
+# roundings of the sums; within one run, every process still ends with the same bits as
+# every other, since each receives the same all-reduced sum.
 
 # %% [markdown]
 # **Buckets, sent during the backward pass.** One all-reduce per parameter pays the latency
@@ -334,9 +364,18 @@ display(Markdown(found[-1].text))
 # %%
 n_buckets, started = pair[0]["bucketed_buckets"]
 print(f"{n_buckets} buckets of at most {setup['bucket_bytes']:,} bytes; "
-      f"{started} of them already sent when backward returned")
+      f"{started} of them already started when backward returned")
+bucket_bytes = pair[0]["bucketed_bucket_bytes"]
+print(f"the buckets hold {bucket_bytes:,} bytes: {bucket_bytes / P:.1f} bytes a parameter")
 
 # %% [markdown]
+# The buckets are a second copy of the gradients, kept from step to step: 4 more bytes a
+# parameter in float32. `DistributedDataParallel` keeps the same copy by default, beside
+# the `.grad` tensors, about 20 bytes a parameter in all; with
+# `gradient_as_bucket_view=True` the gradients become views of its buckets and the copy is
+# gone. `DataParallel` does the latter after `finish()`: each `.grad` is a view of its
+# bucket, until `zero_grad()` drops it and the next backward makes new ones.
+#
 # Every process must issue the same collectives in the same order, or the sums would mix
 # buckets: `DataParallel` starts them strictly in order, and a parameter that got no
 # gradient on one process (a branch its batch did not take) counts as zero there, so that no
@@ -345,8 +384,9 @@ print(f"{n_buckets} buckets of at most {setup['bucket_bytes']:,} bytes; "
 #
 # ## 15.4 Sharding: ZeRO-1 and ZeRO-3
 #
-# Data parallelism keeps all 16 bytes a parameter on every process: $N$ copies of the same
-# state. ZeRO {cite}`rajbhandari2020zero` removes the copies in stages.
+# Data parallelism keeps all 16 bytes a parameter on every process, $N$ copies of the same
+# state, and its buckets on top. ZeRO {cite}`rajbhandari2020zero` removes the copies in
+# stages.
 #
 # **ZeRO-1** splits AdamW's moments, 8 of the 16 bytes. Process $r$ owns a run of the
 # parameters, about $1/N$ of the numbers, keeps $m$ and $v$ for those only, and steps only
@@ -375,8 +415,9 @@ print(inspect.getsource(ShardedAdamW.step))
 # pass instead, sending what data parallelism sends and holding more during the step.
 # `tests/test_parallel.py` checks `ShardedAdamW` against
 # `torch.distributed.optim.ZeroRedundancyOptimizer` and `shard_model` against FSDP2's
-# `fully_shard`, to the bit. The bytes each process held after the last step of section
-# 15.3's runs, counted tensor by tensor, against the formula:
+# `fully_shard`, to the bit with two processes. The bytes each process held after the last
+# step of section 15.3's runs, counted tensor by tensor (the weights, their gradients and
+# AdamW's state; not `DataParallel`'s buckets), against the formula:
 
 # %%
 formula = {"ddp": lambda N: 16, "zero1": lambda N: 8 + 8 / N, "zero3": lambda N: 16 / N}
@@ -406,14 +447,19 @@ display(Markdown(found[-1].text))
 # after each block's forward and gathers again in backward), and every scheme holds the
 # activations.
 #
-# ## 15.5 Gradient accumulation, and a loader that sees no sample twice
+# ## 15.5 Gradient accumulation, and a loader that splits the epoch
 #
 # One process can compute the same step without a second device: run the backward pass on
 # each share in turn, the loss of each divided by the number of shares, and let the
 # gradients add up in `.grad` before one AdamW step. That is *gradient accumulation*, the
-# one-process equivalent of data parallelism: the same gradient, in $N$ times the time, with
-# the activations of one share at a time in memory. On the book's character model, 4 shares
-# of 2 rows against the 8 rows at once:
+# one-process equivalent of data parallelism: the same gradient, computed one share after
+# the other (section 15.7 times it), with the activations of one share at a time in memory.
+# Dividing each share's mean loss by the number of shares gives the whole batch's mean only
+# when every share counts as many tokens, as here, where every row has 64 targets; with
+# padding or masked tokens, weigh each share by its tokens instead. Under
+# `DistributedDataParallel`, each backward pass would all-reduce the gradients: its
+# `no_sync()` context leaves out the all-reduce for every share but the last. On the
+# book's character model, 4 shares of 2 rows against the 8 rows at once:
 
 # %%
 model = GPT(GPTConfig(**setup["config"]))
@@ -430,7 +476,7 @@ print(f"accumulated over 4 shares against the whole batch: {accumulated:.1e}")
 
 # %% [markdown]
 # The difference is rounding: the sums are taken in another order. Section 15.7 times
-# exactly this against two processes.
+# one process accumulating two shares so against two processes.
 #
 # Data parallelism needs each process to see *other* samples. The book's trainer draws
 # random windows of the text, each process from its own seed (Chapter 6): samples drawn with
@@ -439,8 +485,9 @@ print(f"accumulated over 4 shares against the whole batch: {accumulated:.1e}")
 # PyTorch's `DistributedSampler` shuffles the indices with a seed that every process shares
 # (and `set_epoch`, a new order each epoch), then process $r$ takes every $N$-th index
 # starting at $r$. When $N$ does not divide the dataset it *pads* the list with its first
-# indices, so that every process gets as many: those samples are seen twice in the epoch;
-# with `drop_last=True` it cuts the list instead, and they are not seen at all that epoch.
+# indices, so that every process gets as many: those samples are seen twice in the epoch,
+# often by two processes; with `drop_last=True` it cuts the list instead, and the samples
+# left over are not seen at all that epoch.
 # Ten samples on four processes:
 
 # %%
@@ -529,50 +576,64 @@ display(Markdown(prose.restart_text(results["restarted"], results["two machines"
 # can read it (a shared file system), since rank 0 writes it and all of them resume from it.
 # And the processes of a restarted group must not meet where their predecessors met: with
 # gloo, a restarted rank can read the address its dead predecessor left in torchrun's store
-# and fail to connect, so `parallel_runs` sets `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`, which
-# gives every attempt a store of its own, started by its rank 0. The other failures end with
-# a clear error within a bounded time, each tested in `tests/test_parallel.py`: a rendezvous
-# that never completes, a port already taken, models whose shapes differ between processes.
+# and fail to connect (the same is reported with NCCL in
+# [pytorch/pytorch#135712](https://github.com/pytorch/pytorch/issues/135712)), so
+# `parallel_runs` sets `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`, which gives every attempt a
+# store of its own, started by its rank 0. The other failures end with a clear error within
+# a bounded time, each tested in `tests/test_parallel.py`: a rendezvous that never
+# completes, a port already taken, models whose shapes differ between processes.
 #
 # ## 15.7 How much faster are two processes on 2 cores?
 #
-# The run of two processes timed training steps of 16 rows in alternating rounds. *Alone*:
-# rank 0 computes both shares of 8 rows one after the other, accumulating their gradients,
-# then steps AdamW, while rank 1 waits: the same step, the same work for each share.
-# *Together*: each process computes its share, waits in `finish()` for the buckets still in
-# flight, and steps AdamW; *per parameter*, the same with one all-reduce per parameter after
-# the backward pass. The fastest step of each kind, since other programs on the machine can
-# only slow a step down, in milliseconds:
+# The run of two processes timed training steps of 16 rows. *Alone*: rank 0 computes both
+# shares of 8 rows one after the other, accumulating their gradients, then steps AdamW,
+# while rank 1 waits: the same step, the same work for each share. *Together*: each
+# process computes its share, waits in `finish()` for the buckets still in flight, and
+# steps AdamW; *per parameter*, the same with one all-reduce per parameter after the
+# backward pass. The three kinds took turns, 3 steps each per round, the order reversed
+# every other round, so that a busy spell of the machine falls on each kind alike; the
+# median of each part over every step, in milliseconds, and the machine's load:
 
 # %%
 speed = pair[0]["speed"]
 parts = ("forward and backward", "wait in finish()", "AdamW")
-best = {key: prose.fastest(speed[key]) for key in ("alone", "together", "per parameter")}
 print(f"{'':<14}" + "".join(f"{p:>22}" for p in parts) + f"{'step':>9}")
-for key, values in best.items():
-    print(f"{key:<14}" + "".join(f"{1e3 * v:>19.1f} ms" for v in values)
-          + f"{1e3 * sum(values):>6.0f} ms")
-print(f"two processes: {sum(best['alone']) / sum(best['together']):.2f} times as fast")
-load = (os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan, os.cpu_count())
-print(f"the machine's load over the last minute: {load[0]:.1f} on {load[1]} cores")
+medians = {}
+for key in ("alone", "together", "per parameter"):
+    medians[key], rounds = prose.step_parts(speed[key])
+    print(f"{key:<14}" + "".join(f"{1e3 * v:>19.1f} ms" for v in medians[key])
+          + f"{1e3 * sum(medians[key]):>6.1f} ms")
+per_round = [a / t for a, t in zip(prose.step_parts(speed["alone"])[1],
+                                   prose.step_parts(speed["together"])[1])]
+speedup = float(np.median(per_round))
+print(f"one share alone: {1e3 * float(np.median(speed['alone shares'])):.1f} ms (median)")
+print(f"two processes, round by round: {speedup:.2f} times as fast (median), from "
+      f"{min(per_round):.2f} to {max(per_round):.2f} over {len(per_round)} rounds")
+print("the machine's load over the last minute, before and after: "
+      + ", ".join(f"{load:.1f}" for load, _ in speed["load"])
+      + f" on {speed['load'][0][1]} cores")
 
 # %% tags=["remove-input"]
-found.append(prose.speed_lesson(best["alone"], best["together"],
-                                best["per parameter"], alpha, beta, P, load))
+found.append(prose.speed_lesson(speed, alpha, beta, held["gradients"]))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
 # The accounting carries over to a GPU cluster; the sizes change. The same ring model with
 # the links of a server of H100 GPUs, NVLink between the GPUs of one server and an
 # InfiniBand card per GPU between servers, at the speeds NVIDIA gives, for GPT-2 small's
-# gradients in 32 bits; beside them, the step's computation, by the rule of 6 operations a
-# parameter and a token for a forward and backward pass {cite}`kaplan2020scaling`, at 40%
-# of the H100's peak (an assumption: runs reach about that):
+# gradients in 32 bits, a lower bound: the bytes over the link alone, at its full speed,
+# with no latency. Beside them, the step's computation for a forward and backward pass, by
+# Kaplan and his coauthors' count {cite}`kaplan2020scaling`: 6 operations a token for each
+# weight of a matrix product (the token embedding counts once, as the output layer that
+# shares it; the position embedding is a lookup, and counts nothing), and 6 a token for
+# each layer, position of the context and dimension, for attention's products with the
+# context; at 40% of the H100's peak (an assumption: runs reach about that):
 
 # %%
 NVLINK_GBPS, INFINIBAND_GBITPS = 450, 400  # each way, per GPU
 H100_TFLOPS, UTILISATION = 989, 0.4  # 16-bit products, NVIDIA's figure without sparsity
-P_small, tokens = sizes["gpt2"][0], 16 * 1024  # 16 sequences of 1,024 tokens a GPU
+config = shapes["gpt2"]
+P_small, tokens = sizes["gpt2"][0], 16 * config.context_length  # 16 sequences a GPU
 allreduce_ms = {}
 links = {"8 GPUs in one server (NVLink)": (NVLINK_GBPS * 1e9, 8),
          "64 GPUs in 8 servers (InfiniBand)": (INFINIBAND_GBITPS * 1e9 / 8, 64)}
@@ -581,9 +642,13 @@ for where, (link, N) in links.items():
     allreduce_ms[where] = 1e3 * sent / link
     print(f"{where}: link {link / 1e9:.0f} GB/s each way, each GPU sends {sent / 1e9:.2f} "
           f"GB a step: {allreduce_ms[where]:.1f} ms")
-operations = 6 * P_small * tokens
+products = 6 * (P_small - config.context_length * config.d_model)  # all but the lookup
+attention = 6 * config.n_layers * config.context_length * config.d_model
+operations = (products + attention) * tokens
 compute_ms = 1e3 * operations / (H100_TFLOPS * 1e12 * UTILISATION)
-print(f"one step's computation: {operations:.2e} operations, {compute_ms:.0f} ms a GPU")
+share = attention / (products + attention)
+print(f"one step's computation: {operations:.2e} operations ({share:.0%} of them "
+      f"attention's), {compute_ms:.0f} ms a GPU")
 display(Markdown(prose.cluster_text(allreduce_ms, compute_ms)))
 
 # %% [markdown]
@@ -599,11 +664,15 @@ display(Markdown(prose.cluster_text(allreduce_ms, compute_ms)))
 # On a machine with two GPUs or more, `FULL_RUN = True` repeats section 15.2's timing on
 # them with NCCL, for tensors of 1 MiB to 1 GiB, and reports each all-reduce's *bus
 # bandwidth*, the bytes each GPU sends, $2(N-1)/N$ of the tensor, over the time: the
-# number `nccl-tests` reports, comparable to the link's speed.
+# number `nccl-tests` reports, comparable to the link's speed. Unlike the CPU's fastest of
+# several tries, each time is the mean of 5 calls run back to back, after 3 untimed ones
+# (NCCL sets up its rings on the first): a GPU queues its work, and timing one call alone
+# would time the wait for the queue to empty.
 
 # %%
 gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-if FULL_RUN and gpus >= 2:
+skipped = nccl_skipped(FULL_RUN, gpus)
+if skipped is None:
     setup["gpu_sizes"] = [2**18, 2**22, 2**26, 2**28]  # float32 numbers: 1 MiB to 1 GiB
     torch.save(setup, folder / "setup.pt")
     for row in launch("nccl", gpus, folder, timeout_s=300)[0]["nccl"]:
@@ -611,8 +680,7 @@ if FULL_RUN and gpus >= 2:
         print(f"{size / 2**20:>6.0f} MiB: {1e3 * seconds:8.3f} ms, bus bandwidth "
               f"{2 * (gpus - 1) / gpus * size / seconds / 1e9:6.1f} GB/s")
 else:
-    print(f"skipped: this machine has {gpus} GPU(s), and the NCCL track needs "
-          "FULL_RUN = True and two GPUs or more")
+    print(skipped)
 
 # %% tags=["remove-input"]
 display(Markdown(prose.timing_text(time.perf_counter() - chapter_start, launch_seconds,
@@ -622,23 +690,24 @@ display(Markdown(prose.timing_text(time.perf_counter() - chapter_start, launch_s
 # ## Summary
 #
 # - Training with AdamW keeps 16 bytes a parameter, before activations: GPT-2's largest size
-#   needs a third of an 80 GB device, and GPT-3's 6.7B shape more than it holds.
+#   needs 29% of an H100's 80 GiB, and GPT-3's 6.7B shape more than it holds.
 # - A ring all-reduce sends $2(N-1)/N$ of the tensor from each process, whatever $N$; a
 #   message costs a latency plus its bytes over a bandwidth, so small messages are slow per
 #   byte and buckets pay.
 # - Data parallelism gives each process a share of the batch and averages the gradients: the
-#   weights equal one process's on the whole batch to rounding, on every process to the bit,
-#   and PyTorch's `DistributedDataParallel`'s to the bit.
+#   gradients equal one process's on the whole batch to rounding, the weights are the same
+#   on every process to the bit, and PyTorch's `DistributedDataParallel` computes the same
+#   bits with two processes (with four, the same to the last bits).
 # - ZeRO-1 splits AdamW's moments ($8 + 8/N$ bytes a parameter), ZeRO-3 everything
 #   ($16/N$), for the same weights.
-# - Gradient accumulation is the same step in one process; a loader must split each epoch
-#   so that no sample goes to two processes, and `DistributedSampler` pads or drops to
-#   make the shares equal.
+# - Gradient accumulation is the same step in one process, when the shares count as many
+#   tokens; a loader splits each epoch between the processes, and `DistributedSampler`
+#   pads (a few samples seen twice) or drops (a few not seen) to make the shares equal.
 # - `torchrun` starts, and restarts, the processes of one machine or several; with the
 #   book's checkpoints a restarted run ends with the weights of one never interrupted.
-# - Two processes on 2 cores are not twice as fast as one doing the same work: the copies
-#   of AdamW's step, the wait for the last buckets and the cores' shared memory each take
-#   a part.
+# - Two processes on 2 cores are not twice as fast as one doing the same work: AdamW's
+#   step, repeated in every process, and the wait for the last buckets take a part that no
+#   second process shortens; section 15.7 measures each part of a step.
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
@@ -657,7 +726,9 @@ print(lessons.verdicts())
 # reduce-scatter in `world_size - 1` steps, then an all-gather in as many, each step sending
 # one chunk to rank `(rank + 1) % world_size` and receiving one from rank `(rank - 1) %
 # world_size`. `send(t, to)` sends a copy of `t` without waiting; `recv(t, source)` waits
-# for the next message from `source` and writes it into `t`.
+# for the next message from `source` and writes it into `t`. The checker reads the messages
+# too: only to the next rank, 2(N - 1)/N of the tensor from each, and the same bits on
+# every rank at the end.
 
 # %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 def ring_all_reduce(tensor, rank, world_size, send, recv):
@@ -687,8 +758,9 @@ check_ring_all_reduce(ring_all_reduce);
 # (`weights.tensor_split(world_size)`). `step(grad, all_gather)` takes the mean gradient
 # $(P,)$, the same on every rank, steps AdamW (`torch.optim.AdamW(..., **adamw)`) on this
 # rank's chunk only, then writes every rank's updated chunk into `weights`:
-# `all_gather(t)` returns the list of every rank's `t`, in rank order. Keep no tensor larger
-# than a chunk, besides `weights`.
+# `all_gather(t)` returns the list of every rank's `t`, in rank order: call it once a step,
+# with this rank's updated chunk. Keep no tensor larger than a chunk besides `weights`, and
+# AdamW's state for this rank's chunk only.
 
 # %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 class ZeRO1:
@@ -718,8 +790,9 @@ check_zero1(ZeRO1);
 # $N$ dividing $B$. Do in one process what $N$ processes would: replica $r$ computes the
 # loss on its share of the rows (`replica(x_r, y_r)` returns `(logits, loss)`) and its
 # gradients; then every replica's gradients become their mean over the replicas, and every
-# optimizer steps and zeroes its gradients. The checker compares the replicas, after a few
-# steps, with one model trained on the whole batch.
+# optimizer steps and zeroes its gradients. The checker records the rows each replica's
+# forward receives (replica $r$: rows $rB/N$ to $(r+1)B/N$, no others), and compares the
+# replicas, after a few steps, with one model trained on the whole batch.
 
 # %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 def data_parallel_step(replicas, optimizers, x, y):
@@ -748,7 +821,6 @@ check_data_parallel_step(data_parallel_step);
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
 xl_gb = sizes["gpt2-xl"][1]
-speedup = sum(best["alone"]) / sum(best["together"])
 show_quiz([
     Numeric("How many bytes a parameter does training with AdamW in 32-bit floats keep, "
             "before activations?", 16, 0.5,
@@ -778,7 +850,8 @@ show_quiz([
     Numeric("How many times as fast as one process (doing the same work by gradient "
             "accumulation) were two processes on this machine's 2 cores? (Two decimals.)",
             speedup, 0.006,
-            "Section 15.7: the time of a step alone over the time together."),
+            "Section 15.7: the median, over the rounds, of a step's time alone over its "
+            "time together."),
     MultipleChoice("With 10 samples on 4 processes, what does DistributedSampler do by "
                    "default (drop_last=False)?", [
         Choice("it pads the list with its first indices: 2 samples are seen twice", True,
