@@ -144,7 +144,8 @@ def test_the_equivalence_lesson_rests_on_the_gradients():
     weights = {"DDP": 3e-5, "never averaged": 2e-2}
     good = prose.equivalence_lesson(grads, weights, 3, 3e-3)
     assert good.holds and good.margin == pytest.approx(math.log10(1e-5 / 3e-8))
-    assert "2.5 decades above the one and 3.3 below the other" in good.text
+    assert ("leaves 2.5 decades between the rounding and itself, and 3.3 between itself "
+            "and the mistake") in good.text
     assert "the weights differ by at most 3.0e-05" in good.text
     moved = prose.equivalence_lesson(grads, {"DDP": 6e-3, "never averaged": 2e-2}, 3, 3e-3)
     assert moved.holds  # a weight moved by a flipped sign does not decide it
@@ -185,8 +186,8 @@ def test_the_speed_lesson_accounts_for_every_millisecond_it_names():
     quiet = prose.speed_lesson(timings(0.100, 0.050, 0.052, 0.004), 20e-6, 4e9, 3_239_424)
     assert quiet.holds and quiet.margin == pytest.approx(2 - 0.105 / 0.061)
     assert "two processes were 1.72 times as fast, from 1.72 to 1.72" in quiet.text
-    assert ("8.5 ms more than half the step alone (52.5 ms). Of that, AdamW run whole in "
-            "every process took +2.5 ms") in quiet.text
+    assert ("half the step alone, 52.5 ms, falls short of it by 8.5 ms. Of that, AdamW run "
+            "whole in every process took +2.5 ms") in quiet.text
     assert "+4.0 ms; one share's forward and backward +2.0 ms" in quiet.text
     assert "does not measure" not in quiet.text  # a share 4% slower beside the other
     assert "the buckets' all-reduces beside" not in quiet.text  # none: no measured cost

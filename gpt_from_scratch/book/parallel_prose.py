@@ -133,8 +133,9 @@ def equivalence_lesson(grads: dict[str, float], weights: dict[str, float], steps
     moved = max(d for run, d in weights.items() if run != "never averaged")
     said = (f"In the first step the gradients of every data-parallel run differ from one "
             f"process's on the whole batch by at most {worst:.1e}, those of two processes "
-            f"that never average by {mistake:.1e}: the bar, {GRADS_BAR:g}, is {below:.1f} "
-            f"decades above the one and {above:.1f} below the other. ")
+            f"that never average by {mistake:.1e}: the bar, {GRADS_BAR:g}, leaves "
+            f"{below:.1f} decades between the rounding and itself, and {above:.1f} between "
+            "itself and the mistake. ")
     why = ("The small difference is float32 rounding: one process sums the whole batch's "
            "losses, two processes each half, then the halves, another order of the same "
            f"sums. After {steps} AdamW steps at a learning rate of {lr:g} the weights "
@@ -210,8 +211,8 @@ def speed_lesson(speed: dict, alpha: float, beta: float, grad_bytes: int) -> Les
             f"{max(ratios):.2f} round by round. ")
     half = (fb_a + adam_a) / 2
     step_t = fb_t + wait_t + adam_t
-    why = (f"In the medians of its parts, a step together took {_ms(step_t)}, "
-           f"{_ms(step_t - half)} more than half the step alone ({_ms(half)}). Of that, "
+    why = (f"In the medians of its parts, a step together took {_ms(step_t)}; half the "
+           f"step alone, {_ms(half)}, falls short of it by {_ms(step_t - half)}. Of that, "
            f"AdamW run whole in every process took {_signed(adam_t - adam_a / 2)} "
            f"({_ms(adam_t)} against half of {_ms(adam_a)}); the wait in `finish()` for the "
            f"buckets still in flight {_signed(wait_t)}; one share's forward and backward "

@@ -127,14 +127,14 @@ class _World:
 
 def _neighbours_only(world: _World, N: int) -> None:
     """A _Mismatch at the first message that does not go round the ring."""
-    for rank, to in world.sends:
+    for rank, to in sorted(world.sends):  # the lowest rank's first: the same every run
         if to != (rank + 1) % N:
             raise _Mismatch(f"rank {rank} sent a message to rank {to}; in a ring each rank "
                             f"sends only to the next, rank {(rank + 1) % N}",
                             hint="send to (rank + 1) % world_size, receive from "
                                  "(rank - 1) % world_size: each chunk's sum travels round "
                                  "the ring, not straight to the rank that owns it")
-    for rank, source in world.recvs:
+    for rank, source in sorted(world.recvs):
         if source != (rank - 1) % N:
             raise _Mismatch(f"rank {rank} received from rank {source}; in a ring each rank "
                             f"receives only from the previous, rank {(rank - 1) % N}",
