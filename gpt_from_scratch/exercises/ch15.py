@@ -17,7 +17,7 @@ from torch import nn
 from ..model import GPT, GPTConfig
 from .core import _Case, _call, _compare_values, _generator, _Mismatch, _require_tensor
 from .core import _run_cases
-from .ranks import _World, _neighbours_only, _optimizers, _tensors
+from .ranks import _World, _neighbours_only, _optimizers, _optimizers_built, _tensors
 
 __all__ = ["check_ring_all_reduce", "check_zero1", "check_data_parallel_step"]
 
@@ -100,6 +100,18 @@ def _check_kept(zero, weights: torch.Tensor, rank: int, chunk: int) -> None:
                              "its rank")
 
 
+def _check_built(built: list[torch.optim.Optimizer], chunk: int) -> None:
+    """A _Mismatch when an optimizer built during the steps holds more than a chunk, kept
+    where the other checks cannot see it or not."""
+    for optimizer in built:
+        held = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
+        if held > chunk:
+            raise _Mismatch(f"an optimizer built during the steps holds {held} numbers; a "
+                            f"rank's chunk is {chunk}",
+                            hint="give AdamW your own chunk only: ZeRO-1 keeps no moments "
+                                 "for the other ranks' chunks")
+
+
 def _check_gathers(world: _World, rank: int, counts: list[int], expected: list) -> None:
     """One ``all_gather`` a step, given this rank's chunk just stepped (``expected``)."""
     for step, (count, chunk) in enumerate(zip(counts, expected), 1):
@@ -149,7 +161,9 @@ def check_zero1(candidate) -> bool:
                     zero.step(grad.clone(), world.all_gather(rank))
                     counts[rank].append(len(world.gathered[rank]))
                 return zero
-            ranks = world.run(rank_body)
+            with _optimizers_built() as built:
+                ranks = world.run(rank_body)
+            _check_built(built, math.ceil(P / N))
             for rank, zero in enumerate(ranks):
                 _compare_values(weights[rank], reference.detach(), atol=1e-5, rtol=1e-5,
                                 known_mistakes=[(start, "step() must change weights in "

@@ -8,12 +8,14 @@ stopped, ends with an error naming both.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
-from torch import nn
 
 from .core import _CandidateError, _call, _Mismatch
 
@@ -141,35 +143,66 @@ def _neighbours_only(world: _World, N: int) -> None:
                             hint="receive from (rank - 1) % world_size")
 
 
-def _tensors(obj, seen=None) -> list[torch.Tensor]:
-    """Every tensor an object keeps: attributes, their lists and dicts, optimizer state."""
+def _reachable(obj, seen: set[int] | None = None) -> Iterator:
+    """Every object a candidate's object keeps: attributes, their lists and dicts, optimizer
+    state, and what its functions close over (closures, bound methods, partials): a tensor
+    hidden in a closure is kept all the same. Modules and classes are not followed."""
     seen = set() if seen is None else seen
-    if id(obj) in seen:
-        return []
+    if id(obj) in seen or isinstance(obj, (types.ModuleType, type)):
+        return
     seen.add(id(obj))
+    yield obj
     if isinstance(obj, torch.Tensor):
-        return [obj]
+        return
     if isinstance(obj, torch.optim.Optimizer):
-        return _tensors(obj.state, seen) + _tensors(obj.param_groups, seen)
-    if isinstance(obj, dict):
-        return [t for v in obj.values() for t in _tensors(v, seen)]
-    if isinstance(obj, (list, tuple)):
-        return [t for v in obj for t in _tensors(v, seen)]
-    if isinstance(obj, nn.Module) or hasattr(obj, "__dict__"):
-        return _tensors(vars(obj), seen)
-    return []
+        parts = [obj.state, obj.param_groups]
+    elif isinstance(obj, dict):
+        parts = list(obj.values())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        parts = list(obj)
+    elif isinstance(obj, types.MethodType):
+        parts = [obj.__self__, obj.__func__]
+    elif isinstance(obj, types.FunctionType):
+        cells = [c.cell_contents for c in obj.__closure__ or () if _filled(c)]
+        parts = cells + list(obj.__defaults__ or ()) + [obj.__kwdefaults__ or {}]
+    elif isinstance(obj, functools.partial):
+        parts = [obj.func, obj.args, obj.keywords]
+    else:
+        parts = [vars(obj)] if hasattr(obj, "__dict__") else []
+    for part in parts:
+        yield from _reachable(part, seen)
 
 
-def _optimizers(obj, seen=None) -> list[torch.optim.Optimizer]:
-    """Every optimizer an object keeps, in its attributes, lists and dicts."""
-    seen = set() if seen is None else seen
-    if id(obj) in seen or isinstance(obj, torch.Tensor):
-        return []
-    seen.add(id(obj))
-    if isinstance(obj, torch.optim.Optimizer):
-        return [obj]
-    if isinstance(obj, dict):
-        return [o for v in obj.values() for o in _optimizers(v, seen)]
-    if isinstance(obj, (list, tuple)):
-        return [o for v in obj for o in _optimizers(v, seen)]
-    return _optimizers(vars(obj), seen) if hasattr(obj, "__dict__") else []
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # a closure's variable not yet assigned
+        return False
+    return True
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    """Every tensor an object keeps (``_reachable``)."""
+    return [o for o in _reachable(obj) if isinstance(o, torch.Tensor)]
+
+
+def _optimizers(obj) -> list[torch.optim.Optimizer]:
+    """Every optimizer an object keeps (``_reachable``)."""
+    return [o for o in _reachable(obj) if isinstance(o, torch.optim.Optimizer)]
+
+
+@contextmanager
+def _optimizers_built() -> Iterator[list[torch.optim.Optimizer]]:
+    """Every optimizer built while the block runs, wherever the candidate keeps it (a
+    global, a closure): ``torch.optim.Optimizer.__init__`` records each."""
+    built: list[torch.optim.Optimizer] = []
+    init = torch.optim.Optimizer.__init__
+
+    def recording(self, *args, **kwargs):
+        built.append(self)
+        init(self, *args, **kwargs)
+    torch.optim.Optimizer.__init__ = recording
+    try:
+        yield built
+    finally:
+        torch.optim.Optimizer.__init__ = init
