@@ -8,8 +8,7 @@ splits what each of the N ranks keeps:
   parameters, steps only those, and sends the updated weights to the others;
 - ``shard_model`` (ZeRO-3, FSDP's idea): each rank keeps 1/N of every block's weights,
   gradients and moments, and gathers a block's weights for its forward;
-- ``state_bytes`` (from ``zero_bytes``): the bytes a rank keeps under "ddp", "zero1" and
-  "zero3".
+``zero_bytes`` counts the bytes a rank keeps under each scheme (``state_bytes``).
 
 ``tests/test_parallel.py`` compares ``shard_model`` with PyTorch's FSDP2 (``fully_shard``,
 on a CPU with gloo in torch 2.13) and ``ShardedAdamW`` with ``ZeroRedundancyOptimizer``.
@@ -25,11 +24,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .parallel import collective, ring_all_gather, ring_reduce_scatter, world
-from .zero_bytes import (StateBytes, _check_trainable, _own_parameters, _units,
-                         shard_owners, state_bytes)
+from .zero_bytes import _check_trainable, _own_parameters, _units, shard_owners
 
-__all__ = ["ShardedAdamW", "shard_model", "gathered_parameters", "shard_owners",
-           "state_bytes", "StateBytes"]
+__all__ = ["ShardedAdamW", "shard_model", "gathered_parameters"]
 
 
 class ShardedAdamW:

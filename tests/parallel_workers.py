@@ -18,8 +18,8 @@ from torch import nn
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.data_parallel import DataParallel
 from gpt_from_scratch.parallel import ring_all_reduce, start_process_group
-from gpt_from_scratch.sharding import (ShardedAdamW, gathered_parameters, shard_model,
-                                       state_bytes)
+from gpt_from_scratch.sharding import ShardedAdamW, gathered_parameters, shard_model
+from gpt_from_scratch.zero_bytes import state_bytes
 
 CONFIG = dict(vocab_size=65, context_length=8, d_model=16, n_layers=2, n_heads=2,
               dropout=0.0)

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from gpt_from_scratch.data_parallel import DataParallel
 from gpt_from_scratch.parallel import free_port, ring_all_reduce, start_process_group
-from gpt_from_scratch.sharding import shard_owners, state_bytes
+from gpt_from_scratch.zero_bytes import shard_owners, state_bytes
 from parallel_workers import tiny_gpt
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -131,6 +131,16 @@ def test_the_ring_lesson_holds_for_any_plausible_host(alpha, beta):
         found.text
 
 
+def test_the_ring_lesson_calls_its_fit_this_runs_and_says_when_times_are_out_of_order():
+    rows = ring_rows(200e-6, 1.3e9)
+    ordered = prose.ring_lesson(rows, 200e-6, 1.3e9)
+    assert "this run's values, not the machine's constants. " in ordered.text
+    middle = dict(sent=2**17, ring=rows[0]["ring"] / 2, gloo=1e-3)  # faster than 1 KiB
+    jumbled = prose.ring_lesson([rows[0], middle, rows[1]], 200e-6, 1.3e9)
+    assert ("the times are not even in order of size (1 KiB took 0.4 ms, 128 KiB 0.2 ms)"
+            ) in jumbled.text
+
+
 def test_the_ring_lesson_names_both_causes_when_it_fails():
     found = prose.ring_lesson(ring_rows(0.5e-6, 4e9), 0.5e-6, 4e9)  # 2 kB: under the bar
     assert not found.holds
@@ -189,6 +199,8 @@ def test_the_speed_lesson_accounts_for_every_millisecond_it_names():
     assert ("half the step alone, 52.5 ms, falls short of it by 8.5 ms. Of that, AdamW run "
             "whole in every process took +2.5 ms") in quiet.text
     assert "+4.0 ms; one share's forward and backward +2.0 ms" in quiet.text
+    assert ("(52.0 ms beside the other process, against 50.0 ms, half of both shares' "
+            "100.0 ms alone; one share timed on its own, 50.0 ms)") in quiet.text
     assert "does not measure" not in quiet.text  # a share 4% slower beside the other
     assert "the buckets' all-reduces beside" not in quiet.text  # none: no measured cost
     assert ("the 22 bucketed all-reduces took 9.0 ms and the 52 per-parameter ones 28.0 "

@@ -33,7 +33,8 @@ from ..checkpoint_folder import META_FILE, read_meta
 from ..data_parallel import DataParallel
 from ..model import GPT
 from ..parallel import start_process_group
-from ..sharding import ShardedAdamW, gathered_parameters, shard_model, state_bytes
+from ..sharding import ShardedAdamW, gathered_parameters, shard_model
+from ..zero_bytes import state_bytes
 from ..train import train
 from ..train_config import TrainConfig
 from .parallel_timing import collectives, model_of, nccl, speed

@@ -97,17 +97,18 @@ def ring_lesson(rows: list[dict], alpha: float, beta: float) -> Lesson:
     needed = (PER_BYTE_BAR - 1) / (2 * gap) if gap > 0 else math.inf  # alpha beta, bytes
     said = (f"Per byte sent, the ring's smallest tensor ({_binary(s1)}) cost "
             f"{1e9 * cost[0]:.1f} ns and its largest ({_binary(s2)}) {1e9 * cost[1]:.2f} "
-            f"ns: {ratio:.0f} times less. The fitted model puts the latency at "
-            f"{1e6 * alpha:.{0 if alpha >= 1e-5 else 1}f} µs a step and the bandwidth at "
-            f"{beta / 1e9:.2f} GB/s. ")
+            f"ns: {ratio:.0f} times less. Fitted to this run's {len(rows)} sizes, the "
+            f"model puts the latency at {1e6 * alpha:.{0 if alpha >= 1e-5 else 1}f} µs a "
+            f"step and the bandwidth at {beta / 1e9:.2f} GB/s: this run's values, not the "
+            f"machine's constants{_out_of_order(rows)}. ")
     why = (f"In the model the ratio of the two is (2αβ/s₁ + 1)/(2αβ/s₂ + 1), for s₁ and s₂ "
            f"bytes: it exceeds {PER_BYTE_BAR} once αβ, the bytes a link moves during one "
            f"latency, exceeds {_size(needed)}, as it does wherever a message goes through "
-           "an operating system (a microsecond or more, at a few GB/s). Here αβ is "
-           f"{_size(crossover)}: a message that size costs as much in latency as in bytes; "
-           "smaller ones are paid mostly for being sent at all, which is why gradients "
-           f"travel in buckets. Gloo's own all-reduce took {_ms(small['gloo'])} and "
-           f"{_ms(large['gloo'])} for the same two tensors.")
+           "an operating system (ten microseconds or more, at a few GB/s: tens of kB). In "
+           f"this fit αβ is {_size(crossover)}: a message that size costs as much in "
+           "latency as in bytes; smaller ones are paid mostly for being sent at all, which "
+           f"is why gradients travel in buckets. Gloo's own all-reduce took "
+           f"{_ms(small['gloo'])} and {_ms(large['gloo'])} for the same two tensors.")
     return lesson("a message costs a latency, then bytes over a bandwidth",
                   math.log10(ratio / PER_BYTE_BAR), "decades",
                   said + why,
@@ -116,6 +117,19 @@ def ring_lesson(rows: list[dict], alpha: float, beta: float) -> Lesson:
                   f"(αβ under {_size(needed)}; the fit gives {_size(crossover)}), or the "
                   "times were disturbed: on a busy machine the time of a small message is "
                   "mostly waiting for a core, and the fit says little.")
+
+
+def _out_of_order(rows: list[dict]) -> str:
+    """A clause for the first pair of sizes whose times are not in order of size, or ''."""
+    for i, small in enumerate(rows):
+        for large in rows[i + 1:]:
+            if small["ring"] > large["ring"]:
+                return (f"; the times are not even in order of size "
+                        f"({_binary(small['sent'])} took {_ms(small['ring'])}, "
+                        f"{_binary(large['sent'])} "
+                        f"{_ms(large['ring'])}), the mark of the machine's other work on "
+                        "short waits, so another run fits other values")
+    return ""
 
 
 def equivalence_lesson(grads: dict[str, float], weights: dict[str, float], steps: int,
@@ -217,7 +231,8 @@ def speed_lesson(speed: dict, alpha: float, beta: float, grad_bytes: int) -> Les
            f"({_ms(adam_t)} against half of {_ms(adam_a)}); the wait in `finish()` for the "
            f"buckets still in flight {_signed(wait_t)}; one share's forward and backward "
            f"{_signed(fb_t - fb_a / 2)} ({_ms(fb_t)} beside the other process, against "
-           f"{_ms(share)} for a share alone). ")
+           f"{_ms(fb_a / 2)}, half of both shares' {_ms(fb_a)} alone; one share timed on "
+           f"its own, {_ms(share)}). ")
     if fb_t > 1.1 * fb_p:
         why += (f"With the all-reduces after backward instead (per parameter), a share's "
                 f"forward and backward took {_ms(fb_p)}: the buckets' all-reduces beside "
@@ -294,9 +309,9 @@ def cluster_text(allreduce_ms: dict[str, float], compute_ms: float) -> str:
     """``allreduce_ms``: where -> the gradients' all-reduce time at the link's speed."""
     shares = ", ".join(f"{ms / compute_ms:.0%} of it on {where}"
                        for where, ms in allreduce_ms.items())
-    return (f"Against the step's computation, {compute_ms:.0f} ms, the all-reduce of its "
-            f"gradients takes at least {shares}: the bytes over the link alone, before any "
-            "latency, and at the link's full speed.")
+    return (f"Against the step's computation, {compute_ms:.0f} ms, a ring all-reduce of "
+            f"its gradients takes at least {shares}: the bytes over the link alone, before "
+            "any latency, and at the link's full speed.")
 
 
 def timing_text(total: float, launches: float, torchruns: float) -> str:

@@ -70,7 +70,8 @@ from torch.utils.data import DistributedSampler
 from gpt_from_scratch.data import get_batch
 from gpt_from_scratch.model import GPT, GPTConfig, PRESETS
 from gpt_from_scratch.parallel import free_port, ring_all_gather, ring_reduce_scatter
-from gpt_from_scratch.sharding import ShardedAdamW, state_bytes
+from gpt_from_scratch.sharding import ShardedAdamW
+from gpt_from_scratch.zero_bytes import state_bytes
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book import parallel_prose as prose
 from gpt_from_scratch.book.figure_text import book_figures
@@ -99,7 +100,7 @@ train_ids, val_ids, tok = char_level_data()
 # parameter, before a single activation. Mixed precision does not shrink the sum: with
 # 16-bit weights and gradients, AdamW keeps a 32-bit copy of the weights beside its moments,
 # 2 + 2 + 12 = 16 bytes again {cite}`rajbhandari2020zero`. Counted on the book's character
-# model after one AdamW step, tensor by tensor, beside `sharding.state_bytes`, which
+# model after one AdamW step, tensor by tensor, beside `zero_bytes.state_bytes`, which
 # computes the same sum from the shapes:
 
 # %%
@@ -369,6 +370,11 @@ bucket_bytes = pair[0]["bucketed_bucket_bytes"]
 print(f"the buckets hold {bucket_bytes:,} bytes: {bucket_bytes / P:.1f} bytes a parameter")
 
 # %% [markdown]
+# Every bucket started before backward returned, here by construction: each parameter gets a
+# gradient, so each bucket fills during backward, the last one with the first parameter's
+# gradient. Started is not finished: the wait in `finish()`, timed in section 15.7, says how
+# much of the sending was left when backward returned.
+#
 # The buckets are a second copy of the gradients, kept from step to step: 4 more bytes a
 # parameter in float32. `DistributedDataParallel` keeps the same copy by default, beside
 # the `.grad` tensors, about 20 bytes a parameter in all; with
@@ -391,12 +397,13 @@ print(f"the buckets hold {bucket_bytes:,} bytes: {bucket_bytes / P:.1f} bytes a 
 # **ZeRO-1** splits AdamW's moments, 8 of the 16 bytes. Process $r$ owns a run of the
 # parameters, about $1/N$ of the numbers, keeps $m$ and $v$ for those only, and steps only
 # those; then each process sends its updated run to all the others, an all-gather of the
-# weights. Each keeps $8 + 8/N$ bytes a parameter. With a reduce-scatter of the gradients
-# in place of the all-reduce (a process needs only its own run's), it sends what data
-# parallelism sends, as the paper counts. `sharding.ShardedAdamW` is
-# simpler: it takes the gradients all-reduced by `DataParallel`, then adds the all-gather
-# (here one broadcast from each process), half as much again. It splits at whole parameters
-# (`shard_owners`), so a process's run is $1/N$ of the numbers only to within a parameter:
+# weights. Each keeps $8 + 8/N$ bytes a parameter. With a reduce-scatter of the gradients in
+# place of the all-reduce (a process needs only its own run's), it sends what data
+# parallelism sends, as the paper counts. `sharding.ShardedAdamW` is simpler: it takes the
+# gradients all-reduced by `DataParallel`, then adds the all-gather (here one broadcast from
+# each process): half as much again, counted as a ring sends (an all-gather $(N-1)/N$ of the
+# weights, an all-reduce $2(N-1)/N$). It splits at whole parameters (`shard_owners`), so a
+# process's run is $1/N$ of the numbers only to within a parameter:
 
 # %%
 print(inspect.getsource(ShardedAdamW.step))
@@ -411,9 +418,9 @@ print(inspect.getsource(ShardedAdamW.step))
 # the idea of PyTorch's FSDP {cite}`zhao2023fsdp`, which `sharding.shard_model` writes with
 # the ring of section 15.2. FSDP frees a block's gathered weights after its forward and
 # gathers them again for its backward: one all-gather more than data parallelism's
-# all-reduce, half as much again. `shard_model` keeps them from the forward to the backward
-# pass instead, sending what data parallelism sends and holding more during the step.
-# `tests/test_parallel.py` checks `ShardedAdamW` against
+# all-reduce, half as much again as a ring counts. `shard_model` keeps them from the forward
+# to the backward pass instead, sending what data parallelism sends and holding more during
+# the step. `tests/test_parallel.py` checks `ShardedAdamW` against
 # `torch.distributed.optim.ZeroRedundancyOptimizer` and `shard_model` against FSDP2's
 # `fully_shard`, to the bit with two processes. The bytes each process held after the last
 # step of section 15.3's runs, counted tensor by tensor (the weights, their gradients and
@@ -621,13 +628,15 @@ display(Markdown(found[-1].text))
 # The accounting carries over to a GPU cluster; the sizes change. The same ring model with
 # the links of a server of H100 GPUs, NVLink between the GPUs of one server and an
 # InfiniBand card per GPU between servers, at the speeds NVIDIA gives, for GPT-2 small's
-# gradients in 32 bits, a lower bound: the bytes over the link alone, at its full speed,
-# with no latency. Beside them, the step's computation for a forward and backward pass, by
-# Kaplan and his coauthors' count {cite}`kaplan2020scaling`: 6 operations a token for each
-# weight of a matrix product (the token embedding counts once, as the output layer that
-# shares it; the position embedding is a lookup, and counts nothing), and 6 a token for
-# each layer, position of the context and dimension, for attention's products with the
-# context; at 40% of the H100's peak (an assumption: runs reach about that):
+# gradients in 32 bits, a lower bound for a ring: the bytes over the link alone, at its full
+# speed, with no latency. (Switches that add the numbers themselves, NVLink SHARP inside a
+# server and SHARP on InfiniBand, send each byte about once: about half a ring's bytes.)
+# Beside them, the step's computation for a forward and backward pass, by Kaplan and his
+# coauthors' count {cite}`kaplan2020scaling`: 6 operations a token for each weight of a
+# matrix product (the token embedding counts once, as the output layer that shares it; the
+# position embedding is a lookup, and counts nothing), and 6 a token for each layer,
+# position of the context and dimension, for attention's products with the context; at 40%
+# of the H100's peak (an assumption: runs reach about that):
 
 # %%
 NVLINK_GBPS, INFINIBAND_GBITPS = 450, 400  # each way, per GPU
@@ -705,9 +714,10 @@ display(Markdown(prose.timing_text(time.perf_counter() - chapter_start, launch_s
 #   pads (a few samples seen twice) or drops (a few not seen) to make the shares equal.
 # - `torchrun` starts, and restarts, the processes of one machine or several; with the
 #   book's checkpoints a restarted run ends with the weights of one never interrupted.
-# - Two processes on 2 cores are not twice as fast as one doing the same work: AdamW's
-#   step, repeated in every process, and the wait for the last buckets take a part that no
-#   second process shortens; section 15.7 measures each part of a step.
+# - Two processes on 2 cores are not twice as fast as one doing the same work. Section 15.7
+#   splits the shortfall into its parts: AdamW's step, repeated in every process; the wait
+#   for the last buckets; and each share's forward and backward, slower beside the other
+#   process, for causes the run measures but does not name.
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
