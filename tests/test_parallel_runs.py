@@ -137,7 +137,7 @@ def test_the_ring_lesson_calls_its_fit_this_runs_and_says_when_times_are_out_of_
     assert "this run's values, not the machine's constants. " in ordered.text
     middle = dict(sent=2**17, ring=rows[0]["ring"] / 2, gloo=1e-3)  # faster than 1 KiB
     jumbled = prose.ring_lesson([rows[0], middle, rows[1]], 200e-6, 1.3e9)
-    assert ("the times are not even in order of size (1 KiB took 0.4 ms, 128 KiB 0.2 ms)"
+    assert ("the times are not even in order of size (1 KiB took 0.40 ms, 128 KiB 0.20 ms)"
             ) in jumbled.text
 
 
