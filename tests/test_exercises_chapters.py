@@ -4,6 +4,7 @@ each passes a correct solution and catches at least three typical mistakes, nami
 from __future__ import annotations
 
 import math
+import threading
 from functools import partial
 
 import numpy as np
@@ -639,14 +640,24 @@ def owner_all_reduce(tensor, rank, N, send, recv):
     return torch.cat(chunks)
 
 
+def shared_memory_all_reduce(tensor, rank, N, send, recv, board={}):
+    """Ranks that are threads share memory: the sum read off a board, no message sent."""
+    barrier, values = board.setdefault(N, (threading.Barrier(N), {}))
+    values[rank] = tensor.clone()
+    barrier.wait()
+    return torch.stack([values[r] for r in range(N)]).sum(0)
+
+
 def test_ring_all_reduce(capsys, monkeypatch):
     passes(ex.check_ring_all_reduce, ring_all_reduce, capsys)
     fails(ex.check_ring_all_reduce, partial(ring_all_reduce, mean=True), capsys,
           "not their mean")
-    fails(ex.check_ring_all_reduce, everyone_to_everyone, capsys, "case 2 of 4",
-          "never the whole tensor")
+    fails(ex.check_ring_all_reduce, everyone_to_everyone, capsys, "case 1 of 4",
+          "rank 0 received 1 message; a ring of 2 receives 2(N - 1) = 2")
     fails(ex.check_ring_all_reduce, partial(ring_all_reduce, gather=False), capsys,
           "all-gather")
+    fails(ex.check_ring_all_reduce, shared_memory_all_reduce, capsys,
+          "rank 0 sent 0 numbers; a ring sends 8", "share nothing but their messages")
     fails(ex.check_ring_all_reduce, owner_all_reduce, capsys, "case 2 of 4",
           "rank 0 sent a message to rank 2", "not straight to the rank that owns it")
     fails(ex.check_ring_all_reduce,  # rank 1 a last bit off: within atol, not the same bits
@@ -679,12 +690,13 @@ class EveryChunk:
 
 class ZeRO1:
     def __init__(self, weights, rank, N, everything=False, gather=True, in_place=True,
-                 whole=False, twice=False, **adamw):
+                 whole=False, twice=False, view=False, **adamw):
         self.weights, self.rank, self.N = weights, rank, N
         self.everything, self.gather, self.in_place = everything, gather, in_place
         self.whole, self.twice = whole, twice  # gather the whole vector; gather twice
         start = weights.detach() if everything else weights.detach().tensor_split(N)[rank]
-        self.chunk = nn.Parameter(start.clone())
+        self.chunk = nn.Parameter(weights.detach().clone().tensor_split(N)[rank] if view
+                                  else start.clone())  # view: the whole copy stays alive
         self.optimizer = torch.optim.AdamW([self.chunk], **adamw)
 
     def step(self, grad, all_gather):
@@ -710,31 +722,49 @@ class ZeRO1:
             self.weights = new.clone()
 
 
-def closed_over_zero1(weights, rank, N, lr, weight_decay):
-    """AdamW on the whole vector, written by hand: its moments live in step's closure."""
-    m, v, t = torch.zeros_like(weights), torch.zeros_like(weights), [0]
+MOMENTS = {}  # rank -> (m, v): where hidden_zero1(where="global") keeps them
 
-    class Step:
-        pass
+
+class ClassMoments:
+    moments = {}  # rank -> (m, v): kept on the class, not on its objects
+
+    def __init__(self, step):
+        self.step = step
+
+
+def hidden_zero1(weights, rank, N, lr, weight_decay, where="closure"):
+    """AdamW on the whole vector, written by hand, its moments hidden: in step's closure,
+    on the class of the object returned, or in a global that step's code names."""
+    m, v, t = torch.zeros_like(weights), torch.zeros_like(weights), [0]
+    if where == "global":
+        MOMENTS[rank] = (m, v)
+    elif where == "class":
+        ClassMoments.moments[rank] = (m, v)
 
     def step(grad, all_gather):
+        if where != "closure":
+            m, v = (MOMENTS if where == "global" else ClassMoments.moments)[rank]
+        else:
+            m, v = moments
         t[0] += 1
         m.mul_(0.9).add_(grad, alpha=0.1)
         v.mul_(0.999).addcmul_(grad, grad, value=0.001)
         whole = weights.detach() * (1 - lr * weight_decay)
         whole -= lr / (1 - 0.9 ** t[0]) * m / ((v / (1 - 0.999 ** t[0])).sqrt() + 1e-8)
         weights.detach().copy_(torch.cat(all_gather(whole.tensor_split(N)[rank])))
-    zero = Step()
-    zero.step = step
-    return zero
+    moments = (m, v) if where == "closure" else None
+    return ClassMoments(step)
 
 
 def test_zero1(capsys):
     passes(ex.check_zero1, ZeRO1, capsys)
     fails(ex.check_zero1, partial(ZeRO1, everything=True), capsys,
           "an optimizer built during the steps holds 40 numbers", "your own chunk only")
-    fails(ex.check_zero1, closed_over_zero1, capsys, "keeps a tensor of 40",
-          "your own chunk only")
+    for where in ("closure", "class", "global"):
+        fails(ex.check_zero1, partial(hidden_zero1, where=where), capsys,
+              "keeps a tensor whose memory holds 40 numbers")
+    fails(ex.check_zero1, partial(ZeRO1, view=True), capsys,
+          "keeps a tensor whose memory holds 40 numbers", "without clone()")
     fails(ex.check_zero1, partial(ZeRO1, gather=False), capsys, "all_gather")
     fails(ex.check_zero1, partial(ZeRO1, in_place=False), capsys, "in place")
     for gather in (False, True):
@@ -747,11 +777,23 @@ def test_zero1(capsys):
 
 
 def data_parallel_step(replicas, optimizers, x, y, reduce="mean", zero=True, whole=False,
-                       reverse=False):
+                       reverse=False, log=False, first_only=False):
     N = len(replicas)
     shares = list(zip(x.chunk(N), y.chunk(N)))
     for replica, (xs, ys) in zip(replicas, shares[::-1] if reverse else shares):
         replica(x, y)[1].backward() if whole else replica(xs, ys)[1].backward()
+        if log:  # a second forward of the same rows, to print the loss
+            with torch.no_grad():
+                replica(xs, ys)
+    if first_only:  # one optimizer steps, its weights copied to the others
+        for params in zip(*(r.parameters() for r in replicas)):
+            params[0].grad = torch.stack([p.grad for p in params]).mean(0)
+        optimizers[0].step()
+        optimizers[0].zero_grad()
+        for replica in replicas[1:]:
+            replica.load_state_dict(replicas[0].state_dict())
+            replica.zero_grad()
+        return
     if reduce:
         for params in zip(*(r.parameters() for r in replicas)):
             total = torch.stack([p.grad for p in params]).sum(0)
@@ -765,6 +807,9 @@ def data_parallel_step(replicas, optimizers, x, y, reduce="mean", zero=True, who
 
 def test_data_parallel_step(capsys):
     passes(ex.check_data_parallel_step, data_parallel_step, capsys)
+    passes(ex.check_data_parallel_step, partial(data_parallel_step, log=True), capsys)
+    fails(ex.check_data_parallel_step, partial(data_parallel_step, first_only=True), capsys,
+          "after step 1, optimizer 1 has stepped 0 times", "its own optimizer")
     fails(ex.check_data_parallel_step, partial(data_parallel_step, reduce="sum"), capsys,
           "the mean, not the sum")
     fails(ex.check_data_parallel_step, partial(data_parallel_step, reduce=None), capsys,

@@ -126,8 +126,9 @@ def _out_of_order(rows: list[dict]) -> str:
             if small["ring"] > large["ring"]:
                 return (f"; the times are not even in order of size "
                         f"({_binary(small['sent'])} took {1e3 * small['ring']:.2f} ms, "
-                        f"{_binary(large['sent'])} {1e3 * large['ring']:.2f} ms), the mark of the machine's other work on "
-                        "short waits, so another run fits other values")
+                        f"{_binary(large['sent'])} {1e3 * large['ring']:.2f} ms), the mark "
+                        "of the machine's other work on short waits, so another run fits "
+                        "other values")
     return ""
 
 

@@ -50,11 +50,20 @@ def check_ring_all_reduce(candidate) -> bool:
             chunks = [c.numel() for c in torch.empty(n).tensor_split(N)]
             for rank, sent in enumerate(world.sent):
                 ring = 2 * n - chunks[rank] - chunks[(rank + 1) % N]
-                if sent > ring:
+                if sent != ring:
                     raise _Mismatch(f"rank {rank} sent {sent} numbers; a ring sends "
                                     f"{ring} (2(N - 1)/N of the {n})",
                                     hint="send one chunk a step, 2(N - 1) steps in all, "
-                                         "never the whole tensor")
+                                         "never the whole tensor: the ranks share nothing "
+                                         "but their messages")
+            for rank in range(N):
+                received = sum(1 for r, _ in world.recvs if r == rank)
+                if received != 2 * (N - 1):
+                    raise _Mismatch(f"rank {rank} received {received} message"
+                                    f"{'s' if received != 1 else ''}; a ring of {N} "
+                                    f"receives 2(N - 1) = {2 * (N - 1)}",
+                                    hint="receive one chunk in each step of the "
+                                         "reduce-scatter and of the all-gather")
             _neighbours_only(world, N)
             for rank, result in enumerate(got[1:], 1):
                 if not torch.equal(result, got[0]):
@@ -77,13 +86,15 @@ def _check_kept(zero, weights: torch.Tensor, rank: int, chunk: int) -> None:
     chunk (two moments and a step count), and besides the weights at most a chunk's copy,
     its gradient and that state."""
     own = weights.untyped_storage().data_ptr()
-    kept = [t for t in _tensors(zero) if t.untyped_storage().data_ptr() != own]
-    if any(t.numel() > chunk for t in kept):
-        big = next(t for t in kept if t.numel() > chunk)
-        raise _Mismatch(f"rank {rank} keeps a tensor of {big.numel()} numbers besides the "
-                        f"weights; a chunk is {chunk}",
-                        hint="keep AdamW's state for your own chunk only: give the "
-                             "optimizer a parameter of the chunk's size")
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() // t.itemsize
+                for t in _tensors(zero) if t.untyped_storage().data_ptr() != own}
+    for numbers in storages.values():  # a view keeps all of its storage alive
+        if numbers > chunk:
+            raise _Mismatch(f"rank {rank} keeps a tensor whose memory holds {numbers} "
+                            f"numbers besides the weights; a chunk is {chunk}",
+                            hint="keep your own chunk only, as a copy: a slice of a "
+                                 "larger tensor (tensor_split without clone()) keeps the "
+                                 "whole of it alive")
     states = [st for opt in _optimizers(zero) for st in opt.state.values()]
     state = sum(t.numel() for st in states for t in st.values() if torch.is_tensor(t))
     if state > 2 * chunk + len(states):
@@ -91,7 +102,7 @@ def _check_kept(zero, weights: torch.Tensor, rank: int, chunk: int) -> None:
                         f"one chunk of {chunk} keeps 2 x {chunk} and a step count",
                         hint="one optimizer over this rank's chunk alone: ZeRO-1 keeps no "
                              "moments for the other ranks' chunks")
-    total = sum(t.numel() for t in kept)
+    total = sum(storages.values())
     if total > 4 * chunk + 8:
         raise _Mismatch(f"rank {rank} keeps {total} numbers besides the weights; its "
                         f"chunk, the chunk's gradient and AdamW's two moments are 4 x "
@@ -209,12 +220,13 @@ def _record_rows(replicas) -> list[list[torch.Tensor]]:
 
 
 def _check_rows(seen: list[list[torch.Tensor]], x: torch.Tensor, step: int) -> None:
-    """Replica r's forward saw rows r * B/N to (r + 1) * B/N of ``x``, and nothing else."""
+    """Replica r's forwards saw every row from r * B/N to (r + 1) * B/N of ``x``, and no
+    other (a second forward of the same rows, to print the loss, is allowed)."""
     N, B = len(seen), x.shape[0]
     for r, inputs in enumerate(seen):
         share = x[r * B // N:(r + 1) * B // N]
         got = torch.cat(inputs) if inputs else x[:0]
-        if not torch.equal(got, share):
+        if {tuple(row) for row in got.tolist()} != {tuple(row) for row in share.tolist()}:
             what = ("the whole batch" if torch.equal(got, x) else
                     f"{got.shape[0]} rows" if got.shape[0] != share.shape[0] else
                     "other rows")
@@ -259,9 +271,19 @@ def check_data_parallel_step(candidate) -> bool:
             replicas = [_tiny(seed) for _ in range(N)]
             optimizers = [optimizer_of(kind, r) for r in replicas]
             seen = _record_rows(replicas)
+            stepped = [0] * N
+            for r, opt in enumerate(optimizers):
+                opt.register_step_post_hook(
+                    lambda *_, r=r: stepped.__setitem__(r, stepped[r] + 1))
             for step, batch in enumerate(batches, 1):
                 _call(candidate, replicas, optimizers, batch[:, :-1], batch[:, 1:])
                 _check_rows(seen, batch[:, :-1], step)
+                for r, count in enumerate(stepped):
+                    if count != step:
+                        raise _Mismatch(f"after step {step}, optimizer {r} has stepped "
+                                        f"{count} times",
+                                        hint="every process steps its own optimizer once "
+                                             "a step: no process copies another's weights")
             first = _flat(replicas[0])
             for rank, replica in enumerate(replicas[1:], 1):
                 if not torch.equal(_flat(replica), first):

@@ -145,10 +145,12 @@ def _neighbours_only(world: _World, N: int) -> None:
 
 def _reachable(obj, seen: set[int] | None = None) -> Iterator:
     """Every object a candidate's object keeps: attributes, their lists and dicts, optimizer
-    state, and what its functions close over (closures, bound methods, partials): a tensor
-    hidden in a closure is kept all the same. Modules and classes are not followed."""
+    state, its class's attributes, what its functions close over (closures, bound methods,
+    partials) and the globals their code names: a tensor hidden in any of those is kept all
+    the same. Modules, and classes of libraries, are not followed."""
     seen = set() if seen is None else seen
-    if id(obj) in seen or isinstance(obj, (types.ModuleType, type)):
+    if id(obj) in seen or isinstance(obj, types.ModuleType) or (
+            isinstance(obj, type) and obj.__module__.split(".")[0] in LIBRARIES):
         return
     seen.add(id(obj))
     yield obj
@@ -164,13 +166,27 @@ def _reachable(obj, seen: set[int] | None = None) -> Iterator:
         parts = [obj.__self__, obj.__func__]
     elif isinstance(obj, types.FunctionType):
         cells = [c.cell_contents for c in obj.__closure__ or () if _filled(c)]
-        parts = cells + list(obj.__defaults__ or ()) + [obj.__kwdefaults__ or {}]
+        named = [obj.__globals__[n] for n in _names(obj.__code__) if n in obj.__globals__]
+        parts = cells + named + list(obj.__defaults__ or ()) + [obj.__kwdefaults__ or {}]
     elif isinstance(obj, functools.partial):
         parts = [obj.func, obj.args, obj.keywords]
+    elif isinstance(obj, type):  # the candidate's own class: its attributes
+        parts = [dict(vars(obj))]
     else:
         parts = [vars(obj)] if hasattr(obj, "__dict__") else []
+        parts.append(type(obj))
     for part in parts:
         yield from _reachable(part, seen)
+
+
+LIBRARIES = {"builtins", "torch", "typing", "abc", "collections", "functools", "enum",
+             "numpy", "gpt_from_scratch"}  # classes whose attributes are no candidate's
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names a function's code reads, its inner functions' too."""
+    inner = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return set(code.co_names).union(*(_names(c) for c in inner))
 
 
 def _filled(cell) -> bool:

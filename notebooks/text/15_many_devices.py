@@ -341,20 +341,25 @@ display(Markdown(found[-1].text))
 # %% [markdown]
 # "The same bits" holds with two processes: $a + b$ is $b + a$, and DDP, which divides
 # each gradient by $N$ before the sum, computes $a/2 + b/2$, exact in binary. With more
-# processes the sums run in other orders and a division by 4 or 3 before the sum rounds
-# differently from one after it: at $N = 4$ DDP's gradients differ from the book's in
-# their last bits, as printed above, far below the bar. So `tests/test_parallel.py`
-# compares them to the bit at two processes only, and at three within a few float32
-# roundings of the sums; within one run, every process still ends with the same bits as
-# every other, since each receives the same all-reduced sum.
+# processes the division by 4 is still exact (a power of two), but the sums run in other
+# orders: the order in which gloo adds a number's four values depends on where the number
+# sits in the buffer it sends, and DDP's one bucket and the book's per-parameter
+# all-reduces put the numbers in different places. So at $N = 4$ DDP's gradients differ
+# from the book's in their last bits, as printed above, far below the bar. (With three
+# processes, a division by 3 before the sum would round differently too.)
+# `tests/test_parallel.py` compares DDP with the book's step to the bit at two processes;
+# at three it checks the ring against gloo's all-reduce within a few float32 roundings of
+# the sums. Within one run, every process ends with the same bits as every other, since
+# each receives the same all-reduced sum.
 
 # %% [markdown]
 # **Buckets, sent during the backward pass.** One all-reduce per parameter pays the latency
 # $\alpha$ once per tensor, and waits for the whole backward pass before sending anything.
 # `DistributedDataParallel` does better in two ways {cite}`li2020pytorch`. It packs the
-# gradients into *buckets* of about 25 MB (`bucket_cap_mb`), one all-reduce each; and it
-# starts a bucket's all-reduce as soon as its last gradient is ready, while backward still
-# computes the gradients of earlier layers. Backward produces the gradients in reverse
+# gradients into *buckets* of at most 25 MiB (`bucket_cap_mb`; the first of 1 MiB, and
+# rebuilt after the first step in the order the gradients arrived), one all-reduce each; and
+# it starts a bucket's all-reduce as soon as its last gradient is ready, while backward
+# still computes the gradients of earlier layers. Backward produces the gradients in reverse
 # order, the last layer's first, so the buckets are filled from the last parameter back.
 # `DataParallel(model, bucket_bytes)` does the same with a hook PyTorch calls once a
 # parameter's gradient is accumulated (`register_post_accumulate_grad_hook`): it copies the
@@ -378,32 +383,34 @@ print(f"the buckets hold {bucket_bytes:,} bytes: {bucket_bytes / P:.1f} bytes a 
 # The buckets are a second copy of the gradients, kept from step to step: 4 more bytes a
 # parameter in float32. `DistributedDataParallel` keeps the same copy by default, beside
 # the `.grad` tensors, about 20 bytes a parameter in all; with
-# `gradient_as_bucket_view=True` the gradients become views of its buckets and the copy is
-# gone. `DataParallel` does the latter after `finish()`: each `.grad` is a view of its
-# bucket, until `zero_grad()` drops it and the next backward makes new ones.
+# `gradient_as_bucket_view=True` each gradient is copied into its bucket as soon as it is
+# computed and becomes a view of it, and the copy is gone. `DataParallel` makes each
+# `.grad` a view of its bucket only in `finish()`: during backward both copies are alive,
+# 20 bytes a parameter at the peak; between steps, once `zero_grad()` drops the views, only
+# the buckets remain.
 #
 # Every process must issue the same collectives in the same order, or the sums would mix
 # buckets: `DataParallel` starts them strictly in order, and a parameter that got no
 # gradient on one process (a branch its batch did not take) counts as zero there, so that no
 # process waits for a gradient that never comes. Whether the overlap saves time depends on
-# whether something computes the sum while backward runs: section 15.7 measures it.
-#
-# ## 15.4 Sharding: ZeRO-1 and ZeRO-3
+# whether something computes the sum while backward runs: section 15.7 measures it.  ## 15.4
+# Sharding: ZeRO-1 and ZeRO-3
 #
 # Data parallelism keeps all 16 bytes a parameter on every process, $N$ copies of the same
 # state, and its buckets on top. ZeRO {cite}`rajbhandari2020zero` removes the copies in
 # stages.
 #
-# **ZeRO-1** splits AdamW's moments, 8 of the 16 bytes. Process $r$ owns a run of the
-# parameters, about $1/N$ of the numbers, keeps $m$ and $v$ for those only, and steps only
-# those; then each process sends its updated run to all the others, an all-gather of the
-# weights. Each keeps $8 + 8/N$ bytes a parameter. With a reduce-scatter of the gradients in
-# place of the all-reduce (a process needs only its own run's), it sends what data
-# parallelism sends, as the paper counts. `sharding.ShardedAdamW` is simpler: it takes the
-# gradients all-reduced by `DataParallel`, then adds the all-gather (here one broadcast from
-# each process): half as much again, counted as a ring sends (an all-gather $(N-1)/N$ of the
-# weights, an all-reduce $2(N-1)/N$). It splits at whole parameters (`shard_owners`), so a
-# process's run is $1/N$ of the numbers only to within a parameter:
+# **ZeRO-1** splits AdamW's moments, 8 of the 16 bytes in float32 (with mixed precision the
+# 32-bit copy of the weights goes with them: 12 of the 16, $4 + 12/N$ a process). Process
+# $r$ owns a run of the parameters, about $1/N$ of the numbers, keeps $m$ and $v$ for those
+# only, and steps only those; then each process sends its updated run to all the others, an
+# all-gather of the weights. Each keeps $8 + 8/N$ bytes a parameter. With a reduce-scatter
+# of the gradients in place of the all-reduce (a process needs only its own run's), it sends
+# what data parallelism sends, as the paper counts. `sharding.ShardedAdamW` is simpler: it
+# takes the gradients all-reduced by `DataParallel`, then adds the all-gather (here one
+# broadcast from each process): half as much again, counted as a ring sends (an all-gather
+# $(N-1)/N$ of the weights, an all-reduce $2(N-1)/N$). It splits at whole parameters
+# (`shard_owners`), so a process's run is $1/N$ of the numbers only to within a parameter:
 
 # %%
 print(inspect.getsource(ShardedAdamW.step))
