@@ -200,14 +200,14 @@ print(inspect.getsource(ring_all_gather))
 # %% [markdown]
 # The processes are started by the notebook. A notebook's kernel cannot be one of them: it
 # runs the cells. `parallel_runs.launch` starts one Python process per rank, each running a
-# job of `book.parallel_jobs`, with one thread each (one core a process); rank 0 listens on
-# a free port of 127.0.0.1 and the others connect there (`parallel.start_process_group`).
-# It waits for them, with a time limit, and ends every process it started, on success,
-# failure or an interrupted cell. Every setting the jobs use is written by this cell: one
-# run of 2 processes measures what sections 15.2 to 15.7 show, and one of 4 repeats the
-# counts at $N = 4$, then loses a process on purpose (section 15.6). Four processes on a
-# machine of fewer cores would time their wait for a core more than their messages: that
-# run counts bytes, and times nothing.
+# job of `book.parallel_jobs`, with one thread each (one core a process, were the cores
+# free: nothing pins them); rank 0 listens on a free port of 127.0.0.1 and the others
+# connect there (`parallel.start_process_group`). It waits for them, with a time limit, and
+# ends every process it started, on success, failure or an interrupted cell. Every setting
+# the jobs use is written by this cell: one run of 2 processes measures what sections 15.2
+# to 15.7 show, and one of 4 repeats the counts at $N = 4$, then loses a process on purpose
+# (section 15.6). Four processes on a machine of fewer cores would time their wait for a
+# core more than their messages: that run counts bytes, and times nothing.
 
 # %%
 g = torch.Generator().manual_seed(SEED)
@@ -605,24 +605,24 @@ display(Markdown(prose.restart_text(results["restarted"], results["two machines"
 # process computes its share, waits in `finish()` for the buckets still in flight, and
 # steps AdamW; *per parameter*, the same with one all-reduce per parameter after the
 # backward pass. The three kinds took turns, 3 steps each per round, the order reversed
-# every other round, so that a busy spell of the machine falls on each kind alike; the
-# median of each part over every step, in milliseconds, and the machine's load:
+# every other round, so that a busy spell of the machine falls on each kind alike. The
+# median of each part over every step, in milliseconds (*fwd+bwd* the forward and backward
+# passes, *wait* the wait in `finish()`), and the machine's load:
 
 # %%
 speed = pair[0]["speed"]
-parts = ("forward and backward", "wait in finish()", "AdamW")
-print(f"{'':<14}" + "".join(f"{p:>22}" for p in parts) + f"{'step':>9}")
+print(f"{'ms':<13}" + "".join(f"{p:>8}" for p in ("fwd+bwd", "wait", "AdamW", "step")))
 medians = {}
 for key in ("alone", "together", "per parameter"):
     medians[key], rounds = prose.step_parts(speed[key])
-    print(f"{key:<14}" + "".join(f"{1e3 * v:>19.1f} ms" for v in medians[key])
-          + f"{1e3 * sum(medians[key]):>6.1f} ms")
+    print(f"{key:<13}" + "".join(f"{1e3 * v:>8.1f}" for v in medians[key])
+          + f"{1e3 * sum(medians[key]):>8.1f}")
 per_round = [a / t for a, t in zip(prose.step_parts(speed["alone"])[1],
                                    prose.step_parts(speed["together"])[1])]
 speedup = float(np.median(per_round))
 print(f"one share alone: {1e3 * float(np.median(speed['alone shares'])):.1f} ms (median)")
-print(f"two processes, round by round: {speedup:.2f} times as fast (median), from "
-      f"{min(per_round):.2f} to {max(per_round):.2f} over {len(per_round)} rounds")
+print(f"two processes: {speedup:.1f} times as fast (median of {len(per_round)} rounds, "
+      f"{min(per_round):.1f} to {max(per_round):.1f})")
 print("the machine's load over the last minute, before and after: "
       + ", ".join(f"{load:.1f}" for load, _ in speed["load"])
       + f" on {speed['load'][0][1]} cores")
@@ -635,15 +635,18 @@ display(Markdown(found[-1].text))
 # The accounting carries over to a GPU cluster; the sizes change. The same ring model with
 # the links of a server of H100 GPUs, NVLink between the GPUs of one server and an
 # InfiniBand card per GPU between servers, at the speeds NVIDIA gives, for GPT-2 small's
-# gradients in 32 bits, a lower bound for a ring: the bytes over the link alone, at its full
-# speed, with no latency. (Switches that add the numbers themselves, NVLink SHARP inside a
-# server and SHARP on InfiniBand, send each byte about once: about half a ring's bytes.)
-# Beside them, the step's computation for a forward and backward pass, by Kaplan and his
-# coauthors' count {cite}`kaplan2020scaling`: 6 operations a token for each weight of a
-# matrix product (the token embedding counts once, as the output layer that shares it; the
-# position embedding is a lookup, and counts nothing), and 6 a token for each layer,
-# position of the context and dimension, for attention's products with the context; at 40%
-# of the H100's peak (an assumption: runs reach about that):
+# gradients in 32 bits, a lower bound for a ring: the bytes over the links alone, at their
+# full speed, with no latency. Between servers, NCCL does not send everything through one
+# card: it runs one ring per card, each carrying an eighth of the gradients, laid so that
+# each GPU leaves its server in one ring only and sends over NVLink in the other seven; a
+# GPU's card then carries an eighth of its bytes. (Switches that add the numbers themselves,
+# NVLink SHARP inside a server and SHARP on InfiniBand, send each byte about once: about
+# half a ring's bytes.) Beside them, the step's computation for a forward and backward pass,
+# by Kaplan and his coauthors' count {cite}`kaplan2020scaling`: 6 operations a token for
+# each weight of a matrix product (the token embedding counts once, as the output layer that
+# shares it; the position embedding is a lookup, and counts nothing), and 6 a token for each
+# layer, position of the context and dimension, for attention's products with the context;
+# at 40% of the H100's peak (an assumption: runs reach about that):
 
 # %%
 NVLINK_GBPS, INFINIBAND_GBITPS = 450, 400  # each way, per GPU
@@ -651,13 +654,19 @@ H100_TFLOPS, UTILISATION = 989, 0.4  # 16-bit products, NVIDIA's figure without 
 config = shapes["gpt2"]
 P_small, tokens = sizes["gpt2"][0], 16 * config.context_length  # 16 sequences a GPU
 allreduce_ms = {}
-links = {"8 GPUs in one server (NVLink)": (NVLINK_GBPS * 1e9, 8),
-         "64 GPUs in 8 servers (InfiniBand)": (INFINIBAND_GBITPS * 1e9 / 8, 64)}
-for where, (link, N) in links.items():
-    sent = 2 * (N - 1) / N * 4 * P_small  # bytes each GPU sends
-    allreduce_ms[where] = 1e3 * sent / link
-    print(f"{where}: link {link / 1e9:.0f} GB/s each way, each GPU sends {sent / 1e9:.2f} "
-          f"GB a step: {allreduce_ms[where]:.1f} ms")
+nvlink, card = NVLINK_GBPS * 1e9, INFINIBAND_GBITPS * 1e9 / 8  # bytes a second
+for where, N in {"8 GPUs in one server": 8, "64 GPUs in 8 servers": 64}.items():
+    sent = 2 * (N - 1) / N * 4 * P_small  # bytes each GPU sends in a ring all-reduce
+    if N == 8:  # every step over NVLink
+        allreduce_ms[where] = 1e3 * sent / nvlink
+        print(f"{where}: each GPU sends {sent / 1e9:.2f} GB over NVLink: "
+              f"{allreduce_ms[where]:.1f} ms")
+        continue
+    # 8 rings, one per card: an eighth of each GPU's bytes through its card, the rest NVLink
+    allreduce_ms[where] = 1e3 * max(sent / 8 / card, sent * 7 / 8 / nvlink)
+    print(f"{where}: each GPU sends {sent / 1e9:.2f} GB, {sent / 8 / 1e9:.2f} GB of it "
+          f"through its card: {allreduce_ms[where]:.1f} ms (through one card alone: "
+          f"{1e3 * sent / card:.1f} ms)")
 products = 6 * (P_small - config.context_length * config.d_model)  # all but the lookup
 attention = 6 * config.n_layers * config.context_length * config.d_model
 operations = (products + attention) * tokens
@@ -668,12 +677,12 @@ print(f"one step's computation: {operations:.2e} operations ({share:.0%} of them
 display(Markdown(prose.cluster_text(allreduce_ms, compute_ms)))
 
 # %% [markdown]
-# Within a server, the all-reduce is a small part of the step, and near-linear speed-ups
-# are the rule, as long as every GPU gets an equal share (the fastest waits for the slowest
-# at every all-reduce) and enough rows to keep it busy. Between servers it is a large part:
-# there the overlap with the backward pass decides the speed, 16-bit gradients halve the
-# bytes, and the collectives follow the machines' shape: NCCL, the GPU backend, builds its
-# rings and trees from the links it finds, NVLink inside a server and the network between.
+# Near-linear speed-ups need more than fast links: every GPU an equal share (the fastest
+# waits for the slowest at every all-reduce) and enough rows to keep it busy. Links seldom
+# run at their full speed, so the overlap with the backward pass still matters, and 16-bit
+# gradients halve the bytes. The collectives follow the machines' shape: NCCL, the GPU
+# backend, builds its rings and trees from the links it finds, NVLink inside a server and
+# the cards between.
 #
 # ## 15.8 With FULL_RUN on several GPUs: NCCL
 #
@@ -713,7 +722,7 @@ display(Markdown(prose.timing_text(time.perf_counter() - chapter_start, launch_s
 # - Data parallelism gives each process a share of the batch and averages the gradients: the
 #   gradients equal one process's on the whole batch to rounding, the weights are the same
 #   on every process to the bit, and PyTorch's `DistributedDataParallel` computes the same
-#   bits with two processes (with four, the same to the last bits).
+#   bits with two processes (with four, equal but for the last bits).
 # - ZeRO-1 splits AdamW's moments ($8 + 8/N$ bytes a parameter), ZeRO-3 everything
 #   ($16/N$), for the same weights.
 # - Gradient accumulation is the same step in one process, when the shares count as many
@@ -724,7 +733,8 @@ display(Markdown(prose.timing_text(time.perf_counter() - chapter_start, launch_s
 # - Two processes on 2 cores are not twice as fast as one doing the same work. Section 15.7
 #   splits the shortfall into its parts: AdamW's step, repeated in every process; the wait
 #   for the last buckets; and each share's forward and backward, slower beside the other
-#   process, for causes the run measures but does not name.
+#   process, by an amount the run measures for causes it does not. Buckets sent during
+#   backward made each step faster than all-reduces after it.
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
@@ -865,8 +875,8 @@ show_quiz([
                "all-reduce for nothing."),
     ]),
     Numeric("How many times as fast as one process (doing the same work by gradient "
-            "accumulation) were two processes on this machine's 2 cores? (Two decimals.)",
-            speedup, 0.006,
+            "accumulation) were two processes on this machine's 2 cores? (One decimal.)",
+            round(speedup, 1), 0.051,
             "Section 15.7: the median, over the rounds, of a step's time alone over its "
             "time together."),
     MultipleChoice("With 10 samples on 4 processes, what does DistributedSampler do by "
