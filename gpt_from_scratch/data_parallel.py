@@ -25,15 +25,17 @@ MARK = "_data_parallel_wrapped"  # set on a module while a DataParallel wraps it
 
 
 def check_same_model(module: nn.Module) -> None:
-    """A ValueError on every rank when the ranks' models differ in names, shapes or dtypes.
+    """A ValueError on every rank when the ranks' models differ in names, shapes, dtypes or
+    which parameters train.
 
-    Each rank sends the others its list of (name, shape, dtype), so every rank sees the
+    Each rank sends the others its list of (name, shape, dtype, trains), so every rank sees the
     difference and stops with the same message, rather than waiting in a collective that
     the others never join.
     """
     _, world_size = world("check_same_model")
     tensors = itertools.chain(module.named_parameters(), module.named_buffers())
-    mine = [(name, tuple(t.shape), str(t.dtype)) for name, t in tensors]
+    mine = [(name, tuple(t.shape), str(t.dtype), "trains" if t.requires_grad else "frozen")
+            for name, t in tensors]
     everyone: list = [None] * world_size
     with collective("comparing the models' shapes"):
         dist.all_gather_object(everyone, mine)
@@ -43,8 +45,9 @@ def check_same_model(module: nn.Module) -> None:
                                if a != b)
             raise ValueError(
                 f"rank {other}'s model differs from rank 0's: {_entry(here)} on rank "
-                f"{other}, {_entry(first)} on rank 0 (name, shape, dtype): every process "
-                "must build the same model (the same GPTConfig) before it is wrapped")
+                f"{other}, {_entry(first)} on rank 0 (name, shape, dtype, trains): every "
+                "process must build the same model (the same GPTConfig, the same frozen "
+                "parameters) before it is wrapped")
 
 
 def _entry(entry: tuple | None) -> str:
@@ -122,6 +125,7 @@ class DataParallel(nn.Module):
         self.buckets: list[_Bucket] = []
         self._hooks: list = []  # the gradient hooks' handles, for remove()
         self._started = 0  # buckets whose all-reduce has started this step
+        self._finished = False  # finish() ran, and no gradient has arrived since
         if bucket_bytes is not None:
             self._make_buckets(bucket_bytes)
         object.__setattr__(module, MARK, True)
@@ -160,6 +164,7 @@ class DataParallel(nn.Module):
         return self.module
 
     def _gradient_ready(self, bucket: _Bucket, i: int, param: nn.Parameter) -> None:
+        self._finished = False
         if bucket.work is not None:
             raise RuntimeError("a gradient arrived after its bucket was sent: call "
                                "finish() after each backward (to accumulate, run one "
@@ -179,7 +184,9 @@ class DataParallel(nn.Module):
 
     @torch.no_grad()
     def finish(self) -> None:
-        """Average the gradients across ranks: each ``.grad`` becomes the mean."""
+        """Average the gradients across ranks: each ``.grad`` becomes the mean. With
+        buckets, once after each backward: a second call would zero the means (its buckets
+        would count as never filled), so it is refused."""
         if not self.buckets:
             for p in self.params:
                 grad = p.grad if p.grad is not None else torch.zeros_like(p)
@@ -187,6 +194,11 @@ class DataParallel(nn.Module):
                     dist.all_reduce(grad)
                 p.grad = grad.div_(self.world_size)
             return
+        if self._finished:
+            raise RuntimeError("DataParallel.finish() called twice with no backward between: "
+                               "the gradients are averaged already; call finish() once "
+                               "after each backward")
+        self._finished = True
         for bucket in self.buckets[self._started:]:  # a gradient that never came is zero
             for i in set(range(len(bucket.params))) - bucket.ready:
                 bucket.views[i].zero_()

@@ -83,6 +83,9 @@ def world(caller: str) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+LOST = ("connection", "timed out", "timeout", "broken pipe", "closed", "peer")  # a rank gone
+
+
 @contextmanager
 def collective(what: str) -> Iterator[None]:
     """Turn a failed collective into an error saying which, on which rank, what to do."""
@@ -90,11 +93,14 @@ def collective(what: str) -> Iterator[None]:
         yield
     except RuntimeError as err:
         said = (str(err).strip() or type(err).__name__).splitlines()[0].split(". ")[0]
-        raise RuntimeError(
-            f"rank {dist.get_rank()} of {dist.get_world_size()}: {what} failed ({said}). "
-            "If another process ended or stopped answering, end every process and start "
-            "them all again from the last checkpoint (torchrun --max-restarts does it)"
-        ) from err
+        lost = any(word in str(err).lower() for word in LOST)
+        fix = ("another process ended or stopped answering: end every process and start "
+               "them all again from the last checkpoint (torchrun --max-restarts does it)"
+               if lost else "the processes disagree about this collective (a tensor's "
+               "size, the order of the calls, a model that differs): run the same code on "
+               "the same model in every process")
+        raise RuntimeError(f"rank {dist.get_rank()} of {dist.get_world_size()}: {what} "
+                           f"failed ({said}); {fix}") from err
 
 
 def _flat_view(caller: str, tensor) -> Tensor:

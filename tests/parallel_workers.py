@@ -126,6 +126,9 @@ def pair(rank: int, world_size: int) -> dict:
         DataParallel(tiny_gpt(0, vocab_size=65 + rank))
     except ValueError as err:
         out["mismatch"] = str(err)
+    half_frozen = tiny_gpt(0)
+    half_frozen.lm_head.weight.requires_grad_(rank == 0)  # tied: wte trains on rank 0 only
+    out["frozen on one rank"] = error_of(lambda: DataParallel(half_frozen))
     out["odd"] = odd_inputs(rank)
     return out
 
@@ -161,6 +164,7 @@ def odd_inputs(rank: int) -> dict:
     ids = global_batches(2)[0][rank * B:(rank + 1) * B]
     again(ids[:, :-1], ids[:, 1:])[1].backward()
     again.finish()
+    out["finish twice"] = error_of(again.finish)
     flats = {b.flat.untyped_storage().data_ptr() for b in again.buckets}
     out["views"] = all(p.grad.untyped_storage().data_ptr() in flats
                        for p in model.parameters())

@@ -105,7 +105,7 @@ def test_data_parallel_equals_one_process_and_ddp(pair):
     assert not torch.equal(rank0["bucketed"], rank0["reference"])  # other sums, so rounded
 
 
-def test_buckets_are_sent_during_backward(pair):
+def test_buckets_are_started_during_backward(pair):
     n_buckets, started_before_finish = pair[0]["bucketed_buckets"]
     assert n_buckets >= 10 and started_before_finish == n_buckets
     assert pair[0]["per_parameter_buckets"] == (0, 0)
@@ -191,6 +191,7 @@ def test_odd_inputs_are_named_or_handled(pair):
         assert "call its remove() before wrapping again" in odd["twice"]
         assert "this module is a DataParallel already" in odd["wrapper"]
         assert odd["views"]  # after finish(), each gradient is its bucket's memory
+        assert "finish() called twice with no backward between" in odd["finish twice"]
         dtypes, a, b = odd["mixed"]
         assert dtypes == ["torch.float64", "torch.float32"]  # a bucket per dtype
         torch.testing.assert_close(a, torch.full((3,), 1.5))  # (1 + 2) / 2
@@ -205,8 +206,11 @@ def test_mismatched_models_fail_on_every_rank(pair):
     for rank in pair:
         message = rank["mismatch"]
         assert "rank 1's model differs from rank 0's: wte.weight (66, 16)" in message
-        assert "(65, 16) torch.float32 on rank 0" in message
+        assert "(65, 16) torch.float32 trains on rank 0" in message
         assert "the same GPTConfig" in message
+        frozen = rank["frozen on one rank"]
+        assert "rank 1's model differs from rank 0's: wte.weight (65, 16) torch.float32 " \
+            "frozen on rank 1, wte.weight (65, 16) torch.float32 trains on rank 0" in frozen
 
 
 def test_a_rank_killed_mid_step_ends_the_others_with_a_clear_error(ring3):
