@@ -17,6 +17,7 @@ ZeRO-3, the bytes each scheme keeps) build on it.
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .utils import check_int
+from .utils import check_float, check_int
 
 HOST = "127.0.0.1"
 
@@ -54,9 +55,14 @@ def start_process_group(rank: int, world_size: int, port: int, timeout_s: float 
         raise ValueError(f"rank={rank} must be below world_size={world_size}: number the "
                          f"processes 0 .. {world_size - 1}, each once")
     port = check_int("start_process_group", "port", port, minimum=1)
+    timeout_s = check_float("start_process_group", "timeout_s", timeout_s)
     if port > 65535 or not timeout_s > 0:
         raise ValueError(f"port={port} must be at most 65535 and timeout_s={timeout_s} "
                          "positive: take free_port() and a few seconds")
+    if dist.is_initialized():
+        raise RuntimeError(f"start_process_group: this process is rank {dist.get_rank()} "
+                           f"of a group of {dist.get_world_size()} already: use it, or "
+                           "end it with torch.distributed.destroy_process_group() first")
     try:
         dist.init_process_group("gloo", init_method=f"tcp://{HOST}:{port}", rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
@@ -93,6 +99,7 @@ def collective(what: str) -> Iterator[None]:
         yield
     except RuntimeError as err:
         said = (str(err).strip() or type(err).__name__).splitlines()[0].split(". ")[0]
+        said = re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", said)  # no build machine's path
         lost = any(word in str(err).lower() for word in LOST)
         fix = ("another process ended or stopped answering: end every process and start "
                "them all again from the last checkpoint (torchrun --max-restarts does it)"

@@ -119,7 +119,13 @@ def _release_unit(unit: nn.Module, args, output) -> None:
     """After the unit's forward: drop the views (autograd keeps what backward needs)."""
     for piece in unit.shard_pieces:
         for name in piece.names:
-            delattr(*_owner(unit, name))
+            setattr(*_owner(unit, name), _placeholder(piece))
+
+
+def _placeholder(piece) -> Tensor:
+    """A tensor of the parameter's shape and no memory (``meta``), where the parameter
+    was: the module still prints, and says its shape; only a forward gathers values."""
+    return torch.empty(piece.shape, device="meta")
 
 
 def _shard_unit(unit: nn.Module, rank: int, world_size: int) -> None:
@@ -145,6 +151,7 @@ def _shard_unit(unit: nn.Module, rank: int, world_size: int) -> None:
         for name in piece.names:
             owner, attr = _owner(unit, name)
             del owner._parameters[attr]
+            setattr(owner, attr, _placeholder(piece))
     unit.flat_shard = nn.Parameter(flat[rank * S : (rank + 1) * S].clone())  # (S,)
     unit.shard_pieces = list(pieces.values())
     unit.register_forward_pre_hook(_gather_unit)

@@ -103,6 +103,9 @@ def state_bytes(model: nn.Module, scheme: str, world_size: int, rank: int | None
     if rank >= world_size:
         raise ValueError(f"rank={rank} must be below world_size={world_size}: pass a rank "
                          f"from 0 to {world_size - 1}, or None for the most any rank keeps")
+    if any("flat_shard" in m._parameters for m in model.modules()):
+        raise ValueError("state_bytes counts a model as built, and this one is sharded "
+                         "already (shard_model): pass the model before sharding it")
     units = _units(model)
     named = list(units[-1].named_parameters())  # a tied tensor once
     if not named:

@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from gpt_from_scratch.data_parallel import DataParallel
 from gpt_from_scratch.parallel import free_port, ring_all_reduce, start_process_group
+from gpt_from_scratch.sharding import shard_model
 from gpt_from_scratch.zero_bytes import shard_owners, state_bytes
 from parallel_workers import tiny_gpt
 
@@ -221,6 +222,7 @@ def test_a_rank_killed_mid_step_ends_the_others_with_a_clear_error(ring3):
         assert killed["seconds"] < 15, killed  # the group's timeout is 10 s
         assert f"rank {rank} of 3: the all-reduce of gradient bucket" in killed["error"]
         assert "end every process and start them all again" in killed["error"]
+        assert ".cc:" not in killed["error"]  # gloo's source path on the machine that built it
 
 
 def test_a_port_already_taken_is_named():
@@ -248,6 +250,24 @@ def test_bad_inputs_are_named():
         DataParallel(torch.ones(3))
     with pytest.raises(ValueError, match="rank=2 must be below world_size=2"):
         start_process_group(2, 2, 29500)
+    with pytest.raises(ValueError, match="timeout_s='a minute' must be a number"):
+        start_process_group(0, 1, 29500, timeout_s="a minute")
+
+
+def test_a_group_of_one_in_this_process_names_its_misuses():
+    start_process_group(0, 1, free_port())
+    try:
+        with pytest.raises(RuntimeError, match="this process is rank 0 of a group of 1 "
+                                               "already: use it, or end it"):
+            start_process_group(0, 1, free_port())
+        sharded = shard_model(tiny_gpt(0))
+        assert "Linear(in_features=16, out_features=48, bias=True)" in repr(sharded)
+        with pytest.raises(ValueError, match="this one is sharded already"):
+            state_bytes(sharded, "zero3", 1)
+        logits, _ = sharded(torch.zeros(1, 4, dtype=torch.long))  # still runs
+        assert logits.shape == (1, 4, 65)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_no_process_is_left(pair, ring3):

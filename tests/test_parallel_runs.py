@@ -252,10 +252,28 @@ def test_torchruns_account_leaves_out_process_ids_and_paths():
         "torchrun: worker group successfully finished."]  # no wait of 300 s is meant
 
 
+RESET = "[rank0]: RuntimeError: Read error [127.0.0.1]:1: Connection reset by peer.\n"
+
+
 def test_the_restart_text_compares_weights_and_losses():
-    same = dict(weights=torch.ones(3), losses=[3.0, 2.0], resumed_from=8)
-    text = prose.restart_text(same, dict(weights=torch.ones(3), losses=[3.0, 2.0]), 8, 13)
+    same = dict(weights=torch.ones(3), losses=[3.0, 2.0], resumed_from=8, restart=1)
+    reference = dict(weights=torch.ones(3), losses=[3.0, 2.0])
+    text = prose.restart_text(same, reference, 8, 13, RESET)
     assert "the 4 steps after it, and the one in progress" in text and "to the bit" in text
     assert "rank 0's next collective failed on its own" in text
-    moved = prose.restart_text(same, dict(weights=torch.zeros(3), losses=[3.0, 2.0]), 8, 13)
+    quiet = prose.restart_text(same, reference, 8, 13, "")  # the log says nothing of it
+    assert "failed on its own" not in quiet and "started both again" in quiet
+    never = prose.restart_text(same | dict(restart=0, resumed_from=None), reference, 8, 13,
+                               RESET)
+    assert "torchrun did not restart them (restarts: 0)" in never
+    moved = prose.restart_text(same, dict(weights=torch.zeros(3), losses=[3.0, 2.0]), 8, 13,
+                               RESET)
     assert "differ from the uninterrupted run's by up to 1.0e+00" in moved
+    losses = prose.restart_text(same, dict(weights=torch.ones(3), losses=[3.0, 2.5]), 8, 13,
+                                RESET)
+    assert "the losses differ by up to 5.0e-01" in losses and "0.0e+00" not in losses
+
+
+def test_launch_names_a_rank_to_kill_that_does_not_exist(tmp_path):
+    with pytest.raises(ValueError, match=r"dies=7 must be one of the ranks 0 \.\. 3"):
+        launch("pair", 4, tmp_path, dies=7)

@@ -60,8 +60,8 @@ def memory_text(sizes: dict[str, tuple], device_gb: float, n_devices: int,
         text += (f"{name}, {p / 1e9:.2f} billion parameters, needs {gb:.1f} GB: more than "
                  f"the device holds. Shared by {n_devices} devices, ZeRO-1 leaves at most "
                  f"{zero1:.1f} GB on each (the ranks own whole parameters, so some own "
-                 f"more), ZeRO-3 {zero3:.1f} GB.")
-    return text
+                 f"more), ZeRO-3 {zero3:.1f} GB. ")
+    return text.rstrip()
 
 
 def fit_ring(volume: list[float], seconds: list[float], N: int) -> tuple[float, float]:
@@ -292,21 +292,34 @@ def torchrun_lines(log: str) -> list[str]:
     return lines
 
 
-def restart_text(restarted: dict, reference: dict, every: int, killed_at: int) -> str:
-    """The restarted run against the uninterrupted one: steps redone, weights, losses."""
-    resumed = restarted["resumed_from"]
+def restart_text(restarted: dict, reference: dict, every: int, killed_at: int,
+                 log: str) -> str:
+    """The restarted run against the uninterrupted one: what torchrun's ``log`` says
+    happened, the steps redone, the weights and the losses."""
+    resumed, restarts = restarted["resumed_from"], restarted["restart"]
+    lines = torchrun_lines(log)
+    reset = any("Connection reset" in line or "Connection closed" in line for line in lines)
+    text = (f"Rank 1 died in its step {killed_at}"
+            + ("; rank 0's next collective failed on its own (its connection to rank 1 was "
+               "reset)" if reset else "")
+            + (f"; torchrun saw a process fail and started both again, and they resumed "
+               f"from the checkpoint written after step {resumed} (one every {every} "
+               f"steps): the {killed_at - 1 - resumed} steps after it, and the one in "
+               "progress, were computed again. " if restarts and resumed is not None else
+               f". torchrun did not restart them (restarts: {restarts}); the run did not "
+               "resume from a checkpoint. "))
     same = bool((restarted["weights"] == reference["weights"]).all())
     gap = float((restarted["weights"] - reference["weights"]).abs().max())
-    text = (f"Rank 1 died in its step {killed_at}; rank 0's next collective failed on its "
-            "own (its connection to rank 1 was reset), torchrun saw a process fail and "
-            "started both again, and they resumed from the checkpoint written after step "
-            f"{resumed} (one every {every} steps): the {killed_at - 1 - resumed} steps "
-            "after it, and the one in progress, were computed again. ")
-    if same and restarted["losses"] == reference["losses"]:
+    losses = max(abs(a - b) for a, b in zip(restarted["losses"], reference["losses"]))
+    if same and losses == 0:
         return text + (f"The restarted run ends with the weights of the two machines' "
                        f"uninterrupted run to the bit, and took the same losses in all "
                        f"{len(reference['losses'])} steps: the failure cost time, nothing "
                        "else.")
+    if same:
+        return text + ("The weights end the same to the bit, but the losses differ by up "
+                       f"to {losses:.1e}: a loss was computed on other rows or in another "
+                       "order, and the weights did not record it.")
     return text + (f"Its weights differ from the uninterrupted run's by up to {gap:.1e}: "
                    "a resumed run should take exactly the same steps, so something the "
                    "checkpoint does not hold changed.")

@@ -41,7 +41,8 @@ def environment(torchrun: bool = False) -> dict[str, str]:
     For torchrun, also: its log at INFO level (what it restarts, and why), and a store of
     their own for each attempt's processes (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``): in
     torchrun's shared store, a restarted rank can read the address its dead predecessor
-    left there and fail to connect (pytorch/pytorch#135712; seen with gloo, torch 2.13).
+    left there and fail to connect (pytorch/pytorch#135712, closed; still seen with gloo
+    in torch 2.13).
     """
     package_root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
@@ -78,6 +79,10 @@ def launch(job: str, world_size: int, folder, timeout_s: float = 120.0,
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be a whole number >= 1, the "
                          "number of processes to start")
+    if dies is not None and (isinstance(dies, bool) or not isinstance(dies, int)
+                             or not 0 <= dies < world_size):
+        raise ValueError(f"dies={dies!r} must be one of the ranks 0 .. {world_size - 1}, "
+                         "or None when no rank is killed on purpose")
     for attempt in range(1, tries + 1):
         failed = _run_ranks(job, world_size, folder, timeout_s, dies)
         if failed is None:

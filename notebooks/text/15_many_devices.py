@@ -62,6 +62,7 @@ import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, NullFormatter
 import numpy as np
 import torch
 from IPython.display import Markdown, display
@@ -121,9 +122,9 @@ held = {"weights": nbytes(model.parameters()),
         "AdamW's state": nbytes(t for s in optimizer.state.values() for t in s.values())}
 for what, n in held.items():
     print(f"{what:<14} {n:>11,} bytes")
-print(f"{'in all':<14} {sum(held.values()):>11,} bytes for {P:,} parameters: "
-      f"{sum(held.values()) / P:.3f} bytes a parameter")
-print("state_bytes:  ", state_bytes(model, "ddp", world_size=1))
+print(f"{'in all':<14} {sum(held.values()):>11,} bytes")
+print(f"{P:,} parameters: {sum(held.values()) / P:.3f} bytes a parameter")
+print(f"state_bytes: {state_bytes(model, 'ddp', world_size=1).total:,} bytes")
 
 # %% [markdown]
 # AdamW's state also holds a step count per tensor, 4 bytes each, too few to show in the
@@ -133,7 +134,8 @@ print("state_bytes:  ", state_bytes(model, "ddp", world_size=1))
 # built on PyTorch's `meta` device, which gives every tensor its shape and no memory:
 # nothing is downloaded and nothing allocated. Beside one device's bytes, the most any of 8
 # devices keeps under the two sharding schemes of section 15.4 (`state_bytes` without a
-# rank: ZeRO-1 gives each device whole parameters, so some devices keep more than others):
+# rank: ZeRO-1 gives each device whole parameters, so some devices keep more than others),
+# in GB, with the parameters in millions:
 
 # %%
 N_DEVICES, DEVICE_GB = 8, 80 * 2**30 / 1e9  # an H100's 80 GiB, in GB (10^9 bytes)
@@ -143,16 +145,16 @@ shapes |= {name: GPTConfig.from_preset(name) for name in PRESETS if name.startsw
 shapes["GPT-3 6.7B's shape"] = GPTConfig(n_layers=32, d_model=4096, n_heads=32,
                                          context_length=2048)
 sizes = {}
-print(f"{'':<19} {'parameters':>13} {'one device':>11} "
-      f"{'ZeRO-1, 8':>10} {'ZeRO-3, 8':>10}   (GB; ZeRO: the most on any device)")
+print(f"{'GB':<18} {'P (M)':>7} {'one':>7} {'ZeRO-1':>7} {'ZeRO-3':>7}")
 for name, config in shapes.items():
     with torch.device("meta"):  # shapes only: no memory, no download
         m = GPT(config)
     gb = [state_bytes(m, s, N_DEVICES).total / 1e9 for s in ("ddp", "zero1", "zero3")]
     sizes[name] = (m.num_parameters(), *gb)
-    print(f"{name:<19} {m.num_parameters():>13,} " + " ".join(f"{g:>8.2f} GB" for g in gb))
+    print(f"{name:<18} {m.num_parameters() / 1e6:>7.1f} "
+          + " ".join(f"{g:>7.2f}" for g in gb))
 least = min(state_bytes(m, "zero1", N_DEVICES, rank).total for rank in range(N_DEVICES))
-print(f"ZeRO-1 on 8, {name}: from {least / 1e9:.2f} to {gb[1]:.2f} GB, device by device")
+print(f"ZeRO-1 on 8, {name}:\nfrom {least / 1e9:.2f} to {gb[1]:.2f} GB, device by device")
 display(Markdown(prose.memory_text(sizes, DEVICE_GB, N_DEVICES, "an H100's 80 GiB")))
 
 # %% [markdown]
@@ -230,18 +232,19 @@ pair = launch("pair", 2, folder)  # one dict per rank
 four = launch("four", 4, folder, dies=3)
 launch_seconds = time.perf_counter() - start
 collected = {2: pair[0]["collectives"], 4: four[0]["collectives"]}
-print(f"{'N':>2} {'size':>9} {'sent by each rank':>19} {'2(N-1)/N n':>12} "
-      f"{'ring':>9} {'gloo':>9}")
+print(f"{'N':>2} {'KiB':>5} {'sent (bytes)':>12} {'':>1} {'ring ms':>7} {'gloo ms':>7}")
 for N, rows in collected.items():
     for row in rows:
         n, formula = 4 * row["numel"], 2 * (N - 1) / N * 4 * row["numel"]
-        times = (f"{1e3 * row['ring']:>6.2f} ms {1e3 * row['gloo']:>6.2f} ms"
-                 if "ring" in row else f"{'not timed':>19}")
-        print(f"{N:>2} {n // 1024:>5} KiB {row['sent']:>13,} bytes {formula:>12,.0f} "
-              + times)
-print("largest difference from gloo's sum:",
-      {N: max(row["difference"] for row in rows) for N, rows in collected.items()})
-print(f"this machine: {os.cpu_count()} cores; the fastest of {setup['repeats']} tries kept")
+        times = (f"{1e3 * row['ring']:>7.2f} {1e3 * row['gloo']:>7.2f}"
+                 if "ring" in row else f"{'not timed':>15}")
+        print(f"{N:>2} {n // 1024:>5} {row['sent']:>12,} "
+              f"{'=' if row['sent'] == formula else '≠'} " + times)
+print("=: each rank sent 2(N-1)/N of the tensor's bytes")
+for N, rows in collected.items():
+    print(f"N = {N}: the largest difference from gloo's sum "
+          f"{max(row['difference'] for row in rows):.1e}")
+print(f"{os.cpu_count()} cores; the fastest of {setup['repeats']} tries kept")
 
 # %% [markdown]
 # The counts are exact: a ring of 2 sends half the tensor in each of its 2 steps, a ring of
@@ -269,6 +272,9 @@ ax.loglog(kib, [1e3 * row["ring"] for row in ring], "o-", label="the book's ring
 ax.loglog(kib, [1e3 * row["gloo"] for row in ring], "s-", label="gloo's all-reduce")
 ax.loglog(kib, [1e3 * (2 * alpha + v / beta) for v in volume], "k--", label="ring model")
 ax.set(xlabel="tensor size (KiB)", ylabel="time (ms)")
+for axis in (ax.xaxis, ax.yaxis):  # plain numbers, and no labels on the minor ticks
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 ax.legend()
 fig.tight_layout()
 plt.show()
@@ -323,14 +329,16 @@ one = pair[0]["one process"]
 grads = {run: float((pair[0][f"{run}_grads"] - pair[0]["one process_grads"]).abs().max())
          for run in runs}
 weights = {run: float((pair[0][run] - one).abs().max()) for run in runs}
-print(f"{'':<15} {'gradients':>10} {'weights':>10}   rank 1's weights the same bits")
+print(f"{'':<15} {'gradients':>9} {'weights':>8} {'rank 1':>7}")
 for run in runs:
     same = torch.equal(pair[0][run], pair[1][run])
-    print(f"{run:<15} {grads[run]:>10.1e} {weights[run]:>10.1e}   {same}")
-print("per parameter, bucketed, DDP, ZeRO-1 and ZeRO-3 the same bits:",
+    print(f"{run:<15} {grads[run]:>9.1e} {weights[run]:>8.1e} "
+          f"{'same' if same else 'other':>7}")
+print("rank 1: its weights the same bits as rank 0's, or other")
+print("per parameter, bucketed, DDP, ZeRO-1, ZeRO-3\nthe same bits:",
       all(torch.equal(pair[0][run], pair[0]["per parameter"]) for run in runs[1:5]))
 ddp4 = four[0]["DDP_grads"] - four[0]["per parameter_grads"]  # 4 processes, one step
-print(f"4 processes, DDP's gradients against per parameter: {int((ddp4 != 0).sum()):,} of "
+print(f"4 processes, DDP's gradients against per parameter:\n{int((ddp4 != 0).sum()):,} of "
       f"{ddp4.numel():,} differ, by up to {ddp4.abs().max():.1e}")
 
 # %% tags=["remove-input"]
@@ -438,16 +446,16 @@ formula = {"ddp": lambda N: 16, "zero1": lambda N: 8 + 8 / N, "zero3": lambda N:
 names = {"ddp": "unsharded", "zero1": "ZeRO-1", "zero3": "ZeRO-3"}
 runs_of = {"ddp": "per parameter", "zero1": "ZeRO-1", "zero3": "ZeRO-3"}
 measured, exact = {}, True  # (scheme, N) -> bytes a parameter, one value per rank
-print(f"{'':<9} {'N':>2} {'weights':>10} {'gradients':>10} {'AdamW':>10}   "
-      f"{'bytes/param':>11} {'formula':>7}")
+print(f"{'MB':<9} {'N':>2} {'weights':>7} {'grads':>6} {'AdamW':>6} {'B/param':>7} "
+      f"{'formula':>7}")
 for N, ranks in ((2, pair), (4, four)):
     for scheme, run in runs_of.items():
         kept = [rank[f"{run}_held"] for rank in ranks]  # bytes of the tensors, per rank
         exact &= all(k == rank["formula"][scheme] for k, rank in zip(kept, ranks))
         measured[scheme, N] = [sum(k.values()) / P for k in kept]
-        print(f"{names[scheme]:<9} {N:>2} {kept[0]['parameters']:>10,} "
-              f"{kept[0]['gradients']:>10,} {kept[0]['optimizer']:>10,}   "
-              f"{max(measured[scheme, N]):>11.3f} {formula[scheme](N):>7.2f}")
+        print(f"{names[scheme]:<9} {N:>2} {kept[0]['parameters'] / 1e6:>7.2f} "
+              f"{kept[0]['gradients'] / 1e6:>6.2f} {kept[0]['optimizer'] / 1e6:>6.2f} "
+              f"{max(measured[scheme, N]):>7.3f} {formula[scheme](N):>7.2f}")
 print("every rank's bytes equal state_bytes':", exact)
 
 # %% tags=["remove-input"]
@@ -583,19 +591,21 @@ print("the same weights to the bit:",
       torch.equal(results["restarted"]["weights"], results["two machines"]["weights"]))
 
 # %% tags=["remove-input"]
-display(Markdown(prose.restart_text(results["restarted"], results["two machines"], 8, 13)))
+display(Markdown(prose.restart_text(results["restarted"], results["two machines"], 8, 13,
+                                   log)))
 
 # %% [markdown]
 # Two details make this work on a real cluster. The checkpoint must be where every machine
 # can read it (a shared file system), since rank 0 writes it and all of them resume from it.
 # And the processes of a restarted group must not meet where their predecessors met: with
 # gloo, a restarted rank can read the address its dead predecessor left in torchrun's store
-# and fail to connect (the same is reported with NCCL in
-# [pytorch/pytorch#135712](https://github.com/pytorch/pytorch/issues/135712)), so
-# `parallel_runs` sets `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`, which gives every attempt a
-# store of its own, started by its rank 0. The other failures end with a clear error within
-# a bounded time, each tested in `tests/test_parallel.py`: a rendezvous that never
-# completes, a port already taken, models whose shapes differ between processes.
+# and fail to connect (reported with NCCL in
+# [pytorch/pytorch#135712](https://github.com/pytorch/pytorch/issues/135712), closed in 2024
+# by a new store for each attempt; with gloo in torch 2.13, restarts here still fail without
+# the setting), so `parallel_runs` sets `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`, which gives
+# every attempt a store of its own, started by its rank 0. The other failures end with a
+# clear error within a bounded time, each tested in `tests/test_parallel.py`: a rendezvous
+# that never completes, a port already taken, models whose shapes differ between processes.
 #
 # ## 15.7 How much faster are two processes on 2 cores?
 #
@@ -623,7 +633,7 @@ speedup = float(np.median(per_round))
 print(f"one share alone: {1e3 * float(np.median(speed['alone shares'])):.1f} ms (median)")
 print(f"two processes: {speedup:.1f} times as fast (median of {len(per_round)} rounds, "
       f"{min(per_round):.1f} to {max(per_round):.1f})")
-print("the machine's load over the last minute, before and after: "
+print("the machine's load over the last minute,\nbefore and after: "
       + ", ".join(f"{load:.1f}" for load, _ in speed["load"])
       + f" on {speed['load'][0][1]} cores")
 
@@ -659,20 +669,20 @@ for where, N in {"8 GPUs in one server": 8, "64 GPUs in 8 servers": 64}.items():
     sent = 2 * (N - 1) / N * 4 * P_small  # bytes each GPU sends in a ring all-reduce
     if N == 8:  # every step over NVLink
         allreduce_ms[where] = 1e3 * sent / nvlink
-        print(f"{where}: each GPU sends {sent / 1e9:.2f} GB over NVLink: "
+        print(f"{where}: each GPU sends {sent / 1e9:.2f} GB\n  over NVLink: "
               f"{allreduce_ms[where]:.1f} ms")
         continue
     # 8 rings, one per card: an eighth of each GPU's bytes through its card, the rest NVLink
     allreduce_ms[where] = 1e3 * max(sent / 8 / card, sent * 7 / 8 / nvlink)
-    print(f"{where}: each GPU sends {sent / 1e9:.2f} GB, {sent / 8 / 1e9:.2f} GB of it "
-          f"through its card: {allreduce_ms[where]:.1f} ms (through one card alone: "
+    print(f"{where}: each GPU sends {sent / 1e9:.2f} GB,\n  {sent / 8 / 1e9:.2f} GB of it "
+          f"through its card: {allreduce_ms[where]:.1f} ms\n  (all through one card: "
           f"{1e3 * sent / card:.1f} ms)")
 products = 6 * (P_small - config.context_length * config.d_model)  # all but the lookup
 attention = 6 * config.n_layers * config.context_length * config.d_model
 operations = (products + attention) * tokens
 compute_ms = 1e3 * operations / (H100_TFLOPS * 1e12 * UTILISATION)
 share = attention / (products + attention)
-print(f"one step's computation: {operations:.2e} operations ({share:.0%} of them "
+print(f"one step's computation: {operations:.2e} operations\n  ({share:.0%} of them "
       f"attention's), {compute_ms:.0f} ms a GPU")
 display(Markdown(prose.cluster_text(allreduce_ms, compute_ms)))
 
