@@ -3,8 +3,9 @@
 Four lessons, each with its margin: the ring's cost per byte falls with the message's size
 (latency, then bandwidth); data parallelism computes one process's gradients, within a bar
 far above float32 rounding and far below a real mistake; each scheme keeps the bytes a
-parameter its formula gives; and two processes on two cores are not twice as fast as one
-doing the same work. The timing sentences and the restart's are written from the run too.
+parameter its formula gives; and buckets sent during backward make a step faster than
+all-reduces after it, round by round. Why two processes on two cores are not twice as fast,
+the timing sentences and the restart's are written from the run too.
 """
 
 from __future__ import annotations
