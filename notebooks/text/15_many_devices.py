@@ -401,8 +401,9 @@ print(f"the buckets hold {bucket_bytes:,} bytes: {bucket_bytes / P:.1f} bytes a 
 # buckets: `DataParallel` starts them strictly in order, and a parameter that got no
 # gradient on one process (a branch its batch did not take) counts as zero there, so that no
 # process waits for a gradient that never comes. Whether the overlap saves time depends on
-# whether something computes the sum while backward runs: section 15.7 measures it.  ## 15.4
-# Sharding: ZeRO-1 and ZeRO-3
+# whether something computes the sum while backward runs: section 15.7 measures it.
+#
+# ## 15.4 Sharding: ZeRO-1 and ZeRO-3
 #
 # Data parallelism keeps all 16 bytes a parameter on every process, $N$ copies of the same
 # state, and its buckets on top. ZeRO {cite}`rajbhandari2020zero` removes the copies in
@@ -601,11 +602,12 @@ display(Markdown(prose.restart_text(results["restarted"], results["two machines"
 # gloo, a restarted rank can read the address its dead predecessor left in torchrun's store
 # and fail to connect (reported with NCCL in
 # [pytorch/pytorch#135712](https://github.com/pytorch/pytorch/issues/135712), closed in 2024
-# by a new store for each attempt; with gloo in torch 2.13, restarts here still fail without
-# the setting), so `parallel_runs` sets `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`, which gives
-# every attempt a store of its own, started by its rank 0. The other failures end with a
-# clear error within a bounded time, each tested in `tests/test_parallel.py`: a rendezvous
-# that never completes, a port already taken, models whose shapes differ between processes.
+# by a new store for each attempt; with gloo in the pinned torch, restarts here still fail
+# without the setting), so `parallel_runs` sets `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`,
+# which gives every attempt a store of its own, started by its rank 0. The other failures
+# end with a clear error within a bounded time, each tested in `tests/test_parallel.py`: a
+# rendezvous that never completes, a port already taken, models whose shapes differ between
+# processes.
 #
 # ## 15.7 How much faster are two processes on 2 cores?
 #
