@@ -180,29 +180,41 @@ def test_ranks_that_never_end_are_a_timeout_not_a_hang(monkeypatch):
         never.set()  # the threads end with the test
 
 
-def test_what_an_object_keeps_counts_closures_and_optimizer_state_not_its_own_weights():
-    """ZeRO-1's rule as numbers: a (40,) tensor hidden in a closure counts, the weights
-    given (and views of them) do not, AdamW's two moments and step count are state."""
+def test_what_an_object_keeps_counts_storages_closures_classes_and_globals():
+    """ZeRO-1's rule as numbers, counted by storage: the weights given (and views of them)
+    do not count; AdamW's two moments and step count are state; a (40,) tensor counts
+    wherever it is kept: in a closure, as a slice (its storage stays alive), in the class,
+    in a global the code names."""
     from grading import ranks
 
-    weights = torch.randn(40)
+    weights, hidden = torch.randn(40), torch.zeros(40)
     chunk = torch.nn.Parameter(weights[:10].clone())
     optimizer = torch.optim.AdamW([chunk], lr=0.1)
     chunk.grad = torch.ones(10)
     optimizer.step()
-    hidden = torch.zeros(40)
 
     class Honest:
         def __init__(self):
             self.weights, self.view, self.optimizer = weights, weights[10:20], optimizer
 
-    class Hiding(Honest):
+    class Closure(Honest):
         def __init__(self):
             super().__init__()
             self.moments = lambda: hidden
 
+    class Slice(Honest):
+        def __init__(self):
+            super().__init__()
+            self.moments = hidden[:10]
+
+    class Attribute(Honest):
+        moments = hidden
+
+    env = {"__name__": "__main__", "hidden": hidden, "Honest": Honest}  # as a cell runs
+    exec("class Named(Honest):\n    def step(self):\n        return hidden.sum()", env)
     assert ranks.kept(Honest(), [weights]) == [10, 10 + 2 * 10 + 1, 2 * 10 + 1, 1]
-    assert ranks.kept(Hiding(), [weights])[:2] == [40, 40 + 10 + 2 * 10 + 1]
+    for hiding in (Closure, Slice, Attribute, env["Named"]):
+        assert ranks.kept(hiding(), [weights])[:2] == [40, 40 + 10 + 2 * 10 + 1], hiding
     with ranks.optimizers_built() as built:
         torch.optim.AdamW([torch.nn.Parameter(torch.zeros(7))])
     assert built == [7]

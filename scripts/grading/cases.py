@@ -130,8 +130,9 @@ class Replicas:
     """A case's world (Chapter 15): ``n`` copies of the set-up model ``model`` (a
     ``Setup``), ``state`` loaded into each, each with ``optimizer`` (a ``Setup`` given the
     copy's parameters first), passed as ``World("replicas")`` and ``World("optimizers")``.
-    The values end with the record [per step, the token ids each replica's forward
-    received; each replica's state after the steps, ``state``'s keys flattened in order]."""
+    The values end with the record [per step, [the token ids each replica's forward
+    received, the steps each optimizer took]; each replica's state after the steps,
+    ``state``'s keys flattened in order]."""
 
     n: int
     model: Setup

@@ -5,11 +5,12 @@ Inside the sandbox the runner imports this file (``/grader/ranks.py``; standard 
 torch only, no process, no socket): ``World`` gives each rank ``send``/``recv`` (messages in
 order per pair of ranks) and ``all_gather``, and records every message; ``run`` runs a
 program on every rank at once; ``kept`` and ``optimizers_built`` report, as numbers, what an
-object keeps; ``Rows`` records the rows each replica's forward receives. A rank that waits
-when every rank waits or has ended, none able to go on, is a deadlock, found at once
-(``Deadlock``); a wait past ``WAIT_S`` is a ``TimeoutError`` naming the rank. Outside, the
-case files read the record (``read``). The record is kept in the case's own process, so code
-that reaches into the world could forge it: the teacher reads such code.
+object keeps; ``Seen`` records the rows each replica's forward receives and each optimizer's
+steps. A rank that waits when every rank waits or has ended, none able to go on, is a
+deadlock, found at once (``Deadlock``); a wait past ``WAIT_S`` is a ``TimeoutError`` naming
+the rank. Outside, the case files read the record (``read``). The record is kept in the
+case's own process, so code that reaches into the world could forge it: the teacher reads
+such code.
 """
 
 from __future__ import annotations
@@ -159,9 +160,11 @@ def run(world: World, program: Callable[[int], object]) -> list:
 
 
 def _reachable(obj, seen: set[int]) -> Iterator:
-    """Every object ``obj`` keeps: attributes, containers, optimizer state, and what its
-    functions close over (closures, bound methods, partials); not modules or classes."""
-    if id(obj) in seen or isinstance(obj, (types.ModuleType, type)):
+    """Every object ``obj`` keeps: attributes, containers, optimizer state, its class's
+    attributes, what its functions close over (closures, bound methods, partials) and the
+    globals their code names; not modules, nor classes of libraries."""
+    if id(obj) in seen or isinstance(obj, types.ModuleType) or (
+            isinstance(obj, type) and obj.__module__.split(".")[0] in LIBRARIES):
         return
     seen.add(id(obj))
     yield obj
@@ -177,13 +180,26 @@ def _reachable(obj, seen: set[int]) -> Iterator:
         parts = [obj.__self__, obj.__func__]
     elif isinstance(obj, types.FunctionType):
         cells = [c.cell_contents for c in obj.__closure__ or () if _filled(c)]
-        parts = cells + list(obj.__defaults__ or ()) + [obj.__kwdefaults__ or {}]
+        named = [obj.__globals__[n] for n in _names(obj.__code__) if n in obj.__globals__]
+        parts = cells + named + list(obj.__defaults__ or ()) + [obj.__kwdefaults__ or {}]
     elif isinstance(obj, functools.partial):
         parts = [obj.func, obj.args, obj.keywords]
+    elif isinstance(obj, type):  # the candidate's own class: its attributes
+        parts = [dict(vars(obj))]
     else:
-        parts = [vars(obj)] if hasattr(obj, "__dict__") else []
+        parts = ([vars(obj)] if hasattr(obj, "__dict__") else []) + [type(obj)]
     for part in parts:
         yield from _reachable(part, seen)
+
+
+LIBRARIES = {"builtins", "torch", "typing", "abc", "collections", "functools", "enum",
+             "numpy"}  # classes whose attributes are no candidate's
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names a function's code reads, its inner functions' too."""
+    inner = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return set(code.co_names).union(*(_names(c) for c in inner))
 
 
 def _filled(cell) -> bool:
@@ -195,18 +211,18 @@ def _filled(cell) -> bool:
 
 
 def kept(obj, own: list[torch.Tensor]) -> list[int]:
-    """What ``obj`` keeps besides the tensors ``own`` (those sharing their storage too):
-    [its largest tensor's numbers, all its tensors' numbers, its optimizers' state numbers,
-    their states (one per parameter)]."""
+    """What ``obj`` keeps besides the storage of the tensors ``own``, counted by storage (a
+    view keeps all of its storage alive): [the largest storage's numbers, all storages'
+    numbers, its optimizers' state numbers, their states (one per parameter)]."""
     found = list(_reachable(obj, set()))
     owned = {t.untyped_storage().data_ptr() for t in own}
-    tensors = [o for o in found if isinstance(o, torch.Tensor)
-               and o.untyped_storage().data_ptr() not in owned]
+    storages = {o.untyped_storage().data_ptr(): o.untyped_storage().nbytes() // o.itemsize
+                for o in found if isinstance(o, torch.Tensor)}
+    numbers = [n for ptr, n in storages.items() if ptr not in owned]
     states = [s for o in found if isinstance(o, torch.optim.Optimizer)
               for s in o.state.values()]
-    numbers = sum(t.numel() for s in states for t in s.values() if torch.is_tensor(t))
-    return [max((t.numel() for t in tensors), default=0), sum(t.numel() for t in tensors),
-            numbers, len(states)]
+    state = sum(t.numel() for s in states for t in s.values() if torch.is_tensor(t))
+    return [max(numbers, default=0), sum(numbers), state, len(states)]
 
 
 @contextmanager
@@ -226,27 +242,36 @@ def optimizers_built() -> Iterator[list[int]]:
         torch.optim.Optimizer.__init__ = init
 
 
-class Rows:
-    """The token ids each replica's forward receives (``idx``, by position or by name), by
-    a forward pre-hook on each; ``take`` returns them per replica, concatenated, and
-    forgets them."""
+class Seen:
+    """What replicas and their optimizers did, step by step: the token ids each replica's
+    forward received (``idx``, by position or by name; a forward pre-hook on each) and how
+    many times each optimizer stepped (a step post-hook on each). ``take`` returns both
+    since the last take."""
 
-    def __init__(self, replicas: list[torch.nn.Module]):
-        self.seen: list[list[torch.Tensor]] = [[] for _ in replicas]
+    def __init__(self, replicas: list[torch.nn.Module], optimizers: list):
+        self.rows: list[list[torch.Tensor]] = [[] for _ in replicas]
+        self.steps = [0] * len(optimizers)
         for r, replica in enumerate(replicas):
-            replica.register_forward_pre_hook(functools.partial(self._hook, r),
+            replica.register_forward_pre_hook(functools.partial(self._forward, r),
                                               with_kwargs=True)
+        for r, optimizer in enumerate(optimizers):
+            optimizer.register_step_post_hook(functools.partial(self._step, r))
 
-    def _hook(self, r: int, module, args, kwargs) -> None:
+    def _forward(self, r: int, module, args, kwargs) -> None:
         idx = args[0] if args else kwargs.get("idx")
         if isinstance(idx, torch.Tensor):
-            self.seen[r].append(idx.detach().clone())
+            self.rows[r].append(idx.detach().clone())
 
-    def take(self) -> list[torch.Tensor]:
-        rows = [torch.cat(s) if s else torch.zeros(0, dtype=torch.long) for s in self.seen]
-        for s in self.seen:
+    def _step(self, r: int, optimizer, args, kwargs) -> None:
+        self.steps[r] += 1
+
+    def take(self) -> list:
+        """[per replica, its rows concatenated; per optimizer, its steps]."""
+        rows = [torch.cat(s) if s else torch.zeros(0, dtype=torch.long) for s in self.rows]
+        steps, self.steps = self.steps, [0] * len(self.steps)
+        for s in self.rows:
             s.clear()
-        return rows
+        return [rows, steps]
 
 
 def read(got: list) -> tuple[list, dict]:

@@ -167,8 +167,8 @@ def run_ranks(solution, case: dict, tensors: dict, names: dict, out: dict, prefi
 
 def run_replicas(solution, case: dict, tensors: dict, names: dict, out: dict, prefix: str):
     """The program given replicas of a set-up model, each with its optimizer: its values,
-    then the rows each replica's forward received, step by step, and each replica's state
-    (the case's keys, flattened) after the steps."""
+    then [per step, the rows each replica's forward received and each optimizer's steps
+    (``ranks.Seen``); each replica's state (the case's keys, flattened) after the steps]."""
     spec = case["world"]
     state = decode(spec["state"], tensors, names)
     replicas = [setup(spec["model"], tensors, names) for _ in range(spec["replicas"])]
@@ -176,11 +176,11 @@ def run_replicas(solution, case: dict, tensors: dict, names: dict, out: dict, pr
         replica.load_state_dict(state)
     optimizers = [setup(spec["optimizer"], tensors, names, replica.parameters())
                   for replica in replicas]
-    rows, seen = ranks.Rows(replicas), []
+    watch, seen = ranks.Seen(replicas, optimizers), []
     given = {"replicas": replicas, "optimizers": optimizers}
     with torch.enable_grad():
         values, _, _ = run_program(solution, case, tensors, names, out, prefix, given,
-                                   lambda: seen.append(rows.take()))
+                                   lambda: seen.append(watch.take()))
     weights = [torch.cat([r.state_dict()[k].reshape(-1) for k in state]) for r in replicas]
     return values + [encode([seen, weights], f"{prefix}.record", out)]
 

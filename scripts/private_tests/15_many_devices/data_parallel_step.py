@@ -1,8 +1,8 @@
 """Chapter 15, exercise 3: one data-parallel step done in one process: replica r's forward
 on its share of the rows alone, the gradients averaged over the replicas, every optimizer
-stepped; after a few steps every replica equals one model (the package's GPT) trained on
-the whole batch. The replicas are the set-up's GPT (a stand-in in the sandbox) with the
-package model's weights loaded."""
+stepped once; after a few steps every replica equals one model (the package's GPT)
+trained on the whole batch. The replicas are the set-up's GPT (a stand-in in the sandbox)
+with the package model's weights loaded."""
 
 import torch
 from gpt_from_scratch.model import GPT, GPTConfig
@@ -31,10 +31,13 @@ def case(label, N, B, optimizer, kwargs, g):
     atol = 1e-4 if optimizer == "AdamW" else 1e-5
 
     def check(got):
-        rows, weights = got[-1]
-        for seen, batch in zip(rows, batches):
-            shares = batch[:, :-1].tensor_split(N)
-            assert all(torch.equal(s, share) for s, share in zip(seen, shares, strict=True))
+        seen, weights = got[-1]
+        assert len(seen) == len(batches)
+        for (rows, steps), batch in zip(seen, batches):
+            shares = batch[:, :-1].tensor_split(N)  # a second forward of them is allowed
+            assert [set(map(tuple, r.tolist())) for r in rows] == [
+                set(map(tuple, share.tolist())) for share in shares]
+            assert steps == [1] * N  # every optimizer steps, once
         assert all(torch.equal(w, weights[0]) for w in weights)
         assert torch.allclose(weights[0], expected, atol=atol, rtol=1e-4)
 

@@ -1,6 +1,7 @@
 """Chapter 15, exercise 1: the sum of every rank's tensor, on every rank, by a ring: each
-rank sends 2(N - 1)/N of the tensor, only to the next rank, and every rank ends with the
-same bits. The ranks are threads of the case's process (grading.ranks)."""
+rank sends 2(N - 1)/N of the tensor, only to the next rank, receives 2(N - 1) messages
+from the previous one, and every rank ends with the same bits. The ranks are threads of
+the case's process (grading.ranks)."""
 
 import torch
 from grading import ranks
@@ -22,8 +23,9 @@ def case(label, N, n, g):
             assert result.shape == expected.shape and result.dtype == expected.dtype
             assert torch.allclose(result, expected, atol=1e-5, rtol=1e-5)
         assert all(torch.equal(result, sums[0]) for result in sums)
-        for rank, sent in enumerate(record["sent"]):
-            assert sent <= 2 * n - chunks[rank] - chunks[(rank + 1) % N]
+        for rank, sent in enumerate(record["sent"]):  # a ring's numbers, exactly
+            assert sent == 2 * n - chunks[rank] - chunks[(rank + 1) % N]
+            assert sum(1 for r, _ in record["recvs"] if r == rank) == 2 * (N - 1)
         assert all(to == (rank + 1) % N for rank, to in record["sends"])
         assert all(source == (rank - 1) % N for rank, source in record["recvs"])
 
