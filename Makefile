@@ -161,8 +161,9 @@ test-notebooks: $(STAMP)
 # its kernels and threads: book-models first, then JOBS chapters at once, each kernel on
 # ARITHMETIC_THREADS threads:
 # ARITHMETIC_THREADS=4 means four, even on two cores: MKL_DYNAMIC would hold torch to one thread a
-# core; then use JOBS=1). The committed outputs come from the AVX-512 kernels and two threads;
-# every compared cell and every lesson must hold under both.
+# core; then use JOBS=1). The committed outputs come from the AVX-512 kernels on one thread, each
+# chapter run as make test runs it, with the models make test trains; every compared cell and
+# every lesson must hold under both.
 ARITHMETIC ?= avx2
 ARITHMETIC_THREADS ?= 1
 ARITHMETIC_CHAPTERS ?= 06 07 08 09 11 12 13 14 15

@@ -10,7 +10,8 @@ For chapter ``NN_name`` it writes ``<out>/NN_name/``:
 - ``student/NN_name_assignment.ipynb``: **the notebook students hand in**: the set-up cell, the names
   the exercises may use, and each graded exercise (instructions, the stub, the public check). It runs
   in seconds, untouched or solved, without the rest of the chapter;
-- ``autograder/assignment.json``: exercises, points, set-up, for ``scripts/grade.py``.
+- ``autograder/assignment.json``: exercises, points, set-up, for ``scripts/grade.py``, and
+  each exercise's solution cell as the book publishes it (the grader hints at a paste).
 
 It also creates the course secret (``grading.secret``) when there is none: the private cases' inputs
 are drawn from it. The cases themselves are read by the grader from the course's folder
@@ -169,6 +170,19 @@ def assignment_notebook(chapter_nb, assignment: Assignment):
     return nb
 
 
+def published(chapter_nb, assignment: Assignment) -> dict[str, str]:
+    """Each graded exercise's solution cell, as the book shows it (*Show the solution*)."""
+    cells = {}
+    for exercise in assignment.exercises:
+        cell = next((c for c in chapter_nb.cells if defines(c, exercise.name)
+                     and "solution" in c.metadata.get("tags", [])), None)
+        if cell is None:
+            raise SystemExit(f"{assignment.chapter}: no cell tagged 'solution' defines "
+                             f"{exercise.name}: tag the exercise's solution cell so")
+        cells[exercise.name] = cell.source
+    return cells
+
+
 def copy_cell(cell):
     cell = nbformat.from_dict(json.loads(json.dumps(cell)))
     if cell.cell_type == "code":
@@ -189,7 +203,9 @@ def write_assignment(assignment: Assignment, out: Path) -> Path:
         test = PRIVATE_TESTS / assignment.chapter / f"{exercise.name}.py"
         if not test.exists():
             raise SystemExit(f"missing private case file {test.relative_to(ROOT)} for {exercise.name}")
-    (folder / "autograder" / "assignment.json").write_text(json.dumps(asdict(assignment), indent=2) + "\n")
+    material = asdict(assignment) | {"published": published(chapter_nb, assignment)}
+    text = json.dumps(material, indent=2) + "\n"
+    (folder / "autograder" / "assignment.json").write_text(text)
     return folder
 
 

@@ -13,7 +13,8 @@ skipped. The grader
 1. reads every file in a process of its own under CPU and memory limits, each student's
 files under one time budget (``grading.parse``):
    per exercise the program (its solution cell and the helpers it uses), the teacher's flags
-   (a near copy of the package, a reach for it: flags never cost points) and a fingerprint;
+   (a near copy of the package, the book's solution pasted, a reach for the package: flags
+   never cost points) and a fingerprint;
 2. runs each program in a sandbox (``grading.sandbox``) on the course's case inputs, drawn
 from
    the course secret, one process per case, with the exercise's set-up made of stand-ins
@@ -183,9 +184,8 @@ def grade_folder(
     provided = standins.setup_names(assignment["setup"])
     hints = {n: prepared[n]["hints"] for n in names}
     people = [sheet.person(g.student) for g in grades]  # whose reading time each file uses
-    replies = parse.read_all(
-        found, names, provided, max(jobs, os.cpu_count() or 1), hints, people
-    )
+    replies = parse.read_all(found, names, provided, max(jobs, os.cpu_count() or 1), hints,
+                             people, book=assignment.get("published"))
     boxes: queue.Queue = queue.Queue()
     for slot in range(jobs):
         boxes.put(sandbox.Sandbox(slot, limits, unsafe))

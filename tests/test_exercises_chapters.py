@@ -510,6 +510,14 @@ def test_logit_lens(capsys):
     fails(ex.check_logit_lens, lambda *a: logit_lens(*a, use_eps=False), capsys, "add eps")
     fails(ex.check_logit_lens, lambda *a: logit_lens(*a, affine=False), capsys, "scale by weight")
     fails(ex.check_logit_lens, lambda r, w, b, W, e: logit_lens(r, w, b, W, e)[0], capsys, "(L, B, T, V)")
+    passes(ex.check_logit_lens, lambda *a: logit_lens(*(t.double() for t in a[:4]), a[4]),
+           capsys)  # no dtype is stated: float64 too
+
+
+def clears_b_O(z_corrupted, z_clean, head, W_O, b_O):
+    out = patch_head(z_corrupted, z_clean, head, W_O, b_O)
+    b_O.zero_()
+    return out
 
 
 def patch_head(z_corrupted, z_clean, head, W_O, b_O, in_place=False, bias=True, all_but=False):
@@ -526,6 +534,9 @@ def test_patch_head(capsys):
     fails(ex.check_patch_head, lambda *a: patch_head(*a, bias=False), capsys, "bias b_O")
     fails(ex.check_patch_head, lambda *a: patch_head(*a, all_but=True), capsys, "only the head asked for")
     fails(ex.check_patch_head, lambda zc, zk, h, W, b: zc.flatten(2) @ W.T + b, capsys, "clean run's")
+    fails(ex.check_patch_head, clears_b_O, capsys, "b_O changed in place")
+    passes(ex.check_patch_head, lambda zc, zk, h, W, b: patch_head(
+        zc.double(), zk.double(), h, W.double(), b), capsys)  # float64 too
 
 
 # ---------------------------------------------------------------------------------------------- 14
@@ -547,6 +558,7 @@ def test_group_advantages(capsys):
           capsys, "divide by the group's std")
     fails(ex.check_group_advantages, lambda r, G: group_advantages(r, len(r) // G), capsys,
           "rewards.view(-1, G)")
+    passes(ex.check_group_advantages, lambda r, G: group_advantages(r.double(), G), capsys)
 
 
 def grpo_loss(logps, old, A, mask, eps, clip=True, reduce="tokens", detach=False, sign=1):

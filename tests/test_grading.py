@@ -60,7 +60,11 @@ def test_every_chapter_grades_correct_solutions_and_typical_mistakes(
     for student, want in expected.items():
         got = {n: float(rows[student][n]) for n in names}
         assert got == pytest.approx(want), f"{student}: {rows[student]}"
-        assert rows[student]["flags"] == "", f"{student}: {rows[student]}"
+        # "correct" is the book's own solution cells: hinted, never a point less
+        hinted = "; ".join(f"{n}: the book's published solution, pasted line for line"
+                           for n in names)
+        want = hinted if student == "correct" else ""
+        assert rows[student]["flags"] == want, f"{student}: {rows[student]}"
     assert "raised an exception" in rows["untouched_stub"]["notes"]  # fixed words
     assert "NotImplementedError" in rows["untouched_stub"]["details"]  # the teacher's
 

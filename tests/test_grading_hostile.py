@@ -6,7 +6,10 @@ similarity, the sheet's words), beside honest students in every accepted format.
 scores 0 on the exercise it attacks; each honest student scores full marks; every other row
 is intact. Then a small class of chapter 9 against its rule judged by behaviour (B A never
 formed): forming B A in any way, on the cases that do not look like the rule's or split over
-processes, scores 0, and the honest classmate after each attack full marks."""
+processes, scores 0, and the honest classmate after each attack full marks. Then Chapters
+12-14 checked as worded, each attack followed in its slot by an honest classmate: inputs
+changed in place and losses without their gradient score 0, results in a dtype no text
+states score full marks, the book's own solutions pasted are hinted on the sheet."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import csv
 import nbformat
 import pytest
 
-from grading_class import grade, material, submission
+from grading_class import ROOT, assign, grade, material, solutions, submission
 
 sandbox = pytest.importorskip("grading.sandbox")
 LIMITS = sandbox.Limits(cpu_seconds=3.0, total_memory_bytes=3 << 29)  # 1.5 GiB a sandbox
@@ -492,3 +495,326 @@ def test_forming_b_a_on_any_case_scores_zero(lora_class, name):
 def test_the_bottleneck_passes_every_case_after_any_attack(lora_class, name):
     row = lora_class[name]
     assert (float(row["lora_forward"]), row["notes"]) == (2.0, ""), row
+
+
+class Graded(dict):
+    """Rows by student name, and ``groups``: per exercise, the groups of the similarity
+    report (students by name)."""
+
+    groups: dict[str, list[set[str]]]
+
+
+def graded_in_order(tmp, chapter: str, students: list[tuple[str, dict]]) -> Graded:
+    """Rows by name of ``students`` ((name, sources by exercise) in grading order), graded
+    in one sandbox slot: each follows the one before in it."""
+    secret = tmp / "course_secret"
+    secret.write_text(f"a-course-secret-for-{chapter}-" + "5" * 32)
+    _, autograder, _, student_nb = material(chapter, tmp / "assign")
+    folder = tmp / "submissions"
+    folder.mkdir()
+    for k, (name, sources) in enumerate(students):
+        nbformat.write(submission(student_nb, sources), folder / f"{k:02d}_{name}.ipynb")
+    out = tmp / "grades.csv"
+    grade.grade_folder(folder, autograder, out, secret=secret, jobs=1, quiet=True)
+    with out.open(newline="") as f:
+        rows = Graded((r["student"].split("_", 1)[1], r) for r in csv.DictReader(f))
+    rows.groups = {}
+    with (tmp / "grades_similarity.csv").open(newline="") as f:
+        for exercise, _, names in csv.reader(f):
+            group = {name.split("_", 1)[1] for name in names.split(" | ") if "_" in name}
+            rows.groups.setdefault(exercise, []).append(group)
+    return rows
+
+
+def alternate(attacks: dict, honest: dict, base: dict) -> list[tuple[str, dict]]:
+    """Each attack, then an honest classmate (``honest`` in turn) named
+    ``<honest>_after_<attack>``, in one slot; ``base``: every exercise's honest code, which
+    each student's own replaces."""
+    turns = zip(attacks.items(), list(honest.items()) * len(attacks))
+    return [
+        student
+        for (attack, own), (kind, fair) in turns
+        for student in ((attack, base | own), (f"{kind}_after_{attack}", base | fair))
+    ]
+
+
+def after(rows: dict, attack: str) -> dict:
+    """The row of the honest classmate graded right after ``attack``, in its slot."""
+    return next(row for name, row in rows.items() if name.endswith(f"_after_{attack}"))
+
+
+@pytest.fixture(scope="module")
+def book_solutions() -> dict[str, dict[str, str]]:
+    """Per chapter, the book's "Show the solution" cell of each graded exercise."""
+    return {
+        chapter: solutions(
+            nbformat.read(ROOT / "notebooks" / f"{chapter}.ipynb", as_version=4),
+            [e.name for e in assign.ASSIGNMENTS[chapter].exercises],
+        )
+        for chapter in ("12_assistant", "13_inside", "14_verifier")
+    }
+
+
+# Chapter 13's patch_head leaves its inputs unchanged, as its text says: a solution that
+# changes one in place (patched there, or cleared after use) scores 0
+LENS = {
+    "logit_lens": "def logit_lens(resid, weight, bias, W_U, eps):\n"
+    "    centred = resid - resid.mean(-1, keepdim=True)\n"
+    "    var = centred.pow(2).mean(-1, keepdim=True)\n"
+    "    return (centred / torch.sqrt(var + eps) * weight + bias) @ W_U.T"
+}
+PATCH = "def patch_head(z_corrupted, z_clean, head, W_O, b_O):\n"
+CLONE = "    z = z_corrupted.clone()\n    z[:, :, head] = z_clean[:, :, head]\n"
+HONEST_PATCH = {
+    "clone_then_patch": {
+        "patch_head": PATCH + CLONE + "    return z.flatten(2) @ W_O.T + b_O"
+    },
+    "where_then_linear": {
+        "patch_head": PATCH + "    H = z_corrupted.shape[2]\n"
+        "    chosen = (torch.arange(H) == head).view(1, 1, H, 1)\n"
+        "    z = torch.where(chosen, z_clean, z_corrupted)\n"
+        "    return F.linear(z.flatten(2), W_O, b_O)"
+    },
+}
+CHANGES_INPUTS = {  # right values, an input changed in place
+    "patches_z_corrupted_in_place": {
+        "patch_head": PATCH + "    z_corrupted[:, :, head] = z_clean[:, :, head]\n"
+        "    return z_corrupted.flatten(2) @ W_O.T + b_O"
+    },
+    "patches_z_clean_in_place": {
+        "patch_head": PATCH
+        + "    others = [h for h in range(z_clean.shape[2]) if h != head]\n"
+        "    z_clean[:, :, others] = z_corrupted[:, :, others]\n"
+        "    return z_clean.flatten(2) @ W_O.T + b_O"
+    },
+    "clears_b_O_after_use": {
+        "patch_head": PATCH + CLONE + "    out = z.flatten(2) @ W_O.T + b_O\n"
+        "    b_O.zero_()\n    return out"
+    },
+}
+# No dtype is stated by Chapters 12-14's texts: a float64 result is right (compared in
+# float64 at the case's tolerance), and so is pass@k as a one-element tensor
+FLOAT64_13 = {
+    "lens_in_float64": {
+        "logit_lens": LENS["logit_lens"].rsplit("\n", 1)[0] + "\n"
+        "    normed = centred.double() / torch.sqrt(var.double() + eps) * weight + bias\n"
+        "    return normed @ W_U.double().T"
+    },
+    "patch_in_float64": {
+        "patch_head": PATCH + CLONE
+        + "    return z.double().flatten(2) @ W_O.double().T + b_O"
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def inside_class(tmp_path_factory, book_solutions):
+    base = LENS | HONEST_PATCH["clone_then_patch"]
+    students = alternate(CHANGES_INPUTS | FLOAT64_13, HONEST_PATCH, base)
+    students += [("pastes_the_book", book_solutions["13_inside"]), ("own_work", base)]
+    return graded_in_order(tmp_path_factory.mktemp("inside"), "13_inside", students)
+
+
+@pytest.mark.parametrize("attack", sorted(CHANGES_INPUTS))
+def test_changing_an_input_in_place_scores_zero_and_the_next_full(inside_class, attack):
+    row = inside_class[attack]
+    assert (row["patch_head"], row["logit_lens"]) == ("0", "2"), row
+    assert "changed its inputs" in row["notes"], row
+    fair = after(inside_class, attack)
+    assert (fair["total"], fair["notes"], fair["flags"]) == ("4", "", ""), fair
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64_13))
+def test_a_float64_result_scores_full_marks_and_so_does_the_next(inside_class, name):
+    for row in (inside_class[name], after(inside_class, name)):
+        assert (row["total"], row["notes"], row["flags"]) == ("4", "", ""), row
+
+
+# Chapter 14's grpo_loss is asked with its gradient with respect to logps: a loss whose
+# value is right and whose gradient is missing or wrong scores 0
+GRPO = "def grpo_loss(logps, old_logps, advantages, mask, epsilon):\n"
+NUMPY_LOSS = (
+    "    import numpy as np\n"
+    "    lp, old = logps.detach().double().numpy(), old_logps.double().numpy()\n"
+    "    A, m = advantages.double().numpy()[:, None], mask.double().numpy()\n"
+    "    ratio = np.exp(lp - old)\n"
+    "    clipped = np.clip(ratio, 1 - epsilon, 1 + epsilon) * A\n"
+    "    loss = float((-np.minimum(ratio * A, clipped) * m).sum() / m.sum())\n"
+)
+HONEST_GRPO = {
+    "minimum_of_the_two": {
+        "grpo_loss": GRPO + "    ratio = torch.exp(logps - old_logps)\n"
+        "    adv = advantages.unsqueeze(1)\n"
+        "    clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv\n"
+        "    objective = torch.minimum(ratio * adv, clipped)\n"
+        "    return -(objective * mask).sum() / mask.sum()"
+    },
+    "where_the_smaller": {
+        "grpo_loss": GRPO + "    ratio = (logps - old_logps).exp()\n"
+        "    A = advantages[:, None].expand_as(ratio)\n"
+        "    clipped = ratio.clamp(1 - epsilon, 1 + epsilon) * A\n"
+        "    per_token = -torch.where(ratio * A < clipped, ratio * A, clipped)\n"
+        "    return per_token[mask.bool()].mean()"
+    },
+}
+NO_GRADIENT = {  # the right value, its gradient with respect to logps missing or wrong
+    "numpy_loss_as_a_tensor": {
+        "grpo_loss": GRPO + NUMPY_LOSS + "    return torch.tensor(loss)"
+    },
+    "numpy_loss_as_a_leaf": {
+        "grpo_loss": GRPO + NUMPY_LOSS + "    return torch.tensor(loss, requires_grad=True)"
+    },
+    "numpy_loss_plus_zero_logps": {
+        "grpo_loss": GRPO + NUMPY_LOSS + "    return torch.tensor(loss) + 0 * logps.sum()"
+    },
+    "detached_loss": {
+        "grpo_loss": HONEST_GRPO["minimum_of_the_two"]["grpo_loss"].replace(
+            "    return -(objective * mask).sum() / mask.sum()",
+            "    return (-(objective * mask).sum() / mask.sum()).detach()",
+        )
+    },
+}
+FLOAT64_14 = {
+    "advantages_in_float64": {
+        "group_advantages": "def group_advantages(rewards, group_size):\n"
+        "    grouped = rewards.double().view(-1, group_size)\n"
+        "    centred = grouped - grouped.mean(1, keepdim=True)\n"
+        "    return (centred / (grouped.std(1, keepdim=True) + 1e-4)).flatten()"
+    },
+    "loss_in_float64": {
+        "grpo_loss": HONEST_GRPO["minimum_of_the_two"]["grpo_loss"].replace(
+            "(logps - old_logps)", "(logps.double() - old_logps.double())"
+        )
+    },
+    "pass_at_k_as_a_tensor": {
+        "pass_at_k": "def pass_at_k(n, c, k):\n"
+        "    if n - c < k:\n        return torch.tensor(1.0)\n"
+        "    return 1 - torch.tensor(math.comb(n - c, k) / math.comb(n, k))"
+    },
+}
+ADVANTAGES = {
+    "group_advantages": "def group_advantages(rewards, group_size):\n"
+    "    grouped = rewards.view(-1, group_size)\n"
+    "    centred = grouped - grouped.mean(dim=1, keepdim=True)\n"
+    "    return (centred / (grouped.std(dim=1, keepdim=True) + 1e-4)).reshape(-1)"
+}
+PASS_AT_K = {
+    "pass_at_k": "def pass_at_k(n, c, k):\n"
+    "    return 1.0 if c > n - k else 1.0 - math.comb(n - c, k) / math.comb(n, k)"
+}
+
+
+# A classmate's grpo_loss copied with light edits, each below the similarity report's 90%
+# before grading.canonical (dead code 88%, "x /= n" 88%, all at once 77%): in the
+# classmate's group of the report, never a point less; the honest student after each in none
+MINE = (
+    "    log_ratio = logps - old_logps\n    ratio = torch.exp(log_ratio)\n"
+    "    adv = advantages.unsqueeze(1)\n"
+)
+OBJECTIVE = (
+    "    unclipped = ratio * adv\n"
+    "    clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv\n"
+)
+SUMS = "    total = (per_token * mask).sum()\n    count = mask.sum()\n"
+CLASSMATE = GRPO + MINE + OBJECTIVE + "    per_token = -torch.minimum(unclipped, clipped)\n"
+CLASSMATE += SUMS + "    return total / count"
+COPIES = {
+    "copies_adding_dead_code": CLASSMATE.replace(
+        SUMS, SUMS + "    unused = epsilon * 2\n    if False:\n        count = 1\n"
+    ),
+    "copies_dividing_in_place": CLASSMATE.replace(
+        "    return total / count", "    total /= count\n    return total"
+    ),
+    "copies_all_at_once": "def objective(ratio, adv, epsilon):\n"
+    + OBJECTIVE.replace("ratio * adv", "adv * ratio")
+    + "    return torch.minimum(unclipped, clipped)\n\n\n"
+    + GRPO + MINE + "    per_token = -objective(ratio, adv, epsilon)\n"
+    + SUMS.replace("per_token * mask", "mask * per_token")
+    + "    total /= count\n    return total",
+}
+
+
+@pytest.fixture(scope="module")
+def verifier_class(tmp_path_factory, book_solutions):
+    base = ADVANTAGES | HONEST_GRPO["minimum_of_the_two"] | PASS_AT_K
+    students = alternate(NO_GRADIENT | FLOAT64_14, HONEST_GRPO, base)
+    students += [("pastes_the_book", book_solutions["14_verifier"]), ("own_work", base)]
+    students += [("classmate", base | {"grpo_loss": CLASSMATE})]
+    copies = {name: {"grpo_loss": source} for name, source in COPIES.items()}
+    honest = {"where_the_smaller": HONEST_GRPO["where_the_smaller"]}
+    students += alternate(copies, honest, base)
+    return graded_in_order(tmp_path_factory.mktemp("verifier"), "14_verifier", students)
+
+
+@pytest.mark.parametrize("attack", sorted(NO_GRADIENT))
+def test_a_loss_without_its_gradient_scores_zero_and_the_next_full(verifier_class, attack):
+    row = verifier_class[attack]
+    assert (row["grpo_loss"], row["total"]) == ("0", "4"), row
+    assert "gradient" in row["notes"], row
+    fair = after(verifier_class, attack)
+    assert (fair["total"], fair["notes"], fair["flags"]) == ("6", "", ""), fair
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64_14))
+def test_float64_or_a_tensor_pass_at_k_scores_full_marks_and_the_next(verifier_class, name):
+    for row in (verifier_class[name], after(verifier_class, name)):
+        assert (row["total"], row["notes"], row["flags"]) == ("6", "", ""), row
+
+
+DPO = {
+    "dpo_loss": "def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected,"
+    " beta):\n"
+    "    margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)\n"
+    "    return F.softplus(-beta * margin).mean()"
+}
+MASK_PROMPT = {
+    "mask_prompt": "def mask_prompt(ids, n_prompt):\n"
+    "    keep = torch.arange(1, len(ids)) >= n_prompt\n"
+    "    return torch.where(keep, ids[1:], torch.full_like(ids[1:], -100))"
+}
+FLOAT64_12 = {
+    "dpo_in_float64": {
+        "dpo_loss": DPO["dpo_loss"].split("\n")[0] + "\n"
+        "    chosen = policy_chosen.double() - ref_chosen.double()\n"
+        "    rejected = policy_rejected.double() - ref_rejected.double()\n"
+        "    return F.softplus(-beta * (chosen - rejected)).mean()"
+    }
+}
+
+
+@pytest.fixture(scope="module")
+def assistant_class(tmp_path_factory, book_solutions):
+    base = MASK_PROMPT | DPO
+    students = alternate(FLOAT64_12, {"own_work": base}, base)
+    students += [("pastes_the_book", book_solutions["12_assistant"]), ("own_work", base)]
+    return graded_in_order(tmp_path_factory.mktemp("assistant"), "12_assistant", students)
+
+
+def test_a_dpo_loss_in_float64_scores_full_marks_and_so_does_the_next(assistant_class):
+    name = "dpo_in_float64"
+    for row in (assistant_class[name], after(assistant_class, name)):
+        assert (row["total"], row["notes"], row["flags"]) == ("4", "", ""), row
+
+
+# The book's "Show the solution" cells pasted: full marks (the book is public) and, on the
+# teacher's sheet, a hint for each exercise; the classmate's own work after it, none
+CLASSES = {"12_assistant": "assistant_class", "13_inside": "inside_class",
+           "14_verifier": "verifier_class"}
+
+
+@pytest.mark.parametrize("chapter", sorted(CLASSES))
+def test_the_books_solutions_pasted_are_hinted_and_keep_their_points(request, chapter):
+    rows = request.getfixturevalue(CLASSES[chapter])
+    pasted, own = rows["pastes_the_book"], rows["own_work"]
+    for exercise in assign.ASSIGNMENTS[chapter].exercises:
+        assert f"{exercise.name}: the book's published solution" in pasted["flags"], pasted
+    assert (pasted["total"], own["flags"]) == (own["total"], ""), (pasted, own)
+
+
+def test_light_edits_of_a_classmates_file_are_grouped_with_it(verifier_class):
+    group = next(g for g in verifier_class.groups["grpo_loss"] if "classmate" in g)
+    assert group == {"classmate", *COPIES}, verifier_class.groups
+    for name in ["classmate", *COPIES]:
+        fair = after(verifier_class, name) if name in COPIES else verifier_class[name]
+        for row in (verifier_class[name], fair):
+            assert (row["total"], row["notes"], row["flags"]) == ("6", "", ""), row

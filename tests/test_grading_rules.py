@@ -2,7 +2,8 @@
 of such an exercise is one the rule watches, under the same CPU limit, so that a submission
 cannot take the forbidden route on the other cases and the honest one where it recognises
 the rule's case (by its shape, size or values). Submissions that try it are graded in
-test_grading_hostile.py (Chapter 9) and test_grading.py (Chapter 2's loop per entry)."""
+test_grading_hostile.py (Chapter 9) and test_grading.py (Chapter 2's loop per entry). And
+what no text states (a dtype) decides no case; a case that cannot be judged is refused."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from grading_class import ROOT, grade
-from grading.cases import Randn, Ranks, World
+from grading.cases import Randn, Ranks, Step, World
 
 SECRET = b"a-course-secret-for-the-rules-" + b"9" * 32
 
@@ -241,3 +242,45 @@ def test_a_rank_that_misuses_send_recv_or_all_gather_gets_a_clear_error(call, ma
 
     with pytest.raises(ValueError, match=match):
         call(ranks.World(2))
+
+
+CHAPTERS_12_TO_14 = {"12_assistant": ("mask_prompt", "dpo_loss"),
+                     "13_inside": ("logit_lens", "patch_head"),
+                     "14_verifier": ("group_advantages", "grpo_loss", "pass_at_k")}
+
+
+@pytest.mark.parametrize("chapter", sorted(CHAPTERS_12_TO_14))
+def test_no_dtype_the_text_does_not_state_decides_a_case(chapter):
+    """Chapters 12-14's texts state no dtype: every floating-point result is judged by its
+    values in float64 (mask_prompt's targets stay int64, the dtype of the ids and the only
+    one cross-entropy takes with -100 ignored)."""
+    for name in CHAPTERS_12_TO_14[chapter]:
+        for case in drawn(chapter, name, SECRET):
+            floating = [e for e in case.expected
+                        if isinstance(e, torch.Tensor) and e.is_floating_point()]
+            assert not (floating and case.exact_dtype), (name, case.name)
+
+
+def test_the_judge_compares_values_in_float64_where_no_dtype_is_stated():
+    from grading.cases import Case
+    from grading.judge import same
+
+    expected = torch.tensor([1.0, 2.0 / 3.0])
+    free, fixed = Case("free", [], exact_dtype=False), Case("fixed", [])
+    assert same(expected.double() + 1e-7, expected, free) == ""
+    assert same(expected.double(), expected, fixed) == "wrong dtype (float64)"
+    assert same(expected.half(), expected, free) == "wrong values"  # not to 1e-4
+    assert same(torch.tensor([1.5]), torch.tensor([1]), free) == "wrong values"  # not cut
+    assert same(torch.tensor(0.25, dtype=torch.float64), 0.25, fixed) == ""  # a number
+    assert same(True, 1.0, fixed) == "wrong value"
+
+
+@pytest.mark.parametrize(
+    "step, match",
+    [(lambda: Step((torch.ones(2), 1), gradient=(1, torch.ones(2))), r"gradient=\(1, "),
+     (lambda: Step((torch.ones(2),), gradient=(0, torch.ones(3))), r"gradient=\(0, "),
+     (lambda: Step((torch.ones(2), Randn((2,), 1)), unchanged=True), r"type Randn: only")],
+)
+def test_a_step_refuses_a_gradient_or_a_comparison_it_cannot_make(step, match):
+    with pytest.raises(ValueError, match=match):
+        step()

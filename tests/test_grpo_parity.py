@@ -89,3 +89,22 @@ def test_grpo_loss_and_gradients_equal_trl(tmp_path, loss_type, policy, beta):
           f"max |dgrad| {worst:.1e} over {len(named)} tensors")
     torch.testing.assert_close(out.loss, theirs.detach(), rtol=0, atol=1e-6)
     assert worst < 1e-6 and len(named) == 28
+
+
+@pytest.mark.parametrize("scale", ["group", None])
+def test_group_advantages_equal_trls_formula_with_its_own_std(scale):
+    """TRL 1.16's ``_generate_and_score_completions`` (grpo_trainer.py): each reward minus its
+    group's ``nanmean``, divided by its group's ``nanstd`` (Bessel's correction) plus 1e-4
+    where ``scale_rewards="group"``; the mean only where ``"none"``. TRL's ``nanstd`` itself
+    is called here, so a std of another convention or another epsilon fails."""
+    utils = pytest.importorskip("trl.trainer.utils", reason=REASON)
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.rand(24, generator=g).round(decimals=1)  # (N,) = 6 groups of 4
+    rewards[4:8] = 0.5  # a group of equal rewards: advantages 0
+    grouped = rewards.view(-1, 4)  # (B, G)
+    theirs = rewards - torch.nanmean(grouped, dim=1).repeat_interleave(4)
+    if scale == "group":
+        theirs = theirs / (utils.nanstd(grouped, dim=1).repeat_interleave(4) + 1e-4)
+    ours = group_advantages(rewards, 4, scale=scale)
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    assert torch.equal(ours[4:8], torch.zeros(4))

@@ -102,6 +102,44 @@ def test_two_decimals_and_tables_side_by_side():
         inside.side_by_side(torch.zeros(2, 2), torch.zeros(4))
 
 
+def test_the_figures_labels_cover_no_label_no_point_and_stay_in_the_frame():
+    """Fig. 13.1's seed 1 once printed "L3H3" over "L1H1L1H0": three top heads on nearly one
+    spot, and a top head in the top right corner whose label ran past the frame."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    shares = torch.full((4, 4), 0.02) + torch.arange(16).reshape(4, 4) * 0.004
+    scores = torch.linspace(0.0, 0.3, 16).reshape(4, 4)
+    crowded, corner = shares.clone(), shares.clone()
+    corner_scores = scores.clone()
+    for (layer, head), share, score in (((1, 1), 0.40, 0.41), ((1, 0), 0.395, 0.43),
+                                        ((3, 3), 0.42, 0.415)):
+        crowded[layer, head], scores[layer, head] = share, score
+    corner[3, 1], corner_scores[3, 1] = 0.49, 0.585
+    fig = inside.patching_figure({0: crowded, 1: corner}, {0: scores, 1: corner_scores})
+    try:
+        renderer = fig.canvas.get_renderer()
+        for ax, (x, y) in zip(fig.axes, ((scores, crowded), (corner_scores, corner))):
+            labels = list(ax.texts)
+            assert [t.get_text() for t in labels][:1] == [inside.top_heads(y, 1)[:4]]
+            assert len(labels) == 3
+            for t in labels:
+                t.update_positions(renderer)
+            boxes = [Text.get_window_extent(t, renderer) for t in labels]  # without its line
+            frame = ax.get_window_extent(renderer)
+            points = ax.transData.transform(np.c_[x.flatten(), y.flatten()])
+            for n, box in enumerate(boxes):
+                assert frame.x0 <= box.x0 and box.x1 <= frame.x1, labels[n].get_text()
+                assert frame.y0 <= box.y0 and box.y1 <= frame.y1, labels[n].get_text()
+                assert not any(box.overlaps(other) for other in boxes[n + 1:])
+                assert not any(box.contains(px, py) for px, py in points)
+    finally:
+        plt.close(fig)
+
+
 def test_rank_correlation_and_top_heads():
     a = torch.tensor([[0.1, 0.5], [0.3, 0.9]])
     assert inside.rank_correlation(a, 2 * a + 1) == pytest.approx(1.0)

@@ -52,6 +52,20 @@ def test_outputs_name_no_machine_paths(path):
     assert not leaks, f"{path.name} prints machine paths {leaks[:3]}: print paths relative to the cache or data folder"
 
 
+PROGRESS_BAR = re.compile(r"\d+%\|")  # tqdm's text: "  0%|          | 0/3000"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_outputs_keep_no_progress_bar(path):
+    """A saved tqdm bar reads as it was drawn, "0%", wherever widgets do not run (GitHub, a
+    notebook viewer, the PDF): committed runs find their models in the cache and draw none."""
+    notebook = jupytext.read(path)
+    bars = [i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"
+            for output in cell.get("outputs", []) if PROGRESS_BAR.search(str(output))]
+    assert not bars, (f"{path.name}: cells {bars[:5]} keep a progress bar: run the chapter with "
+                      "its models in the cache (make book-models first), or progress=False")
+
+
 MAX_CODE_LINE = 92  # characters: the rendered page clips wider code (make browser-test measures it)
 
 

@@ -34,7 +34,8 @@ def check_logit_lens(candidate) -> bool:
             W_U = torch.randn(V, D, generator=g)
             expected = _lens(resid, weight, bias, W_U, eps)
             got = _call(candidate, resid.clone(), weight.clone(), bias.clone(), W_U.clone(), eps)
-            got = _require_tensor(got, expected, "logits", shape_hint="(L, B, T, D) @ W_U.T gives (L, B, T, V)")
+            got = _require_tensor(got, expected, "logits", dtype=False,  # none is stated
+                                  shape_hint="(L, B, T, D) @ W_U.T gives (L, B, T, V)")
             centred = resid - resid.mean(-1, keepdim=True)
             _compare_values(got, expected, atol=1e-4, rtol=1e-4, known_mistakes=[
                 (resid @ W_U.T, "apply the final LayerNorm before the output layer"),
@@ -70,13 +71,17 @@ def check_patch_head(candidate) -> bool:
             g = _generator(seed)
             z_corrupted, z_clean = (torch.randn(B, T, H, d_k, generator=g) for _ in range(2))
             W_O, b_O = torch.randn(H * d_k, H * d_k, generator=g), torch.randn(H * d_k, generator=g)
-            kept = z_corrupted.clone()
+            inputs = {"z_corrupted": z_corrupted, "z_clean": z_clean, "W_O": W_O, "b_O": b_O}
+            sent = {name: t.clone() for name, t in inputs.items()}
             expected = _patch(z_corrupted, z_clean, head, W_O, b_O)
-            got = _call(candidate, z_corrupted, z_clean.clone(), head, W_O.clone(), b_O.clone())
-            if not torch.equal(z_corrupted, kept):
-                raise _Mismatch("z_corrupted was changed in place", "expected: the input left as it was",
-                                hint="patch a copy: z = z_corrupted.clone()")
-            got = _require_tensor(got, expected, "attention output",
+            got = _call(candidate, sent["z_corrupted"], sent["z_clean"], head, sent["W_O"],
+                        sent["b_O"])
+            changed = [name for name in inputs if not torch.equal(sent[name], inputs[name])]
+            if changed:
+                raise _Mismatch(f"{', '.join(changed)} changed in place",
+                                "expected: the inputs left as they were",
+                                hint="write into a copy, never an input: z = z_corrupted.clone()")
+            got = _require_tensor(got, expected, "attention output", dtype=False,
                                   shape_hint="merge the heads (B, T, H * d_k), then apply c_proj: (B, T, D)")
             others = [h for h in range(H) if h != head]
             _compare_values(got, expected, atol=1e-4, rtol=1e-4, known_mistakes=[

@@ -40,6 +40,7 @@ def check_group_advantages(candidate) -> bool:
                 rewards = torch.rand(4 * G if G == 2 else 3 * G, generator=g)
             expected = _advantages(rewards, G)
             got = _require_tensor(_call(candidate, rewards.clone(), G), expected, "advantages",
+                                  dtype=False,  # none is stated
                                   shape_hint="one advantage per reward: (N,), flat like rewards")
             _compare_values(got, expected, atol=1e-4, rtol=1e-4, known_mistakes=[
                 (_advantages(rewards, G, eps=0.0), "add 1e-4 to the std: a group of equal rewards "

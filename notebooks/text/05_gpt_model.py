@@ -258,12 +258,12 @@ def toy_stack(x, softmax=True, gelu=True):
 
 
 a, b = (torch.randn(T_toy, D_toy, generator=g64, dtype=torch.float64) for _ in range(2))
+print("|f(2a - 3b) - (2f(a) - 3f(b))|, a share of the outputs' size:")
 for softmax, gelu in [(True, True), (True, False), (False, True), (False, False)]:
     f = lambda x: toy_stack(x, softmax, gelu)
     gap = (f(2 * a - 3 * b) - (2 * f(a) - 3 * f(b))).abs().max() / f(a).abs().max()
     size = f"{gap:.0e}" if gap > 1e-12 else "below 1e-12"
-    print(f"softmax {str(softmax):5s} GELU {str(gelu):5s}: |f(2a - 3b) - (2f(a) - 3f(b))| "
-          f"= {size} of the outputs' size")
+    print(f"softmax {str(softmax):5s} GELU {str(gelu):5s}: {size}")
 
 # %% [markdown]
 # With either non-linearity the stack is far from linear. Without both it is linear to float64
@@ -397,8 +397,8 @@ with torch.no_grad():
 
 # %% tags=["nbval-check-output"]
 torch.manual_seed(0)
-probe_model = GPT(GPTConfig.from_preset("tiny", vocab_size=256, d_model=64, n_heads=4,
-                                        n_layers=8, context_length=32)).eval()
+probe_model = GPT(GPTConfig.from_preset(
+    "tiny", vocab_size=256, d_model=64, n_heads=4, n_layers=8, context_length=32)).eval()
 
 
 def hidden_states(idx, residual):
@@ -638,10 +638,10 @@ fresh_config = GPTConfig.from_preset("tiny", d_model=256, n_heads=4, n_layers=12
                                     vocab_size=1000)
 fresh = GPT(fresh_config)
 block0 = fresh.blocks[0]
-print(f"c_fc.weight std:   {block0.mlp.c_fc.weight.std():.4f}   (0.02)")
-print(f"c_proj.weight std: {block0.mlp.c_proj.weight.std():.4f}   "
+print(f"c_fc.weight std:   {block0.mlp.c_fc.weight.std():.4f}  (0.02)")
+print(f"c_proj.weight std: {block0.mlp.c_proj.weight.std():.4f}  "
       f"(0.02 / sqrt(2 * 12) = {0.02 / math.sqrt(24):.4f})")
-print(f"wte.weight std:    {fresh.wte.weight.std():.4f}   (0.02)")
+print(f"wte.weight std:    {fresh.wte.weight.std():.4f}  (0.02)")
 print(f"ln_1: gamma all 1: {bool((block0.ln_1.weight == 1).all())}, "
       f"beta all 0: {bool((block0.ln_1.bias == 0).all())}")
 
@@ -652,8 +652,9 @@ print(f"ln_1: gamma all 1: {bool((block0.ln_1.weight == 1).all())}, "
 # %%
 def stream_std(scaled, n_layers=48):
     torch.manual_seed(0)
-    config = GPTConfig.from_preset("tiny", vocab_size=512, d_model=128, n_heads=4,
-                                   n_layers=n_layers, context_length=32)
+    config = GPTConfig.from_preset(
+        "tiny", vocab_size=512, d_model=128, n_heads=4, n_layers=n_layers,
+        context_length=32)
     model = GPT(config).eval()
     if not scaled:
         for name, param in model.named_parameters():
@@ -673,9 +674,9 @@ def stream_std(scaled, n_layers=48):
 std_scaled, std_plain = stream_std(scaled=True), stream_std(scaled=False)
 
 # %% tags=["nbval-check-output"]
-print(f"embeddings:        std {std_scaled[0]:.3f}")
-print(f"after 48 blocks:   std {std_scaled[-1]:.3f} with GPT-2's scaling, "
-      f"{std_plain[-1]:.3f} without")
+print(f"embeddings:                        std {std_scaled[0]:.3f}")
+print(f"after 48 blocks, GPT-2's scaling:  std {std_scaled[-1]:.3f}")
+print(f"after 48 blocks, c_proj at 0.02:   std {std_plain[-1]:.3f}")
 
 # %% mystnb={"figure": {"caption": "Standard deviation of the residual stream after each of 48 blocks at initialization (D = 128), with GPT-2's 0.02 / sqrt(2L) scaling of the output projections and with plain 0.02.", "name": "fig-gpt-residual-scaling"}, "image": {"alt": "Two rising curves against the number of blocks from 0 to 48. Without the scaling the standard deviation climbs steeply, to about 0.5 after 48 blocks. With the scaling it rises slowly from 0.03 to about 0.05."}}
 fig, ax = plt.subplots(figsize=(5.2, 3.6))
@@ -707,8 +708,7 @@ def count_by_hand(V, T_max, D, L, d_ff=None, tied=True):
 
 by_hand = count_by_hand(V=50_257, T_max=1_024, D=768, L=12)
 print(f"by hand:          {by_hand:,}")
-print(f"num_parameters(): {gpt2_small.num_parameters():,}   "
-      "(the meta-device model of section 5.4)")
+print(f"num_parameters(): {gpt2_small.num_parameters():,}  (section 5.4's model)")
 
 # %% [markdown]
 # The third way is `torchinfo`'s summary, which lists every module (on the meta device it needs no memory
@@ -794,9 +794,11 @@ e = 0.02 * torch.randn(1, 64, D_small, generator=generator)
 wpe = 0.02 * torch.randn(64, D_small, generator=generator)
 P = sinusoidal_positional_encoding(64, D_small)  # (T, D): the original's fixed positions
 rms = lambda t: t.pow(2).mean().sqrt().item()  # the typical size of an entry
-print("original Transformer: x = wte(idx) * sqrt(D) + P   (P fixed sinusoids)")
+print("original Transformer: x = wte(idx) * sqrt(D) + P")
+print("  P: fixed sinusoids")
 print(f"  rms of wte * sqrt(D): {rms(e * math.sqrt(D_small)):.3f}, rms of P: {rms(P):.3f}")
-print("GPT-2:                x = wte(idx) + wpe[:T]        (wpe learned, a Parameter)")
+print("GPT-2:                x = wte(idx) + wpe[:T]")
+print("  wpe: learned, a Parameter")
 print(f"  rms of wte: {rms(e):.3f}, rms of wpe: {rms(wpe):.3f}")
 
 # %% [markdown]
@@ -833,15 +835,15 @@ n_residual = 2 * gpt2_config.n_layers  # two residual branches per block
 gpt_changes = pd.DataFrame(
     [
         ("context length", "512", "1,024", f"{gpt2_config.context_length:,}"),
-        ("vocabulary", "40,478 BPE", "50,257 byte-level BPE",
-         f"{gpt2_config.vocab_size:,}"),
-        ("batch size (sequences)", "64", "512", "set in training"),
-        ("LayerNorm", "post-LN", "pre-LN", "pre-LN (Block)"),
+        ("vocabulary", "40,478", "50,257", f"{gpt2_config.vocab_size:,}"),
+        ("tokens", "BPE", "byte-level BPE", ""),
+        ("batch (sequences)", "64", "512", "in training"),
+        ("LayerNorm", "post-LN", "pre-LN", "pre-LN"),
         ("final LayerNorm", "none", "added", "ln_f"),
-        ("residual projections' init", "N(0, 0.02²)", "× 1/√N", f"× 1/√{n_residual}"),
+        ("c_proj init", "std 0.02", "× 1/√N", f"× 1/√{n_residual}"),
     ],
-    columns=["change", "GPT-1", "GPT-2", "our GPTConfig()"],
-).set_index("change")
+    columns=["change", "GPT-1", "GPT-2", "ours"],
+).set_index("change").rename_axis(None)  # no line for the index's name
 print(gpt_changes.to_string())
 
 # %% [markdown]
@@ -1101,9 +1103,12 @@ print(f"loss {untied_loss:.4f}; extra parameters {extra:,}")
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# $\sigma = 0.02 \times 40 = 0.8$, so the prediction is $\ln 50{,}257 + 0.8^2 / 2 \approx
-# 10.82 + 0.32 = 11.14$: above $\ln V$, because the tied logits of a wide model are spread
-# out. Compare with the measured value.
+# $\sigma = 0.02 \times 40 = 0.8$, so the prediction is
+#
+# $$\ln 50{,}257 + 0.8^2 / 2 \approx 10.82 + 0.32 = 11.14,$$
+#
+# above $\ln V$, because the tied logits of a wide model are spread out. Compare with the
+# measured value.
 # ```
 
 # %%

@@ -342,14 +342,14 @@ print(encoding.decode(out[0].tolist()))
 train_text = split_text(load_tiny_shakespeare())[0]
 decoded = lambda ids: tokenizer.decode(ids[0].tolist())  # noqa: E731
 seeded = dict(generator=torch.Generator().manual_seed(1))
-scored = {"character model, greedy": decoded(generate(model, prompt, SAMPLE_CHARS,
-                                                      greedy=True)),
-          "character model, sampled": decoded(generate(model, prompt, SAMPLE_CHARS,
-                                                       **seeded)),
-          "character model, tau = 0.8": decoded(generate(
-              model, prompt, SAMPLE_CHARS, temperature=SAMPLE_TEMPERATURE,
-              generator=torch.Generator().manual_seed(1))),
-          "BPE model, sampled": encoding.decode(out[0].tolist())}
+scored = {
+    "character model, greedy": decoded(generate(model, prompt, SAMPLE_CHARS, greedy=True)),
+    "character model, sampled": decoded(generate(model, prompt, SAMPLE_CHARS, **seeded)),
+    "character model, tau = 0.8": decoded(generate(
+        model, prompt, SAMPLE_CHARS, temperature=SAMPLE_TEMPERATURE,
+        generator=torch.Generator().manual_seed(1))),
+    "BPE model, sampled": encoding.decode(out[0].tolist()),
+}
 print(f"{'':<28}{'real words':>11}{'repeated':>10}")
 for name, text in scored.items():
     print(f"{name:<28}{real_word_share(text, train_text):>11.0%}"
@@ -479,11 +479,11 @@ def sample_text(temperature=0.8, top_k=0, top_p=0.95, seed=1337, n=300):
 
 
 sliders = {
-    "temperature": widgets.FloatSlider(value=0.8, min=0.1, max=2.0, step=0.05,
-                                       description="temperature"),
+    "temperature": widgets.FloatSlider(
+        value=0.8, min=0.1, max=2.0, step=0.05, description="temperature"),
     "top_k": widgets.IntSlider(value=0, min=0, max=65, description="top-k"),
-    "top_p": widgets.FloatSlider(value=0.95, min=0.05, max=1.0, step=0.05,
-                                 description="top-p"),
+    "top_p": widgets.FloatSlider(
+        value=0.95, min=0.05, max=1.0, step=0.05, description="top-p"),
     "seed": widgets.IntText(value=1337, description="seed"),
 }
 for s in sliders.values():
@@ -576,8 +576,8 @@ def generate_cached_by_hand(model, idx, max_new_tokens, generator=None):
 
 
 short_prompt = prompt[:, :4]
-cached = generate_cached_by_hand(model, short_prompt, 60,
-                                 generator=torch.Generator().manual_seed(4))
+cached = generate_cached_by_hand(
+    model, short_prompt, 60, generator=torch.Generator().manual_seed(4))
 uncached = generate(model, short_prompt, 60, use_cache=False,
                     generator=torch.Generator().manual_seed(4))
 assert torch.equal(cached, uncached)
@@ -730,8 +730,8 @@ HALF = resolve_precision("auto", FAST_DEVICE) if FAST_DEVICE == "cuda" else "bf1
 if FAST_DEVICE == "cuda":
     torch.backends.cuda.matmul.allow_tf32 = False  # measured below: TF32 off, then on
 gpu_shape = dict(context_length=256, d_model=384, n_layers=6, n_heads=6)
-fast_config = GPTConfig.from_preset("shakespeare-char", dropout=0.0,
-                                    **(gpu_shape if FULL_RUN else {}))
+fast_config = GPTConfig.from_preset(
+    "shakespeare-char", dropout=0.0, **(gpu_shape if FULL_RUN else {}))
 torch.manual_seed(0)
 fast_model = GPT(fast_config).to(FAST_DEVICE)
 B = 64 if FULL_RUN else 8
@@ -753,8 +753,8 @@ if FAST_DEVICE == "cuda":
     fast_model.check_token_ids = False
     torch.backends.cuda.matmul.allow_tf32 = True
     rows["TF32"] = (base, step_time(fast_model, x, y))
-    rows[f"{HALF} + torch.compile"] = (base, step_time(torch.compile(fast_model), x, y,
-                                                      precision=HALF, fused=True))
+    rows[f"{HALF} + torch.compile"] = (
+        base, step_time(torch.compile(fast_model), x, y, precision=HALF, fused=True))
 table = {name: {"before (ms)": round(1e3 * a, 1), "after (ms)": round(1e3 * b, 1),
                 "speed-up": round(a / b, 2)} for name, (a, b) in rows.items()}
 print(f"one training step, batch {B} x {fast_config.context_length} tokens, {FAST_DEVICE}")

@@ -171,9 +171,10 @@ item = MultipleChoice("ROMEO:\nBut, soft! what light through yonder window",
 print(f"context: {item.context!r}")
 for label, encode in (("characters", char_tok.encode),
                       ("GPT-2 tokens", encoding.encode_ordinary)):
+    print(f"{label}: how many context ids, the continuation's ids")
     for c in item.choices:
         ctx, cont = encode_pair(encode, item.context, " " + c)
-        print(f"{label:<13}{c!r:<9} -> {len(ctx)} context ids, continuation ids {cont}")
+        print(f"  {c!r:<9}{len(ctx):>3}  {cont}")
 
 # %%
 one = score_choices(char_model, char_tok.encode, [item])
@@ -246,12 +247,12 @@ results["which word ends"] = {"most frequent word": {rule: frequent for rule in 
 CHANCE = 1 / 4
 for task, rows in results.items():
     print(f"--- {task} (accuracy in %, mean ± standard error over {DRAWS} draws)")
-    print(f"{'':<18}" + "".join(f"{rule:>14}" for rule in prose.RULES))
-    print(f"{'a guess':<18}" + f"{100 * CHANCE:>14.1f}" * len(prose.RULES))
+    print(f"{'':<18}" + "".join(f"{rule:>13}" for rule in prose.RULES))
+    print(f"{'a guess':<18}" + f"{100 * CHANCE:>13.1f}" * len(prose.RULES))
     for name, r in rows.items():
         cells = [prose.mean_se(r[rule]) for rule in prose.RULES]
         print(f"{name:<18}"
-              + "".join(f"{100 * m:>8.1f} ± {100 * s:>3.1f}" for m, s in cells))
+              + "".join(f"{100 * m:>7.1f} ± {100 * s:>3.1f}" for m, s in cells))
 
 # %% tags=["remove-input"]
 word = results["which word ends"]
@@ -332,9 +333,10 @@ except OSError as err:  # the weights came, the items did not
 if why_not is None:
     rows = rows if default_device() == "cuda" else rows[:200]
     gpt2.to(default_device())
-    hellaswag = {reading: score_choices(gpt2, encoding.encode_ordinary,
-                                        hellaswag_items(rows, reading))
-                 for reading in ("nanogpt", "harness")}
+    hellaswag = {}
+    for reading in ("nanogpt", "harness"):
+        items = hellaswag_items(rows, reading)
+        hellaswag[reading] = score_choices(gpt2, encoding.encode_ordinary, items)
     print(f"{'reading of the text':<22}" + "".join(f"{rule:>11}" for rule in prose.RULES))
     for reading, scores in hellaswag.items():
         print(f"{reading:<22}"

@@ -172,8 +172,8 @@ try:
     hf.add_tokens(list(SPECIAL_TOKENS), special_tokens=True)
     hf.chat_template = CHAT_TEMPLATE
     gpt2_tok = ChatTokenizer(gpt2_encoding(), 50_257)
-    theirs = hf.apply_chat_template(messages, tokenize=True, return_dict=True,
-                                    return_assistant_tokens_mask=True)
+    theirs = hf.apply_chat_template(
+        messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
     ours = gpt2_tok.render(messages)
     print(f"GPT-2 tokenizer: {len(hf)} tokens; "
           f"ids equal: {list(theirs['input_ids']) == ours[0]}, "
@@ -567,8 +567,9 @@ dpo_scores, dpo_history, dpo_courtesy, dpo_drift = {}, {}, {}, {}
 start = clock()
 for seed in SEEDS:
     policy = copy.deepcopy(sft_models[seed])
-    dpo_history[seed] = train_dpo(policy, sft_models[seed], pairs, tok.pad_id, DPO_STEPS,
-                                  DPO_BATCH, DPO_LR, BETA, seed=seed)
+    dpo_history[seed] = train_dpo(
+        policy, sft_models[seed], pairs, tok.pad_id, DPO_STEPS, DPO_BATCH, DPO_LR, BETA,
+        seed=seed)
     dpo_scores[seed] = evaluate(policy, tok, held_out)
     dpo_courtesy[seed] = courtesy(policy, tok, held_out)
     dpo_drift[seed] = log_ratios(policy, sft_models[seed])
@@ -576,8 +577,8 @@ dpo_seconds = (clock() - start) / len(SEEDS)
 
 # %%
 print(f"{len(SEEDS)} DPO runs of {DPO_STEPS} steps x {DPO_BATCH} pairs, "
-      f"{dpo_seconds:.0f} s of CPU time each (evaluation included)")
-print(f"{'':<22}{'exact':>12}{'courteous (greedy)':>22}   (before -> after DPO)")
+      f"{dpo_seconds:.0f} s of CPU time each (evaluation included); before -> after DPO:")
+print(f"{'':<22}{'exact':>12}{'courteous (greedy)':>22}")
 for task in TASKS:
     for seed in SEEDS:
         b, a = sft_scores[seed][task], dpo_scores[seed][task]
@@ -587,8 +588,9 @@ for seed in SEEDS:
     print(f"seed {seed}: probability of the courteous opening {sft_courtesy[seed]:.0%} -> "
           f"{dpo_courtesy[seed]:.0%}")
 last = {s: h[-1] for s, h in dpo_history.items()}
-print("last step: " + ", ".join(f"seed {s} margin {h['margin']:+.2f} "
-                                f"accuracy {h['accuracy']:.2f}" for s, h in last.items()))
+print("last step: " + ", ".join(
+    f"seed {s} margin {h['margin']:+.2f} accuracy {h['accuracy']:.2f}"
+    for s, h in last.items()))
 
 # %% tags=["remove-input"]
 mean_exact = {name: [sum(sc[s][t]["exact"] for t in TASKS) / len(TASKS) for s in SEEDS]
@@ -615,8 +617,9 @@ COLLAPSE_LR = 50 * DPO_LR
 collapse_scores, collapse_history = {}, {}
 for seed in SEEDS:
     policy = copy.deepcopy(sft_models[seed])
-    collapse_history[seed] = train_dpo(policy, sft_models[seed], pairs, tok.pad_id,
-                                       DPO_STEPS, DPO_BATCH, COLLAPSE_LR, BETA, seed=seed)
+    collapse_history[seed] = train_dpo(
+        policy, sft_models[seed], pairs, tok.pad_id, DPO_STEPS, DPO_BATCH, COLLAPSE_LR,
+        BETA, seed=seed)
     collapse_scores[seed] = evaluate(policy, tok, held_out)
     collapse_history[seed][-1].update(log_ratios(policy, sft_models[seed]))  # held out
 
@@ -736,7 +739,9 @@ check_render(render);
 #
 # Write `dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta)`: the four
 # arguments are $(N,)$ tensors of summed log-probabilities of $N$ pairs; return the mean over the
-# pairs of $-\log\sigma(\beta[(\log\pi_w - \log\pi_{ref,w}) - (\log\pi_l - \log\pi_{ref,l})])$.
+# pairs of
+#
+# $$-\log\sigma(\beta[(\log\pi_w - \log\pi_{ref,w}) - (\log\pi_l - \log\pi_{ref,l})]).$$
 
 # %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):

@@ -108,8 +108,8 @@ model = models[SEEDS[0]]
 held_out = task_items(load_tiny_shakespeare())["held_out"]
 random.Random(0).shuffle(held_out)
 pairs = inside.repeat_pairs(held_out, tok, N_PAIRS)
-logits, cache = interp.run_with_hooks(model, pairs.clean,
-                                      read=["blocks.1.attn.z", "blocks.1.attn.pattern"])
+logits, cache = interp.run_with_hooks(
+    model, pairs.clean, read=["blocks.1.attn.z", "blocks.1.attn.pattern"])
 print("clean and corrupted pairs:", tuple(pairs.clean.shape), "(B, T)")
 print("blocks.1.attn.z:", tuple(cache["blocks.1.attn.z"].shape), "(B, T, H, d_k)")
 print("blocks.1.attn.pattern:", tuple(cache["blocks.1.attn.pattern"].shape), "(B, H, T, T)")
@@ -239,8 +239,8 @@ for how, given in how_to.items():
     ablated = [[patching.ablate_heads(model, pairs.clean, [(l, h)], how, **given)
                 for h in range(4)] for l in range(4)]  # one run per head ablated, (L, H)
     for part, measure in (("copy", metric), ("opening", opening)):
-        drops[part][how] = torch.tensor([[before[part] - float(measure(x)) for x in row]
-                                         for row in ablated])
+        drops[part][how] = torch.tensor(
+            [[before[part] - float(measure(x)) for x in row] for row in ablated])
     print(f"{how} ablation, nats lost a character on the line (layer x head):")
     print(drops["copy"][how])
 
@@ -265,8 +265,8 @@ off = (z - patching.role_means(z, pairs.roles)).norm(dim=-1) / z.norm(dim=-1)  #
 apart = (float(off[pairs.opening].mean()), float(off[pairs.copy].mean()))
 print(f"distance from its role's mean, share of its norm: opening {apart[0]:.2f}, "
       f"line {apart[1]:.2f}")
-found_ablation = inside_prose.ablation_lesson(drops["copy"], drops["opening"], other_means,
-                                              apart, SEEDS[0])
+found_ablation = inside_prose.ablation_lesson(
+    drops["copy"], drops["opening"], other_means, apart, SEEDS[0])
 display(Markdown(found_ablation.text))
 
 # %% [markdown]
@@ -305,9 +305,10 @@ for seed, m in models.items():
     shares[seed] = patching.patching_shares(m, pairs.clean, pairs.corrupted, metric)
     scores[seed] = inside.induction_scores(m, pairs)
 analysis_seconds = clock() - start
+print("top heads by the share denoising restores, and by induction score:")
 for seed in SEEDS:
-    print(f"seed {seed}, top heads by denoising:   {inside.top_heads(shares[seed])}")
-    print(f"seed {seed}, by induction score:       {inside.top_heads(scores[seed])}")
+    print(f"seed {seed}, denoising: {inside.top_heads(shares[seed])}")
+    print(f"seed {seed}, induction: {inside.top_heads(scores[seed])}")
 rhos = [inside.rank_correlation(shares[s], scores[s]) for s in SEEDS]
 sums = [float(shares[s].sum()) for s in SEEDS]
 found = [inside_prose.rankings_lesson(rhos, N_PAIRS), inside_prose.shares_lesson(sums)]
@@ -325,11 +326,12 @@ plt.show()
 # one head's clean output into the corrupted run can restore more than its "own" part.
 #
 # The other direction is *noising*: run the *clean* conversation with one head's output
-# taken
-# from the corrupted run, which is section 13.4's resample ablation, and measure the share
-# of
-# the gap it loses, $(m(\text{clean}) - m(\text{patched})) / (m(\text{clean}) -
-# m(\text{corrupted}))$. A head scores high when the copy *needs* it. The two ask different
+# taken from the corrupted run, which is section 13.4's resample ablation, and measure the
+# share of the gap it loses,
+#
+# $$\frac{m(\text{clean}) - m(\text{patched})}{m(\text{clean}) - m(\text{corrupted})}.$$
+#
+# A head scores high when the copy *needs* it. The two ask different
 # questions, and a head can be needed without being enough: one of several inputs that must
 # all be clean, as a previous-token head is for an induction head. The previous-token score
 # (Chapter 8) measures how much of each head's attention goes to the position just before.
@@ -545,8 +547,9 @@ groups = {"pair": top_two, "layer 0": [(0, h) for h in range(H)],
           "all": [(l, h) for l in range(L) for h in range(H)]}
 joint = {name: patching.group_share(model, pairs.clean, pairs.corrupted, metric, heads)
          for name, heads in groups.items()}
-display(Markdown(inside_prose.joint_text(shares[SEEDS[0]], top_two, joint["pair"],
-                                         joint["layer 0"], joint["later"], joint["all"])))
+display(Markdown(inside_prose.joint_text(
+    shares[SEEDS[0]], top_two, joint["pair"], joint["layer 0"], joint["later"],
+    joint["all"])))
 
 # %% [markdown] tags=["quiz"]
 # ## Check yourself

@@ -166,11 +166,12 @@ before = {seed: sampled_scores(sft[seed], tok, held_out, N_SAMPLES, K, seed=seed
           for seed in SEEDS}
 greedy_before = {seed: evaluate(sft[seed], tok, held_out) for seed in SEEDS}
 eval_seconds = (clock() - start) / len(SEEDS)
+print(f"{'':<17}{'greedy':>8}{'pass@1':>8}{f'pass@{K}':>8}")
 for seed in SEEDS:
     for task in TASKS:
         s = before[seed][task]
-        print(f"seed {seed}, {task:<9}: greedy {greedy_before[seed][task]['exact']:.1%}, "
-              f"pass@1 {s['pass@1']:.1%}, pass@{K} {s[f'pass@{K}']:.1%}")
+        print(f"{f'seed {seed}, {task}':<17}{greedy_before[seed][task]['exact']:>8.1%}"
+              f"{s['pass@1']:>8.1%}{s[f'pass@{K}']:>8.1%}")
 
 # %% tags=["remove-input"]
 display(Markdown(prose.sampling_text(
@@ -464,8 +465,8 @@ display(Markdown(found[-1].text))
 # the gradient of the KL at that position; the mean of $\nabla k_3$ alone is not. The first seed's run at the large step, with and without the penalty:
 
 # %%
-braked, _, braked_history = grpo_model(GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, BETA,
-                                                  seed=SEEDS[0]))
+braked, _, braked_history = grpo_model(
+    GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, BETA, seed=SEEDS[0]))
 brake = sampled_scores(braked, tok, held_task, N_SAMPLES, K, seed=SEEDS[0])[TASK]
 brake["kl"] = sum(braked_history.kl[-10:]) / 10
 display(Markdown(prose.brake_text(COLLAPSE_LR, BETA, hot[SEEDS[0]], brake, TASK)))

@@ -35,6 +35,36 @@ class Step:
         None  # call this method of the constructed object (None: the object)
     )
     attr: str | None = None  # or read this attribute (called when callable)
+    # (i, expected): the call made with autograd on for args[i], whose gradient of the
+    # returned value (a one-element tensor) must equal ``expected`` (only i goes in)
+    gradient: tuple[int, torch.Tensor] | None = None
+    unchanged: bool = False  # the args, after the call, must be as sent
+
+    def __post_init__(self):
+        if self.gradient is not None:
+            i, expected = self.gradient
+            if not (
+                isinstance(i, int)
+                and 0 <= i < len(self.args)
+                and isinstance(self.args[i], torch.Tensor)
+                and self.args[i].is_floating_point()
+                and isinstance(expected, torch.Tensor)
+                and expected.shape == self.args[i].shape
+            ):
+                raise ValueError(
+                    f"Step(gradient=({i!r}, …)): the gradient is taken with respect to a "
+                    "floating-point tensor of args, by its index, and its expected value "
+                    "has that tensor's shape, e.g. gradient=(0, expected_dlogps)"
+                )
+        if self.unchanged and not all(isinstance(a, PLAIN) for a in self.args):
+            kinds = {type(a).__name__ for a in self.args if not isinstance(a, PLAIN)}
+            raise ValueError(
+                f"Step(unchanged=True) with args of type {', '.join(sorted(kinds))}: only "
+                "tensors and plain numbers or strings are compared after the call; pass those"
+            )
+
+
+PLAIN = (torch.Tensor, int, float, str)  # what args are compared as after a call
 
 
 @dataclass
@@ -52,6 +82,7 @@ class Case:
     )
     atol: float = 1e-5
     rtol: float = 1e-4
+    # False where the exercise states no dtype: any dtype, its values compared in float64
     exact_dtype: bool = True
     cpu_seconds: float | None = None  # a tighter CPU limit: the rule this case observes
     behaviour: str = ""  # what the case shows, in the feedback when it fails (no values)
@@ -224,6 +255,8 @@ def program(case: Case, key: str, tensors: dict) -> dict:
             "kwargs": encode_arg(s.kwargs, k + ".k", tensors),
             "method": s.method,
             "attr": s.attr,
+            "grad": None if s.gradient is None else s.gradient[0],  # never the expected
+            "unchanged": s.unchanged,
         }
 
     state = {}

@@ -3,8 +3,9 @@ or that reaches for the package. Points come from behaviour only (the package is
 sandbox: reaching for it fails there, and a copy of its code is the book's own, public,
 solution): a flag says where to look, and costs nothing by itself.
 
-Near copies are found by fingerprints: the syntax tree with every local name replaced by one
-placeholder, strings by another, and docstrings removed, cut into overlapping runs of
+Near copies are found by fingerprints: the syntax tree with light edits undone
+(``grading.canonical``), every local name replaced by one placeholder, strings by another,
+and docstrings removed, cut into overlapping runs of
 ``GRAM`` tokens, of
 which the ``SKETCH`` smallest hashes are kept (a bottom-k sketch: the resemblance of two
 sketches estimates that of the whole programs, at a bounded cost per pair). Docstrings,
@@ -18,6 +19,8 @@ import re
 import zlib
 from functools import lru_cache
 from pathlib import Path
+
+from grading.canonical import canonical
 
 PACKAGE = "gpt_from_scratch"
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / PACKAGE
@@ -62,8 +65,8 @@ class _Normalize(ast.NodeTransformer):
 
 
 def normalized(node: ast.AST, one_name: bool = False) -> str:
-    tree = _Normalize(one_name).visit(ast.parse(ast.unparse(node)))
-    return ast.dump(tree, annotate_fields=False)
+    tree = canonical(ast.parse(ast.unparse(node)))  # light edits undone
+    return ast.dump(_Normalize(one_name).visit(tree), annotate_fields=False)
 
 
 def fingerprint(node: ast.AST) -> list[int]:

@@ -4,10 +4,11 @@ and compares it with the expected values it computed.
 Nothing of the student's runs here, and nothing the student chose reaches the student: a
 result is parsed as JSON (size capped), its tensors loaded by safetensors (plain tensors, no
 pickle, no subclass), and every failure is said in fixed words: the case's name and what
-went wrong (wrong shape, wrong dtype, wrong values, raised an exception, a limit), never the
-expected values, the inputs, the student's message, nor the error class or dtype their code
-chose (those go to the teacher's ``details`` column: a student could pick them to read back
-bits of the private inputs).
+went wrong (wrong shape, wrong dtype, wrong values, no or a wrong gradient, changed its
+inputs, raised an exception, a limit), never the expected values, the inputs, the
+student's message, nor the error class or dtype their code chose (those go to the
+teacher's ``details`` column: a student could pick them to read back bits of the private
+inputs).
 """
 
 from __future__ import annotations
@@ -80,10 +81,12 @@ def same(got, expected, case: Case) -> str:
             return "wrong shape"
         if case.exact_dtype and got.dtype != expected.dtype:
             return f"wrong dtype ({str(got.dtype).removeprefix('torch.')})"
+        if expected.dtype == torch.bool:
+            return "" if torch.equal(got.to(torch.bool), expected) else "wrong values"
         if got.dtype == torch.bool or not expected.is_floating_point():
-            return "" if torch.equal(got.to(expected.dtype), expected) else "wrong values"
-        close = torch.isclose(
-            got.to(expected.dtype), expected, atol=case.atol, rtol=case.rtol, equal_nan=True
+            return "" if torch.equal(got.double(), expected.double()) else "wrong values"
+        close = torch.isclose(  # in float64: a float64 result is not rounded first
+            got.double(), expected.double(), atol=case.atol, rtol=case.rtol, equal_nan=True
         )
         return "" if bool(close.all()) else "wrong values"
     if isinstance(expected, (list, tuple)):
@@ -91,11 +94,43 @@ def same(got, expected, case: Case) -> str:
             return "wrong number of values"
         return next((why for g, e in zip(got, expected) if (why := same(g, e, case))), "")
     if isinstance(expected, float):
-        ok = isinstance(got, (int, float)) and abs(got - expected) <= (
-            case.atol + case.rtol * abs(expected)
+        if isinstance(got, torch.Tensor) and got.numel() == 1 and got.dtype != torch.bool:
+            got = got.item()  # a number as a one-element tensor: no type is stated
+        ok = (
+            isinstance(got, (int, float))
+            and not isinstance(got, bool)
+            and abs(got - expected) <= case.atol + case.rtol * abs(expected)
         )
         return "" if ok else "wrong value"
     return "" if got == expected and type(got) is type(expected) else "wrong value"
+
+
+def peel(got: list, case: Case) -> tuple[list, str]:
+    """The values without what a step reported beside its value (the arguments after the
+    call, the value's gradient: ``cases.Step``), and what is wrong there ("" if
+    nothing)."""
+    got, why = list(got), ""
+    for i, step in enumerate(case.steps, len(case.fresh)):
+        if step.unchanged:
+            got[i], after = got[i]
+            kept = len(after) == len(step.args) and all(map(unchanged, after, step.args))
+            why = why or ("" if kept else "changed its inputs")
+        if step.gradient is not None:
+            got[i], grad = got[i]
+            if grad is None:
+                why = why or "no gradient"
+            elif same(grad, step.gradient[1], case):
+                why = why or "wrong gradient"
+    return got, why
+
+
+def unchanged(after, sent) -> bool:
+    """Whether an argument came back from the call as it was sent."""
+    if isinstance(sent, torch.Tensor):
+        return isinstance(after, torch.Tensor) and after.dtype == sent.dtype and (
+            after.shape == sent.shape and torch.equal(after, sent)
+        )
+    return type(after) is type(sent) and after == sent
 
 
 def report(raw: bytes | str):
@@ -134,9 +169,11 @@ def judge(results: list, cases: list[Case]) -> Verdict:
         values = result.get("values")
         got = [decode(v, tensors) for v in values] if isinstance(values, list) else []
         try:
+            got, beside = peel(got, case)
             if case.check is not None:
                 case.check(got)  # raises AssertionError: the values are wrong
             why = "" if case.check is not None else same(got, case.expected, case)
+            why = why or beside
         except Exception:  # noqa: BLE001 - a check meeting an unexpected output
             why = "wrong values"
         if why:

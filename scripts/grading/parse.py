@@ -6,8 +6,9 @@ notebook of thousands of magics, a deeply nested expression), or a folder of man
 files, costs that student only, whose rows say so.
 
 Per file it returns plain data: a note when the file cannot be read, and per exercise the
-program to run (``grading.cells.program``), the teacher's flags (``grading.integrity``),
-its hints and the fingerprint the similarity report compares (``grading.similarity``).
+program to run (``grading.cells.program``), the teacher's flags (``grading.integrity``,
+``grading.published``), its hints and the fingerprint the similarity report compares
+(``grading.similarity``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import select
 import signal
 from pathlib import Path
 
-from grading import cells, integrity
+from grading import cells, integrity, published
 from grading.clock import Clock
 
 STUDENT_SECONDS = 40.0  # of reading, all of a student's files together
@@ -30,10 +31,15 @@ MAX_REPLY = 16 << 20
 
 
 def read_one(
-    path: Path, names: list[str], provided: set[str], hints: dict | None = None
+    path: Path,
+    names: list[str],
+    provided: set[str],
+    hints: dict | None = None,
+    book: dict | None = None,
 ) -> dict:
     """What the grader needs of one file (run in the child); ``hints``: per exercise the
-    names its case file asks the teacher to look for (``integrity.hints``)."""
+    names its case file asks the teacher to look for (``integrity.hints``); ``book``: per
+    exercise the book's published solution (``grading.published``)."""
     if path.is_symlink():
         return {"skipped": "a link, not a file"}
     if path.suffix.lower() not in cells.GRADED:
@@ -51,7 +57,9 @@ def read_one(
         reply["programs"][name] = source
         if source is None:
             continue
-        reply["flags"][name] = integrity.flags(source)
+        reply["flags"][name] = integrity.flags(source) + published.flags(
+            found, name, (book or {}).get(name)
+        )
         try:
             tree = ast.parse(source)
         except SyntaxError:
@@ -83,13 +91,14 @@ def _child(
     names: list[str],
     provided: set[str],
     hints: dict | None,
+    book: dict | None,
     pipe: int,
     cpu_seconds: int,
 ) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     try:
-        reply = read_one(path, names, provided, hints)
+        reply = read_one(path, names, provided, hints, book)
     except BaseException as error:  # noqa: BLE001 - RecursionError, MemoryError: the note
         reply = {"error": type(error).__name__}
     data = json.dumps(reply).encode()[:MAX_REPLY]
@@ -111,11 +120,13 @@ def read_all(
     hints: dict | None = None,
     students: list[str] | None = None,
     budget: float | None = None,
+    book: dict | None = None,
 ) -> list[dict]:
     """``read_one`` of every file, ``jobs`` at once, in order. ``students``: whose each file
     is (default: its id); a student's files share ``budget`` seconds of reading: past it,
     the files being read are stopped, and they and the student's files not yet read get
-    ``over``'s reply (files read before stand). ``budget``: STUDENT_SECONDS by default."""
+    ``over``'s reply (files read before stand). ``budget``: STUDENT_SECONDS by default.
+    ``book``: per exercise the book's published solution."""
     budget = STUDENT_SECONDS if budget is None else budget
     if budget <= 0:
         raise ValueError(f"budget={budget}: reading needs a positive number of seconds")
@@ -142,7 +153,7 @@ def read_all(
             if pid == 0:
                 os.close(read_end)
                 try:
-                    _child(path, names, provided, hints, write_end, int(left) + 2)
+                    _child(path, names, provided, hints, book, write_end, int(left) + 2)
                 finally:
                     os._exit(0)
             os.close(write_end)

@@ -22,6 +22,7 @@ safetensors and ``ranks.py`` only.
 import ctypes
 import json
 import linecache
+import numbers
 import os
 import resource
 import sys
@@ -95,8 +96,10 @@ def encode(value, key: str, out: dict):
         return {"$list": [encode(v, f"{key}.{i}", out) for i, v in enumerate(value)]}
     if isinstance(value, bool) or value is None:
         return value
-    if isinstance(value, (int, float)):
-        return float(value) if isinstance(value, float) else int(value)
+    if isinstance(value, numbers.Integral):  # a NumPy integer too
+        return int(value)
+    if isinstance(value, numbers.Real):  # a NumPy float too
+        return float(value)
     if isinstance(value, str):
         return value[:MAX_TEXT]
     return {"$type": type(value).__name__[:80]}
@@ -132,13 +135,10 @@ def run_program(solution, case: dict, tensors: dict, names: dict, out: dict, pre
         if step.get("attr"):
             value = getattr(target, step["attr"])
             value = value() if callable(value) else value
+            values.append(encode(value, f"{prefix}.{i}", out))
         else:
             function = getattr(target, step["method"]) if step.get("method") else target
-            value = function(
-                *decode(step["args"], tensors, names, given),
-                **decode(step["kwargs"], tensors, names, given),
-            )
-        values.append(encode(value, f"{prefix}.{i}", out))
+            values.append(call(function, step, tensors, names, out, f"{prefix}.{i}", given))
         after_step()
     return values, target, init_args
 
@@ -194,6 +194,35 @@ def run_case(
     if "replicas" in world:
         return run_replicas(solution, case, tensors, names, out, prefix)
     return run_program(solution, case, tensors, names, out, prefix, {}, lambda: None)[0]
+
+
+def call(function, step: dict, tensors: dict, names: dict, out: dict, key: str,
+         given: dict | None = None):
+    """One step's call, reported: its value; with ``grad``, [value, its gradient with
+    respect to that argument] (autograd on for this call only, unless a world's program
+    runs with it on); with ``unchanged``, [that, the arguments after the call]."""
+    args = decode(step["args"], tensors, names, given)
+    wrt = step.get("grad")
+    if wrt is not None:
+        args[wrt].requires_grad_(True)
+    with torch.set_grad_enabled(wrt is not None or torch.is_grad_enabled()):
+        value = function(*args, **decode(step["kwargs"], tensors, names, given))
+        reported = encode(value, key, out)
+        if wrt is not None:
+            grad = gradient(value, args[wrt])
+            reported = {"$list": [reported, encode(grad, key + ".grad", out)]}
+    if step.get("unchanged"):
+        reported = {"$list": [reported, encode(args, key + ".args", out)]}
+    return reported
+
+
+def gradient(value, wrt: torch.Tensor):
+    """The gradient of ``value`` with respect to ``wrt``; None unless ``value`` is a
+    one-element tensor whose graph reaches ``wrt``."""
+    if not (isinstance(value, torch.Tensor) and value.requires_grad and value.numel() == 1):
+        return None
+    (grad,) = torch.autograd.grad(value.sum(), wrt, allow_unused=True)
+    return grad
 
 
 def run_source(source: str, filename: str, env: dict) -> None:

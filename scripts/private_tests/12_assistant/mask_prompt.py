@@ -11,6 +11,7 @@ def case(label, T, n_prompt, g):
     ids = g.randint(0, 69, (T,))
     expected = ids[1:].clone()
     expected[: n_prompt - 1] = -100  # targets 0 .. n_prompt - 2 are prompt tokens 1 .. n_prompt - 1
+    # int64, as ids are: the dtype cross-entropy's targets must have (with -100 ignored)
     return Case(label, [Step((ids, n_prompt))], [expected])
 
 

@@ -11,7 +11,9 @@ def case(label, groups, G, rewards):
     grouped = rewards.double().view(groups, G)
     expected = ((grouped - grouped.mean(1, keepdim=True))
                 / (grouped.std(1, keepdim=True) + 1e-4)).flatten().float()
-    return Case(label, [Step((rewards, G))], [expected], atol=1e-4, rtol=1e-4)
+    # no dtype is stated: any, compared in float64
+    return Case(label, [Step((rewards, G))], [expected], atol=1e-4, rtol=1e-4,
+                exact_dtype=False)
 
 
 def cases(g):

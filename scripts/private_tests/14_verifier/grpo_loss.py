@@ -1,10 +1,18 @@
 """Chapter 14, exercise 2: the clipped per-token loss, averaged over every answer token of the
-batch ("dapo")."""
+batch ("dapo"), with its gradient with respect to logps (the exercise asks for it: a value
+without the graph that gives it scores 0)."""
 
 import torch
 from grading.cases import Case, Step
 
 name = "grpo_loss"
+
+
+def loss(logps, old, advantages, mask, epsilon):
+    ratio = torch.exp(logps - old)
+    A = advantages[:, None]
+    per_token = -torch.min(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)
+    return (per_token * mask).sum() / mask.sum()
 
 
 def case(label, N, C, drift, epsilon, g):
@@ -13,12 +21,13 @@ def case(label, N, C, drift, epsilon, g):
     advantages = g.randn(N)
     lengths = g.randint(1, C + 1, (N,))
     mask = (torch.arange(C)[None] < lengths[:, None]).float()  # (N, C)
-    ratio = torch.exp(logps.double() - old.double())
-    A = advantages.double()[:, None]
-    per_token = -torch.min(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon) * A)
-    expected = ((per_token * mask).sum() / mask.sum()).float()
-    return Case(label, [Step((logps, old, advantages, mask, epsilon))], [expected],
-                atol=1e-5, rtol=1e-4)
+    wrt = logps.double().requires_grad_()
+    expected = loss(wrt, old.double(), advantages.double(), mask.double(), epsilon)
+    (dlogps,) = torch.autograd.grad(expected, wrt)
+    step = Step((logps, old, advantages, mask, epsilon), gradient=(0, dlogps.float()))
+    # no dtype is stated: any, compared in float64
+    return Case(label, [step], [expected.detach().float()], atol=1e-5, rtol=1e-4,
+                exact_dtype=False)
 
 
 def cases(g):

@@ -1,0 +1,317 @@
+"""Chapter 16 — paged attention: the KV cache in fixed-size blocks from one shared pool
+(vLLM's PagedAttention, Kwon et al. 2023), and decoding prompts of ragged lengths with it.
+
+Chapter 7's caches keep each sequence's keys and values in one contiguous tensor: a padded
+batch reserves the longest sequence's length for every row, a static cache (``fast``) the
+whole context. ``PagedKVCache`` instead cuts each layer's storage into ``num_blocks``
+physical blocks of ``block_size`` positions, ``(num_blocks, H, block_size, d_head)`` for the
+keys and the same for the values, hands them out from a free list, and keeps a **block
+table** per sequence: its logical block ``i`` (positions ``i * block_size ..``) lives in
+physical block ``table[i]``, wherever that is in the pool. A sequence then wastes at most
+``block_size - 1`` positions, in its last block (``kv_cache_memory`` counts three layouts).
+
+The model does not know its cache is paged: ``PagedLayer`` has the two things
+``MultiHeadAttention`` asks of a ``KVCache`` (its length, and ``update``, which appends the
+new keys and values and returns all of them), read back through the block table. So
+``paged_generate`` runs the model's own ``forward``, and the tests prove that it gives token
+for token what ``generate`` gives each prompt alone, with the contiguous cache's logits.
+
+``block_size`` here is the paging block, in positions. nanoGPT calls the context length
+``block_size``; this package calls that ``context_length``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .generate import _check_options, next_token
+from .model import check_vocabulary_range
+from .utils import check_int, eval_mode, skip_token_id_checks
+
+
+class PagedKVCache:
+    """Many sequences' keys and values, in every layer, in blocks of one pool (Chapter 16).
+
+    ``keys[layer]`` and ``values[layer]`` are the pools, ``(num_blocks, H, block_size,
+    d_head)`` each. ``free_blocks`` is a stack of the unused physical blocks (``pop`` hands
+    out the next one). ``block_tables[seq]`` lists a sequence's physical blocks in logical
+    order; all layers share it. ``lengths[seq][layer]`` counts the positions written in that
+    layer (a forward pass writes layer after layer, so they agree once it is done). A
+    sequence starts with its first ``append``.
+    """
+
+    def __init__(self, n_layers: int, n_heads: int, d_head: int, block_size: int,
+                 num_blocks: int, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu") -> None:
+        self.n_layers = check_int("PagedKVCache", "n_layers", n_layers, minimum=1)
+        self.n_heads = check_int("PagedKVCache", "n_heads", n_heads, minimum=1)
+        self.d_head = check_int("PagedKVCache", "d_head", d_head, minimum=1)
+        self.block_size = check_int("PagedKVCache", "block_size", block_size, minimum=1)
+        self.num_blocks = check_int("PagedKVCache", "num_blocks", num_blocks, minimum=1)
+        shape = (self.num_blocks, self.n_heads, self.block_size, self.d_head)
+        layers = range(self.n_layers)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in layers]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in layers]
+        self.free_blocks = list(range(self.num_blocks - 1, -1, -1))  # pop() gives 0, 1, ...
+        self.block_tables: dict[int, list[int]] = {}
+        self.lengths: dict[int, list[int]] = {}
+
+    @classmethod
+    def for_model(cls, model, block_size: int, num_blocks: int) -> PagedKVCache:
+        """An empty cache shaped for a ``GPT``, in its dtype, on its device (Chapter 16)."""
+        cfg, weight = model.config, model.lm_head.weight
+        return cls(cfg.n_layers, cfg.n_heads, cfg.d_head, block_size, num_blocks,
+                   weight.dtype, weight.device)
+
+    @property
+    def blocks_in_use(self) -> int:
+        """Physical blocks held by sequences: ``num_blocks - len(free_blocks)``."""
+        return sum(len(table) for table in self.block_tables.values())
+
+    def length(self, seq: int, layer: int = -1) -> int:
+        """Positions of ``seq`` cached in ``layer`` (by default the last one, which a
+        forward pass writes last); 0 for a sequence not in the cache."""
+        return self.lengths[seq][layer] if seq in self.lengths else 0
+
+    def layers(self, seq: int) -> list[PagedLayer]:
+        """``seq``'s cache as ``GPT.forward(idx, kv_cache=...)`` takes it: one view per
+        layer."""
+        return [PagedLayer(self, seq, layer) for layer in range(self.n_layers)]
+
+    def append(self, seq: int, layer: int, k: Tensor, v: Tensor) -> None:
+        """Write ``k`` and ``v`` (each ``(1, H, T, d_head)``), the next ``T`` positions of
+        ``seq``, into ``layer``'s pools, taking a free block when its last one is full."""
+        H, S, d = self.n_heads, self.block_size, self.d_head
+        if k.shape != v.shape or k.dim() != 4 or k.shape[:2] + k.shape[3:] != (1, H, d):
+            raise ValueError(
+                f"PagedKVCache.append: k and v must both have shape (1, {H}, T, {d}), got "
+                f"{tuple(k.shape)} and {tuple(v.shape)}: append one sequence at a time")
+        if not 0 <= layer < self.n_layers:
+            raise ValueError(
+                f"PagedKVCache.append: layer={layer} must be in [0, {self.n_layers})")
+        table = self.block_tables.get(seq, [])
+        lengths = self.lengths.get(seq, [0] * self.n_layers)
+        P, T = lengths[layer], k.size(2)
+        self._allocate(seq, table, P + T)  # raises before anything changes if it cannot
+        self.block_tables[seq], self.lengths[seq] = table, lengths
+        pos = torch.arange(P, P + T, device=k.device)  # (T,): the new positions
+        blocks = torch.tensor(table, device=k.device)[pos // S]  # (T,): each one's block
+        offsets = pos % S  # (T,): its slot in that block
+        # Indices on dims 0 and 2, a slice between them: the part selected is (T, H, d).
+        self.keys[layer][blocks, :, offsets] = k[0].transpose(0, 1)  # (T, H, d)
+        self.values[layer][blocks, :, offsets] = v[0].transpose(0, 1)
+        lengths[layer] = P + T
+
+    def _allocate(self, seq: int, table: list[int], n_positions: int) -> None:
+        """Grow ``table`` from the free list until it has room for ``n_positions``."""
+        needed = max(0, -(-n_positions // self.block_size) - len(table))  # ceil, less held
+        if needed > len(self.free_blocks):
+            raise RuntimeError(
+                f"PagedKVCache: sequence {seq!r} needs {needed} more block(s) of "
+                f"{self.block_size} positions, but only {len(self.free_blocks)} of "
+                f"{self.num_blocks} are free: make the pool bigger (num_blocks), decode "
+                "fewer sequences at once (a smaller batch), or free finished sequences")
+        table.extend(self.free_blocks.pop() for _ in range(needed))
+
+    def gather(self, seq: int, layer: int) -> tuple[Tensor, Tensor]:
+        """``seq``'s keys and values in ``layer``, contiguous and in order: each
+        ``(1, H, L, d_head)`` for its ``L`` positions, read through its block table."""
+        if seq not in self.block_tables:
+            raise ValueError(
+                f"PagedKVCache.gather: sequence {seq!r} is not in the cache (it holds "
+                f"{sorted(self.block_tables)}): append to it first")
+        table = torch.tensor(self.block_tables[seq], device=self.keys[layer].device)  # (n,)
+        H, d, n_slots = self.n_heads, self.d_head, len(table) * self.block_size
+        L = self.length(seq, layer)
+
+        def read(pool: Tensor) -> Tensor:
+            blocks = pool[table]  # (n, H, S, d): logical block i is physical block table[i]
+            return blocks.transpose(0, 1).reshape(H, n_slots, d)[None, :, :L]
+
+        return read(self.keys[layer]), read(self.values[layer])
+
+    def free(self, seq: int) -> None:
+        """Give ``seq``'s blocks back to the free list; the next allocations take them
+        first."""
+        if seq not in self.block_tables:
+            raise ValueError(f"PagedKVCache.free: sequence {seq!r} holds no blocks (never "
+                             "added, or freed already): free each sequence once")
+        self.free_blocks.extend(reversed(self.block_tables.pop(seq)))  # pop(): table order
+        del self.lengths[seq]
+
+    def __repr__(self) -> str:
+        return (f"PagedKVCache(sequences={len(self.block_tables)}, blocks_in_use="
+                f"{self.blocks_in_use}/{self.num_blocks}, block_size={self.block_size})")
+
+
+@dataclass
+class PagedLayer:
+    """One layer of one sequence of a ``PagedKVCache``, with what ``MultiHeadAttention``
+    calls on a ``KVCache``: ``len`` (positions cached) and ``update`` (append, then read
+    back)."""
+
+    cache: PagedKVCache
+    seq: int
+    layer: int
+
+    def __len__(self) -> int:
+        return self.cache.length(self.seq, self.layer)
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append ``k``, ``v`` (each ``(1, H, T, d_head)``); return all of the sequence's,
+        ``(1, H, P + T, d_head)`` each."""
+        self.cache.append(self.seq, self.layer, k, v)
+        return self.cache.gather(self.seq, self.layer)
+
+
+@dataclass(frozen=True)
+class KVCacheMemory:
+    """Cache slots that three layouts keep for one batch (Chapter 16). A slot is one
+    position of one sequence: its keys and values in every layer (``slot_bytes``). ``waste``
+    is what each layout keeps beyond ``needed``."""
+
+    needed: int  # the positions the sequences hold: the sum of their lengths
+    padded: int  # one (B, longest) tensor per layer: Chapter 7's padded batch
+    static: int  # (B, max_length) buffers: Chapter 7's static cache (fast.py)
+    paged: int  # whole blocks: ceil(length / block_size) of them per sequence
+
+    @property
+    def waste(self) -> dict[str, int]:
+        """Slots each layout keeps beyond ``needed``, by name."""
+        layouts = ("padded", "static", "paged")
+        return {name: getattr(self, name) - self.needed for name in layouts}
+
+
+def kv_cache_memory(lengths: Sequence[int], block_size: int,
+                    max_length: int) -> KVCacheMemory:
+    """The slots a batch of sequences of ``lengths`` positions keeps padded to its longest,
+    reserved to ``max_length`` each, and paged in blocks of ``block_size`` (Chapter 16)."""
+    block_size = check_int("kv_cache_memory", "block_size", block_size, minimum=1)
+    max_length = check_int("kv_cache_memory", "max_length", max_length, minimum=1)
+    if isinstance(lengths, str) or not isinstance(lengths, Sequence) or not lengths:
+        raise ValueError(f"kv_cache_memory: lengths={lengths!r} must be a non-empty list "
+                         "of ints, one per sequence: pass e.g. lengths=[5, 1, 8]")
+    lengths = [check_int("kv_cache_memory", f"lengths[{i}]", n, minimum=0)
+               for i, n in enumerate(lengths)]
+    if max(lengths) > max_length:
+        raise ValueError(
+            f"kv_cache_memory: a sequence of {max(lengths)} positions does not fit a "
+            f"static cache of max_length={max_length}: pass max_length >= {max(lengths)} "
+            "(the model's context_length)")
+    B, S = len(lengths), block_size
+    return KVCacheMemory(needed=sum(lengths), padded=B * max(lengths),
+                         static=B * max_length, paged=sum(-(-n // S) * S for n in lengths))
+
+
+def slot_bytes(model) -> int:
+    """Bytes of one cache slot of a ``GPT`` (Chapter 16): keys and values, D numbers each,
+    in every layer."""
+    cfg = model.config
+    return 2 * cfg.n_layers * cfg.d_model * model.lm_head.weight.element_size()
+
+
+def _check_prompts(model, prompts, max_new_tokens: int) -> list[Tensor]:
+    """The prompts as int64 tensors on the model's device, or a ValueError naming the bad
+    one."""
+    if not isinstance(prompts, Sequence) or len(prompts) == 0:
+        raise ValueError(
+            "paged_generate: prompts must be a non-empty list of 1-D tensors of token ids "
+            f"(of any lengths), got {type(prompts).__name__}: pass [torch.tensor(ids) for "
+            "ids in batch]")
+    C, V = model.config.context_length, model.config.vocab_size
+    checked = []
+    for b, prompt in enumerate(prompts):
+        if (not isinstance(prompt, Tensor) or prompt.dim() != 1
+                or prompt.dtype == torch.bool or prompt.is_floating_point()
+                or prompt.is_complex()):
+            got = (f"{prompt.dtype} of shape {tuple(prompt.shape)}"
+                   if isinstance(prompt, Tensor) else type(prompt).__name__)
+            raise ValueError(f"paged_generate: prompt {b} must be a 1-D tensor of integer "
+                             f"token ids, got {got}: pass torch.tensor(ids)")
+        T = len(prompt)
+        if T == 0:
+            raise ValueError(
+                f"paged_generate: prompt {b} is empty: every prompt needs at least one "
+                "token; drop it, or start it with a token such as <|endoftext|>")
+        if T > C:
+            raise ValueError(
+                f"paged_generate: prompt {b} has {T} tokens, more than the model's "
+                f"context_length={C} (the cache's block_size is another thing): keep its "
+                f"last {C} tokens")
+        if T + max_new_tokens - 1 > C:
+            raise ValueError(
+                f"paged_generate: prompt {b} ({T} tokens) plus max_new_tokens="
+                f"{max_new_tokens} needs {T + max_new_tokens - 1} cached positions, more "
+                f"than context_length={C} (the window is not slid): generate at most "
+                f"{C - T + 1} new tokens")
+        check_vocabulary_range(prompt[None], V)
+        checked.append(prompt.long().to(model.lm_head.weight.device))
+    return checked
+
+
+def _next_logits(model, idx: Tensor, cache: PagedKVCache, seq: int) -> Tensor:
+    """Logits (1, V) after the tokens ``idx`` (1, T) of sequence ``seq``, which extend its
+    cache."""
+    logits, _ = model(idx, kv_cache=cache.layers(seq))  # (1, T, V): the model's own forward
+    return logits[:, -1, :]
+
+
+@torch.no_grad()
+def paged_generate(model, prompts: Sequence[Tensor], max_new_tokens: int,
+                   block_size: int = 16, num_blocks: int | None = None, greedy: bool = True,
+                   temperature: float = 1.0, top_k: int | None = None,
+                   top_p: float | None = None, generator: torch.Generator | None = None,
+                   ) -> tuple[list[Tensor], PagedKVCache]:
+    """Extend prompts of different lengths together, each through its own block table
+    (Chapter 16).
+
+    ``prompts`` is a list of 1-D tensors of token ids, of any lengths. Each prompt is
+    prefilled on its own; then every step runs the model once per sequence on its newest
+    token, attending to its keys and values gathered from the pool, and picks the ``B`` next
+    tokens together with ``next_token`` (greedy by default; else ``temperature``, ``top_k``,
+    ``top_p`` and ``generator`` as in ``generate``). No padding, no reserve:
+    ``num_blocks=None`` makes the pool exactly as large as the run needs
+    (``kv_cache_memory(...).paged`` slots); a given ``num_blocks`` must hold as much.
+
+    Returns ``(sequences, cache)``: each prompt followed by its ``max_new_tokens`` new
+    tokens, and the cache, still holding sequence ``b`` (prompt ``b``) to inspect
+    (``cache.free(b)`` gives its blocks back). Greedy, the tokens are those of
+    ``generate(model, prompt[None], ..., greedy=True)`` for each prompt alone. A prompt plus
+    its new tokens must fit the context (the window is not slid). Logits that are not finite
+    raise ``generate``'s ValueError, whose row is the sequence.
+    """
+    _check_options(temperature, top_k, top_p, greedy, max_new_tokens)
+    block_size = check_int("paged_generate", "block_size", block_size, minimum=1)
+    num_blocks = check_int("paged_generate", "num_blocks", num_blocks, minimum=1,
+                           optional=True)
+    prompts = _check_prompts(model, prompts, max_new_tokens)
+    # The last new token is never fed back: sequence b ends with len(prompt) + n - 1
+    # positions cached.
+    cached = [len(p) + max_new_tokens - 1 if max_new_tokens else 0 for p in prompts]
+    memory = kv_cache_memory(cached, block_size, model.config.context_length)
+    needed = memory.paged // block_size  # blocks
+    if num_blocks is not None and num_blocks < needed:
+        raise ValueError(
+            f"paged_generate: num_blocks={num_blocks} is too few: these {len(prompts)} "
+            f"sequences reach {cached} positions, {needed} blocks of {block_size}; pass "
+            f"num_blocks >= {needed} (or None), or a smaller batch")
+    if num_blocks is None:
+        num_blocks = max(1, needed)  # a pool of at least one block, even for no new tokens
+    cache = PagedKVCache.for_model(model, block_size, num_blocks)
+    sequences = list(prompts)
+    with eval_mode(model), skip_token_id_checks(model):  # the ids are checked above
+        for step in range(max_new_tokens):
+            if step == 0:  # prefill: each whole prompt on its own
+                logits = [_next_logits(model, p[None], cache, b)
+                          for b, p in enumerate(prompts)]
+            else:  # each sequence's newest token: one position, attending to its own blocks
+                logits = [_next_logits(model, s[None, -1:], cache, b)
+                          for b, s in enumerate(sequences)]
+            tokens = next_token(torch.cat(logits), temperature, top_k, top_p, greedy,
+                                generator)  # (B, V) -> (B, 1)
+            sequences = [torch.cat([s, t]) for s, t in zip(sequences, tokens)]
+    return sequences, cache
