@@ -8,11 +8,10 @@ splits what each of the N ranks keeps:
   parameters, steps only those, and sends the updated weights to the others;
 - ``shard_model`` (ZeRO-3, FSDP's idea): each rank keeps 1/N of every block's weights,
   gradients and moments, and gathers a block's weights for its forward;
-- ``state_bytes``: the bytes a rank keeps under "ddp", "zero1" and "zero3".
+``zero_bytes`` counts the bytes a rank keeps under each scheme (``state_bytes``).
 
-PyTorch's FSDP2 (``torch.distributed.fsdp.fully_shard``) runs on a CPU with gloo in the
-pinned torch (2.13): ``tests/test_parallel.py`` compares ``shard_model`` with it, and
-``ShardedAdamW`` with ``torch.distributed.optim.ZeroRedundancyOptimizer``.
+``tests/test_parallel.py`` compares ``shard_model`` with PyTorch's FSDP2 (``fully_shard``,
+on a CPU with gloo in torch 2.13) and ``ShardedAdamW`` with ``ZeroRedundancyOptimizer``.
 """
 
 from __future__ import annotations
@@ -25,25 +24,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .parallel import collective, ring_all_gather, ring_reduce_scatter, world
-from .utils import check_int
+from .zero_bytes import _check_trainable, _own_parameters, _units, shard_owners
 
-SCHEMES = ("ddp", "zero1", "zero3")
-STEP_BYTES = 4  # AdamW's step count: one float32 per tensor it steps
-
-
-def shard_owners(numels: list[int], world_size: int) -> list[int]:
-    """The rank owning each parameter: contiguous runs, about total / N numbers each.
-
-    Parameter i goes to the rank r whose share of the running total, from r / N to
-    (r + 1) / N of it, holds the parameter's middle: each rank owns neighbours, and a
-    run is off total / N by at most half a parameter at each end.
-    """
-    total = sum(numels)
-    owners, start = [], 0
-    for n in numels:
-        owners.append(min(world_size - 1, (2 * start + n) * world_size // (2 * total)))
-        start += n
-    return owners
+__all__ = ["ShardedAdamW", "shard_model", "gathered_parameters"]
 
 
 class ShardedAdamW:
@@ -64,6 +47,7 @@ class ShardedAdamW:
                 raise ValueError(f"ShardedAdamW takes tensors, got a {type(p).__name__}: "
                                  "pass model.parameters() (it takes no parameter groups)")
         self.params = list({id(p): p for p in params}.values())  # a tied tensor once
+        _check_trainable("ShardedAdamW", ((f"#{i}", p) for i, p in enumerate(self.params)))
         if not self.params:
             raise ValueError("ShardedAdamW got no parameters: pass model.parameters()")
         self.owners = shard_owners([p.numel() for p in self.params], self.world_size)
@@ -135,7 +119,13 @@ def _release_unit(unit: nn.Module, args, output) -> None:
     """After the unit's forward: drop the views (autograd keeps what backward needs)."""
     for piece in unit.shard_pieces:
         for name in piece.names:
-            delattr(*_owner(unit, name))
+            setattr(*_owner(unit, name), _placeholder(piece))
+
+
+def _placeholder(piece) -> Tensor:
+    """A tensor of the parameter's shape and no memory (``meta``), where the parameter
+    was: the module still prints, and says its shape; only a forward gathers values."""
+    return torch.empty(piece.shape, device="meta")
 
 
 def _shard_unit(unit: nn.Module, rank: int, world_size: int) -> None:
@@ -154,10 +144,6 @@ def _shard_unit(unit: nn.Module, rank: int, world_size: int) -> None:
     if not params:
         raise ValueError(f"this {type(unit).__name__} has no parameters to shard: give "
                          "shard_model a model with parameters")
-    if len({p.dtype for p in params}) > 1:
-        dtypes = sorted({str(p.dtype) for p in params})
-        raise ValueError(f"a {type(unit).__name__} to shard needs parameters of one dtype, "
-                         f"it has {dtypes}: make them one (model.float())")
     flat = torch.cat([p.detach().reshape(-1) for p in params])
     S = -(-flat.numel() // world_size)  # each rank's share, rounded up
     flat = F.pad(flat, (0, world_size * S - flat.numel()))  # (N * S,): zeros at the end
@@ -165,17 +151,11 @@ def _shard_unit(unit: nn.Module, rank: int, world_size: int) -> None:
         for name in piece.names:
             owner, attr = _owner(unit, name)
             del owner._parameters[attr]
+            setattr(owner, attr, _placeholder(piece))
     unit.flat_shard = nn.Parameter(flat[rank * S : (rank + 1) * S].clone())  # (S,)
     unit.shard_pieces = list(pieces.values())
     unit.register_forward_pre_hook(_gather_unit)
     unit.register_forward_hook(_release_unit)
-
-
-def _units(model: nn.Module) -> list[nn.Module]:
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"expected an nn.Module, got a {type(model).__name__}: pass the "
-                         "model")
-    return [*getattr(model, "blocks", ()), model]
 
 
 def shard_model(model: nn.Module) -> nn.Module:
@@ -200,7 +180,10 @@ def shard_model(model: nn.Module) -> nn.Module:
     the model, changed in place.
     """
     rank, world_size = world("shard_model")
-    for unit in _units(model):
+    units = _units(model)
+    _check_trainable("shard_model", model.named_parameters())  # before any unit changes
+    _own_parameters(units)
+    for unit in units:
         _shard_unit(unit, rank, world_size)
     return model
 
@@ -223,53 +206,3 @@ def gathered_parameters(model: nn.Module) -> dict[str, Tensor]:
     if not full_params:
         raise ValueError("this model is not sharded: call shard_model(model) first")
     return full_params
-
-
-@dataclass
-class StateBytes:
-    """Bytes one rank keeps between steps: weights, gradients and AdamW's state."""
-
-    parameters: int
-    gradients: int
-    optimizer: int  # two moments a number, and a float32 step count per tensor
-
-    @property
-    def total(self) -> int:
-        return self.parameters + self.gradients + self.optimizer
-
-
-def state_bytes(model: nn.Module, scheme: str, world_size: int, rank: int = 0
-                ) -> StateBytes:
-    """The bytes rank ``rank`` keeps training ``model`` (as built) with AdamW, by scheme.
-
-    With P parameters, N ranks and fp32 (4 bytes a number): ``"ddp"`` keeps everything,
-    4P + 4P + 8P = 16P; ``"zero1"`` (``ShardedAdamW``) the weights and gradients, and the
-    moments of its own run of P_r numbers, 8P + 8P_r (about 8P + 8P/N); ``"zero3"``
-    (``shard_model``) 1/N of each unit, padded: 16 S summed over the units, S = ceil(P_unit
-    / N), about 16P/N. AdamW adds 4 bytes (its step count) per tensor it steps. Not counted:
-    activations, and what lives only during a step (``DataParallel``'s buckets, the
-    parameters gathered for forward and backward).
-    """
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme={scheme!r} is unknown: choose one of {SCHEMES}")
-    world_size = check_int("state_bytes", "world_size", world_size, minimum=1)
-    rank = check_int("state_bytes", "rank", rank, minimum=0)
-    if rank >= world_size:
-        raise ValueError(f"rank={rank} must be below world_size={world_size}: pass a rank "
-                         f"from 0 to {world_size - 1}")
-    params = list(_units(model)[-1].parameters())  # a tied tensor once
-    if not params:
-        raise ValueError(f"this {type(model).__name__} has no parameters: pass the model")
-    everything = sum(p.numel() * p.element_size() for p in params)
-    if scheme == "ddp":
-        return StateBytes(everything, everything, 2 * everything + STEP_BYTES * len(params))
-    if scheme == "zero1":
-        owners = shard_owners([p.numel() for p in params], world_size)
-        mine = [p for p, owner in zip(params, owners) if owner == rank]
-        moments = 2 * sum(p.numel() * p.element_size() for p in mine)
-        return StateBytes(everything, everything, moments + STEP_BYTES * len(mine))
-    units = _units(model)
-    numels = [sum(p.numel() for p in unit.parameters()) for unit in units[:-1]]
-    numels.append(sum(p.numel() for p in params) - sum(numels))  # the rest of the model
-    shard = sum(-(-n // world_size) for n in numels) * params[0].element_size()
-    return StateBytes(shard, shard, 2 * shard + STEP_BYTES * len(units))

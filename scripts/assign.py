@@ -101,6 +101,11 @@ ASSIGNMENTS = {a.chapter: a for a in [
                (Exercise("group_advantages", 2, "check_group_advantages"),
                 Exercise("grpo_loss", 2, "check_grpo_loss"),
                 Exercise("pass_at_k", 2, "check_pass_at_k"))),
+    Assignment("15_many_devices",
+               "import torch\n\nfrom gpt_from_scratch.model import GPT, GPTConfig",
+               (Exercise("ring_all_reduce", 3, "check_ring_all_reduce"),
+                Exercise("ZeRO1", 2, "check_zero1"),
+                Exercise("data_parallel_step", 2, "check_data_parallel_step"))),
 ]}
 
 

@@ -478,6 +478,114 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         ("""def pass_at_k(n, c, k):
     return c / n  # pass@1, whatever k""", 0.0),
     ],
+    "ring_all_reduce": [
+        ("""def ring_all_reduce(tensor, rank, world_size, send, recv):
+    chunks = tensor.clone().tensor_split(world_size)
+    after, before = (rank + 1) % world_size, (rank - 1) % world_size
+    for step in range(world_size - 1):
+        send(chunks[(rank - step - 1) % world_size], after)
+        incoming = chunks[(rank - step - 2) % world_size]
+        received = torch.empty_like(incoming)
+        recv(received, before)
+        incoming += received
+    for step in range(world_size - 1):
+        send(chunks[(rank - step) % world_size], after)
+        recv(chunks[(rank - step - 1) % world_size], before)
+    return torch.cat(chunks) / world_size  # the mean, not the sum""", 0.0),
+        ("""def ring_all_reduce(tensor, rank, world_size, send, recv):
+    tensors = {rank: tensor.clone()}
+    for step in range(world_size - 1):  # each whole tensor round the ring, not a chunk
+        send(tensors[(rank - step) % world_size], (rank + 1) % world_size)
+        received = torch.empty_like(tensor)
+        recv(received, (rank - 1) % world_size)
+        tensors[(rank - step - 1) % world_size] = received
+    return torch.stack([tensors[r] for r in range(world_size)]).sum(0)""",
+         0.0),  # the same bits on every rank, only to the next: (N - 1) n numbers sent
+        ("""def ring_all_reduce(tensor, rank, world_size, send, recv):
+    chunks = tensor.clone().tensor_split(world_size)
+    others = [r for r in range(world_size) if r != rank]
+    for other in others:  # each chunk straight to the rank that owns it, not round the ring
+        send(chunks[other], other)
+    for other in others:
+        received = torch.empty_like(chunks[rank])
+        recv(received, other)
+        chunks[rank].add_(received)
+    for other in others:
+        send(chunks[rank], other)
+    for other in others:
+        recv(chunks[other], other)
+    return torch.cat(chunks)""", 0.0),
+    ],
+    "ZeRO1": [
+        ("""class ZeRO1:
+    def __init__(self, weights, rank, world_size, **adamw):
+        self.weights, self.rank, self.world_size = weights, rank, world_size
+        self.whole = torch.nn.Parameter(weights.detach().clone())  # every chunk's state
+        self.optimizer = torch.optim.AdamW([self.whole], **adamw)
+
+    def step(self, grad, all_gather):
+        self.whole.grad = grad.clone()
+        self.optimizer.step()
+        mine = self.whole.detach().tensor_split(self.world_size)[self.rank]
+        with torch.no_grad():
+            self.weights.copy_(torch.cat(all_gather(mine)))""",
+         0.0),  # the right weights, by AdamW's state for every chunk
+        ("""class ZeRO1:
+    def __init__(self, weights, rank, world_size, **adamw):
+        self.weights, self.rank, self.world_size = weights, rank, world_size
+        mine = weights.detach().tensor_split(world_size)[rank]
+        self.chunk = torch.nn.Parameter(mine.clone())
+        self.optimizer = torch.optim.AdamW([self.chunk], **adamw)
+
+    def step(self, grad, all_gather):
+        self.chunk.grad = grad.tensor_split(self.world_size)[self.rank].clone()
+        self.optimizer.step()
+        mine = self.weights.tensor_split(self.world_size)[self.rank]
+        with torch.no_grad():  # only this rank's chunk written: no all_gather
+            mine.copy_(self.chunk)""", 0.0),
+        ("""class ZeRO1:
+    def __init__(self, weights, rank, world_size, **adamw):
+        self.weights, self.rank, self.world_size = weights, rank, world_size
+        mine = weights.detach().tensor_split(world_size)[rank]
+        self.chunk = torch.nn.Parameter(mine.clone())
+        self.optimizer = torch.optim.AdamW([self.chunk], **adamw)
+
+    def step(self, grad, all_gather):
+        with torch.no_grad():  # gathered before the step: the weights lag one step
+            self.weights.copy_(torch.cat(all_gather(self.chunk.detach())))
+        self.chunk.grad = grad.tensor_split(self.world_size)[self.rank].clone()
+        self.optimizer.step()""", 0.0),
+    ],
+    "data_parallel_step": [
+        ("""def data_parallel_step(replicas, optimizers, x, y):
+    N = len(replicas)
+    for replica, xs, ys in zip(replicas, x.chunk(N), y.chunk(N)):
+        replica(xs, ys)[1].backward()  # each its own gradient: never averaged
+    for optimizer in optimizers:
+        optimizer.step()
+        optimizer.zero_grad()""", 0.0),
+        ("""def data_parallel_step(replicas, optimizers, x, y):
+    N = len(replicas)
+    for replica, xs, ys in zip(replicas, x.chunk(N), y.chunk(N)):
+        replica(xs, ys)[1].backward()
+    for params in zip(*(r.parameters() for r in replicas)):
+        total = torch.stack([p.grad for p in params]).sum(0)  # the sum, not the mean
+        for p in params:
+            p.grad = total.clone()
+    for optimizer in optimizers:
+        optimizer.step()
+        optimizer.zero_grad()""", 0.0),  # AdamW too: eps 1e-5 keeps its scale
+        ("""def data_parallel_step(replicas, optimizers, x, y):
+    for replica in replicas:
+        replica(x, y)[1].backward()  # the whole batch on every replica
+    for params in zip(*(r.parameters() for r in replicas)):
+        mean = torch.stack([p.grad for p in params]).mean(0)
+        for p in params:
+            p.grad = mean.clone()
+    for optimizer in optimizers:
+        optimizer.step()
+        optimizer.zero_grad()""", 0.0),  # right weights, wrong rows
+    ],
 }
 
 

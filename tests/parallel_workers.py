@@ -16,9 +16,10 @@ import torch.distributed as dist
 from torch import nn
 
 from gpt_from_scratch.model import GPT, GPTConfig
-from gpt_from_scratch.parallel import DataParallel, ring_all_reduce, start_process_group
-from gpt_from_scratch.sharding import (ShardedAdamW, gathered_parameters, shard_model,
-                                       state_bytes)
+from gpt_from_scratch.data_parallel import DataParallel
+from gpt_from_scratch.parallel import ring_all_reduce, start_process_group
+from gpt_from_scratch.sharding import ShardedAdamW, gathered_parameters, shard_model
+from gpt_from_scratch.zero_bytes import state_bytes
 
 CONFIG = dict(vocab_size=65, context_length=8, d_model=16, n_layers=2, n_heads=2,
               dropout=0.0)
@@ -125,6 +126,57 @@ def pair(rank: int, world_size: int) -> dict:
         DataParallel(tiny_gpt(0, vocab_size=65 + rank))
     except ValueError as err:
         out["mismatch"] = str(err)
+    half_frozen = tiny_gpt(0)
+    half_frozen.lm_head.weight.requires_grad_(rank == 0)  # tied: wte trains on rank 0 only
+    out["frozen on one rank"] = error_of(lambda: DataParallel(half_frozen))
+    out["odd"] = odd_inputs(rank)
+    return out
+
+
+def error_of(call) -> str:
+    try:
+        call()
+    except (ValueError, RuntimeError) as err:
+        return str(err)
+    return "no error"
+
+
+class Mixed(nn.Module):
+    """A float32 and a float64 parameter: two buckets, each in its own dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(3))
+        self.b = nn.Parameter(torch.zeros(2, dtype=torch.float64))
+
+    def forward(self, scale: float):
+        return self.a.double().sum() * scale + self.b.sum()
+
+
+def odd_inputs(rank: int) -> dict:
+    """A module wrapped twice, then unwrapped; mixed dtypes in buckets; gradients that are
+    views of the buckets; a frozen parameter given to the sharded schemes."""
+    out, model = {}, tiny_gpt(0)
+    first = DataParallel(model, BUCKET_BYTES)
+    out["twice"] = error_of(lambda: DataParallel(model, BUCKET_BYTES))
+    out["wrapper"] = error_of(lambda: DataParallel(first))
+    again = DataParallel(first.remove(), BUCKET_BYTES)  # allowed once the hooks are off
+    ids = global_batches(2)[0][rank * B:(rank + 1) * B]
+    again(ids[:, :-1], ids[:, 1:])[1].backward()
+    again.finish()
+    out["finish twice"] = error_of(again.finish)
+    flats = {b.flat.untyped_storage().data_ptr() for b in again.buckets}
+    out["views"] = all(p.grad.untyped_storage().data_ptr() in flats
+                       for p in model.parameters())
+    mixed = DataParallel(Mixed(), BUCKET_BYTES)
+    mixed(scale=rank + 1.0).backward()
+    mixed.finish()
+    out["mixed"] = ([str(b.flat.dtype) for b in mixed.buckets], mixed.module.a.grad,
+                    mixed.module.b.grad)
+    frozen = tiny_gpt(0)
+    frozen.blocks[0].ln_1.weight.requires_grad_(False)
+    out["frozen zero1"] = error_of(lambda: ShardedAdamW(frozen.parameters()))
+    out["frozen zero3"] = error_of(lambda: shard_model(frozen))
     return out
 
 

@@ -4,6 +4,7 @@ each passes a correct solution and catches at least three typical mistakes, nami
 from __future__ import annotations
 
 import math
+import threading
 from functools import partial
 
 import numpy as np
@@ -595,3 +596,240 @@ def test_pass_at_k(capsys):
           "take 1 minus it")
     passes(ex.check_pass_at_k,  # a NumPy number is a number
            lambda n, c, k: np.float32(1 - math.comb(n - c, k) / math.comb(n, k)), capsys)
+
+
+# ---------------------------------------------------------------------------------------------- 15
+def ring_all_reduce(tensor, rank, N, send, recv, mean=False, gather=True, receive_first=False):
+    chunks = tensor.clone().tensor_split(N)
+    after, before = (rank + 1) % N, (rank - 1) % N
+    for step in range(N - 1):
+        incoming = chunks[(rank - step - 2) % N]
+        received = torch.empty_like(incoming)
+        if receive_first:
+            recv(received, before)
+        send(chunks[(rank - step - 1) % N], after)
+        if not receive_first:
+            recv(received, before)
+        incoming += received
+    for step in range(N - 1 if gather else 0):
+        send(chunks[(rank - step) % N], after)
+        recv(chunks[(rank - step - 1) % N], before)
+    total = torch.cat(chunks)
+    return total / N if mean else total
+
+
+def everyone_to_everyone(tensor, rank, N, send, recv):
+    for other in range(N):
+        if other != rank:
+            send(tensor, other)
+    total = tensor.clone()
+    for other in range(N):
+        if other != rank:
+            received = torch.empty_like(tensor)
+            recv(received, other)
+            total += received
+    return total
+
+
+def owner_all_reduce(tensor, rank, N, send, recv):
+    """Reduce-scatter and all-gather by the owners: each chunk straight to the rank that sums
+    it, then from it to every other rank: a ring's bytes, not its messages."""
+    chunks = list(tensor.clone().tensor_split(N))
+    for other in range(N):
+        if other != rank:
+            send(chunks[other], other)
+    for other in range(N):
+        if other != rank:
+            received = torch.empty_like(chunks[rank])
+            recv(received, other)
+            chunks[rank] += received
+    for other in range(N):
+        if other != rank:
+            send(chunks[rank], other)
+    for other in range(N):
+        if other != rank:
+            recv(chunks[other], other)
+    return torch.cat(chunks)
+
+
+def shared_memory_all_reduce(tensor, rank, N, send, recv, board={}):
+    """Ranks that are threads share memory: the sum read off a board, no message sent."""
+    barrier, values = board.setdefault(N, (threading.Barrier(N), {}))
+    values[rank] = tensor.clone()
+    barrier.wait()
+    return torch.stack([values[r] for r in range(N)]).sum(0)
+
+
+def test_ring_all_reduce(capsys, monkeypatch):
+    passes(ex.check_ring_all_reduce, ring_all_reduce, capsys)
+    fails(ex.check_ring_all_reduce, partial(ring_all_reduce, mean=True), capsys,
+          "not their mean")
+    fails(ex.check_ring_all_reduce, everyone_to_everyone, capsys, "case 1 of 4",
+          "rank 0 received 1 message; a ring of 2 receives 2(N - 1) = 2")
+    fails(ex.check_ring_all_reduce, partial(ring_all_reduce, gather=False), capsys,
+          "all-gather")
+    fails(ex.check_ring_all_reduce, shared_memory_all_reduce, capsys,
+          "rank 0 sent 0 numbers; a ring sends 8", "share nothing but their messages")
+    fails(ex.check_ring_all_reduce, owner_all_reduce, capsys, "case 2 of 4",
+          "rank 0 sent a message to rank 2", "not straight to the rank that owns it")
+    fails(ex.check_ring_all_reduce,  # rank 1 a last bit off: within atol, not the same bits
+          lambda t, rank, N, send, recv: ring_all_reduce(t, rank, N, send, recv).nextafter(
+              torch.tensor(math.inf)) if rank == 1 else ring_all_reduce(t, rank, N, send, recv),
+          capsys, "rank 1's sum differs from rank 0's", "the same bits")
+    monkeypatch.setattr(ex.ranks, "WAIT_S", 0.3)
+    fails(ex.check_ring_all_reduce, partial(ring_all_reduce, receive_first=True), capsys,
+          "never came", "send before you receive")
+
+
+class EveryChunk:
+    """ZeRO-1 gone wrong: an AdamW per chunk on every rank, each stepping every chunk (the
+    memory of no sharding); with ``gather`` it still gathers its own chunk once a step."""
+
+    def __init__(self, weights, rank, N, gather=False, **adamw):
+        self.weights, self.rank, self.N, self.gather = weights, rank, N, gather
+        self.chunks = [nn.Parameter(c.clone()) for c in weights.detach().tensor_split(N)]
+        self.optimizers = [torch.optim.AdamW([c], **adamw) for c in self.chunks]
+
+    def step(self, grad, all_gather):
+        for chunk, g, optimizer in zip(self.chunks, grad.tensor_split(self.N), self.optimizers):
+            chunk.grad = g.clone()
+            optimizer.step()
+            chunk.grad = None
+        if self.gather:
+            all_gather(self.chunks[self.rank].detach())
+        self.weights.detach().copy_(torch.cat([c.detach() for c in self.chunks]))
+
+
+class ZeRO1:
+    def __init__(self, weights, rank, N, everything=False, gather=True, in_place=True,
+                 whole=False, twice=False, view=False, **adamw):
+        self.weights, self.rank, self.N = weights, rank, N
+        self.everything, self.gather, self.in_place = everything, gather, in_place
+        self.whole, self.twice = whole, twice  # gather the whole vector; gather twice
+        start = weights.detach() if everything else weights.detach().tensor_split(N)[rank]
+        self.chunk = nn.Parameter(weights.detach().clone().tensor_split(N)[rank] if view
+                                  else start.clone())  # view: the whole copy stays alive
+        self.optimizer = torch.optim.AdamW([self.chunk], **adamw)
+
+    def step(self, grad, all_gather):
+        self.chunk.grad = grad.clone() if self.everything else grad.tensor_split(self.N)[
+            self.rank].clone()
+        self.optimizer.step()
+        mine = self.chunk.detach()
+        if self.whole:  # each rank's whole vector, its own chunk updated: N times the bytes
+            self.weights.detach().tensor_split(self.N)[self.rank].copy_(mine)
+            gathered = all_gather(self.weights.detach())
+            self.weights.detach().copy_(torch.cat([g.tensor_split(self.N)[r]
+                                                   for r, g in enumerate(gathered)]))
+            return
+        if self.twice:
+            all_gather(mine)
+        new = mine if self.everything else (torch.cat(all_gather(mine)) if self.gather
+                                            else None)
+        if new is None:
+            self.weights.detach().tensor_split(self.N)[self.rank].copy_(mine)
+        elif self.in_place:
+            self.weights.detach().copy_(new)
+        else:
+            self.weights = new.clone()
+
+
+MOMENTS = {}  # rank -> (m, v): where hidden_zero1(where="global") keeps them
+
+
+class ClassMoments:
+    moments = {}  # rank -> (m, v): kept on the class, not on its objects
+
+    def __init__(self, step):
+        self.step = step
+
+
+def hidden_zero1(weights, rank, N, lr, weight_decay, where="closure"):
+    """AdamW on the whole vector, written by hand, its moments hidden: in step's closure,
+    on the class of the object returned, or in a global that step's code names."""
+    m, v, t = torch.zeros_like(weights), torch.zeros_like(weights), [0]
+    if where == "global":
+        MOMENTS[rank] = (m, v)
+    elif where == "class":
+        ClassMoments.moments[rank] = (m, v)
+
+    def step(grad, all_gather):
+        if where != "closure":
+            m, v = (MOMENTS if where == "global" else ClassMoments.moments)[rank]
+        else:
+            m, v = moments
+        t[0] += 1
+        m.mul_(0.9).add_(grad, alpha=0.1)
+        v.mul_(0.999).addcmul_(grad, grad, value=0.001)
+        whole = weights.detach() * (1 - lr * weight_decay)
+        whole -= lr / (1 - 0.9 ** t[0]) * m / ((v / (1 - 0.999 ** t[0])).sqrt() + 1e-8)
+        weights.detach().copy_(torch.cat(all_gather(whole.tensor_split(N)[rank])))
+    moments = (m, v) if where == "closure" else None
+    return ClassMoments(step)
+
+
+def test_zero1(capsys):
+    passes(ex.check_zero1, ZeRO1, capsys)
+    fails(ex.check_zero1, partial(ZeRO1, everything=True), capsys,
+          "an optimizer built during the steps holds 40 numbers", "your own chunk only")
+    for where in ("closure", "class", "global"):
+        fails(ex.check_zero1, partial(hidden_zero1, where=where), capsys,
+              "keeps a tensor whose memory holds 40 numbers")
+    fails(ex.check_zero1, partial(ZeRO1, view=True), capsys,
+          "keeps a tensor whose memory holds 40 numbers", "without clone()")
+    fails(ex.check_zero1, partial(ZeRO1, gather=False), capsys, "all_gather")
+    fails(ex.check_zero1, partial(ZeRO1, in_place=False), capsys, "in place")
+    for gather in (False, True):
+        fails(ex.check_zero1, partial(EveryChunk, gather=gather), capsys,
+              "rank 0's optimizers keep 82 numbers of state", "no moments for the other")
+    fails(ex.check_zero1, partial(ZeRO1, whole=True), capsys,
+          "rank 0 gave all_gather a tensor of shape (40,) in step 1", "chunk only")
+    fails(ex.check_zero1, partial(ZeRO1, twice=True), capsys,
+          "rank 0 called all_gather 2 times in step 1")
+
+
+def data_parallel_step(replicas, optimizers, x, y, reduce="mean", zero=True, whole=False,
+                       reverse=False, log=False, first_only=False):
+    N = len(replicas)
+    shares = list(zip(x.chunk(N), y.chunk(N)))
+    for replica, (xs, ys) in zip(replicas, shares[::-1] if reverse else shares):
+        replica(x, y)[1].backward() if whole else replica(xs, ys)[1].backward()
+        if log:  # a second forward of the same rows, to print the loss
+            with torch.no_grad():
+                replica(xs, ys)
+    if first_only:  # one optimizer steps, its weights copied to the others
+        for params in zip(*(r.parameters() for r in replicas)):
+            params[0].grad = torch.stack([p.grad for p in params]).mean(0)
+        optimizers[0].step()
+        optimizers[0].zero_grad()
+        for replica in replicas[1:]:
+            replica.load_state_dict(replicas[0].state_dict())
+            replica.zero_grad()
+        return
+    if reduce:
+        for params in zip(*(r.parameters() for r in replicas)):
+            total = torch.stack([p.grad for p in params]).sum(0)
+            for p in params:
+                p.grad = total / N if reduce == "mean" else total.clone()
+    for optimizer in optimizers:
+        optimizer.step()
+        if zero:
+            optimizer.zero_grad()
+
+
+def test_data_parallel_step(capsys):
+    passes(ex.check_data_parallel_step, data_parallel_step, capsys)
+    passes(ex.check_data_parallel_step, partial(data_parallel_step, log=True), capsys)
+    fails(ex.check_data_parallel_step, partial(data_parallel_step, first_only=True), capsys,
+          "after step 1, optimizer 1 has stepped 0 times", "its own optimizer")
+    fails(ex.check_data_parallel_step, partial(data_parallel_step, reduce="sum"), capsys,
+          "the mean, not the sum")
+    fails(ex.check_data_parallel_step, partial(data_parallel_step, reduce=None), capsys,
+          "replica 1's weights differ")
+    fails(ex.check_data_parallel_step,  # no data parallelism: every replica, every row
+          partial(data_parallel_step, reduce=None, whole=True), capsys,
+          "in step 1, replica 0's forward received the whole batch", "rows 0 to 3 of the 8")
+    fails(ex.check_data_parallel_step, partial(data_parallel_step, reverse=True), capsys,
+          "replica 0's forward received other rows")  # the same mean: only the rows tell
+    fails(ex.check_data_parallel_step, partial(data_parallel_step, zero=False), capsys,
+          "zero_grad")

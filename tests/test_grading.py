@@ -153,3 +153,28 @@ def test_a_hint_points_at_a_solution_using_the_name_and_never_changes_points(
     texts = {s: (feedback / s / "feedback.txt").read_text() for s in variants}
     bodies = {t.split("\n", 1)[1] for t in texts.values()}  # after "Grade for <id>"
     assert len(bodies) == 1  # the feedback the same: the hint is the teacher's
+
+
+@needs_sandbox
+def test_a_ring_whose_ranks_all_receive_first_ends_at_once_as_a_deadlock(tmp_path, secret):
+    """Chapter 15's ranks are threads of the case's process: a ring in which every rank
+    waits for a message before sending any ends each case as soon as all ranks wait (no
+    limit runs out), noted as a deadlock for the teacher; the student's other exercises,
+    run in the same sandbox after it, score full marks."""
+    chapter = "15_many_devices"
+    assignment, autograder, chapter_nb, student_nb = material(chapter, tmp_path / "assign")
+    correct = solutions(chapter_nb, [e.name for e in assignment.exercises])
+    send = "        send(chunks[(rank - step - 1) % world_size], after)\n"
+    waits_first = correct["ring_all_reduce"].replace(send, "").replace(
+        "        incoming += received\n", "        incoming += received\n" + send)
+    assert waits_first.index("recv(received") < waits_first.index("send(chunks")
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    sources = correct | {"ring_all_reduce": waits_first}
+    nbformat.write(submission(student_nb, sources), folder / "waits_first.ipynb")
+    out = tmp_path / "grades.csv"
+    grade.grade_folder(folder, autograder, out, secret=secret, limits=LIMITS, quiet=True)
+    row = sheet(out)["waits_first"]
+    assert [float(row[e.name]) for e in assignment.exercises] == [0.0, 2.0, 2.0]
+    assert row["notes"].count("its ranks deadlocked") == 3, row
+    assert "limit" not in row["notes"], row

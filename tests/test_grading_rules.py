@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from grading_class import ROOT, grade
-from grading.cases import Randn, Step
+from grading.cases import Randn, Ranks, Step, World
 
 SECRET = b"a-course-secret-for-the-rules-" + b"9" * 32
 
@@ -83,6 +83,165 @@ def test_every_pass_at_k_case_depends_on_n_c_and_k(secret):
             ratio = torch.tensor([math.comb(n - c, k) / math.comb(n, k)], dtype=torch.float32)
             got = float(1 - ratio) if n - c >= k else 1.0
             assert abs(got - e) <= case.atol + case.rtol * abs(e), (case.name, n, c, k)
+
+
+# Chapter 15's world (grading.ranks): the ranks of a case are threads of its process; the
+# record it keeps is what the ring's and ZeRO-1's rules are judged by.
+RING = '''def ring_all_reduce(tensor, rank, world_size, send, recv):
+    chunks = tensor.clone().tensor_split(world_size)
+    after, before = (rank + 1) % world_size, (rank - 1) % world_size
+    for step in range(world_size - 1):
+        send(chunks[(rank - step - 1) % world_size], after)
+        incoming = chunks[(rank - step - 2) % world_size]
+        received = torch.empty_like(incoming)
+        recv(received, before)
+        incoming += received
+    for step in range(world_size - 1):
+        send(chunks[(rank - step) % world_size], after)
+        recv(chunks[(rank - step - 1) % world_size], before)
+    return torch.cat(chunks)'''
+
+
+def ring(source: str = RING):
+    env = {"torch": torch}
+    exec(source, env)
+    return env["ring_all_reduce"]
+
+
+def test_the_world_records_a_rings_messages_and_every_rank_gets_the_sum():
+    """Four ranks, ten numbers (chunks of 3, 3, 2, 2): every rank's sum is the sum of the
+    four tensors, each rank sent 2n minus its two chunks, every send went to the next rank
+    and every recv came from the previous one."""
+    from grading import ranks
+
+    tensors = [torch.randn(10, generator=torch.Generator().manual_seed(r))
+               for r in range(4)]
+    world, candidate = ranks.World(4), ring()
+    sums = ranks.run(world, lambda r: candidate(tensors[r].clone(), r, 4,
+                                                *map(world.given(r).get, ("send", "recv"))))
+    for total in sums:
+        torch.testing.assert_close(total, torch.stack(tensors).sum(0), atol=1e-6, rtol=1e-6)
+        assert torch.equal(total, sums[0])
+    assert world.sent == [20 - 3 - 3, 20 - 3 - 2, 20 - 2 - 2, 20 - 2 - 3]
+    assert sorted(set(world.sends)) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    assert sorted(set(world.recvs)) == [(0, 3), (1, 0), (2, 1), (3, 2)]
+    assert len(world.sends) == len(world.recvs) == 4 * 2 * 3
+
+
+def test_a_deadlock_is_found_when_every_rank_waits_not_when_a_wait_runs_out(monkeypatch):
+    """Every rank receives first: the world raises Deadlock as soon as all wait, never the
+    TimeoutError of a wait that ran out (the wait is a minute here)."""
+    from grading import ranks
+
+    monkeypatch.setattr(ranks, "WAIT_S", 60.0)
+    send = "        send(chunks[(rank - step - 1) % world_size], after)\n"
+    first = RING.replace(send, "").replace("        incoming += received\n",
+                                           "        incoming += received\n" + send)
+    world, candidate = ranks.World(3), ring(first)
+    with pytest.raises(ranks.Deadlock, match="deadlocked"):
+        ranks.run(world, lambda r: candidate(torch.ones(6), r, 3,
+                                             *map(world.given(r).get, ("send", "recv"))))
+    assert world.deadlock and world.sends == []
+
+
+def test_a_wait_that_runs_out_names_the_waiting_rank(monkeypatch):
+    """Rank 1 neither sends nor waits on the world (it waits on an event of its own): rank
+    0's wait for it runs out, a TimeoutError naming rank 0 and rank 1."""
+    import threading
+
+    from grading import ranks
+
+    monkeypatch.setattr(ranks, "WAIT_S", 1.0)
+    released = threading.Event()
+
+    def program(rank):
+        if rank == 1:
+            return released.wait(30)
+        try:
+            world.recv(0, torch.empty(2), 1)
+        finally:
+            released.set()
+
+    world = ranks.World(2)
+    with pytest.raises(TimeoutError, match="rank 0 waited 1 s for a message from rank 1"):
+        ranks.run(world, program)
+
+
+def test_ranks_that_never_end_are_a_timeout_not_a_hang(monkeypatch):
+    import threading
+
+    from grading import ranks
+
+    monkeypatch.setattr(ranks, "WAIT_S", 0.1)
+    never = threading.Event()
+    try:
+        with pytest.raises(TimeoutError, match="did not end within 0.2 s"):
+            ranks.run(ranks.World(2), lambda rank: never.wait(30))
+    finally:
+        never.set()  # the threads end with the test
+
+
+def test_what_an_object_keeps_counts_storages_closures_classes_and_globals():
+    """ZeRO-1's rule as numbers, counted by storage: the weights given (and views of them)
+    do not count; AdamW's two moments and step count are state; a (40,) tensor counts
+    wherever it is kept: in a closure, as a slice (its storage stays alive), in the class,
+    in a global the code names."""
+    from grading import ranks
+
+    weights, hidden = torch.randn(40), torch.zeros(40)
+    chunk = torch.nn.Parameter(weights[:10].clone())
+    optimizer = torch.optim.AdamW([chunk], lr=0.1)
+    chunk.grad = torch.ones(10)
+    optimizer.step()
+
+    class Honest:
+        def __init__(self):
+            self.weights, self.view, self.optimizer = weights, weights[10:20], optimizer
+
+    class Closure(Honest):
+        def __init__(self):
+            super().__init__()
+            self.moments = lambda: hidden
+
+    class Slice(Honest):
+        def __init__(self):
+            super().__init__()
+            self.moments = hidden[:10]
+
+    class Attribute(Honest):
+        moments = hidden
+
+    env = {"__name__": "__main__", "hidden": hidden, "Honest": Honest}  # as a cell runs
+    exec("class Named(Honest):\n    def step(self):\n        return hidden.sum()", env)
+    assert ranks.kept(Honest(), [weights]) == [10, 10 + 2 * 10 + 1, 2 * 10 + 1, 1]
+    for hiding in (Closure, Slice, Attribute, env["Named"]):
+        assert ranks.kept(hiding(), [weights])[:2] == [40, 40 + 10 + 2 * 10 + 1], hiding
+    with ranks.optimizers_built() as built:
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(7))])
+    assert built == [7]
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: Ranks(1), r"Ranks\(world_size=1\): ranks are 2 to 8 threads"),
+    (lambda: Ranks(True), r"Ranks\(world_size=True\)"),
+    (lambda: World("sned"), r"World\('sned'\): a world gives rank, send, recv"),
+])
+def test_a_world_needs_ranks_it_can_run_and_names_it_gives(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda w: w.send(0, torch.ones(2), 0), r"to=0 must be another rank.*cannot message"),
+    (lambda w: w.send(0, [1.0], 1), "send takes a tensor, got a list"),
+    (lambda w: w.recv(1, torch.ones(2), 2), r"source=2 must be another rank, an int from"),
+    (lambda w: w.all_gather(0, 3.0), "all_gather takes a tensor, got a float"),
+])
+def test_a_rank_that_misuses_send_recv_or_all_gather_gets_a_clear_error(call, match):
+    from grading import ranks
+
+    with pytest.raises(ValueError, match=match):
+        call(ranks.World(2))
 
 
 CHAPTERS_12_TO_14 = {"12_assistant": ("mask_prompt", "dpo_loss"),

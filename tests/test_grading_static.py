@@ -327,6 +327,38 @@ def test_the_stand_ins_hold_no_package_and_withhold_the_answer():
     assert "gpt_from_scratch" not in str(env["scaled_dot_product_attention"].__globals__)
 
 
+def test_the_gpt_stand_in_takes_the_packages_weights_and_gives_its_loss_and_gradients():
+    """Chapter 15's replicas are the set-up's GPT, a stand-in in the sandbox: the package
+    model's state dict loads into it strictly, and its logits, loss and every gradient are
+    the package's; the stand-in's source names no package."""
+    from gpt_from_scratch.model import GPT, GPTConfig
+
+    source = standins.setup_source(assign.ASSIGNMENTS["15_many_devices"].setup)
+    env: dict = {}
+    exec(source, env)
+    assert "gpt_from_scratch" not in source and {"Block", "LayerNorm"}.isdisjoint(env)
+    config = dict(vocab_size=11, context_length=8, d_model=16, n_layers=2, n_heads=2,
+                  dropout=0.0)
+    torch.manual_seed(0)
+    package = GPT(GPTConfig(**config))
+    stand_in = env["GPT"](env["GPTConfig"](**config))
+    stand_in.load_state_dict(package.state_dict())  # strict: the same names and shapes
+    batch = torch.randint(0, 11, (3, 8))
+    targets = batch.roll(-1, 1)
+    targets[0, -1] = -100  # ignored, as in the package
+    (logits, loss), (ours, our_loss) = package(batch, targets), stand_in(batch, targets)
+    torch.testing.assert_close(ours, logits, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(our_loss, loss, atol=1e-6, rtol=1e-5)
+    loss.backward()
+    our_loss.backward()
+    grads = dict(package.named_parameters())
+    for name, param in stand_in.named_parameters():
+        torch.testing.assert_close(param.grad, grads[name].grad, atol=1e-6, rtol=1e-5)
+    head = stand_in.lm_head.weight.detach()  # untied, a head of its own: not the package's
+    stand_in.lm_head.weight = torch.nn.Parameter(head + 1e-3 * torch.randn_like(head))
+    assert not torch.allclose(stand_in(batch)[0], logits, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("source", "expected"),
     [

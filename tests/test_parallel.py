@@ -19,8 +19,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from gpt_from_scratch.data_parallel import DataParallel
 from gpt_from_scratch.parallel import free_port, ring_all_reduce, start_process_group
-from gpt_from_scratch.sharding import shard_owners, state_bytes
+from gpt_from_scratch.sharding import shard_model
+from gpt_from_scratch.zero_bytes import shard_owners, state_bytes
 from parallel_workers import tiny_gpt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,7 +106,7 @@ def test_data_parallel_equals_one_process_and_ddp(pair):
     assert not torch.equal(rank0["bucketed"], rank0["reference"])  # other sums, so rounded
 
 
-def test_buckets_are_sent_during_backward(pair):
+def test_buckets_are_started_during_backward(pair):
     n_buckets, started_before_finish = pair[0]["bucketed_buckets"]
     assert n_buckets >= 10 and started_before_finish == n_buckets
     assert pair[0]["per_parameter_buckets"] == (0, 0)
@@ -155,14 +157,61 @@ def test_state_bytes_formula():
         state_bytes(model, "zero2", 2)
     with pytest.raises(ValueError, match="rank=2 must be below world_size=2"):
         state_bytes(model, "zero1", 2, rank=2)
+    ranks = [state_bytes(model, "zero1", 8, rank=r).total for r in range(8)]
+    assert state_bytes(model, "zero1", 8).total == max(ranks) > min(ranks)  # the most
+
+
+def test_odd_inputs_to_the_formulas_are_named():
+    with pytest.raises(ValueError, match="shard_owners.world_size=0 must be a positive"):
+        shard_owners([5, 3], 0)
+    with pytest.raises(ValueError, match=r"numels=\[0, 0\] hold no numbers to share out"):
+        shard_owners([0, 0], 2)
+    with pytest.raises(ValueError, match=r"numels\[1\]=-3 must be an int >= 0"):
+        shard_owners([5, -3], 2)
+    model = tiny_gpt(0)
+    P, frozen = model.num_parameters(), model.blocks[0].ln_1.weight
+    frozen.requires_grad_(False)  # no gradient and no moments for it
+    kept = state_bytes(model, "ddp", 2)
+    assert (kept.parameters, kept.gradients) == (4 * P, 4 * (P - frozen.numel()))
+    with pytest.raises(ValueError, match="'blocks.0.ln_1.weight' is frozen"):
+        state_bytes(model, "zero3", 2)
+    half = tiny_gpt(0)
+    half.blocks[1].half()  # a block in float16: 2 bytes a number there
+    full, mixed = state_bytes(tiny_gpt(0), "zero3", 2), state_bytes(half, "zero3", 2)
+    block = sum(p.numel() for p in half.blocks[1].parameters())
+    assert full.parameters - mixed.parameters == 2 * -(-block // 2)
+    half.blocks[1].ln_1.float()  # one block, two dtypes: what shard_model refuses
+    with pytest.raises(ValueError, match=r"needs parameters of one dtype.*model.float\(\)"):
+        state_bytes(half, "zero3", 2)
+
+
+def test_odd_inputs_are_named_or_handled(pair):
+    for rank, result in enumerate(pair):
+        odd = result["odd"]
+        assert "is wrapped by a DataParallel already (a cell run twice?)" in odd["twice"]
+        assert "call its remove() before wrapping again" in odd["twice"]
+        assert "this module is a DataParallel already" in odd["wrapper"]
+        assert odd["views"]  # after finish(), each gradient is its bucket's memory
+        assert "finish() called twice with no backward between" in odd["finish twice"]
+        dtypes, a, b = odd["mixed"]
+        assert dtypes == ["torch.float64", "torch.float32"]  # a bucket per dtype
+        torch.testing.assert_close(a, torch.full((3,), 1.5))  # (1 + 2) / 2
+        torch.testing.assert_close(b, torch.ones(2, dtype=torch.float64))
+        for scheme in ("zero1", "zero3"):
+            assert "is frozen (requires_grad=False)" in odd[f"frozen {scheme}"], scheme
+            assert "pass only the trainable parameters" in odd[f"frozen {scheme}"]
+        assert "'blocks.0.ln_1.weight' is frozen" in odd["frozen zero3"]
 
 
 def test_mismatched_models_fail_on_every_rank(pair):
     for rank in pair:
         message = rank["mismatch"]
         assert "rank 1's model differs from rank 0's: wte.weight (66, 16)" in message
-        assert "(65, 16) torch.float32 on rank 0" in message
+        assert "(65, 16) torch.float32 trains on rank 0" in message
         assert "the same GPTConfig" in message
+        frozen = rank["frozen on one rank"]
+        assert "rank 1's model differs from rank 0's: wte.weight (65, 16) torch.float32 " \
+            "frozen on rank 1, wte.weight (65, 16) torch.float32 trains on rank 0" in frozen
 
 
 def test_a_rank_killed_mid_step_ends_the_others_with_a_clear_error(ring3):
@@ -173,6 +222,7 @@ def test_a_rank_killed_mid_step_ends_the_others_with_a_clear_error(ring3):
         assert killed["seconds"] < 15, killed  # the group's timeout is 10 s
         assert f"rank {rank} of 3: the all-reduce of gradient bucket" in killed["error"]
         assert "end every process and start them all again" in killed["error"]
+        assert ".cc:" not in killed["error"]  # gloo's source path on the machine that built it
 
 
 def test_a_port_already_taken_is_named():
@@ -196,8 +246,28 @@ def test_a_rendezvous_that_never_completes_ends_in_bounded_time():
 def test_bad_inputs_are_named():
     with pytest.raises(RuntimeError, match="ring_reduce_scatter needs a process group"):
         ring_all_reduce(torch.ones(3))
+    with pytest.raises(ValueError, match="DataParallel wraps an nn.Module, got a Tensor"):
+        DataParallel(torch.ones(3))
     with pytest.raises(ValueError, match="rank=2 must be below world_size=2"):
         start_process_group(2, 2, 29500)
+    with pytest.raises(ValueError, match="timeout_s='a minute' must be a number"):
+        start_process_group(0, 1, 29500, timeout_s="a minute")
+
+
+def test_a_group_of_one_in_this_process_names_its_misuses():
+    start_process_group(0, 1, free_port())
+    try:
+        with pytest.raises(RuntimeError, match="this process is rank 0 of a group of 1 "
+                                               "already: use it, or end it"):
+            start_process_group(0, 1, free_port())
+        sharded = shard_model(tiny_gpt(0))
+        assert "Linear(in_features=16, out_features=48, bias=True)" in repr(sharded)
+        with pytest.raises(ValueError, match="this one is sharded already"):
+            state_bytes(sharded, "zero3", 1)
+        logits, _ = sharded(torch.zeros(1, 4, dtype=torch.long))  # still runs
+        assert logits.shape == (1, 4, 65)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_no_process_is_left(pair, ring3):

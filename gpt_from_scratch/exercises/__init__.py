@@ -42,6 +42,9 @@ checker                                  candidate
 ``check_group_advantages``    (ch. 14)   ``group_advantages(rewards, group_size)`` -> Tensor (N,)
 ``check_grpo_loss``           (ch. 14)   ``grpo_loss(logps, old_logps, advantages, mask, epsilon)`` -> scalar
 ``check_pass_at_k``           (ch. 14)   ``pass_at_k(n, c, k)`` -> float
+``check_ring_all_reduce``     (ch. 15)   ``ring_all_reduce(tensor, rank, world_size, send, recv)`` -> sum
+``check_zero1``               (ch. 15)   a class ``ZeRO1(weights, rank, world_size, **adamw)``, ``step(grad, all_gather)``
+``check_data_parallel_step``  (ch. 15)   ``data_parallel_step(replicas, optimizers, x, y)``
 ``check_online_softmax_step`` (ch. 16)   ``online_softmax_step(m, l, acc, scores, v_block)`` -> (m, l, acc)
 ``check_accept_or_resample``  (ch. 16)   ``accept_or_resample(p, q, draft_tokens, generator)`` -> (tokens, n)
 ``check_absmax_quantize``     (ch. 16)   ``absmax_quantize(w, bits)`` -> (q int8, scale (out, 1))
@@ -63,6 +66,7 @@ from .ch11 import check_acc_norm, check_bits_per_byte
 from .ch12 import check_dpo_loss, check_mask_prompt, check_render
 from .ch13 import check_logit_lens, check_patch_head
 from .ch14 import check_group_advantages, check_grpo_loss, check_pass_at_k
+from .ch15 import check_data_parallel_step, check_ring_all_reduce, check_zero1
 from .ch16 import check_absmax_quantize, check_accept_or_resample, check_online_softmax_step
 from .core import FAIL_MARK, PASS_MARK
 
@@ -95,6 +99,9 @@ __all__ = [
     "check_group_advantages",
     "check_grpo_loss",
     "check_pass_at_k",
+    "check_ring_all_reduce",
+    "check_zero1",
+    "check_data_parallel_step",
     "check_online_softmax_step",
     "check_accept_or_resample",
     "check_absmax_quantize",

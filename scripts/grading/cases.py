@@ -9,7 +9,9 @@ that no output can show, for the teacher to judge by reading) and ``withheld`` (
 set-up this exercise may not use: they are left out of its sandbox).
 A case is a small program the sandbox's runner follows: construct (``init``), report fresh
 parameters, load a state, then call (``steps``); only plain data goes in (tensors, numbers,
-strings, ``Generator``, ``Randn``, ``Pairs``, ``Setup``) and comes out.
+strings, ``Generator``, ``Randn``, ``Pairs``, ``Setup``, and Chapter 15's ``World`` and
+``PerRank``) and comes out. A case may run in a world (``Ranks``: the program on several
+ranks at once; ``Replicas``: given copies of a model and their optimizers).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class Case:
     exact_dtype: bool = True
     cpu_seconds: float | None = None  # a tighter CPU limit: the rule this case observes
     behaviour: str = ""  # what the case shows, in the feedback when it fails (no values)
+    world: Ranks | Replicas | None = None  # run the program on ranks, or given replicas
 
 
 @dataclass
@@ -137,6 +140,59 @@ class Setup:
     kwargs: dict = field(default_factory=dict)
 
 
+@dataclass
+class Ranks:
+    """A case's world (``Case.world``, Chapter 15): its program runs on ``world_size``
+    ranks at once, a thread each in the case's process (``grading.ranks``), its ``World``
+    and ``PerRank`` arguments each rank's own. The values are each rank's, then the world's
+    record: ``ranks.read(got)`` splits them."""
+
+    world_size: int
+
+    def __post_init__(self):
+        if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or (
+                not 2 <= self.world_size <= 8):
+            raise ValueError(f"Ranks(world_size={self.world_size!r}): ranks are 2 to 8 "
+                             "threads of the case's process (its process limit is 32)")
+
+
+@dataclass
+class Replicas:
+    """A case's world (Chapter 15): ``n`` copies of the set-up model ``model`` (a
+    ``Setup``), ``state`` loaded into each, each with ``optimizer`` (a ``Setup`` given the
+    copy's parameters first), passed as ``World("replicas")`` and ``World("optimizers")``.
+    The values end with the record [per step, [the token ids each replica's forward
+    received, the steps each optimizer took]; each replica's state after the steps,
+    ``state``'s keys flattened in order]."""
+
+    n: int
+    model: Setup
+    state: dict[str, torch.Tensor]
+    optimizer: Setup
+
+
+GIVEN = ("rank", "send", "recv", "all_gather", "replicas", "optimizers")
+
+
+@dataclass
+class World:
+    """A case argument: what the case's world gives: on ranks the rank's own ``rank``,
+    ``send``, ``recv`` or ``all_gather``; on replicas the ``replicas`` or ``optimizers``."""
+
+    name: str
+
+    def __post_init__(self):
+        if self.name not in GIVEN:
+            raise ValueError(f"World({self.name!r}): a world gives {', '.join(GIVEN)}")
+
+
+@dataclass
+class PerRank:
+    """A case argument on ranks: rank r gets ``values[r]``."""
+
+    values: list
+
+
 def load_case_file(path: Path):
     spec = importlib.util.spec_from_file_location(f"course_cases_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
@@ -165,6 +221,16 @@ def encode_arg(value, key: str, tensors: dict):
         return {"$generator": value.seed}
     if isinstance(value, Pairs):
         return {"$pairs": [[a, b, c] for (a, b), c in value.pairs.items()]}
+    if isinstance(value, World):
+        return {"$world": value.name}
+    if isinstance(value, PerRank):
+        return {"$per_rank": encode_arg(list(value.values), key + ".r", tensors)}
+    if isinstance(value, Ranks):
+        return {"ranks": value.world_size}
+    if isinstance(value, Replicas):
+        return {"replicas": value.n, "model": encode_arg(value.model, key + ".m", tensors),
+                "state": encode_arg(value.state, key + ".s", tensors),
+                "optimizer": encode_arg(value.optimizer, key + ".o", tensors)}
     if isinstance(value, Setup):
         return {
             "$setup": value.name,
@@ -202,4 +268,5 @@ def program(case: Case, key: str, tensors: dict) -> dict:
         "fresh": list(case.fresh),
         "state": state,
         "steps": [step(s, f"{key}.{i}") for i, s in enumerate(case.steps)],
+        "world": encode_arg(case.world, key + ".world", tensors) if case.world else None,
     }

@@ -37,6 +37,7 @@ STOPPED = {
     "killed": "was killed (its memory limit?)",
     "crashed": "its process crashed",
     "no_report": "its process ended without a report (exit()?)",
+    "deadlock": "its ranks deadlocked (each waited for another)",
     "no_process": "could not start (too many processes left running)",
     "skipped": "not run (an earlier case ran past its limit)",
     "sandbox": "no result (its sandbox ended first)",

@@ -13,8 +13,10 @@ sandbox, moves the child into the case's control group. The child reads the case
 random inputs (sent as seeds), says so on stdout, runs the set-up, the program and the case,
 and writes its result (JSON, then safetensors bytes) on stdout, a pipe the grader reads. The
 grader times the case and ends it, every process of it; this process only reports the
-child's wait status. No file is read or written; nothing here decides a grade. Standard
-library, torch and safetensors only.
+child's wait status. No file is read or written; nothing here decides a grade. A case on
+ranks (Chapter 15) runs its program in a thread per rank of the case's process, a case on
+replicas on models of the set-up (``ranks.py``, beside this file). Standard library, torch,
+safetensors and ``ranks.py`` only.
 """
 
 import ctypes
@@ -24,20 +26,23 @@ import numbers
 import os
 import resource
 import sys
+from collections.abc import Callable
 
 import torch
 from safetensors.torch import load, save
+
+import ranks  # Chapter 15's worlds: /grader/ranks.py, beside this file
 
 MAX_TEXT = 2000  # characters of a string output kept
 HEADER = 32  # bytes of a case's header: its CPU seconds where no control group counts them
 STATUS = 32  # bytes of a status: "forked", then "exit" and the case process's wait status
 
 
-def decode(value, tensors: dict, names: dict):
+def decode(value, tensors: dict, names: dict, given: dict | None = None):
     """A JSON argument back to Python: tensors, generators and set-up objects by
-    reference."""
+    reference; what the case's world gives (``given``: a rank's ``send``, the replicas)."""
     if isinstance(value, list):
-        return [decode(v, tensors, names) for v in value]
+        return [decode(v, tensors, names, given) for v in value]
     if not isinstance(value, dict):
         return value
     if "$tensor" in value:
@@ -48,17 +53,23 @@ def decode(value, tensors: dict, names: dict):
         return torch.Generator().manual_seed(value["$generator"])
     if "$pairs" in value:
         return {(a, b): c for a, b, c in value["$pairs"]}
-    if (
-        "$setup" in value
-    ):  # e.g. GPTConfig.from_preset, looked up before the student's cell ran
-        target = names[value["$setup"].split(".")[0]]
-        for attribute in value["$setup"].split(".")[1:]:
-            target = getattr(target, attribute)
-        return target(
-            *decode(value["args"], tensors, names),
-            **decode(value["kwargs"], tensors, names),
-        )
-    return {k: decode(v, tensors, names) for k, v in value.items()}
+    if "$world" in value:
+        return given[value["$world"]]
+    if "$per_rank" in value:
+        return decode(value["$per_rank"][given["rank"]], tensors, names, given)
+    if "$setup" in value:  # e.g. GPTConfig.from_preset, made from the set-up's names
+        return setup(value, tensors, names)
+    return {k: decode(v, tensors, names, given) for k, v in value.items()}
+
+
+def setup(value: dict, tensors: dict, names: dict, *first):
+    """A set-up object: ``name(*first, *args, **kwargs)``, its name looked up in the set-up
+    (dotted: ``torch.optim.SGD``)."""
+    target = names[value["$setup"].split(".")[0]]
+    for attribute in value["$setup"].split(".")[1:]:
+        target = getattr(target, attribute)
+    return target(*first, *decode(value["args"], tensors, names),
+                  **decode(value["kwargs"], tensors, names))
 
 
 def make_random(value, tensors: dict) -> None:
@@ -99,15 +110,15 @@ def kind(error: BaseException) -> str:
     return type(error).__name__[:80]
 
 
-def run_case(
-    solution, case: dict, tensors: dict, names: dict, out: dict, prefix: str
-) -> list:
-    target = solution
+def run_program(solution, case: dict, tensors: dict, names: dict, out: dict, prefix: str,
+                given: dict, after_step: Callable[[], None]) -> tuple:
+    """The case's program on ``solution``: (its values, the object it made, the
+    constructor's arguments); ``after_step`` runs after each step."""
+    target, init_args = solution, []
     if case.get("init") is not None:
         init = case["init"]
-        target = solution(
-            *decode(init["args"], tensors, names), **decode(init["kwargs"], tensors, names)
-        )
+        init_args = decode(init["args"], tensors, names, given)
+        target = solution(*init_args, **decode(init["kwargs"], tensors, names, given))
     values = [
         encode(getattr(target, name), f"{prefix}.fresh.{name}", out)
         for name in case["fresh"]
@@ -127,20 +138,75 @@ def run_case(
             values.append(encode(value, f"{prefix}.{i}", out))
         else:
             function = getattr(target, step["method"]) if step.get("method") else target
-            values.append(call(function, step, tensors, names, out, f"{prefix}.{i}"))
-    return values
+            values.append(call(function, step, tensors, names, out, f"{prefix}.{i}", given))
+        after_step()
+    return values, target, init_args
 
 
-def call(function, step: dict, tensors: dict, names: dict, out: dict, key: str):
+def run_ranks(solution, case: dict, tensors: dict, names: dict, out: dict, prefix: str):
+    """The program on every rank at once (``ranks.run``): each rank's values, then the
+    world's record (``ranks.RECORD``)."""
+    world = ranks.World(case["world"]["ranks"])
+    inputs, kept = [None] * world.world_size, [None] * world.world_size
+
+    def program(rank: int) -> dict:
+        gathers = world.gathered[rank]
+        values, target, init_args = run_program(
+            solution, case, tensors, names, out, f"{prefix}.{rank}", world.given(rank),
+            lambda: world.steps[rank].append(len(gathers)))
+        inputs[rank] = [a for a in init_args if isinstance(a, torch.Tensor)]
+        kept[rank] = ranks.kept(target, inputs[rank]) if case.get("init") else []
+        return {"$list": values}
+
+    with ranks.optimizers_built() as built:
+        values = ranks.run(world, program)
+    record = [world.sent, world.sends, world.recvs, world.gathered, world.steps, inputs,
+              kept, built]
+    return values + [encode(record, f"{prefix}.record", out)]
+
+
+def run_replicas(solution, case: dict, tensors: dict, names: dict, out: dict, prefix: str):
+    """The program given replicas of a set-up model, each with its optimizer: its values,
+    then [per step, the rows each replica's forward received and each optimizer's steps
+    (``ranks.Seen``); each replica's state (the case's keys, flattened) after the steps]."""
+    spec = case["world"]
+    state = decode(spec["state"], tensors, names)
+    replicas = [setup(spec["model"], tensors, names) for _ in range(spec["replicas"])]
+    for replica in replicas:
+        replica.load_state_dict(state)
+    optimizers = [setup(spec["optimizer"], tensors, names, replica.parameters())
+                  for replica in replicas]
+    watch, seen = ranks.Seen(replicas, optimizers), []
+    given = {"replicas": replicas, "optimizers": optimizers}
+    with torch.enable_grad():
+        values, _, _ = run_program(solution, case, tensors, names, out, prefix, given,
+                                   lambda: seen.append(watch.take()))
+    weights = [torch.cat([r.state_dict()[k].reshape(-1) for k in state]) for r in replicas]
+    return values + [encode([seen, weights], f"{prefix}.record", out)]
+
+
+def run_case(
+    solution, case: dict, tensors: dict, names: dict, out: dict, prefix: str
+) -> list:
+    world = case.get("world") or {}
+    if "ranks" in world:
+        return run_ranks(solution, case, tensors, names, out, prefix)
+    if "replicas" in world:
+        return run_replicas(solution, case, tensors, names, out, prefix)
+    return run_program(solution, case, tensors, names, out, prefix, {}, lambda: None)[0]
+
+
+def call(function, step: dict, tensors: dict, names: dict, out: dict, key: str,
+         given: dict | None = None):
     """One step's call, reported: its value; with ``grad``, [value, its gradient with
-    respect to that argument] (autograd on for this call only); with ``unchanged``, [that,
-    the arguments after the call]."""
-    args = decode(step["args"], tensors, names)
+    respect to that argument] (autograd on for this call only, unless a world's program
+    runs with it on); with ``unchanged``, [that, the arguments after the call]."""
+    args = decode(step["args"], tensors, names, given)
     wrt = step.get("grad")
     if wrt is not None:
         args[wrt].requires_grad_(True)
-    with torch.set_grad_enabled(wrt is not None):
-        value = function(*args, **decode(step["kwargs"], tensors, names))
+    with torch.set_grad_enabled(wrt is not None or torch.is_grad_enabled()):
+        value = function(*args, **decode(step["kwargs"], tensors, names, given))
         reported = encode(value, key, out)
         if wrt is not None:
             grad = gradient(value, args[wrt])
@@ -213,6 +279,8 @@ def case_process(cpu: float) -> None:
             with torch.no_grad():
                 values = run_case(solution, case, tensors, names, out, "out")
             report = {"values": values}
+        except ranks.Deadlock:
+            report = {"stopped": "deadlock"}
         except BaseException as error:  # noqa: BLE001
             report = {"error": kind(error), "stage": "case"}
     data, raw = json.dumps(report).encode(), save(out)

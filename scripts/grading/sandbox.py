@@ -3,19 +3,19 @@
 
 A new sandbox for every student (``Sandbox.run``): no network, no process of the machine in
 sight (its own PID and IPC namespaces), no user namespace inside (``--disable-userns``), a
-read-only view of Python, the virtual environment and ``runner.py`` only (not the package:
-the exercises' set-ups get stand-ins, ``grading.standins``; no case file, no case input, no
-submission, no sheet, no repository), nothing of the host writable: ``/tmp`` and
-``/dev/shm`` are tmpfs of bounded size, new and empty for each student, and gone with their
-sandbox. Each case comes over a pipe (its exercise's set-up, the student's program, its own
-inputs: never the rest of the job) to a fresh process, whose result comes back over a pipe
-to this process, out of the student's reach (``runner.py``); nothing is read from disk.
-Limits: a control group per sandbox (``grading.cgroup``: total memory, tmpfs included, and
-processes), and per process CPU time, address space, file size, no POSIX message queues. Run
-as root (as CI does), the sandbox switches to a uid of its own (``setpriv``) before
-bubblewrap makes its user namespace; run as another user, bubblewrap needs unprivileged user
-namespaces. Before a class, ``grading.startup`` runs one trivial case through such a
-sandbox.
+read-only view of Python, the virtual environment, ``runner.py`` and ``ranks.py`` (Chapter
+15's threads) only (not the package: the exercises' set-ups get stand-ins,
+``grading.standins``; no case file, no case input, no submission, no sheet, no repository),
+nothing of the host writable: ``/tmp`` and ``/dev/shm`` are tmpfs of bounded size, new and
+empty for each student, and gone with their sandbox. Each case comes over a pipe (its
+exercise's set-up, the student's program, its own inputs: never the rest of the job) to a
+fresh process, whose result comes back over a pipe to this process, out of the student's
+reach (``runner.py``); nothing is read from disk. Limits: a control group per sandbox
+(``grading.cgroup``: total memory, tmpfs included, and processes), and per process CPU time,
+address space, file size, no POSIX message queues. Run as root (as CI does), the sandbox
+switches to a uid of its own (``setpriv``) before bubblewrap makes its user namespace; run
+as another user, bubblewrap needs unprivileged user namespaces. Before a class,
+``grading.startup`` runs one trivial case through such a sandbox.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pathlib import Path
 from grading import cgroup, watch
 
 RUNNER = Path(__file__).with_name("runner.py")
+RANKS = Path(__file__).with_name("ranks.py")  # the runner's one module of its own
 FIRST_UID = 64000  # as root, sandbox slot k runs as uid FIRST_UID + k (no account needed)
 STARTUP_SECONDS = 60.0  # bwrap, Python and torch imported: once per student
 SERVER_CPU_SECONDS = 3600  # the serving process itself (each case has its own limit)
@@ -142,6 +143,7 @@ def command(slot: int, limits: Limits, program: list[str]) -> list[str]:
         args += ["--perms", "0555", "--tmpfs", str(path), "--remount-ro", str(path)]
     args += ["--perms", "0755", "--dir", "/grader"]
     args += ["--ro-bind", str(RUNNER), "/grader/runner.py"]
+    args += ["--ro-bind", str(RANKS), "/grader/ranks.py"]
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
     rlimits = ["prlimit", f"--cpu={SERVER_CPU_SECONDS}", f"--as={limits.memory_bytes}"]
     rlimits += [f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}", "--core=0"]

@@ -142,6 +142,50 @@ class FeedForward(nn.Module):
         return self.dropout(self.c_proj(self.act(self.c_fc(x))))
 
 
+class Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        D = config.d_model
+        self.ln_1 = LayerNorm(D, eps=config.layer_norm_eps, bias=config.bias)
+        self.attn = MultiHeadAttention(D, config.n_heads, config.dropout, config.bias)
+        self.ln_2 = LayerNorm(D, eps=config.layer_norm_eps, bias=config.bias)
+        self.mlp = FeedForward(config)
+
+    def forward(self, x):  # (B, T, D)
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config, D = config, config.d_model
+        self.wte = nn.Embedding(config.vocab_size, D)
+        self.wpe = nn.Embedding(config.context_length, D)  # the package's: a (T, D) table
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layers)])
+        self.ln_f = LayerNorm(D, eps=config.layer_norm_eps, bias=config.bias)
+        self.lm_head = nn.Linear(D, config.vocab_size, bias=False)
+        if config.tie_weights:
+            self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx, targets=None):  # (B, T) -> (B, T, V) logits, the mean loss
+        x = self.drop(self.wte(idx) + self.wpe.weight[: idx.shape[1]])  # (B, T, D)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten().long(),
+                               ignore_index=-100)
+        return logits, loss
+
+
+NEEDS = {  # the stand-ins a stand-in uses, defined beside it
+    "Block": ("LayerNorm", "MultiHeadAttention", "FeedForward"),
+    "GPT": ("LayerNorm", "MultiHeadAttention", "FeedForward", "Block"),
+}
+NOT_STAND_INS = ("definitions", "setup_source", "setup_names", "NEEDS", "NOT_STAND_INS")
 HEADER = (
     "import dataclasses\nimport math\n\nimport torch\nimport torch.nn.functional as F\n"
     "from torch import nn\n"
@@ -175,7 +219,7 @@ def setup_source(setup: str, withheld: tuple[str, ...] = ()) -> str:
             and (node.module or "").split(".")[0] == PACKAGE
         ):
             for alias in node.names:
-                if alias.name not in known or alias.name in ("definitions", "setup_source"):
+                if alias.name not in known or alias.name in NOT_STAND_INS:
                     raise SystemExit(
                         f"the set-up imports {node.module}.{alias.name}, which has no "
                         "stand-in in scripts/grading/standins.py: write one there (the "
@@ -188,7 +232,8 @@ def setup_source(setup: str, withheld: tuple[str, ...] = ()) -> str:
             kept.append(ast.unparse(node))
     if not wanted:
         return "\n".join(kept) + "\n"
-    body = HEADER + "\n".join(known[n] for n in dict.fromkeys(wanted.values()))
+    needed = [n for name in wanted.values() for n in (*NEEDS.get(name, ()), name)]
+    body = HEADER + "\n".join(known[n] for n in dict.fromkeys(needed))
     returned = ", ".join(f"{alias!r}: {name}" for alias, name in wanted.items())
     return (
         "\n".join(kept)
