@@ -28,9 +28,9 @@ def check_same_model(module: nn.Module) -> None:
     """A ValueError on every rank when the ranks' models differ in names, shapes, dtypes or
     which parameters train.
 
-    Each rank sends the others its list of (name, shape, dtype, trains), so every rank sees the
-    difference and stops with the same message, rather than waiting in a collective that
-    the others never join.
+    Each rank sends the others its list of (name, shape, dtype, trains), so every rank sees
+    the difference and stops with the same message, rather than waiting in a collective
+    that the others never join.
     """
     _, world_size = world("check_same_model")
     tensors = itertools.chain(module.named_parameters(), module.named_buffers())
@@ -195,9 +195,9 @@ class DataParallel(nn.Module):
                 p.grad = grad.div_(self.world_size)
             return
         if self._finished:
-            raise RuntimeError("DataParallel.finish() called twice with no backward between: "
-                               "the gradients are averaged already; call finish() once "
-                               "after each backward")
+            raise RuntimeError("DataParallel.finish() called twice with no backward "
+                               "between: the gradients are averaged already; call "
+                               "finish() once after each backward")
         self._finished = True
         for bucket in self.buckets[self._started:]:  # a gradient that never came is zero
             for i in set(range(len(bucket.params))) - bucket.ready:

@@ -77,6 +77,12 @@ class PagedKVCache:
                              f"[-{self.n_layers}, {self.n_layers})")
         return self.lengths[seq][layer] if seq in self.lengths else 0
 
+    def _check_layer(self, what: str, layer) -> None:
+        if isinstance(layer, bool) or not isinstance(layer, int) or not (
+                0 <= layer < self.n_layers):
+            raise ValueError(f"PagedKVCache.{what}: layer={layer!r} must be an int in "
+                             f"[0, {self.n_layers}), one of the model's layers")
+
     def layers(self, seq: int) -> list[PagedLayer]:
         """``seq``'s cache as ``GPT.forward(idx, kv_cache=...)`` takes it: one view per
         layer."""
@@ -90,14 +96,18 @@ class PagedKVCache:
             raise ValueError(
                 f"PagedKVCache.append: k and v must both have shape (1, {H}, T, {d}), got "
                 f"{tuple(k.shape)} and {tuple(v.shape)}: append one sequence at a time")
-        if not 0 <= layer < self.n_layers:
+        self._check_layer("append", layer)
+        pool = self.keys[layer]
+        if (k.dtype, k.device) != (pool.dtype, pool.device) or (v.dtype, v.device) != (
+                k.dtype, k.device):
             raise ValueError(
-                f"PagedKVCache.append: layer={layer} must be in [0, {self.n_layers})")
-        table = self.block_tables.get(seq, [])
-        lengths = self.lengths.get(seq, [0] * self.n_layers)
+                f"PagedKVCache.append: k and v ({k.dtype} on {k.device}, {v.dtype} on "
+                f"{v.device}) must match the pool ({pool.dtype} on {pool.device}): build "
+                "the cache with the model's dtype and device (PagedKVCache.for_model)")
+        table = list(self.block_tables.get(seq, []))
+        lengths = list(self.lengths.get(seq, [0] * self.n_layers))
         P, T = lengths[layer], k.size(2)
         self._allocate(seq, table, P + T)  # raises before anything changes if it cannot
-        self.block_tables[seq], self.lengths[seq] = table, lengths
         pos = torch.arange(P, P + T, device=k.device)  # (T,): the new positions
         blocks = torch.tensor(table, dtype=torch.long, device=k.device)[pos // S]  # (T,)
         offsets = pos % S  # (T,): its slot in that block
@@ -105,6 +115,7 @@ class PagedKVCache:
         self.keys[layer][blocks, :, offsets] = k[0].transpose(0, 1)  # (T, H, d)
         self.values[layer][blocks, :, offsets] = v[0].transpose(0, 1)
         lengths[layer] = P + T
+        self.block_tables[seq], self.lengths[seq] = table, lengths  # written: now it counts
 
     def _allocate(self, seq: int, table: list[int], n_positions: int) -> None:
         """Grow ``table`` from the free list until it has room for ``n_positions``."""
@@ -120,6 +131,7 @@ class PagedKVCache:
     def gather(self, seq: int, layer: int) -> tuple[Tensor, Tensor]:
         """``seq``'s keys and values in ``layer``, contiguous and in order: each
         ``(1, H, L, d_head)`` for its ``L`` positions, read through its block table."""
+        self._check_layer("gather", layer)
         if seq not in self.block_tables:
             raise ValueError(
                 f"PagedKVCache.gather: sequence {seq!r} is not in the cache (it holds "

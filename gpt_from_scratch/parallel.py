@@ -89,7 +89,7 @@ def world(caller: str) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-LOST = ("connection", "timed out", "timeout", "broken pipe", "closed", "peer")  # a rank gone
+LOST = ("connection", "timed out", "timeout", "broken pipe", "closed", "peer")  # rank gone
 
 
 @contextmanager

@@ -202,7 +202,8 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """(..., in) -> (..., out)."""
         W = dequantize(self.quantized_weight).to(x.dtype)  # (out, in)
-        return F.linear(x, W, self.bias)
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, W, bias)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

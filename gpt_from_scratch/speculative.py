@@ -44,7 +44,7 @@ class RollbackKVCache(KVCache):
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` positions; the next ``update`` overwrites the others."""
-        self._length = min(self._length, n)
+        self._length = min(self._length, check_int("RollbackKVCache.crop", "n", n, 0))
 
 
 @dataclass
@@ -76,6 +76,9 @@ def sampling_probabilities(logits: Tensor, temperature: float = 1.0,
     ``temperature`` must be a finite number > 0 (greedy decoding is the arg-max)."""
     temperature = check_float("sampling_probabilities", "temperature", temperature, 0.0,
                               low_open=True)
+    if not torch.isfinite(logits.float().amax(dim=-1)).all() or logits.isnan().any():
+        raise ValueError("sampling_probabilities: a row of logits holds NaN, or no finite "
+                         "value: no distribution comes from it; check the model's output")
     logits = logits.float()  # (N, V)
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
@@ -92,10 +95,14 @@ def residual_distribution(p: Tensor, q: Tensor) -> Tensor:
     When p == q nothing is ever rejected (the ratio is 1). If floats that sum to 1 only up
     to rounding leave no positive mass, p and q agree to rounding: this returns p itself.
     """
-    if p.shape != q.shape:
+    if p.shape != q.shape or p.dim() != 1:
         raise ValueError(f"residual_distribution: p {tuple(p.shape)} and q "
                          f"{tuple(q.shape)} must be laws over one vocabulary (V,): the "
                          "draft and the target must share their tokens")
+    for name, t in (("p", p), ("q", q)):
+        if (t < 0).any() or not torch.isfinite(t).all() or abs(t.sum().item() - 1) > 1e-4:
+            raise ValueError(f"residual_distribution: {name} must be a law (finite, >= 0, "
+                             "summing to 1): pass softmax probabilities")
     residual = (p - q).clamp(min=0.0)  # (V,)
     mass = residual.sum()
     return residual / mass if mass > 0 else p
@@ -168,6 +175,11 @@ def accept_greedy(target_choices: Tensor, draft_tokens: Tensor) -> tuple[Tensor,
     mismatch (or after all γ). ``target_choices`` (γ + 1,) are the target's arg-maxes.
     Returns ``(tokens, n_accepted)`` as ``accept_or_resample`` does: the target's own next
     1 to γ + 1 greedy tokens, and how many drafts were kept."""
+    if (draft_tokens.dim() != 1 or target_choices.dim() != 1
+            or len(target_choices) != len(draft_tokens) + 1):
+        raise ValueError(f"accept_greedy: target_choices {tuple(target_choices.shape)} "
+                         f"must be (γ + 1,) for draft_tokens {tuple(draft_tokens.shape)} "
+                         "(γ,): the target's arg-max at each drafted position and one more")
     gamma = len(draft_tokens)
     agree = (draft_tokens == target_choices[:gamma]).long()  # (γ,)
     n_accepted = int(agree.cumprod(dim=0).sum())  # the length of the agreeing prefix

@@ -106,7 +106,8 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True,
     scaled, masked scores, (B, H, T_q) in float32 (float64 for float64): what a backward
     pass, or a decode that splits the keys among workers, needs to combine partial results.
     Blocks are ``block_q`` queries by ``block_k`` keys; the last of each may be shorter.
-    float16 and bfloat16 inputs are computed in float32, as FlashAttention does.
+    float16 and bfloat16 inputs are computed in float32 throughout (FlashAttention keeps
+    only the softmax's statistics and its sums in float32, and multiplies 16-bit blocks).
 
     ``causal=True`` aligns the queries with the LAST T_q keys, as a decode step after a KV
     cache does: query i is position ``T_k - T_q + i`` and sees keys ``0 .. T_k - T_q + i``.

@@ -109,11 +109,12 @@ def test_a_wrong_acceptance_that_passes_the_certain_cases_fails_the_chi_square(c
 
 
 def wrong_rows(p, q, drafts, generator, row="i", bonus="last"):
-    """The right rule with one index wrong: row 0 for every draft, or the bonus drawn
-    from another row (or its arg-max)."""
+    """The right rule with one index wrong: row 0 for every draft, q's row 0 for every
+    draft, or the bonus drawn from another row (or its arg-max)."""
     for i, x in enumerate(drafts.tolist()):
         r = 0 if row == "0" else i
-        if torch.rand((), generator=generator, dtype=p.dtype) < p[r, x] / q[r, x]:
+        q_row = 0 if row == "q0" else r
+        if torch.rand((), generator=generator, dtype=p.dtype) < p[r, x] / q[q_row, x]:
             continue
         law = (p[r] - q[r]).clamp(min=0)
         return torch.cat([drafts[:i], torch.multinomial(law / law.sum(), 1,
@@ -130,6 +131,8 @@ def test_wrong_rows_and_wrong_bonuses_fail(capsys):
     passes(ex.check_accept_or_resample, wrong_rows, capsys)
     fails(ex.check_accept_or_resample, lambda *a: wrong_rows(*a, row="0"), capsys,
           "case 4 of 4", "output token 2")
+    fails(ex.check_accept_or_resample, lambda *a: wrong_rows(*a, row="q0"), capsys,
+          "case 1 of 4", "with p == q nothing may be rejected")  # q_1 for every draft
     for bonus in ("p0", "q", "argmax"):
         fails(ex.check_accept_or_resample, lambda *a: wrong_rows(*a, bonus=bonus), capsys,
               "case 1 of 4", "the bonus token", "not the arg-max")

@@ -13,7 +13,6 @@ import torch
 from gpt_from_scratch.book import fast_prose as prose
 
 
-
 def scipy_stats():
     return pytest.importorskip("scipy.stats", reason="the reference laws: pip install "
                                "scipy")
@@ -149,3 +148,9 @@ def test_the_sampled_tests_are_judged_together_at_one_percent():
     four = {**SAMPLED, "token 1": (0.004, 1200, 0), "token 3": (0.3, 700, 0)}
     found = prose.sampled_lesson(four, POWER, top_k=5)
     assert found.holds and "the level 0.0025 that each of the 4 tests" in found.text
+
+
+def test_the_sampled_speed_text_follows_which_kept_more():
+    fewer = prose.sampled_speed_text(0.38, 0.44)
+    assert fewer.startswith("Sampled, the target kept 38% of the guesses, against 44%")
+    assert "as many as greedy" in prose.sampled_speed_text(0.5, 0.44)

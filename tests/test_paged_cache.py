@@ -270,8 +270,10 @@ def test_bad_arguments_to_the_cache_and_the_memory_count():
     bad = torch.zeros(2, 2, 3, 4)
     with pytest.raises(ValueError, match=r"shape \(1, 2, T, 4\), got \(2, 2, 3, 4\)"):
         cache.append(0, 0, bad, bad)
-    with pytest.raises(ValueError, match=r"layer=1 must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"layer=1 must be an int in \[0, 1\)"):
         cache.append(0, 1, bad[:1], bad[:1])
+    with pytest.raises(ValueError, match=r"PagedKVCache.gather: layer=5 must be an int"):
+        cache.gather(0, 5)
     with pytest.raises(ValueError, match=r"sequence 7 is not in the cache"):
         cache.gather(7, 0)
     with pytest.raises(ValueError, match=r"block_size=-2 must be a positive int"):
@@ -309,3 +311,15 @@ def test_a_grouped_query_llama_caches_its_kv_heads_and_decodes_as_generate():
     assert cache.n_heads == 1
     for sequence, prompt in zip(paged, prompts):
         assert torch.equal(sequence, generate(llama, prompt[None], 6, greedy=True)[0])
+
+
+def test_an_append_that_fails_changes_nothing():
+    """Another dtype is refused before a block is taken: no table, no length, no block."""
+    cache = PagedKVCache(n_layers=1, n_heads=2, d_head=4, block_size=2, num_blocks=4)
+    good, wide = torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4, dtype=torch.float64)
+    for k, v in ((wide, wide), (good, wide)):
+        with pytest.raises(ValueError,
+                           match=r"must match the pool \(torch.float32 on cpu\)"):
+            cache.append(7, 0, k, v)
+    assert cache.blocks_in_use == 0 and 7 not in cache.block_tables
+    assert cache.length(7) == 0

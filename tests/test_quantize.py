@@ -375,3 +375,12 @@ def test_int8_is_within_half_steps_of_torchaos_int8_weight_only():
             bound = x.abs().sum(-1, keepdim=True) * layer.scale[:, 0]  # (B, out)
             assert ((y_ours - y_theirs).abs() <= bound + 1e-5).all(), name
             assert not torch.equal(y_theirs, model.get_submodule(name)(x)), name  # changed
+
+
+def test_a_quantized_linear_takes_float64_inputs_bias_and_all():
+    linear = nn.Linear(8, 4)
+    layer = QuantizedLinear.from_linear(linear)
+    x = torch.randn(3, 8, dtype=torch.float64)
+    weight = layer.quantized_weight.dequantize().double()
+    expected = F.linear(x, weight, linear.bias.double())
+    torch.testing.assert_close(layer(x), expected)

@@ -458,3 +458,24 @@ def test_a_bonus_drawn_from_the_first_row_fails_at_token_3(monkeypatch):
                         bonus_from_first_row)
     outputs, target = _three_sampled_tokens()
     assert _conditional_p_values(outputs, target)[2] < 1e-6
+
+
+def test_the_second_readings_odd_inputs_are_named():
+    """accept_greedy's shapes, crop's n, a row of logits with no finite value, a residual
+    of things that are not laws."""
+    from gpt_from_scratch.speculative import (RollbackKVCache, accept_greedy,
+                                              residual_distribution, sampling_probabilities)
+    with pytest.raises(ValueError, match=r"target_choices \(1,\) must be \(γ \+ 1,\)"):
+        accept_greedy(torch.tensor([1]), torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"must be \(γ \+ 1,\)"):
+        accept_greedy(torch.tensor([[1, 2]]), torch.tensor([1]))
+    with pytest.raises(ValueError, match=r"RollbackKVCache.crop.n=-1"):
+        RollbackKVCache(8).crop(-1)
+    with pytest.raises(ValueError, match="holds NaN, or no finite value"):
+        sampling_probabilities(torch.full((1, 4), float("-inf")))
+    with pytest.raises(ValueError, match="holds NaN, or no finite value"):
+        sampling_probabilities(torch.tensor([[0.0, float("nan")]]))
+    with pytest.raises(ValueError, match="p must be a law"):
+        residual_distribution(torch.tensor([5.0, -1.0]), torch.tensor([0.5, 0.5]))
+    with pytest.raises(ValueError, match="must be laws over one vocabulary"):
+        residual_distribution(torch.full((2, 2), 0.25), torch.full((2, 2), 0.25))

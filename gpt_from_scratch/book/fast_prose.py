@@ -20,13 +20,7 @@ from .lessons import Lesson, lesson
 
 F64_BAR = 1e-12  # tiled against SDPA in float64
 GROWTH_BAR = 2.0  # the tiled working set beyond its output, largest T over smallest
-ALPHA = 0.01  # the chance that a right rule fails the sampled lesson, all its tests together
-
-
-def level(n_tests: int) -> float:
-    """Each of ``n_tests`` chi-square tests at ALPHA / n_tests (Bonferroni): a right rule
-    fails one of them at most ALPHA of the time, on any machine's draws (Chapter 16)."""
-    return ALPHA / n_tests
+ALPHA = 0.01  # the chance a right rule fails the sampled lesson, its tests together
 POWER_BAR = 0.99  # the least power the test must have against each slip
 TOKENS_BAR = 1.5  # tokens per target forward at the best γ (plain decoding: 1)
 INT8_BAR = 0.01  # bits per byte int8 may add to float32's
@@ -109,8 +103,8 @@ def memory_lesson(rows: list[tuple[int, int, int, int]]) -> Lesson:
             f"attention's peak grew {naive1 / naive0:.0f}-fold, to {naive1 / 2**20:.1f} "
             f"MiB; the tiled one's working set beyond its output and log-sum-exp grew "
             f"{growth:.2f}-fold ({beyond1 / 2**10:.0f} KiB at T = {T1:,}), against a bar "
-            f"of {GROWTH_BAR:g}-fold. At T = {T1:,} the scores need {naive1 / tiled1:.0f} "
-            "times the whole tiled peak. ")
+            f"of {GROWTH_BAR:g}-fold. At T = {T1:,} the written-out attention's whole "
+            f"peak is {naive1 / tiled1:.0f} times the tiled one's. ")
     why = ("The first holds T² scores and their softmax; the second one block of scores, "
            "whatever T is, beside its output of T rows.")
     return lesson("tiled attention's working set does not grow with T",
@@ -140,6 +134,13 @@ def power_text(power: float) -> str:
     return "> 0.999" if power > 0.999 else f"{power:.3f}"
 
 
+def level(n_tests: int) -> float:
+    """Each of ``n_tests`` chi-square tests at ALPHA / n_tests (Bonferroni): a right rule
+    fails one of them about ALPHA of the time at most, as far as Pearson's approximation
+    holds, on any machine's draws (Chapter 16)."""
+    return ALPHA / n_tests
+
+
 def sampled_lesson(tests: dict[str, tuple[float, int, int]], power: dict[str, float],
                    top_k: int) -> Lesson:
     """``tests``: what was tested -> (chi-square p-value, draws, draws outside the target's
@@ -153,9 +154,10 @@ def sampled_lesson(tests: dict[str, tuple[float, int, int]], power: dict[str, fl
             f"{p_values}; {outside} token(s) came from outside the target's top {top_k}. "
             "Had the step drawn " + " or ".join(f"{slip} (power {power_text(x)})"
                                         for slip, x in power.items())
-            + f", the first test would have rejected it at the level {each:g} that each of "
-            f"the {len(tests)} tests is judged at ({ALPHA:g} / {len(tests)}: a right rule "
-            f"fails one of them at most {ALPHA:.0%} of the time). ")
+            + f", the first test would reject it with that probability at the level "
+            f"{each:g} that each of the {len(tests)} tests is judged at ({ALPHA:g} / "
+            f"{len(tests)}: a right rule fails one of them about {ALPHA:.0%} of the time, "
+            "at most). ")
     why = ("Accepting with probability min(1, p/q) and drawing from the residual after a "
            "rejection give each token with probability min(p, q) + max(0, p - q) = p.")
     p_margin = min(math.log10(max(p, FLOOR) / each) for p, _, _ in tests.values())
@@ -271,3 +273,15 @@ def speedup_text(c_draft: float, verify: dict[int, float], rows: dict[int, tuple
             "γ c + v in units of one target pass (c the draft's pass, v the check's): for "
             "a large target on a GPU, whose passes are slow for their memory traffic, v is "
             "near 1 and c small.")
+
+
+def sampled_speed_text(sampled: float, greedy: float) -> str:
+    """The share of guesses kept, sampled against greedy, in a sentence (Chapter 16)."""
+    if sampled < greedy:
+        return (f"Sampled, the target kept {sampled:.0%} of the guesses, against "
+                f"{greedy:.0%} greedy: a guess is now kept with probability min(1, p/q), "
+                "even when it is the target's likeliest token, and the two models' laws "
+                "differ more than their arg-maxes do.")
+    return (f"Sampled, the target kept {sampled:.0%} of the guesses, as many as greedy "
+            f"({greedy:.0%}) or more: here the two models' laws agree as well as their "
+            "arg-maxes do.")

@@ -166,7 +166,8 @@ def check_accept_or_resample(candidate) -> bool:
     F64 = torch.float64
 
     def all_kept() -> None:
-        p = torch.tensor([[0.5, 0.5, 0.0, 0.0]] * 2 + [[0.0, 0.0, 0.3, 0.7]], dtype=F64)
+        p = torch.tensor([[0.1, 0.1, 0.4, 0.4], [0.3, 0.3, 0.2, 0.2], [0.0, 0.0, 0.3, 0.7]],
+                         dtype=F64)  # rows that differ: p_2 / q_1 keeps only some drafts
         g, bonuses = _generator(7), []
         for seed in range(BONUS_DRAWS):
             drafts = torch.multinomial(p[:2], 1, generator=g)[:, 0]

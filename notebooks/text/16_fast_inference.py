@@ -170,14 +170,15 @@ display(Markdown(found[-1].text))
 # queries, and $m$, $\ell$, $\mathbf{a}$, whatever $T$ is. `attention_memory` gives both
 # by formula; `measure_peak_bytes` measures the most bytes of tensors alive at once while
 # a call runs, from PyTorch's profiler. One head of 64 dimensions, not causal (Chapter 4's
-# `scaled_dot_product_attention`, the written-out one, against `tiled_attention`). The
-# last column is the tiled peak without its output and log-sum-exp, $T (d + 1)$ numbers:
+# `scaled_dot_product_attention`, the written-out one, against `tiled_attention`): for the
+# written-out attention, its scores by formula and its whole measured peak (scores, softmax
+# and output); for the tiled one, its working set by formula, the same measured (the peak
+# less its output and log-sum-exp, $T (d + 1)$ numbers), and its whole peak:
 
 # %%
 memory_rows = []
-print(f"{'':>5} {'scores (MiB)':>17} {'tiled (KiB)':>27}")
-print(f"{'T':>5} {'formula':>8} {'measured':>8} {'formula':>8} {'measured':>8} "
-      f"{'beyond output':>13}")
+print(f"{'':>5} {'written out, MiB':>17} {'tiled, KiB':>23}")
+print(f"{'T':>5} {'scores':>8} {'peak':>8} {'working':>7} {'beyond':>7} {'peak':>7}")
 for T in (256, 512, 1024, 2048):
     q, k, v = (torch.randn(1, 1, T, 64, generator=g) for _ in range(3))
     formula = attention_memory(T, 64, 64, 64)
@@ -186,8 +187,20 @@ for T in (256, 512, 1024, 2048):
     beyond = tiled - T * (64 + 1) * 4  # less the output (T, 64) and lse (T,), float32
     memory_rows.append((T, naive, tiled, beyond))
     print(f"{T:>5} {formula.naive_bytes / 2**20:>8.2f} {naive / 2**20:>8.2f} "
-          f"{formula.tiled_bytes / 2**10:>8.0f} {tiled / 2**10:>8.0f} "
-          f"{beyond / 2**10:>13.0f}")
+          f"{formula.tiled_bytes / 2**10:>7.0f} {beyond / 2**10:>7.0f} "
+          f"{tiled / 2**10:>7.0f}")
+print("working: by formula; beyond: measured, the peak less the output")
+times = {}
+for name, attend in (("written out", lambda: scaled_dot_product_attention(q, k, v)),
+                     ("tiled", lambda: tiled_attention(q, k, v, causal=False))):
+    runs = []
+    for _ in range(3):
+        start = time.perf_counter()
+        attend()
+        runs.append(time.perf_counter() - start)
+    times[name] = 1e3 * sorted(runs)[1]
+print(f"T = {T:,}, one head, the median of 3: written out {times['written out']:.0f} ms, "
+      f"tiled {times['tiled']:.0f} ms")
 
 # %% tags=["remove-input"] mystnb={"figure": {"caption": "Peak memory of one head's attention against the sequence length, measured by PyTorch's profiler: the written-out attention's T × T scores and softmax; the tiled loop's peak, which grows with its output; and the tiled working set beyond that output.", "name": "fig-tiled-memory"}, "image": {"alt": "Log-log plot of peak memory against T from 256 to 2048: the written-out attention's line rises with slope two, the tiled peak rises slowly with its output, and the tiled working set beyond the output is a flat line."}}
 fig, ax = plt.subplots(figsize=(5.2, 3.4))
@@ -208,22 +221,22 @@ display(Markdown(found[-1].text))
 
 # %% [markdown]
 # The measured tiled peak counts the output, $T \times d$ numbers, and the log-sum-exp
-# beside it: it grows in proportion to $T$. What the loop keeps beyond them (last column)
-# is the same bytes at every $T$: the scores, the term that grows as $T^2$, are gone. The
-# input check reads 64 rows at a time for the same reason: checking all of $Q$, $K$, $V$
-# at once would hold $T \times d$ temporaries, more than the loop. What the CPU
-# cannot show is the speed. Here tiling is slower than one large matrix product, since
-# every block is a separate small product launched from Python. On a GPU the written-out
-# attention writes the scores to the GPU's main memory and reads them back for the
-# softmax and again for the product with $V$; at long contexts that traffic, not the
-# arithmetic, sets the time. A fused kernel keeps each block in on-chip memory, never
-# writes the $T^2$ scores, and reads $Q$, $K$ and $V$ a number of times that shrinks as
-# on-chip memory grows {cite}`dao2022flashattention`. With `FULL_RUN` on a GPU, PyTorch's
-# flash kernel against its plain ("math") one, on float16 inputs, 4 sequences of 16 heads
-# of 64 dimensions, causal. Recent PyTorch's math kernel computes float16 in float32
-# (`torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()` is False), so its scores
-# are float32 too; at the longest $T$ they would not fit, and the cell says what they
-# would take instead of running it:
+# beside it: it grows in proportion to $T$. What the loop keeps beyond them (last column) is
+# the same bytes at every $T$: the scores, the term that grows as $T^2$, are gone. The input
+# check reads 64 rows at a time for the same reason: checking all of $Q$, $K$, $V$ at once
+# would hold $T \times d$ temporaries, more than the loop. What the CPU cannot show is the
+# speed: here each block is a separate small product launched from Python, timed above
+# beside the written-out attention's few large ones. On a GPU the written-out attention
+# writes the scores to the GPU's main memory and reads them back for the softmax and again
+# for the product with $V$; at long contexts that traffic, not the arithmetic, sets the
+# time. A fused kernel keeps each block in on-chip memory, never writes the $T^2$ scores,
+# and reads $Q$, $K$ and $V$ a number of times that shrinks as on-chip memory grows
+# {cite}`dao2022flashattention`. With `FULL_RUN` on a GPU, PyTorch's flash kernel against
+# its plain ("math") one, on float16 inputs, 4 sequences of 16 heads of 64 dimensions,
+# causal. Recent PyTorch's math kernel computes float16 in float32
+# (`torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()` is False), so its scores are
+# float32 too; at the longest $T$ they would not fit, and the cell says what they would take
+# instead of running it:
 
 # %%
 if FULL_RUN and torch.cuda.is_available():
@@ -354,11 +367,16 @@ print("".join(tok.decode(plain[0][0].tolist())))
 # %% [markdown]
 # The counts are what speculation buys: fewer forward passes of the target per token. The
 # share of guesses kept falls as $\gamma$ grows even if each guess were kept with the same
-# chance $\alpha$: the guesses after a round's first rejection are proposed but never
-# checked, so they count as not kept. With
-# $\alpha = \mathbb{E}[\beta]$, Leviathan et al. {cite}`leviathan2023fast` give
-# $(1 - \alpha^{\gamma + 1}) / (1 - \alpha)$ tokens per target pass, and a kept share of
-# $\alpha (1 - \alpha^\gamma) / (\gamma (1 - \alpha))$: the "α says" columns. Whether
+# chance $\alpha$: the target scores every guess in its one pass, but the rule stops at a
+# round's first rejection, and the guesses after it count as not kept. With
+# $\alpha = \mathbb{E}[\beta]$ and guesses kept independently, Leviathan et al.
+# {cite}`leviathan2023fast` give $(1 - \alpha^{\gamma + 1}) / (1 - \alpha)$ tokens per
+# target pass; the same reasoning gives a kept share of
+# $\alpha (1 - \alpha^\gamma) / (\gamma (1 - \alpha))$: the "α says" columns, with $\alpha$
+# fitted at $\gamma = 1$ (that row agrees by construction). Where the counted share exceeds
+# what $\alpha$ says, guesses are not independent (an easy stretch of text is easy for
+# several guesses running), and near the end of the context a round proposes fewer than
+# $\gamma$. Whether
 # fewer passes mean fewer seconds depends on what each pass costs. The costs measured here,
 # the draft's one-token pass and the target's pass over $\gamma + 1$ tokens, each over the
 # target's one-token pass, after the context "ROMEO:\nWhat is this"; the kinds take turns,
@@ -414,9 +432,10 @@ display(Markdown(prose.speedup_text(c_draft, verify, counts, seconds,
 # instead of the residual after a rejection, run the same way; and the test's *power*
 # against that slip and against drawing from $p$: the chance it rejects the slip's law at
 # the level each of this section's four tests is judged at (0.01 / 4, so that a right rule
-# fails one of them at most one time in a hundred), from the non-central chi-square law with
-# $\lambda = N \sum_y (w(y) - p(y))^2 / p(y)$ for the slip's law $w$. That law is an
-# approximation for laws near $p$, so a power near 1 is stated as "> 0.999".
+# fails one of them about one time in a hundred, at most, as far as Pearson's approximation
+# holds), from the non-central chi-square law with $\lambda = N \sum_y (w(y) - p(y))^2 /
+# p(y)$ for the slip's law $w$. That law is an approximation for laws near $p$, so a power
+# near 1 is stated as "> 0.999".
 
 # %%
 DRAWS = 6_000
@@ -468,14 +487,6 @@ for rule, tokens in firsts.items():
     print(f"{rule}:", [round(tokens.count(int(i)) / DRAWS, 3) for i in support])
     print(f"  outside p {outside}; chi-square {stat:.1f}, {df} degrees of freedom, "
           f"p-value {p_value:.2g}")
-kept = q_row * torch.where(q_row > 0, p_row / q_row, 0.0).clamp(max=1.0)
-power = {}
-for slip, law in (("from q", q_row), ("from p", p_row)):
-    slip_law = kept + (1 - kept.sum()) * law  # the first token's law under the slip
-    power[f"{slip} after a rejection"] = prose.chi_square_power(
-        DRAWS, p_row[support], slip_law[support], prose.level(4))  # 4 tests in all, below
-    print(f"power against drawing {slip} after a rejection, at level {prose.level(4)}: "
-          f"{prose.power_text(power[f'{slip} after a rejection'])}")
 print(f"the smallest expected count {DRAWS * p_row[support].min().item():.0f}")
 
 # %% [markdown]
@@ -500,14 +511,24 @@ tests = {"the step's first token": (chi["accept_or_resample"][0][2], DRAWS,
 prefix = []
 for j in range(3):
     runs_j = [out for out in outputs if out[:j] == prefix]
-    (stat, df, p_value), outside = chi_square_of([out[j] for out in runs_j],
-                                                 target_law(context[0].tolist() + prefix))
+    law = target_law(context[0].tolist() + prefix)
+    (stat, df, p_value), outside = chi_square_of([out[j] for out in runs_j], law)
     name = f"token {j + 1}" + (f" after {tok.decode(prefix)!r}" if prefix else "")
     tests[name] = (p_value, len(runs_j), outside)
     print(f"{name}: {len(runs_j):,} runs, outside p {outside}, chi-square {stat:.1f}, "
-          f"p-value {p_value:.2g}")
+          f"p-value {p_value:.2g}, smallest expected count "
+          f"{len(runs_j) * law[law > 0].min().item():.0f}")
     prefix = prefix + [int(torch.bincount(torch.tensor([o[j] for o in runs_j])).argmax())]
 print(f"runs whose first round kept both guesses (token 3 from the bonus): {bonus_runs:,}")
+kept = q_row * torch.where(q_row > 0, p_row / q_row, 0.0).clamp(max=1.0)
+power = {}
+for slip, law in (("from q", q_row), ("from p", p_row)):  # the step's slips, its first test
+    slip_law = kept + (1 - kept.sum()) * law  # the first token's law under the slip
+    power[f"{slip} after a rejection"] = prose.chi_square_power(
+        DRAWS, p_row[support], slip_law[support], prose.level(len(tests)))
+    print(f"power against drawing {slip} after a rejection, at level "
+          f"{prose.level(len(tests))}: "
+          f"{prose.power_text(power[f'{slip} after a rejection'])}")
 
 # %% tags=["remove-input"]
 found.append(prose.sampled_lesson(tests, power, top_k=5))
@@ -526,6 +547,7 @@ kept_share = sum(s.accepted for s in sampled) / sum(s.proposed for s in sampled)
 per_pass = sum(s.new_tokens for s in sampled) / sum(s.target_forwards for s in sampled)
 print(f"sampled, γ = 4: kept {kept_share:.1%}, {per_pass:.2f} tokens per target pass")
 print(f"greedy, γ = 4: kept {counts[4][0]:.1%}, {counts[4][1]:.2f}")
+display(Markdown(prose.sampled_speed_text(kept_share, counts[4][0])))
 
 # %% [markdown]
 # ## 16.3 Int8 and int4 weights
@@ -761,8 +783,9 @@ show_quiz([
                "acc / l is right only if both carry the same exp(-m_final): section "
                "16.1's slip shows the error."),
     ]),
-    Numeric("How many times the whole tiled peak (its output included) did the T × T "
-            f"scores need at T = {memory_rows[-1][0]:,}? (No decimals.)",
+    Numeric("How many times the tiled attention's whole peak (its output included) was "
+            f"the written-out attention's whole peak at T = {memory_rows[-1][0]:,}? "
+            "(No decimals.)",
             memory_rows[-1][1] / memory_rows[-1][2], 0.6,
             "Section 16.1's measured peaks, one over the other."),
     MultipleChoice("After a draft token is rejected, the next token is drawn from:", [
