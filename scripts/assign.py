@@ -101,6 +101,10 @@ ASSIGNMENTS = {a.chapter: a for a in [
                (Exercise("group_advantages", 2, "check_group_advantages"),
                 Exercise("grpo_loss", 2, "check_grpo_loss"),
                 Exercise("pass_at_k", 2, "check_pass_at_k"))),
+    Assignment("16_fast_inference", "import torch",
+               (Exercise("online_softmax_step", 2, "check_online_softmax_step"),
+                Exercise("accept_or_resample", 3, "check_accept_or_resample"),
+                Exercise("absmax_quantize", 2, "check_absmax_quantize"))),
 ]}
 
 
