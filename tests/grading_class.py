@@ -480,10 +480,10 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
     ],
     "online_softmax_step": [
         ("""def online_softmax_step(m, l, acc, scores, v_block):
-    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
-    rescale = torch.exp(m - m_new)  # for l only
-    p = torch.exp(scores - m_new)
-    return m_new, rescale * l + p.sum(dim=-1, keepdim=True), acc + p @ v_block""",
+    m_new = torch.maximum(m, scores.max(dim=-1, keepdim=True).values)
+    weights = torch.exp(scores - m_new)
+    l_new = l * torch.exp(m - m_new) + weights.sum(-1, keepdim=True)
+    return m_new, l_new, acc + weights @ v_block  # acc not rescaled""",
          0.0),  # every case: a row's maximum grows in a later block
         ("""def online_softmax_step(m, l, acc, scores, v_block):
     m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))

@@ -82,7 +82,8 @@ def case(label, rows, N, g, tested):
     q = torch.tensor(rows[1], dtype=torch.float64)[:, order]  # (γ, V)
     cdf = q.cumsum(-1)[:, :-1]  # (γ, V - 1)
     drafts = (g.rand(N, len(q)).double()[..., None] >= cdf).sum(-1)  # (N, γ): x_i ~ q_i
-    steps = [Step((p, q, x, Generator(g.seed()))) for x in drafts]
+    # each step its own copy of p and q: the grader sends every tensor on its own
+    steps = [Step((p.clone(), q.clone(), x, Generator(g.seed()))) for x in drafts]
 
     def check(got):
         kept = outputs(got, drafts, p.shape[1])
