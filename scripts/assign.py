@@ -106,6 +106,10 @@ ASSIGNMENTS = {a.chapter: a for a in [
                (Exercise("ring_all_reduce", 3, "check_ring_all_reduce"),
                 Exercise("ZeRO1", 2, "check_zero1"),
                 Exercise("data_parallel_step", 2, "check_data_parallel_step"))),
+    Assignment("16_fast_inference", "import torch",
+               (Exercise("online_softmax_step", 2, "check_online_softmax_step"),
+                Exercise("accept_or_resample", 3, "check_accept_or_resample"),
+                Exercise("absmax_quantize", 2, "check_absmax_quantize"))),
 ]}
 
 

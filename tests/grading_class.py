@@ -586,6 +586,72 @@ MISTAKES: dict[str, list[tuple[str, float]]] = {
         optimizer.step()
         optimizer.zero_grad()""", 0.0),  # right weights, wrong rows
     ],
+    "online_softmax_step": [
+        ("""def online_softmax_step(m, l, acc, scores, v_block):
+    m_new = torch.maximum(m, scores.max(dim=-1, keepdim=True).values)
+    weights = torch.exp(scores - m_new)
+    l_new = l * torch.exp(m - m_new) + weights.sum(-1, keepdim=True)
+    return m_new, l_new, acc + weights @ v_block  # acc not rescaled""",
+         0.0),  # every case: a row's maximum grows in a later block
+        ("""def online_softmax_step(m, l, acc, scores, v_block):
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+    p = torch.exp(scores - m_new)
+    return m_new, l + p.sum(dim=-1, keepdim=True), acc + p @ v_block  # nothing rescaled""",
+         0.0),
+        ("""def online_softmax_step(m, l, acc, scores, v_block):
+    m_block = scores.amax(dim=-1, keepdim=True)  # the block's own: -inf for a row all -inf
+    m_new = torch.maximum(m, m_block)
+    p = torch.exp(scores - m_block) * torch.exp(m_block - m_new)  # NaN there
+    rescale = torch.exp(m - m_new)
+    return m_new, rescale * l + p.sum(dim=-1, keepdim=True), rescale * acc + p @ v_block""",
+         2 / 3),  # right wherever each row has a score in each block
+    ],
+    "accept_or_resample": [
+        ("""def accept_or_resample(p, q, draft_tokens, generator):
+    for i, x in enumerate(draft_tokens.tolist()):
+        if torch.rand((), generator=generator) < p[i, x] / q[i, x]:
+            continue
+        new = torch.multinomial(q[i], 1, generator=generator)  # from q, not the residual
+        return torch.cat([draft_tokens[:i], new]), i
+    bonus = torch.multinomial(p[-1], 1, generator=generator)
+    return torch.cat([draft_tokens, bonus]), len(draft_tokens)""",
+         1 / 3),  # right where every draft is kept
+        ("""def accept_or_resample(p, q, draft_tokens, generator):
+    for i, x in enumerate(draft_tokens.tolist()):
+        if torch.rand((), generator=generator) < p[i, x] / q[i, x]:
+            continue
+        residual = (p[i] - q[i]).clamp(min=0)
+        new = torch.multinomial(residual / residual.sum(), 1, generator=generator)
+        return torch.cat([draft_tokens[:i], new]), i
+    bonus = torch.multinomial(p[0], 1, generator=generator)  # the first row, not the last
+    return torch.cat([draft_tokens, bonus]), len(draft_tokens)""", 0.0),
+        ("""def accept_or_resample(p, q, draft_tokens, generator):
+    for i, x in enumerate(draft_tokens.tolist()):
+        if torch.rand((), generator=generator) < p[0, x] / q[0, x]:  # row 0 for every draft
+            continue
+        residual = (p[i] - q[i]).clamp(min=0)
+        new = torch.multinomial(residual / residual.sum(), 1, generator=generator)
+        return torch.cat([draft_tokens[:i], new]), i
+    bonus = torch.multinomial(p[-1], 1, generator=generator)
+    return torch.cat([draft_tokens, bonus]), len(draft_tokens)""",
+         2 / 3),  # right at γ = 1, and where p = q
+    ],
+    "absmax_quantize": [
+        ("""def absmax_quantize(w, bits):
+    q_max = 2 ** (bits - 1) - 1
+    scale = w.abs().amax(dim=1, keepdim=True)  # the max, not the max over q_max
+    scale = scale.clamp(min=torch.finfo(torch.float32).eps)
+    return torch.round(w / scale).clamp(-q_max, q_max).to(torch.int8), scale""", 0.0),
+        ("""def absmax_quantize(w, bits):
+    q_max = 2 ** (bits - 1) - 1
+    scale = w.abs().amax(dim=1, keepdim=True) / q_max
+    scale = scale.clamp(min=torch.finfo(torch.float32).eps)
+    return (w / scale).clamp(-q_max, q_max).to(torch.int8), scale  # toward zero""", 0.0),
+        ("""def absmax_quantize(w, bits):
+    q_max = 2 ** (bits - 1) - 1
+    scale = w.abs().amax(dim=1, keepdim=True) / q_max  # no floor: 0 for a row of zeros
+    return torch.round(w / scale).clamp(-q_max, q_max).to(torch.int8), scale""", 2 / 3),
+    ],
 }
 
 

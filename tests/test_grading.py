@@ -6,6 +6,7 @@ test_grading_hostile.py).
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import nbformat
@@ -23,6 +24,12 @@ def secret(tmp_path) -> Path:
     path = tmp_path / "course_secret"
     path.write_text("a-course-secret-for-the-tests-" + "0" * 32)
     return path
+
+
+# Exercises whose book solution is the package's function as the chapter writes it
+PACKAGE_TWINS = {
+    "online_softmax_step": "gpt_from_scratch.tiled_attention.online_softmax_step"
+}
 
 
 def sheet(out: Path) -> dict[str, dict]:
@@ -60,11 +67,16 @@ def test_every_chapter_grades_correct_solutions_and_typical_mistakes(
     for student, want in expected.items():
         got = {n: float(rows[student][n]) for n in names}
         assert got == pytest.approx(want), f"{student}: {rows[student]}"
-        # "correct" is the book's own solution cells: hinted, never a point less
-        hinted = "; ".join(f"{n}: the book's published solution, pasted line for line"
-                           for n in names)
+        # "correct" is the book's own solution cells: hinted, never a point less; where
+        # the exercise asks for a package function as the chapter writes it, flagged as a
+        # near copy of that function too (true, and a flag costs nothing)
+        hinted = "; ".join(
+            f"{n}: " + (f"a near copy of the package's {PACKAGE_TWINS[n]} (NN% alike); "
+                        if n in PACKAGE_TWINS else "")
+            + "the book's published solution, pasted line for line" for n in names)
         want = hinted if student == "correct" else ""
-        assert rows[student]["flags"] == want, f"{student}: {rows[student]}"
+        flags = re.sub(r"\(\d+% alike\)", "(NN% alike)", rows[student]["flags"])
+        assert flags == want, f"{student}: {rows[student]}"
     assert "raised an exception" in rows["untouched_stub"]["notes"]  # fixed words
     assert "NotImplementedError" in rows["untouched_stub"]["details"]  # the teacher's
 

@@ -249,15 +249,23 @@ CHAPTERS_12_TO_14 = {"12_assistant": ("mask_prompt", "dpo_loss"),
                      "14_verifier": ("group_advantages", "grpo_loss", "pass_at_k")}
 
 
-@pytest.mark.parametrize("chapter", sorted(CHAPTERS_12_TO_14))
+NO_DTYPE_STATED = {"12_assistant": ("mask_prompt", "dpo_loss"),
+                   "13_inside": ("logit_lens", "patch_head"),
+                   "14_verifier": ("group_advantages", "grpo_loss", "pass_at_k"),
+                   "16_fast_inference": ("online_softmax_step",)}
+
+
+@pytest.mark.parametrize("chapter", sorted(NO_DTYPE_STATED))
 def test_no_dtype_the_text_does_not_state_decides_a_case(chapter):
-    """Chapters 12-14's texts state no dtype: every floating-point result is judged by its
-    values in float64 (mask_prompt's targets stay int64, the dtype of the ids and the only
-    one cross-entropy takes with -100 ignored)."""
-    for name in CHAPTERS_12_TO_14[chapter]:
+    """Chapters 12-14's texts and Chapter 16's online softmax state no dtype: every
+    floating-point result is judged by its values in float64 (mask_prompt's targets stay
+    int64, the dtype of the ids and the only one cross-entropy takes with -100 ignored).
+    (Chapter 16's absmax_quantize states int8 and float32: its case checks them.)"""
+    for name in NO_DTYPE_STATED[chapter]:
         for case in drawn(chapter, name, SECRET):
-            floating = [e for e in case.expected
-                        if isinstance(e, torch.Tensor) and e.is_floating_point()]
+            values = [v for e in case.expected for v in (e if isinstance(e, list) else [e])]
+            floating = [v for v in values
+                        if isinstance(v, torch.Tensor) and v.is_floating_point()]
             assert not (floating and case.exact_dtype), (name, case.name)
 
 
