@@ -321,7 +321,7 @@ def test_a_file_that_is_not_one_of_the_books_is_refused(ort, onnx_file, tmp_path
     ("no recipe", "does not record its tokenizer (no recipe): pass --vocab gpt2"),
     ("bpe recipe", "GPT-2's BPE has 50,257 tokens"),  # the recipe read: "bpe" is GPT-2's
     ("no text", "No such file"),
-    ("no onnxscript", "export_onnx needs onnxscript: pip install"),
+    ("no onnxscript", "onnxscript: pip install"),  # "onnx and onnxscript" where both lack
 ])
 def test_the_command_line_refuses_a_bad_checkpoint_clearly(model, tmp_path, capsys,
                                                            monkeypatch, case, match):
