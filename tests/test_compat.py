@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Extras of reference libraries for parity tests that need releases above the oldest pins
 # (trl >= 0.29 needs transformers >= 4.56.2, transformer-lens >= 4 transformers >= 5.9; the harness
-# and nnsight, like them, are tested at their pins in requirements.txt), and the ONNX export's, whose
-# exporter needs torch >= 2.6: the oldest job does not install them, and their tests skip there.
+# and nnsight, like them, are tested at their pins in requirements.txt), and the ONNX
+# export's, whose exporter needs torch >= 2.6: the oldest job does not install them, and
+# their tests skip there.
 NOT_IN_OLDEST = {"eval", "interp", "onnx", "posttrain"}
 
 

@@ -599,7 +599,8 @@ def test_pass_at_k(capsys):
 
 
 # ---------------------------------------------------------------------------------------------- 15
-def ring_all_reduce(tensor, rank, N, send, recv, mean=False, gather=True, receive_first=False):
+def ring_all_reduce(tensor, rank, N, send, recv, mean=False, gather=True,
+                    receive_first=False):
     chunks = tensor.clone().tensor_split(N)
     after, before = (rank + 1) % N, (rank - 1) % N
     for step in range(N - 1):
@@ -632,8 +633,8 @@ def everyone_to_everyone(tensor, rank, N, send, recv):
 
 
 def owner_all_reduce(tensor, rank, N, send, recv):
-    """Reduce-scatter and all-gather by the owners: each chunk straight to the rank that sums
-    it, then from it to every other rank: a ring's bytes, not its messages."""
+    """Reduce-scatter and all-gather by the owners: each chunk straight to the rank that
+    sums it, then from it to every other rank: a ring's bytes, not its messages."""
     chunks = list(tensor.clone().tensor_split(N))
     for other in range(N):
         if other != rank:
@@ -691,7 +692,8 @@ class EveryChunk:
         self.optimizers = [torch.optim.AdamW([c], **adamw) for c in self.chunks]
 
     def step(self, grad, all_gather):
-        for chunk, g, optimizer in zip(self.chunks, grad.tensor_split(self.N), self.optimizers):
+        chunks = zip(self.chunks, grad.tensor_split(self.N), self.optimizers)
+        for chunk, g, optimizer in chunks:
             chunk.grad = g.clone()
             optimizer.step()
             chunk.grad = None

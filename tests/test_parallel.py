@@ -222,7 +222,7 @@ def test_a_rank_killed_mid_step_ends_the_others_with_a_clear_error(ring3):
         assert killed["seconds"] < 15, killed  # the group's timeout is 10 s
         assert f"rank {rank} of 3: the all-reduce of gradient bucket" in killed["error"]
         assert "end every process and start them all again" in killed["error"]
-        assert ".cc:" not in killed["error"]  # gloo's source path on the machine that built it
+        assert ".cc:" not in killed["error"]  # gloo's source path where it was built
 
 
 def test_a_port_already_taken_is_named():

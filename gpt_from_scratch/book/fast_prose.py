@@ -280,7 +280,7 @@ def sampled_speed_text(sampled: float, greedy: float) -> str:
     if sampled < greedy:
         return (f"Sampled, the target kept {sampled:.0%} of the guesses, against "
                 f"{greedy:.0%} greedy: a guess is now kept with probability min(1, p/q), "
-                "even when it is the target's likeliest token, so a guess is kept where the "
-                "two models' laws agree, not only their arg-maxes.")
+                "even when it is the target's likeliest token, so a guess is kept where "
+                "the two models' laws agree, not only their arg-maxes.")
     return (f"Sampled, the target kept {sampled:.0%} of the guesses, and {greedy:.0%} "
             "greedy: where the two models' arg-maxes agree, their laws agree too.")

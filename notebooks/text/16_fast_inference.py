@@ -166,18 +166,18 @@ display(Markdown(found[-1].text))
 
 # %% [markdown]
 # **Memory.** The written-out attention keeps the $T \times T$ scores, and the softmax
-# beside them; the tiled loop keeps one block of $64 \times 64$ scores, the block's
-# queries, and $m$, $\ell$, $\mathbf{a}$, whatever $T$ is. `attention_memory` gives both
-# by formula; `measure_peak_bytes` measures the most bytes of tensors alive at once while
-# a call runs, from PyTorch's profiler. One head of 64 dimensions, not causal, each
-# measured here: `attention.scaled_dot_product_attention`, the written-out one, and
-# `tiled_attention`. For the written-out attention, its scores by formula and its whole measured peak (scores, softmax
-# and output); for the tiled one, its working set by formula, the same measured (the peak
-# less its output and log-sum-exp, $T (d + 1)$ numbers), and its whole peak:
+# beside them; the tiled loop keeps one block of $64 \times 64$ scores, the block's queries,
+# and $m$, $\ell$, $\mathbf{a}$, whatever $T$ is. `attention_memory` gives both by formula;
+# `measure_peak_bytes` measures the most bytes of tensors alive at once while a call runs,
+# from PyTorch's profiler. One head of 64 dimensions, not causal, each measured here:
+# `attention.scaled_dot_product_attention`, the written-out one, and `tiled_attention`. For
+# the written-out attention, its scores by formula and its whole measured peak (scores,
+# softmax and output); for the tiled one, its working set by formula, the same measured (the
+# peak less its output and log-sum-exp, $T (d + 1)$ numbers), and its whole peak:
 
 # %%
 memory_rows = []
-# int(f"{'':>5} {'written out, MiB':>17} {'tiled, KiB':>23}")
+print(f"{'':>5} {'written out, MiB':>17} {'tiled, KiB':>23}")
 print(f"{'T':>5} {'scores':>8} {'peak':>8} {'working':>7} {'beyond':>7} {'peak':>7}")
 for T in (256, 512, 1024, 2048):
     q, k, v = (torch.randn(1, 1, T, 64, generator=g) for _ in range(3))
