@@ -835,3 +835,29 @@ def test_data_parallel_step(capsys):
           "replica 0's forward received other rows")  # the same mean: only the rows tell
     fails(ex.check_data_parallel_step, partial(data_parallel_step, zero=False), capsys,
           "zero_grad")
+
+
+BOOK_ZERO1 = '''class ZeRO1:
+    def __init__(self, weights, rank, world_size, **adamw):
+        self.weights, self.rank, self.world_size = weights, rank, world_size
+        mine = weights.detach().tensor_split(world_size)[rank]
+        self.chunk = torch.nn.Parameter(mine.clone())
+        self.optimizer = torch.optim.AdamW([self.chunk], **adamw)
+
+    def step(self, grad, all_gather):
+        self.chunk.grad = grad.tensor_split(self.world_size)[self.rank].clone()
+        self.optimizer.step()
+        self.chunk.grad = None
+        with torch.no_grad():
+            self.weights.copy_(torch.cat(all_gather(self.chunk.detach())))'''
+
+
+def test_zero1_passes_beside_a_notebooks_globals_of_its_attributes_names(capsys):
+    """A notebook that built an `optimizer` and `weights` of its own earlier (Chapter 15's
+    section 15.1 does): `self.optimizer` is an attribute, not that global, and the book's
+    solution passes (it failed in a committed run)."""
+    big = nn.Parameter(torch.zeros(65, 128))
+    env = {"torch": torch, "optimizer": torch.optim.AdamW([big]), "weights": big,
+           "chunk": big, "grad": big}
+    exec(BOOK_ZERO1, env)
+    passes(ex.check_zero1, env["ZeRO1"], capsys)

@@ -66,6 +66,21 @@ def test_outputs_keep_no_progress_bar(path):
                       "its models in the cache (make book-models first), or progress=False")
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_checker_fails_the_books_own_solution(path):
+    """Every check cell runs the chapter's solution: a committed "❌" is the book telling its
+    reader that its own answer is wrong (Chapter 15's ZeRO-1 did, beside an earlier cell's
+    global ``optimizer``, which its checker took for the solution's)."""
+    from gpt_from_scratch.exercises import FAIL_MARK
+
+    notebook = jupytext.read(path)
+    failed = [i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"
+              for output in cell.get("outputs", []) if FAIL_MARK in str(output)]
+    assert not failed, (f"{path.name}: cells {failed[:5]} print {FAIL_MARK}: a checker fails "
+                        "the chapter's own solution; fix the checker or the solution and "
+                        "re-execute the chapter")
+
+
 MAX_CODE_LINE = 92  # characters: the rendered page clips wider code (make browser-test measures it)
 
 

@@ -8,6 +8,7 @@ stopped, ends with an error naming both.
 
 from __future__ import annotations
 
+import dis
 import functools
 import queue
 import threading
@@ -184,9 +185,12 @@ LIBRARIES = {"builtins", "torch", "typing", "abc", "collections", "functools", "
 
 
 def _names(code: types.CodeType) -> set[str]:
-    """The global names a function's code reads, its inner functions' too."""
+    """The global names a function's code loads, its inner functions' too: not the
+    attributes it reads (``self.optimizer`` is no global ``optimizer``)."""
+    loads = {i.argval for i in dis.get_instructions(code)
+             if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
     inner = [c for c in code.co_consts if isinstance(c, types.CodeType)]
-    return set(code.co_names).union(*(_names(c) for c in inner))
+    return loads.union(*(_names(c) for c in inner))
 
 
 def _filled(cell) -> bool:

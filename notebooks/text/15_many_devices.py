@@ -549,7 +549,8 @@ print("the next epoch, another order:", epoch(10, 4, True, number=1)[0], "on ran
 #
 # **A process that dies.** Section 15.2's run of four processes ended by killing rank 3
 # (`SIGKILL`, as an operating system ends a process it has no memory for) once its backward
-# pass had sent some buckets. The others were waiting in an all-reduce:
+# pass had started the all-reduces of some buckets. The others, waiting in `finish()` for the
+# first of them, fail there:
 
 # %%
 for rank, result in enumerate(four[:3]):

@@ -221,19 +221,22 @@ display(Markdown(found[-1].text))
 
 # %% [markdown]
 # The measured tiled peak counts the output, $T \times d$ numbers, and the log-sum-exp
-# beside it: it grows in proportion to $T$. What the loop keeps beyond them (last column) is
-# the same bytes at every $T$: the scores, the term that grows as $T^2$, are gone. The input
-# check reads 64 rows at a time for the same reason: checking all of $Q$, $K$, $V$ at once
-# would hold $T \times d$ temporaries, more than the loop. What the CPU cannot show is the
-# speed: here each block is a separate small product launched from Python, timed above
-# beside the written-out attention's few large ones. On a GPU the written-out attention
-# writes the scores to the GPU's main memory and reads them back for the softmax and again
-# for the product with $V$; at long contexts that traffic, not the arithmetic, sets the
-# time. A fused kernel keeps each block in on-chip memory, never writes the $T^2$ scores,
-# and reads $Q$, $K$ and $V$ a number of times that shrinks as on-chip memory grows
-# {cite}`dao2022flashattention`. With `FULL_RUN` on a GPU, PyTorch's flash kernel against
-# its plain ("math") one, on float16 inputs, 4 sequences of 16 heads of 64 dimensions,
-# causal. Recent PyTorch's math kernel computes float16 in float32
+# beside it: it grows in proportion to $T$. What the loop keeps beyond them (the column
+# "beyond") is the same bytes at every $T$: the scores, the term that grows as $T^2$, are
+# gone. It is more than the formula's working set: at its peak the loop also holds a block's
+# `scores - m`, their exponential, `p @ v` and the rescaled `acc` as temporaries, which the
+# formula leaves out (`tests/test_tiled_attention.py` keeps the measurement within 1 to 3
+# times the formula). The input check reads 64 rows at a time so as not to grow either:
+# checking all of $Q$, $K$, $V$ at once would hold $T \times d$ temporaries, more than the
+# loop. What the CPU cannot show is the speed: here each block is a separate small product
+# launched from Python, timed above beside the written-out attention's few large ones. On a
+# GPU the written-out attention writes the scores to the GPU's main memory and reads them
+# back for the softmax and again for the product with $V$; at long contexts that traffic,
+# not the arithmetic, sets the time. A fused kernel keeps each block in on-chip memory,
+# never writes the $T^2$ scores, and reads $Q$, $K$ and $V$ a number of times that shrinks
+# as on-chip memory grows {cite}`dao2022flashattention`. With `FULL_RUN` on a GPU, PyTorch's
+# flash kernel against its plain ("math") one, on float16 inputs, 4 sequences of 16 heads of
+# 64 dimensions, causal. Recent PyTorch's math kernel computes float16 in float32
 # (`torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()` is False), so its scores are
 # float32 too; at the longest $T$ they would not fit, and the cell says what they would take
 # instead of running it:
@@ -334,7 +337,7 @@ new = [64 - p.size(1) + 1 for p in prompts]  # to the end of the context
 plain = [generate(target, p, n, greedy=True) for p, n in zip(prompts, new)]
 GAMMAS, REPEATS = (0, 1, 2, 3, 4, 6), 5
 seconds = {gamma: [] for gamma in GAMMAS}
-counts, mismatches = {}, 0
+counts, guesses, mismatches = {}, {}, 0
 for repeat in range(REPEATS):
     for gamma in GAMMAS[::-1] if repeat % 2 else GAMMAS:  # alternate the order
         start = time.perf_counter()
@@ -349,11 +352,13 @@ for repeat in range(REPEATS):
         counts[gamma] = (kept / proposed if proposed else math.nan,
                          sum(s.new_tokens for s in stats)
                          / sum(s.target_forwards for s in stats))
+        guesses[gamma] = proposed
 n_compared = (len(GAMMAS) - 1) * sum(new)
 print(f"generated tokens that differ from the target's greedy ones: {mismatches} of "
       f"{n_compared:,}")
 alpha = counts[1][0]  # α estimated: the share kept at γ = 1
-print(f"α = {alpha:.3f}")
+alpha_se = math.sqrt(alpha * (1 - alpha) / guesses[1])  # its standard error, binomial
+print(f"α = {alpha:.3f} ± {2 * alpha_se:.3f} (two standard errors, {guesses[1]} guesses)")
 print(f"{'':>2} {'kept':>15} {'tokens/target pass':>19} {'seconds':>9}")
 print(f"{'γ':>2} {'counted':>7} {'α says':>7} {'counted':>9} {'α says':>9} {'median':>9}")
 for gamma in GAMMAS:
@@ -373,10 +378,11 @@ print("".join(tok.decode(plain[0][0].tolist())))
 # {cite}`leviathan2023fast` give $(1 - \alpha^{\gamma + 1}) / (1 - \alpha)$ tokens per
 # target pass; the same reasoning gives a kept share of
 # $\alpha (1 - \alpha^\gamma) / (\gamma (1 - \alpha))$: the "α says" columns, with $\alpha$
-# fitted at $\gamma = 1$ (that row agrees by construction). Where the counted share exceeds
-# what $\alpha$ says, guesses are not independent (an easy stretch of text is easy for
-# several guesses running), and near the end of the context a round proposes fewer than
-# $\gamma$. Whether
+# fitted at $\gamma = 1$ (that row agrees by construction). That $\alpha$ is known only to
+# the two standard errors printed beside it, and counts within what that band predicts say
+# nothing either way about whether the guesses are independent. They need not be (an easy
+# stretch of text is easy for several guesses running), and near the end of the context a
+# round proposes fewer than $\gamma$. Whether
 # fewer passes mean fewer seconds depends on what each pass costs. The costs measured here,
 # the draft's one-token pass and the target's pass over $\gamma + 1$ tokens, each over the
 # target's one-token pass, after the context "ROMEO:\nWhat is this"; the kinds take turns,
@@ -783,8 +789,8 @@ show_quiz([
                "acc / l is right only if both carry the same exp(-m_final): section "
                "16.1's slip shows the error."),
     ]),
-    Numeric("How many times the tiled attention's whole peak (its output included) was "
-            f"the written-out attention's whole peak at T = {memory_rows[-1][0]:,}? "
+    Numeric("How many times larger was the written-out attention's whole peak than the "
+            f"tiled one's (its output included), at T = {memory_rows[-1][0]:,}? "
             "(No decimals.)",
             memory_rows[-1][1] / memory_rows[-1][2], 0.6,
             "Section 16.1's measured peaks, one over the other."),
