@@ -292,8 +292,11 @@ else:
 # with probability $1 - \beta$, and
 # $\sum_y \max(0, p(y) - q(y)) = 1 - \beta$ too, so a token is $y$ with probability
 #
-# $$q(y) \min\Big(1, \frac{p(y)}{q(y)}\Big) + (1 - \beta)\,
-# \frac{\max(0, p(y) - q(y))}{1 - \beta} = \min(p, q)(y) + \max(0, p - q)(y) = p(y).$$
+# $$\begin{aligned}
+# &q(y) \min\Big(1, \frac{p(y)}{q(y)}\Big) \\
+# &+ (1 - \beta)\, \frac{\max(0, p(y) - q(y))}{1 - \beta} \\
+# &= \min(p, q)(y) + \max(0, p - q)(y) = p(y).
+# \end{aligned}$$
 #
 # Greedy decoding is the case where both put all their mass on their arg-max: a guess is
 # kept while it equals the target's arg-max, so the output is the target's greedy text.
@@ -373,20 +376,19 @@ print("".join(tok.decode(plain[0][0].tolist())))
 # The counts are what speculation buys: fewer forward passes of the target per token. The
 # share of guesses kept falls as $\gamma$ grows even if each guess were kept with the same
 # chance $\alpha$: the target scores every guess in its one pass, but the rule stops at a
-# round's first rejection, and the guesses after it count as not kept. With
-# $\alpha = \mathbb{E}[\beta]$ and guesses kept independently, Leviathan et al.
+# round's first rejection, and the guesses after it count as not kept. With $\alpha =
+# \mathbb{E}[\beta]$ and guesses kept independently, Leviathan et al.
 # {cite}`leviathan2023fast` give $(1 - \alpha^{\gamma + 1}) / (1 - \alpha)$ tokens per
-# target pass; the same reasoning gives a kept share of
-# $\alpha (1 - \alpha^\gamma) / (\gamma (1 - \alpha))$: the "α says" columns, with $\alpha$
-# fitted at $\gamma = 1$ (that row agrees by construction). That $\alpha$ is known only to
-# the two standard errors printed beside it, and counts within what that band predicts say
-# nothing either way about whether the guesses are independent. They need not be (an easy
-# stretch of text is easy for several guesses running), and near the end of the context a
-# round proposes fewer than $\gamma$. Whether
-# fewer passes mean fewer seconds depends on what each pass costs. The costs measured here,
-# the draft's one-token pass and the target's pass over $\gamma + 1$ tokens, each over the
-# target's one-token pass, after the context "ROMEO:\nWhat is this"; the kinds take turns,
-# and each keeps the median of its turns:
+# target pass; the same reasoning gives a kept share of $\alpha (1 - \alpha^\gamma) /
+# (\gamma (1 - \alpha))$: the "α says" columns, with $\alpha$ fitted at $\gamma = 1$ (that
+# row agrees by construction). That $\alpha$ is known only to the two standard errors
+# printed beside it, and counts within what that band predicts say nothing either way about
+# whether the guesses are independent. They need not be (an easy stretch of text is easy for
+# several guesses running), and near the end of the context a round proposes fewer than
+# $\gamma$. Whether fewer passes mean fewer seconds depends on what each pass costs. The
+# costs measured here, the draft's one-token pass and the target's pass over $\gamma + 1$
+# tokens, each over the target's one-token pass, after the context `"ROMEO:\nWhat is this"`;
+# the kinds take turns, and each keeps the median of its turns:
 
 # %%
 def pass_ms(model, n_tokens, passes=20):
@@ -429,11 +431,11 @@ display(Markdown(prose.speedup_text(c_draft, verify, counts, seconds,
 
 # %% [markdown]
 # **Sampling: the target's distribution.** Greedy identity is a check token by token; a
-# sampled run is checked by its distribution. At the position after "ROMEO:\n", the target's
-# distribution $p$ and the draft's $q$, each restricted to its 5 likeliest characters
-# (`top_k=5`, which the rule allows: both models sample from what they are given), on 6,000
-# draws of one round with $\gamma = 1$: the draft draws $x_1$ from $q$, `accept_or_resample`
-# keeps it or draws from the residual. Pearson's chi-square test compares the counts of the
+# sampled run is checked by its distribution. At the position after `"ROMEO:\n"`, the
+# target's distribution $p$ and the draft's $q$, each restricted to its 5 likeliest
+# characters (`top_k=5`, which the rule allows: both models sample from what they are given),
+# on 6,000 draws of one round with $\gamma = 1$: the draft draws $x_1$ from $q$,
+# `accept_or_resample` keeps it or draws from the residual. Pearson's chi-square test compares the counts of the
 # round's first token with $6{,}000\,p$. Beside it, the slip of Exercise 2, drawing from $q$
 # instead of the residual after a rejection, run the same way; and the test's *power*
 # against that slip and against drawing from $p$: the chance it rejects the slip's law at
@@ -497,13 +499,13 @@ print(f"the smallest expected count {DRAWS * p_row[support].min().item():.0f}")
 
 # %% [markdown]
 # The smallest expected count, printed above, is what Pearson's approximation of the
-# statistic's law needs to be large (five or more, by the usual rule). That checks the
-# step alone, on one round's first token. End to end, `speculative_generate` with
-# $\gamma = 2$ makes 3 characters after "ROMEO:\n", again and again: its first round drafts
-# two guesses and, when both are kept, draws the third character as the bonus token from
-# the target's last row. Token 1 is checked against $p$; token 2 among the runs whose
-# token 1 was the commonest one, against the target's law after it; token 3 the same way
-# after the commonest pair:
+# statistic's law needs to be large (five or more, by the usual rule). That checks the step
+# alone, on one round's first token. End to end, `speculative_generate` with $\gamma = 2$
+# makes 3 characters after `"ROMEO:\n"`, again and again: its first round drafts two guesses
+# and, when both are kept, draws the third character as the bonus token from the target's
+# last row. Token 1 is checked against $p$; token 2 among the runs whose token 1 was the
+# commonest one, against the target's law after it; token 3 the same way after the commonest
+# pair:
 
 # %%
 E2E_RUNS = 1_200
