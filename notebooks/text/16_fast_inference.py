@@ -433,17 +433,17 @@ display(Markdown(prose.speedup_text(c_draft, verify, counts, seconds,
 # **Sampling: the target's distribution.** Greedy identity is a check token by token; a
 # sampled run is checked by its distribution. At the position after `"ROMEO:\n"`, the
 # target's distribution $p$ and the draft's $q$, each restricted to its 5 likeliest
-# characters (`top_k=5`, which the rule allows: both models sample from what they are given),
-# on 6,000 draws of one round with $\gamma = 1$: the draft draws $x_1$ from $q$,
-# `accept_or_resample` keeps it or draws from the residual. Pearson's chi-square test compares the counts of the
-# round's first token with $6{,}000\,p$. Beside it, the slip of Exercise 2, drawing from $q$
-# instead of the residual after a rejection, run the same way; and the test's *power*
-# against that slip and against drawing from $p$: the chance it rejects the slip's law at
-# the level each of this section's four tests is judged at (0.01 / 4, so that a right rule
-# fails one of them about one time in a hundred, at most, as far as Pearson's approximation
-# holds), from the non-central chi-square law with $\lambda = N \sum_y (w(y) - p(y))^2 /
-# p(y)$ for the slip's law $w$. That law is an approximation for laws near $p$, so a power
-# near 1 is stated as "> 0.999".
+# characters (`top_k=5`, which the rule allows: both models sample from what they are
+# given), on 6,000 draws of one round with $\gamma = 1$: the draft draws $x_1$ from $q$,
+# `accept_or_resample` keeps it or draws from the residual. Pearson's chi-square test
+# compares the counts of the round's first token with $6{,}000\,p$. Beside it, the slip of
+# Exercise 2, drawing from $q$ instead of the residual after a rejection, run the same way;
+# and the test's *power* against that slip and against drawing from $p$: the chance it
+# rejects the slip's law at the level each of this section's four tests is judged at (0.01 /
+# 4, so that a right rule fails one of them about one time in a hundred, at most, as far as
+# Pearson's approximation holds), from the non-central chi-square law with $\lambda = N
+# \sum_y (w(y) - p(y))^2 / p(y)$ for the slip's law $w$. That law is an approximation for
+# laws near $p$, so a power near 1 is stated as "> 0.999".
 
 # %%
 DRAWS = 6_000
