@@ -16,6 +16,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -33,17 +34,22 @@ def _check_group_size(function: str, n: int, group_size) -> int:
     return group_size
 
 
+def _check_rewards(function: str, rewards, group_size) -> int:
+    """The group size G of ``rewards``, a finite 1-D float tensor of whole groups."""
+    if not isinstance(rewards, Tensor) or rewards.dim() != 1 or not rewards.is_floating_point():
+        raise ValueError(f"{function}: rewards must be a 1-D float tensor (N,), got "
+                         f"{rewards!r:.60}: pass torch.tensor(rewards, dtype=torch.float32)")
+    if not torch.isfinite(rewards).all():
+        raise ValueError(f"{function}: a reward is nan or inf: a reward function must "
+                         "return a finite number for every completion")
+    return _check_group_size(function, len(rewards), group_size)
+
+
 def group_advantages(rewards: Tensor, group_size: int, scale: str | None = "group") -> Tensor:
     """(N,) advantages of N = B * G rewards, groups side by side: each reward minus its group's
     mean, divided by the group's standard deviation plus 1e-4 (``torch.std``, unbiased, as TRL).
     ``scale=None`` keeps the mean only (Dr. GRPO, nanochat). A group of equal rewards gets 0s."""
-    if not isinstance(rewards, Tensor) or rewards.dim() != 1 or not rewards.is_floating_point():
-        raise ValueError(f"group_advantages: rewards must be a 1-D float tensor (N,), got "
-                         f"{rewards!r:.60}: pass torch.tensor(rewards, dtype=torch.float32)")
-    if not torch.isfinite(rewards).all():
-        raise ValueError("group_advantages: a reward is nan or inf: a reward function must "
-                         "return a finite number for every completion")
-    G = _check_group_size("group_advantages", len(rewards), group_size)
+    G = _check_rewards("group_advantages", rewards, group_size)
     if scale not in ("group", None):
         raise ValueError(f"group_advantages: scale={scale!r} must be 'group' (divide by the "
                          "group's std) or None (the mean only)")
@@ -56,7 +62,7 @@ def group_advantages(rewards: Tensor, group_size: int, scale: str | None = "grou
 
 def mixed_groups(rewards: Tensor, group_size: int) -> float:
     """The share of groups whose rewards are not all equal: the only ones with a gradient."""
-    G = _check_group_size("mixed_groups", len(rewards), group_size)
+    G = _check_rewards("mixed_groups", rewards, group_size)
     grouped = rewards.view(-1, G)  # (B, G)
     return (grouped != grouped[:, :1]).any(dim=1).float().mean().item()
 
@@ -87,6 +93,17 @@ def _check_tensors(logps, old_logps, advantages, mask, ref_logps) -> None:
     if not torch.isfinite(advantages).all():
         raise ValueError("grpo_loss: an advantage is nan or inf, so the loss would be nan: "
                          "pass group_advantages(rewards, G) of finite rewards")
+    for name, x in (("old_logps", old_logps), ("ref_logps", ref_logps)):
+        if x is not None and x.requires_grad:
+            raise ValueError(f"grpo_loss: {name} carries a gradient (requires_grad=True): "
+                             "the loss would send gradients through it (old_logps = logps "
+                             "makes the ratio 1 whatever the weights, and the gradient 0); "
+                             "pass logps.detach() on-policy, or log-probabilities computed "
+                             "under torch.no_grad()")
+    if ((mask != 0) & (mask != 1)).any():
+        raise ValueError(f"grpo_loss: mask holds values other than 0 and 1 "
+                         f"({sorted(set(mask.flatten().tolist()))[:5]}...): it marks the "
+                         "completion's tokens; pass the mask sample_groups returns")
 
 
 def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor,
@@ -150,6 +167,10 @@ def completion_logps(model: nn.Module, prompts: Tensor, completions: Tensor,
     the logits divided by the sampling ``temperature`` (as TRL). prompts (N, P) of one length,
     completions (N, C); ``model(idx)`` returns (logits, loss)."""
     temperature = check_temperature("completion_logps", temperature)
+    if not isinstance(prompts, Tensor) or not isinstance(completions, Tensor):
+        raise ValueError(f"completion_logps: prompts and completions must be tensors of token "
+                         f"ids, got {type(prompts).__name__} and "
+                         f"{type(completions).__name__}: pass torch.tensor(ids) of each")
     if prompts.dim() != 2 or completions.dim() != 2 or len(prompts) != len(completions):
         raise ValueError(f"completion_logps: prompts {tuple(prompts.shape)} and completions "
                          f"{tuple(completions.shape)} must be (N, P) and (N, C): repeat each "
@@ -183,7 +204,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def check_reward(value, row: int) -> float:
     """A reward function's value as a float, else a ValueError naming the completion."""
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         value = float(value)
     if not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"the reward function returned {value!r} for completion {row}: it "

@@ -54,6 +54,9 @@ def sample_groups(model: nn.Module, prompts: Tensor, group_size: int, max_new_to
     G = check_int("sample_groups", "group_size", group_size, minimum=1)
     max_new_tokens = check_int("sample_groups", "max_new_tokens", max_new_tokens, minimum=1)
     temperature = check_temperature("sample_groups", temperature)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"sample_groups: generator={generator!r:.40} must be a "
+                         "torch.Generator: pass torch.Generator().manual_seed(seed), or None")
     end_id = _check_end_id("sample_groups", end_id, model.config.vocab_size)
     T_max = model.config.context_length
     if prompts.shape[1] + max_new_tokens > T_max:
@@ -117,12 +120,13 @@ def _check_prompts(prompts, vocab_size: int) -> None:
 
 
 def _check_train_options(policy, prompts, reward, end_id, max_new_tokens, temperature,
-                         loss_type, scale, beta, reference, clip) -> int:
+                         loss_type, scale, beta, reference, clip, epsilon) -> int:
     """``max_new_tokens`` (None: all the room); a ValueError for the first bad option."""
     if (isinstance(clip, bool) or not isinstance(clip, numbers.Real)
             or not 0 < clip < math.inf):
         raise ValueError(f"train_grpo: clip={clip!r} must be a finite number > 0: it caps "
                          "the gradient's norm (clip_grad_norm_); 1.0 is the default")
+    check_float("train_grpo", "epsilon", epsilon, 0.0, 1.0, low_open=True)  # before sampling
     _check_prompts(prompts, policy.config.vocab_size)
     if not callable(reward):
         raise ValueError(f"train_grpo: reward={reward!r} must be a function "
@@ -173,17 +177,21 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
                epsilon: float = 0.2, loss_type: str = "dapo", beta: float = 0.0,
                reference: nn.Module | None = None, updates: int = 1, clip: float = 1.0,
                scale: str | None = "group", seed: int = 0) -> GRPOHistory:
-    """GRPO on ``prompts`` (token-id lists); returns each step's reward, mixed-group share, loss,
-    clipped share and (``beta > 0``) KL to ``reference``.
+    """GRPO on ``prompts`` (token-id lists); returns each step's reward, mixed-group
+    share, loss, clipped share and (``beta > 0``) KL to ``reference``.
 
-    Each step draws ``batch_size`` prompts of one length, samples ``group_size`` answers of each
-    (``sample_groups``, at most ``max_new_tokens``, by default all the context leaves), scores
-    each with ``reward(prompt_index, completion_ids)`` (ids up to and including ``end_id``), and
-    takes ``updates`` AdamW steps on ``grpo_loss`` with the same answers: the first on-policy
-    (ratio 1), the later ones against the log-probabilities the answers were sampled with, where
-    the clip can bind. The policy ends in eval mode. An update after which the loss or the
-    logits are no longer finite (too large an ``lr``) raises a ``FloatingPointError``, the
-    policy put back to its weights from before that update.
+    Each step draws ``batch_size`` prompts of one length, samples ``group_size`` answers of
+    each (``sample_groups``, at most ``max_new_tokens``, by default all the context leaves),
+    scores each with ``reward(prompt_index, completion_ids)`` (ids up to and including
+    ``end_id``), and takes ``updates`` AdamW steps on ``grpo_loss`` with the same answers:
+    the first on-policy (ratio 1), the later ones against the log-probabilities the answers
+    were sampled with, where the clip can bind. The answers are sampled and scored in eval
+    mode, the updates run in training mode (dropout on, as in TRL, whose ``disable_dropout``
+    is off by default): on-policy the ratio is still exactly 1, ``old_logps`` being the
+    update's own ``logps.detach()``; the book's models have no dropout. The policy ends in
+    eval mode. An update after which the loss or the logits are no longer finite (too large
+    an ``lr``) raises a ``FloatingPointError``, the policy put back to its weights from
+    before that update.
     """
     steps = check_int("train_grpo", "steps", steps, minimum=1)
     batch_size = check_int("train_grpo", "batch_size", batch_size, minimum=1)
@@ -193,7 +201,8 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
     check_int("train_grpo", "group_size", group_size, minimum=2)  # one answer has no group
     max_new_tokens = _check_train_options(policy, prompts, reward, end_id, max_new_tokens,
                                           temperature, loss_type, scale, beta, reference,
-                                          clip)
+                                          clip, epsilon)
+    seed = check_int("train_grpo", "seed", seed)
     g = torch.Generator().manual_seed(seed)  # the batches' draws, on the CPU
     device = next(policy.parameters()).device
     sampler = g if device.type == "cpu" else torch.Generator(device.type).manual_seed(seed)

@@ -233,10 +233,39 @@ ADV = torch.zeros(4)
      r"token ids in \[1, 12\], outside the model's vocabulary \[0, 12\)"),
     (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, max_new_tokens=0),
      "max_new_tokens=0 must be a positive int"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK * 0.5),
+     r"mask holds values other than 0 and 1 \(\[0.5\]"),
+    (lambda m: mixed_groups([1.0, 0.0], 2), "mixed_groups: rewards must be a 1-D float"),
+    (lambda m: mixed_groups(torch.tensor([math.nan, 0.0]), 2), "a reward is nan or inf"),
+    (lambda m: completion_logps(m, torch.tensor([[1, 2]]), [[3, 4]]),
+     "prompts and completions must be tensors of token ids, got Tensor and list"),
+    (lambda m: sample_groups(m, torch.tensor([[1, 2]]), 2, 3, 3, generator=5),
+     "generator=5 must be a torch.Generator"),
+    (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, epsilon=0.0),
+     r"train_grpo.epsilon=0.0 must be in \(0, 1\)"),
+    (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, seed=1.5),
+     "train_grpo.seed=1.5 must be an int"),
 ])
 def test_grpo_names_a_bad_value_and_the_fix(call, fragment):
     with pytest.raises(ValueError, match=fragment):
         call(tiny_gpt())
+
+
+@pytest.mark.parametrize("name", ["old_logps", "ref_logps"])
+def test_log_probabilities_that_carry_a_gradient_are_refused_not_a_silent_zero(name):
+    logps = torch.randn(4, 3, requires_grad=True)
+    given = dict(old_logps=logps.detach(), ref_logps=logps.detach() - 0.1) | {name: logps}
+    # Without the check, old_logps = logps (undetached) makes the ratio exp(0) = 1 whatever
+    # the weights: the clipped loss then has a zero gradient (REINFORCE's is not zero).
+    with pytest.raises(ValueError, match=fr"{name} carries a gradient .* logps.detach\(\)"):
+        grpo_loss(logps, given["old_logps"], ADV, MASK, beta=0.1,
+                  ref_logps=given["ref_logps"])
+
+
+def test_a_reward_as_a_numpy_bool_is_its_number():
+    runs = [train_grpo(tiny_gpt(), [[1, 2]], reward, 3, 1, group_size=4, max_new_tokens=3)
+            for reward in (lambda i, c: np.bool_(7 in c), lambda i, c: 7 in c)]
+    assert runs[0] == runs[1]
 
 
 @pytest.mark.parametrize("clip", [math.nan, math.inf, -1.0, 0.0, "1"])

@@ -84,13 +84,35 @@ def test_editing_code_the_trainer_imports_changes_its_digest_and_other_code_does
     assert source_digest("book.recipes", copies[0]) == source_digest("book.recipes", copies[1])
     before = {m: source_digest(m, copies[0]) for m in ("book.recipes", "book.verifier")}
     with open(copies[0] / "train.py", "a", encoding="utf-8") as f:  # recipes imports train
-        f.write("\n# an edit\n")
+        f.write("\nEDITED = 1\n")
     after = {m: source_digest(m, copies[0]) for m in ("book.recipes", "book.verifier")}
     assert after["book.recipes"] != before["book.recipes"]
     assert after["book.verifier"] != before["book.verifier"]  # it trains from recipes' models
     with open(copies[0] / "book" / "verifier_prose.py", "a", encoding="utf-8") as f:
-        f.write("\n# prose no trainer imports\n")
+        f.write("\nPROSE_NO_TRAINER_IMPORTS = 1\n")
     assert source_digest("book.recipes", copies[0]) == after["book.recipes"]
+
+
+def test_docstrings_and_comments_are_not_code_but_every_statement_is(tmp_path):
+    copy = tmp_path / PACKAGE.name
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = source_digest("book.recipes", copy)
+    train = copy / "train.py"
+    text = train.read_text(encoding="utf-8")
+    first_def = text.index('"""', text.index("\ndef ")) + 3  # inside a function's docstring
+    for edit in (lambda t: t.replace('"""', '"""An edited docstring. ', 1),  # the module's
+                 lambda t: t[:first_def] + "Edited. " + t[first_def:],
+                 lambda t: t + "\n# a comment\n\n\n",
+                 lambda t: t.replace("\ndef ", "\n# a comment on its own line\ndef ", 1)):
+        train.write_text(edit(text), encoding="utf-8")
+        assert source_digest("book.recipes", copy) == before
+    for edit in (lambda t: t + "\nEDITED = 1\n",
+                 lambda t: t + '\n"a string that is a statement, not a docstring"\n',
+                 lambda t: t.replace("return history", "return None", 1)):
+        train.write_text(edit(text), encoding="utf-8")
+        assert edit(text) != text and source_digest("book.recipes", copy) != before
+    train.write_text(text, encoding="utf-8")
+    assert source_digest("book.recipes", copy) == before
 
 
 def test_the_closure_follows_lazy_imports_and_packages():

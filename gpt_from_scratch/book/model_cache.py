@@ -10,7 +10,8 @@ change to one input trains it again. The key's inputs are stored in the checkpoi
 used. ``cached`` loads an entry, verified file by file, or says why it cannot.
 
 ``source_closure`` reads the package's imports from its syntax trees (lazy imports too): the code
-a trainer runs is its module and every module of the package it imports, transitively. The same
+a trainer runs is its module and every module of the package it imports, transitively; its
+docstrings and comments are not part of the key (``code_of``). The same
 reading checks that imports run downhill (``tests/test_layers.py``).
 """
 
@@ -150,13 +151,28 @@ def versions() -> dict:
     return found
 
 
+def code_of(path: Path) -> str:
+    """What of a Python file can change what it computes: its syntax tree, less its
+    docstrings (comments and line numbers are not in it), as ``ast.dump`` writes it. A
+    function whose body was only its docstring gets ``pass``, which does the same."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
 def source_digest(module: str, package: Path = PACKAGE) -> str:
     """SHA-256 over the files of ``source_closure(module)``: each one's path in the package and
-    its bytes (not where the package lies: two clones of one commit give one digest)."""
+    its code (``code_of``: a docstring or a comment edited trains nothing anew; not where the
+    package lies: two clones of one commit give one digest)."""
     digest = hashlib.sha256()
     for path in source_closure(module, package):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+        digest.update(code_of(path).encode() + b"\0")
     return digest.hexdigest()
 
 
