@@ -8,6 +8,7 @@ import importlib
 import sys
 
 import pytest
+import torch
 
 runner = importlib.import_module("benchmarks.__main__")
 
@@ -40,6 +41,7 @@ def test_an_option_no_named_benchmark_takes_is_a_usage_error(argv, option, capsy
     (["busy", "--runs", "0"], "argument --runs: 0 must be at least 1"),
     (["busy", "--steps", "3"], "argument --steps: 3 must be at least 6"),
     (["generate", "--repeats", "x"], "argument --repeats: 'x' is not a whole number"),
+    (["sampling", "--group", "0"], "argument --group: 0 must be at least 1"),
     (["train", "--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
 ])
 def test_a_refused_value_is_a_usage_error_of_its_benchmark(argv, message, capsys):
@@ -77,3 +79,22 @@ def test_every_benchmark_runs_though_one_ends_with_sys_exit_0(monkeypatch):
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     runner.main(["busy", "bpe", "--runs", "2"])
     assert ran == [("bench_busy.py", ["--runs", "2"]), ("bench_bpe.py", [])]
+
+
+def test_the_sampling_benchmark_times_two_samplers_of_one_law():
+    from transformers import GPT2LMHeadModel
+
+    from benchmarks.bench_sampling import same_law
+    from gpt_from_scratch.hf_weights import to_hf_config, to_hf_state_dict
+    from gpt_from_scratch.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=12, context_length=16, d_model=16, n_layers=1,
+                          n_heads=2, dropout=0.0)).eval()
+    hf = GPT2LMHeadModel(to_hf_config(model)).eval()
+    hf.load_state_dict(to_hf_state_dict(model))
+    prompts = torch.randint(11, (2, 5))
+    assert same_law(model, hf, prompts, 3, end_id=11) <= 1e-5
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2)  # another law: the check must see it
+    assert same_law(model, hf, prompts, 3, end_id=11) > 1e-3
