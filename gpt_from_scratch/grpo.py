@@ -143,6 +143,11 @@ def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor
     if loss_type == "dapo":
         total = mask.sum() if num_items is None else check_int("grpo_loss", "num_items",
                                                                num_items, minimum=1)
+        if num_items is not None and total < mask.sum().item():
+            raise ValueError(f"grpo_loss: num_items={total} is fewer than the "
+                             f"{int(mask.sum().item())} completion tokens of this slice: it "
+                             "counts the whole batch's tokens (this slice's and the others'); "
+                             "leave it None for this slice alone")
         loss = (per_token * mask).sum() / max(float(total), 1.0)
     else:
         loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()

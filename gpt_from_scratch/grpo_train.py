@@ -141,6 +141,11 @@ def _check_train_options(policy, prompts, reward, end_id, max_new_tokens, temper
         raise ValueError(f"train_grpo: beta={beta:g} > 0 needs a frozen reference other than "
                          "the policy: pass reference=copy.deepcopy(policy), made before "
                          "training, or beta=0")
+    if beta > 0 and reference.config.vocab_size != policy.config.vocab_size:
+        raise ValueError(f"train_grpo: the reference reads {reference.config.vocab_size} "
+                         f"tokens, the policy {policy.config.vocab_size}: the KL term compares "
+                         "the same tokens' log-probabilities; pass a copy of the policy made "
+                         "before training (copy.deepcopy(policy))")
     T_max, longest = policy.config.context_length, max(len(p) for p in prompts)
     if longest >= T_max:
         raise ValueError(f"train_grpo: the longest prompt is {longest} tokens and the "
@@ -208,6 +213,10 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
     sampler = g if device.type == "cpu" else torch.Generator(device.type).manual_seed(seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
     trainable = [p for p in policy.parameters() if p.requires_grad]
+    if not trainable:
+        raise ValueError("train_grpo: no weight of the policy requires a gradient, so no "
+                         "update could change it: unfreeze them (p.requires_grad_(True)), "
+                         "or the LoRA factors (apply_lora)")
     before = None  # the trainable weights before the latest update, to undo a divergence
     history = GRPOHistory()
     for step in range(steps):
@@ -258,4 +267,9 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
         history.clipped.append(sum(clipped) / len(clipped))
         if beta > 0:
             history.kl.append(sum(kl) / len(kl))
+    with torch.no_grad(), eval_mode(policy):  # the last update: no sampling after it
+        finite = torch.isfinite(policy(prompt_ids)[0]).all()  # (B, P, V) read once
+    if not finite:
+        raise _diverged(policy, trainable, before, steps - 1, lr,
+                        "the logits of its prompts are not finite")
     return history

@@ -245,6 +245,13 @@ ADV = torch.zeros(4)
      r"train_grpo.epsilon=0.0 must be in \(0, 1\)"),
     (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, seed=1.5),
      "train_grpo.seed=1.5 must be an int"),
+    (lambda m: train_grpo(m.requires_grad_(False), [[1, 2]], reward_token_7, 3, 1),
+     r"no weight of the policy requires a gradient, .*p\.requires_grad_\(True\)"),
+    (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, beta=0.1,
+                          reference=tiny_gpt(vocab=20)),
+     "the reference reads 20 tokens, the policy 12"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, num_items=5),
+     "num_items=5 is fewer than the 12 completion tokens of this slice"),
 ])
 def test_grpo_names_a_bad_value_and_the_fix(call, fragment):
     with pytest.raises(ValueError, match=fragment):
@@ -314,18 +321,19 @@ def test_numpy_numbers_are_taken_as_the_python_numbers_they_hold():
     assert runs[0] == runs[1]
 
 
-@pytest.mark.parametrize("updates, seen", [
-    (1, "at step 1: the logits of its answers are not finite"),  # sampling after the update
-    (2, "at step 0: the GRPO loss is nan"),  # the second update of the same answers
+@pytest.mark.parametrize("updates, steps, seen", [
+    (1, 3, "at step 1: the logits of its answers are not finite"),  # sampling after it
+    (2, 3, "at step 0: the GRPO loss is nan"),  # the second update of the same answers
+    (1, 1, "at step 0: the logits of its prompts are not finite"),  # the last update
 ])
-def test_a_diverging_lr_is_named_and_the_weights_before_its_update_are_put_back(updates,
-                                                                                  seen):
+def test_a_diverging_lr_is_named_and_the_weights_before_its_update_are_put_back(
+        updates, steps, seen):
     model = tiny_gpt()
     first = [p.clone() for p in model.parameters()]
     with pytest.raises(FloatingPointError, match=fr"train_grpo: training diverged {seen} "
                        r".* lr=1e\+30 is the likely cause: lower it .* back to its weights "
                        r"from before that update, in eval mode"):
-        train_grpo(model, [[1, 2], [4, 5]], reward_token_7, 3, 3, lr=1e30, group_size=4,
+        train_grpo(model, [[1, 2], [4, 5]], reward_token_7, 3, steps, lr=1e30, group_size=4,
                    batch_size=2, max_new_tokens=4, updates=updates)
     # the first update diverged: the weights are the ones before it, the initial ones
     assert all(torch.equal(a, b) for a, b in zip(first, model.parameters()))
