@@ -124,7 +124,7 @@ test-grading: $(STAMP)
 		$(PY) -m pytest -rs $(XDIST) $(GRADING_TESTS)
 
 # The models the chapters load from the cache (Chapter 6's two, Chapter 8's offline one and
-# Chapter 9's two more seeds of it, Chapter 12's three fine-tuning runs, Chapter 14's seven GRPO runs), each
+# Chapter 9's two more seeds of it, Chapter 12's three fine-tuning runs and three more, Chapter 14's ten GRPO runs), each
 # trained by a process of its own, so that no chapter run beside another waits for one.
 .PHONY: book-models
 book-models: $(STAMP)

@@ -43,11 +43,13 @@ MODELS = {  # name: (the chapter that first needs it, the call)
     # the same recipe from two more seeds: Chapter 9 averages its pretraining lesson over three
     "shakespeare-bpe-heads-seed0": ("09", OFFLINE.format(0)),
     "shakespeare-bpe-heads-seed1": ("09", OFFLINE.format(1)),
-    # Chapter 12's three fine-tuning runs, which Chapter 13 reads too
+    # Chapter 12's three fine-tuning runs, which Chapter 13 reads too, and three more seeds
+    # of them for Chapter 14's gain (six paired seeds)
     **{f"assistant-sft-{seed}": ("12", SFT.format(seed)) for seed in (0, 1, 2)},
-    # Chapter 14's GRPO runs from them: three of 200 steps, three collapsing at a large step,
+    **{f"assistant-sft-{seed}": ("14", SFT.format(seed)) for seed in (3, 4, 5)},
+    # Chapter 14's GRPO runs from them: six of 200 steps, three collapsing at a large step,
     # one of those braked by a KL penalty
-    **{f"grpo-{seed}": ("14", GRPO.format(200, 2e-4, 0.0, seed)) for seed in (0, 1, 2)},
+    **{f"grpo-{seed}": ("14", GRPO.format(200, 2e-4, 0.0, seed)) for seed in range(6)},
     **{f"grpo-collapse-{seed}": ("14", GRPO.format(60, 1e-3, 0.0, seed)) for seed in (0, 1, 2)},
     "grpo-brake-0": ("14", GRPO.format(60, 1e-3, 0.1, 0)),
 }
