@@ -1,5 +1,5 @@
-"""The live models (book/_static/live-model.js): loaded where a page holds one, and a sentence
-in their place in the PDF.
+"""The live models (book/_static/live-model.js): loaded where a page holds one, and a
+sentence in their place in the PDF.
 
 A chapter places a live model with an HTML element in a Markdown cell,
 ``<div class="live-model" data-model="shakespeare-char" data-mode="generate"></div>``. The

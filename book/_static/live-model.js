@@ -329,9 +329,9 @@ class LiveModel {
         this.form.requestSubmit();
       }
     });
-    this.temperature = num('temperature', '0.8', {min: 0, max: 5, step: 0.05});
+    this.temperature = num('temperature', '0.8', {min: 0, max: 5, step: 'any'});
     this.topk = num('top_k', '0', {min: 0, step: 1, inputmode: 'numeric'});
-    this.topp = num('top_p', '0.95', {min: 0.01, max: 1, step: 0.01});
+    this.topp = num('top_p', '0.95', {min: 0.01, max: 1, step: 'any'});
     this.seed = num('seed', '1337', {min: 0, step: 1, inputmode: 'numeric'});
     this.count = num('tokens', '200', {min: 1, max: 2000, step: 1, inputmode: 'numeric'});
     this.run.textContent = 'Run';
@@ -482,7 +482,7 @@ class LiveModel {
     const temperature = Number(this.temperature.value), topk = Number(this.topk.value);
     const topp = Number(this.topp.value), seed = Number(this.seed.value);
     const count = Number(this.count.value);
-    const bad = [[!(temperature >= 0) || !Number.isFinite(temperature), 'temperature ≥ 0'],
+    const bad = [[!(temperature >= 0 && Number.isFinite(temperature)), 'temperature ≥ 0'],
                  [!Number.isInteger(topk) || topk < 0, 'top-k a whole number ≥ 0'],
                  [!(topp > 0 && topp <= 1), 'top-p in (0, 1]'],
                  [!Number.isInteger(seed) || seed < 0, 'the seed a whole number ≥ 0'],
