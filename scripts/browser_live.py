@@ -9,9 +9,11 @@ The page's numbers are compared with PyTorch's, computed here on the same models
   same window within ``TOL``, and the 30 characters are ``generate(..., greedy=True)``'s;
   the seeded sampler gives the same text on two runs, and another seed another text; an
   empty prompt, unknown characters, a text file, a foreign ONNX model and a file cut short
-  each get their message; the book's own file, loaded as "your own model", gives the same
-  greedy text. The prompt runs on Enter (the keyboard) and, at 390 px, on a tap (touch
-  events, Chromium's touch emulation), with the form no wider than the window.
+  each get their message; the sampler's distribution (top-k, temperature, top-p) is
+  ``next_token``'s within 1e-5 for six settings; the book's own file, loaded as "your own
+  model", gives the same greedy text. The prompt runs on Enter (the keyboard) and, at
+  390 px, on a tap (touch events, Chromium's touch emulation), with the form no wider than
+  the window.
 - Chapter 13: each head's attention pattern and the logit lens equal
   ``GPT.attention_maps`` and ``interp.logit_lens`` within ``TOL``.
 - Chapter 12: two chat turns are ``chat.chat``'s answers, and a chat marker typed as text is
@@ -155,6 +157,44 @@ def _foreign_files(folder: Path, book_file: Path) -> dict[str, tuple[Path, str]]
             "a file cut short": (cut, "is not a complete ONNX file")}
 
 
+# The page's sampling distribution (live-model.js's samplingProbs) for one logits row.
+PAGE_PROBS = """
+const [logits, options, done] = arguments;
+import(new URL('../_static/live-model.js', location.href).href)
+  .then(m => done(m.samplingProbs(logits, options)), err => done(String(err)));
+"""
+SETTINGS = [(0.8, None, 0.95), (1.0, 5, None), (0.5, None, 0.5), (1.7, 10, 0.9),
+            (1.0, 1, None), (3.0, None, 1.0)]  # (temperature, top_k, top_p)
+
+
+def _check_sampler(driver, root, model) -> list[str]:
+    """The page draws from ``next_token``'s distribution: for the logits of the last run's
+    steps and each of ``SETTINGS``, its probabilities equal the chapter's filters' (top-k,
+    temperature, top-p, softmax) within 1e-5, and it keeps the same tokens."""
+    import torch
+
+    from gpt_from_scratch.generate import top_k_filter, top_p_filter
+
+    problems = []
+    for step in _trace(driver, root)[:40:8]:
+        logits = torch.tensor(step["logits"])  # (V,)
+        for temperature, top_k, top_p in SETTINGS:
+            options = {"temperature": temperature, "topk": top_k, "topp": top_p}
+            page = torch.tensor(driver.execute_async_script(PAGE_PROBS, step["logits"],
+                                                            options))
+            x = top_k_filter(logits, top_k) if top_k else logits
+            x = (x - x.max()) / temperature
+            x = top_p_filter(x, top_p) if top_p else x
+            expected = torch.softmax(x, dim=-1)
+            if not (torch.equal(page > 0, expected > 0)
+                    and (page - expected).abs().max() <= 1e-5):
+                problems.append(f"the page's sampling distribution at {options} keeps "
+                                f"{int((page > 0).sum())} tokens, next_token's "
+                                f"{int((expected > 0).sum())}, off by "
+                                f"{(page - expected).abs().max():.1e}")
+    return problems
+
+
 def check_generate(driver, base: str, page: str, budgets: dict) -> list[str]:
     """Chapter 7's widget (see the module's docstring)."""
     import torch
@@ -208,6 +248,7 @@ def check_generate(driver, base: str, page: str, budgets: dict) -> list[str]:
         _prompt(driver, root, "ROMEO:\n")
         _wait(driver, root)
         samples.append(_generated(driver, root))
+    problems += _check_sampler(driver, root, model)
     budgets["tokens per second (200 sampled)"] = round(driver.execute_script(
         "return arguments[0].liveModel.stats.tokensPerSecond", root), 1)
     if samples[0] != samples[1] or len(samples[0]) != 200:

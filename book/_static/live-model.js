@@ -201,20 +201,24 @@ function topP(logits, p) {
   return logits.map(x => (x < threshold ? -Infinity : x));
 }
 
-// next_token's order: greedy takes the arg-max; else top-k, then (logits - max) /
-// temperature in float32, then top-p, softmax and one draw. Returns the token and its
-// probability.
-export function nextToken(logits, {temperature, topk, topp, random}) {
-  const row = Array.from(logits);
-  if (!(temperature > 0)) {
-    const token = argmax(row);
-    return {token, p: softmax(row)[token]};
-  }
-  let x = topK(row, topk);
+// The distribution next_token draws from, in its order: top-k, then (logits - max) /
+// temperature in float32, then top-p, then softmax.
+export function samplingProbs(logits, {temperature, topk, topp}) {
+  let x = topK(Array.from(logits), topk);
   const max = Math.max(...x), t = Math.fround(temperature);
   x = x.map(v => Math.fround(Math.fround(v - max) / t));
-  const probs = softmax(topP(x, topp));
-  const u = random();
+  return softmax(topP(x, topp));
+}
+
+// next_token: greedy (temperature 0) takes the arg-max; else one draw from samplingProbs.
+// Returns the token and its probability.
+export function nextToken(logits, options) {
+  if (!(options.temperature > 0)) {
+    const row = Array.from(logits), token = argmax(row);
+    return {token, p: softmax(row)[token]};
+  }
+  const probs = samplingProbs(logits, options);
+  const u = options.random();
   let sum = 0, token = argmax(probs);  // rounding: the most likely token
   for (let i = 0; i < probs.length; i++) {
     sum += probs[i];
