@@ -9,11 +9,11 @@ The page's numbers are compared with PyTorch's, computed here on the same models
   same window within ``TOL``, and the 30 characters are ``generate(..., greedy=True)``'s;
   the seeded sampler gives the same text on two runs, and another seed another text; an
   empty prompt, unknown characters, a text file, a foreign ONNX model and a file cut short
-  each get their message; the sampler's distribution (top-k, temperature, top-p) is
-  ``next_token``'s within 1e-5 for six settings; the book's own file, loaded as "your own
-  model", gives the same greedy text. The prompt runs on Enter (the keyboard) and, at
-  390 px, on a tap (touch events, Chromium's touch emulation), with the form no wider than
-  the window.
+  each get their message; Stop ends a run of 2,000 tokens; the sampler's distribution
+  (top-k, temperature, top-p) is ``next_token``'s within 1e-5 for six settings; the book's
+  own file, loaded as "your own model", gives the same greedy text. The prompt runs on
+  Enter (the keyboard) and, at 390 px, on a tap (touch events, Chromium's touch
+  emulation), with the form no wider than the window.
 - Chapter 13: each head's attention pattern and the logit lens equal
   ``GPT.attention_maps`` and ``interp.logit_lens`` within ``TOL``.
 - Chapter 12: two chat turns are ``chat.chat``'s answers, and a chat marker typed as text is
@@ -255,6 +255,13 @@ def check_generate(driver, base: str, page: str, budgets: dict) -> list[str]:
         problems.append(f"seed 1337 twice gave {samples[0][:30]!r} and {samples[1][:30]!r}")
     if samples[2] == samples[0]:
         problems.append("seeds 1337 and 7 gave the same 200 characters")
+    _set(root, "tokens", 2000)
+    _prompt(driver, root, "ROMEO:\n")
+    time.sleep(0.5)
+    root.find_element(By.CSS_SELECTOR, "button.live-stop").click()
+    status = _wait(driver, root)
+    if not status.startswith("Stopped") or len(_generated(driver, root)) >= 2000:
+        problems.append(f"Stop during a run of 2,000 tokens: {status[:60]!r}")
     unknown = "does not know these characters: \"é\", \"“\""
     for prompt, expected in (("", "Type a prompt first"), ("Café “ROMEO”", unknown)):
         _prompt(driver, root, prompt)

@@ -16,6 +16,7 @@ import nbformat
 import pytest
 pytest.importorskip("docutils", reason="the book's tools (requirements.txt)")
 from docutils import nodes  # noqa: E402
+from sphinx import addnodes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -100,6 +101,15 @@ def test_the_pdf_prints_a_sentence_where_the_html_runs_the_model():
     assert latex.children[1].astext().startswith("(The live model runs in the HTML edition")
     assert url in latex.children[1].astext()
     assert [type(n).__name__ for n in html.children] == ["paragraph", "raw", "raw"]
+
+
+def test_the_pdf_names_the_page_the_live_model_is_on():
+    book = nodes.document(None, None)  # the LaTeX builder's one tree, from the front page
+    page = addnodes.start_of_file(docname="notebooks/07_generation")
+    page += doctree_with_a_live_model().children
+    book += page
+    live_model._sentence_outside_html(app_for("latex"), book, "book/intro")
+    assert "notebooks/07_generation.html" in page.children[1].astext()
 
 
 def test_live_model_js_loads_as_a_module_only_where_a_page_holds_one():

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from docutils import nodes
+from sphinx import addnodes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from scripts.release import site_url  # noqa: E402  (the rendered book's address)
@@ -36,12 +37,23 @@ def _load_where_needed(app, pagename, templatename, context, doctree):
         app.add_js_file(SCRIPT, type="module")
 
 
+def _page_of(node: nodes.Node, docname: str) -> str:
+    """The page ``node`` comes from: the LaTeX builder resolves the whole book as one tree,
+    each page inside a ``start_of_file`` node that names it."""
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, addnodes.start_of_file):
+            return parent["docname"]
+        parent = parent.parent
+    return docname
+
+
 def _sentence_outside_html(app, doctree, docname):
     if app.builder.format == "html":
         return
     for raw in list(doctree.findall(nodes.raw)):
         if "html" in raw.get("format", "").split() and ELEMENT.search(raw.astext()):
-            raw.replace_self(nodes.paragraph(text=sentence(docname)))
+            raw.replace_self(nodes.paragraph(text=sentence(_page_of(raw, docname))))
 
 
 def setup(app):
