@@ -106,7 +106,7 @@ def test_the_pdf_prints_a_sentence_where_the_html_runs_the_model():
 def test_the_pdf_names_the_page_the_live_model_is_on():
     book = nodes.document(None, None)  # the LaTeX builder's one tree, from the front page
     page = addnodes.start_of_file(docname="notebooks/07_generation")
-    page += doctree_with_a_live_model().children
+    page.children = doctree_with_a_live_model().children  # as inline_all_toctrees does it
     book += page
     live_model._sentence_outside_html(app_for("latex"), book, "book/intro")
     assert "notebooks/07_generation.html" in page.children[1].astext()

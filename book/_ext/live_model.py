@@ -37,23 +37,26 @@ def _load_where_needed(app, pagename, templatename, context, doctree):
         app.add_js_file(SCRIPT, type="module")
 
 
-def _page_of(node: nodes.Node, docname: str) -> str:
-    """The page ``node`` comes from: the LaTeX builder resolves the whole book as one tree,
-    each page inside a ``start_of_file`` node that names it."""
-    parent = node.parent
-    while parent is not None:
-        if isinstance(parent, addnodes.start_of_file):
-            return parent["docname"]
-        parent = parent.parent
-    return docname
+def _pages(doctree, docname: str) -> dict:
+    """Each live model's raw HTML node in ``doctree``, with the page it comes from. The
+    LaTeX builder resolves the whole book as one tree, each page's nodes in a
+    ``start_of_file`` node that names it; Sphinx's ``inline_all_toctrees`` moves them there
+    without setting their parent, so the pages are found walking down, not up."""
+    def live(tree) -> list:
+        return [raw for raw in tree.findall(nodes.raw)
+                if "html" in raw.get("format", "").split() and ELEMENT.search(raw.astext())]
+
+    found = dict.fromkeys(live(doctree), docname)
+    for page in doctree.findall(addnodes.start_of_file):  # outer pages first, inner after
+        found |= dict.fromkeys(live(page), page["docname"])
+    return found
 
 
 def _sentence_outside_html(app, doctree, docname):
     if app.builder.format == "html":
         return
-    for raw in list(doctree.findall(nodes.raw)):
-        if "html" in raw.get("format", "").split() and ELEMENT.search(raw.astext()):
-            raw.replace_self(nodes.paragraph(text=sentence(_page_of(raw, docname))))
+    for raw, page in _pages(doctree, docname).items():
+        raw.replace_self(nodes.paragraph(text=sentence(page)))
 
 
 def setup(app):

@@ -22,7 +22,7 @@ const CHAT = ['<|user|>', '<|assistant|>', '<|end|>', '<|pad|>'];  // chat.SPECI
 const CHAT_ROOM = 16;  // chat.py's chat(): room left for the answer
 const CHAT_NEW_TOKENS = 60;  // chat.py's respond(): max_new_tokens
 const NO_WASM = 'This live model needs WebAssembly, which this browser lacks or has turned '
-  + 'off; the samples printed in this chapter show what the model writes.';
+  + 'off: the outputs printed in this chapter show the same model at work.';
 
 // ---- ONNX Runtime, imported on the first Run -------------------------------------------
 let ortPromise = null;
@@ -87,21 +87,21 @@ function metadataProps(bytes) {
   return props;
 }
 
-class ModelFileError extends Error {}
+class ReaderError extends Error {}  // its message tells the reader what to do
 
 // What an export_onnx file says about itself (read_onnx_metadata's checks), or a
-// ModelFileError whose message tells the reader what is wrong and what to do.
+// ReaderError whose message tells the reader what is wrong and what to do.
 export function describeModel(bytes, name) {
   let props;
   try {
     props = metadataProps(bytes);
   } catch (err) {
-    throw new ModelFileError(`${name} is not a complete ONNX file (${err.message}): it was `
+    throw new ReaderError(`${name} is not a complete ONNX file (${err.message}): it was `
       + `cut short or is another kind of file. Write one with ${EXPORT}.`);
   }
   const get = key => props[KEY + key];
   if (get('format') !== FORMAT) {
-    throw new ModelFileError(`${name} is an ONNX file but not one of the book's models (no `
+    throw new ReaderError(`${name} is an ONNX file but not one of the book's models (no `
       + `${KEY}format = ${FORMAT} in its metadata). Write one with ${EXPORT}.`);
   }
   try {
@@ -117,7 +117,7 @@ export function describeModel(bytes, name) {
     }
     return meta;
   } catch (err) {
-    throw new ModelFileError(`${name}: the book's metadata in it is damaged `
+    throw new ReaderError(`${name}: the book's metadata in it is damaged `
       + `(${err.message}); export the model again.`);
   }
 }
@@ -146,7 +146,7 @@ function encode(meta, text) {
   if (unknown.length) {
     const shown = unknown.slice(0, 8).map(c => JSON.stringify(c)).join(', ');
     const what = unknown.length === 1 ? 'the character' : 'these characters';
-    throw new ModelFileError(`The model does not know ${what}: ${shown}`
+    throw new ReaderError(`The model does not know ${what}: ${shown}`
       + `${unknown.length > 8 ? ' …' : ''}. Its vocabulary is `
       + `the ${meta.chars.length} characters it was trained on: remove or replace them.`);
   }
@@ -238,7 +238,7 @@ async function openModel(bytes, name) {
   try {
     session = await ort.InferenceSession.create(bytes, {executionProviders: ['wasm']});
   } catch (err) {
-    throw new ModelFileError(`${name} has the book's metadata, but ONNX Runtime cannot `
+    throw new ReaderError(`${name} has the book's metadata, but ONNX Runtime cannot `
       + `read its graph (${String(err.message || err).slice(0, 120)}): export it again.`);
   }
   return {meta, session, ort, name};
@@ -295,7 +295,7 @@ class LiveModel {
     r.replaceChildren();
     this.form = el('form', {class: 'live-form'});
     this.status = el('p', {class: 'live-status', role: 'status', 'aria-live': 'polite'});
-    this.output = el('div', {class: 'live-output', 'aria-live': 'polite'});
+    this.output = el('div', {class: 'live-output'});  // the status line is announced
     this.run = el('button', {type: 'submit', class: 'live-run'});
     this.stop = el('button', {type: 'button', class: 'live-stop', text: 'Stop'});
     this.stop.disabled = true;
@@ -394,7 +394,7 @@ class LiveModel {
     if (this.model) return this.model;
     const response = await fetch(this.url);
     if (!response.ok) {
-      throw new ModelFileError(`The book's model is not on this site `
+      throw new ReaderError(`The book's model is not on this site `
         + `(${this.url.pathname}: HTTP ${response.status}); \`make book\` writes it.`);
     }
     const bytes = new Uint8Array(await response.arrayBuffer());
@@ -410,7 +410,7 @@ class LiveModel {
       const bytes = new Uint8Array(await file.arrayBuffer());
       const meta = describeModel(bytes, file.name);  // before loading ONNX Runtime
       const why = unfit(meta, this.mode);
-      if (why) throw new ModelFileError(`${file.name}: ${why}`);
+      if (why) throw new ReaderError(`${file.name}: ${why}`);
       this.model = await openModel(bytes, file.name);
       const c = meta.config;
       this.say(`Loaded ${file.name}: a ${meta.model} of ${c.n_layers} layers, `
@@ -432,7 +432,7 @@ class LiveModel {
       if (!this.model) this.say('Loading ONNX Runtime and the model …');
       const model = await this.bookModel();
       const why = unfit(model.meta, this.mode);
-      if (why) throw new ModelFileError(why);
+      if (why) throw new ReaderError(why);
       if (this.mode === 'chat') await this.chat(model, pressed);
       else if (this.mode === 'inside') await this.inside(model, pressed);
       else await this.generate(model, pressed);
@@ -479,7 +479,7 @@ class LiveModel {
     const {meta} = model, n = meta.config.context_length;
     const text = this.prompt.value;
     if (!text) {
-      throw new ModelFileError('Type a prompt first: the model continues a text of at '
+      throw new ReaderError('Type a prompt first: the model continues a text of at '
         + 'least one character (e.g. ROMEO: and a new line).');
     }
     const ids = encode(meta, text);
@@ -492,7 +492,7 @@ class LiveModel {
                  [!Number.isInteger(seed) || seed < 0, 'the seed a whole number ≥ 0'],
                  [!Number.isInteger(count) || count < 1 || count > 2000,
                   'new tokens a whole number from 1 to 2000']].filter(([b]) => b);
-    if (bad.length) throw new ModelFileError(`Set ${bad.map(([, w]) => w).join(', ')}.`);
+    if (bad.length) throw new ReaderError(`Set ${bad.map(([, w]) => w).join(', ')}.`);
     const cropped = ids.length > n ? ` Your prompt is ${ids.length} characters; the model `
       + `reads the newest ${n} (its context), as generate crops it.` : '';
     const shown = el('pre', {class: 'live-text'});
@@ -514,10 +514,10 @@ class LiveModel {
     const {meta} = model, n = meta.config.context_length, base = meta.chars.length;
     const [user, assistant, end] = [0, 1, 2].map(i => base + i);
     const text = this.message.value;
-    if (!text) throw new ModelFileError('Type a message first (e.g. Repeat: and a line).');
+    if (!text) throw new ReaderError('Type a message first (e.g. Repeat: and a line).');
     for (const marker of CHAT) {
       if (text.includes(marker)) {
-        throw new ModelFileError(`Your message contains the chat marker ${marker}: markers `
+        throw new ReaderError(`Your message contains the chat marker ${marker}: markers `
           + 'come from the chat format, never from the text of a message.');
       }
     }
@@ -529,7 +529,7 @@ class LiveModel {
     while (seen.length > 1 && render(seen).length + CHAT_ROOM > n) seen = seen.slice(2);
     const ids = render(seen);
     if (ids.length >= n) {
-      throw new ModelFileError(`Your message is ${ids.length} tokens with its markers; the `
+      throw new ReaderError(`Your message is ${ids.length} tokens with its markers; the `
         + `model reads ${n}: write a shorter one.`);
     }
     const dropped = messages.length - seen.length;
@@ -559,7 +559,7 @@ class LiveModel {
   async inside(model, pressed) {
     const {meta} = model, n = meta.config.context_length;
     const text = this.text.value;
-    if (!text) throw new ModelFileError('Type a text first: at least one character.');
+    if (!text) throw new ReaderError('Type a text first: at least one character.');
     let ids = encode(meta, text);
     const cropped = ids.length > n;
     ids = ids.slice(-n);
@@ -632,7 +632,7 @@ class LiveModel {
 }
 
 function message(err) {
-  if (err instanceof ModelFileError) return err.message;
+  if (err instanceof ReaderError) return err.message;
   return `Something went wrong: ${String(err && err.message || err).slice(0, 200)}. `
     + 'Reload the page to try again.';
 }
