@@ -12,6 +12,16 @@ MATHJAX := .mathjax/dist/mathjax/tex-mml-chtml.js
 # 4.8 MB), of the version plotly.py bundles (book/_ext/plotly_js.py checks it).
 PLOTLY_JS_VERSION := 4.1.1
 PLOTLY_JS := .plotly/node_modules/plotly.js-cartesian-dist-min/plotly-cartesian.min.js
+# The live models (book/_static/live-model.js): ONNX Runtime Web's WebAssembly build,
+# served at <site>/ort/, loaded only when a reader presses Run. Only what ort.wasm.min.mjs
+# loads on one thread (GitHub Pages has no cross-origin isolation): its Emscripten module
+# and the SIMD wasm (14.8 MB; not the JSEP, JSPI or asyncify builds, WebGPU or WebGL).
+ORT_WEB_VERSION := 1.31.1
+ORT_WEB_FILES := ort.wasm.min.mjs ort-wasm-simd-threaded.mjs ort-wasm-simd-threaded.wasm
+ORT_WEB := .ort/dist/ort/ort.wasm.min.mjs
+# The book's models as ONNX files (scripts/live_models.py), served at <site>/models/; the
+# last one it writes stands for all three.
+LIVE_MODELS := .live/models/assistant.onnx
 
 # The corpus: ../shared/data when it is beside the checkout (CI), else the package downloads it.
 ifneq ($(wildcard ../shared/data/tinyshakespeare/input.txt),)
@@ -42,6 +52,7 @@ help:
 	@echo "                 (the book's models are trained once per machine, kept in ~/.cache/gpt_from_scratch;"
 	@echo "                 GPT_FROM_SCRATCH_CACHE=\$$(mktemp -d) make test trains them anew)"
 	@echo "make book        set up .venv, build the HTML book from the committed notebooks into _build/html"
+	@echo "make live-models the models the pages run (chapters 7, 12, 13), ONNX: .live/models"
 	@echo "make link-test   build the book, check that every link to its own pages lands on a page and anchor,"
 	@echo "                 and that every external link is listed in book/external_links.txt (offline)"
 	@echo "make browser-test  the link test, then every page in headless Chromium at 1280 and 390 px (screenshots in _build/screenshots)"
@@ -190,7 +201,21 @@ $(PLOTLY_JS):
 	npm install --silent --no-save --no-audit --no-fund --prefix .plotly \
 		plotly.js-cartesian-dist-min@$(PLOTLY_JS_VERSION)
 
-book: $(STAMP) $(MATHJAX) $(PLOTLY_JS)
+$(ORT_WEB):
+	npm install --silent --no-save --no-audit --no-fund --prefix .ort/npm \
+		onnxruntime-web@$(ORT_WEB_VERSION)
+	rm -rf .ort/dist && mkdir -p .ort/dist/ort
+	cp $(addprefix .ort/npm/node_modules/onnxruntime-web/dist/,$(ORT_WEB_FILES)) .ort/dist/ort/
+
+# Read from the model cache (trained there first where absent: about 4 minutes for Chapter
+# 6's model, 3 more for Chapter 12's fine-tuning), exported in about 30 s.
+.PHONY: live-models
+$(LIVE_MODELS): scripts/live_models.py gpt_from_scratch/*.py gpt_from_scratch/book/*.py \
+		| $(STAMP)
+	$(SIDE_BY_SIDE) $(PY) scripts/live_models.py --out .live/models
+live-models: $(LIVE_MODELS)
+
+book: $(STAMP) $(MATHJAX) $(PLOTLY_JS) $(ORT_WEB) $(LIVE_MODELS)
 	@if [ -f _build/html/book/references.html ] && [ book/references.bib -nt _build/html/book/references.html ]; \
 		then echo "references.bib changed: building afresh"; rm -rf _build/.doctrees _build/html; fi
 	$(BIN)/jupyter-book build . --warningiserror --keep-going

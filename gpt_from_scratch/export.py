@@ -3,9 +3,10 @@
 ``export_onnx`` writes a ``GPT`` (or Chapter 10's ``Llama``) as one ONNX file: token ids
 (B, T) int64 in, logits (B, T, V) float32 out, for any batch size B and any length T from 1
 to ``context_length``. For a ``GPT`` it can also return what Chapter 13 reads inside: every
-layer's attention pattern and the residual stream after each block (the logit lens's
-input). The file records the model's config and vocabulary (GPT-2's BPE, or a character
-tokenizer's characters) as ONNX metadata, which ``read_onnx_metadata`` reads back.
+layer's attention pattern, the residual stream after each block, and the logit lens (each
+block's residual stream through ``ln_f`` and the head). The file records the model's config
+and vocabulary (GPT-2's BPE, or a character tokenizer's characters, and Chapter 12's chat
+tokens after them) as ONNX metadata, which ``read_onnx_metadata`` reads back.
 ``tests/test_export.py`` proves that ONNX Runtime's logits are PyTorch's (float32: within
 1e-5) and that its greedy decoding picks ``generate``'s tokens.
 
@@ -17,6 +18,7 @@ positions, no table) runs on any length, past what it was trained for. The page 
 the metadata's ``context_length``, as ``generate`` does, and checks ids against V.
 
     python -m gpt_from_scratch.export CHECKPOINT OUT.onnx [--vocab gpt2|char] [--chars FILE]
+        [--chat] [--internals] [--lens]
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import importlib.util
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,6 +37,7 @@ from torch import Tensor, nn
 from torch.torch_version import TorchVersion
 
 from .attention import MultiHeadAttention, causal_mask
+from .chat import SPECIAL_TOKENS, ChatTokenizer
 from .checkpoint import MODELS, load_checkpoint
 from .data import load_tiny_shakespeare
 from .model import GPT, GPTConfig
@@ -59,7 +62,8 @@ class OnnxMetadata:
     config: GPTConfig | LlamaConfig
     vocab: str  # "gpt2" (GPT-2's BPE, tiktoken's ids) or "char" (a token per character)
     chars: list[str] | None  # with "char": the characters, token id i is chars[i]
-    outputs: list[str]  # "logits", then "attention" and "resid" with internals
+    outputs: list[str]  # "logits", then "attention" and "resid" (internals), "lens" (lens)
+    special: list[str] = field(default_factory=list)  # chat tokens, ids after the base's
 
 
 class GPTGraph(nn.Module):
@@ -70,17 +74,19 @@ class GPTGraph(nn.Module):
     the token-id checks, branches on data, are left to the runtime. With ``internals``
     each block's attention is written out, as Chapter 13's ``interp`` reads it, to also
     return the attention patterns (L, B, H, T, T) and the residual stream after each block
-    (L, B, T, D).
+    (L, B, T, D); with ``lens``, the logit lens (L, B, T, V): ``lm_head(ln_f(.))`` of each
+    block's residual stream, as ``interp.logit_lens`` reads it (Chapter 13).
     """
 
-    def __init__(self, model: GPT, internals: bool = False):
+    def __init__(self, model: GPT, internals: bool = False, lens: bool = False):
         super().__init__()
         self.model = model
         self.internals = internals
+        self.lens = lens
 
-    def forward(self, idx: Tensor) -> Tensor | tuple[Tensor, Tensor, Tensor]:
-        """idx (B, T) -> logits (B, T, V), and with ``internals`` attention (L, B, H, T, T)
-        and resid (L, B, T, D)."""
+    def forward(self, idx: Tensor) -> Tensor | tuple[Tensor, ...]:
+        """idx (B, T) -> logits (B, T, V), then with ``internals`` attention (L, B, H, T, T)
+        and resid (L, B, T, D), then with ``lens`` the logit lens (L, B, T, V)."""
         m = self.model
         tok = m.wte(idx)  # (B, T, D)
         x = tok + m.wpe(tok)  # (B, T, D) + (T, D)
@@ -91,13 +97,16 @@ class GPTGraph(nn.Module):
                 x = x + attended
                 x = x + block.mlp(block.ln_2(x))  # (B, T, D)
                 patterns.append(pattern)
-                resid.append(x)
             else:
                 x = block(x)  # (B, T, D)
+            resid.append(x)
         logits = m.lm_head(m.ln_f(x))  # (B, T, V)
-        if not self.internals:
-            return logits
-        return logits, torch.stack(patterns), torch.stack(resid)
+        outputs = [logits]
+        if self.internals:
+            outputs += [torch.stack(patterns), torch.stack(resid)]
+        if self.lens:
+            outputs.append(m.lm_head(m.ln_f(torch.stack(resid))))  # (L, B, T, V)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
 def _attention(attn: MultiHeadAttention, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -133,8 +142,16 @@ class LlamaGraph(nn.Module):
 
 
 def _vocabulary(tokenizer, config) -> dict[str, str]:
-    """The metadata entries of ``tokenizer``, checked against ``config.vocab_size``."""
+    """The metadata entries of ``tokenizer``, checked against ``config.vocab_size``; a
+    ``ChatTokenizer``'s are its base's, with its chat tokens (ids after the base's)."""
     V = config.vocab_size
+    if isinstance(tokenizer, ChatTokenizer):
+        if tokenizer.vocab_size != V:
+            raise ValueError(f"export_onnx: the ChatTokenizer has {tokenizer.vocab_size} "
+                             f"tokens, the model vocab_size={V}: pass the tokenizer the "
+                             "model was fine-tuned with (add_chat_tokens grows the model)")
+        base = dataclasses.replace(config, vocab_size=tokenizer.base_vocab_size)
+        return {**_vocabulary(tokenizer.base, base), "special": json.dumps(SPECIAL_TOKENS)}
     if isinstance(tokenizer, CharTokenizer):
         if tokenizer.vocab_size != V:
             raise ValueError(f"export_onnx: the CharTokenizer has {tokenizer.vocab_size} "
@@ -149,19 +166,19 @@ def _vocabulary(tokenizer, config) -> dict[str, str]:
                              "with")
         return {"vocab": "gpt2"}
     raise TypeError(f"export_onnx: tokenizer={tokenizer!r:.80} is neither a CharTokenizer "
-                    "nor GPT-2's BPE: pass the CharTokenizer, 'gpt2' or "
-                    "tokenizer.gpt2_encoding()")
+                    "nor GPT-2's BPE: pass the CharTokenizer, 'gpt2', "
+                    "tokenizer.gpt2_encoding() or a ChatTokenizer over one of them")
 
 
-def _graph(model: nn.Module, internals: bool) -> nn.Module:
+def _graph(model: nn.Module, internals: bool, lens: bool) -> nn.Module:
     """The module to export for ``model``, or a clear error for one this cannot export."""
     if isinstance(model, GPT):
-        return GPTGraph(model, internals)
+        return GPTGraph(model, internals, lens)
     if isinstance(model, Llama):
-        if internals:
-            raise ValueError("export_onnx: internals=True reads a GPT's attention patterns "
-                             "and residual stream (Chapter 13); a Llama exports its logits "
-                             "only: pass internals=False")
+        if internals or lens:
+            raise ValueError("export_onnx: internals=True and lens=True read a GPT's "
+                             "attention patterns and residual stream (Chapter 13); a Llama "
+                             "exports its logits only: pass internals=False, lens=False")
         return LlamaGraph(model)
     raise TypeError(f"export_onnx: model is a {type(model).__name__}; this exports the "
                     "book's GPT and Chapter 10's Llama only (for a Hugging Face GPT-2, "
@@ -192,21 +209,24 @@ def _check_dynamic(proto, axes: int) -> None:
 
 
 def export_onnx(model: GPT | Llama, path: str | os.PathLike, tokenizer,
-                internals: bool = False) -> Path:
+                internals: bool = False, lens: bool = False) -> Path:
     """Write ``model`` as the ONNX file ``path`` (Chapter 7): input ``idx`` (B, T) int64,
     output ``logits`` (B, T, V) float32; with ``internals`` (a GPT only) also ``attention``
-    (L, B, H, T, T) and ``resid`` (L, B, T, D), the residual stream after each block.
+    (L, B, H, T, T) and ``resid`` (L, B, T, D), the residual stream after each block; with
+    ``lens`` (a GPT only) also ``lens`` (L, B, T, V), each block's logit-lens read-out.
 
-    ``tokenizer`` is the model's: a ``CharTokenizer`` (its characters are stored) or GPT-2's
-    BPE (``"gpt2"`` or ``tokenizer.gpt2_encoding()``). The metadata records it with the
+    ``tokenizer`` is the model's: a ``CharTokenizer`` (its characters are stored), GPT-2's
+    BPE (``"gpt2"`` or ``tokenizer.gpt2_encoding()``), or Chapter 12's ``ChatTokenizer``
+    over one of them (its chat tokens are stored too). The metadata records it with the
     format, the model's class and config, and the outputs (``read_onnx_metadata``). The
     model is exported in eval mode (its own mode is kept) and must hold float32 weights.
     The file appears whole or not at all (``atomic_path``, which also creates missing
     folders).
     """
-    if not isinstance(internals, bool):
-        raise ValueError(f"export_onnx: internals={internals!r} must be True or False")
-    graph = _graph(model, internals)
+    for name, value in (("internals", internals), ("lens", lens)):
+        if not isinstance(value, bool):
+            raise ValueError(f"export_onnx: {name}={value!r} must be True or False")
+    graph = _graph(model, internals, lens)
     vocab = _vocabulary(tokenizer, model.config)
     path = Path(path)
     if path.is_dir():
@@ -230,7 +250,7 @@ def export_onnx(model: GPT | Llama, path: str | os.PathLike, tokenizer,
     device = model.wte.weight.device
     # (B, T) = (2, 2): torch.export would fix a size of 1 as a constant of the graph
     example = torch.zeros(2, min(n, 2), dtype=torch.long, device=device)
-    outputs = ["logits", "attention", "resid"] if internals else ["logits"]
+    outputs = ["logits"] + ["attention", "resid"] * internals + ["lens"] * lens
     with eval_mode(graph):
         program = torch.onnx.export(
             graph, (example,), dynamo=True, input_names=["idx"], output_names=outputs,
@@ -250,7 +270,7 @@ def export_onnx(model: GPT | Llama, path: str | os.PathLike, tokenizer,
 
 def read_onnx_metadata(path: str | os.PathLike) -> OnnxMetadata:
     """What an ``export_onnx`` file says about itself (Chapter 7): the model's class and
-    config, its vocabulary and the file's outputs.
+    config, its vocabulary (with its chat tokens, if any) and the file's outputs.
 
     A missing file raises FileNotFoundError; a file that is not ONNX or was cut short, or an
     ONNX file that ``export_onnx`` did not write, a ValueError saying which.
@@ -280,16 +300,28 @@ def read_onnx_metadata(path: str | os.PathLike) -> OnnxMetadata:
         config = MODELS[model][1](**json.loads(props["config"]))
         chars = json.loads(props["chars"]) if vocab == "char" else None
         outputs = json.loads(props["outputs"])
+        special = json.loads(props.get("special", "[]"))
         if vocab not in ("gpt2", "char") or (
-                chars is not None and len(chars) != config.vocab_size):
-            raise ValueError(f"vocab {vocab!r} with {len(chars or [])} characters")
+                chars is not None and len(chars) + len(special) != config.vocab_size):
+            raise ValueError(f"vocab {vocab!r} with {len(chars or [])} characters and "
+                             f"{len(special)} chat tokens")
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{path}: the book's metadata is damaged ({type(err).__name__}: "
                          f"{err!s:.100}): export the model again") from None
-    return OnnxMetadata(model, config, vocab, chars, outputs)
+    return OnnxMetadata(model, config, vocab, chars, outputs, special)
 
 
 def _tokenizer(args: argparse.Namespace, extra: dict):
+    """The tokenizer the command line names, else the one the checkpoint's recipe names;
+    with ``--chat``, Chapter 12's chat tokens after it."""
+    base = _base_tokenizer(args, extra)
+    if not args.chat:
+        return base
+    # "gpt2" stands for the BPE here: export_onnx reads only the vocabulary
+    return ChatTokenizer(base, GPT2_VOCAB if base == "gpt2" else base.vocab_size)
+
+
+def _base_tokenizer(args: argparse.Namespace, extra: dict):
     """The tokenizer the command line names, else the one the checkpoint's recipe names."""
     if args.chars is not None:
         return CharTokenizer(Path(args.chars).read_text(encoding="utf-8"))
@@ -317,13 +349,17 @@ def main(argv: list[str] | None = None) -> None:
                              "the checkpoint's recipe records)")
     parser.add_argument("--chars", metavar="FILE", default=None,
                         help="a text whose characters, sorted, are the model's vocabulary")
+    parser.add_argument("--chat", action="store_true",
+                        help="the model was fine-tuned with Chapter 12's chat tokens")
     parser.add_argument("--internals", action="store_true",
                         help="also output the attention patterns and residual stream")
+    parser.add_argument("--lens", action="store_true",
+                        help="also output the logit lens (each block's read-out)")
     args = parser.parse_args(argv)
     try:
         ckpt = load_checkpoint(args.checkpoint)
         tokenizer = _tokenizer(args, ckpt.extra)
-        path = export_onnx(ckpt.model, args.out, tokenizer, args.internals)
+        path = export_onnx(ckpt.model, args.out, tokenizer, args.internals, args.lens)
     except (OSError, ImportError, ValueError, TypeError) as err:  # CheckpointError too
         parser.error(str(err))
     print(f"wrote {path} ({path.stat().st_size:,} bytes)")

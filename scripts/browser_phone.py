@@ -9,7 +9,8 @@ smallest figure text as drawn (``check_figures``) and says which bar the book mi
 - code cells that scroll sideways: at most ``MAX_SCROLLING_CODE`` of all cells;
 - cut display equations: none;
 - the smallest figure text as drawn, without a tap: at least ``MIN_TEXT_PX`` CSS px;
-- a page with an interactive figure: under ``MAX_INTERACTIVE_BYTES``;
+- a page with an interactive figure or a live model (before Run): under
+  ``MAX_INTERACTIVE_BYTES``;
 - no number that the prose under an output quotes hidden in that output: a table still wider than
   its box once text-tables.js has set it smaller scrolls, and a number past its right edge is one a
   reader on a phone cannot see while reading the sentence that quotes it. A number counts when it
@@ -41,7 +42,8 @@ return {cells: cells.length, scrolling: cells.filter(wide).map(e => longest(e).t
         cut: equations.filter(wide).map(e => e.textContent.slice(0, 60)),
         scaled: equations.filter(e => e.style.fontSize).length,
         bytes: entries.reduce((sum, r) => sum + (r.decodedBodySize || 0), 0),
-        interactive: !!main.querySelector('div.plotly-graph-div'), hidden: hiddenNumbers()};
+        interactive: !!main.querySelector('div.plotly-graph-div, div.live-model'),
+        hidden: hiddenNumbers()};
 
 // Each number printed past the right edge of the box it scrolls in, with the line it is on and the
 // prose after its cell (up to the next cell that shows code).

@@ -27,6 +27,8 @@ Serves ``_build/html`` on 127.0.0.1, opens every page of the table of contents i
 - the ☰ button opens and closes the chapter list, and the contents button the page's sections,
   at 1280 px and at 390 px (pydata-sphinx-theme#2451 made both do nothing);
 - the interactive figures and the quizzes respond (scripts/browser_interactive.py);
+- the live models compute PyTorch's numbers, by keyboard and by touch, and say what is wrong
+  with odd inputs (scripts/browser_live.py, which prints their budgets);
 - at 390 px (a phone): the page never scrolls sideways; and, over the whole book, the bars of
   scripts/browser_phone.py: at most 10% of code cells scroll sideways, no display equation cut,
   every figure's smallest text at least 9 CSS px as drawn, interactive pages under 4 MB (the
@@ -64,6 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from gpt_from_scratch.book.figure_text import SMALLEST_TEXT  # noqa: E402
 from scripts.browser_interactive import check_interactive  # noqa: E402  (figures and quizzes)
+from scripts.browser_live import check_live  # noqa: E402  (the live models)
 from scripts.browser_phone import MIN_TEXT_PX, PhoneReport  # noqa: E402  (the phone's bars)
 from scripts.jupyter_notebooks import colab_url  # noqa: E402  (the Jupyter editions Colab opens)
 
@@ -250,6 +253,8 @@ def check_page(driver, base: str, page: str, repo: str, phone: PhoneReport) -> l
         if not any(link.rstrip("/") == repo for link in facts["links"]):
             problems.append(f"no repository button pointing at {repo}")
     problems += check_interactive(driver, page)
+    live_problems, live_notes = check_live(driver, base, page)
+    problems += live_problems
     problems += check_navigation(driver, url, WIDE, contents=False)
     driver.set_window_size(PHONE, 900)
     driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})  # weigh it all
@@ -260,7 +265,8 @@ def check_page(driver, base: str, page: str, repo: str, phone: PhoneReport) -> l
     driver.save_screenshot(str(SHOTS / (page.replace("/", "__") + f"-{PHONE}.png")))
     figure_problems, phone_note = check_figures(driver, page, PHONE, phone)
     problems += figure_problems
-    facts["figureNotes"] = [note for note in (wide_note, phone_note) if note] + phone_notes
+    facts["figureNotes"] = ([note for note in (wide_note, phone_note) if note] + phone_notes
+                            + live_notes)
     problems += check_navigation(driver, url, PHONE, contents=page.startswith("notebooks/"))
     driver.set_window_size(WIDE, 1600)
     return problems, facts

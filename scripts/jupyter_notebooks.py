@@ -11,7 +11,9 @@ source of ``remove-input`` and ``hide-input`` cells (generated prose, quizzes, e
 solutions) is hidden twice over: collapsed with ``jupyter.source_hidden``, which JupyterLab
 honours, and made a Colab form (a first line ``#@title <what it is>`` and the metadata
 ``cellView: "form"``), which Colab shows as its title alone, the code behind "Show code";
-Colab ignores ``source_hidden``. A figure's numbered caption follows it.
+Colab ignores ``source_hidden``. A figure's numbered caption follows it. A live model (an
+HTML element that book/_static/live-model.js runs in the book) becomes the sentence that
+says where it runs, as in the PDF (book/_ext/live_model.py).
 
 The editions are committed, in ``notebooks/jupyter/``: Colab opens a notebook from GitHub
 by its path at a git ref, so the book's Colab button (book/_ext/jupyter_launch.py) and the
@@ -36,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from gpt_from_scratch.utils import atomic_path  # noqa: E402
 from scripts import colab_setup  # noqa: E402
 from scripts.jupyter_markdown import BookIndex, Converter  # noqa: E402
+from live_model import ELEMENT, sentence  # noqa: E402  (book/_ext, on the path above)
 
 CHAPTERS = ROOT / "notebooks"
 EDITIONS = CHAPTERS / "jupyter"
@@ -77,6 +80,7 @@ def edition(chapter: Path, index: BookIndex) -> nbformat.NotebookNode:
         cells.append(cell)
         if cell.cell_type == "markdown":
             convert.attachments = {}
+            cell.source = ELEMENT.sub(lambda element: sentence(page), cell.source)
             cell.source = convert.markdown(cell.source)
             if convert.attachments:
                 cell.attachments = convert.attachments

@@ -21,6 +21,7 @@ from torch import nn
 from torch.torch_version import TorchVersion
 
 from gpt_from_scratch import export, interp
+from gpt_from_scratch.chat import SPECIAL_TOKENS, ChatTokenizer, add_chat_tokens
 from gpt_from_scratch.checkpoint import save_checkpoint
 from gpt_from_scratch.export import (FORMAT, GPTGraph, LlamaGraph, OnnxMetadata,
                                      export_onnx, main, read_onnx_metadata)
@@ -190,6 +191,46 @@ def test_internals_are_the_attention_maps_and_the_logit_lens(ort, model, tokeniz
             assert (lens - interp.logit_lens(model, idx)).abs().max() <= TOL
 
 
+def test_the_lens_output_is_interp_logit_lens(ort, model, tokenizer, tmp_path):
+    path = export_onnx(model, tmp_path / "lens.onnx", tokenizer, lens=True)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert read_onnx_metadata(path).outputs == ["logits", "lens"]
+    idx = ids(2, N, model.config.vocab_size)
+    logits, lens = run(session, idx)
+    with torch.no_grad():
+        expected = interp.logit_lens(model, idx)  # (L, B, T, V)
+        assert (lens - expected).abs().max() <= TOL
+        assert torch.equal(lens[-1], logits)  # the last block's read-out is the output
+        # the residual stream read without ln_f, a wrong lens, fails the same check
+        resid = GPTGraph(model, internals=True)(idx)[2]  # (L, B, T, D)
+        assert (lens - model.lm_head(resid)).abs().max() > TOL
+
+
+def test_a_chat_model_records_its_chat_tokens(ort, model, tokenizer, tmp_path):
+    torch.manual_seed(2)
+    grown = add_chat_tokens(model).eval()  # V + 4 rows
+    chat_tok = ChatTokenizer(tokenizer, tokenizer.vocab_size)
+    folder = save_checkpoint(tmp_path / "ckpt", grown)
+    (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")
+    path = tmp_path / "chat.onnx"
+    with contextlib.redirect_stdout(io.StringIO()):
+        main([str(folder), str(path), "--chars", str(tmp_path / "text.txt"), "--chat",
+              "--internals", "--lens"])
+    meta = read_onnx_metadata(path)
+    assert (meta.chars, meta.special) == (tokenizer.chars, list(SPECIAL_TOKENS))
+    assert meta.outputs == ["logits", "attention", "resid", "lens"]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    prompt, _ = chat_tok.render([{"role": "user", "content": "Speak"}], True)
+    idx = torch.tensor([prompt])  # (1, 8): the chat tokens' ids included
+    logits, attention, _, lens = run(session, idx)
+    with torch.no_grad():
+        assert (logits - grown(idx)[0]).abs().max() <= TOL
+        assert (attention - torch.stack(grown.attention_maps(idx))).abs().max() <= TOL
+        assert (lens - interp.logit_lens(grown, idx)).abs().max() <= TOL
+    with pytest.raises(ValueError, match="ChatTokenizer has 34 tokens, the model vocab"):
+        export_onnx(model, tmp_path / "m.onnx", chat_tok)
+
+
 def test_a_llama_exports_its_logits_and_runs_past_its_context(ort, llama, tokenizer,
                                                               tmp_path):
     path = export_onnx(llama, tmp_path / "llama.onnx", tokenizer)
@@ -219,7 +260,9 @@ def test_what_onnx_runtime_does_with_inputs_the_model_refuses(session, model):
 @pytest.mark.parametrize("case, error, match", [
     ("linear", TypeError, "exports the book's GPT and Chapter 10's Llama only"),
     ("llama internals", ValueError, "a Llama exports its logits only"),
+    ("llama lens", ValueError, "a Llama exports its logits only"),
     ("internals 1", ValueError, "internals=1 must be True or False"),
+    ("lens 1", ValueError, "lens=1 must be True or False"),
     ("other characters", ValueError, "has 3 characters, the model vocab_size="),
     ("gpt2 vocabulary", ValueError, "GPT-2's BPE has 50,257 tokens"),
     ("no tokenizer", TypeError, "neither a CharTokenizer nor GPT-2's BPE"),
@@ -236,8 +279,12 @@ def test_clear_errors_before_exporting(model, llama, tokenizer, tmp_path, monkey
         args["model"] = nn.Linear(2, 2)
     elif case == "llama internals":
         args |= {"model": llama, "internals": True}
+    elif case == "llama lens":
+        args |= {"model": llama, "lens": True}
     elif case == "internals 1":
         args["internals"] = 1
+    elif case == "lens 1":
+        args["lens"] = 1
     elif case == "other characters":
         args["tokenizer"] = CharTokenizer("abc")
     elif case == "gpt2 vocabulary":

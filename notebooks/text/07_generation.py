@@ -463,6 +463,20 @@ for b, ids in enumerate(prompts):
 #
 # ## 7.6 Try it yourself
 #
+# In the HTML edition, the live model here is this chapter's model, Chapter 6's character
+# model exported to ONNX (`python -m gpt_from_scratch.export`), running in your browser:
+# ONNX Runtime Web, served by the book, loads when you press Run. Type a prompt, set the
+# temperature (0 is greedy), top-k (0: all), top-p and a seed; the characters appear one
+# by one, each with the probability it was drawn with (hover over it or press it long).
+# The sampler follows `generate`'s rules: top-k, then the temperature, then top-p, the
+# window cropped to the newest 64 characters. Its random numbers come from a seeded
+# generator of the page's own (mulberry32): a seed gives the same text on every run of the
+# page, not the text of `torch.Generator().manual_seed(seed)`. The book's browser test
+# checks that the page's logits are PyTorch's and that its greedy text is `generate`'s.
+# "Load your own model" runs a checkpoint you trained, once exported.
+#
+# <div class="live-model" data-model="shakespeare-char" data-mode="generate"></div>
+#
 # In a running notebook, the panel below regenerates a sample whenever you move a slider (top-k 0 means no
 # top-k; top-p 1 means no top-p). In the rendered book the sliders cannot run the model; the sample printed
 # under the panel is the one for the default settings.

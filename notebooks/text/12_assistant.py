@@ -410,8 +410,12 @@ for line in (held_out[1], held_out[2], held_out[-2]):
 print(prose.transcript(history))
 
 # %% [markdown]
-# Where a kernel runs (Colab, JupyterLab), the next cell opens a chat box; the book's pages show
-# no box, since no model runs behind them.
+# Where a kernel runs (Colab, JupyterLab), the next cell opens a chat box. In the HTML
+# edition, the box below is the same assistant (seed 0's run, exported to ONNX) running in
+# your browser: it reads the chat format above, answers greedily until `<|end|>`, and, like
+# `chat`, reads only the newest exchanges that fit in its 64 characters.
+#
+# <div class="live-model" data-model="assistant" data-mode="chat"></div>
 
 # %% tags=["remove-cell"]
 try:

@@ -152,6 +152,13 @@ for seed, m in models.items():
 # the rise is the copy. The lens reads early blocks through a read-out trained for the last;
 # the *tuned lens* {cite}`belrose2023tuned` trains one per block, and finds the plain lens's
 # early read-outs biased: what the first blocks hold may be more than their shares show.
+#
+# In the HTML edition, the panel below runs Chapter 6's character model (the base of these
+# assistants) on a text of yours, in your browser: each head's attention pattern (queries
+# down, keys across; pick the layer, the head and the position), and the logit lens at that
+# position, each block's top three read-outs of the next character.
+#
+# <div class="live-model" data-model="shakespeare-char" data-mode="inside"></div>
 
 # %%
 lens = {seed: inside.lens_top1(m, pairs) for seed, m in models.items()}

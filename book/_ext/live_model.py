@@ -1,0 +1,65 @@
+"""The live models (book/_static/live-model.js): loaded where a page holds one, and a
+sentence in their place in the PDF.
+
+A chapter places a live model with an HTML element in a Markdown cell,
+``<div class="live-model" data-model="shakespeare-char" data-mode="generate"></div>``. The
+HTML pages that hold one load live-model.js as a module (it imports ONNX Runtime Web only
+when the reader presses Run), the others nothing. The PDF drops raw HTML: there the element
+becomes the sentence ``SENTENCE`` with the page's address in the HTML edition, as the
+interactive figures print "(The interactive version of this figure is in the HTML
+edition.)". scripts/jupyter_notebooks.py writes the same sentence into the Jupyter and
+Colab editions.
+"""
+
+import re
+import sys
+from pathlib import Path
+
+from docutils import nodes
+from sphinx import addnodes
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from scripts.release import site_url  # noqa: E402  (the rendered book's address)
+
+SCRIPT = "live-model.js"
+ELEMENT = re.compile(r'<div class="live-model"[^>]*>.*?</div>', re.DOTALL)
+SENTENCE = "(The live model runs in the HTML edition of this page: {url}.)"
+
+
+def sentence(docname: str) -> str:
+    """What stands for a live model outside the HTML book (here and in the Jupyter
+    editions)."""
+    return SENTENCE.format(url=f"{site_url()}{docname}.html")
+
+
+def _load_where_needed(app, pagename, templatename, context, doctree):
+    if 'class="live-model"' in context.get("body", ""):
+        app.add_js_file(SCRIPT, type="module")
+
+
+def _pages(doctree, docname: str) -> dict:
+    """Each live model's raw HTML node in ``doctree``, with the page it comes from. The
+    LaTeX builder resolves the whole book as one tree, each page's nodes in a
+    ``start_of_file`` node that names it; Sphinx's ``inline_all_toctrees`` moves them there
+    without setting their parent, so the pages are found walking down, not up."""
+    def live(tree) -> list:
+        return [raw for raw in tree.findall(nodes.raw)
+                if "html" in raw.get("format", "").split() and ELEMENT.search(raw.astext())]
+
+    found = dict.fromkeys(live(doctree), docname)
+    for page in doctree.findall(addnodes.start_of_file):  # outer pages first, inner after
+        found |= dict.fromkeys(live(page), page["docname"])
+    return found
+
+
+def _sentence_outside_html(app, doctree, docname):
+    if app.builder.format == "html":
+        return
+    for raw, page in _pages(doctree, docname).items():
+        raw.replace_self(nodes.paragraph(text=sentence(page)))
+
+
+def setup(app):
+    app.connect("html-page-context", _load_where_needed)
+    app.connect("doctree-resolved", _sentence_outside_html)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
