@@ -249,6 +249,7 @@ def unprinted_quotes(markdown: str, printed: str) -> list[str]:
     """Quoted strings in a paragraph about samples that no output (or code) of the chapter holds:
     examples of generated text must be quoted from the run."""
     markdown = STRUCTURE[1].sub(" ", STRUCTURE[0].sub(" ", markdown))
+    markdown = re.sub(r"<[a-z][^>\n]*>", " ", markdown)  # an HTML element's attributes: no prose
     return [q for paragraph in re.split(r"\n\s*\n", markdown) if SAMPLE_TALK.search(paragraph)
             for m in QUOTE.finditer(paragraph) if (q := m.group(1) or m.group(2)) not in printed]
 

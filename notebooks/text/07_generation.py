@@ -473,7 +473,7 @@ for b, ids in enumerate(prompts):
 # generator of the page's own (mulberry32): a seed gives the same text on every run of the
 # page, not the text of `torch.Generator().manual_seed(seed)`. The book's browser test
 # checks that the page's logits are PyTorch's and that its greedy text is `generate`'s.
-# "Load your own model" runs a checkpoint you trained, once exported.
+# **Load your own model** runs a checkpoint you trained, once exported.
 #
 # <div class="live-model" data-model="shakespeare-char" data-mode="generate"></div>
 #
