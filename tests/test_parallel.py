@@ -96,7 +96,7 @@ def test_ring_all_reduce_equals_dist_all_reduce(pair, ring3):
 
 def test_data_parallel_equals_one_process_and_ddp(pair):
     rank0, rank1 = pair
-    for mode in ("per_parameter", "bucketed"):
+    for mode in ("per_parameter", "bucketed", "buckets_after"):
         torch.testing.assert_close(rank0[f"{mode}_grads"], rank0["ddp_grads"], **EXACT)
         torch.testing.assert_close(rank0[mode], rank0["ddp"], **EXACT)
         torch.testing.assert_close(rank0[f"{mode}_grads"], rank0["reference_grads"],
@@ -110,6 +110,7 @@ def test_buckets_are_started_during_backward(pair):
     n_buckets, started_before_finish = pair[0]["bucketed_buckets"]
     assert n_buckets >= 10 and started_before_finish == n_buckets
     assert pair[0]["per_parameter_buckets"] == (0, 0)
+    assert pair[0]["buckets_after_buckets"] == (n_buckets, 0)  # overlap=False: in finish()
 
 
 def test_a_parameter_without_gradient_does_not_hang_the_step(pair):
@@ -287,6 +288,8 @@ def test_bad_inputs_are_named():
         ring_all_reduce(torch.ones(3))
     with pytest.raises(ValueError, match="DataParallel wraps an nn.Module, got a Tensor"):
         DataParallel(torch.ones(3))
+    with pytest.raises(ValueError, match="overlap='no' must be True .* or False"):
+        DataParallel(torch.nn.Linear(2, 2), overlap="no")
     with pytest.raises(ValueError, match="rank=2 must be below world_size=2"):
         start_process_group(2, 2, 29500)
     with pytest.raises(ValueError, match="timeout_s='a minute' must be a number"):
