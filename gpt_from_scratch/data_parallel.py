@@ -116,8 +116,8 @@ class DataParallel(nn.Module):
                  overlap: bool = True):
         super().__init__()
         if not isinstance(overlap, bool):
-            raise ValueError(f"DataParallel: overlap={overlap!r} must be True (buckets sent "
-                             "during backward) or False (all sent in finish())")
+            raise ValueError(f"DataParallel: overlap={overlap!r} must be True (buckets "
+                             "sent during backward) or False (all sent in finish())")
         _check_unwrapped(module)
         _, self.world_size = world("DataParallel")
         bucket_bytes = check_int("DataParallel", "bucket_bytes", bucket_bytes, minimum=1,

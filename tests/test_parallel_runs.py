@@ -202,9 +202,10 @@ def timings(fb_alone, share, fb, wait, adam=0.005, wait_p=0.03, cpu=None, rounds
 def test_the_speed_lesson_accounts_for_every_millisecond_it_names():
     quiet = prose.speed_lesson(timings(0.100, 0.050, 0.052, 0.004), 20e-6, 4e9, 3_239_424)
     assert quiet.holds and quiet.margin == pytest.approx(0.030 / 0.010 - 1)
-    assert quiet.text.startswith("Beside the other process, a share's forward and backward "
-                                 "ran 52.0 ms on a core (its thread's CPU time) of the 52.0 "
-                                 "ms it took: 0.0 ms, 0%, waiting for a core. Over 4 rounds")
+    assert quiet.text.startswith(
+        "Beside the other process, a share's forward and backward ran 52.0 ms on a core "
+        "(its thread's CPU time) of the 52.0 ms it took: 0.0 ms, 0%, waiting for a core. "
+        "Over 4 rounds")
     assert "two processes were 1.7 times as fast (1.7 to 1.7 round by round)" in quiet.text
     assert ("half the step alone, 52.5 ms, falls short of it by 8.5 ms. Of that, AdamW run "
             "whole in every process took +2.5 ms") in quiet.text

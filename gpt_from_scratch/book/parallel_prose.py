@@ -261,9 +261,9 @@ def speed_lesson(speed: dict, alpha: float, beta: float, grad_bytes: int) -> Les
            f"{_ms(fb_a / 2)}, half of both shares' {_ms(fb_a)} alone). Alone, one share "
            f"took {_ms(share)}, {_ms(share_cpu)} of it on a core; together, "
            f"{_ms(abs(cpu['together'] - share_cpu))} "
-           f"{'more' if cpu['together'] >= share_cpu else 'less'} on a core (copying the "
-           "gradients into the buckets, starting their all-reduces, a cache shared with the "
-           f"other process) and {_ms(queued)} waiting for one. ")
+           f"{'more' if cpu['together'] >= share_cpu else 'less'} on a core (copying "
+           "the gradients into the buckets, starting their all-reduces, a cache shared "
+           f"with the other process) and {_ms(queued)} waiting for one. ")
     alone_ar = speed["all-reduces alone"]
     why += (f"Timed alone between two barriers (the median of several tries), the "
             f"{messages['together']} bucketed all-reduces took {_ms(alone_ar['together'])} "
@@ -353,8 +353,8 @@ def restart_text(restarted: dict, reference: dict, every: int, killed_at: int,
     how = next((how for line in lines for said, how in (("Connection reset", "reset"),
                 ("Connection closed", "closed by rank 1")) if said in line), None)
     text = (f"Rank 1 died in its step {killed_at}"
-            + (f"; rank 0's next collective failed on its own (its connection to rank 1 was "
-               f"{how})" if how else "")
+            + ("; rank 0's next collective failed on its own (its connection to rank 1 "
+               f"was {how})" if how else "")
             + (f"; torchrun saw a process fail and started both again, and they resumed "
                f"from the checkpoint written after step {resumed} (one every {every} "
                f"steps): the {killed_at - 1 - resumed} steps after it, and the one in "
