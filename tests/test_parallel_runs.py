@@ -194,7 +194,6 @@ def timings(fb_alone, share, fb, wait, adam=0.005, wait_p=0.03, cpu=None, rounds
             "alone shares": [share] * 2 * steps, "alone shares cpu": [share] * 2 * steps,
             "cpu": {"alone": [fb_alone] * steps, "together": [cpu or fb] * steps,
                     "buckets after": [fb_b] * steps, "per parameter": [fb_p] * steps},
-            "load": [(0.5, 2), (0.5, 2)],
             "messages": {"together": 22, "per parameter": 52},
             "all-reduces alone": {"together": 0.009, "per parameter": 0.028}}
 

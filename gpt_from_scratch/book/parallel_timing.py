@@ -9,7 +9,6 @@ machine falls on each alike.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from contextlib import contextmanager
@@ -81,7 +80,6 @@ def speed(rank: int, world_size: int, setup: dict) -> dict:
     AdamW) per step; ``out["cpu"][kind]``: the forward and backward's CPU time, per step
     (this thread's: what it ran on a core; the rest of the wall time it waited for one);
     "alone shares" and "alone shares cpu": each share's forward and backward, alone;
-    "load": the machine's load over the last minute before and after, and its cores;
     "messages": all-reduces a step; "all-reduces alone": the seconds of a step's
     all-reduces with nothing beside them."""
     batches, rounds = setup["speed_batches"], setup["rounds"]
@@ -95,8 +93,7 @@ def speed(rank: int, world_size: int, setup: dict) -> dict:
     optimizers = {key: torch.optim.AdamW(m.parameters(), **setup["adamw"])
                   for key, m in models.items()}
     out = {key: [] for key in models} | {"alone shares": [], "alone shares cpu": [],
-                                         "cpu": {key: [] for key in models},
-                                         "load": [_load()]}
+                                         "cpu": {key: [] for key in models}}
     for round_ in range(-1, rounds):  # round -1: untimed, AdamW makes its moments
         order = list(models) if round_ % 2 == 0 else list(models)[::-1]
         for key in order:
@@ -128,7 +125,6 @@ def speed(rank: int, world_size: int, setup: dict) -> dict:
                 out[key].append(steps)
                 out["cpu"][key] += cpu
     dist.barrier()
-    out["load"].append(_load())
     out["messages"] = {"together": len(models["together"].buckets),
                        "per parameter": len(models["per parameter"].params)}
     out["all-reduces alone"] = _all_reduces_alone({
@@ -151,13 +147,6 @@ def _all_reduces_alone(kinds: dict[str, list], repeats: int) -> dict[str, float]
                 dist.all_reduce(t)
             seconds[kind].append(time.perf_counter() - start)
     return {kind: statistics.median(s) for kind, s in seconds.items()}
-
-
-def _load() -> tuple[float, int]:
-    """The machine's load average over the last minute (NaN where the system has none),
-    and its number of cores."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return load, os.cpu_count() or 1
 
 
 def nccl(rank: int, world_size: int, port: int, setup: dict) -> dict:
