@@ -94,7 +94,9 @@ class DataParallel(nn.Module):
     bucket once accumulated (``register_post_accumulate_grad_hook``) and a full bucket's
     all-reduce starts at once (``async_op=True``) while backward computes the rest;
     ``finish()`` waits for them and divides by N. Buckets start in order: every rank
-    issues the same collectives in turn.
+    issues the same collectives in turn. ``overlap=False`` keeps the buckets and starts
+    them all in ``finish()``, after backward: the same messages without the overlap, so
+    that section 15.7 can time each apart.
 
     Memory: the buckets are a second copy of the gradients, kept from step to step, 4
     bytes a float32 parameter, as ``DistributedDataParallel``'s are by default
@@ -110,8 +112,12 @@ class DataParallel(nn.Module):
     returns the module, which can then be wrapped again.
     """
 
-    def __init__(self, module: nn.Module, bucket_bytes: int | None = 25 * 2**20):
+    def __init__(self, module: nn.Module, bucket_bytes: int | None = 25 * 2**20,
+                 overlap: bool = True):
         super().__init__()
+        if not isinstance(overlap, bool):
+            raise ValueError(f"DataParallel: overlap={overlap!r} must be True (buckets "
+                             "sent during backward) or False (all sent in finish())")
         _check_unwrapped(module)
         _, self.world_size = world("DataParallel")
         bucket_bytes = check_int("DataParallel", "bucket_bytes", bucket_bytes, minimum=1,
@@ -126,6 +132,7 @@ class DataParallel(nn.Module):
         self._hooks: list = []  # the gradient hooks' handles, for remove()
         self._started = 0  # buckets whose all-reduce has started this step
         self._finished = False  # finish() ran, and no gradient has arrived since
+        self.overlap = overlap  # start full buckets during backward, or only in finish()
         if bucket_bytes is not None:
             self._make_buckets(bucket_bytes)
         object.__setattr__(module, MARK, True)
@@ -171,7 +178,8 @@ class DataParallel(nn.Module):
                                "backward on a larger batch)")
         bucket.views[i].copy_(param.grad)  # nothing to copy once .grad is the view
         bucket.ready.add(i)
-        self._start_full_buckets()
+        if self.overlap:
+            self._start_full_buckets()
 
     def _start_full_buckets(self) -> None:
         while self._started < len(self.buckets):

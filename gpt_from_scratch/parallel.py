@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -46,8 +47,12 @@ def start_process_group(rank: int, world_size: int, port: int, timeout_s: float 
     """Join ``world_size`` processes (gloo) at ``127.0.0.1:port``, where rank 0 listens.
 
     Every process calls it with its own ``rank`` and the same ``world_size`` and ``port``.
+    Each first reads the ``world_size`` rank 0 was given (rank 0 those of the others) from
+    a ``TCPStore`` at the port, so that a process started with another world size ends
+    every process it meets with an error naming both sizes, rather than a hang.
     ``timeout_s`` bounds each wait: for the others to join, then every collective, so a
-    process that died mid-step ends the others with an error instead of a hang.
+    process that died mid-step ends the others with an error instead of a hang. (A rank
+    that never finds rank 0 listening retries its connection for up to about twice it.)
     """
     world_size = check_int("start_process_group", "world_size", world_size, minimum=1)
     rank = check_int("start_process_group", "rank", rank, minimum=0)
@@ -63,20 +68,54 @@ def start_process_group(rank: int, world_size: int, port: int, timeout_s: float 
         raise RuntimeError(f"start_process_group: this process is rank {dist.get_rank()} "
                            f"of a group of {dist.get_world_size()} already: use it, or "
                            "end it with torch.distributed.destroy_process_group() first")
+    not_joined = (f"rank {rank} of {world_size} waited {timeout_s:g} s at {HOST}:{port} "
+                  f"and not every process joined: start all {world_size} processes with "
+                  f"the same port and world_size, ranks 0 .. {world_size - 1} each once, "
+                  "or raise timeout_s")
+    timeout = timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://{HOST}:{port}", rank=rank,
-                                world_size=world_size, timeout=timedelta(seconds=timeout_s))
-    except RuntimeError as err:  # torch's DistNetworkError, DistStoreError
+        store = dist.TCPStore(HOST, port, is_master=rank == 0, timeout=timeout,
+                              wait_for_workers=False)
+    except RuntimeError as err:  # torch's DistNetworkError
         if "EADDRINUSE" in str(err) or "address already in use" in str(err).lower():
             raise RuntimeError(
                 f"port {port} on {HOST} is already taken by another process, so rank 0 "
                 "cannot listen there: choose a free one (free_port()) or end the process "
                 "that holds it") from err
-        raise RuntimeError(
-            f"rank {rank} of {world_size} waited {timeout_s:g} s at {HOST}:{port} and not "
-            f"every process joined: start all {world_size} processes with the same port "
-            f"and world_size, ranks 0 .. {world_size - 1} each once, or raise timeout_s"
-        ) from err
+        raise RuntimeError(not_joined) from err
+    try:
+        _same_world_size(store, rank, world_size, timeout_s)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                                timeout=timeout)
+    except RuntimeError as err:  # torch's DistStoreError: a wait timed out
+        raise RuntimeError(not_joined) from err
+
+
+def _same_world_size(store, rank: int, world_size: int, timeout_s: float) -> None:
+    """A ValueError naming both sizes when this rank's ``world_size`` is not rank 0's
+    (rank 0: when another rank's is not its own, checked as each arrives, all within
+    ``timeout_s``). Rank 0 writes its size first; every other rank reads it before writing
+    its own, so rank 0 never leaves before the other has read it."""
+    deadline = time.monotonic() + timeout_s
+    if rank == 0:
+        store.set("world_size/0", str(world_size))
+        for other in range(1, world_size):
+            left = max(deadline - time.monotonic(), 1e-3)
+            store.wait([f"world_size/{other}"], timedelta(seconds=left))
+            _compare(rank, world_size, other, int(store.get(f"world_size/{other}")))
+    else:
+        store.wait(["world_size/0"])
+        size = int(store.get("world_size/0"))
+        store.set(f"world_size/{rank}", str(world_size))
+        _compare(rank, world_size, 0, size)
+
+
+def _compare(rank: int, world_size: int, other: int, size: int) -> None:
+    if size != world_size:
+        (low, low_size), (high, high_size) = sorted([(rank, world_size), (other, size)])
+        raise ValueError(f"rank {high} was started with world_size={high_size}, rank "
+                         f"{low} with {low_size}: start every process with the same "
+                         "world_size (and ranks 0 .. world_size - 1, each once)")
 
 
 def world(caller: str) -> tuple[int, int]:
@@ -115,6 +154,10 @@ def _flat_view(caller: str, tensor) -> Tensor:
     if not isinstance(tensor, Tensor):
         raise ValueError(f"{caller} takes a torch.Tensor, got a {type(tensor).__name__}: "
                          "pass torch.as_tensor(values)")
+    if tensor.requires_grad:
+        raise ValueError(f"{caller} works in place, and this tensor of shape "
+                         f"{tuple(tensor.shape)} requires grad (a parameter?), which "
+                         "autograd forbids: pass p.grad, or p.detach() to change p itself")
     if not tensor.is_contiguous():
         raise ValueError(f"{caller} works in place on a contiguous tensor, and this one of "
                          f"shape {tuple(tensor.shape)} is not: pass t = t.contiguous() and "
@@ -174,6 +217,8 @@ def ring_all_reduce(tensor: Tensor) -> Tensor:
     A reduce-scatter (rank r sums chunk r), then an all-gather (each chunk copied to every
     rank): 2(N - 1) steps each moving 1/N of the tensor, so each rank sends 2(N - 1)/N of
     it, under twice the tensor however many ranks. Every rank ends with the same bits.
+    Every rank must pass a tensor of the same size and dtype, as with ``dist.all_reduce``:
+    the ranks compare nothing, and gloo ends a process whose message has another size.
     """
     ring_reduce_scatter(tensor)
     return ring_all_gather(tensor)

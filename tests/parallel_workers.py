@@ -84,8 +84,10 @@ def pair(rank: int, world_size: int) -> dict:
     out["reference_grads"] = run(reference, optimizer, batches, slice(None))
     out["reference"] = flat(reference.parameters())
 
-    for name, bucket_bytes in (("per_parameter", None), ("bucketed", BUCKET_BYTES)):
-        model = DataParallel(tiny_gpt(rank), bucket_bytes)  # rank 0's weights win
+    for name, bucket_bytes, overlap in (("per_parameter", None, True),
+                                        ("bucketed", BUCKET_BYTES, True),
+                                        ("buckets_after", BUCKET_BYTES, False)):
+        model = DataParallel(tiny_gpt(rank), bucket_bytes, overlap)  # rank 0's weights win
         optimizer = torch.optim.AdamW(model.parameters(), **ADAMW)
         started = []
         out[f"{name}_grads"] = run(model, optimizer, batches, mine, model.finish,

@@ -600,21 +600,23 @@ def test_pass_at_k(capsys):
 
 # ---------------------------------------------------------------------------------------------- 15
 def ring_all_reduce(tensor, rank, N, send, recv, mean=False, gather=True,
-                    receive_first=False):
+                    receive_first=False, ends=0):
+    """Section 15.2's ring; ``ends=1``: the common textbook's (Baidu, Gibiansky), in which
+    rank r ends the reduce-scatter with chunk r + 1's sum, and sends other numbers."""
     chunks = tensor.clone().tensor_split(N)
-    after, before = (rank + 1) % N, (rank - 1) % N
+    after, before, r = (rank + 1) % N, (rank - 1) % N, rank + ends
     for step in range(N - 1):
-        incoming = chunks[(rank - step - 2) % N]
+        incoming = chunks[(r - step - 2) % N]
         received = torch.empty_like(incoming)
         if receive_first:
             recv(received, before)
-        send(chunks[(rank - step - 1) % N], after)
+        send(chunks[(r - step - 1) % N], after)
         if not receive_first:
             recv(received, before)
         incoming += received
     for step in range(N - 1 if gather else 0):
-        send(chunks[(rank - step) % N], after)
-        recv(chunks[(rank - step - 1) % N], before)
+        send(chunks[(r - step) % N], after)
+        recv(chunks[(r - step - 1) % N], before)
     total = torch.cat(chunks)
     return total / N if mean else total
 
@@ -663,6 +665,8 @@ def shared_memory_all_reduce(tensor, rank, N, send, recv, board={}):
 
 def test_ring_all_reduce(capsys, monkeypatch):
     passes(ex.check_ring_all_reduce, ring_all_reduce, capsys)
+    passes(ex.check_ring_all_reduce, partial(ring_all_reduce, ends=1), capsys)
+    passes(ex.check_ring_all_reduce, partial(ring_all_reduce, ends=2), capsys)
     fails(ex.check_ring_all_reduce, partial(ring_all_reduce, mean=True), capsys,
           "not their mean")
     fails(ex.check_ring_all_reduce, everyone_to_everyone, capsys, "case 1 of 4",
@@ -670,7 +674,8 @@ def test_ring_all_reduce(capsys, monkeypatch):
     fails(ex.check_ring_all_reduce, partial(ring_all_reduce, gather=False), capsys,
           "all-gather")
     fails(ex.check_ring_all_reduce, shared_memory_all_reduce, capsys,
-          "rank 0 sent 0 numbers; a ring sends 8", "share nothing but their messages")
+          "rank 0 sent 0 numbers; section 15.2's ring (chunk r's sum ends on rank r) "
+          "sends 8 from rank 0", "share nothing but their messages")
     fails(ex.check_ring_all_reduce, owner_all_reduce, capsys, "case 2 of 4",
           "rank 0 sent a message to rank 2", "not straight to the rank that owns it")
     fails(ex.check_ring_all_reduce,  # rank 1 a last bit off: within atol, not the same bits

@@ -190,3 +190,37 @@ def test_a_ring_whose_ranks_all_receive_first_ends_at_once_as_a_deadlock(tmp_pat
     assert [float(row[e.name]) for e in assignment.exercises] == [0.0, 2.0, 2.0]
     assert row["notes"].count("its ranks deadlocked") == 3, row
     assert "limit" not in row["notes"], row
+
+
+TEXTBOOK_RING = """def ring_all_reduce(tensor, rank, world_size, send, recv):
+    chunks = tensor.clone().tensor_split(world_size)
+    after, before = (rank + 1) % world_size, (rank - 1) % world_size
+    for step in range(world_size - 1):  # rank r ends with chunk r + 1's sum
+        send(chunks[(rank - step) % world_size], after)
+        incoming = chunks[(rank - step - 1) % world_size]
+        received = torch.empty_like(incoming)
+        recv(received, before)
+        incoming += received
+    for step in range(world_size - 1):
+        send(chunks[(rank - step + 1) % world_size], after)
+        recv(chunks[(rank - step) % world_size], before)
+    return torch.cat(chunks)"""
+
+
+@needs_sandbox
+def test_the_textbook_ring_scores_full_marks(tmp_path, secret):
+    """Chapter 15's ring as Baidu's and Gibiansky's texts write it (rank r ends the
+    reduce-scatter with chunk r + 1's sum, so each rank sends other numbers than section
+    15.2's ring) is a ring all the same: every case passes."""
+    chapter = "15_many_devices"
+    assignment, autograder, chapter_nb, student_nb = material(chapter, tmp_path / "assign")
+    correct = solutions(chapter_nb, [e.name for e in assignment.exercises])
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    sources = correct | {"ring_all_reduce": TEXTBOOK_RING}
+    nbformat.write(submission(student_nb, sources), folder / "textbook.ipynb")
+    out = tmp_path / "grades.csv"
+    grade.grade_folder(folder, autograder, out, secret=secret, limits=LIMITS, quiet=True)
+    row = sheet(out)["textbook"]
+    assert [float(row[e.name]) for e in assignment.exercises] == [
+        e.points for e in assignment.exercises], row

@@ -96,7 +96,7 @@ def test_ring_all_reduce_equals_dist_all_reduce(pair, ring3):
 
 def test_data_parallel_equals_one_process_and_ddp(pair):
     rank0, rank1 = pair
-    for mode in ("per_parameter", "bucketed"):
+    for mode in ("per_parameter", "bucketed", "buckets_after"):
         torch.testing.assert_close(rank0[f"{mode}_grads"], rank0["ddp_grads"], **EXACT)
         torch.testing.assert_close(rank0[mode], rank0["ddp"], **EXACT)
         torch.testing.assert_close(rank0[f"{mode}_grads"], rank0["reference_grads"],
@@ -110,6 +110,7 @@ def test_buckets_are_started_during_backward(pair):
     n_buckets, started_before_finish = pair[0]["bucketed_buckets"]
     assert n_buckets >= 10 and started_before_finish == n_buckets
     assert pair[0]["per_parameter_buckets"] == (0, 0)
+    assert pair[0]["buckets_after_buckets"] == (n_buckets, 0)  # overlap=False: in finish()
 
 
 def test_a_parameter_without_gradient_does_not_hang_the_step(pair):
@@ -243,11 +244,52 @@ def test_a_rendezvous_that_never_completes_ends_in_bounded_time():
     assert time.monotonic() - start < 10 and not dist.is_initialized()
 
 
+JOIN = """import sys, time
+from gpt_from_scratch.parallel import start_process_group
+rank, world_size, port = map(int, sys.argv[1:])
+start = time.monotonic()
+try:
+    start_process_group(rank, world_size, port, timeout_s=4)
+except ValueError as err:
+    print(f"{time.monotonic() - start:.1f} s: {err}")
+"""
+
+
+@pytest.mark.parametrize("sizes", [(2, 3), (3, 2)])
+def test_mismatched_world_sizes_end_every_process_with_both_sizes(sizes):
+    """Rank 0 and rank 1 started with different world sizes: each ends, within the group's
+    timeout (4 s), with an error naming both sizes and the fix; none waits for a rank that
+    never comes (rank 0 of 3 would wait for rank 2)."""
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    port, processes = str(free_port()), []
+    try:
+        for rank, size in enumerate(sizes):
+            processes.append(subprocess.Popen(
+                [sys.executable, "-c", JOIN, str(rank), str(size), port], env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+        said = [p.communicate(timeout=30)[0] for p in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert [p.returncode for p in processes] == [0, 0], said
+    wrong = sizes[1]  # rank 1's world_size, named against rank 0's
+    for text in said:
+        seconds, message = text.split(" s: ")
+        assert float(seconds) < 4, text
+        assert message.startswith(f"rank 1 was started with world_size={wrong}, rank 0 "
+                                  f"with {sizes[0]}: start every process with the same "
+                                  "world_size"), text
+
+
 def test_bad_inputs_are_named():
     with pytest.raises(RuntimeError, match="ring_reduce_scatter needs a process group"):
         ring_all_reduce(torch.ones(3))
     with pytest.raises(ValueError, match="DataParallel wraps an nn.Module, got a Tensor"):
         DataParallel(torch.ones(3))
+    with pytest.raises(ValueError, match="overlap='no' must be True .* or False"):
+        DataParallel(torch.nn.Linear(2, 2), overlap="no")
     with pytest.raises(ValueError, match="rank=2 must be below world_size=2"):
         start_process_group(2, 2, 29500)
     with pytest.raises(ValueError, match="timeout_s='a minute' must be a number"):
@@ -260,6 +302,10 @@ def test_a_group_of_one_in_this_process_names_its_misuses():
         with pytest.raises(RuntimeError, match="this process is rank 0 of a group of 1 "
                                                "already: use it, or end it"):
             start_process_group(0, 1, free_port())
+        weight = torch.nn.Parameter(torch.ones(3))  # in place on it: autograd's error
+        with pytest.raises(ValueError, match=r"requires grad .* pass p.grad, or p.detach"):
+            ring_all_reduce(weight)
+        ring_all_reduce(weight.detach())  # a group of one: the sum is the tensor
         sharded = shard_model(tiny_gpt(0))
         assert "Linear(in_features=16, out_features=48, bias=True)" in repr(sharded)
         with pytest.raises(ValueError, match="this one is sharded already"):

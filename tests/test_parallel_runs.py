@@ -181,48 +181,66 @@ def test_the_memory_text_says_at_most_for_zero1():
     assert "ZeRO-1 leaves at most 59.8 GB on each" in text
 
 
-def timings(fb_alone, share, fb, wait, adam=0.005, wait_p=0.03, load=0.5, rounds=4,
-            fb_p=None):
-    """Rounds of 3 identical steps each (seconds), as ``parallel_timing.speed`` saves."""
+def timings(fb_alone, share, fb, wait, adam=0.005, wait_p=0.03, cpu=None, rounds=4,
+            fb_p=None, wait_b=0.01, fb_b=None):
+    """Rounds of 3 identical steps each (seconds), as ``parallel_timing.speed`` saves;
+    ``cpu``: a share's forward and backward on a core, together (all of it if None)."""
+    fb_p, fb_b = fb_p or fb, fb_b or fb
+    steps = 3 * rounds
     return {"alone": [[(fb_alone, 0.0, adam)] * 3] * rounds,
             "together": [[(fb, wait, adam)] * 3] * rounds,
-            "per parameter": [[(fb_p or fb, wait_p, adam)] * 3] * rounds,
-            "alone shares": [share] * 2 * 3 * rounds, "load": [(load, 2), (load, 2)],
+            "buckets after": [[(fb_b, wait_b, adam)] * 3] * rounds,
+            "per parameter": [[(fb_p, wait_p, adam)] * 3] * rounds,
+            "alone shares": [share] * 2 * steps, "alone shares cpu": [share] * 2 * steps,
+            "cpu": {"alone": [fb_alone] * steps, "together": [cpu or fb] * steps,
+                    "buckets after": [fb_b] * steps, "per parameter": [fb_p] * steps},
             "messages": {"together": 22, "per parameter": 52},
             "all-reduces alone": {"together": 0.009, "per parameter": 0.028}}
 
 
 def test_the_speed_lesson_accounts_for_every_millisecond_it_names():
     quiet = prose.speed_lesson(timings(0.100, 0.050, 0.052, 0.004), 20e-6, 4e9, 3_239_424)
-    assert quiet.holds and quiet.margin == pytest.approx(0.087 / 0.061 - 1)
-    assert quiet.text.startswith("Over 4 rounds")  # a quiet machine: no word of the load
+    assert quiet.holds and quiet.margin == pytest.approx(0.030 / 0.010 - 1)
+    assert quiet.text.startswith(
+        "Beside the other process, a share's forward and backward ran 52.0 ms on a core "
+        "(its thread's CPU time) of the 52.0 ms it took: 0.0 ms, 0%, waiting for a core. "
+        "Over 4 rounds")
     assert "two processes were 1.7 times as fast (1.7 to 1.7 round by round)" in quiet.text
     assert ("half the step alone, 52.5 ms, falls short of it by 8.5 ms. Of that, AdamW run "
             "whole in every process took +2.5 ms") in quiet.text
     assert "+4.0 ms; one share's forward and backward +2.0 ms" in quiet.text
-    assert ("(52.0 ms beside the other process, against 50.0 ms, half of both shares' "
-            "100.0 ms alone; one share timed on its own, 50.0 ms)") in quiet.text
-    assert "does not measure" not in quiet.text  # a share 4% slower beside the other
-    assert "the buckets' all-reduces beside" not in quiet.text  # none: no measured cost
+    assert ("Alone, one share took 50.0 ms, 50.0 ms of it on a core; together, 2.0 ms more "
+            "on a core") in quiet.text
     assert ("the 22 bucketed all-reduces took 9.0 ms and the 52 per-parameter ones 28.0 "
             "ms. The ring's model of section 15.2 gives 1.7 ms and 2.9 ms") in quiet.text
     assert "which the medians here exceed 5.3 and 9.7 times" in quiet.text
-    assert ("Per parameter, the wait after backward took 30.0 ms: 87.0 ms a step, against "
-            "61.0 ms with the buckets sent during backward, 1.4 times as long (the median "
-            "of the rounds; the buckets were faster in 4 of 4)") in quiet.text
-    busy = prose.speed_lesson(timings(0.100, 0.050, 0.080, 0.02, load=7.8, fb_p=0.060),
-                              20e-6, 4e9, 10)
-    assert busy.text.startswith("The machine's load over the last minute reached 7.8 on 2 "
-                                "cores: the pair never had two free cores")
-    assert "a share's forward and backward took 60.0 ms: the buckets' all-reduces beside " \
-        "backward, the one difference between the two, cost 20.0 ms of it" in busy.text
-    assert "What else slowed a share beside the other process, this run does not " \
-        "measure." in busy.text
+    assert ("Both after backward, the wait in `finish()` took 10.0 ms for the 22 buckets "
+            "and 30.0 ms for the 52 per-parameter all-reduces, 3.0 times as long (the "
+            "median of the rounds; 3.0 to 3.0); a whole step 67.0 ms against 87.0 ms, 1.3 "
+            "times as long") in quiet.text
+    busy = prose.speed_lesson(timings(0.100, 0.050, 0.080, 0.02, cpu=0.055), 20e-6, 4e9, 10)
+    assert busy.text.startswith("Beside the other process, a share's forward and backward "
+                                "ran 55.0 ms on a core (its thread's CPU time) of the 80.0 "
+                                "ms it took: 25.0 ms, 31%, waiting for a core, so the pair "
+                                "did not have two free cores.")
+    assert "5.0 ms more on a core (copying the gradients" in busy.text
+    assert "and 25.0 ms waiting for one" in busy.text
     level = prose.speed_lesson(timings(0.200, 0.100, 0.050, 0.001, wait_p=0.0), 20e-6,
-                               4e9, 10)  # per parameter as fast: the buckets bought nothing
-    assert not level.holds and "The buckets bought nothing here" in level.text
+                               4e9, 10)  # per parameter as fast: the buckets saved nothing
+    assert not level.holds and "The buckets saved no wait here" in level.text
     with pytest.raises(ValueError, match="no steps were timed"):
         prose.step_parts([])
+
+
+def test_the_overlap_is_claimed_only_when_every_round_shows_it():
+    hid = prose.overlap_text(timings(0.100, 0.050, 0.052, 0.001, wait_b=0.010))
+    assert ("a step took 58.0 ms against 67.0 ms: with the buckets after backward, 1.2 "
+            "times as long (the median of the rounds; 1.2 to 1.2)") in hid
+    assert "The overlap hid 9.0 ms a step, in every round" in hid
+    same = timings(0.100, 0.050, 0.060, 0.001, wait_b=0.010, fb_b=0.051, cpu=0.040)
+    nothing = prose.overlap_text(same)
+    assert "The overlap hid nothing measurable here" in nothing
+    assert "Backward already spent 33% of its time waiting for a core" in nothing
 
 
 def test_the_cluster_text_says_small_only_when_every_share_is():
@@ -260,7 +278,10 @@ def test_the_restart_text_compares_weights_and_losses():
     reference = dict(weights=torch.ones(3), losses=[3.0, 2.0])
     text = prose.restart_text(same, reference, 8, 13, RESET)
     assert "the 4 steps after it, and the one in progress" in text and "to the bit" in text
-    assert "rank 0's next collective failed on its own" in text
+    assert "failed on its own (its connection to rank 1 was reset)" in text
+    closed = RESET.replace("Connection reset by peer", "Connection closed by peer")
+    assert "(its connection to rank 1 was closed by rank 1)" in prose.restart_text(
+        same, reference, 8, 13, closed)
     quiet = prose.restart_text(same, reference, 8, 13, "")  # the log says nothing of it
     assert "failed on its own" not in quiet and "started both again" in quiet
     never = prose.restart_text(same | dict(restart=0, resumed_from=None), reference, 8, 13,

@@ -9,7 +9,6 @@ machine falls on each alike.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from contextlib import contextmanager
@@ -74,35 +73,44 @@ def speed(rank: int, world_size: int, setup: dict) -> dict:
     """Seconds a step, ``rounds`` rounds of each kind in turn, the order reversed every
     other round (a slow spell of the machine falls on every kind alike), after one round
     untimed. "alone": rank 0 runs every rank's share one after the other, accumulating the
-    gradients (the others wait); "together": each rank its own share, bucketed; "per
-    parameter": the same, one all-reduce per parameter after backward. ``out[kind]``: a
-    list per round of (forward and backward, the wait in ``finish()``, AdamW) per step;
-    "alone shares": each share's forward and backward, alone; "load": the machine's load
-    over the last minute before and after, and its cores; "messages": all-reduces a step;
-    "all-reduces alone": the seconds of a step's all-reduces with nothing beside them."""
+    gradients (the others wait); "together": each rank its own share, bucketed, the
+    buckets sent during backward; "buckets after": the same buckets, all sent in
+    ``finish()``; "per parameter": one all-reduce per parameter after backward.
+    ``out[kind]``: a list per round of (forward and backward, the wait in ``finish()``,
+    AdamW) per step; ``out["cpu"][kind]``: the forward and backward's CPU time, per step
+    (this thread's: what it ran on a core; the rest of the wall time it waited for one);
+    "alone shares" and "alone shares cpu": each share's forward and backward, alone;
+    "messages": all-reduces a step; "all-reduces alone": the seconds of a step's
+    all-reduces with nothing beside them."""
     batches, rounds = setup["speed_batches"], setup["rounds"]
     rows = batches[0][0].shape[0] // world_size
     shares = [slice(r * rows, (r + 1) * rows) for r in range(world_size)]
     models = {"alone": model_of(setup),
               "per parameter": DataParallel(model_of(setup), None),
+              "buckets after": DataParallel(model_of(setup), setup["bucket_bytes"],
+                                            overlap=False),
               "together": DataParallel(model_of(setup), setup["bucket_bytes"])}
     optimizers = {key: torch.optim.AdamW(m.parameters(), **setup["adamw"])
                   for key, m in models.items()}
-    out = {key: [] for key in models} | {"alone shares": [], "load": [_load()]}
+    out = {key: [] for key in models} | {"alone shares": [], "alone shares cpu": [],
+                                         "cpu": {key: [] for key in models}}
     for round_ in range(-1, rounds):  # round -1: untimed, AdamW makes its moments
         order = list(models) if round_ % 2 == 0 else list(models)[::-1]
         for key in order:
-            model, optimizer, steps = models[key], optimizers[key], []
+            model, optimizer, steps, cpu = models[key], optimizers[key], [], []
             dist.barrier()
             if key == "alone" and rank != 0:
                 continue  # waits in the next barrier
             for x, y in batches:
-                parts, start = [time.perf_counter()], time.perf_counter()
+                parts, cpus = [time.perf_counter()], [time.thread_time()]
+                start, cpu_start = parts[0], cpus[0]
                 for part in shares if key == "alone" else shares[rank:rank + 1]:
                     loss = model(x[part], y[part])[1]
                     (loss / world_size if key == "alone" else loss).backward()
                     parts.append(time.perf_counter())
+                    cpus.append(time.thread_time())
                 backward = time.perf_counter()
+                cpu.append(time.thread_time() - cpu_start)
                 if key != "alone":
                     model.finish()
                 finished = time.perf_counter()
@@ -112,10 +120,11 @@ def speed(rank: int, world_size: int, setup: dict) -> dict:
                               time.perf_counter() - finished))
                 if key == "alone" and round_ >= 0:
                     out["alone shares"] += [b - a for a, b in zip(parts, parts[1:])]
+                    out["alone shares cpu"] += [b - a for a, b in zip(cpus, cpus[1:])]
             if round_ >= 0:
                 out[key].append(steps)
+                out["cpu"][key] += cpu
     dist.barrier()
-    out["load"].append(_load())
     out["messages"] = {"together": len(models["together"].buckets),
                        "per parameter": len(models["per parameter"].params)}
     out["all-reduces alone"] = _all_reduces_alone({
@@ -138,13 +147,6 @@ def _all_reduces_alone(kinds: dict[str, list], repeats: int) -> dict[str, float]
                 dist.all_reduce(t)
             seconds[kind].append(time.perf_counter() - start)
     return {kind: statistics.median(s) for kind, s in seconds.items()}
-
-
-def _load() -> tuple[float, int]:
-    """The machine's load average over the last minute (NaN where the system has none),
-    and its number of cores."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return load, os.cpu_count() or 1
 
 
 def nccl(rank: int, world_size: int, port: int, setup: dict) -> dict:

@@ -8,6 +8,7 @@ processes would through ``torch.distributed``; the checks read how they talked t
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -47,15 +48,7 @@ def check_ring_all_reduce(candidate) -> bool:
                 ], default_hint="reduce-scatter: N - 1 steps adding the chunk received; "
                                 "then all-gather: N - 1 steps copying it",
                     what=f"rank {rank}'s sum")
-            chunks = [c.numel() for c in torch.empty(n).tensor_split(N)]
-            for rank, sent in enumerate(world.sent):
-                ring = 2 * n - chunks[rank] - chunks[(rank + 1) % N]
-                if sent != ring:
-                    raise _Mismatch(f"rank {rank} sent {sent} numbers; a ring sends "
-                                    f"{ring} (2(N - 1)/N of the {n})",
-                                    hint="send one chunk a step, 2(N - 1) steps in all, "
-                                         "never the whole tensor: the ranks share nothing "
-                                         "but their messages")
+            _check_ring_sends(world.sent, n, N)
             for rank in range(N):
                 received = sum(1 for r, _ in world.recvs if r == rank)
                 if received != 2 * (N - 1):
@@ -79,6 +72,30 @@ def check_ring_all_reduce(candidate) -> bool:
                                        "ints; send(t, to) and recv(t, source) functions")
              for label, *spec in specs]
     return _run_cases("check_ring_all_reduce", cases)
+
+
+def _ring_sends(n: int, N: int, ends: tuple[int, ...]) -> list[int]:
+    """The numbers each rank of a ring sends when rank r ends the reduce-scatter with the
+    sum of chunk ``ends[r]``: every chunk but that one in the reduce-scatter, and in the
+    all-gather every chunk but the one it receives last, the next rank's."""
+    chunks = [c.numel() for c in torch.empty(n).tensor_split(N)]
+    return [2 * n - chunks[ends[r]] - chunks[ends[(r + 1) % N]] for r in range(N)]
+
+
+def _check_ring_sends(sent: list[int], n: int, N: int) -> None:
+    """A _Mismatch unless the ranks sent what a ring sends, for some chunk each rank ends
+    the reduce-scatter with: section 15.2's (chunk r on rank r), the common textbook's
+    (chunk r + 1 on rank r), or any other."""
+    if any(sent == _ring_sends(n, N, ends) for ends in itertools.permutations(range(N))):
+        return
+    book = _ring_sends(n, N, tuple(range(N)))
+    rank = next(r for r in range(N) if sent[r] != book[r])
+    raise _Mismatch(f"rank {rank} sent {sent[rank]} numbers; section 15.2's ring (chunk "
+                    f"r's sum ends on rank r) sends {book[rank]} from rank {rank}, any "
+                    f"ring 2n less the chunks this rank and the next end with: "
+                    f"2(N - 1)/N of the {n}, {2 * (N - 1) * n / N:g}, on average",
+                    hint="send one chunk a step, 2(N - 1) steps in all, never the whole "
+                         "tensor: the ranks share nothing but their messages")
 
 
 def _check_kept(zero, weights: torch.Tensor, rank: int, chunk: int) -> None:

@@ -364,11 +364,13 @@ display(Markdown(found[-1].text))
 # **Buckets, sent during the backward pass.** One all-reduce per parameter pays the latency
 # $\alpha$ once per tensor, and waits for the whole backward pass before sending anything.
 # `DistributedDataParallel` does better in two ways {cite}`li2020pytorch`. It packs the
-# gradients into *buckets* of at most 25 MiB (`bucket_cap_mb`; the first of 1 MiB, and
-# rebuilt after the first step in the order the gradients arrived), one all-reduce each; and
-# it starts a bucket's all-reduce as soon as its last gradient is ready, while backward
-# still computes the gradients of earlier layers. Backward produces the gradients in reverse
-# order, the last layer's first, so the buckets are filled from the last parameter back.
+# gradients into *buckets*, one all-reduce each; and it starts a bucket's all-reduce as
+# soon as its last gradient is ready, while backward still computes the gradients of
+# earlier layers. In the pinned torch, its first step sends all the gradients in one
+# bucket, after backward; it then rebuilds the buckets in the order the gradients arrived,
+# each closed once it reaches about 25 MiB (`bucket_cap_mb`; the first about 1 MiB), and
+# overlaps from the second step on. Backward produces the gradients in reverse order, the
+# last layer's first, so the buckets are filled from the last parameter back.
 # `DataParallel(model, bucket_bytes)` does the same with a hook PyTorch calls once a
 # parameter's gradient is accumulated (`register_post_accumulate_grad_hook`): it copies the
 # gradient into its bucket and, once the bucket is full, starts its all-reduce without
@@ -400,8 +402,11 @@ print(f"the buckets hold {bucket_bytes:,} bytes: {bucket_bytes / P:.1f} bytes a 
 # Every process must issue the same collectives in the same order, or the sums would mix
 # buckets: `DataParallel` starts them strictly in order, and a parameter that got no
 # gradient on one process (a branch its batch did not take) counts as zero there, so that no
-# process waits for a gradient that never comes. Whether the overlap saves time depends on
-# whether something computes the sum while backward runs: section 15.7 measures it.
+# process waits for a gradient that never comes. Buckets change two things at once: fewer
+# all-reduces (each pays the latency once), and sending during backward (the *overlap*).
+# The overlap saves time only if something computes the sums while backward runs: section
+# 15.7 times each apart, with `DataParallel(model, bucket_bytes, overlap=False)`, the same
+# buckets all sent in `finish()`.
 #
 # ## 15.4 Sharding: ZeRO-1 and ZeRO-3
 #
@@ -419,7 +424,10 @@ print(f"the buckets hold {bucket_bytes:,} bytes: {bucket_bytes / P:.1f} bytes a 
 # takes the gradients all-reduced by `DataParallel`, then adds the all-gather (here one
 # broadcast from each process): half as much again, counted as a ring sends (an all-gather
 # $(N-1)/N$ of the weights, an all-reduce $2(N-1)/N$). It splits at whole parameters
-# (`shard_owners`), so a process's run is $1/N$ of the numbers only to within a parameter:
+# (`shard_owners`), so a process's run is $1/N$ of the numbers only to within a parameter.
+# (**ZeRO-2**, DeepSpeed's stage 2 and FSDP's `SHARD_GRAD_OP`, also shards the gradients, a
+# reduce-scatter in place of the all-reduce: $4 + 12/N$ bytes a parameter in float32, for
+# the traffic of data parallelism.)
 
 # %%
 print(inspect.getsource(ShardedAdamW.step))
@@ -549,8 +557,8 @@ print("the next epoch, another order:", epoch(10, 4, True, number=1)[0], "on ran
 #
 # **A process that dies.** Section 15.2's run of four processes ended by killing rank 3
 # (`SIGKILL`, as an operating system ends a process it has no memory for) once its backward
-# pass had started the all-reduces of some buckets. The others, waiting in `finish()` for the
-# first of them, fail there:
+# pass had started the all-reduces of some buckets. The others, waiting in `finish()`, fail
+# at the first bucket still in flight (the buckets before it had completed):
 
 # %%
 for rank, result in enumerate(four[:3]):
@@ -607,8 +615,9 @@ display(Markdown(prose.restart_text(results["restarted"], results["two machines"
 # without the setting), so `parallel_runs` sets `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`,
 # which gives every attempt a store of its own, started by its rank 0. The other failures
 # end with a clear error within a bounded time, each tested in `tests/test_parallel.py`: a
-# rendezvous that never completes, a port already taken, models whose shapes differ between
-# processes.
+# rendezvous that never completes, a port already taken, processes started with different
+# world sizes (`start_process_group` compares them before joining, and names both), models
+# whose shapes differ between processes.
 #
 # ## 15.7 How much faster are two processes on 2 cores?
 #
@@ -616,33 +625,41 @@ display(Markdown(prose.restart_text(results["restarted"], results["two machines"
 # shares of 8 rows one after the other, accumulating their gradients, then steps AdamW,
 # while rank 1 waits: the same step, the same work for each share. *Together*: each
 # process computes its share, waits in `finish()` for the buckets still in flight, and
-# steps AdamW; *per parameter*, the same with one all-reduce per parameter after the
-# backward pass. The three kinds took turns, 3 steps each per round, the order reversed
-# every other round, so that a busy spell of the machine falls on each kind alike. The
-# median of each part over every step, in milliseconds (*fwd+bwd* the forward and backward
-# passes, *wait* the wait in `finish()`), and the machine's load:
+# steps AdamW; *buckets after*, the same buckets all sent in `finish()`, after backward;
+# *per parameter*, one all-reduce per parameter after backward. The four kinds took turns,
+# 3 steps each per round, the order reversed every other round, so that a busy spell of the
+# machine falls on each kind alike. The median of each part over every step, in
+# milliseconds (*fwd+bwd* the forward and backward passes, *wait* the wait in `finish()`).
+# Beside each forward and backward's wall time, its thread's CPU time (`time.thread_time`):
+# the time it ran on a core; the rest it waited for one, whatever else kept the cores
+# busy, the other rank included:
 
 # %%
 speed = pair[0]["speed"]
 print(f"{'ms':<13}" + "".join(f"{p:>8}" for p in ("fwd+bwd", "wait", "AdamW", "step")))
 medians = {}
-for key in ("alone", "together", "per parameter"):
+kinds = ("alone", "together", "buckets after", "per parameter")
+for key in kinds:
     medians[key], rounds = prose.step_parts(speed[key])
     print(f"{key:<13}" + "".join(f"{1e3 * v:>8.1f}" for v in medians[key])
           + f"{1e3 * sum(medians[key]):>8.1f}")
+print(f"\n{'fwd+bwd ms':<13}{'on core':>8}{'wall':>8}{'waited':>8}")
+walls = {"one share": speed["alone shares"]} | {k: [s[0] for r in speed[k] for s in r]
+                                                 for k in kinds[1:]}
+cpus = {"one share": speed["alone shares cpu"]} | speed["cpu"]
+for key, wall in walls.items():
+    on_core, wall = float(np.median(cpus[key])), float(np.median(wall))
+    print(f"{key:<13}{1e3 * on_core:>8.1f}{1e3 * wall:>8.1f}{1e3 * (wall - on_core):>8.1f}")
 per_round = [a / t for a, t in zip(prose.step_parts(speed["alone"])[1],
                                    prose.step_parts(speed["together"])[1])]
-speedup = float(np.median(per_round))
-print(f"one share alone: {1e3 * float(np.median(speed['alone shares'])):.1f} ms (median)")
-print(f"two processes: {speedup:.1f} times as fast (median of {len(per_round)} rounds, "
+speedup = prose.speedup_of(speed)
+print(f"\ntwo processes: {speedup:.1f} times as fast\n(median of {len(per_round)} rounds, "
       f"{min(per_round):.1f} to {max(per_round):.1f})")
-print("the machine's load over the last minute,\nbefore and after: "
-      + ", ".join(f"{load:.1f}" for load, _ in speed["load"])
-      + f" on {speed['load'][0][1]} cores")
 
 # %% tags=["remove-input"]
 found.append(prose.speed_lesson(speed, alpha, beta, held["gradients"]))
 display(Markdown(found[-1].text))
+display(Markdown(prose.overlap_text(speed)))
 
 # %% [markdown]
 # The accounting carries over to a GPU cluster; the sizes change. The same ring model with
@@ -746,8 +763,11 @@ display(Markdown(prose.timing_text(time.perf_counter() - chapter_start, launch_s
 # - Two processes on 2 cores are not twice as fast as one doing the same work. Section 15.7
 #   splits the shortfall into its parts: AdamW's step, repeated in every process; the wait
 #   for the last buckets; and each share's forward and backward, slower beside the other
-#   process, by an amount the run measures for causes it does not. Buckets sent during
-#   backward made each step faster than all-reduces after it.
+#   process, which the run splits into more time on a core and time waiting for one
+#   (wall time less CPU time). After backward, the buckets were waited for a shorter time
+#   than one all-reduce per parameter: fewer latencies. Whether sending them during
+#   backward hid anything, section 15.7 says from the run: the all-reduces need a core
+#   too.
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
@@ -767,8 +787,9 @@ print(lessons.verdicts())
 # one chunk to rank `(rank + 1) % world_size` and receiving one from rank `(rank - 1) %
 # world_size`. `send(t, to)` sends a copy of `t` without waiting; `recv(t, source)` waits
 # for the next message from `source` and writes it into `t`. The checker reads the messages
-# too: only to the next rank, 2(N - 1)/N of the tensor from each, and the same bits on
-# every rank at the end.
+# too: only to the next rank, one chunk a step (2(N - 1)/N of the tensor from each, on
+# average when the chunks differ in size), and the same bits on every rank at the end. Any
+# ring passes, whichever chunk's sum each rank holds after the reduce-scatter.
 
 # %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 def ring_all_reduce(tensor, rank, world_size, send, recv):
