@@ -162,7 +162,7 @@ def check_accept_or_resample(candidate) -> bool:
     """Check ``accept_or_resample(p, q, draft_tokens, generator)`` -> ``(tokens,
     n_accepted)``: keep draft x_i with probability min(1, p_i(x_i) / q_i(x_i)); at the first
     rejection draw from norm(max(0, p_i - q_i)) and stop; after γ kept, a bonus from
-    p_γ+1."""
+    p_γ+1. The drafts must be kept as often as that rule keeps them, Σ min(p_i, q_i)."""
     F64 = torch.float64
 
     def all_kept() -> None:
