@@ -618,14 +618,14 @@ found.append(prose.quantize_lesson(bpb))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
-# "Same" stops at the first generated token that differs: from there a greedy continuation
-# goes its own way, and agreement position by position would be chance. A change of the
-# arg-max at one position is enough to end it. The bytes: int8 is one byte a weight and
-# int4 half, plus the scales; the embedding (which the output layer shares), the biases
-# and the LayerNorms stay in float32. Here nothing is faster: `QuantizedLinear` multiplies
-# its integers back into a float32 matrix at every call, to show the arithmetic plainly.
-# Fast kernels (torchao's, or bitsandbytes') read the integers and scale inside the matrix
-# product, so that the bytes saved can become time saved; with `FULL_RUN` on a GPU,
+# The column "same" stops at the first generated token that differs: from there a greedy
+# continuation goes its own way, and agreement position by position would be chance. A
+# change of the arg-max at one position is enough to end it. The bytes: int8 is one byte a
+# weight and int4 half, plus the scales; the embedding (which the output layer shares), the
+# biases and the LayerNorms stay in float32. Here nothing is faster: `QuantizedLinear`
+# multiplies its integers back into a float32 matrix at every call, to show the arithmetic
+# plainly. Fast kernels (torchao's, or bitsandbytes') read the integers and scale inside the
+# matrix product, so that the bytes saved can become time saved; with `FULL_RUN` on a GPU,
 # section 16.5 times torchao's beside `QuantizedLinear`.
 #
 # ## 16.4 A paged KV cache
