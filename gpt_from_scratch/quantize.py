@@ -161,7 +161,15 @@ def weight_error(w: Tensor, qw: QuantizedWeight | Tensor) -> WeightError:
         raise ValueError("weight_error: w or its approximation holds NaN or inf: the error "
                          "is undefined; check torch.isfinite(w).all() before quantizing")
     diff = w.detach().double() - approx.detach().double()
-    relative = (diff.norm() / w.detach().double().norm()).item() if diff.any() else 0.0
+    if not diff.any():
+        return WeightError(0.0, 0.0)
+    if not w.any():
+        raise ValueError("weight_error: w is all zeros and its approximation is not, so "
+                         "the relative error ||W - Ŵ|| / ||W|| divides by 0 and is "
+                         f"undefined; the absolute error is max|Ŵ| = "
+                         f"{approx.abs().max().item():.3g}: pass a weight with a nonzero "
+                         "entry")
+    relative = (diff.norm() / w.detach().double().norm()).item()
     return WeightError(diff.abs().max().item(), relative)
 
 

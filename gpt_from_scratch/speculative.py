@@ -76,6 +76,10 @@ def sampling_probabilities(logits: Tensor, temperature: float = 1.0,
     ``temperature`` must be a finite number > 0 (greedy decoding is the arg-max)."""
     temperature = check_float("sampling_probabilities", "temperature", temperature, 0.0,
                               low_open=True)
+    if logits.dim() == 0 or logits.size(-1) == 0:
+        raise ValueError(f"sampling_probabilities: logits of shape {tuple(logits.shape)} "
+                         "have no vocabulary (V = 0): pass (N, V) logits with V >= 1, a "
+                         "model's output at its last positions")
     if not torch.isfinite(logits.float().amax(dim=-1)).all() or logits.isnan().any():
         raise ValueError("sampling_probabilities: a row of logits holds NaN, or no finite "
                          "value: no distribution comes from it; check the model's output")

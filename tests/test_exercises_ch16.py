@@ -90,6 +90,23 @@ def test_a_wrong_acceptance_that_passes_the_certain_cases_fails_the_chi_square(c
     fails(ex.check_accept_or_resample, squared, capsys, "case 4 of 4", "chi-square")
 
 
+def test_a_rule_with_the_right_tokens_that_keeps_too_few_drafts_fails(capsys):
+    """Draw y from p_i, keep x if y == x, else emit y: every token follows p, but a draft
+    stays with probability Σ p_i q_i, not Σ min(p_i, q_i) (review 4, L3: it passed the four
+    cases, which judged only the tokens). p == q is kept, to pass case 1."""
+    def compare_with_a_draw(p, q, drafts, generator):
+        for i, x in enumerate(drafts.tolist()):
+            if torch.equal(p[i], q[i]):
+                continue
+            y = torch.multinomial(p[i], 1, generator=generator)  # (1,)
+            if int(y) != x:
+                return torch.cat([drafts[:i], y]), i
+        return torch.cat([drafts, torch.multinomial(p[-1], 1, generator=generator)]), \
+            len(drafts)
+    fails(ex.check_accept_or_resample, compare_with_a_draw, capsys, "case 4 of 4",
+          "n_accepted, the number of drafts kept", "Σ p_i q_i")
+
+
 def wrong_rows(p, q, drafts, generator, row="i", bonus="last"):
     """The right rule with one index wrong: row 0 for every draft, q's row 0 for every
     draft, or the bonus drawn from another row (or its arg-max)."""

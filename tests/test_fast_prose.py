@@ -85,10 +85,18 @@ def test_leviathans_formula_by_hand():
     assert math.isclose(kept, 0.5 * 0.75 / (2 * 0.5)) and math.isclose(tokens, 1.75)
 
 
-def test_quantize_lesson_fails_over_the_bar():
-    assert prose.quantize_lesson({"fp32": 2.0, "int8": 2.004}).holds
-    failed = prose.quantize_lesson({"fp32": 2.0, "int8": 2.05, "int4": 2.2})
-    assert not failed.holds and "over the bar" in failed.text
+def test_quantize_lesson_tells_int8_from_int4_and_from_truncation():
+    """The bar must sit between int8's cost and the slips' (review 4, M2: at 0.01 it
+    passed int4 in groups, +0.0085, and a truncating int8, +0.0013)."""
+    run = {"fp32": 2.0, "int8": 2.0001, "int4": 2.0085, "int8 truncated": 2.0013}
+    held = prose.quantize_lesson(run)
+    assert held.holds and held.margin == pytest.approx(math.log10(0.0013 / 4e-4), rel=1e-3)
+    assert "+0.00010" in held.text and "+0.0085" in held.text and "+0.0013" in held.text
+    over = prose.quantize_lesson(run | {"int8": 2.0005})
+    assert not over.holds and "Int8 costs more than the bar" in over.text
+    slips_pass = prose.quantize_lesson(run | {"int8 truncated": 2.0003})
+    assert not slips_pass.holds and "no longer tells them from int8" in slips_pass.text
+    assert not prose.quantize_lesson(run | {"int4": 2.0002}).holds
 
 
 def test_paged_lesson_fails_on_one_token():
@@ -99,12 +107,20 @@ def test_paged_lesson_fails_on_one_token():
 
 
 def test_speedup_text_says_where_the_measurement_is_above_and_below_the_model():
-    text = prose.speedup_text(0.5, {1: 1.0, 2: 1.1}, {1: (0.7, 1.7), 2: (0.6, 2.2)},
-                              {0: [1.0, 1.1, 0.9], 1: [0.5, 0.6, 0.55], 2: [0.9, 0.8, 1.0]},
-                              0.1)
-    # γ = 1: 1.0 / 0.55 = 1.82 measured, 1.7 / 1.5 = 1.13 by the model; γ = 2: 1.11, 1.05
-    assert "exceeds the model's at 2 of the 2 γ and falls short of it at 0" in text
+    seconds = {0: [1.0, 1.1, 0.9], 1: [0.5, 0.6, 0.55], 2: [0.9, 0.8, 1.0]}
+    rows, verify = {1: (0.7, 1.7), 2: (0.6, 2.2)}, {1: 1.0, 2: 1.1}
+    text = prose.speedup_text(0.5, verify, rows, seconds, 0.1, 0.0)
+    # o = 0: γ = 1: 1.0 / 0.55 = 1.82 measured, 1.7 / 1.5 = 1.13 by the model; γ = 2: 1.11,
+    # 2.2 / 2.1 = 1.05
+    assert "exceeds the model with o at 2 of the 2 γ and falls short of it at 0" in text
+    assert "1.13 by passes alone, 1.13 with o" in text
     assert "No two neighbouring γ have overlapping ranges" in text
+    text = prose.speedup_text(0.5, verify, rows, seconds, 0.1, 1.0)
+    # o = 1: γ = 1: 1.7 * 2 / 2.5 = 1.36; γ = 2: 2.2 * 2 / 3.1 = 1.42, above 1.11 measured
+    assert "1.13 by passes alone, 1.36 with o" in text
+    assert "1.05 by passes alone, 1.42 with o" in text
+    assert "exceeds the model with o at 1 of the 2 γ and falls short of it at 1" in text
+    assert "pushes the model's speed-up down, not up" in text and "o = 1.00" in text
 
 
 # ------------------------------------------------------------------ the statistics

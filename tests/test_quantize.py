@@ -150,6 +150,13 @@ def test_weight_error_by_hand():
     error = weight_error(w, torch.tensor([[1.0, -0.25]]))
     assert error.max_abs == 0.25 and error.relative == pytest.approx(0.25 / math.sqrt(1.25))
     assert weight_error(w, w).relative == 0.0
+    assert weight_error(torch.zeros(2, 2), torch.zeros(2, 2)).relative == 0.0  # 0 of 0
+
+
+def test_the_relative_error_of_an_all_zero_weight_is_refused():
+    """It was inf, silently: ||W - Ŵ|| / ||W|| divides by 0."""
+    with pytest.raises(ValueError, match=r"weight_error: w is all zeros .* max\|Ŵ\| = 1"):
+        weight_error(torch.zeros(2, 2), torch.ones(2, 2))
     qw = absmax_quantize(weights())
     assert weight_error(weights(), qw).max_abs <= HALF_STEP * qw.scale.max().item()
 

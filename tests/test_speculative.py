@@ -253,6 +253,14 @@ def test_sampling_probabilities_refuses_a_temperature_that_is_not_positive(tempe
         sampling_probabilities(torch.tensor([[1.0, 2.0, 3.0]]), temperature=temperature)
 
 
+@pytest.mark.parametrize("shape", [(1, 0), (0,), ()])
+def test_sampling_probabilities_refuses_logits_without_a_vocabulary(shape):
+    """V = 0 once raised a raw IndexError from amax."""
+    with pytest.raises(ValueError, match=r"sampling_probabilities: logits of shape .* no "
+                                         r"vocabulary \(V = 0\)"):
+        sampling_probabilities(torch.zeros(shape))
+
+
 def test_the_residual_of_two_vocabularies_is_refused():
     with pytest.raises(ValueError, match=r"p \(2,\) and q \(3,\) must be laws over one"):
         residual_distribution(torch.tensor([0.5, 0.5]), torch.tensor([0.2, 0.3, 0.5]))

@@ -153,7 +153,7 @@ def _law_mismatch(tokens: list[int], p: torch.Tensor, what: str, hint: str) -> N
     value = _chi_square_p(counts, len(tokens) * p)
     if value < 1e-6 or counts[p == 0].sum() > 0:
         shares = ", ".join(f"{c / len(tokens):.3f}" for c in counts.tolist())
-        raise _Mismatch(f"{what}: shares [{shares}] over {len(tokens):,} draws, p is "
+        raise _Mismatch(f"{what}: shares [{shares}] over {len(tokens):,} draws, the law is "
                         f"{p.tolist()}: Pearson's chi-square p-value {value:.1e}",
                         hint=hint)
 
@@ -162,7 +162,7 @@ def check_accept_or_resample(candidate) -> bool:
     """Check ``accept_or_resample(p, q, draft_tokens, generator)`` -> ``(tokens,
     n_accepted)``: keep draft x_i with probability min(1, p_i(x_i) / q_i(x_i)); at the first
     rejection draw from norm(max(0, p_i - q_i)) and stop; after γ kept, a bonus from
-    p_γ+1."""
+    p_γ+1. The drafts must be kept as often as that rule keeps them, Σ min(p_i, q_i)."""
     F64 = torch.float64
 
     def all_kept() -> None:
@@ -204,16 +204,26 @@ def check_accept_or_resample(candidate) -> bool:
                                      "; drawing from p again is the usual slip")
 
     def law() -> None:
-        g, outputs = _generator(16), []
+        g, outputs, kept = _generator(16), [], []
         for i in range(DRAWS):
             drafts = torch.multinomial(Q_ROWS, 1, generator=g)[:, 0]  # (γ,)
-            outputs.append(_step_output(candidate, P_ROWS, Q_ROWS, drafts, 1000 + i)[0])
+            tokens, n = _step_output(candidate, P_ROWS, Q_ROWS, drafts, 1000 + i)
+            outputs.append(tokens)
+            kept.append(int(n))
         for j in range(3):  # token j exists when the first j drafts were kept
             _law_mismatch([int(out[j]) for out in outputs if len(out) > j], P_ROWS[j],
                           f"output token {j + 1} (of the outputs that have one)",
                           "use row i of p and q for draft i; keep with probability "
                           "min(1, p_i(x)/q_i(x)) (not p_i(x)); after a rejection draw "
                           "from norm(max(0, p_i - q_i)), not from q_i or p_i")
+        beta = torch.minimum(P_ROWS[:2], Q_ROWS).sum(-1)  # (γ,): draft i's chance to stay
+        reach = torch.cat([beta.new_ones(1), beta.cumprod(0)])  # (γ + 1,): P(n >= k)
+        _law_mismatch(kept, reach - torch.cat([reach[1:], beta.new_zeros(1)]),
+                      "n_accepted, the number of drafts kept (its law: P(n = 0, 1, 2))",
+                      "keep draft i with probability min(1, p_i(x)/q_i(x)), one uniform "
+                      "draw per draft: then it stays with probability Σ min(p_i, q_i); "
+                      "a rule that keeps fewer (drawing y from p_i and keeping x if y == "
+                      "x keeps Σ p_i q_i) can give the right tokens and still lose speed")
 
     cases = [_Case(f"p == q at the drafts: every draft is kept, and the bonus over "
                    f"{BONUS_DRAWS} draws follows p_γ+1", all_kept),
@@ -221,7 +231,8 @@ def check_accept_or_resample(candidate) -> bool:
                    "disjoint from q's", certain_rejection),
              _Case("a rejection leaves one token where p > q", certain_residual),
              _Case(f"γ = 2, rows that differ: over {DRAWS:,} draws each output token j "
-                   "follows p_j", law)]
+                   "follows p_j, and the drafts are kept as often as min(1, p/q) keeps "
+                   "them", law)]
     hint = ("p is a (γ + 1, V) tensor, q (γ, V), draft_tokens (γ,) int64, generator a "
             "torch.Generator")
     for case in cases:

@@ -30,8 +30,10 @@
 # 4. **a paged KV cache**: keys and values in fixed-size blocks from one pool, as vLLM
 #    serves many requests of different lengths.
 #
-# With `FULL_RUN = True` on a GPU, section 16.1 also times PyTorch's own fused attention
-# kernels, where tiling's speed shows.
+# A CPU run proves the four exact (or measures their cost) but cannot show their speed on
+# the hardware they were made for. With `FULL_RUN = True`, section 16.5 times all four
+# beside PyTorch's own where it has one (SDPA's flash kernel, `generate`, torchao's int8
+# weights); on a GPU, its lines are this chapter's only GPU measurements.
 
 # %% tags=["colab-setup"]
 # Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
@@ -63,7 +65,8 @@ from gpt_from_scratch.evaluate import model_bits_per_byte
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.paged_cache import kv_cache_memory, paged_generate, slot_bytes
-from gpt_from_scratch.quantize import model_bytes, quantize_model, weight_error
+from gpt_from_scratch.quantize import (QuantizedLinear, absmax_quantize, model_bytes,
+                                       quantize_model, weight_error)
 # Two modules by name: the exercises write their own accept_or_resample and
 # online_softmax_step.
 from gpt_from_scratch import speculative
@@ -83,8 +86,8 @@ book_figures()  # sharp on high-density screens, each PNG records its smallest t
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # the profiler's own log lines, off
 torch.set_printoptions(precision=3, sci_mode=False)
 
-# FULL_RUN = False: everything runs on the CPU. FULL_RUN = True (on a GPU): section 16.1
-# also times SDPA's flash kernel against its plain one.
+# FULL_RUN = False: everything runs on the CPU. FULL_RUN = True (on a GPU): section 16.5
+# times the four techniques beside PyTorch's own (on a CPU: a rehearsal at tiny sizes).
 FULL_RUN = False
 SEED = 0
 chapter_start = time.perf_counter()
@@ -231,57 +234,21 @@ display(Markdown(found[-1].text))
 # loop. What the CPU cannot show is the speed: here each block is a separate small product
 # launched from Python, timed above beside the written-out attention's few large ones. On a
 # GPU the written-out attention writes the scores to the GPU's main memory and reads them
-# back for the softmax and again for the product with $V$; at long contexts that traffic,
-# not the arithmetic, sets the time. A fused kernel keeps each block in on-chip memory,
-# never writes the $T^2$ scores, and reads $Q$, $K$ and $V$ a number of times that shrinks
-# as on-chip memory grows {cite}`dao2022flashattention`. With `FULL_RUN` on a GPU, PyTorch's
-# flash kernel against its plain ("math") one, on float16 inputs, 4 sequences of 16 heads of
-# 64 dimensions, causal. Recent PyTorch's math kernel computes float16 in float32
-# (`torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()` is False), so its scores are
-# float32 too; at the longest $T$ they would not fit, and the cell says what they would take
-# instead of running it:
-
-# %%
-if FULL_RUN and torch.cuda.is_available():
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    def sdpa_ms(q, k, v, backend):
-        """Milliseconds of one causal SDPA call with one backend, the mean of 10."""
-        with sdpa_kernel(backend):
-            for _ in range(3):  # warm-up
-                F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            for _ in range(10):
-                F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            end.record()
-            torch.cuda.synchronize()
-        return start.elapsed_time(end) / 10
-
-    for T in (1024, 4096, 16384):
-        q, k, v = (torch.randn(4, 16, T, 64, device="cuda", dtype=torch.float16)
-                   for _ in range(3))
-        line = f"T = {T:>6}: flash {sdpa_ms(q, k, v, SDPBackend.FLASH_ATTENTION):.2f} ms"
-        scores_gib = 4 * 16 * T * T * 4 / 2**30  # float32 scores of the math kernel
-        if scores_gib > 16:
-            line += f", math not run (its scores alone: {scores_gib:.0f} GiB)"
-        else:
-            try:
-                line += f", math {sdpa_ms(q, k, v, SDPBackend.MATH):.2f} ms"
-            except torch.cuda.OutOfMemoryError:
-                line += ", math: out of memory"
-        print(line)
-else:
-    print("skipped: FULL_RUN is False" if not FULL_RUN else "skipped: no GPU here; the "
-          "speed of a fused kernel comes from on-chip memory that a CPU run cannot show")
+# back for the softmax and again for the product with $V$; a fused kernel keeps each block
+# in on-chip memory, never writes the $T^2$ scores, and reads $Q$, $K$ and $V$ a number of
+# times that shrinks as on-chip memory grows. FlashAttention's authors measured that at
+# long contexts this traffic, not the arithmetic, sets the time
+# {cite}`dao2022flashattention`; this chapter does not measure it on a CPU. With
+# `FULL_RUN` on a GPU, section 16.5 times PyTorch's flash kernel against its plain one.
 
 # %% [markdown]
 # ## 16.2 Speculative decoding
 #
-# Decoding runs the model once per token, and on a GPU a forward pass of one token is
-# slow for its memory traffic: every weight is read to produce one token. Checking
-# several tokens costs about the same pass. *Speculative decoding*
-# {cite}`leviathan2023fast,chen2023accelerating` uses that: a cheap *draft* model proposes
+# Decoding runs the model once per token, and every weight is read to produce one token.
+# On an accelerator, where such a pass is limited by that memory traffic, checking several
+# tokens costs about the same pass: *speculative decoding*
+# {cite}`leviathan2023fast,chen2023accelerating` rests on that (section 16.5 measures it
+# where `FULL_RUN` runs on a GPU): a cheap *draft* model proposes
 # $\gamma$ tokens $x_1, \dots, x_\gamma$, one at a time, from its distributions
 # $q_1, \dots, q_\gamma$; the *target* scores all of them in one forward pass, which
 # gives its own distributions $p_1, \dots, p_{\gamma+1}$ at the same positions. Each guess
@@ -303,7 +270,7 @@ else:
 #
 # The target is the book's character model of {ref}`ch-training`. The draft must share its
 # vocabulary and be much cheaper: one layer of 64 dimensions instead of four of 128,
-# trained here for a few seconds with the book's `train`:
+# trained here with the book's `train` (for the seconds printed below):
 
 # %%
 target, tok = book_model("shakespeare-char", progress=False)
@@ -394,16 +361,20 @@ print("".join(tok.decode(plain[0][0].tolist())))
 def pass_ms(model, n_tokens, passes=20):
     """Milliseconds of one forward pass of n_tokens after a fixed context, the mean of
     `passes` passes, each after cropping the cache back to the context."""
+    where = model.lm_head.weight.device  # the CPU; in section 16.5, maybe a GPU
+    sync = torch.cuda.synchronize if where.type == "cuda" else (lambda: None)
     cache = [RollbackKVCache(model.config.context_length) for _ in model.blocks]
-    context = torch.tensor([tok.encode("ROMEO:\nWhat is this")])
-    step = torch.zeros(1, n_tokens, dtype=torch.long)
+    context = torch.tensor([tok.encode("ROMEO:\nWhat is this")], device=where)
+    step = torch.zeros(1, n_tokens, dtype=torch.long, device=where)
     with torch.no_grad():
         model(context, kv_cache=cache)
+        sync()
         start = time.perf_counter()
         for _ in range(passes):
             for layer in cache:
                 layer.crop(context.size(1))
             model(step, kv_cache=cache)
+        sync()
     return 1e3 * (time.perf_counter() - start) / passes
 
 
@@ -420,6 +391,10 @@ verify = {gamma: pass_median[gamma] / one for gamma in GAMMAS if gamma}
 print(f"target, one token: {one:.2f} ms; draft: {c_draft:.2f} of it")
 print("target over γ + 1 tokens, over one token:")
 print("  " + ", ".join(f"γ = {g}: {v:.2f}" for g, v in verify.items()))
+plain_ms = 1e3 * sorted(seconds[0])[REPEATS // 2] / sum(new)  # γ = 0, per token
+overhead = plain_ms / one - 1  # o: beyond the pass, in units of one target pass
+print(f"plain decoding (γ = 0): {plain_ms:.2f} ms a token, o = {overhead:.2f} target "
+      "passes beyond its pass")
 
 # %% tags=["remove-input"]
 found.append(prose.greedy_lesson(mismatches, n_compared))
@@ -427,7 +402,8 @@ display(Markdown(found[-1].text))
 found.append(prose.tokens_lesson({g: counts[g] for g in GAMMAS if g}))
 display(Markdown(found[-1].text))
 display(Markdown(prose.speedup_text(c_draft, verify, counts, seconds,
-                                     draft.num_parameters() / target.num_parameters())))
+                                     draft.num_parameters() / target.num_parameters(),
+                                     overhead)))
 
 # %% [markdown]
 # **Sampling: the target's distribution.** Greedy identity is a check token by token; a
@@ -560,10 +536,12 @@ display(Markdown(prose.sampled_speed_text(kept_share, counts[4][0])))
 # %% [markdown]
 # ## 16.3 Int8 and int4 weights
 #
-# A forward pass of one token reads every weight once: at batch 1 on a GPU, decoding is
-# limited by the bytes of the weights, and fewer bytes are fewer seconds. *Weight-only
-# quantization* stores each weight matrix $W$ as small integers and a scale per row (or per
-# group of a row). *Absmax* quantization rounds to the nearest step of a symmetric grid
+# A forward pass of one token reads every weight once. Where decoding at batch 1 is
+# limited by the bytes of the weights (the case weight-only quantization is made for, on
+# GPUs), fewer bytes are fewer seconds; section 16.5 times it where `FULL_RUN` runs on a
+# GPU. *Weight-only quantization* stores each weight matrix $W$ as small integers and a
+# scale per row (or per group of a row). *Absmax* quantization rounds to the nearest step
+# of a symmetric grid
 # {cite}`dettmers2022llmint8` (LLM.int8() applies it to rows of the weights and of the
 # activations, with the activations' outlier features kept in float16); weight-only
 # methods such as GPTQ {cite}`frantar2022gptq` quantize a row in groups, as the int4 copy
@@ -577,17 +555,31 @@ display(Markdown(prose.sampled_speed_text(kept_share, counts[4][0])))
 # a step, $s/2$. The activations stay in floating point; `quantize_model` replaces every
 # `nn.Linear` of a copy by a `QuantizedLinear` that multiplies by $q s$. The embedding and
 # the output layer tied to it stay in float32. The int8 copy with one scale per row, the
-# int4 copy with one scale per group of 32 weights:
+# int4 copy with one scale per group of 32 weights, and beside them a slip: int8 whose
+# integers are truncated toward zero instead of rounded (Exercise 3 asks for the rounding):
 
 # %%
+def truncated_int8(model):
+    """The slip: int8 with one scale per row, trunc(W / s) where round(W / s) belongs."""
+    slip = quantize_model(model, bits=8)
+    for name, layer in slip.named_modules():
+        if isinstance(layer, QuantizedLinear):
+            w = model.get_submodule(name).weight.detach()  # (out, in)
+            layer.q.copy_(torch.trunc(w / layer.scale).to(torch.int8))  # scale (out, 1)
+    return slip
+
+
 models = {"fp32": target, "int8": quantize_model(target, bits=8),
-          "int4": quantize_model(target, bits=4, group_size=32)}
-print(f"{'':<6} {'bytes':>9} {'largest relative error of a weight matrix':>42}")
+          "int4": quantize_model(target, bits=4, group_size=32),
+          "int8 truncated": truncated_int8(target)}
+print(f"{'':<14} {'bytes':>9} {'rel. err.':>9}")
 for name, model in models.items():
     errors = [weight_error(dict(target.named_modules())[n].weight, m.quantized_weight)
               for n, m in model.named_modules() if hasattr(m, "quantized_weight")]
     worst = max((e.relative for e in errors), default=0.0)
-    print(f"{name:<6} {model_bytes(model):>9,} {worst:>42.2%}")
+    print(f"{name:<14} {model_bytes(model):>9,} {worst:>9.2%}")
+print("rel. err.: the largest ||W - Ŵ|| / ||W|| of")
+print("the weight matrices (Frobenius norms)")
 print(f"int8: {model_bytes(models['int8']) / model_bytes(target):.1%} of float32's bytes, "
       f"int4: {model_bytes(models['int4']) / model_bytes(target):.1%}")
 
@@ -606,14 +598,19 @@ bpb = {name: model_bits_per_byte(m, val_ids, lambda t: len(tok.decode([t]).encod
        for name, m in models.items()}
 greedy_text = {name: [generate(m, p_, n, greedy=True) for p_, n in zip(prompts, new)]
                for name, m in models.items()}
-print(f"{'':<6} {'max |Δ logit|':>13} {'same arg-max':>13} {'same greedy':>12} "
-      f"{'bits/byte':>10}")
+print(f"{'':<14} {'|Δ logit|':>9} {'arg-max':>7} {'same':>5} {'bits/byte':>9}")
 for name in models:
     gap = (logits[name] - logits["fp32"]).abs().max().item()
     agree = (logits[name].argmax(-1) == logits["fp32"].argmax(-1)).float().mean().item()
-    same = sum(int((a == b).sum()) for a, b in zip(greedy_text[name], greedy_text["fp32"]))
-    total = sum(a.numel() for a in greedy_text["fp32"])
-    print(f"{name:<6} {gap:>13.4f} {agree:>13.1%} {same / total:>12.1%} {bpb[name]:>10.4f}")
+    before = []  # per prompt: generated tokens equal to float32's before the first not
+    for a, b, p_ in zip(greedy_text[name], greedy_text["fp32"], prompts):
+        differ = (a[0, p_.size(1):] != b[0, p_.size(1):]).nonzero()  # (k, 1)
+        before.append(int(differ[0, 0]) if len(differ) else a.size(1) - p_.size(1))
+    same = f"{min(before)}-{max(before)}"
+    print(f"{name:<14} {gap:>9.4f} {agree:>7.1%} {same:>5} {bpb[name]:>9.4f}")
+print("same: generated tokens equal to float32's")
+print("before the first that differs, fewest-most")
+print(f"over the {len(prompts)} prompts (of {min(new)}-{max(new)})")
 print(f"the logits' spread (float32): {logits['fp32'].std().item():.2f}")
 
 # %% tags=["remove-input"]
@@ -621,13 +618,15 @@ found.append(prose.quantize_lesson(bpb))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
-# "Same greedy" counts the prompt too, and a greedy continuation that differs once goes its
-# own way from there, so it falls faster than the arg-max agreement. The bytes: int8 is one
-# byte a weight and int4 half, plus the scales; the embedding (which the output layer
-# shares), the biases and the LayerNorms stay in float32. Here nothing is faster:
-# `QuantizedLinear` multiplies its integers back into a float32 matrix at every call, to
-# show the arithmetic plainly. Fast kernels (torchao's, or bitsandbytes') read the integers
-# and scale inside the matrix product, which is where the bytes saved become time saved.
+# The column "same" stops at the first generated token that differs: from there a greedy
+# continuation goes its own way, and agreement position by position would be chance. A
+# change of the arg-max at one position is enough to end it. The bytes: int8 is one byte a
+# weight and int4 half, plus the scales; the embedding (which the output layer shares), the
+# biases and the LayerNorms stay in float32. Here nothing is faster: `QuantizedLinear`
+# multiplies its integers back into a float32 matrix at every call, to show the arithmetic
+# plainly. Fast kernels (torchao's, or bitsandbytes') read the integers and scale inside the
+# matrix product, so that the bytes saved can become time saved; with `FULL_RUN` on a GPU,
+# section 16.5 times torchao's beside `QuantizedLinear`.
 #
 # ## 16.4 A paged KV cache
 #
@@ -674,6 +673,156 @@ display(Markdown(found[-1].text))
 # them into one tensor; sequences that share a prefix share its blocks; and a scheduler
 # adds and removes sequences from the running batch at every step.
 
+# %% [markdown]
+# ## 16.5 On a GPU: the four beside PyTorch's own (`FULL_RUN`)
+#
+# With `FULL_RUN = True` the cells below time each technique beside what PyTorch offers for
+# it, on the GPU where there is one: PyTorch's flash and plain ("math") attention kernels
+# and `tiled_attention`; `generate` against `speculative_generate` at $\gamma = 0$ and 4,
+# with $c$ and $v$ measured there; a float Linear against `QuantizedLinear` and torchao's
+# int8 weight-only layer (where torchao imports); `generate` prompt by prompt against
+# `paged_generate`. Without a GPU they run at tiny sizes on the CPU, a rehearsal of the
+# code whose times say nothing about a GPU. Each time is the median of several calls, the
+# GPU's queue waited for before and after each. The math kernel is told to compute float16
+# in float16 (`allow_fp16_bf16_reduction_math_sdp`), so that both kernels do the same
+# arithmetic and their gap is the memory traffic; a PyTorch without that switch computes
+# its scores in float32, and the line says so.
+
+# %%
+device = "cuda" if FULL_RUN and torch.cuda.is_available() else "cpu"
+on_gpu = device == "cuda"
+
+
+def sync():
+    """Wait for the work queued on the GPU (on the CPU there is none)."""
+    if on_gpu:
+        torch.cuda.synchronize()
+
+
+def device_ms(fn, repeats=10):
+    """Milliseconds of one call of fn, the median of `repeats` after one warm-up call."""
+    fn()
+    runs = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        runs.append(1e3 * (time.perf_counter() - start))
+    return sorted(runs)[repeats // 2]
+
+
+if not FULL_RUN:
+    print("skipped: FULL_RUN is False")
+elif not on_gpu:
+    print("no GPU here: a rehearsal at tiny sizes on the CPU, whose times say nothing "
+          "about a GPU")
+else:
+    print(f"on {torch.cuda.get_device_name()}")
+
+# %%
+if FULL_RUN:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    B_, H_, d_ = (4, 16, 64) if on_gpu else (1, 2, 32)
+    attention_dtype = torch.float16 if on_gpu else torch.float32
+    switch = getattr(torch.backends.cuda, "allow_fp16_bf16_reduction_math_sdp", None)
+    if switch is not None:
+        was = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+        switch(True)  # the math kernel computes float16 in float16, as flash does
+    print(f"{B_} x {H_} heads of {d_}, {attention_dtype}, causal; math in "
+          f"{'the inputs dtype' if switch else 'float32 (no switch here)'}")
+    for T in (1024, 4096, 16384) if on_gpu else (128, 256):
+        q, k, v = (torch.randn(B_, H_, T, d_, device=device, dtype=attention_dtype)
+                   for _ in range(3))
+        line = f"T = {T:>6}:"
+        for name, backend in (("flash", SDPBackend.FLASH_ATTENTION),
+                              ("math", SDPBackend.MATH)):
+            scores_gib = B_ * H_ * T * T * q.element_size() / 2**30
+            if name == "math" and scores_gib > 16:
+                line += f" math not run (its scores: {scores_gib:.0f} GiB)"
+                continue
+            with sdpa_kernel(backend):
+                attend_ms = device_ms(
+                    lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+            line += f" {name} {attend_ms:.2f} ms,"
+        if T <= 4096:  # a Python loop over 64 x 64 blocks: slow at long T
+            line += f" tiled {device_ms(lambda: tiled_attention(q, k, v), 3):.1f} ms"
+        print(line)
+    if switch is not None:
+        switch(was)
+
+# %%
+if FULL_RUN:
+    target, draft = target.to(device), draft.to(device)
+    on_device = [p_.to(device) for p_ in prompts]
+    decoders = {"generate": lambda p_, n: generate(target, p_, n, greedy=True)} | {
+        f"γ = {gamma}": lambda p_, n, gamma=gamma: speculative_generate(
+            target, draft, p_, n, gamma, greedy=True)[0] for gamma in (0, 4)}
+    decode_ms, decoded = {}, {}
+    for name, decode in decoders.items():
+        decode_ms[name] = device_ms(lambda: [decode(p_, n) for p_, n in
+                                             zip(on_device, new)], 3)
+        decoded[name] = [decode(p_, n) for p_, n in zip(on_device, new)]
+    same = all(torch.equal(a, b) for a, b in zip(decoded["γ = 4"], decoded["generate"]))
+    print(f"greedy, {sum(new)} tokens over {len(prompts)} prompts: " + ", ".join(
+        f"{name} {ms:.0f} ms" for name, ms in decode_ms.items()))
+    print(f"γ = 4 over generate: {decode_ms['generate'] / decode_ms['γ = 4']:.2f} times as "
+          f"fast; the same tokens: {same}")
+    one_here = pass_ms(target, 1)
+    print(f"on {device}: target, one token {one_here:.2f} ms; c = "
+          f"{pass_ms(draft, 1) / one_here:.2f}, v (γ = 4) = "
+          f"{pass_ms(target, 5) / one_here:.2f}")
+
+# %%
+if FULL_RUN:
+    import copy
+
+    width = 8192 if on_gpu else 256
+    dtype = torch.bfloat16 if on_gpu else torch.float32
+    torch.manual_seed(SEED)
+    linear = torch.nn.Linear(width, width, bias=False).to(device, dtype)
+    x = torch.randn(1, width, device=device, dtype=dtype)  # (1, width): one token
+    layers = {f"float ({dtype})": linear, "QuantizedLinear, int8": QuantizedLinear(
+        absmax_quantize(linear.weight, bits=8))}
+    try:
+        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    except ImportError as err:
+        print(f"torchao's int8 weight-only: not run, torchao does not import ({err})")
+    else:
+        theirs = torch.nn.Sequential(copy.deepcopy(linear))
+        quantize_(theirs, Int8WeightOnlyConfig())
+        layers["torchao, int8 weight-only"] = theirs
+    print(f"one token through a {width} x {width} Linear:")
+    with torch.no_grad():
+        for name, layer in layers.items():
+            print(f"  {name}: {device_ms(lambda: layer(x), 20):.3f} ms")
+
+# %%
+if FULL_RUN:
+    ragged_here = [r.to(device) for r in ragged]
+    paged_ms = device_ms(lambda: paged_generate(target, ragged_here, N_NEW,
+                                                block_size=BLOCK), 3)
+    alone_ms = device_ms(lambda: [generate(target, r[None], N_NEW, greedy=True)
+                                  for r in ragged_here], 3)
+    paged_here, _ = paged_generate(target, ragged_here, N_NEW, block_size=BLOCK)
+    same = all(torch.equal(a, generate(target, r[None], N_NEW, greedy=True)[0])
+               for a, r in zip(paged_here, ragged_here))
+    print(f"{len(ragged)} prompts, {N_NEW} new tokens each: paged_generate "
+          f"{paged_ms:.0f} ms, generate prompt by prompt {alone_ms:.0f} ms; the same "
+          f"tokens: {same}")
+
+# %% [markdown]
+# On a GPU, the lines above are what this track measured there, and the chapter claims no
+# more: whether the flash kernel beats the math kernel once both compute in float16, and
+# by how much as $T$ grows; whether speculation at $\gamma = 4$ is faster than `generate`
+# for these two small models, with the $c$ and $v$ that would explain it; whether
+# `QuantizedLinear`, which dequantizes at every call, is slower than the float layer, and
+# torchao's fused int8 layer faster; and what `paged_generate`, which runs the model once
+# per sequence per step and gathers the blocks by copying, costs against `generate`. These
+# models are small: a GPU pass of them is short, and may be bound by launching kernels
+# rather than by memory traffic, which is why the Linear timed above is a large one.
+
 # %% tags=["remove-input"]
 display(Markdown(f"This chapter ran in {time.perf_counter() - chapter_start:.0f} s here, "
                  f"wall clock, {draft_seconds:.0f} s of it training the draft."))
@@ -684,14 +833,15 @@ display(Markdown(f"This chapter ran in {time.perf_counter() - chapter_start:.0f}
 # - The online softmax folds a block of scores into a running maximum, sum and output,
 #   rescaling the old sums by $e^{m - m'}$: tiled attention is the same attention, to
 #   rounding, whose working set beyond its output does not grow with $T$. Its speed
-#   needs a GPU kernel that keeps the blocks on chip.
+#   needs a fused kernel that keeps the blocks on chip: a CPU run does not show it.
 # - Speculative decoding keeps the target's output: greedy, token for token; sampled, in
 #   distribution, by accepting with $\min(1, p/q)$ and drawing from the residual. It saves
 #   forward passes of the target; whether it saves seconds depends on the draft's cost
 #   and on the cost of checking $\gamma + 1$ tokens, both measured in section 16.2: on a
 #   CPU a small model's pass is largely fixed cost, so the draft is not cheap.
-# - Absmax quantization stores a weight as an integer and a scale per row or group; int8
-#   changes the model's bits per byte little, int4 in groups of 32 more.
+# - Absmax quantization stores a weight as an integer and a scale per row or group: int8
+#   adds less to the model's bits per byte than a bar that int4 in groups of 32 and an
+#   int8 that truncates instead of rounding both exceed.
 # - A paged cache hands out fixed-size blocks through a block table: the same tokens as a
 #   contiguous cache, and at most one block's tail wasted per sequence.
 
