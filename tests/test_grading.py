@@ -167,26 +167,36 @@ def test_a_hint_points_at_a_solution_using_the_name_and_never_changes_points(
     assert len(bodies) == 1  # the feedback the same: the hint is the teacher's
 
 
+def graded_ring(tmp_path, secret, name: str, ring) -> tuple:
+    """Chapter 15's class of one: the book's solutions with ``ring(the book's
+    ring_all_reduce)`` in its place, graded in the sandbox: ``(assignment, its row)``."""
+    assignment, autograder, chapter_nb, student_nb = material("15_many_devices",
+                                                              tmp_path / "assign")
+    correct = solutions(chapter_nb, [e.name for e in assignment.exercises])
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    sources = correct | {"ring_all_reduce": ring(correct["ring_all_reduce"])}
+    nbformat.write(submission(student_nb, sources), folder / f"{name}.ipynb")
+    out = tmp_path / "grades.csv"
+    grade.grade_folder(folder, autograder, out, secret=secret, limits=LIMITS, quiet=True)
+    return assignment, sheet(out)[name]
+
+
 @needs_sandbox
 def test_a_ring_whose_ranks_all_receive_first_ends_at_once_as_a_deadlock(tmp_path, secret):
     """Chapter 15's ranks are threads of the case's process: a ring in which every rank
     waits for a message before sending any ends each case as soon as all ranks wait (no
     limit runs out), noted as a deadlock for the teacher; the student's other exercises,
     run in the same sandbox after it, score full marks."""
-    chapter = "15_many_devices"
-    assignment, autograder, chapter_nb, student_nb = material(chapter, tmp_path / "assign")
-    correct = solutions(chapter_nb, [e.name for e in assignment.exercises])
     send = "        send(chunks[(rank - step - 1) % world_size], after)\n"
-    waits_first = correct["ring_all_reduce"].replace(send, "").replace(
-        "        incoming += received\n", "        incoming += received\n" + send)
-    assert waits_first.index("recv(received") < waits_first.index("send(chunks")
-    folder = tmp_path / "submissions"
-    folder.mkdir()
-    sources = correct | {"ring_all_reduce": waits_first}
-    nbformat.write(submission(student_nb, sources), folder / "waits_first.ipynb")
-    out = tmp_path / "grades.csv"
-    grade.grade_folder(folder, autograder, out, secret=secret, limits=LIMITS, quiet=True)
-    row = sheet(out)["waits_first"]
+
+    def waits_first(correct: str) -> str:
+        ring = correct.replace(send, "").replace(
+            "        incoming += received\n", "        incoming += received\n" + send)
+        assert ring.index("recv(received") < ring.index("send(chunks")
+        return ring
+
+    assignment, row = graded_ring(tmp_path, secret, "waits_first", waits_first)
     assert [float(row[e.name]) for e in assignment.exercises] == [0.0, 2.0, 2.0]
     assert row["notes"].count("its ranks deadlocked") == 3, row
     assert "limit" not in row["notes"], row
@@ -212,15 +222,6 @@ def test_the_textbook_ring_scores_full_marks(tmp_path, secret):
     """Chapter 15's ring as Baidu's and Gibiansky's texts write it (rank r ends the
     reduce-scatter with chunk r + 1's sum, so each rank sends other numbers than section
     15.2's ring) is a ring all the same: every case passes."""
-    chapter = "15_many_devices"
-    assignment, autograder, chapter_nb, student_nb = material(chapter, tmp_path / "assign")
-    correct = solutions(chapter_nb, [e.name for e in assignment.exercises])
-    folder = tmp_path / "submissions"
-    folder.mkdir()
-    sources = correct | {"ring_all_reduce": TEXTBOOK_RING}
-    nbformat.write(submission(student_nb, sources), folder / "textbook.ipynb")
-    out = tmp_path / "grades.csv"
-    grade.grade_folder(folder, autograder, out, secret=secret, limits=LIMITS, quiet=True)
-    row = sheet(out)["textbook"]
+    assignment, row = graded_ring(tmp_path, secret, "textbook", lambda _: TEXTBOOK_RING)
     assert [float(row[e.name]) for e in assignment.exercises] == [
         e.points for e in assignment.exercises], row
