@@ -221,13 +221,13 @@ def test_the_ablation_lesson_says_what_a_mean_keeps_of_the_opening_in_every_seed
             "costs less, 0.40, 0.40") in found.text
     assert "at most 0.0004 nats for any head of any seed" in found.text  # resampling's
     assert "wrong signal" not in found.text
-    assert "more than zeroing in seed" not in found.text
+    assert "exceeds zeroing" not in found.text
     copy[0]["resample"][1, 0] = 0.5  # resampling L1H0 costs the line more than zeroing it
     found = inside_prose.ablation_lesson(copy, opening, coarser, (0.2, 0.9))
     assert "L1H0 costs 0.50 resampled, 0.10 mean-ablated, 0.20 zeroed" in found.text
     coarser[1]["over all positions"] = 1.1  # costs more than zeroing: told, and still holds
     found = inside_prose.ablation_lesson(copy, opening, coarser, (0.2, 0.9))
-    assert found.holds and "0.90, 1.10, more than zeroing in seed 1." in found.text
+    assert found.holds and "0.90, 1.10; it exceeds zeroing's cost in seed 1." in found.text
     coarser[1]["over all positions"] = 0.45  # spares more than half of zeroing's cost
     found = inside_prose.ablation_lesson(copy, opening, coarser, (0.2, 0.9))
     assert not found.holds and found.margin == pytest.approx(-0.05)
@@ -269,7 +269,7 @@ def test_the_directions_lesson_reads_noisings_first_head_in_every_seed_against_i
     boot[0] = _boot(0.1, 0.4, 0.06)  # less than half, but within two standard errors
     found = inside_prose.directions_lesson(denoised, noised, previous, boot, 60)
     assert not found.holds
-    assert "not less than half as much by 2 standard errors" in found.text
+    assert "not less than half as much by two standard errors" in found.text
     boot[0] = _boot(0.1, 0.4, 0.02)
     previous[1][0, 0] = 0.3  # not a previous-token head in seed 1: no mechanism told
     found = inside_prose.directions_lesson(denoised, noised, previous, boot, 60)
@@ -297,17 +297,19 @@ def test_the_joint_sentence_tells_overlap_need_and_noise_from_two_standard_error
     boot = _joint_boot([0.5, 0.4, 0.8, 0.2, 1.0], 0.01)
     text = inside_prose.joint_text(single, [(1, 0), (1, 1)], joint, boot)
     assert "L1H0 (0.50 ± 0.01) and L1H1 (0.40 ± 0.01) restore 0.90" in text
-    assert "together, 0.80 ± 0.0" in text and "0.100 ± 0.010 less than the sum" in text
-    assert "beyond 2 standard errors, so they overlap" in text
-    assert "layers 1 to 1 without them, 1.00 ± 0.00" in text and "come to 1.20" in text
+    assert "together, 0.80 ± 0.0" in text and "short of the sum by 0.100 ± 0.010" in text
+    assert "over two standard errors, so they overlap" in text
+    assert "layers 1 to 1 without them, 1.00 ± 0.00" in text
+    assert "come to 1.20, against 1.00 for every head" in text
     assert "Not heads in series" in text and "the AND is between layer 0's output" in text
     assert "All 4 heads restore 1.00, as they must" in text
     text = inside_prose.joint_text(single, [(1, 0), (1, 1)], joint, _joint_boot(
         [0.5, 0.4, 0.8, 0.2, 1.0], 0.06))  # the same 0.10, within two standard errors
-    assert "within 2 standard errors of it, so these pairs tell neither" in text
+    assert "within two standard errors of it, so these pairs tell neither" in text
     joint = {"pair": 0.99, "layer 0": 0.6, "later": 0.7, "all": 0.98}
     text = inside_prose.joint_text(single, [(1, 0), (1, 1)], joint, boot)
-    assert "beyond 2 standard errors, more than the sum of their parts" in text
+    assert "beyond the sum by 0.090 ± 0.010 (± one standard error" in text
+    assert "bootstrapped): over two standard errors, so each needs the other" in text
     assert "series" not in text and "All 4 heads restore 0.98." in text
     single = torch.tensor([[0.2, 0.0], [0.354, 0.324]])  # 0.35 + 0.32 shown: 0.67, not 0.68
     assert "restore 0.67" in inside_prose.joint_text(single, [(1, 0), (1, 1)], joint, boot)

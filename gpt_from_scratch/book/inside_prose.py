@@ -15,6 +15,9 @@ OPENING_BAR = 0.1  # nats a character: an ablation that costs the opening more h
 PREVIOUS_BAR = 0.5  # a head that gives more than half its attention to the previous position
 
 
+_SE = {2.0: "two", 3.0: "three"}.get(SE_BAR, f"{SE_BAR:g}")  # the bar, spelled out
+
+
 def _name(i: int, H: int) -> str:
     return f"L{i // H}H{i % H}"
 
@@ -135,8 +138,8 @@ def ablation_lesson(copy: dict[int, dict[str, Tensor]],
             f"lies {two(apart[0])} of its norm from its role's mean; on the copied line, "
             f"{two(apart[1])}. ")
     above = [str(s) for s, a, z in zip(seeds, coarsest, zero) if a > z]
-    beyond = (f", more than zeroing in seed{'s' * (len(above) > 1)} {', '.join(above)}"
-              if above else "")
+    beyond = (f"; it exceeds zeroing's cost in seed{'s' * (len(above) > 1)} "
+              f"{', '.join(above)}" if above else "")
     why = (f"Zeroing removes the part of the output that is the same across the data too, "
            f"and the opening, which uses that part, pays for it: {_each(zero)} in the "
            f"{len(seeds)} seeds. A mean keeps that part only as far as its positions line "
@@ -215,10 +218,10 @@ def directions_lesson(denoised: dict[int, Tensor], noised: dict[int, Tensor],
             "other line's: they look in the right places and find the wrong characters.")
     return lesson(
         "the head the copy needs most is not enough alone", margin, "share",
-        said + f", less than half as much by more than {SE_BAR:g} standard errors in every "
+        said + f", less than half as much by over {_SE} standard errors in every "
         f"seed{told}: the copy needs it, but its clean output does not carry the line by "
         "itself." + kind + (fits if min(prev) > PREVIOUS_BAR else ""),
-        said + f": not less than half as much by {SE_BAR:g} standard errors in every seed "
+        said + f": not less than half as much by {_SE} standard errors in every seed "
         f"here{told}, so on this machine the two directions do not clearly single out a "
         "head that is needed but not enough." + kind)
 
@@ -239,17 +242,16 @@ def joint_text(single: Tensor, pair: list[tuple[int, int]], joint: dict[str, flo
     shown = round(a, 2) + round(b, 2)  # the sum of the shares as printed
     text = (f"Patched alone, {names} restore {two(shown)} of the gap between them; "
             f"patched together, {two(joint['pair'])} ± {two(se[2])}: "
-            f"{abs(diff):.3f} ± {diff_se:.3f} {'less' if diff < 0 else 'more'} than the "
-            "sum (± one standard error over the pairs, bootstrapped)")
+            f"{'short of' if diff < 0 else 'beyond'} the sum by {abs(diff):.3f} ± "
+            f"{diff_se:.3f} (± one standard error over the pairs, bootstrapped)")
     if abs(diff) <= SE_BAR * diff_se:
-        text += (f": within {SE_BAR:g} standard errors of it, so these pairs tell neither "
+        text += (f": within {_SE} standard errors of it, so these pairs tell neither "
                  "overlap nor need. ")
     elif diff < 0:
-        text += (f": beyond {SE_BAR:g} standard errors, so they overlap, each restoring "
+        text += (f": over {_SE} standard errors, so they overlap, each restoring "
                  "part of what the other does. ")
     else:
-        text += (f": beyond {SE_BAR:g} standard errors, more than the sum of their parts, "
-                 "so each needs the other. ")
+        text += (f": over {_SE} standard errors, so each needs the other. ")
     first_layer, later, every = joint["layer 0"], joint["later"], joint["all"]
     L = single.shape[0]
     text += (f"Layer 0's heads, patched together, restore {two(first_layer)} ± "
@@ -257,8 +259,8 @@ def joint_text(single: Tensor, pair: list[tuple[int, int]], joint: dict[str, flo
              f"± {two(se[4])}")
     if later >= 0.95 and first_layer < later / 2:
         text += (". Layer 0 acts through the later heads, so patching those carries its "
-                 f"part too: the two come to {two(first_layer + later)}, more than all "
-                 f"{single.numel()} heads together, an overlap. Not heads in series in "
+                 f"part too: the two come to {two(first_layer + later)}, against "
+                 f"{two(every)} for every head at once, an overlap. Not heads in series in "
                  "Exercise 4's sense, though: there, patching the earlier heads alone "
                  "would make the later ones compute their clean outputs and restore as "
                  "much. "
