@@ -110,6 +110,7 @@ def run_with_hooks(model: nn.Module, idx: Tensor, read: Sequence[str] = (),
     check_model(model)
     if isinstance(read, str):
         raise ValueError(f"read={read!r} is one string: pass a list of names, e.g. [{read!r}]")
+    read = list(read)  # a generator would be used up by the first look below
     edit = dict(edit or {})
     for name, fn in edit.items():
         if not callable(fn):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Callable, Sequence
 
 import torch
@@ -20,21 +21,37 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .interp import Edit, check_model, check_token_ids, run_with_hooks
+from .utils import check_int
 
 ABLATIONS = ("zero", "mean", "resample")
 DIRECTIONS = ("denoise", "noise")
 PAD_ROLE = -1  # in ``roles``: a position left out of every mean and left as it is
+GAP_NOISE = 1e-5  # a clean–corrupted gap this small relative to the metric: float32 noise
+
+
+def _whole(x) -> int | None:
+    """``x`` as a Python int if it is a whole number (a NumPy int or a one-element integer
+    tensor too), else None (bools are not numbers of heads)."""
+    if isinstance(x, bool) or (isinstance(x, Tensor) and x.dtype == torch.bool):
+        return None
+    try:
+        return operator.index(x)
+    except TypeError:
+        return None
 
 
 def _head(model: nn.Module, layer: int, head: int) -> tuple[int, int]:
-    """``(layer, head)`` as Python ints (NumPy ints accepted), or a ValueError."""
+    """``(layer, head)`` as Python ints (NumPy ints and integer tensors accepted), or a
+    ValueError."""
     L, H = len(model.blocks), model.blocks[0].attn.n_heads
-    whole = all(isinstance(x, numbers.Integral) and not isinstance(x, bool)
-                for x in (layer, head))
-    if not (whole and 0 <= layer < L and 0 <= head < H):
-        raise ValueError(f"head (layer={layer!r}, head={head!r}) does not exist: the model has "
-                         f"layers 0..{L - 1} and heads 0..{H - 1}, each a whole number")
-    return int(layer), int(head)
+    l, h = _whole(layer), _whole(head)
+    if l is None or h is None:
+        raise ValueError(f"head (layer={layer!r}, head={head!r}) is not a pair of whole "
+                         "numbers: pass ints, e.g. (0, 1), or int(t) of a tensor's entries")
+    if not (0 <= l < L and 0 <= h < H):
+        raise ValueError(f"head (layer={l}, head={h}) does not exist: the model has "
+                         f"layers 0..{L - 1} and heads 0..{H - 1}")
+    return l, h
 
 
 def _heads(model: nn.Module, heads) -> list[tuple[int, int]]:
@@ -195,6 +212,9 @@ def _scalar(metric: Callable[[Tensor], Tensor]) -> Callable[[Tensor], float]:
         if isinstance(value, Tensor) and value.numel() != 1:
             raise ValueError(f"metric returned a tensor of shape {tuple(value.shape)}: it "
                              "must return one number; average it (e.g. .mean())")
+        if isinstance(value, bool) or not isinstance(value, (numbers.Real, Tensor)):
+            raise ValueError(f"metric returned {value!r:.40} (a {type(value).__name__}): "
+                             "it must return one number, a float or a one-element tensor")
         return float(value)
     return one
 
@@ -223,14 +243,25 @@ class _Patching:
             raise ValueError(f"metric is {self.clean} on clean and {self.corrupt} on corrupted "
                              "inputs: it must return a finite number; check it on the logits, "
                              "e.g. that its mask selects a position and that it reads no -inf")
-        if abs(self.clean - self.corrupt) < 1e-9:
-            raise ValueError(f"metric is {self.clean} on clean and {self.corrupt} on corrupted "
-                             "inputs: with no gap between them there is nothing to restore; "
-                             "corrupt what the metric measures")
+        size = max(abs(self.clean), abs(self.corrupt))
+        if abs(self.clean - self.corrupt) <= GAP_NOISE * size:
+            raise ValueError(f"metric is {self.clean} on clean and {self.corrupt} on "
+                             f"corrupted inputs: with no gap between them (within "
+                             f"{GAP_NOISE} of their size, float32's rounding) there is "
+                             "nothing to restore; corrupt what the metric measures")
+
+    def logits(self, heads: list[tuple[int, int]]) -> Tensor:
+        """Logits (B, T, V) of the run patched at every head of ``heads``."""
+        values = {(l, h): self.z[l][:, :, h] for l, h in heads}
+        return _replaced(self.model, self.into, values)
 
     def share(self, heads: list[tuple[int, int]]) -> float:
-        values = {(l, h): self.z[l][:, :, h] for l, h in heads}
-        m = self.metric(_replaced(self.model, self.into, values))
+        m = self.metric(self.logits(heads))
+        if not math.isfinite(m):
+            named = ", ".join(f"L{l}H{h}" for l, h in heads)
+            raise ValueError(f"metric is {m} with {named} patched ({self.direction}), "
+                             "though finite on the clean and corrupted runs: check that it "
+                             "reads no -inf or 0 / 0 on a mixed run")
         moved = m - self.corrupt if self.direction == "denoise" else self.clean - m
         return moved / (self.clean - self.corrupt)
 
@@ -260,9 +291,44 @@ def group_share(model: nn.Module, clean: Tensor, corrupted: Tensor,
     return _Patching(model, clean, corrupted, metric, direction).share(heads)
 
 
+def bootstrap_shares(model: nn.Module, clean: Tensor, corrupted: Tensor, target: Tensor,
+                     mask: Tensor, groups: Sequence[Sequence[tuple[int, int]]],
+                     direction: str = "denoise", n: int = 1000, seed: int = 0) -> Tensor:
+    """(n, G): each of ``groups``' share of the gap (as ``group_share``, the metric
+    ``mean_logprob(logits, target, mask)``), recomputed on ``n`` resamples of the B rows
+    drawn with replacement (the bootstrap). A column's standard deviation is its share's
+    standard error over the choice of rows. The same ``seed`` draws the same rows, so the
+    columns of two calls (say, one each way) combine row for row."""
+    n = check_int("bootstrap_shares", "n", n, minimum=2)
+    groups = [_heads(model, heads) for heads in groups]
+    patching = _Patching(model, clean, corrupted,
+                         lambda logits: mean_logprob(logits, target, mask), direction)
+
+    def row_sums(logits: Tensor) -> Tensor:  # (B,): log-probabilities summed over mask
+        logp = F.log_softmax(logits.float(), dim=-1).gather(-1, target.long()[..., None])
+        return torch.where(mask, logp[..., 0], 0.0).sum(-1)
+    with torch.no_grad():
+        C, K = (row_sums(run_with_hooks(model, x)[0]) for x in (clean, corrupted))  # (B,)
+    P = torch.stack([row_sums(patching.logits(heads)) for heads in groups])  # (G, B)
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randint(0, len(C), (n, len(C)), generator=g)  # (n, B)
+    count = mask.sum(-1)[rows].sum(-1)  # (n,)
+    if not (count > 0).all():
+        raise ValueError("bootstrap_shares: a resample drew only rows where mask selects "
+                         "no position: drop such rows from clean, corrupted, target, mask")
+    c, k = C[rows].sum(-1) / count, K[rows].sum(-1) / count  # (n,): pooled, as the metric
+    p = P[:, rows].sum(-1) / count  # (G, n)
+    moved = p - k if direction == "denoise" else c - p
+    return (moved / (c - k)).T
+
+
 def mean_logprob(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor:
     """The mean log-probability (nats) of ``target`` (B, T) at the positions where ``mask`` is
     True."""
+    if not all(isinstance(x, Tensor) for x in (logits, target, mask)):
+        got = ", ".join(type(x).__name__ for x in (logits, target, mask))
+        raise ValueError(f"mean_logprob: logits, target and mask are a {got}: pass tensors "
+                         "(B, T, V), (B, T) and (B, T) bool, e.g. model(idx)[0] as logits")
     if target.shape != logits.shape[:-1] or mask.shape != target.shape or mask.dtype != torch.bool:
         raise ValueError(f"logits {tuple(logits.shape)}, target {tuple(target.shape)} and mask "
                          f"{tuple(mask.shape)} ({mask.dtype}) must be (B, T, V), (B, T), (B, T) "

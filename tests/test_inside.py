@@ -197,66 +197,131 @@ def _ablations():
     copy = {"zero": torch.tensor([[0.1, 2.5], [0.2, 0.3]]), "mean": torch.tensor([[0.0, 2.2], [0.1, 0.2]]),
             "resample": torch.tensor([[0.0, 1.5], [0.1, 0.1]])}
     opening = {"zero": torch.tensor([[0.0, 1.0], [0.0, 0.0]]), "mean": torch.tensor([[0.0, -0.001], [0.03, 0.0]]),
-               "resample": torch.tensor([[0.0, 0.01], [0.0, 0.0]])}
+               "resample": torch.tensor([[0.0, 0.0004], [0.0, 0.0]])}
     return copy, opening
 
 
-COARSER = {"over all positions": 0.9, "at each position": 0.4}
+def _seeds(n=2):
+    """``n`` seeds of the same ablations, and the coarser means of each."""
+    copy, opening = zip(*(_ablations() for _ in range(n)))
+    return (dict(enumerate(copy)), dict(enumerate(opening)),
+            {s: {"over all positions": 0.9, "at each position": 0.4} for s in range(n)})
 
 
-def test_the_ablation_lesson_says_what_a_mean_keeps_of_the_opening():
-    copy, opening = _ablations()
-    found = inside_prose.ablation_lesson(copy, opening, COARSER, (0.2, 0.9), 0)
+def test_the_ablation_lesson_says_what_a_mean_keeps_of_the_opening_in_every_seed():
+    copy, opening, coarser = _seeds()
+    found = inside_prose.ablation_lesson(copy, opening, coarser, (0.2, 0.9))
     assert found.holds and found.margin == pytest.approx(0.1 - 0.03)
-    assert "seed 0's model, 4 heads" in found.text and "is L0H1" in found.text
-    assert "zero ablation 2.50 and 1.00; mean ablation 2.20 and 0.00; resample ablation 1.50 and 0.01" in found.text
+    assert "is L0H1 in every seed. In seed 0's model" in found.text
+    assert ("zero ablation 2.50 and 1.00; mean ablation 2.20 and 0.00; "
+            "resample ablation 1.50 and 0.00") in found.text
     assert "0.20 of its norm from its role's mean; on the copied line, 0.90" in found.text
-    assert "the mean over all positions 0.90, the mean at each position 0.40, the mean over each role 0.00" in found.text
-    assert "cannot show damage there either" in found.text and "wrong signal" not in found.text
-    copy["resample"][1, 0] = 0.5  # resampling L1H0 costs the line more than zeroing it
-    found = inside_prose.ablation_lesson(copy, opening, COARSER, (0.2, 0.9), 0)
+    assert "pays for it: 1.00, 1.00 in the 2 seeds" in found.text
+    assert ("spares less than half of it: it costs 0.90, 0.90. The mean at each position "
+            "costs less, 0.40, 0.40") in found.text
+    assert "at most 0.0004 nats for any head of any seed" in found.text  # resampling's
+    assert "wrong signal" not in found.text
+    assert "exceeds zeroing" not in found.text
+    copy[0]["resample"][1, 0] = 0.5  # resampling L1H0 costs the line more than zeroing it
+    found = inside_prose.ablation_lesson(copy, opening, coarser, (0.2, 0.9))
     assert "L1H0 costs 0.50 resampled, 0.10 mean-ablated, 0.20 zeroed" in found.text
-    assert not inside_prose.ablation_lesson(copy, opening, {"over all positions": -0.01}, (0.2, 0.9),
-                                            0).holds  # the coarse mean spares it best
-    opening["mean"][1, 0] = 0.4  # mean ablation by role damages the opening too
-    found = inside_prose.ablation_lesson(copy, opening, COARSER, (0.2, 0.9), 0)
+    coarser[1]["over all positions"] = 1.1  # costs more than zeroing: told, and still holds
+    found = inside_prose.ablation_lesson(copy, opening, coarser, (0.2, 0.9))
+    assert found.holds and "0.90, 1.10; it exceeds zeroing's cost in seed 1." in found.text
+    coarser[1]["over all positions"] = 0.45  # spares more than half of zeroing's cost
+    found = inside_prose.ablation_lesson(copy, opening, coarser, (0.2, 0.9))
+    assert not found.holds and found.margin == pytest.approx(-0.05)
+    coarser[1]["over all positions"] = 0.3  # spares it better than the finer mean
+    assert not inside_prose.ablation_lesson(copy, opening, coarser, (0.2, 0.9)).holds
+    coarser[1] = {"over all positions": 0.9, "at each position": 0.4}
+    opening[1]["zero"][0, 1] = 0.05  # zeroing in seed 1 does not damage the opening
+    assert not inside_prose.ablation_lesson(copy, opening, coarser, (0.2, 0.9)).holds
+    opening[1]["zero"][0, 1] = 1.0
+    opening[1]["mean"][1, 0] = 0.4  # mean ablation by role damages the opening in seed 1
+    found = inside_prose.ablation_lesson(copy, opening, coarser, (0.2, 0.9))
     assert not found.holds and "by role costs up to 0.40 for one head" in found.text
+    with pytest.raises(ValueError, match=r"ablation_lesson: seeds \[0, 1\], \[0\] and"):
+        inside_prose.ablation_lesson(copy, {0: opening[0]}, coarser, (0.2, 0.9))
     with pytest.raises(ValueError, match="where='answer'"):
         inside.copy_logprob(None, "answer")
 
 
-def test_the_directions_lesson_reads_noisings_first_head_in_every_seed():
+def _boot(restored, lost, spread, n=400):
+    """Bootstrap stand-ins: (n,) resamples whose margin, lost / 2 - restored, has SD
+    ``spread``."""
+    noise = torch.randn(n, generator=torch.Generator().manual_seed(0))
+    noise = (noise - noise.mean()) / noise.std()
+    return restored - spread * noise, lost + 0 * noise
+
+
+def test_the_directions_lesson_reads_noisings_first_head_in_every_seed_against_its_noise():
     denoised = {0: torch.tensor([[0.1, 0.3], [0.4, 0.2]]), 1: torch.tensor([[0.05, 0.3], [0.5, 0.2]])}
     noised = {0: torch.tensor([[0.4, 0.1], [0.1, 0.0]]), 1: torch.tensor([[0.38, 0.1], [0.1, 0.0]])}
     previous = {0: torch.tensor([[0.8, 0.1], [0.1, 0.1]]), 1: torch.tensor([[0.9, 0.1], [0.1, 0.1]])}
-    found = inside_prose.directions_lesson(denoised, noised, previous, 60)
-    assert found.holds and found.margin == pytest.approx(0.1)  # 0.4 / 2 - 0.1
-    assert "ranks L0H0 first in every seed" in found.text and "0.40, 0.38" in found.text
+    boot = {0: _boot(0.1, 0.4, 0.02), 1: _boot(0.05, 0.38, 0.02)}
+    found = inside_prose.directions_lesson(denoised, noised, previous, boot, 60)
+    assert found.holds and found.margin == pytest.approx(0.1 - 2 * 0.02, abs=1e-6)
+    assert "ranks L0H0 first in every seed" in found.text
+    assert "0.40 ± 0.00, 0.38 ± 0.00" in found.text
+    assert "restores 0.10 ± 0.02, 0.05 ± 0.02" in found.text
+    assert "0.100 ± 0.020, 0.140 ± 0.020" in found.text
     assert "previous-token head: 0.80, 0.90" in found.text and "fits both numbers" in found.text
+    boot[0] = _boot(0.1, 0.4, 0.06)  # less than half, but within two standard errors
+    found = inside_prose.directions_lesson(denoised, noised, previous, boot, 60)
+    assert not found.holds
+    assert "not less than half as much by two standard errors" in found.text
+    boot[0] = _boot(0.1, 0.4, 0.02)
     previous[1][0, 0] = 0.3  # not a previous-token head in seed 1: no mechanism told
-    found = inside_prose.directions_lesson(denoised, noised, previous, 60)
+    found = inside_prose.directions_lesson(denoised, noised, previous, boot, 60)
     assert "not a previous-token head in every seed" in found.text
     assert "fits both numbers" not in found.text
     denoised[1][0, 0] = 0.3  # restores most of what it loses: enough alone
-    assert not inside_prose.directions_lesson(denoised, noised, previous, 60).holds
-    with pytest.raises(ValueError, match=r"directions_lesson: seeds \[0, 1\], \[0\] and"):
-        inside_prose.directions_lesson(denoised, {0: noised[0]}, previous, 60)
+    assert not inside_prose.directions_lesson(denoised, noised, previous, boot, 60).holds
+    with pytest.raises(ValueError, match=r"directions_lesson: seeds \[0, 1\], \[0\], "):
+        inside_prose.directions_lesson(denoised, {0: noised[0]}, previous, boot, 60)
 
 
-def test_the_joint_sentence_tells_overlap_need_and_near_additivity_from_the_numbers():
+def _joint_boot(shares, spread):
+    """(n, 5) bootstrap stand-ins around ``shares``; the pair's column moves with the sum of
+    the two heads' plus noise of SD ``spread``."""
+    g = torch.Generator().manual_seed(0)
+    a, b, extra = (0.01 * torch.randn(400, generator=g) for _ in range(3))
+    extra = spread * (extra - extra.mean()) / extra.std()
+    pair = a + b + extra
+    return torch.stack([a, b, pair, 0 * a, 0 * a], 1) + torch.tensor(shares)
+
+
+def test_the_joint_sentence_tells_overlap_need_and_noise_from_two_standard_errors():
     single = torch.tensor([[0.2, 0.0], [0.5, 0.4]])
-    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.8, 0.2, 1.0, 1.0)
-    assert "L1H0 (0.50) and L1H1 (0.40) restore 0.90" in text and "together, 0.80: less" in text
-    assert "layers 1 to 1 without them, 1.00" in text and "add up to 1.20" in text
-    assert "Not as heads in series" in text and "an AND" in text
+    joint = {"pair": 0.8, "layer 0": 0.2, "later": 1.0, "all": 1.0}
+    boot = _joint_boot([0.5, 0.4, 0.8, 0.2, 1.0], 0.01)
+    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], joint, boot)
+    assert "L1H0 (0.50 ± 0.01) and L1H1 (0.40 ± 0.01) restore 0.90" in text
+    assert "together, 0.80 ± 0.0" in text and "short of the sum by 0.100 ± 0.010" in text
+    assert "over two standard errors, so they overlap" in text
+    assert "layers 1 to 1 without them, 1.00 ± 0.00" in text
+    assert "come to 1.20, against 1.00 for every head" in text
+    assert "Not heads in series" in text and "the AND is between layer 0's output" in text
     assert "All 4 heads restore 1.00, as they must" in text
-    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.87, 0.6, 0.7, 0.98)
-    assert "within 0.05 of the sum, nearly additive" in text and "series" not in text
-    assert "All 4 heads restore 0.98." in text
-    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.99, 0.2, 0.7, 1.0)
-    assert "more than the sum of their parts" in text
+    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], joint, _joint_boot(
+        [0.5, 0.4, 0.8, 0.2, 1.0], 0.06))  # the same 0.10, within two standard errors
+    assert "within two standard errors of it, so these pairs tell neither" in text
+    joint = {"pair": 0.99, "layer 0": 0.6, "later": 0.7, "all": 0.98}
+    text = inside_prose.joint_text(single, [(1, 0), (1, 1)], joint, boot)
+    assert "beyond the sum by 0.090 ± 0.010 (± one standard error" in text
+    assert "bootstrapped): over two standard errors, so each needs the other" in text
+    assert "series" not in text and "All 4 heads restore 0.98." in text
     single = torch.tensor([[0.2, 0.0], [0.354, 0.324]])  # 0.35 + 0.32 shown: 0.67, not 0.68
-    assert "restore 0.67" in inside_prose.joint_text(single, [(1, 0), (1, 1)], 0.6, 0.2, 1.0, 1.0)
+    assert "restore 0.67" in inside_prose.joint_text(single, [(1, 0), (1, 1)], joint, boot)
+
+
+def test_narrow_tables_fit_a_phone():
+    left = torch.tensor([[0.04, -0.013, 1.0, -0.001]] * 4)
+    text = inside_prose.narrow_tables(left, left.flip(1))
+    assert text.splitlines()[0] == "L0  .04 -.01 1.00  .00 |  .00 1.00 -.01  .04"
+    assert max(len(line) for line in text.splitlines()) <= 50
+    with pytest.raises(ValueError, match="narrow_tables: left and right must be"):
+        inside_prose.narrow_tables(left, left[:2])
 
 
 def test_the_colab_track_runs_on_a_stand_in_and_says_what_it_would_do_offline(monkeypatch):

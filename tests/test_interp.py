@@ -32,6 +32,18 @@ def test_reading_every_activation_leaves_the_logits_as_they_are_and_the_pieces_f
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
+def test_names_to_read_may_come_from_any_iterable_even_a_generator():
+    model, idx = small_model(), small_idx()
+    wanted = ["blocks.0.attn.z", "blocks.2.mlp_out"]
+    expected = interp.run_with_hooks(model, idx, read=wanted)[1]
+    for read in (iter(wanted), (name for name in wanted), tuple(wanted),
+                 dict.fromkeys(wanted)):
+        cache = interp.run_with_hooks(model, idx, read=read)[1]
+        assert list(cache) == wanted  # a generator used up by the check read nothing
+        for name in wanted:
+            assert torch.equal(cache[name], expected[name])
+
+
 def test_an_edited_pattern_becomes_the_heads_output():
     model, idx = small_model(), small_idx()
     T = idx.shape[1]

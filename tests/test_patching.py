@@ -165,6 +165,56 @@ def test_heads_may_be_numpy_ints():
                                patching.patch_head(model, idx, z, 1, 3))
 
 
+def test_heads_may_be_integer_tensors():
+    model, idx = small_model(), small_idx()
+    expected = patching.ablate_heads(model, idx, [(1, 2), (2, 0)])
+    heads = torch.tensor([[1, 2], [2, 0]])
+    torch.testing.assert_close(patching.ablate_heads(model, idx, heads), expected)
+    layer, head = torch.tensor(1), torch.tensor(2, dtype=torch.int32)
+    torch.testing.assert_close(patching.ablate_heads(model, idx, [(layer, head), (2, 0)]),
+                               expected)
+    z = _z(model, small_idx(seed=3), 1)
+    torch.testing.assert_close(patching.patch_head(model, idx, z, layer, torch.tensor(3)),
+                               patching.patch_head(model, idx, z, 1, 3))
+
+
+def _rows(B=6, T=10):
+    """Clean and corrupted rows that differ before position 5, the next tokens, and a mask
+    of a different length in each row (positions 9 - b % 4 on), so that pooling over the
+    masked characters and averaging the rows' means differ."""
+    clean = small_idx(seed=3, B=B, T=T)
+    corrupted = clean.clone()
+    corrupted[:, :5] = small_idx(seed=6, B=B, T=T)[:, :5]
+    mask = torch.arange(T) >= torch.tensor([T - 1 - b % 4 for b in range(B)])[:, None]
+    return clean, corrupted, clean.roll(-1, 1), mask
+
+
+@pytest.mark.parametrize("direction", patching.DIRECTIONS)
+def test_bootstrap_shares_are_group_share_on_the_resampled_rows(direction):
+    model = small_model()
+    clean, corrupted, target, mask = _rows()
+    groups = [[(0, 1)], [(2, 3)], [(0, 1), (2, 3)]]
+    boot = patching.bootstrap_shares(model, clean, corrupted, target, mask, groups,
+                                     direction, n=50, seed=4)
+    assert boot.shape == (50, 3) and (boot.std(0) > 0).all()
+    rows = torch.randint(0, 6, (50, 6), generator=torch.Generator().manual_seed(4))
+    for r in rows[:3]:  # the reference: group_share on the resampled batch, written out
+        x, y, t, m = clean[r], corrupted[r], target[r], mask[r]
+        metric = lambda logits: patching.mean_logprob(logits, t, m)  # noqa: E731
+        expected = [patching.group_share(model, x, y, metric, g, direction) for g in groups]
+        got = boot[int((rows == r).all(1).nonzero()[0])]
+        torch.testing.assert_close(got, torch.tensor(expected), atol=1e-5, rtol=0)
+
+        def row_means(logits):  # a wrong pooling: the mean of each row's mean
+            logp = logits.log_softmax(-1).gather(-1, t[..., None])[..., 0]
+            return ((logp * m).sum(1) / m.sum(1)).mean()
+        wrong = [patching.group_share(model, x, y, row_means, g, direction) for g in groups]
+        assert not torch.allclose(got, torch.tensor(wrong), atol=1e-3)
+    again = patching.bootstrap_shares(model, clean, corrupted, target, mask, groups[:1],
+                                      direction, n=50, seed=4)
+    assert torch.equal(again[:, 0], boot[:, 0])  # the same seed draws the same rows
+
+
 def test_mean_logprob_is_the_mean_over_the_mask():
     logits = torch.log(torch.tensor([[[0.5, 0.5], [0.9, 0.1]]]))
     target, mask = torch.tensor([[0, 1]]), torch.tensor([[False, True]])
@@ -172,6 +222,16 @@ def test_mean_logprob_is_the_mean_over_the_mask():
 
 
 ROLES = torch.arange(10).expand(3, 10)
+
+
+def _finite_twice():
+    """A metric finite on the clean and corrupted runs, NaN on every run after them."""
+    calls = []
+
+    def metric(logits):
+        calls.append(1)
+        return logits[:, -1, 0].mean() * (1.0 if len(calls) <= 2 else math.nan)
+    return metric
 
 
 @pytest.mark.parametrize("call, message", [
@@ -231,6 +291,25 @@ ROLES = torch.arange(10).expand(3, 10)
      r"idx has shape \(0, 10\): pass token ids \(B, T\) with at least one row"),
     (lambda m, i: patching.patching_shares(m, i, small_idx(seed=6), lambda x: x[:, -1, 0]),
      r"metric returned a tensor of shape \(3,\): it must return one number"),
+    (lambda m, i: patching.ablate_heads(m, i, [(torch.tensor(0.0), 1)]),
+     r"head \(layer=tensor\(0.\), head=1\) is not a pair of whole numbers: pass ints"),
+    (lambda m, i: patching.ablate_heads(m, i, [(True, 1)]),
+     r"is not a pair of whole numbers"),
+    (lambda m, i: patching.patching_shares(m, i, small_idx(seed=6), lambda x: None),
+     r"metric returned None \(a NoneType\): it must return one number"),
+    (lambda m, i: patching.patching_shares(m, i, small_idx(seed=6), lambda x: "a"),
+     r"metric returned 'a' \(a str\): it must return one number"),
+    (lambda m, i: patching.mean_logprob([1], i, i >= 0),
+     r"mean_logprob: logits, target and mask are a list, Tensor, Tensor: pass tensors"),
+    (lambda m, i: patching.patching_shares(  # a gap of about 1e-7 of the metric: rounding
+        m, i, small_idx(seed=6), lambda x: 1.0 + 1e-7 * float(x[:, -1, 0].mean())),
+     r"no gap"),
+    (lambda m, i: patching.patching_shares(m, i, small_idx(seed=6), _finite_twice()),
+     r"metric is nan with L0H0 patched \(denoise\), though finite on the clean and"),
+    (lambda m, i: patching.bootstrap_shares(m, i, i, i, i >= 0, [[(0, 1)]], n=1),
+     r"bootstrap_shares.n=1 must be an int >= 2"),
+    (lambda m, i: patching.bootstrap_shares(m, i, small_idx(seed=6), i, i >= 0, [(0, 1)]),
+     r"heads=\(0, 1\) must be a non-empty list"),
 ])
 def test_bad_input_names_the_value_the_rule_and_the_fix(call, message):
     model, idx = small_model(), small_idx()

@@ -110,12 +110,14 @@ random.Random(0).shuffle(held_out)
 pairs = inside.repeat_pairs(held_out, tok, N_PAIRS)
 logits, cache = interp.run_with_hooks(
     model, pairs.clean, read=["blocks.1.attn.z", "blocks.1.attn.pattern"])
-print("clean and corrupted pairs:", tuple(pairs.clean.shape), "(B, T)")
-print("blocks.1.attn.z:", tuple(cache["blocks.1.attn.z"].shape), "(B, T, H, d_k)")
-print("blocks.1.attn.pattern:", tuple(cache["blocks.1.attn.pattern"].shape), "(B, H, T, T)")
+print("clean and corrupted pairs (B, T):", tuple(pairs.clean.shape))
+print("blocks.1.attn.z (B, T, H, d_k):", tuple(cache["blocks.1.attn.z"].shape))
+print("blocks.1.attn.pattern (B, H, T, T):")
+print(" ", tuple(cache["blocks.1.attn.pattern"].shape))
 print("reading changes nothing:", torch.equal(logits, model(pairs.clean)[0]))
-print(tok.decode(pairs.clean[0].tolist()).replace("<|pad|>", ""))
-print(tok.decode(pairs.corrupted[0].tolist()).replace("<|pad|>", ""))
+for run in (pairs.clean, pairs.corrupted):  # one conversation, its turns on two lines
+    turns = tok.decode(run[0].tolist()).replace("<|pad|>", "")
+    print(turns.replace("<|assistant|>", "\n<|assistant|>"))
 
 # %% [markdown]
 # Each pair holds two held-out lines of the same length. The *clean* conversation asks to
@@ -130,11 +132,11 @@ print(tok.decode(pairs.corrupted[0].tolist()).replace("<|pad|>", ""))
 # %%
 metric = inside.copy_logprob(pairs)
 gaps = {}
+print("nats a character, clean and corrupted:")
 for seed, m in models.items():
     with torch.no_grad():
         gaps[seed] = tuple(float(metric(m(x)[0])) for x in (pairs.clean, pairs.corrupted))
-    print(f"seed {seed}: clean {gaps[seed][0]:.3f}, corrupted {gaps[seed][1]:.3f} "
-          "nats a character")
+    print(f"seed {seed}: {gaps[seed][0]:.3f}, {gaps[seed][1]:.3f}")
 
 # %% [markdown]
 # ## 13.2 The logit lens
@@ -163,7 +165,8 @@ for seed, m in models.items():
 # %%
 lens = {seed: inside.lens_top1(m, pairs) for seed, m in models.items()}
 control = {seed: inside.lens_top1(m, pairs, "corrupted") for seed, m in models.items()}
-print("share of A's characters ranked first, after blocks 1 to 4:")
+print("share of A's characters ranked first,")
+print("after blocks 1 to 4:")
 for seed in SEEDS:
     for run, share in (("clean", lens[seed]), ("corrupted", control[seed])):
         print(f"seed {seed}, {run:<9}: " + " ".join(f"{s:4.0%}" for s in share))
@@ -189,7 +192,8 @@ with torch.no_grad():
     logit = model(pairs.clean)[0].gather(-1, pairs.target[..., None])[..., 0]  # (B, T)
 print(f"parts minus logit: at most {float((dla.total() - logit).abs().max()):.1e}")
 heads_dla = dla.heads[:, :, pairs.copy].mean(-1)  # (L, H): mean over the copied characters
-print("each head's direct contribution to the copied characters' logits (layer x head):")
+print("each head's direct contribution to the")
+print("copied characters' logits (layer x head):")
 print(heads_dla)
 
 # %% [markdown]
@@ -232,48 +236,60 @@ print(heads_dla)
 # sit at the same positions. Each ablation is measured twice: on the copied line, and on the
 # courteous
 # opening, which no line changes, so that a cost there is damage rather than the head's part
-# in copying.
+# in copying; in each of the three runs, of which the tables show seed 0's.
 
 # %%
 opening = inside.copy_logprob(pairs, "opening")  # the courteous opening: no line changes it
-with torch.no_grad():
-    before = {"copy": float(metric(model(pairs.clean)[0])),
-              "opening": float(opening(model(pairs.clean)[0]))}
 how_to = {"zero": {}, "mean": {"roles": pairs.roles},
           "resample": {"reference": pairs.corrupted}}
-drops = {"copy": {}, "opening": {}}
-for how, given in how_to.items():
-    ablated = [[patching.ablate_heads(model, pairs.clean, [(l, h)], how, **given)
-                for h in range(4)] for l in range(4)]  # one run per head ablated, (L, H)
-    for part, measure in (("copy", metric), ("opening", opening)):
-        drops[part][how] = torch.tensor(
-            [[before[part] - float(measure(x)) for x in row] for row in ablated])
-    print(f"{how} ablation, nats lost a character on the line (layer x head):")
-    print(drops["copy"][how])
-
-# Zeroing's worst head under coarser means: over all positions, and at each absolute
-# position
-L, H = drops["copy"]["zero"].shape
-worst = divmod(int(drops["copy"]["zero"].argmax()), H)
-T = pairs.clean.shape[1]
+T = pairs.clean.shape[1]  # coarser means, for zeroing's worst head:
 coarse = {"over all positions": torch.where(pairs.roles >= 0, 0, -1),
           "at each position": torch.where(pairs.roles >= 0, torch.arange(T), -1)}
-other_means = {}
-for where, roles in coarse.items():
-    x = patching.ablate_heads(model, pairs.clean, [worst], "mean", roles=roles)
-    other_means[where] = before["opening"] - float(opening(x))
-print(f"L{worst[0]}H{worst[1]}, nats lost a character on the opening:")
-for where, cost in {"zero": float(drops["opening"]["zero"][worst]), **other_means,
-                    "mean by role": float(drops["opening"]["mean"][worst])}.items():
-    print(f"  {where:<20} {inside.two(cost)}")
+drops, other_means, worst = {}, {}, {}
+for seed, m in models.items():
+    with torch.no_grad():
+        before = {"copy": float(metric(m(pairs.clean)[0])),
+                  "opening": float(opening(m(pairs.clean)[0]))}
+    drops[seed] = {"copy": {}, "opening": {}}
+    for how, given in how_to.items():
+        ablated = [[patching.ablate_heads(m, pairs.clean, [(l, h)], how, **given)
+                    for h in range(4)] for l in range(4)]  # one run per head, (L, H)
+        for part, measure in (("copy", metric), ("opening", opening)):
+            drops[seed][part][how] = torch.tensor(
+                [[before[part] - float(measure(x)) for x in row] for row in ablated])
+    worst[seed] = divmod(int(drops[seed]["copy"]["zero"].argmax()), 4)
+    other_means[seed] = {
+        where: before["opening"] - float(opening(patching.ablate_heads(
+            m, pairs.clean, [worst[seed]], "mean", roles=roles)))
+        for where, roles in coarse.items()}
+
+print(f"seed {SEEDS[0]}, nats lost a character on the line")
+for how in how_to:
+    print(f"{how} ablation (layer x head):")
+    print(drops[SEEDS[0]]["copy"][how])
+print("\nnats lost a character on the opening, by")
+print("the head whose zeroing costs the copy most:")
+print("seed head  zero   all  each  role")
+for seed in SEEDS:
+    on_opening = drops[seed]["opening"]
+    costs = [on_opening["zero"][worst[seed]], *other_means[seed].values(),
+             on_opening["mean"][worst[seed]]]
+    name = "L{}H{}".format(*worst[seed])
+    print(f"{seed:<4} {name} " + " ".join(f"{inside.two(c):>5}" for c in costs))
+resampled = max(float(drops[s]["opening"]["resample"].max()) for s in SEEDS)
+print(f"resampling's worst cost to the opening: {resampled:.1g}")
+
+worst = worst[SEEDS[0]]  # seed 0's: how far its output lies from its role's mean
 z = interp.run_with_hooks(model, pairs.clean, read=[f"blocks.{worst[0]}.attn.z"])[1]
 z = z[f"blocks.{worst[0]}.attn.z"][:, :, worst[1]]  # (B, T, d_k)
 off = (z - patching.role_means(z, pairs.roles)).norm(dim=-1) / z.norm(dim=-1)  # (B, T)
 apart = (float(off[pairs.opening].mean()), float(off[pairs.copy].mean()))
-print(f"distance from its role's mean, share of its norm: opening {apart[0]:.2f}, "
+print(f"\nseed {SEEDS[0]}, L{worst[0]}H{worst[1]}'s distance from its role's")
+print(f"mean, share of its norm: opening {apart[0]:.2f}, "
       f"line {apart[1]:.2f}")
 found_ablation = inside_prose.ablation_lesson(
-    drops["copy"], drops["opening"], other_means, apart, SEEDS[0])
+    {s: drops[s]["copy"] for s in SEEDS}, {s: drops[s]["opening"] for s in SEEDS},
+    other_means, apart)
 display(Markdown(found_ablation.text))
 
 # %% [markdown]
@@ -312,7 +328,8 @@ for seed, m in models.items():
     shares[seed] = patching.patching_shares(m, pairs.clean, pairs.corrupted, metric)
     scores[seed] = inside.induction_scores(m, pairs)
 analysis_seconds = clock() - start
-print("top heads by the share denoising restores, and by induction score:")
+print("top heads by the share denoising restores,")
+print("and by induction score:")
 for seed in SEEDS:
     print(f"seed {seed}, denoising: {inside.top_heads(shares[seed])}")
     print(f"seed {seed}, induction: {inside.top_heads(scores[seed])}")
@@ -328,9 +345,10 @@ plt.show()
 # %% [markdown]
 # Where a head looks and what it does agree here: the heads that attend to the character to
 # copy are the heads whose clean output brings the answer back. No one head does it all, and
-# the shares are not additive: a head's output matters only when later heads read it, so
-# moving
-# one head's clean output into the corrupted run can restore more than its "own" part.
+# the shares are not additive. A head can act directly on the logits, as the last layer's
+# heads do in section 13.3's table, and through the heads after it; and the log-probability
+# is not a sum of the heads' parts. So single shares can overlap: Exercise 4 works through
+# how, and measures it.
 #
 # The other direction is *noising*: run the *clean* conversation with one head's output
 # taken from the corrupted run, which is section 13.4's resample ablation, and measure the
@@ -349,12 +367,19 @@ noised = {seed: patching.patching_shares(m, pairs.clean, pairs.corrupted, metric
           for seed, m in models.items()}
 previous = {seed: inside.previous_token_scores(m, pairs) for seed, m in models.items()}
 analysis_seconds = (analysis_seconds + clock() - start) / len(SEEDS)
+print("top heads by the share noising loses:")
 for seed in SEEDS:
-    print(f"seed {seed}, top heads by noising: {inside.top_heads(noised[seed])}")
+    print(f"seed {seed}, noising: {inside.top_heads(noised[seed])}")
 print(f"\nseed {SEEDS[0]}, share of the gap (layer x head)")
-print(f"{'denoising':<29}|  noising")
-print(inside.side_by_side(shares[SEEDS[0]], noised[SEEDS[0]]))
-found.append(inside_prose.directions_lesson(shares, noised, previous, N_PAIRS))
+print(f"{'denoising':<23}| noising")
+print(inside_prose.narrow_tables(shares[SEEDS[0]], noised[SEEDS[0]]))
+boot = {}  # noising's first head, both ways, on the same 1,000 resamples of the pairs
+for seed, m in models.items():
+    top = [divmod(int(noised[seed].argmax()), noised[seed].shape[1])]
+    boot[seed] = tuple(patching.bootstrap_shares(
+        m, pairs.clean, pairs.corrupted, pairs.target, pairs.copy, [top], way)[:, 0]
+        for way in patching.DIRECTIONS)
+found.append(inside_prose.directions_lesson(shares, noised, previous, boot, N_PAIRS))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
@@ -430,10 +455,10 @@ display(Markdown(names))
 # - The logit lens shows an answer forming block by block; direct logit attribution splits a
 #   logit into what each head and MLP adds, once the final LayerNorm's scale is frozen.
 # - Zeroing a head removes the part of its output that is the same on every input too, and
-#   the opening, the same text in every row, paid for it. A mean keeps that part as far as
-#   its
-#   positions line up with the opening's, so a mean by role spares the opening nearly by
-#   construction, as resampling from the corrupted run does. Resampling writes the other
+#   the opening, the same text in every row, paid for it in every run. A mean keeps that
+#   part only as far as its positions line up with the opening's: the mean over all
+#   positions spared less than half of it, a mean by role spares it nearly by construction,
+#   and resampling from the corrupted run hardly touches it. Resampling writes the other
 #   line's information rather than none, and can cost the line more than zeroing.
 # - Activation patching runs both ways. Denoising (clean into corrupted) finds what suffices
 #   to carry the difference, noising (corrupted into clean, resample ablation) what the
@@ -554,9 +579,10 @@ groups = {"pair": top_two, "layer 0": [(0, h) for h in range(H)],
           "all": [(l, h) for l in range(L) for h in range(H)]}
 joint = {name: patching.group_share(model, pairs.clean, pairs.corrupted, metric, heads)
          for name, heads in groups.items()}
-display(Markdown(inside_prose.joint_text(
-    shares[SEEDS[0]], top_two, joint["pair"], joint["layer 0"], joint["later"],
-    joint["all"])))
+resampled = patching.bootstrap_shares(  # 1,000 resamples of the pairs, (1000, 5)
+    model, pairs.clean, pairs.corrupted, pairs.target, pairs.copy,
+    [top_two[:1], top_two[1:], top_two, groups["layer 0"], groups["later"]])
+display(Markdown(inside_prose.joint_text(shares[SEEDS[0]], top_two, joint, resampled)))
 
 # %% [markdown] tags=["quiz"]
 # ## Check yourself
@@ -566,9 +592,10 @@ display(Markdown(inside_prose.joint_text(
 
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
-broken = float(drops["opening"]["zero"][worst])  # zeroing's worst head, section 13.4
-role_cost = float(drops["opening"]["mean"][worst])
-kept = float(drops["opening"]["mean"].max())
+on_opening = drops[SEEDS[0]]["opening"]  # seed 0's, section 13.4
+broken = float(on_opening["zero"][worst])  # zeroing's worst head
+role_cost = float(on_opening["mean"][worst])
+kept = float(on_opening["mean"].max())
 top = divmod(int(noised[SEEDS[0]].argmax()), noised[SEEDS[0]].shape[1])  # noising's first
 needed = float(noised[SEEDS[0]][top]) > 2 * float(shares[SEEDS[0]][top])
 show_quiz([
@@ -582,17 +609,18 @@ show_quiz([
                    "same text in every row; mean ablation by role does not. Why?", [
         Choice("zeroing removes the part of the head's output that is the same on every "
                "input too, which the opening uses; the role's mean keeps it", True,
-               f"Yes: zeroing cost the opening {broken:.2f} nats a character, the mean "
-               f"over all positions {other_means['over all positions']:.2f}, at each "
-               f"position {other_means['at each position']:.2f}, by role "
-               f"{inside.two(role_cost)}: the "
-               "better a mean lines up with the opening, the more of that part it keeps."),
+               f"Yes: in seed {SEEDS[0]}, zeroing cost the opening {broken:.2f} nats a "
+               "character, the mean over all positions, which do not line up, "
+               f"{other_means[SEEDS[0]]['over all positions']:.2f}, at each position "
+               f"{other_means[SEEDS[0]]['at each position']:.2f}, by role "
+               f"{inside.two(role_cost)}: a mean keeps that part as far as its "
+               "positions line up with the opening's."),
         Choice("the mean ablation by role leaves the head's output at the opening "
                "untouched", False,
                f"No: it replaces it there too, by the role's mean; that mean lies close to "
                f"the output (within {apart[0]:.2f} of its norm) because the opening is the "
                f"same text in every row. Mean ablation by role cost any head's opening at "
-               f"most {kept:.2f}."),
+               f"most {inside.two(kept)}."),
     ]),
     MultipleChoice("Denoising patches the clean output into the corrupted run. What does a "
                    "high share say about the head?", [
