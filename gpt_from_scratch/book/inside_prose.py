@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .inside import two
-from .lessons import SE_BAR, Lesson, lesson
+from .lessons import SE_BAR, Lesson, beyond_t, lesson
 
 RANK_BAR = 0.5  # "the rankings agree": Spearman's rho over the heads above 0.5 in every seed
 OPENING_BAR = 0.1  # nats a character: an ablation that costs the opening more has damaged the model
@@ -179,8 +179,10 @@ def directions_lesson(denoised: dict[int, Tensor], noised: dict[int, Tensor],
     previous-token score (each an (L, H) tensor per seed); ``boot``, per seed, that head's
     denoising and noising shares on the same bootstrap resamples of the pairs ((n,) each,
     ``patching.bootstrap_shares``). The lesson: that head restores less than half, denoised,
-    of what it loses, noised, by more than two standard errors in every seed. Where it is a
-    previous-token head in every seed, the text tells how that fits both numbers."""
+    of what it loses, noised: the gap's mean over the seeds clears zero at Student's t
+    (``lessons.beyond_t``, one-sided 95%); each seed's gap is printed with its bootstrapped
+    standard error over the pairs. Where it is a previous-token head in every seed, the text
+    tells how that fits both numbers."""
     if not (set(denoised) == set(noised) == set(previous) == set(boot) and denoised):
         raise ValueError(f"directions_lesson: seeds {sorted(denoised)}, {sorted(noised)}, "
                          f"{sorted(previous)} and {sorted(boot)} differ: pass one entry "
@@ -194,7 +196,7 @@ def directions_lesson(denoised: dict[int, Tensor], noised: dict[int, Tensor],
     spread = {s: (float(d.std()), float(n.std()), float((n / 2 - d).std()))
               for s, (d, n) in boot.items()}  # standard errors: restored, lost, margin
     gaps = [n / 2 - d for n, d in zip(lost, restored)]
-    margin = min(g - SE_BAR * spread[s][2] for s, g in zip(seeds, gaps))
+    mean, se, t, margin = beyond_t([n / 2 for n in lost], restored)
     heads = sorted({_name(top[s], H) for s in seeds})
     named = (f"{heads[0]} first in every seed" if len(heads) == 1 else
              "first " + ", ".join(f"{_name(top[s], H)} in seed {s}" for s in seeds))
@@ -204,7 +206,8 @@ def directions_lesson(denoised: dict[int, Tensor], noised: dict[int, Tensor],
             f"Denoised alone, the same head restores "
             f"{_pm(restored, [spread[s][0] for s in seeds])}")
     told = (f" (half of what it loses minus what it restores: "
-            f"{_pm(gaps, [spread[s][2] for s in seeds], 3)})")
+            f"{_pm(gaps, [spread[s][2] for s in seeds], 3)}; their mean {mean:.3f} ± "
+            f"{se:.3f} over the seeds, against Student's t = {t:.2f})")
     kind = (f" It is a previous-token head: {_each(prev)} of its attention goes to the "
             "position just before." if min(prev) > PREVIOUS_BAR else
             f" Its previous-token scores are {_each(prev)}: not a previous-token head in "
@@ -218,10 +221,10 @@ def directions_lesson(denoised: dict[int, Tensor], noised: dict[int, Tensor],
             "other line's: they look in the right places and find the wrong characters.")
     return lesson(
         "the head the copy needs most is not enough alone", margin, "share",
-        said + f", less than half as much by over {_SE} standard errors in every "
-        f"seed{told}: the copy needs it, but its clean output does not carry the line by "
+        said + f", less than half as much, beyond Student's t over the seeds at one-sided "
+        f"95%{told}: the copy needs it, but its clean output does not carry the line by "
         "itself." + kind + (fits if min(prev) > PREVIOUS_BAR else ""),
-        said + f": not less than half as much by {_SE} standard errors in every seed "
+        said + f": not less than half as much beyond Student's t over the seeds "
         f"here{told}, so on this machine the two directions do not clearly single out a "
         "head that is needed but not enough." + kind)
 
