@@ -227,7 +227,8 @@ def test_the_gain_refuses_per_prompt_values_that_are_not_the_same_answers():
     with pytest.raises(ValueError, match=r"4 prompts before and 2 after"):
         gain([0.5] * 3, [0.7] * 3, by_prompt=([[0.5] * 4] * 3, [[0.7] * 2] * 3))
     with pytest.raises(ValueError, match=r"by_prompt after\[0\]\[1\] = 70 must be a share"):
-        gain([0.5] * 3, [0.7] * 3, by_prompt=([[0.5] * 2] * 3, [[0.7, 70]] + [[0.7] * 2] * 2))
+        gain([0.5] * 3, [0.7] * 3,
+             by_prompt=([[0.5] * 2] * 3, [[0.7, 70]] + [[0.7] * 2] * 2))
 
 
 def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
@@ -243,7 +244,8 @@ def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
     odds = [[0.5, 0.52, 0.47, 0.5]] * 3
     control = [[0.45, 0.55, 0.5, 0.5]] * 3  # an equal random change: a little off 50/50
     drifted = prose.judge_opening(odds, [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7],
-                                         [0.2, 0.3, 0.25, 0.1]], control, seeds, sampled, KL)
+                                         [0.2, 0.3, 0.25, 0.1]], control, seeds, sampled,
+                                  KL)
     assert drifted.holds and "went from 49.8, 49.8, 49.8% to 12.5, 83.8, 21.2%" in drifted.text
     assert "changed that distance by 1.2, 1.2, 1.2 points" in drifted.text and "bootstrap over the prompts" in drifted.text
     one_stayed = [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7], [0.5, 0.6, 0.45, 0.5]]
@@ -289,7 +291,8 @@ def test_the_opening_needs_the_same_prompts_before_and_after():
 
 def test_a_lesson_needs_two_seeds_and_a_collapse_a_learning_rate():
     with pytest.raises(ValueError, match="at least two seeds"):
-        prose.judge_opening([[0.5, 0.5]], [[0.1, 0.1]], [[0.5, 0.4]], (0,), ([0.5], [0.1]), KL)
+        prose.judge_opening([[0.5, 0.5]], [[0.1, 0.1]], [[0.5, 0.4]], (0,), ([0.5], [0.1]),
+                            KL)
     with pytest.raises(ValueError, match="positive learning rate"):
         prose.judge_collapse([0.7, 0.7], [0.1, 0.1], (0, 1), -1.0, "Last word")
 
@@ -386,20 +389,24 @@ def test_the_opening_says_what_it_measured_and_shows_only_what_the_samples_show(
     assert found.holds and "distance from 50/50 grew by 40.0, 40.0, 40.0 points" in found.text
     assert "drifted to one side" not in found.text and "show it too" not in found.text
     assert "The sampled answers do not all show it" in found.text
-    assert "shuffled within each group" in found.text and "many seeds of each kind" in found.text
-    assert ("It moves the model's next-token predictions far less than the run does: their KL "
-            "from the SFT model over the answers' positions is 0.0010, 0.0010, 0.0010 nats "
-            "against the runs' 0.0800, 0.0800, 0.0800, 80 times less at the least." in found.text)
+    assert "shuffled within each group" in found.text
+    assert "many seeds of each kind" in found.text
+    assert ("It moves the model's next-token predictions far less than the run does: their "
+            "KL from the SFT model over the answers' positions is 0.0010, 0.0010, 0.0010 "
+            "nats against the runs' 0.0800, 0.0800, 0.0800, 80 times less at the least."
+            in found.text)
     near = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
                                ([0.08] * 3, [0.001, 0.01, 0.001]))
     assert "predictions less than the run does" in near.text and "8 times less" in near.text
     same = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
                                ([0.08] * 3, [0.08, 0.09, 0.0]))
-    assert "predictions no less than the run does" in same.text and "times less" not in same.text
+    assert "predictions no less than the run does" in same.text
+    assert "times less" not in same.text
     with pytest.raises(ValueError, match=r"kl control\[1\] = -0.1 must be a KL"):
         prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
                             ([0.08] * 3, [0.0, -0.1, 0.0]))
-    moved = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.8, 0.3, 0.2]), KL)
+    moved = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.8, 0.3, 0.2]),
+                                KL)
     assert "The sampled answers show it too" in moved.text
 
 
@@ -461,7 +468,7 @@ def test_the_collapse_sentence_counts_different_and_right_answers():
     assert ("wrote 3 different answers, 3 of them right, its commonest 2 times; the collapsed "
             "model 2, 0 right, its commonest 3 times." in text)
     assert "narrowed" not in text  # 3 answers -> 2: not half as many
-    assert "rewards are all 0: as one group, this draw of 4 would carry no gradient." in text
+    assert "are all 0: as one group, this draw of 4 would carry no gradient." in text
     shown["collapsed"] = (["Good sir, thess"] * 4, [0.0, 0.0, 1.0, 0.0])
     text = prose.collapse_text(0, shown)
     assert "narrowed onto fewer answers" in text and "no gradient" not in text
@@ -482,12 +489,14 @@ def test_the_drift_says_each_seed_its_own_way_only_when_the_signs_differ():
     even = [right((70, 100), (70, 100)), right((66, 100), (70, 100)),
             right((74, 100), (70, 100))]  # gaps 0, -4, +4 points: not clear of zero
     mixed = prose.drift_text([0.5] * 3, [0.8, 0.4, 0.3], even, (0, 1, 2))
-    assert "each seed its own way: 1 toward the courteous opening, 2 toward the rude" in mixed
+    assert "each seed its own way: 1 toward the courteous opening, 2 toward the rude" \
+        in mixed
     assert "a gap of 0.0 ± 2.3 points over the 3 seeds (seeds: 0.0, -4.0, 4.0)" in mixed
-    assert "not clear of zero at the two-sided 95% level of Student's t over 3 seeds (4.30" in mixed
+    assert "not clear of zero at the two-sided 95% level of Student's t over 3 seeds " \
+        "(4.30" in mixed
     alike = prose.drift_text([0.5] * 3, [0.2, 0.4, 0.3], even, (0, 1, 2))
-    assert "own way" not in alike and "All 3 runs moved the share the same way, toward the " \
-        "rude opening" in alike and "by chance 25.0% of the time" in alike
+    assert "own way" not in alike and "by chance 25.0% of the time" in alike
+    assert "All 3 runs moved the share the same way, toward the rude opening" in alike
     assert "were it seen on more seeds" in alike
 
 
@@ -524,8 +533,8 @@ def test_the_summary_says_only_what_each_verdict_found():
                                 ([0.5] * 3, [0.5] * 3), KL)
     text = prose.summary_text(held, fell, forgot, moved, (0.3, 0.4), 5.000000001, 6, 3)
     assert text.startswith("On the assistant, over 6 paired seeds, GRPO raised pass@1")
-    assert "At a learning rate 5 times larger (3 seeds), pass@1 fell instead (on one seed, " \
-        "a KL penalty slowed the fall)" in text and "moved away from half and half" in text
+    assert "At a learning rate 5 times larger (3 seeds), pass@1 fell instead (on one " \
+        "seed, a KL penalty slowed the fall)" in text and "moved away from half and half" in text
     text = prose.summary_text(failed, fell, forgot, moved, (0.3, 0.3), 5, 6, 3)
     assert "did not raise pass@1 clear of its evaluation's noise" in text
     assert "raised" not in text and "slowed" not in text
@@ -533,7 +542,7 @@ def test_the_summary_says_only_what_each_verdict_found():
         prose.summary_text(0.5, fell, forgot, moved, (0.3, 0.3), 5, 6, 3)
 
 
-# ---------------------------------------------------------------- the measurements beside a run
+# ---------------------------------------------------------------- beside a run
 def test_next_token_kl_is_the_mean_kl_over_the_answers_positions():
     policy, tok = tiny_assistant(0)
     reference, _ = tiny_assistant(1)
@@ -545,16 +554,18 @@ def test_next_token_kl_is_the_mean_kl_over_the_answers_positions():
         for style in ("courteous", "rude"):
             ids, mask = tok.render(item.messages(style))
             with torch.no_grad():
-                p = torch.distributions.Categorical(logits=policy(torch.tensor([ids[:-1]]))[0][0])
+                p = torch.distributions.Categorical(
+                    logits=policy(torch.tensor([ids[:-1]]))[0][0])
                 q = torch.distributions.Categorical(
                     logits=reference(torch.tensor([ids[:-1]]))[0][0])
             kl = torch.distributions.kl_divergence(p, q)  # (T - 1,)
             kls += [kl[t - 1].item() for t in range(1, len(ids)) if mask[t]]
     got = verifier_control.next_token_kl(policy, reference, tok, ITEMS)
     assert got == pytest.approx(sum(kls) / len(kls), rel=1e-5)
-    assert verifier_control.next_token_kl(policy, policy, tok, ITEMS) == pytest.approx(0, abs=1e-9)
+    assert verifier_control.next_token_kl(policy, policy, tok, ITEMS) == pytest.approx(
+        0, abs=1e-9)
     reverse = verifier_control.next_token_kl(reference, policy, tok, ITEMS)
-    assert abs(got - reverse) > 0.01 * got  # KL is not symmetric: the order is the one asked
+    assert abs(got - reverse) > 0.01 * got  # KL is not symmetric: the order asked matters
 
 
 def test_next_token_kl_refuses_another_vocabulary_and_no_items():
@@ -573,7 +584,8 @@ def seeded_answers(monkeypatch, tok):
     def fake_sample(model, prompts, G, max_new_tokens, end_id, generator=None):
         rows = []
         for p in prompts.tolist():
-            task, line = tok.decode([t for t in p if t < tok.base_vocab_size]).split(": ", 1)
+            text = tok.decode([t for t in p if t < tok.base_vocab_size])
+            task, line = text.split(": ", 1)
             for draw in torch.randint(0, 4, (G,), generator=generator).tolist():
                 opening = "Good sir, " if draw % 2 else "Fool! "
                 rows.append(tok.encode(opening + (Item(task, line).answer if draw > 1
@@ -602,13 +614,14 @@ def test_sampled_answers_are_sampled_scores_own_answers_prompt_by_prompt(monkeyp
         assert styles.count("courteous") / len(styles) == pytest.approx(
             scores[task]["courteous"], abs=1e-12)
     other = verifier_control.sampled_answers(model, tok, items, n, seed=4)
-    assert other != answers  # another seed, other answers: the equality above is no accident
+    assert other != answers  # another seed, other answers: the match above is no accident
 
 
 def test_right_by_opening_counts_right_answers_after_each_opening(monkeypatch):
     answers = [[(1.0, "courteous"), (0.0, "courteous"), (1.0, "rude")],
                [(0.0, "rude"), (1.0, None), (1.0, "courteous")]]
-    assert verifier_control.right_by_opening(answers) == {"courteous": (2, 3), "rude": (1, 2)}
+    counts = verifier_control.right_by_opening(answers)
+    assert counts == {"courteous": (2, 3), "rude": (1, 2)}
 
 
 def test_sampled_answers_refuse_what_cannot_be_sampled():
@@ -618,4 +631,5 @@ def test_sampled_answers_refuse_what_cannot_be_sampled():
     with pytest.raises(ValueError, match="items is empty"):
         verifier_control.sampled_answers(model, tok, [], 2)
     with pytest.raises(ValueError, match=r"an item needs \d+ tokens and the model reads 64"):
-        verifier_control.sampled_answers(model, tok, [Item("Last word", "Is it so? " * 6)], 2)
+        verifier_control.sampled_answers(model, tok, [Item("Last word", "Is it so? " * 6)],
+                                         2)

@@ -1,11 +1,12 @@
-"""Chapter 14 — the measurements beside a run: a control changed exactly as much as the run, in
-no chosen direction, how far each moved the model's next-token law, and each sampled answer.
+"""Chapter 14 — the measurements beside a run: a control changed exactly as much as the run,
+in no chosen direction, how far each moved the model's next-token law, and each sampled
+answer.
 
-Almost any change to a model moves a 50/50 choice away from one half, so a drift is a finding
-only against a control changed as much. ``same_size_change`` gives each weight the run's step
-with its sign drawn at random: every weight moves by the amount the run moved it, but the
-moves no longer add up to what the run's gradients chose. ``next_token_kl`` says how much
-each of them changed what the model predicts. ``sampled_answers`` keeps what
+Almost any change to a model moves a 50/50 choice away from one half, so a drift is a
+finding only against a control changed as much. ``same_size_change`` gives each weight the
+run's step with its sign drawn at random: every weight moves by the amount the run moved it,
+but the moves no longer add up to what the run's gradients chose. ``next_token_kl`` says how
+much each of them changed what the model predicts. ``sampled_answers`` keeps what
 ``verifier.sampled_scores`` averages away, each answer's reward and opening: per-prompt
 pass@1 for a bootstrap over the prompts, and how often answers are right after each opening.
 """
@@ -66,13 +67,13 @@ def _conversations(function: str, tok, items: list[Item], context_length: int):
 
 @torch.no_grad()
 def next_token_kl(model: nn.Module, reference: nn.Module, tok, items: list[Item]) -> float:
-    """KL(model ‖ reference) of the next token, in nats, averaged over the answer positions of
-    ``items``' conversations in both openings (the positions Chapter 12's SFT loss reads):
-    how far ``model`` has moved what it predicts, where the answers are written."""
+    """KL(model ‖ reference) of the next token, in nats, averaged over the answer positions
+    of ``items``' conversations in both openings (the positions Chapter 12's SFT loss
+    reads): how far ``model`` has moved what it predicts, where the answers are written."""
     if model.config.vocab_size != reference.config.vocab_size:
-        raise ValueError(f"next_token_kl: the model has {model.config.vocab_size} tokens and "
-                         f"the reference {reference.config.vocab_size}: compare a model with "
-                         "the one it was trained from")
+        raise ValueError(f"next_token_kl: the model has {model.config.vocab_size} tokens "
+                         f"and the reference {reference.config.vocab_size}: compare a "
+                         "model with the one it was trained from")
     idx, targets = _conversations("next_token_kl", tok, items, model.config.context_length)
     answer = targets != IGNORE  # (2N, T)
     with eval_mode(model), eval_mode(reference):
@@ -85,11 +86,11 @@ def next_token_kl(model: nn.Module, reference: nn.Module, tok, items: list[Item]
 def sampled_answers(model: nn.Module, tok, items: list[Item], n: int,
                     seed: int = 0) -> list[list[tuple[float, str | None]]]:
     """For each of ``items``, its ``n`` answers sampled at temperature 1 as
-    ``verifier.sampled_scores`` samples them (one generator seeded with ``seed``, the prompts
-    of one length together, the lengths in increasing order): each answer's reward and its
-    opening (``"courteous"``, ``"rude"`` or None). On the same items, ``n`` and ``seed`` they
-    are ``sampled_scores``' own answers: a task's mean over its items of the rewards' sum over
-    ``n`` is its pass@1."""
+    ``verifier.sampled_scores`` samples them (one generator seeded with ``seed``, the
+    prompts of one length together, the lengths in increasing order): each answer's reward
+    and its opening (``"courteous"``, ``"rude"`` or None). On the same items, ``n`` and
+    ``seed`` they are ``sampled_scores``' own answers: a task's mean over its items of the
+    rewards' sum over ``n`` is its pass@1."""
     n = check_int("sampled_answers", "n", n, minimum=1)
     seed = check_int("sampled_answers", "seed", seed)
     if not items:
@@ -104,8 +105,9 @@ def sampled_answers(model: nn.Module, tok, items: list[Item], n: int,
     answers: list = [None] * len(items)
     for length in sorted({len(p) for p in prompts}):
         chosen = [j for j, p in enumerate(prompts) if len(p) == length]
-        completions, mask = sample_groups(model, torch.tensor([prompts[j] for j in chosen]),
-                                          n, T - length, tok.end_id, generator=g)  # (B * n, C)
+        idx = torch.tensor([prompts[j] for j in chosen])  # (B, P)
+        completions, mask = sample_groups(model, idx, n, T - length, tok.end_id,
+                                          generator=g)  # (B * n, C) each
         for b, j in enumerate(chosen):
             answers[j] = []
             for c, m in zip(completions[b * n:(b + 1) * n], mask[b * n:(b + 1) * n]):

@@ -1,15 +1,15 @@
 """Chapter 14 — the chapter's lessons and sentences, judged and written from the numbers.
 
-Each ``judge_*`` function takes one value per seed (shares from 0 to 1, as ``sampled_scores``
-returns them) and returns the ``lessons.Lesson`` it judged: a paired difference over the
-seeds, its margin how far it clears zero at the one-sided 95% level of Student's t (2.92
-standard errors with three seeds, 2.02 with six); the gain must also clear zero in a
-bootstrap over the prompts. A positive margin does not make a claim safe from another CPU's
-arithmetic or another seed: where it is small beside the effect, the sentence says so. The
-opening's drift is judged seed by seed against a control whose weights changed as much, by
-a bootstrap over the prompts; ``drift_text`` says which way it went and whether the premise
-of the chapter's reading, right answers as frequent after either opening, was measured to
-hold. ``summary_text`` writes the Summary's point from the verdicts.
+Each ``judge_*`` function takes one value per seed (shares from 0 to 1, as
+``sampled_scores`` returns them) and returns the ``lessons.Lesson`` it judged: a paired
+difference over the seeds, its margin how far it clears zero at the one-sided 95% level of
+Student's t (2.92 standard errors with three seeds, 2.02 with six); the gain must also clear
+zero in a bootstrap over the prompts. A positive margin does not make a claim safe from
+another CPU's arithmetic or another seed: where it is small beside the effect, the sentence
+says so. The opening's drift is judged seed by seed against a control whose weights changed
+as much, by a bootstrap over the prompts; ``drift_text`` says which way it went and whether
+the premise of the chapter's reading, right answers as frequent after either opening, was
+measured to hold. ``summary_text`` writes the Summary's point from the verdicts.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import math
 import numbers
 
 from .lessons import (
-    T_LEVEL, Lesson, beyond_t, check_share, lesson, paired_bootstrap, paired_difference, points,
-    seed_count,
+    T_LEVEL, Lesson, beyond_t, check_share, lesson, paired_bootstrap, paired_difference,
+    points, seed_count,
 )
 
 
@@ -71,8 +71,8 @@ def _pair(judge: str, name: str, value) -> tuple:
 
 
 def _by_prompt(judge: str, means: list[float], rows: list, side: str) -> list[list[float]]:
-    """``rows``, one list of per-prompt pass@1 per seed, checked to be shares, as many prompts
-    in every seed, and to average to ``means`` (the same answers on both counts)."""
+    """``rows``, one list of per-prompt pass@1 per seed, checked to be shares, as many
+    prompts in every seed, and to average to ``means`` (the same answers on both counts)."""
     if any(len(r) != len(rows[0]) or len(r) < 2 for r in rows):
         raise ValueError(f"{judge}: by_prompt's {side} holds {[len(r) for r in rows]} "
                          "prompts per seed: pass every seed's pass@1 on the same prompts, "
@@ -92,10 +92,10 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
                seeds, task: str, by_prompt: tuple[list, list]) -> Lesson:
     """The trained task's pass@1 rises, clear of zero two ways: Student's t over the paired
     seeds (these prompts, other seeds), and a bootstrap over the prompts paired by seed
-    (every seed resampled on the same prompts: these seeds, other prompts); the margin is the
-    smaller of the two lower bounds, in points. ``by_prompt`` (before, after): per seed, each
-    prompt's pass@1, which average to ``before`` and ``after``; ``pass_k`` (before, after)
-    says what pass@k did."""
+    (every seed resampled on the same prompts: these seeds, other prompts); the margin is
+    the smaller of the two lower bounds, in points. ``by_prompt`` (before, after): per seed,
+    each prompt's pass@1, which average to ``before`` and ``after``; ``pass_k`` (before,
+    after) says what pass@k did."""
     k = _check_k("judge_gain", k)
     pass_k = _pair("judge_gain", "pass_k", pass_k)
     by_prompt = _pair("judge_gain", "by_prompt", by_prompt)
@@ -107,8 +107,9 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
             for m, r, side in ((before, by_prompt[0], "before"),
                                (after, by_prompt[1], "after"))]
     if len(rows[0][0]) != len(rows[1][0]):
-        raise ValueError(f"judge_gain: by_prompt holds {len(rows[0][0])} prompts before and "
-                         f"{len(rows[1][0])} after: pass the same prompts on both sides")
+        raise ValueError(f"judge_gain: by_prompt holds {len(rows[0][0])} prompts before "
+                         f"and {len(rows[1][0])} after: pass the same prompts on both "
+                         "sides")
     prompts = len(rows[0][0])
     rise = [sum(a[j] - b[j] for b, a in zip(*rows)) / n for j in range(prompts)]
     mean, se, t, margin = beyond_t(after, before)
@@ -138,19 +139,19 @@ def judge_collapse(before: list[float], after: list[float], seeds, lr: float,
     pass@1 only: the answers' diversity is not measured here)."""
     n = _shares("judge_collapse", seeds, before=before, after=after)
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 < lr < math.inf:
-        raise ValueError(f"judge_collapse: lr = {lr!r} must be the positive learning rate of the "
-                         "run that pushed too hard (the chapter's COLLAPSE_LR)")
+        raise ValueError(f"judge_collapse: lr = {lr!r} must be the positive learning rate "
+                         "of the run that pushed too hard (the chapter's COLLAPSE_LR)")
     mean, se, t, margin = beyond_t(before, after)
     return lesson(
         "a large step lowers pass@1 on the rewarded task", 100 * margin, "points",
-        holds=f"At a learning rate of {lr:g}, the same runs lowered **{task}**'s pass@1 from "
-              f"{points(sum(before) / n)}% to {points(sum(after) / n)}% (seeds after: "
-              f"{_each(after)}): a fall of {points(mean)} ± {points(se)} points over {n} seeds, "
-              f"clear of zero {_clear(t, n)}, on the very task the reward pays for."
+        holds=f"At a learning rate of {lr:g}, the same runs lowered **{task}**'s pass@1 "
+              f"from {points(sum(before) / n)}% to {points(sum(after) / n)}% (seeds after: "
+              f"{_each(after)}): a fall of {points(mean)} ± {points(se)} points over {n} "
+              f"seeds, clear of zero {_clear(t, n)}, on the very task the reward pays for."
               + _thin(margin, mean, "fall"),
-        fails=f"At a learning rate of {lr:g}, **{task}**'s pass@1 moved by {points(-mean)} ± "
-              f"{points(se)} points only, not a fall clear of zero {_clear(t, n)} on this "
-              "machine: the step at which pass@1 falls moves with the arithmetic.")
+        fails=f"At a learning rate of {lr:g}, **{task}**'s pass@1 moved by {points(-mean)} "
+              f"± {points(se)} points only, not a fall clear of zero {_clear(t, n)} on "
+              "this machine: the step at which pass@1 falls moves with the arithmetic.")
 
 
 def _logps(judge: str, seeds, **runs) -> int:
@@ -159,17 +160,18 @@ def _logps(judge: str, seeds, **runs) -> int:
     n = seed_count(judge, seeds, **runs)
     for name, values in runs.items():
         for i, v in enumerate(values):
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not -math.inf < v <= 0:
-                raise ValueError(f"{judge}: {name}[{i}] = {v!r} must be a log-probability, a "
-                                 "finite number <= 0: pass answer_logprob's values")
+            if (isinstance(v, bool) or not isinstance(v, numbers.Real)
+                    or not -math.inf < v <= 0):
+                raise ValueError(f"{judge}: {name}[{i}] = {v!r} must be a log-probability, "
+                                 "a finite number <= 0: pass answer_logprob's values")
     return n
 
 
 def judge_forgetting(before: list[float], after: list[float], seeds, trained: str,
                      other: str, pass1: tuple[list, list]) -> Lesson:
     """The task not rewarded (``other``) gets worse while ``trained`` is trained: the mean
-    log-probability of its reference answers (``before``, ``after``: ``answer_logprob`` per seed)
-    falls; ``pass1`` (before, after) says what its sampled pass@1 did."""
+    log-probability of its reference answers (``before``, ``after``: ``answer_logprob`` per
+    seed) falls; ``pass1`` (before, after) says what its sampled pass@1 did."""
     n = _logps("judge_forgetting", seeds, before=before, after=after)
     pass1 = _pair("judge_forgetting", "pass1", pass1)
     _shares("judge_forgetting", seeds, pass1_before=pass1[0], pass1_after=pass1[1])
@@ -179,14 +181,14 @@ def judge_forgetting(before: list[float], after: list[float], seeds, trained: st
             f"{points(sum(pass1[1]) / n)}% (seeds after: {_each(pass1[1])}).")
     return lesson(
         "the task not rewarded gets worse", margin, "nats",
-        holds=f"Nothing rewarded **{other}**, and the log-probability of its reference answers "
-              f"fell from {sum(before) / n:.2f} to {sum(after) / n:.2f} nats on average, in "
-              f"{falls} of {n} seeds (a fall of {mean:.2f} ± {se:.2f} nats, clear of zero "
-              f"{_clear(t, n)}: the reference answers became e^{mean:.2f} ≈ "
+        holds=f"Nothing rewarded **{other}**, and the log-probability of its reference "
+              f"answers fell from {sum(before) / n:.2f} to {sum(after) / n:.2f} nats on "
+              f"average, in {falls} of {n} seeds (a fall of {mean:.2f} ± {se:.2f} nats, "
+              f"clear of zero {_clear(t, n)}: the reference answers became e^{mean:.2f} ≈ "
               f"{math.exp(mean):.1f} times less likely, a geometric mean over them) "
               f"while **{trained}** was trained. {told}",
-        fails=f"**{other}**, not rewarded: the log-probability of its reference answers moved by "
-              f"{-mean:.2f} ± {se:.2f} nats only ({sum(before) / n:.2f} → "
+        fails=f"**{other}**, not rewarded: the log-probability of its reference answers "
+              f"moved by {-mean:.2f} ± {se:.2f} nats only ({sum(before) / n:.2f} → "
               f"{sum(after) / n:.2f}), not a fall clear of zero {_clear(t, n)} on this "
               f"machine: a short run drifts little from where it started. {told}")
 
@@ -223,14 +225,15 @@ def judge_opening(before: list[list[float]], after: list[list[float]],
                kl_run=kl[0], kl_control=kl[1])
     for name, values in (("kl run", kl[0]), ("kl control", kl[1])):
         for i, v in enumerate(values):
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 <= v < math.inf:
-                raise ValueError(f"judge_opening: {name}[{i}] = {v!r} must be a KL, a finite "
-                                 "number >= 0 (next_token_kl's nats)")
+            if (isinstance(v, bool) or not isinstance(v, numbers.Real)
+                    or not 0 <= v < math.inf):
+                raise ValueError(f"judge_opening: {name}[{i}] = {v!r} must be a KL, a "
+                                 "finite number >= 0 (next_token_kl's nats)")
     drift, moved, bounds = [], [], []
     for s, (b, a, c) in enumerate(zip(before, after, control)):
         if not len(b) == len(a) == len(c) >= 2:
-            raise ValueError(f"judge_opening: before[{s}], after[{s}] and control[{s}] hold "
-                             f"{len(b)}, {len(a)} and {len(c)} shares: pass one per "
+            raise ValueError(f"judge_opening: before[{s}], after[{s}] and control[{s}] "
+                             f"hold {len(b)}, {len(a)} and {len(c)} shares: pass one per "
                              "held-out prompt, the same prompts on every side (at least "
                              "two)")
         _shares("judge_opening", range(len(b)), **{f"before[{s}]": b, f"after[{s}]": a,
@@ -292,9 +295,9 @@ def drift_text(before: list[float], after: list[float], right: list[dict], seeds
     for s, counts in enumerate(right):
         if (not isinstance(counts, dict) or set(counts) != {"courteous", "rude"}
                 or any(c[1] < 1 or not 0 <= c[0] <= c[1] for c in counts.values())):
-            raise ValueError(f"drift_text: right[{s}] = {counts!r} must be right_by_opening's "
-                             "{opening: (right, answers)}, both openings answered at least "
-                             "once")
+            raise ValueError(f"drift_text: right[{s}] = {counts!r} must be "
+                             "right_by_opening's {opening: (right, answers)}, both "
+                             "openings answered at least once")
         rate = {style: r / total for style, (r, total) in counts.items()}
         rates.append(rate)
         gaps.append(rate["courteous"] - rate["rude"])
@@ -319,22 +322,22 @@ def drift_text(before: list[float], after: list[float], right: list[dict], seeds
     down = sum(a < b for b, a in zip(before, after))
     if (up == n or down == n) and n > 1:
         side = "courteous" if up == n else "rude"
-        way = (f"All {n} runs moved the share the same way, toward the {side} opening. Were "
-               "each seed's direction a fair coin, as a walk with no pull would make it, "
-               f"{n} alike would come by chance {2 ** (1 - n):.1%} of the time: the reading "
-               "alone does not account for it")
+        way = (f"All {n} runs moved the share the same way, toward the {side} opening. "
+               "Were each seed's direction a fair coin, as a walk with no pull would make "
+               f"it, {n} alike would come by chance {2 ** (1 - n):.1%} of the time: the "
+               "reading alone does not account for it")
         if side_margin > 0:
             way += (", and the gap in accuracy points " +
                     ("the same way." if favoured == side else "the other way."))
         else:
-            way += (f"; were it seen on more seeds, something this chapter does not measure "
-                    f"would favour the {side} opening.")
+            way += ("; were it seen on more seeds, something this chapter does not "
+                    f"measure would favour the {side} opening.")
     elif up and down:
         way = (f"The runs moved the share each seed its own way: {up} toward the courteous "
                f"opening, {down} toward the rude one, as a walk with no pull would.")
     else:
-        way = (f"The runs moved the share toward the courteous opening in {up} seeds, toward "
-               f"the rude one in {down}, and not at all in {n - up - down}.")
+        way = (f"The runs moved the share toward the courteous opening in {up} seeds, "
+               f"toward the rude one in {down}, and not at all in {n - up - down}.")
     return premise + " " + way
 
 
@@ -386,12 +389,13 @@ def brake_text(lr: float, beta: float, plain: dict, braked: dict, task: str) -> 
     if isinstance(kl, bool) or not isinstance(kl, numbers.Real) or not 0 <= kl < math.inf:
         raise ValueError(f"brake_text: braked['kl'] = {kl!r} must be a KL, a finite number "
                          ">= 0 (nats a token)")
-    text = (f"At a learning rate of {lr:g}, one seed: without a penalty, **{task}**'s pass@1 "
-            f"ended at {points(one)}%; with β = {beta:g}, at {points(other)}%, its KL to "
-            f"the SFT model {kl:.3f} nats a token over the last steps. ")
+    text = (f"At a learning rate of {lr:g}, one seed: without a penalty, **{task}**'s "
+            f"pass@1 ended at {points(one)}%; with β = {beta:g}, at {points(other)}%, its "
+            f"KL to the SFT model {kl:.3f} nats a token over the last steps. ")
     if other - one >= SLOWED:
         return text + ("On this seed the penalty slowed the fall (one run: a sign, not a "
-                       "measurement); it cannot remove the cause, the step that is too large.")
+                       "measurement); it cannot remove the cause, the step that is too "
+                       "large.")
     if one - other >= SLOWED:
         return text + ("On this seed pass@1 fell further with the penalty (one run: a "
                        "sign, not a measurement).")
@@ -428,12 +432,12 @@ def sampling_text(greedy: dict, pass1: dict, pass_k: dict, k: int) -> str:
         above.append(g > one)
     text = "Averaged over the seeds, " + "; ".join(parts) + ". "
     if all(above):
-        text += ("Greedy decoding beats one sample: at temperature 1 a sample sometimes takes a "
-                 "character the model thought less likely, and one wrong character fails the "
-                 "answer. ")
-    return text + (f"pass@{k} is the share of prompts the model *can* answer within {k} tries; "
-                   f"where it is above pass@1, right answers are there to be sampled and "
-                   "rewarded.")
+        text += ("Greedy decoding beats one sample: at temperature 1 a sample sometimes "
+                 "takes a character the model thought less likely, and one wrong character "
+                 "fails the answer. ")
+    return text + (f"pass@{k} is the share of prompts the model *can* answer within {k} "
+                   "tries; where it is above pass@1, right answers are there to be sampled "
+                   "and rewarded.")
 
 
 def collapse_text(seed: int, shown: dict[str, tuple[list[str], list[float]]]) -> str:
@@ -444,17 +448,17 @@ def collapse_text(seed: int, shown: dict[str, tuple[list[str], list[float]]]) ->
     gradient" only where the later model's rewards are all equal (as one group)."""
     if len(shown) < 2 or any(len(texts) != len(rewards) or not texts
                              for texts, rewards in shown.values()):
-        raise ValueError(f"collapse_text: shown holds {len(shown)} model(s): pass at least two, "
-                         "each with one reward per answer text")
+        raise ValueError(f"collapse_text: shown holds {len(shown)} model(s): pass at least "
+                         "two, each with one reward per answer text")
     (first, (texts, rewards)), (last, (texts_after, rewards_after)) = (
         list(shown.items())[0], list(shown.items())[-1])
 
     def commonest(answers: list[str]) -> int:
         return max(answers.count(a) for a in answers)
 
-    text = (f"Seed {seed}'s {len(texts)} answers to one held-out prompt: the {first} model wrote "
-            f"{len(set(texts))} different answers, {sum(r > 0 for r in rewards):.0f} of them "
-            f"right, its commonest {commonest(texts)} times; the {last} model "
+    text = (f"Seed {seed}'s {len(texts)} answers to one held-out prompt: the {first} model "
+            f"wrote {len(set(texts))} different answers, {sum(r > 0 for r in rewards):.0f} "
+            f"of them right, its commonest {commonest(texts)} times; the {last} model "
             f"{len(set(texts_after))}, {sum(r > 0 for r in rewards_after):.0f} right, its "
             f"commonest {commonest(texts_after)} times.")
     if (2 * len(set(texts_after)) <= len(set(texts))
@@ -467,8 +471,8 @@ def collapse_text(seed: int, shown: dict[str, tuple[list[str], list[float]]]) ->
 
 
 def groups_text(per_group: dict[str, list[int]], group: int) -> str:
-    """What one batch's groups say, task by task: ``per_group`` maps each task to its groups'
-    numbers of right answers (out of ``group``)."""
+    """What one batch's groups say, task by task: ``per_group`` maps each task to its
+    groups' numbers of right answers (out of ``group``)."""
     if (isinstance(group, bool) or not isinstance(group, numbers.Integral) or group < 2
             or not per_group or any(not counts for counts in per_group.values())):
         raise ValueError(f"groups_text: group={group!r} must be a whole number >= 2 and "
@@ -485,13 +489,13 @@ def groups_text(per_group: dict[str, list[int]], group: int) -> str:
         parts.append(f"**{task}** (mean reward {sum(counts) / (group * len(counts)):.2f}): "
                      f"{right + wrong} of its {len(counts)} groups unanimous, {right} all "
                      f"right and {wrong} all wrong")
-    text = ("In this batch, " + "; ".join(parts) + ". A unanimous group's samples are spent "
-            "for nothing: its advantages are 0.")
+    text = ("In this batch, " + "; ".join(parts) + ". A unanimous group's samples are "
+            "spent for nothing: its advantages are 0.")
     starved = [t for t, counts in per_group.items() if sum(counts) <= len(counts)]
     if starved:
         text += (f" **{starved[0]}**, which the model almost never solves, gives almost no "
-                 "signal: reinforcement learning sharpens what the model can already do; it "
-                 "does not teach from zero.")
+                 "signal: reinforcement learning sharpens what the model can already do; "
+                 "it does not teach from zero.")
     return text
 
 

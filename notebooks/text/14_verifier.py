@@ -623,7 +623,9 @@ display(Markdown(timing))
 # linearly to zero over the run (transformers' schedule), where `train_grpo` keeps it
 # constant; and its mask ends each answer at the first `<|endoftext|>`, here the padding
 # after the newline, so its loss also counts that token, where `train_grpo`'s ends at the
-# newline.
+# newline. Both keep GPT-2's dropout of 0.1: off while the answers are sampled, on in the
+# updates (TRL's `disable_dropout=False`), so here, unlike on the assistant, the gradient
+# is that of a dropout-perturbed $\log \pi$ (section 14.3).
 
 # %%
 from gpt_from_scratch.book.verifier_online import online_run  # noqa: E402
