@@ -397,7 +397,7 @@ for task in TASKS:  # before -> after, in percent
         print(f"seed {seed:<4}" + "".join(f"{100 * x:6.1f}->{100 * y:<5.1f}"
                                           for x, y in pairs))
 
-# %% tags=["remove-input"] mystnb={"figure": {"caption": "Each GRPO run's mean reward per step and its share of mixed groups (running means over 10 steps).", "name": "fig-grpo-reward"}, "image": {"alt": "Two panels of three curves against the step: the reward, and the share of mixed groups."}}
+# %% tags=["remove-input"] mystnb={"figure": {"caption": "Each GRPO run's mean reward per step and its share of mixed groups (running means over 10 steps).", "name": "fig-grpo-reward"}, "image": {"alt": "Two panels of six curves against the step: the reward, and the share of mixed groups."}}
 fig, axes = plt.subplots(2, 1, figsize=(5.2, 6), sharex=True)
 kernel = torch.ones(1, 1, 10) / 10
 for seed in SEEDS:
@@ -406,7 +406,7 @@ for seed in SEEDS:
         ax.plot(range(10, len(values) + 1), smooth, label=f"seed {seed}")
 axes[0].set(ylabel="mean reward")
 axes[1].set(xlabel="step", ylabel="share of mixed groups")
-axes[0].legend()
+axes[0].legend(ncol=2, fontsize="small")
 fig.tight_layout()
 plt.show()
 
@@ -415,8 +415,9 @@ plt.show()
 # deviation over $\sqrt{6}$): how far the mean of six such runs on these prompts could
 # move, not the spread of one run. It leaves out the choice of the prompts, the same in
 # every seed: another set would move each seed's pass@1 by a few points more. So the rise
-# is also bounded by a bootstrap over the prompts, paired by seed: each resample draws 40
-# of the prompts with replacement, the same ones for every seed, and takes the mean rise.
+# is also bounded by a bootstrap over the prompts, paired by seed: each resample draws
+# `N_HELD_OUT` of the prompts with replacement, the same ones for every seed, and takes the
+# mean rise.
 # The lesson holds when both lower bounds are above zero. Each prompt's pass@1 comes from
 # the very answers `sampled_scores` counted: `sampled_answers` samples them again with the
 # same generator and keeps them prompt by prompt.
@@ -459,10 +460,10 @@ hot = {seed: sampled_scores(collapsed[seed][0], tok, held_task, N_SAMPLES, K,
                             seed=seed)[TASK] for seed in COLLAPSE_SEEDS}
 for seed in COLLAPSE_SEEDS:
     print(f"seed {seed}: {TASK} pass@1 {before[seed][TASK]['pass@1']:.1%} -> "
-          f"{hot[seed]['pass@1']:.1%}\n  stop rate {hot[seed]['stop']:.1%}, reward over "
-          f"the last 10 steps {sum(collapsed[seed][2].reward[-10:]) / 10:.2f}")
+          f"{hot[seed]['pass@1']:.1%}\n  stop rate {hot[seed]['stop']:.1%}, last 10 "
+          f"steps' reward {sum(collapsed[seed][2].reward[-10:]) / 10:.2f}")
 one_prompt, one_reward = prompts_and_reward(held_task[:1], tok)  # one prompt, 6 answers
-print(f"\n{held_task[0].prompt!r} -> {held_task[0].answer!r}")
+print(f"\n{held_task[0].prompt} -> {held_task[0].answer!r}")
 shown = {}
 for name, m in (("SFT", sft[SEEDS[0]]), ("large-step", collapsed[SEEDS[0]][0])):
     g = torch.Generator().manual_seed(0)
@@ -487,8 +488,8 @@ display(Markdown(found[-1].text))
 # \pi_{\text{ref}})$ toward the SFT model, estimated per token with Schulman's $k_3$
 # {cite}`schulman2020kl`:
 #
-# $$k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - \log \frac{\pi_{\text{ref}}}{\pi_\theta}
-# - 1 \ge 0.$$
+# $$k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - \log \frac{\pi_{\text{ref}}}{\pi_\theta} - 1
+# \ge 0.$$
 #
 # The code (`grpo_loss` with `beta > 0`) adds $\beta\,\rho_{i,t}\,k_3$ to each token's loss:
 # $k_3$ times the same ratio $\rho$ as the clip's, as TRL does by default
@@ -547,9 +548,9 @@ display(Markdown(found[-1].text))
 # with its sign drawn at random: every weight moves as far as in the run, in no direction
 # the run's gradients chose. What it rules out is narrow, and `next_token_kl` says how
 # narrow: the KL of each model's next-token law from the SFT model's, averaged over the
-# answers' positions of the held-out "Last word" conversations. A control that barely
-# moves the outputs, when passed, says that training changed the model, not that this
-# reward did something to the opening that any other would not.
+# answers' positions of the held-out "Last word" conversations. Where the control moves
+# the outputs far less than the run, passing it says that training changed the model, not
+# that this reward did something to the opening that any other would not.
 
 # %%
 every_task = [i for i in items["held_out"] if i.task == TASK]
