@@ -102,14 +102,14 @@ COLLAPSE_STEPS, COLLAPSE_LR, BETA = 60, 1e-3, 0.1  # the step too large; the KL 
 N_HELD_OUT = 100 if FULL_RUN else 40  # held-out prompts per task, as Chapter 12
 N_SAMPLES, K = 8, 8  # samples per held-out prompt, and the k of pass@k
 N_PREMISE, PREMISE_SAMPLES = 64, 16  # training prompts, answers each: the reading's premise
-# Time, measured on one thread of a 2-core AVX-512 CPU: a 200-step GRPO run 70 CPU-s, a
-# 60-step one at COLLAPSE_LR 20 (25 with the KL term), an assistant of seeds 3 to 5 70:
-# thirteen runs, 15 CPU-minutes, trained once (`make test` trains them beside the unit
+# Time, measured on one thread of a 2-core AVX-512 CPU: a 200-step GRPO run 90 CPU-s, a
+# 60-step one at COLLAPSE_LR 20 (25 with the KL term), an assistant of seeds 3 to 5 55:
+# thirteen runs, 13 CPU-minutes, trained once (`make test` trains them beside the unit
 # tests) and read from the cache after that. Then the chapter is its evaluations: about
-# four minutes. A fresh Colab CPU runtime (2 cores) has nothing cached: before its own runs
-# it trains what it reads, Chapter 6's character model and Chapter 12's three assistants
-# (those chapters take about 4 and 3 minutes on 2 cores, training included: *For
-# instructors*), so its first run takes 20 to 25 minutes.
+# three minutes. A fresh Colab CPU runtime (2 cores) has nothing cached: before its own
+# runs it trains what it reads, Chapter 6's character model and Chapter 12's three
+# assistants (those chapters take about 4 and 3 minutes on 2 cores, training included:
+# *For instructors*), so its first run takes 20 to 25 minutes.
 
 # %% [markdown]
 # ## 14.1 Rewards a program computes
@@ -394,8 +394,8 @@ for task in TASKS:  # before -> after, in percent
         b, a = before[seed][task], after[seed][task]
         pairs = [(greedy_before[seed][task]["exact"], greedy_after[seed][task]["exact"]),
                  (b["pass@1"], a["pass@1"]), (b[f"pass@{K}"], a[f"pass@{K}"])]
-        print(f"seed {seed:<4}" + "".join(f"{100 * x:6.1f}->{100 * y:<5.1f}"
-                                          for x, y in pairs))
+        print((f"seed {seed:<4}" + "".join(f"{100 * x:6.1f}->{100 * y:<5.1f}"
+                                           for x, y in pairs)).rstrip())
 
 # %% tags=["remove-input"] mystnb={"figure": {"caption": "Each GRPO run's mean reward per step and its share of mixed groups (running means over 10 steps).", "name": "fig-grpo-reward"}, "image": {"alt": "Two panels of six curves against the step: the reward, and the share of mixed groups."}}
 fig, axes = plt.subplots(2, 1, figsize=(5.2, 6), sharex=True)
@@ -548,7 +548,7 @@ display(Markdown(found[-1].text))
 # with its sign drawn at random: every weight moves as far as in the run, in no direction
 # the run's gradients chose. What it rules out is narrow, and `next_token_kl` says how
 # narrow: the KL of each model's next-token law from the SFT model's, averaged over the
-# answers' positions of the held-out "Last word" conversations. Where the control moves
+# answers' positions of section 14.1's held-out "Last word" conversations. Where the control moves
 # the outputs far less than the run, passing it says that training changed the model, not
 # that this reward did something to the opening that any other would not.
 
@@ -558,8 +558,8 @@ controls = {seed: same_size_change(sft[seed], runs[seed], seed=seed) for seed in
 odds_before = [courteous_odds(sft[seed], tok, every_task).tolist() for seed in SEEDS]
 odds_after = [courteous_odds(runs[seed], tok, every_task).tolist() for seed in SEEDS]
 odds_control = [courteous_odds(controls[seed], tok, every_task).tolist() for seed in SEEDS]
-kl_run = [next_token_kl(runs[seed], sft[seed], tok, every_task) for seed in SEEDS]
-kl_control = [next_token_kl(controls[seed], sft[seed], tok, every_task) for seed in SEEDS]
+kl_run = [next_token_kl(runs[seed], sft[seed], tok, held_task) for seed in SEEDS]
+kl_control = [next_token_kl(controls[seed], sft[seed], tok, held_task) for seed in SEEDS]
 print("KL from the SFT model, nats a position:")
 for seed, run_kl, control_kl in zip(SEEDS, kl_run, kl_control):
     print(f"seed {seed}: run {run_kl:.4f}, control {control_kl:.5f}")
