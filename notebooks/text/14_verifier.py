@@ -548,9 +548,9 @@ display(Markdown(found[-1].text))
 # with its sign drawn at random: every weight moves as far as in the run, in no direction
 # the run's gradients chose. What it rules out is narrow, and `next_token_kl` says how
 # narrow: the KL of each model's next-token law from the SFT model's, averaged over the
-# answers' positions of section 14.1's held-out "Last word" conversations. Where the control moves
-# the outputs far less than the run, passing it says that training changed the model, not
-# that this reward did something to the opening that any other would not.
+# answers' positions of section 14.1's held-out "Last word" conversations. Where the
+# control moves the outputs far less than the run, passing it says that training changed
+# the model, not that this reward did something to the opening that any other would not.
 
 # %%
 every_task = [i for i in items["held_out"] if i.task == TASK]
