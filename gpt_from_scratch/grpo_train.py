@@ -1,10 +1,11 @@
 """Chapter 14 — the GRPO loop: sample groups of answers, score them, update the policy.
 
-``sample_groups`` answers each prompt G times with Chapter 7's KV cache (``new_kv_cache`` and
-``next_token``), stopping once every row has written the end token; ``train_grpo`` scores the
-answers with a reward function, turns the rewards into group advantages and takes one or more
-clipped updates per batch (``grpo.grpo_loss``), with AdamW and gradient clipping, as TRL's
-``GRPOTrainer`` does with its defaults (``num_iterations=1``: one update, so the ratio is 1).
+``sample_groups`` answers each prompt G times with Chapter 7's KV cache (``new_kv_cache``
+and ``next_token``), stopping once every row has written the end token; ``train_grpo``
+scores the answers with a reward function, turns the rewards into group advantages and takes
+one or more clipped updates per batch (``grpo.grpo_loss``), with AdamW and gradient
+clipping, as TRL's ``GRPOTrainer`` does with its defaults (``num_iterations=1``: one update,
+so the ratio is 1).
 """
 
 from __future__ import annotations
@@ -42,21 +43,24 @@ def _check_end_id(function: str, end_id, vocab_size: int) -> int:
 
 @torch.no_grad()
 def sample_groups(model: nn.Module, prompts: Tensor, group_size: int, max_new_tokens: int,
-                  end_id: int, temperature: float = 1.0, generator: torch.Generator | None = None
+                  end_id: int, temperature: float = 1.0,
+                  generator: torch.Generator | None = None
                   ) -> tuple[Tensor, Tensor]:
-    """``group_size`` sampled completions of each of the B prompts (B, P), all of one length:
-    ``(completions, mask)``, both (B * G, C), the G answers of a prompt side by side. ``mask`` is
-    1 up to and including a row's first ``end_id``; after it the row holds ``end_id``. Sampling
-    stops once every row has ended, so C <= ``max_new_tokens``. The window is never slid."""
+    """``group_size`` sampled completions of each of the B prompts (B, P), all of one
+    length: ``(completions, mask)``, both (B * G, C), the G answers of a prompt side by
+    side. ``mask`` is 1 up to and including a row's first ``end_id``; after it the row holds
+    ``end_id``. Sampling stops once every row has ended, so C <= ``max_new_tokens``. The
+    window is never slid."""
     if not isinstance(prompts, Tensor) or prompts.dim() != 2 or prompts.is_floating_point():
-        raise ValueError("sample_groups: prompts must be a (B, P) tensor of token ids, prompts "
-                         "of one length: pass torch.tensor([ids_1, ids_2, ...])")
+        raise ValueError("sample_groups: prompts must be a (B, P) tensor of token ids, "
+                         "prompts of one length: pass torch.tensor([ids_1, ids_2, ...])")
     G = check_int("sample_groups", "group_size", group_size, minimum=1)
     max_new_tokens = check_int("sample_groups", "max_new_tokens", max_new_tokens, minimum=1)
     temperature = check_temperature("sample_groups", temperature)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ValueError(f"sample_groups: generator={generator!r:.40} must be a "
-                         "torch.Generator: pass torch.Generator().manual_seed(seed), or None")
+                         "torch.Generator: pass torch.Generator().manual_seed(seed), or "
+                         "None")
     end_id = _check_end_id("sample_groups", end_id, model.config.vocab_size)
     T_max = model.config.context_length
     if prompts.shape[1] + max_new_tokens > T_max:
@@ -87,7 +91,7 @@ class GRPOHistory:
     reward: list[float] = field(default_factory=list)  # each step's mean reward
     mixed: list[float] = field(default_factory=list)  # share of groups with unequal rewards
     loss: list[float] = field(default_factory=list)  # each step's last update's loss
-    clipped: list[float] = field(default_factory=list)  # share of tokens clipped, over updates
+    clipped: list[float] = field(default_factory=list)  # share of tokens clipped, by update
     kl: list[float] = field(default_factory=list)  # mean per-token KL term (beta > 0 only)
 
 
@@ -97,7 +101,8 @@ def _same_length_batch(prompts: list[list[int]], batch_size: int, g: torch.Gener
     length of a first prompt drawn at random (so a batch needs no padding)."""
     first = int(torch.randint(len(prompts), (1,), generator=g))
     alike = [i for i, p in enumerate(prompts) if len(p) == len(prompts[first])]
-    return [alike[j] for j in torch.randint(len(alike), (batch_size,), generator=g).tolist()]
+    return [alike[j]
+            for j in torch.randint(len(alike), (batch_size,), generator=g).tolist()]
 
 
 def _check_prompts(prompts, vocab_size: int) -> None:
@@ -108,7 +113,8 @@ def _check_prompts(prompts, vocab_size: int) -> None:
                          "prompts (of a tensor, prompts.tolist())")
     if not prompts or any(not p for p in prompts):
         raise ValueError("train_grpo: prompts is empty or holds an empty prompt: pass the "
-                         "rendered prompts (render(messages, add_generation_prompt=True)[0])")
+                         "rendered prompts (render(messages, "
+                         "add_generation_prompt=True)[0])")
     ids = [t for p in prompts for t in p]
     if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in ids):
         raise ValueError("train_grpo: prompts must hold token ids, ints: pass the rendered "
@@ -126,7 +132,8 @@ def _check_train_options(policy, prompts, reward, end_id, max_new_tokens, temper
             or not 0 < clip < math.inf):
         raise ValueError(f"train_grpo: clip={clip!r} must be a finite number > 0: it caps "
                          "the gradient's norm (clip_grad_norm_); 1.0 is the default")
-    check_float("train_grpo", "epsilon", epsilon, 0.0, 1.0, low_open=True)  # before sampling
+    check_float("train_grpo", "epsilon", epsilon, 0.0, 1.0,
+                low_open=True)  # before sampling
     _check_prompts(prompts, policy.config.vocab_size)
     if not callable(reward):
         raise ValueError(f"train_grpo: reward={reward!r} must be a function "
@@ -136,16 +143,17 @@ def _check_train_options(policy, prompts, reward, end_id, max_new_tokens, temper
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"train_grpo: loss_type={loss_type!r} must be one of {LOSS_TYPES}")
     if scale not in ("group", None):
-        raise ValueError(f"train_grpo: scale={scale!r} must be 'group' or None (the mean only)")
+        raise ValueError(f"train_grpo: scale={scale!r} must be 'group' or None (the mean "
+                         "only)")
     if beta > 0 and (reference is None or reference is policy):
-        raise ValueError(f"train_grpo: beta={beta:g} > 0 needs a frozen reference other than "
-                         "the policy: pass reference=copy.deepcopy(policy), made before "
-                         "training, or beta=0")
+        raise ValueError(f"train_grpo: beta={beta:g} > 0 needs a frozen reference other "
+                         "than the policy: pass reference=copy.deepcopy(policy), made "
+                         "before training, or beta=0")
     if beta > 0 and reference.config.vocab_size != policy.config.vocab_size:
         raise ValueError(f"train_grpo: the reference reads {reference.config.vocab_size} "
-                         f"tokens, the policy {policy.config.vocab_size}: the KL term compares "
-                         "the same tokens' log-probabilities; pass a copy of the policy made "
-                         "before training (copy.deepcopy(policy))")
+                         f"tokens, the policy {policy.config.vocab_size}: the KL term "
+                         "compares the same tokens' log-probabilities; pass a copy of the "
+                         "policy made before training (copy.deepcopy(policy))")
     T_max, longest = policy.config.context_length, max(len(p) for p in prompts)
     if longest >= T_max:
         raise ValueError(f"train_grpo: the longest prompt is {longest} tokens and the "
@@ -193,10 +201,12 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
     were sampled with, where the clip can bind. The answers are sampled and scored in eval
     mode, the updates run in training mode (dropout on, as in TRL, whose ``disable_dropout``
     is off by default): on-policy the ratio is still exactly 1, ``old_logps`` being the
-    update's own ``logps.detach()``; the book's models have no dropout. The policy ends in
-    eval mode. An update after which the loss or the logits are no longer finite (too large
-    an ``lr``) raises a ``FloatingPointError``, the policy put back to its weights from
-    before that update.
+    update's own ``logps.detach()``, but where the model has dropout the gradient is that of
+    a dropout-perturbed log-probability, not of the sampler's. Chapter 12's assistants have
+    none; GPT-2 from ``hf_weights.from_pretrained`` keeps its 0.1 (Chapter 14's Colab
+    track). The policy ends in eval mode. An update after which the loss or the logits are
+    no longer finite (too large an ``lr``) raises a ``FloatingPointError``, the policy put
+    back to its weights from before that update.
     """
     steps = check_int("train_grpo", "steps", steps, minimum=1)
     batch_size = check_int("train_grpo", "batch_size", batch_size, minimum=1)
@@ -231,14 +241,17 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
             raise _diverged(policy, trainable, before, step, lr,
                             "the logits of its answers are not finite") from error
         owners = [r for r in rows for _ in range(group_size)]  # (N,) prompt of each row
-        rewards = torch.tensor([check_reward(reward(r, c[m.bool()].tolist()), n) for n, (r, c, m)
+        rewards = torch.tensor([check_reward(reward(r, c[m.bool()].tolist()), n)
+                                for n, (r, c, m)
                                 in enumerate(zip(owners, completions, mask))],
                                device=device)  # (N,)
         advantages = group_advantages(rewards, group_size, scale)  # (N,)
         idx = prompt_ids.repeat_interleave(group_size, dim=0)  # (N, P)
         with torch.no_grad(), eval_mode(policy):
-            old = completion_logps(policy, idx, completions, temperature) if updates > 1 else None
-            ref = completion_logps(reference, idx, completions, temperature) if beta > 0 else None
+            old = (completion_logps(policy, idx, completions, temperature)
+                   if updates > 1 else None)
+            ref = (completion_logps(reference, idx, completions, temperature)
+                   if beta > 0 else None)
         policy.train()
         clipped, kl = [], []
         for _ in range(updates):

@@ -182,15 +182,53 @@ def test_answer_logprob_is_the_log_of_either_openings_probability():
 
 
 # ---------------------------------------------------------------- the lessons
+KL = ([0.08] * 3, [0.001] * 3)  # the runs' and the controls' KL from the SFT model
+
+
+def gain(before, after, k=([0.8] * 3, [0.85] * 3), by_prompt=None):
+    """judge_gain on three seeds, each prompt's pass@1 its seed's (no prompt varies)."""
+    by_prompt = by_prompt or ([[v] * 4 for v in before], [[v] * 4 for v in after])
+    return prose.judge_gain(before, after, k, 8, (0, 1, 2), "Last word", by_prompt)
+
+
 def test_a_gain_in_every_seed_holds_and_a_mixed_one_does_not():
-    k = ([0.8, 0.85, 0.9], [0.85, 0.9, 0.9])
-    held = prose.judge_gain([0.60, 0.65, 0.70], [0.66, 0.72, 0.76], k, 8, (0, 1, 2), "Last word")
-    assert held.holds and "rose" in held.text and "Student's t over 3 paired seeds (2.92" in held.text
-    mixed = prose.judge_gain([0.60, 0.65, 0.70], [0.70, 0.60, 0.72], k, 8, (0, 1, 2), "Last word")
-    assert not mixed.holds and "not clear of zero at the one-sided 95% level" in mixed.text
+    held = gain([0.60, 0.65, 0.70], [0.66, 0.72, 0.76])
+    assert held.holds and "clear of zero both ways" in held.text
+    assert "(Student's t: 2.92 standard errors, 3 paired seeds)" in held.text
+    mixed = gain([0.60, 0.65, 0.70], [0.70, 0.60, 0.72])
+    assert not mixed.holds and "not both above zero on this machine" in mixed.text
     # 2.17 standard errors: clear of two, not of t's 2.92 for three seeds
-    near = prose.judge_gain([0.6, 0.6, 0.6], [0.62, 0.7, 0.78], k, 8, (0, 1, 2), "Last word")
+    near = gain([0.6, 0.6, 0.6], [0.62, 0.7, 0.78])
     assert not near.holds and near.margin == pytest.approx(100 * (0.1 - 2.919986 * 0.08 / 3 ** 0.5))
+
+
+def test_the_gain_must_also_clear_a_bootstrap_over_the_prompts():
+    """Every seed rises alike (t clears), but only on one prompt of four: another choice of
+    prompts could show no rise, and the bootstrap's lower bound says so."""
+    before = [[0.5, 0.5, 0.5, 0.5]] * 3
+    after = [[0.5, 0.5, 0.5, 0.9], [0.5, 0.5, 0.5, 0.94], [0.5, 0.5, 0.5, 0.86]]
+    one = gain([0.5] * 3, [sum(a) / 4 for a in after], by_prompt=(before, after))
+    t_margin = lessons.beyond_t([sum(a) / 4 for a in after], [0.5] * 3)[3]
+    assert t_margin > 0 and not one.holds  # t alone would have said it holds
+    assert one.margin == pytest.approx(100 * lessons.paired_bootstrap(
+        [sum(a[j] - 0.5 for a in after) / 3 for j in range(4)]))
+    spread = [[0.5 + d] * 4 for d in (0.1, 0.12, 0.08)]  # every prompt rose
+    assert gain([0.5] * 3, [sum(a) / 4 for a in spread], by_prompt=(before, spread)).holds
+
+
+def test_the_gain_refuses_per_prompt_values_that_are_not_the_same_answers():
+    with pytest.raises(ValueError, match=r"seed 1's per-prompt pass@1 after averages "
+                                         r"0.600000, its pass@1 is 0.700000"):
+        gain([0.5] * 3, [0.7] * 3, by_prompt=([[0.5] * 4] * 3, [[0.7] * 4, [0.6] * 4,
+                                                                [0.7] * 4]))
+    with pytest.raises(ValueError, match=r"by_prompt's before holds \[4, 3, 4\] prompts"):
+        gain([0.5] * 3, [0.7] * 3, by_prompt=([[0.5] * 4, [0.5] * 3, [0.5] * 4],
+                                               [[0.7] * 4] * 3))
+    with pytest.raises(ValueError, match=r"4 prompts before and 2 after"):
+        gain([0.5] * 3, [0.7] * 3, by_prompt=([[0.5] * 4] * 3, [[0.7] * 2] * 3))
+    with pytest.raises(ValueError, match=r"by_prompt after\[0\]\[1\] = 70 must be a share"):
+        gain([0.5] * 3, [0.7] * 3,
+             by_prompt=([[0.5] * 2] * 3, [[0.7, 70]] + [[0.7] * 2] * 2))
 
 
 def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
@@ -206,13 +244,14 @@ def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
     odds = [[0.5, 0.52, 0.47, 0.5]] * 3
     control = [[0.45, 0.55, 0.5, 0.5]] * 3  # an equal random change: a little off 50/50
     drifted = prose.judge_opening(odds, [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7],
-                                         [0.2, 0.3, 0.25, 0.1]], control, seeds, sampled)
+                                         [0.2, 0.3, 0.25, 0.1]], control, seeds, sampled,
+                                  KL)
     assert drifted.holds and "went from 49.8, 49.8, 49.8% to 12.5, 83.8, 21.2%" in drifted.text
     assert "changed that distance by 1.2, 1.2, 1.2 points" in drifted.text and "bootstrap over the prompts" in drifted.text
     one_stayed = [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7], [0.5, 0.6, 0.45, 0.5]]
-    assert not prose.judge_opening(odds, one_stayed, control, seeds, sampled).holds
+    assert not prose.judge_opening(odds, one_stayed, control, seeds, sampled, KL).holds
     as_far = [[0.1, 0.2, 0.05, 0.15]] * 3  # the control moved as far as the runs: no finding
-    assert not prose.judge_opening(odds, as_far, as_far, seeds, sampled).holds
+    assert not prose.judge_opening(odds, as_far, as_far, seeds, sampled, KL).holds
 
 
 @pytest.mark.parametrize("values, match", [
@@ -223,7 +262,7 @@ def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
 def test_a_lesson_refuses_values_that_are_not_one_share_per_seed(values, match):
     with pytest.raises(ValueError, match=match):
         prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2]] * 3, [[0.4, 0.5]] * 3, (0, 1, 2),
-                            ([0.1] * 3, values))
+                            ([0.1] * 3, values), KL)
 
 
 @pytest.mark.parametrize("values, match", [
@@ -241,18 +280,19 @@ def test_the_opening_needs_the_same_prompts_before_and_after():
     control = [[0.4, 0.5]] * 3
     with pytest.raises(ValueError, match=r"before\[1\], after\[1\] and control\[1\] hold 2, 3 and 2"):
         prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2], [0.1, 0.2, 0.3], [0.1, 0.2]],
-                            control, (0, 1, 2), ([0.5] * 3, [0.1] * 3))
+                            control, (0, 1, 2), ([0.5] * 3, [0.1] * 3), KL)
     with pytest.raises(ValueError, match=r"after\[0\]\[1\] = 1.5 must be a share"):
         prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 1.5]] * 3, control, (0, 1, 2),
-                            ([0.5] * 3, [0.1] * 3))
+                            ([0.5] * 3, [0.1] * 3), KL)
     with pytest.raises(ValueError, match=r"control holds 2 value"):
         prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2]] * 3, control[:2], (0, 1, 2),
-                            ([0.5] * 3, [0.1] * 3))
+                            ([0.5] * 3, [0.1] * 3), KL)
 
 
 def test_a_lesson_needs_two_seeds_and_a_collapse_a_learning_rate():
     with pytest.raises(ValueError, match="at least two seeds"):
-        prose.judge_opening([[0.5, 0.5]], [[0.1, 0.1]], [[0.5, 0.4]], (0,), ([0.5], [0.1]))
+        prose.judge_opening([[0.5, 0.5]], [[0.1, 0.1]], [[0.5, 0.4]], (0,), ([0.5], [0.1]),
+                            KL)
     with pytest.raises(ValueError, match="positive learning rate"):
         prose.judge_collapse([0.7, 0.7], [0.1, 0.1], (0, 1), -1.0, "Last word")
 
@@ -324,32 +364,49 @@ def test_the_groups_text_agrees_with_the_counts():
 
 def test_the_gain_says_when_its_margin_is_thin_and_refuses_a_bad_k():
     k = ([0.8, 0.85, 0.9], [0.85, 0.9, 0.9])
-    wide = prose.judge_gain([0.60, 0.65, 0.70], [0.70, 0.74, 0.78], k, 8, (0, 1, 2), "L")
+    wide = gain([0.60, 0.65, 0.70], [0.70, 0.74, 0.78], k)
     assert wide.holds and "thin" not in wide.text
     # a rise of 10 points, 3.46 standard errors of 2.89: clears t's 2.92 by 1.6 points
-    thin = prose.judge_gain([0.6, 0.6, 0.6], [0.65, 0.7, 0.75], k, 8, (0, 1, 2), "L")
+    thin = gain([0.6, 0.6, 0.6], [0.65, 0.7, 0.75], k)
     assert thin.holds and 0 < thin.margin < 2.5 and "The margin is thin" in thin.text
+    flat = ([[0.6] * 2] * 3, [[0.7] * 2] * 3)
     with pytest.raises(ValueError, match=r"k=0 must be a whole number >= 1"):
-        prose.judge_gain([0.6] * 3, [0.7] * 3, k, 0, (0, 1, 2), "L")
+        prose.judge_gain([0.6] * 3, [0.7] * 3, k, 0, (0, 1, 2), "L", flat)
     with pytest.raises(ValueError, match=r"pass_k = \(0.8, 0.9\) must be a pair"):
-        prose.judge_gain([0.6] * 3, [0.7] * 3, (0.8, 0.9), 8, (0, 1, 2), "L")
+        prose.judge_gain([0.6] * 3, [0.7] * 3, (0.8, 0.9), 8, (0, 1, 2), "L", flat)
 
 
 def test_the_forgetting_sentence_gives_the_factor_with_a_decimal():
     text = prose.judge_forgetting([-1.0, -1.1, -1.2], [-1.3, -1.4, -1.52], (0, 1, 2), "a", "b",
                                   ([0.1] * 3, [0.1] * 3)).text
-    assert "e^0.31 ≈ 1.4 times less likely" in text
+    assert "e^0.31 ≈ 1.4 times less likely, a geometric mean over them" in text
 
 
 def test_the_opening_says_what_it_measured_and_shows_only_what_the_samples_show():
     even = [[0.5] * 4] * 3
     split = [[0.9, 0.1, 0.9, 0.1]] * 3  # as far from 50/50, on average still 50%
-    found = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3))
+    found = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3), KL)
     assert found.holds and "distance from 50/50 grew by 40.0, 40.0, 40.0 points" in found.text
     assert "drifted to one side" not in found.text and "show it too" not in found.text
     assert "The sampled answers do not all show it" in found.text
-    assert "shuffled within each group" in found.text and "not measured here" in found.text
-    moved = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.8, 0.3, 0.2]))
+    assert "shuffled within each group" in found.text
+    assert "many seeds of each kind" in found.text
+    assert ("It moves the model's next-token predictions far less than the run does: their "
+            "KL from the SFT model over the answers' positions is 0.0010, 0.0010, 0.0010 "
+            "nats against the runs' 0.0800, 0.0800, 0.0800, 80 times less at the least."
+            in found.text)
+    near = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
+                               ([0.08] * 3, [0.001, 0.01, 0.001]))
+    assert "predictions less than the run does" in near.text and "8 times less" in near.text
+    same = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
+                               ([0.08] * 3, [0.08, 0.09, 0.0]))
+    assert "predictions no less than the run does" in same.text
+    assert "times less" not in same.text
+    with pytest.raises(ValueError, match=r"kl control\[1\] = -0.1 must be a KL"):
+        prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
+                            ([0.08] * 3, [0.0, -0.1, 0.0]))
+    moved = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.8, 0.3, 0.2]),
+                                KL)
     assert "The sampled answers show it too" in moved.text
 
 
@@ -411,7 +468,7 @@ def test_the_collapse_sentence_counts_different_and_right_answers():
     assert ("wrote 3 different answers, 3 of them right, its commonest 2 times; the collapsed "
             "model 2, 0 right, its commonest 3 times." in text)
     assert "narrowed" not in text  # 3 answers -> 2: not half as many
-    assert "rewards are all 0: as one group they would carry no gradient" in text
+    assert "are all 0: as one group, this draw of 4 would carry no gradient." in text
     shown["collapsed"] = (["Good sir, thess"] * 4, [0.0, 0.0, 1.0, 0.0])
     text = prose.collapse_text(0, shown)
     assert "narrowed onto fewer answers" in text and "no gradient" not in text
@@ -421,3 +478,158 @@ def test_the_collapse_sentence_counts_different_and_right_answers():
         prose.collapse_text(0, {"SFT": shown["SFT"]})
     with pytest.raises(ValueError, match=r"one reward per answer text"):
         prose.collapse_text(0, {"SFT": shown["SFT"], "collapsed": (["a"], [])})
+
+
+# ---------------------------------------------------------------- the drift's direction
+def right(courteous: tuple, rude: tuple) -> dict:
+    return {"courteous": courteous, "rude": rude}
+
+
+def test_the_drift_says_each_seed_its_own_way_only_when_the_signs_differ():
+    even = [right((70, 100), (70, 100)), right((66, 100), (70, 100)),
+            right((74, 100), (70, 100))]  # gaps 0, -4, +4 points: not clear of zero
+    mixed = prose.drift_text([0.5] * 3, [0.8, 0.4, 0.3], even, (0, 1, 2))
+    assert "each seed its own way: 1 toward the courteous opening, 2 toward the rude" \
+        in mixed
+    assert "a gap of 0.0 ± 2.3 points over the 3 seeds (seeds: 0.0, -4.0, 4.0)" in mixed
+    assert "not clear of zero at the two-sided 95% level of Student's t over 3 seeds " \
+        "(4.30" in mixed
+    alike = prose.drift_text([0.5] * 3, [0.2, 0.4, 0.3], even, (0, 1, 2))
+    assert "own way" not in alike and "by chance 25.0% of the time" in alike
+    assert "All 3 runs moved the share the same way, toward the rude opening" in alike
+    assert "were it seen on more seeds" in alike
+
+
+def test_the_drift_says_which_opening_the_measured_accuracy_favoured():
+    leaning = [right((80, 100), (70, 100)), right((81, 100), (70, 100)),
+               right((79, 100), (70, 100))]  # 10 points, every seed
+    toward = prose.drift_text([0.5] * 3, [0.6, 0.7, 0.9], leaning, (0, 1, 2))
+    assert "clear of zero at the two-sided 95% level" in toward
+    assert "right answers came more often after the courteous opening" in toward
+    assert "the gap in accuracy points the same way." in toward
+    away = prose.drift_text([0.5] * 3, [0.4, 0.3, 0.1], leaning, (0, 1, 2))
+    assert "the gap in accuracy points the other way." in away
+
+
+@pytest.mark.parametrize("counts, match", [
+    ({"courteous": (3, 10)}, r"right\[1\] = .* must be right_by_opening's"),
+    ({"courteous": (3, 10), "rude": (0, 0)}, r"both openings answered at least once"),
+    ({"courteous": (11, 10), "rude": (1, 10)}, r"must be right_by_opening's"),
+])
+def test_the_drift_refuses_counts_that_are_not_right_by_opening(counts, match):
+    good = right((7, 10), (7, 10))
+    with pytest.raises(ValueError, match=match):
+        prose.drift_text([0.5] * 3, [0.4] * 3, [good, counts, good], (0, 1, 2))
+
+
+def test_the_summary_says_only_what_each_verdict_found():
+    held = gain([0.60, 0.65, 0.70], [0.66, 0.72, 0.76])
+    failed = gain([0.60, 0.65, 0.70], [0.70, 0.60, 0.72])
+    fell = prose.judge_collapse([0.65, 0.7, 0.7], [0.2, 0.1, 0.3], (0, 1, 2), 1e-3, "L")
+    forgot = prose.judge_forgetting([-4.2, -5.6, -5.3], [-6.2, -9.9, -7.9], (0, 1, 2), "L",
+                                    "R", ([0.1] * 3, [0.05] * 3))
+    even = [[0.5] * 4] * 3
+    moved = prose.judge_opening(even, [[0.9, 0.1, 0.9, 0.1]] * 3, even, (0, 1, 2),
+                                ([0.5] * 3, [0.5] * 3), KL)
+    text = prose.summary_text(held, fell, forgot, moved, (0.3, 0.4), 5.000000001, 6, 3)
+    assert text.startswith("On the assistant, over 6 paired seeds, GRPO raised pass@1")
+    assert "At a learning rate 5 times larger (3 seeds), pass@1 fell instead (on one " \
+        "seed, a KL penalty slowed the fall)" in text and "moved away from half and half" in text
+    text = prose.summary_text(failed, fell, forgot, moved, (0.3, 0.3), 5, 6, 3)
+    assert "did not raise pass@1 clear of its evaluation's noise" in text
+    assert "raised" not in text and "slowed" not in text
+    with pytest.raises(ValueError, match=r"gain = 0.5 must be the Lesson"):
+        prose.summary_text(0.5, fell, forgot, moved, (0.3, 0.3), 5, 6, 3)
+
+
+# ---------------------------------------------------------------- beside a run
+def test_next_token_kl_is_the_mean_kl_over_the_answers_positions():
+    policy, tok = tiny_assistant(0)
+    reference, _ = tiny_assistant(1)
+    with torch.no_grad():  # a sharper law against a flatter one: KL(p || q) != KL(q || p)
+        policy.lm_head.weight.mul_(20)
+        reference.lm_head.weight.mul_(0.1)
+    kls = []
+    for item in ITEMS:  # one conversation at a time, through torch.distributions
+        for style in ("courteous", "rude"):
+            ids, mask = tok.render(item.messages(style))
+            with torch.no_grad():
+                p = torch.distributions.Categorical(
+                    logits=policy(torch.tensor([ids[:-1]]))[0][0])
+                q = torch.distributions.Categorical(
+                    logits=reference(torch.tensor([ids[:-1]]))[0][0])
+            kl = torch.distributions.kl_divergence(p, q)  # (T - 1,)
+            kls += [kl[t - 1].item() for t in range(1, len(ids)) if mask[t]]
+    got = verifier_control.next_token_kl(policy, reference, tok, ITEMS)
+    assert got == pytest.approx(sum(kls) / len(kls), rel=1e-5)
+    assert verifier_control.next_token_kl(policy, policy, tok, ITEMS) == pytest.approx(
+        0, abs=1e-9)
+    reverse = verifier_control.next_token_kl(reference, policy, tok, ITEMS)
+    assert abs(got - reverse) > 0.01 * got  # KL is not symmetric: the order asked matters
+
+
+def test_next_token_kl_refuses_another_vocabulary_and_no_items():
+    policy, tok = tiny_assistant(0)
+    other = GPT(GPTConfig(vocab_size=policy.config.vocab_size + 1, context_length=64,
+                          d_model=16, n_layers=1, n_heads=2))
+    with pytest.raises(ValueError, match=r"has \d+ tokens and the reference \d+"):
+        verifier_control.next_token_kl(policy, other, tok, ITEMS)
+    with pytest.raises(ValueError, match="items is empty"):
+        verifier_control.next_token_kl(policy, policy, tok, [])
+
+
+def seeded_answers(monkeypatch, tok):
+    """sample_groups replaced, in both modules, by one that draws from the generator each
+    answer: right or wrong, courteous or rude."""
+    def fake_sample(model, prompts, G, max_new_tokens, end_id, generator=None):
+        rows = []
+        for p in prompts.tolist():
+            text = tok.decode([t for t in p if t < tok.base_vocab_size])
+            task, line = text.split(": ", 1)
+            for draw in torch.randint(0, 4, (G,), generator=generator).tolist():
+                opening = "Good sir, " if draw % 2 else "Fool! "
+                rows.append(tok.encode(opening + (Item(task, line).answer if draw > 1
+                                                  else "no")) + [end_id])
+        C = max(len(r) for r in rows)
+        out = torch.tensor([r + [end_id] * (C - len(r)) for r in rows])
+        mask = torch.tensor([[1] * len(r) + [0] * (C - len(r)) for r in rows])
+        return out, mask
+    monkeypatch.setattr(verifier, "sample_groups", fake_sample)
+    monkeypatch.setattr(verifier_control, "sample_groups", fake_sample)
+
+
+def test_sampled_answers_are_sampled_scores_own_answers_prompt_by_prompt(monkeypatch):
+    model, tok = tiny_assistant()
+    seeded_answers(monkeypatch, tok)
+    items = ITEMS + [Item("Last word", "Peace, ho!"), Item("Repeat", "Go to, then.")]
+    n = 6
+    scores = verifier.sampled_scores(model, tok, items, n=n, k=2, seed=3)
+    answers = verifier_control.sampled_answers(model, tok, items, n, seed=3)
+    assert [len(a) for a in answers] == [n] * len(items)
+    for task in ("Last word", "Repeat"):
+        mine = [a for i, a in zip(items, answers) if i.task == task]
+        pass1 = sum(sum(r for r, _ in a) / n for a in mine) / len(mine)
+        assert pass1 == pytest.approx(scores[task]["pass@1"], abs=1e-12)
+        styles = [s for a in mine for _, s in a]
+        assert styles.count("courteous") / len(styles) == pytest.approx(
+            scores[task]["courteous"], abs=1e-12)
+    other = verifier_control.sampled_answers(model, tok, items, n, seed=4)
+    assert other != answers  # another seed, other answers: the match above is no accident
+
+
+def test_right_by_opening_counts_right_answers_after_each_opening(monkeypatch):
+    answers = [[(1.0, "courteous"), (0.0, "courteous"), (1.0, "rude")],
+               [(0.0, "rude"), (1.0, None), (1.0, "courteous")]]
+    counts = verifier_control.right_by_opening(answers)
+    assert counts == {"courteous": (2, 3), "rude": (1, 2)}
+
+
+def test_sampled_answers_refuse_what_cannot_be_sampled():
+    model, tok = tiny_assistant()
+    with pytest.raises(ValueError, match="n=0"):
+        verifier_control.sampled_answers(model, tok, ITEMS, 0)
+    with pytest.raises(ValueError, match="items is empty"):
+        verifier_control.sampled_answers(model, tok, [], 2)
+    with pytest.raises(ValueError, match=r"an item needs \d+ tokens and the model reads 64"):
+        verifier_control.sampled_answers(model, tok, [Item("Last word", "Is it so? " * 6)],
+                                         2)

@@ -1,11 +1,11 @@
-"""Chapter 14 — GRPO on Chapter 12's assistant: the reward, the cached runs, the sampled scores.
+"""Chapter 14 — GRPO on Chapter 12's assistant: the reward, the cached runs, the scores.
 
-The reward is Chapter 12's checker: 1 when the answer ends with ``<|end|>`` and ``verify`` accepts
-it, else 0. ``grpo_model`` trains one GRPO run (``GRPORecipe``) from Chapter 12's SFT assistant of
-the same seed (``assistant_runs.sft_run``) once, and keeps it beside the book's models with its
-history, so that the chapter reads it in a second the next time. ``sampled_scores`` answers each
-held-out prompt ``n`` times at temperature 1 and returns pass@1 and pass@k (``grpo.pass_at_k``)
-and the courteous share of the openings sampled.
+The reward is Chapter 12's checker: 1 when the answer ends with ``<|end|>`` and ``verify``
+accepts it, else 0. ``grpo_model`` trains one GRPO run (``GRPORecipe``) from Chapter 12's
+SFT assistant of the same seed (``assistant_runs.sft_run``) once, and keeps it beside the
+book's models with its history, so that the chapter reads it in a second the next time.
+``sampled_scores`` answers each held-out prompt ``n`` times at temperature 1 and returns
+pass@1 and pass@k (``grpo.pass_at_k``) and the courteous share of the openings sampled.
 """
 
 from __future__ import annotations
@@ -53,19 +53,19 @@ class GRPORecipe:
 
     @property
     def name(self) -> str:
-        """The run's folder name: every setting in it, so that two recipes never share one."""
+        """The run's folder name: every setting in it, so two recipes never share one."""
         task = self.task.lower().replace(" ", "-")
         return (f"grpo-{task}-s{self.steps}-lr{self.lr:g}-b{self.beta:g}-"
                 f"{self.batch_size}x{self.group_size}-seed{self.seed}")
 
 
 def prompts_and_reward(items: list[Item], tok: ChatTokenizer):
-    """The rendered prompts of ``items`` and the reward ``reward(prompt_index, completion_ids)``
-    that ``train_grpo`` calls: 1.0 when the completion ends with ``<|end|>`` and its text is the
-    item's answer (after either opening), else 0.0."""
+    """The rendered prompts of ``items`` and the reward ``reward(prompt_index,
+    completion_ids)`` that ``train_grpo`` calls: 1.0 when the completion ends with
+    ``<|end|>`` and its text is the item's answer (after either opening), else 0.0."""
     if not items:
-        raise ValueError("prompts_and_reward: items is empty: pass the training items of one "
-                         "task (task_items(text)['train'])")
+        raise ValueError("prompts_and_reward: items is empty: pass the training items of "
+                         "one task (task_items(text)['train'])")
     prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in items]
 
     def reward(index: int, completion: list[int]) -> float:
@@ -78,10 +78,10 @@ def prompts_and_reward(items: list[Item], tok: ChatTokenizer):
 
 
 def grpo_model(recipe: GRPORecipe) -> tuple:
-    """``(policy in eval mode, ChatTokenizer, GRPOHistory)``: the GRPO run of ``recipe`` from
-    Chapter 12's SFT assistant of ``recipe.seed``, loaded from its cache entry (keyed by the
-    recipe, the code, the versions, the arithmetic and the assistant's entry: ``model_cache``) or
-    trained there once."""
+    """``(policy in eval mode, ChatTokenizer, GRPOHistory)``: the GRPO run of ``recipe``
+    from Chapter 12's SFT assistant of ``recipe.seed``, loaded from its cache entry (keyed
+    by the recipe, the code, the versions, the arithmetic and the assistant's entry:
+    ``model_cache``) or trained there once."""
     if not isinstance(recipe, GRPORecipe):
         raise ValueError(f"grpo_model: recipe={recipe!r:.60} must be a GRPORecipe: pass "
                          "GRPORecipe(steps=..., lr=..., seed=...)")
@@ -93,14 +93,15 @@ def grpo_model(recipe: GRPORecipe) -> tuple:
     with trained_once(entry):
         if (ckpt := cached(entry)) is not None:
             return ckpt.model.eval(), tok, GRPOHistory(**ckpt.extra["history"])
-        train = [i for i in task_items(load_tiny_shakespeare())["train"] if i.task == recipe.task]
+        train = [i for i in task_items(load_tiny_shakespeare())["train"]
+                 if i.task == recipe.task]
         prompts, reward = prompts_and_reward(train, tok)
         policy = copy.deepcopy(sft)
         reference = sft if recipe.beta > 0 else None  # frozen: only the copy is trained
         torch.manual_seed(recipe.seed)
         history = train_grpo(policy, prompts, reward, tok.end_id, recipe.steps,
-                             recipe.batch_size, recipe.group_size, recipe.lr, beta=recipe.beta,
-                             reference=reference, seed=recipe.seed)
+                             recipe.batch_size, recipe.group_size, recipe.lr,
+                             beta=recipe.beta, reference=reference, seed=recipe.seed)
         save_checkpoint(entry.path, policy, recipe.steps,
                         extra=kept(entry, {"grpo": settings,
                                            "history": dataclasses.asdict(history)}))
@@ -118,14 +119,14 @@ def _check_room(function: str, longest: int, context_length: int) -> None:
 def sampled_scores(model, tok: ChatTokenizer, items: list[Item], n: int = 8, k: int = 8,
                    seed: int = 0) -> dict:
     """Each task's ``pass@1`` and ``pass@k`` (the unbiased estimates from ``n`` samples per
-    prompt at temperature 1, averaged over the prompts), its ``stop`` rate and the ``courteous``
-    share of the sampled answers that open in a style. Prompts of one length are sampled
-    together (``sample_groups``), stopping once every answer has ended."""
+    prompt at temperature 1, averaged over the prompts), its ``stop`` rate and the
+    ``courteous`` share of the sampled answers that open in a style. Prompts of one length
+    are sampled together (``sample_groups``), stopping once every answer has ended."""
     n = check_int("sampled_scores", "n", n, minimum=1)
     k = check_int("sampled_scores", "k", k, minimum=1)
     if k > n:
-        raise ValueError(f"sampled_scores: k={k} > n={n}: pass@k needs at least k samples per "
-                         f"prompt; pass n >= {k}")
+        raise ValueError(f"sampled_scores: k={k} > n={n}: pass@k needs at least k samples "
+                         f"per prompt; pass n >= {k}")
     if not items:
         raise ValueError("sampled_scores: items is empty: pass the held-out items")
     g = torch.Generator().manual_seed(seed)
@@ -135,8 +136,9 @@ def sampled_scores(model, tok: ChatTokenizer, items: list[Item], n: int = 8, k: 
     _check_room("sampled_scores", max(len(p) + 1 for p in prompts), T)  # one answer token
     for length in sorted({len(p) for p in prompts}):
         chosen = [j for j, p in enumerate(prompts) if len(p) == length]
-        completions, mask = sample_groups(model, torch.tensor([prompts[j] for j in chosen]), n,
-                                          T - length, tok.end_id, generator=g)  # (B * n, C)
+        completions, mask = sample_groups(model, torch.tensor([prompts[j] for j in chosen]),
+                                          n, T - length, tok.end_id,
+                                          generator=g)  # (B * n, C)
         for b, j in enumerate(chosen):
             right = stopped = courteous = styled = 0
             for c, m in zip(completions[b * n:(b + 1) * n], mask[b * n:(b + 1) * n]):
@@ -157,17 +159,19 @@ def sampled_scores(model, tok: ChatTokenizer, items: list[Item], n: int = 8, k: 
                         "pass@1": sum(pass_at_k(n, r[1], 1) for r in mine) / len(mine),
                         f"pass@{k}": sum(pass_at_k(n, r[1], k) for r in mine) / len(mine),
                         "stop": sum(r[2] for r in mine) / (n * len(mine)),
-                        "courteous": sum(r[3] for r in mine) / styled if styled else float("nan")}
+                        "courteous": (sum(r[3] for r in mine) / styled if styled
+                                      else float("nan"))}
     return scores
 
 
 @torch.no_grad()
 def answer_logprob(model, tok: ChatTokenizer, items: list[Item]) -> float:
-    """The mean over ``items`` of ``log P(the reference answer)``, in either opening (the log of
-    the two openings' summed probabilities): the smooth twin of pass@1, which a few right
-    samples more or less do not move."""
+    """The mean over ``items`` of ``log P(the reference answer)``, in either opening (the
+    log of the two openings' summed probabilities): the smooth twin of pass@1, which a few
+    right samples more or less do not move."""
     if not items:
-        raise ValueError("answer_logprob: items is empty: pass the held-out items of one task")
+        raise ValueError("answer_logprob: items is empty: pass the held-out items of one "
+                         "task")
     rows = [shift(*tok.render(i.messages(style))) for i in items for style in STYLES]
     T = model.config.context_length
     _check_room("answer_logprob", max(len(inputs) for inputs, _ in rows), T)

@@ -1,11 +1,12 @@
-"""Chapter 14's Colab track: GPT-2 small with Chapter 9's LoRA learns two-digit addition from a
-reward, with the book's ``train_grpo`` and, beside it, TRL's ``GRPOTrainer``; offline, a sentence
-that says what it does.
+"""Chapter 14's Colab track: GPT-2 small with Chapter 9's LoRA learns two-digit addition
+from a reward, with the book's ``train_grpo`` and, beside it, TRL's ``GRPOTrainer``;
+offline, a sentence that says what it does.
 
-The prompt shows two solved sums and asks a third (``"12+7=19\\n31+45=76\\n23+58="``); an answer
-ends with a newline, which plays the end token's part, and earns 1 when the digits before it are
-the sum. Both trainers use TRL's defaults that the chapter states: groups of 8, ``beta=0``,
-``epsilon=0.2``, ``loss_type="dapo"``, one update per batch.
+The prompt shows two solved sums and asks a third (``"12+7=19\\n31+45=76\\n23+58="``); an
+answer ends with a newline, which plays the end token's part, and earns 1 when the digits
+before it are the sum. Both trainers use TRL's defaults that the chapter states: groups of
+8, ``beta=0``, ``epsilon=0.2``, ``loss_type="dapo"``, one update per batch, and GPT-2's
+dropout of 0.1 on in the updates, off while sampling (TRL's ``disable_dropout=False``).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def pass_rates(model, data: list[tuple[str, str]], n: int = 8) -> tuple[float, f
 
 
 def book_run(steps: int, lr: float, model=None) -> dict:
-    """The book's ``train_grpo`` on GPT-2 small (or ``model``, a ``GPT`` on GPT-2's tokens) with
-    LoRA (r 16, alpha 32)."""
+    """The book's ``train_grpo`` on GPT-2 small (or ``model``, a ``GPT`` on GPT-2's tokens)
+    with LoRA (r 16, alpha 32)."""
     enc, device = gpt2_encoding(), default_device()
     model = from_pretrained("gpt2") if model is None else model
     model = apply_lora(model.to(device), r=16, alpha=32)
@@ -73,8 +74,8 @@ def book_run(steps: int, lr: float, model=None) -> dict:
 
 def trl_run(steps: int, lr: float, model="gpt2", tokenizer=None) -> dict:
     """TRL's ``GRPOTrainer`` on the same prompts, GPT-2 small (or ``model``, a
-    ``GPT2LMHeadModel``, with its ``tokenizer``) with peft's LoRA on the same projections, in
-    float32 as the book's run; its per-step mean reward from the trainer's log."""
+    ``GPT2LMHeadModel``, with its ``tokenizer``) with peft's LoRA on the same projections,
+    in float32 as the book's run; its per-step mean reward from the trainer's log."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -90,16 +91,18 @@ def trl_run(steps: int, lr: float, model="gpt2", tokenizer=None) -> dict:
     def reward(completions, answer, **kwargs):
         return [right(c, a) for c, a in zip(completions, answer)]
 
-    args = GRPOConfig(output_dir="grpo-trl", report_to=[], max_steps=steps, learning_rate=lr,
-                      per_device_train_batch_size=64, num_generations=8,
-                      max_completion_length=6, beta=0.0, logging_steps=1, save_strategy="no",
-                      bf16=False, generation_kwargs={"eos_token_id": NEWLINE})
+    args = GRPOConfig(output_dir="grpo-trl", report_to=[], max_steps=steps,
+                      learning_rate=lr, per_device_train_batch_size=64, num_generations=8,
+                      max_completion_length=6, beta=0.0, logging_steps=1,
+                      save_strategy="no", bf16=False,
+                      generation_kwargs={"eos_token_id": NEWLINE})
     trainer = GRPOTrainer(
         model=model, reward_funcs=reward, args=args,
         train_dataset=Dataset.from_dict({"prompt": [p for p, _ in train],
                                          "answer": [a for _, a in train]}),
         processing_class=tokenizer,
-        peft_config=LoraConfig(r=16, lora_alpha=32, target_modules=["c_attn", "c_proj", "c_fc"],
+        peft_config=LoraConfig(r=16, lora_alpha=32,
+                               target_modules=["c_attn", "c_proj", "c_fc"],
                                fan_in_fan_out=True))
     trainer.train()
     return {"reward": [e["reward"] for e in trainer.state.log_history if "reward" in e]}
@@ -107,34 +110,38 @@ def trl_run(steps: int, lr: float, model="gpt2", tokenizer=None) -> dict:
 
 def online_run(steps: int = 100, lr: float = 1e-4, models=None) -> str:
     """Both runs, as a Markdown sentence; offline or without a GPU, what they would do.
-    ``models``: GPT-2 small for both, or ``(GPT, GPT2LMHeadModel, its tokenizer)`` to run them
-    on other weights (on any device)."""
+    ``models``: GPT-2 small for both, or ``(GPT, GPT2LMHeadModel, its tokenizer)`` to run
+    them on other weights (on any device)."""
     if models is None and default_device() == "cpu":
         return ("*Not run on a CPU*: this cell trains GPT-2 small twice, with the book's "
-                f"`train_grpo` and with TRL's `GRPOTrainer`, {steps} steps of 8 prompts × 8 "
-                "sampled answers each, far beyond this chapter's time on a CPU. On Colab, "
-                "switch to a GPU (Runtime → Change runtime type → T4 GPU) and run it again.")
+                f"`train_grpo` and with TRL's `GRPOTrainer`, {steps} steps of 8 prompts × "
+                "8 sampled answers each, far beyond this chapter's time on a CPU. On "
+                "Colab, switch to a GPU (Runtime → Change runtime type → T4 GPU) and run "
+                "it again.")
     try:
         book, hf, tokenizer = models or (from_pretrained("gpt2"), "gpt2", None)
     except (WeightsUnavailableError, OSError):
-        return ("*Not run here*: GPT-2's weights cannot be reached. With them, this cell gives "
-                f"GPT-2 small LoRA adapters and trains them for {steps} GRPO steps on two-digit "
-                "sums (the reward: 1 when the digits before the newline are the sum), with the "
-                "book's `train_grpo` and with TRL's `GRPOTrainer`, and compares their reward "
-                "curves and the held-out pass@1 and pass@8 before and after.")
+        return ("*Not run here*: GPT-2's weights cannot be reached. With them, this cell "
+                f"gives GPT-2 small LoRA adapters and trains them for {steps} GRPO steps "
+                "on two-digit sums (the reward: 1 when the digits before the newline are "
+                "the sum), with the book's `train_grpo` and with TRL's `GRPOTrainer`, and "
+                "compares their reward curves and the held-out pass@1 and pass@8 before "
+                "and after.")
     ours = book_run(steps, lr, book)
     block = min(10, steps)  # the steps averaged at each end of a reward curve
 
     def ends(reward: list[float]) -> str:
         return f"{fmean(reward[:block]):.2f} and {fmean(reward[-block:]):.2f}"
-    text = (f"GPT-2 small with LoRA ({ours['trainable']:,} trainable parameters), {steps} steps "
-            f"of 8 prompts × 8 answers: held-out pass@1 {ours['before'][0]:.1%} → "
-            f"{ours['after'][0]:.1%}, pass@8 {ours['before'][1]:.1%} → {ours['after'][1]:.1%}; "
+    text = (f"GPT-2 small with LoRA ({ours['trainable']:,} trainable parameters), {steps} "
+            f"steps of 8 prompts × 8 answers: held-out pass@1 {ours['before'][0]:.1%} → "
+            f"{ours['after'][0]:.1%}, pass@8 {ours['before'][1]:.1%} → "
+            f"{ours['after'][1]:.1%}; "
             f"the book's mean reward over the first and the last {block} steps: "
             f"{ends(ours['reward'])}.")
     try:
         theirs = trl_run(steps, lr, hf, tokenizer)
     except ImportError as error:
         return text + f" TRL's run is skipped: {error} (`pip install trl peft datasets`)."
-    return text + (f" TRL's `GRPOTrainer`, the same prompts, batch, learning rate and clip, "
-                   f"its learning rate decayed linearly to zero: {ends(theirs['reward'])}.")
+    return text + (f" TRL's `GRPOTrainer`, the same prompts, batch, learning rate and "
+                   f"clip, its learning rate decayed linearly to zero: "
+                   f"{ends(theirs['reward'])}.")

@@ -17,28 +17,33 @@
 # # 14. Learning from a verifier
 #
 # {ref}`ch-assistant` taught the character model to answer "Last word: <line>" and
-# "Repeat: <line>" from examples, and graded its answers with a program, `verify`. A program
-# that grades can also *teach*: let the model answer a prompt several times, score each answer,
-# and make the better ones more likely. This is reinforcement learning with verifiable
-# rewards (RLVR), as Tülu 3 named it {cite}`lambert2024tulu3`: a checker takes the place of
-# the learned reward model, in a step after instruction tuning. DeepSeek-R1
+# "Repeat: <line>" from examples, and graded its answers with a program, `verify`. A
+# program that grades can also *teach*: let the model answer a prompt several times, score
+# each answer, and make the better ones more likely. This is reinforcement learning with
+# verifiable rewards (RLVR), as Tülu 3 named it {cite}`lambert2024tulu3`: a checker takes
+# the place of the learned reward model, in a step after instruction tuning. DeepSeek-R1
 # {cite}`deepseekai2025r1` trained with such rule-based rewards at scale, with GRPO, which
 # DeepSeekMath introduced {cite}`shao2024deepseekmath`, where it trained against a learned
-# reward model. This chapter writes it from scratch, on Chapter 12's assistant, in five steps:
+# reward model. This chapter writes it from scratch, on Chapter 12's assistant, in five
+# steps:
 #
-# 1. **rewards a program computes**, and how to measure a model that samples: greedy accuracy,
-#    pass@1 and pass@k {cite}`chen2021codex`;
-# 2. **REINFORCE with a baseline** {cite}`williams1992reinforce`: push each answer up or down by
-#    how much better it did than its group, and why a group with one reward teaches nothing;
-# 3. **GRPO**: group-normalised advantages, PPO's ratio and clip {cite}`schulman2017ppo`, and its
-#    two normalisations; the book's loss equals TRL's `GRPOTrainer` {cite}`vonwerra2020trl`,
-#    loss and gradients, on- and off-policy (`tests/test_grpo_parity.py`);
-# 4. **training on "Last word"**, three seeds, with what the reward curve does not show;
-# 5. **what goes wrong**: pass@1 falling at a large step, a KL penalty as a brake, forgetting
-#    of the task not rewarded, and a style that no reward mentions moving away from 50/50.
+# 1. **rewards a program computes**, and how to measure a model that samples: greedy
+#    accuracy, pass@1 and pass@k {cite}`chen2021codex`;
+# 2. **REINFORCE with a baseline** {cite}`williams1992reinforce`: push each answer up or
+#    down by how much better it did than its group, and why a group with one reward
+#    teaches nothing;
+# 3. **GRPO**: group-normalised advantages, PPO's ratio and clip {cite}`schulman2017ppo`,
+#    and its two normalisations; the book's loss equals TRL's `GRPOTrainer`
+#    {cite}`vonwerra2020trl`, loss and gradients, on- and off-policy
+#    (`tests/test_grpo_parity.py`);
+# 4. **training on "Last word"**, six paired seeds, and whether pass@1 rises by more than
+#    the noise of its evaluation, with what the reward curve does not show;
+# 5. **what can go wrong**, each measured: whether pass@1 falls at a large step, a KL
+#    penalty as a brake, whether the task not rewarded is forgotten, and whether a style
+#    that no reward mentions moves away from 50/50.
 #
-# On Colab with a GPU, the last section trains GPT-2 small with Chapter 9's LoRA on two-digit
-# sums, with the book's trainer and with TRL's side by side.
+# On Colab with a GPU, the last section trains GPT-2 small with Chapter 9's LoRA on
+# two-digit sums, with the book's trainer and with TRL's side by side.
 
 # %% tags=["colab-setup"]
 # Set-up: on Colab, or wherever the package is missing, install it (your own torch is kept).
@@ -71,7 +76,9 @@ from gpt_from_scratch.grpo import completion_logps, mixed_groups
 from gpt_from_scratch.grpo_train import sample_groups
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book import verifier_prose as prose
-from gpt_from_scratch.book.verifier_control import same_size_change
+from gpt_from_scratch.book.verifier_control import (
+    next_token_kl, right_by_opening, same_size_change, sampled_answers,
+)
 from gpt_from_scratch.book.assistant import TASKS, courteous_odds, evaluate, task_items
 from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run
@@ -86,29 +93,32 @@ torch.set_printoptions(precision=3, sci_mode=False)
 # held-out prompts per task, and 200 steps for section 14.6's GPT-2.
 FULL_RUN = False
 clock = time.process_time  # CPU seconds: other programs on the machine do not inflate them
-SEEDS = (0, 1, 2)  # Chapter 12's SFT runs; each GRPO run starts from the one of its seed
+SEEDS = (0, 1, 2, 3, 4, 5)  # SFT runs (Chapter 12 trains the first three); each GRPO run
+# starts from the one of its seed
+COLLAPSE_SEEDS = SEEDS[:3]  # the step too large: three seeds; its KL brake, the first
 TASK, OTHER = "Last word", "Repeat"  # the task rewarded, and the one that is not
 STEPS, LR = 200, 2e-4  # GRPO steps of 8 prompts x 8 answers
 COLLAPSE_STEPS, COLLAPSE_LR, BETA = 60, 1e-3, 0.1  # the step too large; the KL brake's beta
 N_HELD_OUT = 100 if FULL_RUN else 40  # held-out prompts per task, as Chapter 12
 N_SAMPLES, K = 8, 8  # samples per held-out prompt, and the k of pass@k
-# Time, measured on one thread of a 2-core AVX-512 CPU: a 200-step GRPO run 70 CPU-s, a
-# 60-step one at COLLAPSE_LR 20 (25 with the KL term): seven runs, 5 CPU-minutes, trained
-# once (`make test` trains them beside the unit tests) and read from the cache after that.
-# Then the chapter is its evaluations: under two minutes. A fresh Colab CPU runtime (2
-# cores) has nothing cached: before its own seven runs it trains what it reads, Chapter 6's
-# character model and Chapter 12's three assistants (those chapters take about 4 and 3
-# minutes on 2 cores, training included: *For instructors*), so its first run takes 10 to
-# 15 minutes.
+N_PREMISE, PREMISE_SAMPLES = 64, 16  # training prompts, answers each: the reading's premise
+# Time, measured on one thread of a 2-core AVX-512 CPU: a 200-step GRPO run 90 CPU-s, a
+# 60-step one at COLLAPSE_LR 20 (25 with the KL term), an assistant of seeds 3 to 5 55:
+# thirteen runs, 13 CPU-minutes, trained once (`make test` trains them beside the unit
+# tests) and read from the cache after that. Then the chapter is its evaluations: about
+# three minutes. A fresh Colab CPU runtime (2 cores) has nothing cached: before its own
+# runs it trains what it reads, Chapter 6's character model and Chapter 12's three
+# assistants (those chapters take about 4 and 3 minutes on 2 cores, training included:
+# *For instructors*), so its first run takes 20 to 25 minutes.
 
 # %% [markdown]
 # ## 14.1 Rewards a program computes
 #
 # Chapter 12's assistants are cached where Chapter 13 left them (trained once if not). The
-# reward of an answer is the checker's verdict: 1 when the answer ends its turn with `<|end|>`
-# and `verify` accepts what it says (after either opening), 0 otherwise. Requiring the end
-# marker matters: a reward that ignored it would pay answers that never stop. Eight answers
-# of Chapter 12's first assistant to one held-out prompt, sampled at temperature 1:
+# reward of an answer is the checker's verdict: 1 when the answer ends its turn with
+# `<|end|>` and `verify` accepts what it says (after either opening), 0 otherwise. Requiring
+# the end marker matters: a reward that ignored it would pay answers that never stop. Eight
+# answers of Chapter 12's first assistant to one held-out prompt, sampled at temperature 1:
 
 # %%
 sft_runs = {seed: sft_run(SFTRecipe(seed=seed)) for seed in SEEDS}
@@ -152,13 +162,13 @@ true_pass = 1 - (1 - rate) ** k
 draws = torch.distributions.Binomial(n, torch.tensor(rate)).sample((20_000,)).int()
 plug_in = sum(1 - (1 - int(c) / n) ** k for c in draws) / len(draws)
 unbiased = sum(grpo.pass_at_k(n, int(c), k) for c in draws) / len(draws)
-print(f"true pass@{k} {true_pass:.3f}; mean over draws of {n} samples: "
-      f"unbiased {unbiased:.3f}, plug-in {plug_in:.3f}")
+print(f"true pass@{k} {true_pass:.3f}\nmean over draws of {n} samples:\n"
+      f"  unbiased {unbiased:.3f}, plug-in {plug_in:.3f}")
 
 # %% [markdown]
-# Each assistant's greedy exact match and sampled pass@1 and pass@8, on the held-out prompts,
-# `N_SAMPLES` samples each (`sampled_scores`, which also counts the courteous openings among
-# the sampled answers):
+# Each assistant's greedy exact match and sampled pass@1 and pass@8, on the held-out
+# prompts, `N_SAMPLES` samples each (`sampled_scores`, which also counts the courteous
+# openings among the sampled answers):
 
 # %%
 start = clock()
@@ -185,33 +195,36 @@ display(Markdown(prose.sampling_text(
 #
 # ## 14.2 REINFORCE with a baseline
 #
-# The policy gradient {cite}`williams1992reinforce` makes a sampled answer $y$ to a prompt $x$
-# more likely in proportion to its reward: the gradient of $R(y)\,\log \pi(y \mid x)$, where
-# $\log \pi(y \mid x)$ is the sum of the answer's token log-probabilities. Subtracting a
-# *baseline* $b$ that does not depend on $y$ leaves the expected gradient unchanged and can
-# shrink its variance. GRPO makes two choices at once, and they are better taken apart:
+# The policy gradient {cite}`williams1992reinforce` makes a sampled answer $y$ to a prompt
+# $x$ more likely in proportion to its reward: the gradient of $R(y)\,\log \pi(y \mid x)$,
+# where $\log \pi(y \mid x)$ is the sum of the answer's token log-probabilities. Subtracting
+# a *baseline* $b$ that does not depend on $y$ leaves the expected gradient unchanged and
+# can shrink its variance. GRPO makes two choices at once, and they are better taken apart:
 #
-# $$A_i = \frac{r_i - \operatorname{mean}(r_{1..G})}{\operatorname{std}(r_{1..G}) + 10^{-4}}.$$
+# $$A_i = \frac{r_i - \operatorname{mean}(r_{1..G})}
+# {\operatorname{std}(r_{1..G}) + 10^{-4}}.$$
 #
 # (DeepSeekMath writes the plain ratio; the $10^{-4}$, which keeps a group of equal rewards
 # from dividing by zero, is TRL's, as the book's code follows it.)
 #
-# **The baseline** is the mean reward of the $G$ answers to the same prompt, its *group*. That
-# mean includes the answer's own reward, so it does depend on $y_i$; but only through a fixed
-# share:
+# **The baseline** is the mean reward of the $G$ answers to the same prompt, its *group*.
+# That mean includes the answer's own reward, so it does depend on $y_i$; but only through a
+# fixed share:
 #
-# $$r_i - \operatorname{mean}(r_{1..G}) = \frac{G-1}{G}\Big(r_i - \frac{1}{G-1}\sum_{j \ne i}
+# $$r_i - \operatorname{mean}(r_{1..G})
+# = \frac{G-1}{G}\Big(r_i - \frac{1}{G-1}\sum_{j \ne i}
 # r_j\Big),$$
 #
-# $\frac{G-1}{G}$ times the leave-one-out advantage of RLOO {cite}`kool2019buy,ahmadian2024rloo`,
-# whose baseline, the other answers' mean, does not depend on $y_i$. So the numerator alone
-# estimates $\frac{G-1}{G}$ of the policy gradient, without bias: the same direction, the step
-# a little shorter. **The scaling**, dividing by the group's standard deviation, is not a
-# baseline and changes the expected gradient: it multiplies each prompt's advantages by
-# $1/\operatorname{std}$, so a prompt whose rewards hardly vary, one the model nearly always
-# gets right or nearly always gets wrong, weighs more than a prompt it gets right half the
-# time. Dr. GRPO {cite}`liu2025drgrpo` calls this a difficulty bias and drops the division
-# (`group_advantages(..., scale=None)`; TRL's `scale_rewards="none"`).
+# $\frac{G-1}{G}$ times the leave-one-out advantage of RLOO
+# {cite}`kool2019buy,ahmadian2024rloo`, whose baseline, the other answers' mean, does not
+# depend on $y_i$. So the numerator alone estimates $\frac{G-1}{G}$ of the policy gradient,
+# without bias: the same direction, the step a little shorter. **The scaling**, dividing by
+# the group's standard deviation, is not a baseline and changes the expected gradient: it
+# multiplies each prompt's advantages by $1/\operatorname{std}$, so a prompt whose rewards
+# hardly vary, one the model nearly always gets right or nearly always gets wrong, weighs
+# more than a prompt it gets right half the time. Dr. GRPO {cite}`liu2025drgrpo` calls this
+# a difficulty bias and drops the division (`group_advantages(..., scale=None)`; TRL's
+# `scale_rewards="none"`).
 #
 # Either way, an answer better than its siblings is pushed up, a worse one down, and a group
 # whose answers all got the same reward has $A_i = 0$ for every answer: all right or all
@@ -222,8 +235,9 @@ display(Markdown(prose.sampling_text(
 rewards = torch.tensor([1.0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1])  # three groups of four
 for name, adv in (("advantages", grpo.group_advantages(rewards, 4)),
                   ("scale=None", grpo.group_advantages(rewards, 4, scale=None))):
+    print(f"{name}:")
     for i, group in enumerate(adv.view(3, 4)):
-        print(f"{name}, group {i}: {group}")
+        print(f"  group {i}: " + " ".join(f"{a:+.3f}" for a in group.tolist()))
 print(f"mixed groups: {mixed_groups(rewards, 4):.2f}")
 
 # %% [markdown]
@@ -277,20 +291,25 @@ display(Markdown(prose.groups_text(right_per_group, 8)))
 # $$\ell_{i,t} = -\min\big(\rho_{i,t} A_i,\ \operatorname{clip}(\rho_{i,t}, 1-\epsilon,
 # 1+\epsilon)\, A_i\big),$$
 #
-# with $\epsilon = 0.2$, TRL's default (the book's code follows TRL's settings). Once a token's probability has moved far enough in the direction its
-# advantage asks, the clipped term is the smaller one and the token's gradient is zero. TRL's
-# default (`num_iterations=1`) takes one update per batch of answers: the policy being trained
-# *is* the policy that sampled them, and $\pi_{\text{old}}$ is the trainer's own
-# log-probabilities, detached (`logps.detach()`), so $\rho = 1$ exactly, the clip never binds,
-# and only the ratio's gradient, $\nabla \rho = \nabla \log \pi$, acts. The loss is then
-# REINFORCE with the group baseline, token by token. That holds because one model, in one
-# arithmetic, both draws the answers and trains; where a separate engine draws them (a
+# with $\epsilon = 0.2$, TRL's default (the book's code follows TRL's settings). Once a
+# token's probability has moved far enough in the direction its advantage asks, the
+# clipped term is the smaller one and the token's gradient is zero. TRL's default
+# (`num_iterations=1`) takes one update per batch of answers: the policy being trained *is*
+# the policy that sampled them, and $\pi_{\text{old}}$ is the trainer's own
+# log-probabilities, detached (`logps.detach()`), so $\rho = 1$ exactly, the clip never
+# binds, and only the ratio's gradient, $\nabla \rho = \nabla \log \pi$, acts. The loss is
+# then REINFORCE with the group baseline, token by token. That holds because one model, in
+# one arithmetic, both draws the answers and trains; where a separate engine draws them (a
 # serving library, often in lower precision), they come from a slightly different
 # distribution than the one trained, and $\rho$, computed from the trainer's numbers alone,
-# does not see the difference. TRL corrects for it with a separate importance weight between
-# the sampler's and the trainer's probabilities (`vllm_importance_sampling_correction`, on by
-# default when vLLM samples); `train_grpo` samples with the model it trains and needs none.
-# On the batch above:
+# does not see the difference. TRL corrects for it with a separate importance weight
+# between the sampler's and the trainer's probabilities
+# (`vllm_importance_sampling_correction`, on by default when vLLM samples); `train_grpo`
+# samples with the model it trains and needs none. One difference remains where the model
+# has dropout: the answers are sampled with it off, the updates run with it on, so the
+# gradient is that of a dropout-perturbed $\log \pi$. Chapter 12's assistants have none;
+# section 14.6's GPT-2 keeps its 0.1, and TRL does the same by default
+# (`disable_dropout=False`). On the batch above:
 
 # %%
 idx, completions, mask, rewards = batches[TASK]
@@ -303,12 +322,12 @@ reinforce = -(advantages[:, None] * logps * mask).sum() / mask.sum()
 grads = torch.autograd.grad(out.loss, params, retain_graph=True)
 grads_reinforce = torch.autograd.grad(reinforce, params)
 gap = max(float((a - b).abs().max()) for a, b in zip(grads, grads_reinforce))
-print(f"on-policy: clipped share {out.clipped:.2f}; GRPO and REINFORCE gradients differ by "
-      f"at most {gap:.1e}")
+print(f"on-policy: clipped share {out.clipped:.2f}\n"
+      f"GRPO and REINFORCE gradients differ\nby at most {gap:.1e}")
 
 # %% [markdown]
-# A second update on the same answers, after one AdamW step, is *off-policy*: the ratio moves
-# away from 1 and the clip starts to bind (`train_grpo(..., updates=2)` does this):
+# A second update on the same answers, after one AdamW step, is *off-policy*: the ratio
+# moves away from 1 and the clip starts to bind (`train_grpo(..., updates=2)` does this):
 
 # %%
 optimizer = torch.optim.AdamW(params, lr=COLLAPSE_LR, weight_decay=0.0)
@@ -320,44 +339,45 @@ with torch.no_grad():
     new = completion_logps(policy, idx, completions)  # (N, C)
 ratio = torch.exp(new - old)[mask.bool()]  # the answers' tokens
 second = grpo.grpo_loss(new, old, advantages, mask)
-print(f"after one step at lr {COLLAPSE_LR:g}: ratio from {ratio.min():.3f} to "
-      f"{ratio.max():.3f}; the clip binds on {second.clipped:.1%} of the tokens")
+print(f"after one step at lr {COLLAPSE_LR:g}:\n"
+      f"  ratio from {ratio.min():.3f} to {ratio.max():.3f}\n"
+      f"  the clip binds on {second.clipped:.1%} of the tokens")
 
 # %% [markdown]
 # Two ways to average the per-token losses differ in what weighs the same. TRL's default,
 # `loss_type="dapo"` {cite}`yu2025dapo`, divides the sum over every completion token of the
 # batch by their number: each *token* weighs alike, so a long answer counts more than a
 # short one. `"grpo"`, the paper's, averages each answer over its own tokens, then the
-# answers: each *answer* weighs alike, and a token of a short answer counts more. That is the
-# length bias Dr. GRPO {cite}`liu2025drgrpo` names: a wrong answer's push down is spread over
-# its tokens, so a long wrong answer is pushed down less per token than a short one, and a
-# short right answer is pushed up more per token than a long one. Dr. GRPO divides the sum
-# over the batch by a constant instead (TRL's `loss_type="dr_grpo"`: the number of answers
-# times the longest answer allowed); `"dapo"` divides it by the batch's token count, the same
-# for every answer of the batch.
+# answers: each *answer* weighs alike, and a token of a short answer counts more. That is
+# the length bias Dr. GRPO {cite}`liu2025drgrpo` names: a wrong answer's push down is spread
+# over its tokens, so a long wrong answer is pushed down less per token than a short one,
+# and a short right answer is pushed up more per token than a long one. Dr. GRPO divides the
+# sum over the batch by a constant instead (TRL's `loss_type="dr_grpo"`: the number of
+# answers times the longest answer allowed); `"dapo"` divides it by the batch's token count,
+# the same for every answer of the batch.
 
 # %%
 lengths = mask.sum(1)
 per_sequence = grpo.grpo_loss(logps.detach(), logps.detach(), advantages, mask,
                                loss_type="grpo")
 values = [round(x.loss.item(), 4) + 0.0 for x in (out, per_sequence)]  # + 0.0: no "-0.0000"
-print(f"answer lengths {int(lengths.min())} to {int(lengths.max())} tokens; loss "
-      f"'dapo' {values[0]:+.4f}, 'grpo' {values[1]:+.4f}")
+print(f"answer lengths {int(lengths.min())} to {int(lengths.max())} tokens\n"
+      f"loss 'dapo' {values[0]:+.4f}, 'grpo' {values[1]:+.4f}")
 
 # %% [markdown]
-# The values say little. On-policy, the `"grpo"` loss is the mean over the answers of $-A_i$,
-# and a group's advantages sum to zero: its value is zero, its gradient is not. The `"dapo"`
-# value weighs each $-A_i$ by its answer's length. Only the gradients steer, and both losses
-# equal TRL's, value and gradient (`tests/test_grpo_parity.py`).
+# The values say little. On-policy, the `"grpo"` loss is the mean over the answers of
+# $-A_i$, and a group's advantages sum to zero: its value is zero, its gradient is not. The
+# `"dapo"` value weighs each $-A_i$ by its answer's length. Only the gradients steer, and
+# both losses equal TRL's, value and gradient (`tests/test_grpo_parity.py`).
 
 # %% [markdown]
 # ## 14.4 Training on "Last word"
 #
-# `train_grpo` repeats those pieces: draw 8 training prompts of one length, sample 8 answers
-# of each (Chapter 7's KV cache, stopping once every answer has ended), score them, one AdamW
-# update on the clipped loss, with TRL's defaults (no KL penalty, $\epsilon = 0.2$, `"dapo"`).
-# One run per seed, each from Chapter 12's assistant of that seed, trained once and then read
-# from the cache:
+# `train_grpo` repeats those pieces: draw 8 training prompts of one length, sample 8
+# answers of each (Chapter 7's KV cache, stopping once every answer has ended), score them,
+# one AdamW update on the clipped loss, with TRL's defaults (no KL penalty,
+# $\epsilon = 0.2$, `"dapo"`). One run per seed, six seeds, each from the assistant of that
+# seed (Chapter 12's recipe), trained once and then read from the cache:
 
 # %%
 start = clock()
@@ -368,16 +388,16 @@ train_seconds = (clock() - start) / len(SEEDS)
 after = {seed: sampled_scores(runs[seed], tok, held_out, N_SAMPLES, K, seed=seed)
          for seed in SEEDS}
 greedy_after = {seed: evaluate(runs[seed], tok, held_out) for seed in SEEDS}
-for seed in SEEDS:
-    for task in TASKS:
+for task in TASKS:  # before -> after, in percent
+    print(f"{task:<10}{'greedy':>11}{'pass@1':>13}{f'pass@{K}':>13}")
+    for seed in SEEDS:
         b, a = before[seed][task], after[seed][task]
-        print(f"seed {seed}, {task}\n"
-              f"  greedy {greedy_before[seed][task]['exact']:6.1%} -> "
-              f"{greedy_after[seed][task]['exact']:6.1%}\n"
-              f"  pass@1 {b['pass@1']:6.1%} -> {a['pass@1']:6.1%}\n"
-              f"  pass@{K} {b[f'pass@{K}']:6.1%} -> {a[f'pass@{K}']:6.1%}")
+        pairs = [(greedy_before[seed][task]["exact"], greedy_after[seed][task]["exact"]),
+                 (b["pass@1"], a["pass@1"]), (b[f"pass@{K}"], a[f"pass@{K}"])]
+        print((f"seed {seed:<4}" + "".join(f"{100 * x:6.1f}->{100 * y:<5.1f}"
+                                           for x, y in pairs)).rstrip())
 
-# %% tags=["remove-input"] mystnb={"figure": {"caption": "Each GRPO run's mean reward per step and its share of mixed groups (running means over 10 steps).", "name": "fig-grpo-reward"}, "image": {"alt": "Two panels of three curves against the step: the reward, and the share of mixed groups."}}
+# %% tags=["remove-input"] mystnb={"figure": {"caption": "Each GRPO run's mean reward per step and its share of mixed groups (running means over 10 steps).", "name": "fig-grpo-reward"}, "image": {"alt": "Two panels of six curves against the step: the reward, and the share of mixed groups."}}
 fig, axes = plt.subplots(2, 1, figsize=(5.2, 6), sharex=True)
 kernel = torch.ones(1, 1, 10) / 10
 for seed in SEEDS:
@@ -386,46 +406,64 @@ for seed in SEEDS:
         ax.plot(range(10, len(values) + 1), smooth, label=f"seed {seed}")
 axes[0].set(ylabel="mean reward")
 axes[1].set(xlabel="step", ylabel="share of mixed groups")
-axes[0].legend()
+axes[0].legend(ncol=2, fontsize="small")
 fig.tight_layout()
 plt.show()
+
+# %% [markdown]
+# The ± is the standard error of the mean of the seeds' paired differences (their standard
+# deviation over $\sqrt{6}$): how far the mean of six such runs on these prompts could
+# move, not the spread of one run. It leaves out the choice of the prompts, the same in
+# every seed: another set would move each seed's pass@1 by a few points more. So the rise
+# is also bounded by a bootstrap over the prompts, paired by seed: each resample draws
+# `N_HELD_OUT` of the prompts with replacement, the same ones for every seed, and takes the
+# mean rise.
+# The lesson holds when both lower bounds are above zero. Each prompt's pass@1 comes from
+# the very answers `sampled_scores` counted: `sampled_answers` samples them again with the
+# same generator and keeps them prompt by prompt.
+
+# %%
+by_prompt = {}  # (seed, model) -> each held-out TASK prompt's pass@1
+for seed in SEEDS:
+    for name, model in (("SFT", sft[seed]), ("GRPO", runs[seed])):
+        answers = sampled_answers(model, tok, held_out, N_SAMPLES, seed=seed)
+        by_prompt[seed, name] = [sum(r for r, _ in a) / N_SAMPLES
+                                 for item, a in zip(held_out, answers) if item.task == TASK]
 
 # %% tags=["remove-input"]
 found = [prose.judge_gain([before[s][TASK]["pass@1"] for s in SEEDS],
                           [after[s][TASK]["pass@1"] for s in SEEDS],
                           ([before[s][TASK][f"pass@{K}"] for s in SEEDS],
-                           [after[s][TASK][f"pass@{K}"] for s in SEEDS]), K, SEEDS, TASK)]
+                           [after[s][TASK][f"pass@{K}"] for s in SEEDS]), K, SEEDS, TASK,
+                          ([by_prompt[s, "SFT"] for s in SEEDS],
+                           [by_prompt[s, "GRPO"] for s in SEEDS]))]
 mixed = prose.mixed_text({s: histories[s].mixed for s in SEEDS},
                          {s: histories[s].reward for s in SEEDS}, block=10)
 display(Markdown(found[0].text + "\n\n" + mixed))
 
 # %% [markdown]
-# The reward curve is noisy: each step scores 8 answers to each of 8 prompts, a new draw every
-# step. The held-out numbers are measured on prompts the runs never saw, `N_SAMPLES` samples each,
-# which is why pass@1, not one greedy answer per prompt, judges the lesson: one prompt of the
-# held-out set is a large step in greedy exact match. The ± is the standard error of the mean
-# of the seeds' paired differences (their standard deviation over $\sqrt{3}$): how far the
-# mean of three such runs on these prompts could move, not the spread of one run; it leaves
-# out the choice of the prompts, which are the same in every seed: another set would move each seed's pass@1
-# by a few points more.
+# The reward curve is noisy: each step scores 8 answers to each of 8 prompts, a new draw
+# every step. The held-out numbers are measured on prompts the runs never saw, `N_SAMPLES`
+# samples each, which is why pass@1, not one greedy answer per prompt, judges the lesson:
+# one prompt of the held-out set is a large step in greedy exact match.
 #
 # ## 14.5 When it goes wrong
 #
-# **A step too large.** The same runs with a larger learning rate, `COLLAPSE_LR`, for fewer
-# steps:
+# **A step too large.** The runs of the first three seeds again, with a larger learning
+# rate, `COLLAPSE_LR`, for fewer steps:
 
 # %%
 held_task = [i for i in held_out if i.task == TASK]
 collapsed = {seed: grpo_model(GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, seed=seed))
-             for seed in SEEDS}
+             for seed in COLLAPSE_SEEDS}
 hot = {seed: sampled_scores(collapsed[seed][0], tok, held_task, N_SAMPLES, K,
-                            seed=seed)[TASK] for seed in SEEDS}
-for seed in SEEDS:
+                            seed=seed)[TASK] for seed in COLLAPSE_SEEDS}
+for seed in COLLAPSE_SEEDS:
     print(f"seed {seed}: {TASK} pass@1 {before[seed][TASK]['pass@1']:.1%} -> "
-          f"{hot[seed]['pass@1']:.1%}, stop rate {hot[seed]['stop']:.1%}; reward over "
-          f"the last 10 steps {sum(collapsed[seed][2].reward[-10:]) / 10:.2f}")
+          f"{hot[seed]['pass@1']:.1%}\n  stop rate {hot[seed]['stop']:.1%}, last 10 "
+          f"steps' reward {sum(collapsed[seed][2].reward[-10:]) / 10:.2f}")
 one_prompt, one_reward = prompts_and_reward(held_task[:1], tok)  # one prompt, 6 answers
-print(f"\n{held_task[0].prompt!r} -> {held_task[0].answer!r}")
+print(f"\n{held_task[0].prompt} -> {held_task[0].answer!r}")
 shown = {}
 for name, m in (("SFT", sft[SEEDS[0]]), ("large-step", collapsed[SEEDS[0]][0])):
     g = torch.Generator().manual_seed(0)
@@ -440,9 +478,9 @@ for name, m in (("SFT", sft[SEEDS[0]]), ("large-step", collapsed[SEEDS[0]][0])):
 display(Markdown(prose.collapse_text(SEEDS[0], shown)))
 
 # %% tags=["remove-input"]
-found.append(prose.judge_collapse([before[s][TASK]["pass@1"] for s in SEEDS],
-                                  [hot[s]["pass@1"] for s in SEEDS], SEEDS, COLLAPSE_LR,
-                                  TASK))
+found.append(prose.judge_collapse([before[s][TASK]["pass@1"] for s in COLLAPSE_SEEDS],
+                                  [hot[s]["pass@1"] for s in COLLAPSE_SEEDS],
+                                  COLLAPSE_SEEDS, COLLAPSE_LR, TASK))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
@@ -450,19 +488,22 @@ display(Markdown(found[-1].text))
 # \pi_{\text{ref}})$ toward the SFT model, estimated per token with Schulman's $k_3$
 # {cite}`schulman2020kl`:
 #
-# $$k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - \log \frac{\pi_{\text{ref}}}{\pi_\theta} - 1 \ge 0.$$
+# $$k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - \log \frac{\pi_{\text{ref}}}{\pi_\theta} - 1
+# \ge 0.$$
 #
 # The code (`grpo_loss` with `beta > 0`) adds $\beta\,\rho_{i,t}\,k_3$ to each token's loss:
 # $k_3$ times the same ratio $\rho$ as the clip's, as TRL does by default
 # (`use_bias_correction_kl`, on in TRL 1.16, the version the parity test compares with),
-# following DeepSeek-V3.2 {cite}`deepseekai2025v32`. On-policy, $\rho$ is 1, so the term's
-# value is $k_3$'s; its gradient is not $k_3$'s. With $\nabla \rho = \nabla \log \pi_\theta$ at
-# $\rho = 1$,
+# following DeepSeek-V3.2 {cite}`deepseekai2025v32`. On-policy, $\rho$ is 1, so the
+# term's value is $k_3$'s; its gradient is not $k_3$'s. With
+# $\nabla \rho = \nabla \log \pi_\theta$ at $\rho = 1$,
 #
-# $$\nabla (\rho\, k_3) = (\log \pi_\theta - \log \pi_{\text{ref}})\, \nabla \log \pi_\theta,$$
+# $$\nabla (\rho\, k_3) = (\log \pi_\theta - \log \pi_{\text{ref}})\,
+# \nabla \log \pi_\theta,$$
 #
 # whose mean over the token sampled at a context is, per token with the context held fixed,
-# the gradient of the KL at that position; the mean of $\nabla k_3$ alone is not. The first seed's run at the large step, with and without the penalty:
+# the gradient of the KL at that position; the mean of $\nabla k_3$ alone is not. The first
+# seed's run at the large step, with and without the penalty:
 
 # %%
 braked, _, braked_history = grpo_model(
@@ -496,48 +537,72 @@ display(Markdown(found[-1].text))
 # **A style no reward mentions.** Chapter 12's answers open, half of the time each, with a
 # courteous "Good sir," or a rude "Fool!". The reward ignores the opening. Chapter 12's
 # `courteous_odds` reads, for each prompt, the courteous opening's share of the probability
-# of the two openings at the answer's first character, $p(\text{G}) / (p(\text{G}) +
-# p(\text{F}))$: a probability between 0 and 1, not odds, despite its name. Here it is read on
-# every held-out "Last word" prompt, before and after GRPO, beside the share of courteous
-# openings among the sampled answers.
+# of the two openings at the answer's first character,
+# $p(\text{G}) / (p(\text{G}) + p(\text{F}))$: a probability between 0 and 1, not odds,
+# despite its name. Here it is read on every held-out "Last word" prompt, before and after
+# GRPO, beside the share of courteous openings among the sampled answers.
 #
 # The lesson measures each prompt's distance from an even share, $|p - \frac12|$, and asks,
 # seed by seed, whether the run increased its mean more than a control did. The control,
-# `same_size_change`, gives each weight of the SFT model the step the GRPO run gave it, with
-# its sign drawn at random: every weight moves as far as in the run, in no direction the
-# run's gradients chose. What it rules out is narrow. A random change of that size barely
-# moves the model's outputs (an outside reading measured its next-token KL from the SFT model
-# tens of times smaller than the run's; the chapter does not print it), so passing it says
-# that training changed the model, not that this reward did something to the opening that
-# any other would not. The control that would say so, a GRPO run whose rewards are shuffled
-# within each group so that they ignore the answers, is not run here.
+# `same_size_change`, gives each weight of the SFT model the step the GRPO run gave it,
+# with its sign drawn at random: every weight moves as far as in the run, in no direction
+# the run's gradients chose. What it rules out is narrow, and `next_token_kl` says how
+# narrow: the KL of each model's next-token law from the SFT model's, averaged over the
+# answers' positions of section 14.1's held-out "Last word" conversations. Where the
+# control moves the outputs far less than the run, passing it says that training changed
+# the model, not that this reward did something to the opening that any other would not.
 
 # %%
 every_task = [i for i in items["held_out"] if i.task == TASK]
+controls = {seed: same_size_change(sft[seed], runs[seed], seed=seed) for seed in SEEDS}
 odds_before = [courteous_odds(sft[seed], tok, every_task).tolist() for seed in SEEDS]
 odds_after = [courteous_odds(runs[seed], tok, every_task).tolist() for seed in SEEDS]
-odds_control = [courteous_odds(same_size_change(sft[seed], runs[seed], seed=seed), tok,
-                               every_task).tolist() for seed in SEEDS]
+odds_control = [courteous_odds(controls[seed], tok, every_task).tolist() for seed in SEEDS]
+kl_run = [next_token_kl(runs[seed], sft[seed], tok, held_task) for seed in SEEDS]
+kl_control = [next_token_kl(controls[seed], sft[seed], tok, held_task) for seed in SEEDS]
+print("KL from the SFT model, nats a position:")
+for seed, run_kl, control_kl in zip(SEEDS, kl_run, kl_control):
+    print(f"seed {seed}: run {run_kl:.4f}, control {control_kl:.5f}")
 
 # %% tags=["remove-input"]
 found.append(prose.judge_opening(odds_before, odds_after, odds_control, SEEDS,
                                  ([before[s][TASK]["courteous"] for s in SEEDS],
-                                  [after[s][TASK]["courteous"] for s in SEEDS])))
+                                  [after[s][TASK]["courteous"] for s in SEEDS]),
+                                 (kl_run, kl_control)))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
-# Why would it move? What follows is the chapter's reading, not a measurement. The reward
-# function never reads the opening: `verify` pays a right answer the same after either. Each
-# step pushes up whole answers that were right, openings included, and pushes down the wrong
-# ones. If an answer is as likely to be right after one opening as after the other, the
-# expected push on the opening's probability is zero, and what moves it is sampling noise,
-# which opening happened to come with the right answers of a step's groups: a random walk
-# with no force pulling it back toward one half, each seed its own way. Sampling noise with
-# no pull back to 50/50 would do what the runs show; whether right answers were in fact as
-# frequent after either opening, and whether a run with shuffled rewards moves it as far,
-# are not measured here. Chapter 12's DPO moved the same opening *deliberately*, toward the
-# side its pairs preferred; whatever moves it under GRPO, the remedy is to watch the share of
-# each style beside the reward.
+# Why would it move? The reward function never reads the opening: `verify` pays a right
+# answer the same after either. Each step pushes up whole answers that were right,
+# openings included, and pushes down the wrong ones. If an answer is as likely to be right
+# after one opening as after the other, the expected push on the opening's probability is
+# zero, and what moves it is sampling noise, which opening happened to come with the right
+# answers of a step's groups: a random walk with no force pulling it back toward one half,
+# whose direction would be a coin toss, seed by seed. That is the chapter's reading. Its
+# premise can be measured: how often the SFT model's answers are right after each opening,
+# on the prompts GRPO trains on (`N_PREMISE` of them, `PREMISE_SAMPLES` answers each):
+
+# %%
+train_task = random.Random(1).sample([i for i in items["train"] if i.task == TASK],
+                                     N_PREMISE)
+right_after = [right_by_opening(sampled_answers(sft[seed], tok, train_task,
+                                                PREMISE_SAMPLES, seed=seed))
+               for seed in SEEDS]
+print("right answers after each opening (SFT):")
+for seed, counts in zip(SEEDS, right_after):
+    (c, nc), (r, nr) = counts["courteous"], counts["rude"]
+    print(f"seed {seed}: courteous {c / nc:.1%}, rude {r / nr:.1%}")
+
+# %% tags=["remove-input"]
+display(Markdown(prose.drift_text([sum(o) / len(o) for o in odds_before],
+                                  [sum(o) / len(o) for o in odds_after], right_after,
+                                  SEEDS)))
+
+# %% [markdown]
+# Whether a run with shuffled rewards moves the opening as far is not measured here; as
+# the lesson above says, it would take many such runs beside many real ones. Chapter 12's
+# DPO moved the same opening *deliberately*, toward the side its pairs preferred; whatever
+# moves it under GRPO, the remedy is to watch the share of each style beside the reward.
 
 # %% tags=["remove-input"]
 if train_seconds > 5:
@@ -553,12 +618,15 @@ display(Markdown(timing))
 #
 # On a GPU, with GPT-2's weights, the same `train_grpo` trains Chapter 9's LoRA adapters on
 # GPT-2 small to complete two-digit sums after two solved examples, the reward checking the
-# digits before the newline; then TRL's `GRPOTrainer` trains peft's LoRA on the same prompts,
-# with the same batch, group size, learning rate, clip and loss, and the two reward curves are
-# compared. Two settings differ, both TRL's defaults: its learning rate decays linearly to zero
-# over the run (transformers' schedule), where `train_grpo` keeps it constant; and its mask
-# ends each answer at the first `<|endoftext|>`, here the padding after the newline, so its
-# loss also counts that token, where `train_grpo`'s ends at the newline.
+# digits before the newline; then TRL's `GRPOTrainer` trains peft's LoRA on the same
+# prompts, with the same batch, group size, learning rate, clip and loss, and the two reward
+# curves are compared. Two settings differ, both TRL's defaults: its learning rate decays
+# linearly to zero over the run (transformers' schedule), where `train_grpo` keeps it
+# constant; and its mask ends each answer at the first `<|endoftext|>`, here the padding
+# after the newline, so its loss also counts that token, where `train_grpo`'s ends at the
+# newline. Both keep GPT-2's dropout of 0.1: off while the answers are sampled, on in the
+# updates (TRL's `disable_dropout=False`), so here, unlike on the assistant, the gradient
+# is that of a dropout-perturbed $\log \pi$ (section 14.3).
 
 # %%
 from gpt_from_scratch.book.verifier_online import online_run  # noqa: E402
@@ -570,21 +638,18 @@ display(Markdown(online_run(steps=200 if FULL_RUN else 100)))
 #
 # - A program that grades answers gives a reward; a model that samples is measured by pass@1
 #   and pass@k, estimated without bias from $n$ samples per prompt.
-# - REINFORCE with the group's mean as a baseline pushes each answer by how much better it did
-#   than its siblings; a group whose rewards are all equal carries no gradient.
-# - GRPO adds PPO's ratio and clip; with one update per batch the ratio is exactly 1 and the
-#   loss is REINFORCE token by token; the book's loss equals TRL's.
-# - On the assistant, GRPO raises pass@1 toward pass@k: it makes the model choose more often
-#   what it could already sample (with three seeds, section 14.4 says by how much the rise
-#   clears its bar). At a learning rate five times larger, pass@1 falls instead (on one seed, a KL
-#   penalty braked the fall); the task not rewarded drifts down; and the opening, which the
-#   reward ignores, moves away from half and half, further than a random change of the same
-#   size in the weights moves it. That control changes the outputs far less than a run does,
-#   so it shows that training moved the opening, not that this reward did: a run with
-#   shuffled rewards, not run here, would tell.
-# - GRPO's advantage is two choices: a baseline, the group's mean, which leaves the expected
-#   gradient's direction as it is ($\frac{G-1}{G}$ of RLOO's), and a scaling by the group's
-#   standard deviation, which weighs the prompts anew (Dr. GRPO's difficulty bias).
+# - REINFORCE with the group's mean as a baseline pushes each answer by how much better it
+#   did than its siblings; a group whose rewards are all equal carries no gradient.
+# - GRPO adds PPO's ratio and clip; with one update per batch the ratio is exactly 1 and
+#   the loss is REINFORCE token by token; the book's loss equals TRL's.
+# - GRPO's advantage is two choices: a baseline, the group's mean, which leaves the
+#   expected gradient's direction as it is ($\frac{G-1}{G}$ of RLOO's), and a scaling by the
+#   group's standard deviation, which weighs the prompts anew (Dr. GRPO's difficulty bias).
+
+# %% tags=["remove-input"]
+display(Markdown("- " + prose.summary_text(
+    *found, (hot[SEEDS[0]]["pass@1"], brake["pass@1"]), COLLAPSE_LR / LR, len(SEEDS),
+    len(COLLAPSE_SEEDS))))
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
@@ -595,8 +660,9 @@ print(lessons.verdicts())
 # ### Exercise 1. Group advantages (implement)
 #
 # Write `group_advantages(rewards, group_size)`: `rewards` is a flat tensor $(N,)$, the
-# `group_size` rewards of each prompt side by side. Return each reward minus its group's mean,
-# divided by its group's standard deviation (unbiased, `torch.std`'s default) plus $10^{-4}$.
+# `group_size` rewards of each prompt side by side. Return each reward minus its group's
+# mean, divided by its group's standard deviation (unbiased, `torch.std`'s default) plus
+# $10^{-4}$.
 
 # %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 def group_advantages(rewards, group_size):
@@ -612,11 +678,11 @@ check_group_advantages(group_advantages);
 # %% [markdown]
 # ### Exercise 2. The clipped loss (implement)
 #
-# Write `grpo_loss(logps, old_logps, advantages, mask, epsilon)`: `logps` and `old_logps` are
-# $(N, C)$ token log-probabilities under the policy and under the policy that sampled the
-# answers, `advantages` is $(N,)$, `mask` $(N, C)$ is 1 on the answers' tokens. Return the
-# clipped loss of section 14.3 averaged over every answer token of the batch (`"dapo"`), with
-# its gradient with respect to `logps`.
+# Write `grpo_loss(logps, old_logps, advantages, mask, epsilon)`: `logps` and `old_logps`
+# are $(N, C)$ token log-probabilities under the policy and under the policy that sampled
+# the answers, `advantages` is $(N,)$, `mask` $(N, C)$ is 1 on the answers' tokens. Return
+# the clipped loss of section 14.3 averaged over every answer token of the batch (`"dapo"`),
+# with its gradient with respect to `logps`.
 
 # %% tags=["solution", "hide-input"] mystnb={"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 def grpo_loss(logps, old_logps, advantages, mask, epsilon):
@@ -648,54 +714,59 @@ from gpt_from_scratch.exercises import check_pass_at_k
 check_pass_at_k(pass_at_k);
 
 # %% [markdown]
-# ### Exercise 4. The rude opening (predict, then run)
+# ### Exercise 4. The rude opening at a large step (predict, then run)
 #
-# Chapter 12's training answers opened rudely half of the time, and its assistants sample
-# both openings. Nothing in GRPO's reward mentions the opening. Predict the share of rude
-# openings among seed 1's sampled "Last word" answers after the run of section 14.4, and
-# whether another seed would move the same way. Write your prediction in the answer cell,
-# then run the cell after it.
+# Section 14.5 scored the large-step runs (`COLLAPSE_STEPS` steps at `COLLAPSE_LR`) on
+# pass@1 only; their openings were never printed. Nothing in GRPO's reward mentions the
+# opening. Predict, for each of their seeds, the share of rude openings among its sampled
+# "Last word" answers: nearer to 50% than the 200-step run of the same seed, or further?
+# Write your prediction in the answer cell, then run the cell after it.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
-# The share moves away from one half, and how far and to which side differs from seed to
-# seed. The chapter's reading, which it does not measure: the reward is the same for both
-# openings, so unless right answers come more often after one of them, the expected push on
-# the opening is zero; each step that pushes up right answers pushes up their openings too,
-# and which opening came with them is sampling noise. Sampling noise with no pull back to
-# 50/50 would move the share like a random walk, each run its own way, since the runs sample
-# different answers. The cell prints seed 1's share and the other seeds'.
+# The reward cannot say: it pays a right answer the same after either opening, so the
+# opening moves only as far as whatever else moves it: the sampling noise of the chapter's
+# reading, or a gap in accuracy between the openings, which section 14.5 measured.
+# A walk with no pull back spreads with how far the weights travel: at `COLLAPSE_LR` each
+# step moves every weight about five times as far as at `LR`, for 60 steps instead of 200,
+# so the large-step runs travel further in all and the reading leans toward "further from
+# 50%" on average. But one run per seed is one draw of such a walk, and a collapsing
+# policy also narrows onto a few answers, openings included: seed by seed, either can
+# happen. The cell prints each seed's share before, after the 200-step run and after the
+# large step.
 # ```
 
 # %%
-for seed in SEEDS:
-    print(f"seed {seed}: rude openings {1 - before[seed][TASK]['courteous']:.0%} -> "
-          f"{1 - after[seed][TASK]['courteous']:.0%} of the sampled answers")
+for seed in COLLAPSE_SEEDS:
+    rude = [1 - x[TASK]["courteous"] for x in (before[seed], after[seed])]
+    print(f"seed {seed}: rude openings {rude[0]:.0%}\n  200 steps {rude[1]:.0%}, "
+          f"large step {1 - hot[seed]['courteous']:.0%}")
 
 # %% [markdown]
 # ### Exercise 5. A group of identical rewards (explain)
 #
 # In section 14.2, the third group, whose four answers were all right, got advantages of
-# zero. The answers were right: why does GRPO not make them more likely? And what would change if the
-# advantage were the reward itself, with no baseline?
+# zero. The answers were right: why does GRPO not make them more likely? And what would
+# change if the advantage were the reward itself, with no baseline?
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
 # The advantage measures an answer against its siblings, the other samples of the same
 # prompt: when all are right, none is better than the model's average answer to that prompt,
-# so there is nothing to prefer and the gradient is zero (GRPO's division by the std, which is
-# 0 there, is why the $10^{-4}$ is needed). The prompt is already solved at this temperature;
-# the step's compute on it was spent for nothing, which is why the share of mixed groups is
-# worth logging. With the raw reward as advantage, all four answers would be pushed up. Two
-# things change. The baseline: the raw reward estimates the policy gradient itself, the group
-# mean $\frac{G-1}{G}$ of it (it is RLOO's leave-one-out advantage times $\frac{G-1}{G}$), the
-# same direction; but each step's raw-reward gradient is noisier, and on a group of right
-# answers it pushes up whatever they share, such as their opening, one way a style could
-# drift. The scaling: GRPO also divides by the group's std, which is not a baseline at all;
-# it weighs each prompt by $1/\operatorname{std}$, favouring prompts nearly always right or
-# nearly always wrong, and so changes the expected gradient (`scale=None` drops it).
+# so there is nothing to prefer and the gradient is zero (GRPO's division by the std, which
+# is 0 there, is why the $10^{-4}$ is needed). The prompt is already solved at this
+# temperature; the step's compute on it was spent for nothing, which is why the share of
+# mixed groups is worth logging. With the raw reward as advantage, all four answers would be
+# pushed up. Two things change. The baseline: the raw reward estimates the policy gradient
+# itself, the group mean $\frac{G-1}{G}$ of it (it is RLOO's leave-one-out advantage times
+# $\frac{G-1}{G}$), the same direction; but each step's raw-reward gradient is noisier, and
+# on a group of right answers it pushes up whatever they share, such as their opening, one
+# way a style could drift. The scaling: GRPO also divides by the group's std, which is not a
+# baseline at all; it weighs each prompt by $1/\operatorname{std}$, favouring prompts nearly
+# always right or nearly always wrong, and so changes the expected gradient (`scale=None`
+# drops it).
 # ```
 
 # %% [markdown] tags=["quiz"]
@@ -730,14 +801,14 @@ show_quiz([
                "Subtracting a baseline leaves the expected gradient's direction alone; "
                "dividing by a per-prompt number reweighs the prompts."),
     ]),
-    MultipleChoice("The courteous/rude opening moved away from 50/50 during GRPO, each "
-                   "seed its own way. What is the chapter's reading?", [
-        Choice("no reward reads the opening, so nothing pulls its share back to 50/50",
+    MultipleChoice("No reward reads the courteous/rude opening. What is the chapter's "
+                   "reading of why its share can still move during GRPO?", [
+        Choice("nothing pulls its share back to 50/50, so sampling noise can move it",
                True,
-               "Yes, as a reading, not a measurement: if its expected push is zero, "
-               "sampling noise with no pull back would move it like a random walk. The "
-               "chapter does not measure that, nor run the shuffled-reward control that "
-               "would test it."),
+               "Yes, as a reading: if right answers come as often after either opening "
+               "(the premise the chapter measures), the expected push is zero and "
+               "sampling noise with no pull back moves the share like a random walk. "
+               "The shuffled-reward control that would test the reading is not run."),
         Choice("the reward prefers one opening", False,
                "verify accepts either opening: the reward is the same for both."),
     ]),
