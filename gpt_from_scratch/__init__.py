@@ -92,8 +92,9 @@ the book (``book.``)        chapter
 ``book.inside_prose``       13 the chapter's lessons and sentences
 ``book.inside_online``      13 the Colab track: GPT-2 small's induction heads, name movers
 ``book.verifier``           14 the reward, the cached GRPO runs, the sampled scores
-``book.verifier_control``   14 the control: a model changed as much as a run
-``book.verifier_prose``     14 the chapter's lessons and sentences
+``book.verifier_control``   14 the control, KL from the SFT model, answers by opening
+``book.verifier_prose``     14 the chapter's lessons, judged from its numbers
+``book.verifier_text``      14 the chapter's sentences, from its numbers and verdicts
 ``book.verifier_online``    14 the Colab track: GPT-2 small with LoRA learns addition
 ``book.parallel_runs``      15 the chapter's processes, started and always ended
 ``book.parallel_jobs``      15 what each rank runs

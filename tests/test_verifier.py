@@ -15,6 +15,7 @@ import torch
 
 from gpt_from_scratch.book import lessons, verifier, verifier_control, verifier_online
 from gpt_from_scratch.book import verifier_prose as prose
+from gpt_from_scratch.book import verifier_text as sentences
 from gpt_from_scratch.book.assistant import Item
 from gpt_from_scratch.chat import ChatTokenizer
 from gpt_from_scratch.data import load_tiny_shakespeare
@@ -324,42 +325,42 @@ def test_the_control_needs_two_models_of_one_architecture_and_a_whole_seed():
 
 def test_the_mixed_text_needs_room_for_two_blocks():
     mixed = {0: [1.0, 0.5, 0.5, 0.0]}
-    assert "mixed groups 75.0% → 25.0%" in prose.mixed_text(mixed, mixed, block=2)
+    assert "mixed groups 75.0% → 25.0%" in sentences.mixed_text(mixed, mixed, block=2)
     with pytest.raises(ValueError, match="block=3"):
-        prose.mixed_text(mixed, mixed, block=3)
+        sentences.mixed_text(mixed, mixed, block=3)
     with pytest.raises(ValueError, match=r"reward\[0\]\[0\] = 70.0 must be a share"):
-        prose.mixed_text(mixed, {0: [70.0, 80.0, 90.0, 95.0]}, block=2)
+        sentences.mixed_text(mixed, {0: [70.0, 80.0, 90.0, 95.0]}, block=2)
 
 
 def test_the_mixed_text_says_fewer_groups_teach_only_where_the_reward_rose():
     mixed = {0: [0.6, 0.6, 0.3, 0.3], 1: [0.5, 0.5, 0.2, 0.2]}
     rose = {0: [0.6, 0.6, 0.9, 0.9], 1: [0.7, 0.7, 0.8, 0.8]}
-    assert "as the reward rose in every run, fewer groups taught" in prose.mixed_text(
+    assert "as the reward rose in every run, fewer groups taught" in sentences.mixed_text(
         mixed, rose, block=2)
     fell = {0: [0.6, 0.6, 0.9, 0.9], 1: [0.7, 0.7, 0.4, 0.4]}
-    text = prose.mixed_text(mixed, fell, block=2)
+    text = sentences.mixed_text(mixed, fell, block=2)
     assert "reward rose" not in text and text.endswith("adds nothing to the gradient.")
 
 
 def test_the_sampling_text_refuses_what_would_make_a_broken_sentence():
     with pytest.raises(ValueError, match=r"the same tasks, at least one"):
-        prose.sampling_text({}, {}, {}, 8)
+        sentences.sampling_text({}, {}, {}, 8)
     with pytest.raises(ValueError, match=r"greedy\['a'\]\[0\] = 70 must be a share"):
-        prose.sampling_text({"a": [70]}, {"a": [0.5]}, {"a": [0.9]}, 8)
+        sentences.sampling_text({"a": [70]}, {"a": [0.5]}, {"a": [0.9]}, 8)
     with pytest.raises(ValueError, match=r"k=0 must be a whole number >= 1"):
-        prose.sampling_text({"a": [0.7]}, {"a": [0.5]}, {"a": [0.9]}, 0)
-    assert "pass@8 90.0%" in prose.sampling_text({"a": [0.7]}, {"a": [0.5]}, {"a": [0.9]}, 8)
+        sentences.sampling_text({"a": [0.7]}, {"a": [0.5]}, {"a": [0.9]}, 0)
+    assert "pass@8 90.0%" in sentences.sampling_text({"a": [0.7]}, {"a": [0.5]}, {"a": [0.9]}, 8)
 
 
 def test_the_groups_text_agrees_with_the_counts():
-    text = prose.groups_text({"Last word": [7, 8, 6, 7, 8, 7, 7, 8],
+    text = sentences.groups_text({"Last word": [7, 8, 6, 7, 8, 7, 7, 8],
                               "Repeat": [0, 0, 3, 0, 0, 0, 0, 0]}, 8)
     assert "**Last word** (mean reward 0.91): 3 of its 8 groups unanimous, 3 all right" in text
     assert "**Repeat** (mean reward 0.05): 7 of its 8 groups unanimous, 0 all right and 7" in text
     assert "**Repeat**, which the model almost never solves" in text
-    assert "almost never" not in prose.groups_text({"a": [2, 3]}, 4)
+    assert "almost never" not in sentences.groups_text({"a": [2, 3]}, 4)
     with pytest.raises(ValueError, match=r"from 0 to 8"):
-        prose.groups_text({"a": [9]}, 8)
+        sentences.groups_text({"a": [9]}, 8)
 
 
 def test_the_gain_says_when_its_margin_is_thin_and_refuses_a_bad_k():
@@ -442,11 +443,11 @@ def test_the_colab_track_runs_both_trainers_on_stand_ins(tmp_path, monkeypatch):
 
 def test_the_brake_sentence_says_which_way_its_one_seed_went():
     plain, braked = {"pass@1": 0.41}, {"pass@1": 0.49, "kl": 0.2}
-    assert "slowed the fall" in prose.brake_text(1e-3, 0.1, plain, braked, "Last word")
+    assert "slowed the fall" in sentences.brake_text(1e-3, 0.1, plain, braked, "Last word")
     braked["pass@1"] = 0.35
-    assert "fell further with the penalty" in prose.brake_text(1e-3, 0.1, plain, braked, "L")
+    assert "fell further with the penalty" in sentences.brake_text(1e-3, 0.1, plain, braked, "L")
     plain, braked = {"pass@1": 0.3000}, {"pass@1": 0.3001, "kl": 0.2}  # within the margin
-    text = prose.brake_text(1e-3, 0.1, plain, braked, "Last word")
+    text = sentences.brake_text(1e-3, 0.1, plain, braked, "Last word")
     assert "slowed" not in text and "within 2.0 points" in text
 
 
@@ -457,27 +458,27 @@ def test_the_brake_sentence_says_which_way_its_one_seed_went():
 ])
 def test_the_brake_sentence_refuses_percents_and_a_negative_kl(plain, braked, match):
     with pytest.raises(ValueError, match=match):
-        prose.brake_text(1e-3, 0.1, plain, braked, "Last word")
+        sentences.brake_text(1e-3, 0.1, plain, braked, "Last word")
 
 
 def test_the_collapse_sentence_counts_different_and_right_answers():
     shown = {"SFT": (["Fool! theirs", "Fool! theirs", "Good sir, theirs", "Fool! the"],
                      [1.0, 1.0, 1.0, 0.0]),
              "collapsed": (["Good sir, thess"] * 3 + ["Good sir, these"], [0.0] * 4)}
-    text = prose.collapse_text(0, shown)
+    text = sentences.collapse_text(0, shown)
     assert ("wrote 3 different answers, 3 of them right, its commonest 2 times; the collapsed "
             "model 2, 0 right, its commonest 3 times." in text)
     assert "narrowed" not in text  # 3 answers -> 2: not half as many
     assert "are all 0: as one group, this draw of 4 would carry no gradient." in text
     shown["collapsed"] = (["Good sir, thess"] * 4, [0.0, 0.0, 1.0, 0.0])
-    text = prose.collapse_text(0, shown)
+    text = sentences.collapse_text(0, shown)
     assert "narrowed onto fewer answers" in text and "no gradient" not in text
     shown["collapsed"] = (["a", "b", "c", "d"], [0.0] * 4)
-    assert "narrowed" not in prose.collapse_text(0, shown)
+    assert "narrowed" not in sentences.collapse_text(0, shown)
     with pytest.raises(ValueError, match=r"shown holds 1 model\(s\): pass at least two"):
-        prose.collapse_text(0, {"SFT": shown["SFT"]})
+        sentences.collapse_text(0, {"SFT": shown["SFT"]})
     with pytest.raises(ValueError, match=r"one reward per answer text"):
-        prose.collapse_text(0, {"SFT": shown["SFT"], "collapsed": (["a"], [])})
+        sentences.collapse_text(0, {"SFT": shown["SFT"], "collapsed": (["a"], [])})
 
 
 # ---------------------------------------------------------------- the drift's direction
@@ -488,13 +489,13 @@ def right(courteous: tuple, rude: tuple) -> dict:
 def test_the_drift_says_each_seed_its_own_way_only_when_the_signs_differ():
     even = [right((70, 100), (70, 100)), right((66, 100), (70, 100)),
             right((74, 100), (70, 100))]  # gaps 0, -4, +4 points: not clear of zero
-    mixed = prose.drift_text([0.5] * 3, [0.8, 0.4, 0.3], even, (0, 1, 2))
+    mixed = sentences.drift_text([0.5] * 3, [0.8, 0.4, 0.3], even, (0, 1, 2))
     assert "each seed its own way: 1 toward the courteous opening, 2 toward the rude" \
         in mixed
     assert "a gap of 0.0 ± 2.3 points over the 3 seeds (seeds: 0.0, -4.0, 4.0)" in mixed
     assert "not clear of zero at the two-sided 95% level of Student's t over 3 seeds " \
         "(4.30" in mixed
-    alike = prose.drift_text([0.5] * 3, [0.2, 0.4, 0.3], even, (0, 1, 2))
+    alike = sentences.drift_text([0.5] * 3, [0.2, 0.4, 0.3], even, (0, 1, 2))
     assert "own way" not in alike and "by chance 25.0% of the time" in alike
     assert "All 3 runs moved the share the same way, toward the rude opening" in alike
     assert "were it seen on more seeds" in alike
@@ -503,11 +504,11 @@ def test_the_drift_says_each_seed_its_own_way_only_when_the_signs_differ():
 def test_the_drift_says_which_opening_the_measured_accuracy_favoured():
     leaning = [right((80, 100), (70, 100)), right((81, 100), (70, 100)),
                right((79, 100), (70, 100))]  # 10 points, every seed
-    toward = prose.drift_text([0.5] * 3, [0.6, 0.7, 0.9], leaning, (0, 1, 2))
+    toward = sentences.drift_text([0.5] * 3, [0.6, 0.7, 0.9], leaning, (0, 1, 2))
     assert "clear of zero at the two-sided 95% level" in toward
     assert "right answers came more often after the courteous opening" in toward
     assert "the gap in accuracy points the same way." in toward
-    away = prose.drift_text([0.5] * 3, [0.4, 0.3, 0.1], leaning, (0, 1, 2))
+    away = sentences.drift_text([0.5] * 3, [0.4, 0.3, 0.1], leaning, (0, 1, 2))
     assert "the gap in accuracy points the other way." in away
 
 
@@ -519,7 +520,7 @@ def test_the_drift_says_which_opening_the_measured_accuracy_favoured():
 def test_the_drift_refuses_counts_that_are_not_right_by_opening(counts, match):
     good = right((7, 10), (7, 10))
     with pytest.raises(ValueError, match=match):
-        prose.drift_text([0.5] * 3, [0.4] * 3, [good, counts, good], (0, 1, 2))
+        sentences.drift_text([0.5] * 3, [0.4] * 3, [good, counts, good], (0, 1, 2))
 
 
 def test_the_summary_says_only_what_each_verdict_found():
@@ -531,15 +532,15 @@ def test_the_summary_says_only_what_each_verdict_found():
     even = [[0.5] * 4] * 3
     moved = prose.judge_opening(even, [[0.9, 0.1, 0.9, 0.1]] * 3, even, (0, 1, 2),
                                 ([0.5] * 3, [0.5] * 3), KL)
-    text = prose.summary_text(held, fell, forgot, moved, (0.3, 0.4), 5.000000001, 6, 3)
+    text = sentences.summary_text(held, fell, forgot, moved, (0.3, 0.4), 5.000000001, 6, 3)
     assert text.startswith("On the assistant, over 6 paired seeds, GRPO raised pass@1")
     assert "At a learning rate 5 times larger (3 seeds), pass@1 fell instead (on one " \
         "seed, a KL penalty slowed the fall)" in text and "moved away from half and half" in text
-    text = prose.summary_text(failed, fell, forgot, moved, (0.3, 0.3), 5, 6, 3)
+    text = sentences.summary_text(failed, fell, forgot, moved, (0.3, 0.3), 5, 6, 3)
     assert "did not raise pass@1 clear of its evaluation's noise" in text
     assert "raised" not in text and "slowed" not in text
     with pytest.raises(ValueError, match=r"gain = 0.5 must be the Lesson"):
-        prose.summary_text(0.5, fell, forgot, moved, (0.3, 0.3), 5, 6, 3)
+        sentences.summary_text(0.5, fell, forgot, moved, (0.3, 0.3), 5, 6, 3)
 
 
 # ---------------------------------------------------------------- beside a run

@@ -76,6 +76,7 @@ from gpt_from_scratch.grpo import completion_logps, mixed_groups
 from gpt_from_scratch.grpo_train import sample_groups
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book import verifier_prose as prose
+from gpt_from_scratch.book import verifier_text as sentences
 from gpt_from_scratch.book.verifier_control import (
     next_token_kl, right_by_opening, same_size_change, sampled_answers,
 )
@@ -184,7 +185,7 @@ for seed in SEEDS:
               f"{s['pass@1']:>8.1%}{s[f'pass@{K}']:>8.1%}")
 
 # %% tags=["remove-input"]
-display(Markdown(prose.sampling_text(
+display(Markdown(sentences.sampling_text(
     {t: [greedy_before[s][t]["exact"] for s in SEEDS] for t in TASKS},
     {t: [before[s][t]["pass@1"] for s in SEEDS] for t in TASKS},
     {t: [before[s][t][f"pass@{K}"] for s in SEEDS] for t in TASKS}, K)))
@@ -277,7 +278,7 @@ for task, (_, _, _, r) in batches.items():
 # %% tags=["remove-input"]
 right_per_group = {task: r.view(8, 8).sum(1).int().tolist()
                    for task, (_, _, _, r) in batches.items()}
-display(Markdown(prose.groups_text(right_per_group, 8)))
+display(Markdown(sentences.groups_text(right_per_group, 8)))
 
 # %% [markdown]
 
@@ -437,7 +438,7 @@ found = [prose.judge_gain([before[s][TASK]["pass@1"] for s in SEEDS],
                            [after[s][TASK][f"pass@{K}"] for s in SEEDS]), K, SEEDS, TASK,
                           ([by_prompt[s, "SFT"] for s in SEEDS],
                            [by_prompt[s, "GRPO"] for s in SEEDS]))]
-mixed = prose.mixed_text({s: histories[s].mixed for s in SEEDS},
+mixed = sentences.mixed_text({s: histories[s].mixed for s in SEEDS},
                          {s: histories[s].reward for s in SEEDS}, block=10)
 display(Markdown(found[0].text + "\n\n" + mixed))
 
@@ -475,7 +476,7 @@ for name, m in (("SFT", sft[SEEDS[0]]), ("large-step", collapsed[SEEDS[0]][0])):
     print(f"{name}, seed {SEEDS[0]}:")
     for t, r in zip(*shown[name]):
         print(f"  reward {r:.0f}  {t!r}")
-display(Markdown(prose.collapse_text(SEEDS[0], shown)))
+display(Markdown(sentences.collapse_text(SEEDS[0], shown)))
 
 # %% tags=["remove-input"]
 found.append(prose.judge_collapse([before[s][TASK]["pass@1"] for s in COLLAPSE_SEEDS],
@@ -510,7 +511,7 @@ braked, _, braked_history = grpo_model(
     GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, BETA, seed=SEEDS[0]))
 brake = sampled_scores(braked, tok, held_task, N_SAMPLES, K, seed=SEEDS[0])[TASK]
 brake["kl"] = sum(braked_history.kl[-10:]) / 10
-display(Markdown(prose.brake_text(COLLAPSE_LR, BETA, hot[SEEDS[0]], brake, TASK)))
+display(Markdown(sentences.brake_text(COLLAPSE_LR, BETA, hot[SEEDS[0]], brake, TASK)))
 
 # %% [markdown]
 # **Forgetting.** The runs of section 14.4 were rewarded on "Last word" only. What happened
@@ -542,8 +543,9 @@ display(Markdown(found[-1].text))
 # despite its name. Here it is read on every held-out "Last word" prompt, before and after
 # GRPO, beside the share of courteous openings among the sampled answers.
 #
-# The lesson measures each prompt's distance from an even share, $|p - \frac12|$, and asks,
-# seed by seed, whether the run increased its mean more than a control did. The control,
+# The lesson measures each prompt's distance from an even share, $|p - \frac12|$, and asks
+# whether the runs increased its mean more than their controls did, on average over the
+# seeds beyond Student's t (each seed's own bound is printed too). The control,
 # `same_size_change`, gives each weight of the SFT model the step the GRPO run gave it,
 # with its sign drawn at random: every weight moves as far as in the run, in no direction
 # the run's gradients chose. What it rules out is narrow, and `next_token_kl` says how
@@ -594,7 +596,7 @@ for seed, counts in zip(SEEDS, right_after):
     print(f"seed {seed}: courteous {c / nc:.1%}, rude {r / nr:.1%}")
 
 # %% tags=["remove-input"]
-display(Markdown(prose.drift_text([sum(o) / len(o) for o in odds_before],
+display(Markdown(sentences.drift_text([sum(o) / len(o) for o in odds_before],
                                   [sum(o) / len(o) for o in odds_after], right_after,
                                   SEEDS)))
 
@@ -647,7 +649,7 @@ display(Markdown(online_run(steps=200 if FULL_RUN else 100)))
 #   group's standard deviation, which weighs the prompts anew (Dr. GRPO's difficulty bias).
 
 # %% tags=["remove-input"]
-display(Markdown("- " + prose.summary_text(
+display(Markdown("- " + sentences.summary_text(
     *found, (hot[SEEDS[0]]["pass@1"], brake["pass@1"]), COLLAPSE_LR / LR, len(SEEDS),
     len(COLLAPSE_SEEDS))))
 
