@@ -100,6 +100,7 @@ the book (``book.``)        chapter
 ``book.parallel_jobs``      15 what each rank runs
 ``book.parallel_timing``    15 the timings each rank takes: collectives, steps, NCCL
 ``book.parallel_prose``     15 the lessons and sentences from what the processes measured
+``book.parallel_speed``     15 the speed lesson: buckets, the overlap, a GPU cluster's links
 ``book.fast_prose``         16 the lessons and sentences from what the chapter measured
 ==========================  ================================================
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from gpt_from_scratch.book import lessons, parallel_prose as prose, parallel_runs
+from gpt_from_scratch.book import parallel_speed as speed_prose
 from gpt_from_scratch.book.parallel_runs import PIDS, _end, job_args, launch, nccl_skipped
 from gpt_from_scratch.parallel import free_port
 
@@ -199,7 +200,8 @@ def timings(fb_alone, share, fb, wait, adam=0.005, wait_p=0.03, cpu=None, rounds
 
 
 def test_the_speed_lesson_accounts_for_every_millisecond_it_names():
-    quiet = prose.speed_lesson(timings(0.100, 0.050, 0.052, 0.004), 20e-6, 4e9, 3_239_424)
+    quiet = speed_prose.speed_lesson(timings(0.100, 0.050, 0.052, 0.004), 20e-6, 4e9,
+                                     3_239_424)
     assert quiet.holds and quiet.margin == pytest.approx(0.030 / 0.010 - 1)
     assert quiet.text.startswith(
         "Beside the other process, a share's forward and backward ran 52.0 ms on a core "
@@ -218,36 +220,37 @@ def test_the_speed_lesson_accounts_for_every_millisecond_it_names():
             "and 30.0 ms for the 52 per-parameter all-reduces, 3.0 times as long (the "
             "median of the rounds; 3.0 to 3.0); a whole step 67.0 ms against 87.0 ms, 1.3 "
             "times as long") in quiet.text
-    busy = prose.speed_lesson(timings(0.100, 0.050, 0.080, 0.02, cpu=0.055), 20e-6, 4e9, 10)
+    busy = speed_prose.speed_lesson(timings(0.100, 0.050, 0.080, 0.02, cpu=0.055), 20e-6,
+                                    4e9, 10)
     assert busy.text.startswith("Beside the other process, a share's forward and backward "
                                 "ran 55.0 ms on a core (its thread's CPU time) of the 80.0 "
                                 "ms it took: 25.0 ms, 31%, waiting for a core, so the pair "
                                 "did not have two free cores.")
     assert "5.0 ms more on a core (copying the gradients" in busy.text
     assert "and 25.0 ms waiting for one" in busy.text
-    level = prose.speed_lesson(timings(0.200, 0.100, 0.050, 0.001, wait_p=0.0), 20e-6,
+    level = speed_prose.speed_lesson(timings(0.200, 0.100, 0.050, 0.001, wait_p=0.0), 20e-6,
                                4e9, 10)  # per parameter as fast: the buckets saved nothing
     assert not level.holds and "The buckets saved no wait here" in level.text
     with pytest.raises(ValueError, match="no steps were timed"):
-        prose.step_parts([])
+        speed_prose.step_parts([])
 
 
 def test_the_overlap_is_claimed_only_when_every_round_shows_it():
-    hid = prose.overlap_text(timings(0.100, 0.050, 0.052, 0.001, wait_b=0.010))
+    hid = speed_prose.overlap_text(timings(0.100, 0.050, 0.052, 0.001, wait_b=0.010))
     assert ("a step took 58.0 ms against 67.0 ms: with the buckets after backward, 1.2 "
             "times as long (the median of the rounds; 1.2 to 1.2)") in hid
     assert "The overlap hid 9.0 ms a step, in every round" in hid
     same = timings(0.100, 0.050, 0.060, 0.001, wait_b=0.010, fb_b=0.051, cpu=0.040)
-    nothing = prose.overlap_text(same)
+    nothing = speed_prose.overlap_text(same)
     assert "The overlap hid nothing measurable here" in nothing
     assert "Backward already spent 33% of its time waiting for a core" in nothing
 
 
 def test_the_cluster_text_says_small_only_when_every_share_is():
-    small = prose.cluster_text({"8 GPUs": 1.9, "64 GPUs": 2.5}, 33.0)
+    small = speed_prose.cluster_text({"8 GPUs": 1.9, "64 GPUs": 2.5}, 33.0)
     assert "takes at least 6% of it on 8 GPUs, 8% of it on 64 GPUs" in small
     assert "A small part in both" in small
-    large = prose.cluster_text({"8 GPUs": 1.9, "64 GPUs": 19.6}, 33.0)
+    large = speed_prose.cluster_text({"8 GPUs": 1.9, "64 GPUs": 19.6}, 33.0)
     assert "A small part" not in large and "only the overlap" in large
 
 

@@ -75,6 +75,7 @@ from gpt_from_scratch.sharding import ShardedAdamW
 from gpt_from_scratch.zero_bytes import state_bytes
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book import parallel_prose as prose
+from gpt_from_scratch.book import parallel_speed as speed_prose
 from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.parallel_runs import (job_args, launch, nccl_skipped, torchrun,
                                                  torchrun_pair)
@@ -640,7 +641,7 @@ print(f"{'ms':<13}" + "".join(f"{p:>8}" for p in ("fwd+bwd", "wait", "AdamW", "s
 medians = {}
 kinds = ("alone", "together", "buckets after", "per parameter")
 for key in kinds:
-    medians[key], rounds = prose.step_parts(speed[key])
+    medians[key], rounds = speed_prose.step_parts(speed[key])
     print(f"{key:<13}" + "".join(f"{1e3 * v:>8.1f}" for v in medians[key])
           + f"{1e3 * sum(medians[key]):>8.1f}")
 print(f"\n{'fwd+bwd ms':<13}{'on core':>8}{'wall':>8}{'waited':>8}")
@@ -650,16 +651,16 @@ cpus = {"one share": speed["alone shares cpu"]} | speed["cpu"]
 for key, wall in walls.items():
     on_core, wall = float(np.median(cpus[key])), float(np.median(wall))
     print(f"{key:<13}{1e3 * on_core:>8.1f}{1e3 * wall:>8.1f}{1e3 * (wall - on_core):>8.1f}")
-per_round = [a / t for a, t in zip(prose.step_parts(speed["alone"])[1],
-                                   prose.step_parts(speed["together"])[1])]
-speedup = prose.speedup_of(speed)
+per_round = [a / t for a, t in zip(speed_prose.step_parts(speed["alone"])[1],
+                                   speed_prose.step_parts(speed["together"])[1])]
+speedup = speed_prose.speedup_of(speed)
 print(f"\ntwo processes: {speedup:.1f} times as fast\n(median of {len(per_round)} rounds, "
       f"{min(per_round):.1f} to {max(per_round):.1f})")
 
 # %% tags=["remove-input"]
-found.append(prose.speed_lesson(speed, alpha, beta, held["gradients"]))
+found.append(speed_prose.speed_lesson(speed, alpha, beta, held["gradients"]))
 display(Markdown(found[-1].text))
-display(Markdown(prose.overlap_text(speed)))
+display(Markdown(speed_prose.overlap_text(speed)))
 
 # %% [markdown]
 # The accounting carries over to a GPU cluster; the sizes change. The same ring model with
@@ -704,7 +705,7 @@ compute_ms = 1e3 * operations / (H100_TFLOPS * 1e12 * UTILISATION)
 share = attention / (products + attention)
 print(f"one step's computation: {operations:.2e} operations\n  ({share:.0%} of them "
       f"attention's), {compute_ms:.0f} ms a GPU")
-display(Markdown(prose.cluster_text(allreduce_ms, compute_ms)))
+display(Markdown(speed_prose.cluster_text(allreduce_ms, compute_ms)))
 
 # %% [markdown]
 # Near-linear speed-ups need more than fast links: every GPU an equal share (the fastest
