@@ -95,12 +95,8 @@ def test_induction_scores_and_the_lens_read_a_model_of_the_chat_vocabulary():
     assert previous[1, 0].item() == pytest.approx(expected.item(), abs=1e-6)
 
 
-def test_two_decimals_and_tables_side_by_side():
+def test_two_decimals():
     assert inside.two(-0.0004) == "0.00" and inside.two(-0.006) == "-0.01"
-    table = inside.side_by_side(torch.tensor([[0.1, -0.001]]), torch.tensor([[0.25, 1.0]]))
-    assert table == "L0   0.10  0.00  |   0.25  1.00"
-    with pytest.raises(ValueError, match=r"side_by_side: left and right must be \(L, H\) tensors"):
-        inside.side_by_side(torch.zeros(2, 2), torch.zeros(4))
 
 
 def test_the_figures_labels_cover_no_label_no_point_and_stay_in_the_frame():

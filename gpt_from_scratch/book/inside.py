@@ -169,19 +169,6 @@ def top_heads(values: Tensor, k: int = 3, largest: bool = True) -> str:
     return ", ".join(f"L{i // H}H{i % H} {two(values.flatten()[i])}" for i in order)
 
 
-def side_by_side(left: Tensor, right: Tensor) -> str:
-    """Two (L, H) tables as text, one line per layer: ``left`` | ``right``, two decimals."""
-    if not (isinstance(left, Tensor) and isinstance(right, Tensor) and left.dim() == 2
-            and left.shape == right.shape):
-        raise ValueError(f"side_by_side: left and right must be (L, H) tensors of one shape, got "
-                         f"{getattr(left, 'shape', type(left).__name__)} and "
-                         f"{getattr(right, 'shape', type(right).__name__)}: one value per head")
-
-    def row(values: Tensor) -> str:
-        return " ".join(f"{two(v):>5}" for v in values.tolist())
-    return "\n".join(f"L{l}  {row(a)}  |  {row(b)}" for l, (a, b) in enumerate(zip(left, right)))
-
-
 def patching_figure(shares: dict[int, Tensor], scores: dict[int, Tensor]):
     """One panel per seed: each head's induction score against its patching share, the three
     largest shares labelled where no label covers another, a point or the frame
