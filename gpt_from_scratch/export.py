@@ -1,4 +1,4 @@
-"""Chapter 7 — the book's models as ONNX files, which ONNX Runtime (and so a web page) runs.
+"""Chapter 7 — the book's models as ONNX files, which ONNX Runtime (and a web page) runs.
 
 ``export_onnx`` writes a ``GPT`` (or Chapter 10's ``Llama``) as one ONNX file: token ids
 (B, T) int64 in, logits (B, T, V) float32 out, for any batch size B and any length T from 1

@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 from gpt_from_scratch.chat import ChatTokenizer  # noqa: E402
 from gpt_from_scratch.export import export_onnx  # noqa: E402
 
-# file name -> (model, export options): what each widget mode loads (live-model.js's MODELS)
+# file name -> (model, export options): what each widget mode loads (live-model.js reads
+# models/NAME.onnx, and NAME-inside.onnx in its inside mode)
 FILES = {
     "shakespeare-char.onnx": ("shakespeare-char", {}),  # Chapter 7: generate
     "shakespeare-char-inside.onnx": ("shakespeare-char", {"internals": True, "lens": True}),

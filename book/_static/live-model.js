@@ -205,7 +205,11 @@ function topP(logits, p) {
 // temperature in float32, then top-p, then softmax.
 export function samplingProbs(logits, {temperature, topk, topp}) {
   let x = topK(Array.from(logits), topk);
-  const max = Math.max(...x), t = Math.fround(temperature);
+  // next_token's min(max(t, tiny), max) for float32: a temperature float32 cannot hold
+  // would give 0/0 or inf/inf.
+  const t = Math.min(Math.max(Math.fround(temperature), 1.1754943508222875e-38),
+                     3.4028234663852886e38);
+  const max = Math.max(...x);
   x = x.map(v => Math.fround(Math.fround(v - max) / t));
   return softmax(topP(x, topp));
 }
@@ -213,6 +217,13 @@ export function samplingProbs(logits, {temperature, topk, topp}) {
 // next_token: greedy (temperature 0) takes the arg-max; else one draw from samplingProbs.
 // Returns the token and its probability.
 export function nextToken(logits, options) {
+  const broken = logits.some(x => Number.isNaN(x) || x === Infinity)
+    || logits.every(x => x === -Infinity);
+  if (broken) {
+    throw new ReaderError('The model\'s logits are not finite (NaN or infinity), as '
+      + 'generate refuses them: its weights are broken; export a checkpoint whose weights '
+      + 'are finite.');
+  }
   if (!(options.temperature > 0)) {
     const row = Array.from(logits), token = argmax(row);
     return {token, p: softmax(row)[token]};
@@ -328,7 +339,7 @@ class LiveModel {
     this.prompt = el('textarea', {rows: 2, name: 'prompt', spellcheck: 'false'});
     this.prompt.value = 'ROMEO:\n';
     this.prompt.addEventListener('keydown', event => {  // Enter runs, Shift+Enter: a line
-      if (event.key === 'Enter' && !event.shiftKey) {
+      if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
         event.preventDefault();
         this.form.requestSubmit();
       }
@@ -412,6 +423,10 @@ class LiveModel {
       const why = unfit(meta, this.mode);
       if (why) throw new ReaderError(`${file.name}: ${why}`);
       this.model = await openModel(bytes, file.name);
+      if (this.mode === 'chat') {  // its ids mean other characters under another model
+        this.history = [];
+        this.output.replaceChildren();
+      }
       const c = meta.config;
       this.say(`Loaded ${file.name}: a ${meta.model} of ${c.n_layers} layers, `
         + `${meta.chars.length} characters, a context of ${c.context_length}. `
@@ -425,7 +440,9 @@ class LiveModel {
     this.running = true;
     this.stopped = false;
     this.run.disabled = true;
-    this.stop.disabled = false;
+    this.stop.disabled = this.mode === 'inside';  // one pass: nothing to stop
+    this.file.disabled = true;  // the model stays the one this run reads
+    if (this.reset) this.reset.disabled = true;  // the history stays this run's
     const pressed = performance.now();
     this.loadedNow = !this.model;
     try {
@@ -442,6 +459,8 @@ class LiveModel {
       this.running = false;
       this.run.disabled = false;
       this.stop.disabled = true;
+      this.file.disabled = false;
+      if (this.reset) this.reset.disabled = false;
     }
   }
 
@@ -469,10 +488,14 @@ class LiveModel {
 
   timing(pressed, {tokens, first, end}) {
     const rate = tokens > 1 ? (tokens - 1) / ((end - first) / 1000) : NaN;
-    this.stats = {firstTokenMs: first - pressed, tokensPerSecond: rate, tokens};
-    return `${tokens} tokens; the first ${Math.round(first - pressed)} ms after you `
-      + `pressed the button${this.loadedNow ? ' (loading included)' : ''}, then `
-      + `${rate.toFixed(0)} tokens per second on this device.`;
+    this.stats = {firstTokenMs: first === null ? NaN : first - pressed,
+                  tokensPerSecond: rate, tokens};
+    if (first === null) return 'No token yet.';
+    const loading = this.loadedNow ? ' (loading included)' : '';
+    const head = `${tokens} token${tokens === 1 ? '' : 's'}; the first `
+      + `${Math.round(first - pressed)} ms after you pressed the button${loading}`;
+    return tokens > 1 ? `${head}, then ${rate.toFixed(0)} tokens per second on this device.`
+      : `${head}.`;
   }
 
   async generate(model, pressed) {
@@ -483,13 +506,23 @@ class LiveModel {
         + 'least one character (e.g. ROMEO: and a new line).');
     }
     const ids = encode(meta, text);
+    const fields = {Temperature: this.temperature, 'Top-k': this.topk, 'Top-p': this.topp,
+                    Seed: this.seed, 'New tokens': this.count};
+    const empty = Object.entries(fields)
+      .filter(([, input]) => input.value.trim() === '' || input.validity?.badInput)
+      .map(([name]) => name);
+    if (empty.length) {
+      throw new ReaderError(`Fill in ${empty.join(', ')} with a number: an empty or `
+        + 'unreadable field is not taken as 0.');
+    }
     const temperature = Number(this.temperature.value), topk = Number(this.topk.value);
     const topp = Number(this.topp.value), seed = Number(this.seed.value);
     const count = Number(this.count.value);
     const bad = [[!(temperature >= 0 && Number.isFinite(temperature)), 'temperature ≥ 0'],
                  [!Number.isInteger(topk) || topk < 0, 'top-k a whole number ≥ 0'],
                  [!(topp > 0 && topp <= 1), 'top-p in (0, 1]'],
-                 [!Number.isInteger(seed) || seed < 0, 'the seed a whole number ≥ 0'],
+                 [!Number.isInteger(seed) || seed < 0 || seed >= 2 ** 32,
+                  'the seed a whole number from 0 to 4294967295'],
                  [!Number.isInteger(count) || count < 1 || count > 2000,
                   'new tokens a whole number from 1 to 2000']].filter(([b]) => b);
     if (bad.length) throw new ReaderError(`Set ${bad.map(([, w]) => w).join(', ')}.`);
@@ -497,6 +530,10 @@ class LiveModel {
       + `reads the newest ${n} (its context), as generate crops it.` : '';
     const shown = el('pre', {class: 'live-text'});
     shown.append(el('span', {class: 'live-prompt', text}));
+    shown.addEventListener('click', event => {  // a tap shows what a hover shows
+      const token = event.target.closest('.live-token');
+      if (token) this.say(`${JSON.stringify(token.textContent)}: ${token.title}.`);
+    });
     this.output.replaceChildren(shown);
     this.say(`Generating …${cropped}`);
     const random = mulberry32(seed);
@@ -507,7 +544,7 @@ class LiveModel {
                                'data-p': p.toFixed(4), text: show(meta, token)}));
     });
     this.say(`${this.stopped ? 'Stopped: ' : ''}${this.timing(pressed, timing)} Each `
-      + 'token\'s probability shows on hover or a long press (its title).' + cropped);
+      + 'token\'s probability shows when you hover over it or tap it.' + cropped);
   }
 
   async chat(model, pressed) {
@@ -551,7 +588,9 @@ class LiveModel {
     this.history = [...messages, {role: 'assistant', ids: reply,
                                   text: answer.textContent}];
     this.message.value = '';
-    this.say((stopped ? '' : 'The answer did not end its turn within its tokens. ')
+    const unended = this.stopped ? 'Stopped. '
+      : 'The answer did not end its turn within its tokens. ';
+    this.say((stopped ? '' : unended)
       + (dropped ? `The model read only the newest exchange (${n} characters of context). `
         : '') + this.timing(pressed, timing));
   }

@@ -467,7 +467,7 @@ for b, ids in enumerate(prompts):
 # model exported to ONNX (`python -m gpt_from_scratch.export`), running in your browser:
 # ONNX Runtime Web, served by the book, loads when you press Run. Type a prompt, set the
 # temperature (0 is greedy), top-k (0: all), top-p and a seed; the characters appear one
-# by one, each with the probability it was drawn with (hover over it or press it long).
+# by one, each with the probability it was drawn with (hover over it, or tap it).
 # The sampler follows `generate`'s rules: top-k, then the temperature, then top-p, the
 # window cropped to the newest 64 characters. Its random numbers come from a seeded
 # generator of the page's own (mulberry32): a seed gives the same text on every run of the

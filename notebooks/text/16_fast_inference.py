@@ -65,10 +65,11 @@ from gpt_from_scratch.evaluate import model_bits_per_byte
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.paged_cache import kv_cache_memory, paged_generate, slot_bytes
-from gpt_from_scratch.quantize import (QuantizedLinear, absmax_quantize, model_bytes,
-                                       quantize_model, weight_error)
-# Two modules by name: the exercises write their own accept_or_resample and
-# online_softmax_step.
+from gpt_from_scratch.quantize import (QuantizedLinear, model_bytes, quantize_model,
+                                       weight_error)
+# Three modules by name: the exercises write their own accept_or_resample,
+# online_softmax_step and absmax_quantize.
+from gpt_from_scratch import quantize
 from gpt_from_scratch import speculative
 from gpt_from_scratch import tiled_attention as tiling
 from gpt_from_scratch.speculative import (RollbackKVCache, sampling_probabilities,
@@ -784,7 +785,7 @@ if FULL_RUN:
     linear = torch.nn.Linear(width, width, bias=False).to(device, dtype)
     x = torch.randn(1, width, device=device, dtype=dtype)  # (1, width): one token
     layers = {f"float ({dtype})": linear, "QuantizedLinear, int8": QuantizedLinear(
-        absmax_quantize(linear.weight, bits=8))}
+        quantize.absmax_quantize(linear.weight, bits=8))}
     try:
         from torchao.quantization import Int8WeightOnlyConfig, quantize_
     except ImportError as err:
