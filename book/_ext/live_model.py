@@ -56,7 +56,13 @@ def _sentence_outside_html(app, doctree, docname):
     if app.builder.format == "html":
         return
     for raw, page in _pages(doctree, docname).items():
-        raw.replace_self(nodes.paragraph(text=sentence(page)))
+        url = f"{site_url()}{page}.html"
+        before, after = SENTENCE.split("{url}")
+        # the address as a link whose text is itself: LaTeX's \sphinxurl breaks it at a
+        # slash, where plain text would run past the margin
+        raw.replace_self(nodes.paragraph("", "", nodes.Text(before),
+                                         nodes.reference(url, url, refuri=url),
+                                         nodes.Text(after)))
 
 
 def setup(app):
