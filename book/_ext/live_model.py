@@ -27,9 +27,11 @@ SENTENCE = "(The live model runs in the HTML edition of this page: {url}.)"
 
 
 def sentence(docname: str) -> str:
-    """What stands for a live model outside the HTML book (here and in the Jupyter
-    editions)."""
-    return SENTENCE.format(url=f"{site_url()}{docname}.html")
+    """What stands for a live model in the Jupyter editions: ``SENTENCE`` in Markdown, the
+    address a link (a period after a bare address would be read as part of it)."""
+    url = f"{site_url()}{docname}.html"
+    before, after = SENTENCE.split("{url}")
+    return f"{before}[{url}]({url}){after}"
 
 
 def _load_where_needed(app, pagename, templatename, context, doctree):
