@@ -75,8 +75,9 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     B, G, P, N = args.prompts, args.group, args.prompt_tokens, args.new_tokens
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {B} prompts of {P} "
-          f"tokens, {G} answers each, {N} new tokens, temperature 1, no top-k or top-p")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {B} prompts "
+          f"of {P} tokens, {G} answers each, {N} new tokens, temperature 1, no top-k or "
+          "top-p")
     end_id = VOCAB - 1
     for name, shape in SHAPES.items():
         torch.manual_seed(0)
@@ -84,7 +85,8 @@ def main(argv=None) -> None:
         model = GPT(config).eval()
         hf = GPT2LMHeadModel(to_hf_config(model)).eval()
         hf.load_state_dict(to_hf_state_dict(model))
-        prompts = torch.randint(VOCAB - 1, (B, P), generator=torch.Generator().manual_seed(1))
+        drawn = torch.Generator().manual_seed(1)
+        prompts = torch.randint(VOCAB - 1, (B, P), generator=drawn)  # (B, P)
         gap = same_law(model, hf, prompts, G, end_id)
 
         def ours() -> int:
@@ -93,9 +95,10 @@ def main(argv=None) -> None:
             return completions.numel()
 
         def theirs() -> int:
-            out = hf.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True,
-                              temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=G,
-                              max_new_tokens=N, eos_token_id=end_id, pad_token_id=end_id)
+            out = hf.generate(prompts, attention_mask=torch.ones_like(prompts),
+                              do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                              num_return_sequences=G, max_new_tokens=N,
+                              eos_token_id=end_id, pad_token_id=end_id)
             return out[:, P:].numel()
 
         runs = {"ours (sample_groups)": ours, "transformers (generate)": theirs}

@@ -261,9 +261,9 @@ def summary_text(gain: Lesson, collapse: Lesson, forgetting: Lesson, opening: Le
     if opening.holds:
         return text + ("; and the opening, which the reward ignores, moved away from half "
                        "and half, further on average over the seeds than a random change "
-                       "of the same size in the weights moves it. That control shows that training "
-                       "moved the opening, not that this reward did: telling those apart "
-                       "would take many runs with shuffled rewards beside many with the "
-                       "real ones.")
+                       "of the same size in the weights moves it. That control shows that "
+                       "training moved the opening, not that this reward did: telling "
+                       "those apart would take many runs with shuffled rewards beside many "
+                       "with the real ones.")
     return text + ("; and the opening, which the reward ignores, did not clearly move "
                    "further than its control here.")
