@@ -51,12 +51,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def hf_sample(hf, prompts: torch.Tensor, group: int, new_tokens: int, end_id: int, **extra):
+    """transformers' ``generate`` with Chapter 14's settings: ``group`` answers of each
+    prompt, sampled at temperature 1 with no top-k or top-p, ending at ``end_id``."""
+    return hf.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True,
+                       temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=group,
+                       max_new_tokens=new_tokens, eos_token_id=end_id, pad_token_id=end_id,
+                       **extra)
+
+
 def same_law(model, hf, prompts: torch.Tensor, group: int, end_id: int) -> float:
     """The largest gap between the two samplers' first-step probabilities, every row."""
-    out = hf.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True,
-                      temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=group,
-                      max_new_tokens=1, eos_token_id=end_id, pad_token_id=end_id,
-                      output_scores=True, return_dict_in_generate=True)
+    out = hf_sample(hf, prompts, group, 1, end_id, output_scores=True,
+                    return_dict_in_generate=True)
     theirs = torch.softmax(out.scores[0].float(), dim=-1)  # (B * G, V)
     logits, _ = model(prompts.repeat_interleave(group, dim=0))  # (B * G, P, V)
     ours = torch.softmax(logits[:, -1].float(), dim=-1)  # (B * G, V)
@@ -95,11 +102,7 @@ def main(argv=None) -> None:
             return completions.numel()
 
         def theirs() -> int:
-            out = hf.generate(prompts, attention_mask=torch.ones_like(prompts),
-                              do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                              num_return_sequences=G, max_new_tokens=N,
-                              eos_token_id=end_id, pad_token_id=end_id)
-            return out[:, P:].numel()
+            return hf_sample(hf, prompts, G, N, end_id)[:, P:].numel()
 
         runs = {"ours (sample_groups)": ours, "transformers (generate)": theirs}
         for run in runs.values():  # warm-up
