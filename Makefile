@@ -231,10 +231,12 @@ link-test: book
 
 # Debian's Chromium and its driver; installed when missing (needs root, as on CI).
 CHROMIUM_PACKAGES := chromium chromium-driver
+# The site in headless Chromium, under the threads live-models exported with (the page's
+# models are compared with theirs, read from the model cache).
 browser-test: link-test
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CHROMIUM_PACKAGES); }
-	$(PY) scripts/browser_test.py
+	$(SIDE_BY_SIDE) $(PY) scripts/browser_test.py
 
 # Every chapter's Jupyter edition (notebooks/jupyter/) as the venv's JupyterLab (requirements.txt) shows it,
 # in headless Chromium (installed as for browser-test): no raw MyST, answers folded, the interactive

@@ -399,7 +399,7 @@ for task in TASKS:  # before -> after, in percent
                                            for x, y in pairs)).rstrip())
 
 # %% tags=["remove-input"] mystnb={"figure": {"caption": "Each GRPO run's mean reward per step and its share of mixed groups (running means over 10 steps).", "name": "fig-grpo-reward"}, "image": {"alt": "Two panels of six curves against the step: the reward, and the share of mixed groups."}}
-fig, axes = plt.subplots(2, 1, figsize=(5.2, 6), sharex=True)
+fig, axes = plt.subplots(2, 1, figsize=(4.8, 6.2), sharex=True, layout="constrained")
 kernel = torch.ones(1, 1, 10) / 10
 for seed in SEEDS:
     for ax, values in zip(axes, (histories[seed].reward, histories[seed].mixed)):
@@ -407,8 +407,7 @@ for seed in SEEDS:
         ax.plot(range(10, len(values) + 1), smooth, label=f"seed {seed}")
 axes[0].set(ylabel="mean reward")
 axes[1].set(xlabel="step", ylabel="share of mixed groups")
-axes[0].legend(ncol=2, fontsize="small")
-fig.tight_layout()
+fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncol=3)
 plt.show()
 
 # %% [markdown]
