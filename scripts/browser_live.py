@@ -11,9 +11,11 @@ The page's numbers are compared with PyTorch's, computed here on the same models
   empty prompt, unknown characters, a text file, a foreign ONNX model and a file cut short
   each get their message; Stop ends a run of 2,000 tokens; the sampler's distribution
   (top-k, temperature, top-p) is ``next_token``'s within 1e-5 for six settings; the book's
-  own file, loaded as "your own model", gives the same greedy text. The prompt runs on
-  Enter (the keyboard) and, at 390 px, on a tap (touch events, Chromium's touch
-  emulation), with the form no wider than the window.
+  own file, loaded as "your own model", gives the same greedy text; the form's Top-k of 1
+  and Top-p of 0.01 each give the greedy text at temperature 1. The prompt runs on Enter
+  (the keyboard) and, at 390 px, on a tap (touch events, Chromium's touch emulation), with
+  the form no wider than the window, where Enter types a new line (a phone's keyboard has
+  no Shift+Enter) and "Load your own model" is a thumb's height.
 - Chapter 13: each head's attention pattern and the logit lens equal
   ``GPT.attention_maps`` and ``interp.logit_lens`` within ``TOL``.
 - Chapter 12: two chat turns are ``chat.chat``'s answers, and a chat marker typed as text is
@@ -226,7 +228,7 @@ def check_generate(driver, base: str, page: str, budgets: dict) -> list[str]:
     budgets["page weight before Run (MB)"] = round(before["bytes"] / 2**20, 3)
     _set(root, "temperature", 0)
     _set(root, "tokens", 30)
-    gaps = []
+    gaps, greedy = [], []
     for n, prompt in enumerate(GREEDY):
         _prompt(driver, root, prompt)  # Enter runs it: the keyboard
         status = _wait(driver, root)
@@ -241,6 +243,7 @@ def check_generate(driver, base: str, page: str, budgets: dict) -> list[str]:
         text = _generated(driver, root)
         idx = torch.tensor([tokenizer.encode(prompt)])
         expected = tokenizer.decode(generate(model, idx, 30, greedy=True)[0, -30:].tolist())
+        greedy.append(expected)
         if text != expected:
             problems.append(f"greedy from {prompt[:20]!r}: the page wrote {text!r}, "
                             f"generate {expected!r}")
@@ -278,6 +281,18 @@ def check_generate(driver, base: str, page: str, budgets: dict) -> list[str]:
     status = _wait(driver, root)
     if not status.startswith("Stopped") or len(_generated(driver, root)) >= 2000:
         problems.append(f"Stop during a run of 2,000 tokens: {status[:60]!r}")
+    # The form's Top-k and Top-p reach the sampler: at temperature 1, either at their least
+    # keeps the likeliest token alone, so the page writes the greedy text.
+    _set(root, "tokens", 30)
+    for name, value in (("top_k", 1), ("top_p", 0.01)):
+        for setting in (("temperature", 1), ("top_k", 0), ("top_p", 1), (name, value)):
+            _set(root, *setting)
+        _prompt(driver, root, GREEDY[0])
+        _wait(driver, root)
+        if _generated(driver, root) != greedy[0]:
+            problems.append(f"{name} = {value} at temperature 1 in the form wrote "
+                            f"{_generated(driver, root)!r}, not the greedy {greedy[0]!r}")
+    _set(root, "top_p", 0.95)
     unknown = "does not know these characters: \"é\", \"“\""
     for prompt, expected in (("", "Type a prompt first"), ("Café “ROMEO”", unknown)):
         _prompt(driver, root, prompt)
@@ -327,6 +342,14 @@ def check_touch(driver, url: str) -> list[str]:
             problems.append(f"at 390 px the live model is {box['right']:.0f} px wide")
         if box["height"] < 40:
             problems.append(f"at 390 px the Run button is {box['height']:.0f} px tall")
+        summary = root.find_element(By.CSS_SELECTOR, "details.live-own summary")
+        if summary.size["height"] < 40:
+            problems.append(f"at 390 px 'Load your own model' is {summary.size['height']} "
+                            "px tall")
+        field = root.find_element(By.NAME, "prompt")  # a phone's Enter: a new line
+        field.send_keys(Keys.END, Keys.ENTER)
+        if not field.get_attribute("value").endswith("\n\n"):  # a run prevents it
+            problems.append("at 390 px with touch, Enter did not type a new line")
         _set(root, "tokens", 20)
         point = [{"x": box["x"], "y": box["y"]}]
         driver.execute_cdp_cmd("Input.dispatchTouchEvent",

@@ -21,8 +21,14 @@ const EXPORT = 'python -m gpt_from_scratch.export CHECKPOINT OUT.onnx';
 const CHAT = ['<|user|>', '<|assistant|>', '<|end|>', '<|pad|>'];  // chat.SPECIAL_TOKENS
 const CHAT_ROOM = 16;  // chat.py's chat(): room left for the answer
 const CHAT_NEW_TOKENS = 60;  // chat.py's respond(): max_new_tokens
-const NO_WASM = 'This live model needs WebAssembly, which this browser lacks or has turned '
-  + 'off: the outputs printed in this chapter show the same model at work.';
+const NO_WASM = 'This live model needs WebAssembly with SIMD, which this browser lacks or '
+  + 'has turned off: the outputs printed in this chapter show the same model at work.';
+// The smallest module with a SIMD instruction (wasm-feature-detect's): ONNX Runtime Web's
+// wasm build needs SIMD, so a browser with WebAssembly that refuses this one cannot run it.
+const SIMD_MODULE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3,
+                                    2, 1, 0, 10, 10, 1, 8, 0, 65, 0, 253, 15, 253, 98, 11]);
+// A phone's keyboard sends Enter with no Shift: there Enter types a new line, Run runs.
+const TOUCH = typeof matchMedia === 'function' && matchMedia('(pointer: coarse)').matches;
 
 // ---- ONNX Runtime, imported on the first Run -------------------------------------------
 let ortPromise = null;
@@ -262,7 +268,13 @@ async function forward(model, ids) {
   return session.run({idx});
 }
 
-const pause = () => new Promise(resolve => setTimeout(resolve, 0));  // let the page draw
+// Let the page draw and take a click: a task, not setTimeout(0), which Chromium clamps to
+// 4 ms after five nested calls (that would cap the tokens per second it measures).
+const channel = new MessageChannel();
+const pause = () => new Promise(resolve => {
+  channel.port1.onmessage = () => resolve();
+  channel.port2.postMessage(null);
+});
 
 // ---- the widget -----------------------------------------------------------------------
 let widgets = 0;
@@ -318,7 +330,7 @@ class LiveModel {
     if (this.mode === 'chat') this.buildChat();
     else if (this.mode === 'inside') this.buildInside();
     else this.buildGenerate();
-    this.file = el('input', {type: 'file', accept: '.onnx'});
+    this.file = el('input', {type: 'file', accept: '.onnx,application/octet-stream'});
     this.file.addEventListener('change', () => this.loadFile());
     const own = el('details', {class: 'live-own'},
       el('summary', {text: 'Load your own model'}),
@@ -338,10 +350,12 @@ class LiveModel {
                                                      inputmode: 'decimal', ...attrs});
     this.prompt = el('textarea', {rows: 2, name: 'prompt', spellcheck: 'false'});
     this.prompt.value = 'ROMEO:\n';
-    this.prompt.addEventListener('keydown', event => {  // Enter runs, Shift+Enter: a line
-      if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+    this.prompt.setAttribute('enterkeyhint', TOUCH ? 'enter' : 'go');
+    this.prompt.addEventListener('keydown', event => {  // Ctrl+Enter runs, and Enter on a
+      const runs = event.ctrlKey || event.metaKey || (!TOUCH && !event.shiftKey);  // desk
+      if (event.key === 'Enter' && runs && !event.isComposing) {
         event.preventDefault();
-        this.form.requestSubmit();
+        this.submit();
       }
     });
     this.temperature = num('temperature', '0.8', {min: 0, max: 5, step: 'any'});
@@ -351,8 +365,8 @@ class LiveModel {
     this.count = num('tokens', '200', {min: 1, max: 2000, step: 1, inputmode: 'numeric'});
     this.run.textContent = 'Run';
     this.form.append(
-      field(this.id('prompt'), 'Prompt (Enter runs; Shift+Enter: a new line)',
-            this.prompt),
+      field(this.id('prompt'), TOUCH ? 'Prompt (Enter: a new line)'
+        : 'Prompt (Enter runs; Shift+Enter: a new line)', this.prompt),
       el('span', {class: 'live-row'},
         field(this.id('temperature'), 'Temperature (0: greedy)', this.temperature),
         field(this.id('topk'), 'Top-k (0: all)', this.topk),
@@ -369,6 +383,7 @@ class LiveModel {
     this.head = el('select', {name: 'head'});
     this.query = el('select', {name: 'position'});
     for (const s of [this.layer, this.head, this.query]) {
+      s.disabled = true;  // empty until the first run fills them
       s.addEventListener('change', () => this.drawInside());
     }
     this.run.textContent = 'Run';
@@ -394,6 +409,11 @@ class LiveModel {
     this.run.textContent = 'Send';
     this.form.append(field(this.id('message'), 'Your message (Enter sends)', this.message),
                      el('span', {class: 'live-buttons'}, this.run, this.stop, this.reset));
+  }
+
+  submit() {
+    if (this.form.requestSubmit) this.form.requestSubmit();
+    else if (!this.running) this.start();
   }
 
   say(text, error = false) {
@@ -590,7 +610,8 @@ class LiveModel {
     this.message.value = '';
     const unended = this.stopped ? 'Stopped. '
       : 'The answer did not end its turn within its tokens. ';
-    this.say((stopped ? '' : unended)
+    this.say(`Assistant: ${answer.textContent || '(nothing)'} `  // announced: aria-live
+      + (stopped ? '' : unended)
       + (dropped ? `The model read only the newest exchange (${n} characters of context). `
         : '') + this.timing(pressed, timing));
   }
@@ -609,6 +630,7 @@ class LiveModel {
     this.insideData = {ids, attention: out.attention.data, lens: out.lens.data, L, H, T,
                        V: meta.config.vocab_size, meta};
     const fill = (select, count, label, selected) => {
+      select.disabled = false;
       select.replaceChildren(...Array.from({length: count}, (_, i) =>
         el('option', {value: i, text: label(i)})));
       select.value = String(selected);
@@ -636,6 +658,8 @@ class LiveModel {
     const canvas = el('canvas', {class: 'live-attention', width: size, height: size,
                                  role: 'img'});
     const g = canvas.getContext('2d');
+    g.fillStyle = '#fff';  // the blues read on white in the light and the dark theme
+    g.fillRect(0, 0, size, size);
     for (let i = 0; i < T; i++) {
       for (let j = 0; j <= i; j++) {
         const w = at(i, j);
@@ -679,7 +703,7 @@ function message(err) {
 function init() {
   for (const root of document.querySelectorAll('div.live-model')) {
     if (root.liveModel) continue;
-    if (typeof WebAssembly !== 'object' || typeof WebAssembly.instantiate !== 'function') {
+    if (typeof WebAssembly !== 'object' || !WebAssembly.validate(SIMD_MODULE)) {
       root.replaceChildren(el('p', {class: 'live-status live-error', text: NO_WASM}));
       root.liveModel = {unavailable: true};
       continue;
