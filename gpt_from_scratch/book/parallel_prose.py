@@ -21,7 +21,8 @@ SCHEMES = {"ddp": "unsharded", "zero1": "ZeRO-1", "zero3": "ZeRO-3"}  # state_by
 FLOOR = 1e-12  # a difference of exactly zero is read as this, to take its logarithm
 
 
-def _ms(seconds: float) -> str:
+def ms(seconds: float) -> str:
+    """Chapter 15: a time in seconds, written in milliseconds ("12.3 ms")."""
     return f"{1e3 * seconds:.1f} ms"
 
 
@@ -107,7 +108,7 @@ def ring_lesson(rows: list[dict], alpha: float, beta: float) -> Lesson:
            f"this fit αβ is {_size(crossover)}: a message that size costs as much in "
            "latency as in bytes; smaller ones are paid mostly for being sent at all, which "
            f"is why gradients travel in buckets. Gloo's own all-reduce took "
-           f"{_ms(small['gloo'])} and {_ms(large['gloo'])} for the same two tensors.")
+           f"{ms(small['gloo'])} and {ms(large['gloo'])} for the same two tensors.")
     return lesson("a message costs a latency, then bytes over a bandwidth",
                   math.log10(ratio / PER_BYTE_BAR), "decades",
                   said + why,

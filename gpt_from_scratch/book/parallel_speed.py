@@ -13,7 +13,7 @@ import math
 import statistics
 
 from .lessons import Lesson, lesson
-from .parallel_prose import _ms
+from .parallel_prose import ms
 
 
 def _median(values) -> float:
@@ -63,46 +63,46 @@ def speed_lesson(speed: dict, alpha: float, beta: float, grad_bytes: int) -> Les
     model = {kind: m * 2 * alpha + grad_bytes / beta for kind, m in messages.items()}
     queued = fb_t - cpu["together"]  # wall time not on a core: waiting for one
     busy = (f"Beside the other process, a share's forward and backward ran "
-            f"{_ms(cpu['together'])} on a core (its thread's CPU time) of the "
-            f"{_ms(fb_t)} it took: {_ms(queued)}, {queued / fb_t:.0%}, waiting for a core"
+            f"{ms(cpu['together'])} on a core (its thread's CPU time) of the "
+            f"{ms(fb_t)} it took: {ms(queued)}, {queued / fb_t:.0%}, waiting for a core"
             + (", so the pair did not have two free cores. " if queued > 0.1 * fb_t
                else ". "))
-    said = (busy + f"Over {len(ratios)} rounds, a step alone took {_ms(_median(alone))} "
-            f"(the median; {_ms(min(alone))} to {_ms(max(alone))}), together "
-            f"{_ms(_median(together))} ({_ms(min(together))} to {_ms(max(together))}): two "
+    said = (busy + f"Over {len(ratios)} rounds, a step alone took {ms(_median(alone))} "
+            f"(the median; {ms(min(alone))} to {ms(max(alone))}), together "
+            f"{ms(_median(together))} ({ms(min(together))} to {ms(max(together))}): two "
             f"processes were {speedup_of(speed):.1f} times as fast ({min(ratios):.1f} to "
             f"{max(ratios):.1f} round by round). ")
     half = (fb_a + adam_a) / 2
     step_t = fb_t + wait_t + adam_t
-    why = (f"In the medians of its parts, a step together took {_ms(step_t)}; half the "
-           f"step alone, {_ms(half)}, falls short of it by {_ms(step_t - half)}. Of that, "
+    why = (f"In the medians of its parts, a step together took {ms(step_t)}; half the "
+           f"step alone, {ms(half)}, falls short of it by {ms(step_t - half)}. Of that, "
            f"AdamW run whole in every process took {_signed(adam_t - adam_a / 2)} "
-           f"({_ms(adam_t)} against half of {_ms(adam_a)}); the wait in `finish()` for the "
+           f"({ms(adam_t)} against half of {ms(adam_a)}); the wait in `finish()` for the "
            f"buckets still in flight {_signed(wait_t)}; one share's forward and backward "
-           f"{_signed(fb_t - fb_a / 2)} ({_ms(fb_t)} beside the other process, against "
-           f"{_ms(fb_a / 2)}, half of both shares' {_ms(fb_a)} alone). Alone, one share "
-           f"took {_ms(share)}, {_ms(share_cpu)} of it on a core; together, "
-           f"{_ms(abs(cpu['together'] - share_cpu))} "
+           f"{_signed(fb_t - fb_a / 2)} ({ms(fb_t)} beside the other process, against "
+           f"{ms(fb_a / 2)}, half of both shares' {ms(fb_a)} alone). Alone, one share "
+           f"took {ms(share)}, {ms(share_cpu)} of it on a core; together, "
+           f"{ms(abs(cpu['together'] - share_cpu))} "
            f"{'more' if cpu['together'] >= share_cpu else 'less'} on a core (copying "
            "the gradients into the buckets, starting their all-reduces, a cache shared "
-           f"with the other process) and {_ms(queued)} waiting for one. ")
+           f"with the other process) and {ms(queued)} waiting for one. ")
     alone_ar = speed["all-reduces alone"]
     why += (f"Timed alone between two barriers (the median of several tries), the "
-            f"{messages['together']} bucketed all-reduces took {_ms(alone_ar['together'])} "
+            f"{messages['together']} bucketed all-reduces took {ms(alone_ar['together'])} "
             f"and the {messages['per parameter']} per-parameter ones "
-            f"{_ms(alone_ar['per parameter'])}. The ring's model of section 15.2 gives "
-            f"{_ms(model['together'])} and {_ms(model['per parameter'])} (2α each, and "
+            f"{ms(alone_ar['per parameter'])}. The ring's model of section 15.2 gives "
+            f"{ms(model['together'])} and {ms(model['per parameter'])} (2α each, and "
             f"{grad_bytes:,} bytes over β): a best case, fitted to the fastest of each "
             f"size's tries, which the medians here exceed "
             f"{alone_ar['together'] / model['together']:.1f} and "
             f"{alone_ar['per parameter'] / model['per parameter']:.1f} times. ")
     waits = _ratios(_rounds(speed, "per parameter", 1), _rounds(speed, "buckets after", 1))
     steps = _ratios(per_param, after)
-    bucketing = (f"Both after backward, the wait in `finish()` took {_ms(wait_b)} for the "
-                 f"{messages['together']} buckets and {_ms(wait_p)} for the "
+    bucketing = (f"Both after backward, the wait in `finish()` took {ms(wait_b)} for the "
+                 f"{messages['together']} buckets and {ms(wait_p)} for the "
                  f"{messages['per parameter']} per-parameter all-reduces, "
-                 f"{_spread(waits)}; a whole step {_ms(_median(after))} against "
-                 f"{_ms(_median(per_param))}, {_spread(steps)}, the forward and backward "
+                 f"{_spread(waits)}; a whole step {ms(_median(after))} against "
+                 f"{ms(_median(per_param))}, {_spread(steps)}, the forward and backward "
                  "passes adding their own noise.")
     return lesson("after backward, buckets wait less than one all-reduce per parameter",
                   _median(waits) - 1, "times", said + why + bucketing,
@@ -124,13 +124,13 @@ def overlap_text(speed: dict) -> str:
     (fb_b, wait_b, _), after = step_parts(speed["buckets after"])
     steps = _ratios(after, together)
     queued = 1 - _median(speed["cpu"]["together"]) / fb_t  # of backward, waiting for a core
-    moved = (f"Sent during backward, the same buckets left {_ms(wait_t)} of wait in "
-             f"`finish()` against {_ms(wait_b)} after it, while the forward and backward "
-             f"passes took {_ms(fb_t)} against {_ms(fb_b)}; a step took "
-             f"{_ms(_median(together))} against {_ms(_median(after))}: with the buckets "
+    moved = (f"Sent during backward, the same buckets left {ms(wait_t)} of wait in "
+             f"`finish()` against {ms(wait_b)} after it, while the forward and backward "
+             f"passes took {ms(fb_t)} against {ms(fb_b)}; a step took "
+             f"{ms(_median(together))} against {ms(_median(after))}: with the buckets "
              f"after backward, {_spread(steps)}. ")
     if min(steps) > 1:
-        return moved + (f"The overlap hid {_ms(_median(after) - _median(together))} a "
+        return moved + (f"The overlap hid {ms(_median(after) - _median(together))} a "
                         "step, in every round: the all-reduces ran on a core backward "
                         "did not need.")
     return moved + ("The overlap hid nothing measurable here: some rounds were as fast "

@@ -22,7 +22,7 @@ from .lessons import (
 )
 
 
-def _shares(judge: str, seeds, **runs) -> int:
+def checked_shares(judge: str, seeds, **runs) -> int:
     """The number of seeds, after checking that each list of ``runs`` holds one share per
     seed."""
     n = seed_count(judge, seeds, **runs)
@@ -32,7 +32,8 @@ def _shares(judge: str, seeds, **runs) -> int:
     return n
 
 
-def _each(values: list[float]) -> str:
+def each_points(values: list[float]) -> str:
+    """Chapter 14: shares as points, comma-separated, one per seed ("12.5, -3.0")."""
     return ", ".join(points(v) for v in values)
 
 
@@ -54,7 +55,8 @@ def _thin(margin: float, mean: float, what: str) -> str:
     return ""
 
 
-def _check_k(judge: str, k) -> int:
+def check_k(judge: str, k) -> int:
+    """Chapter 14: ``k`` of pass@k as an ``int``, or a ``ValueError`` naming ``judge``."""
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise ValueError(f"{judge}: k={k!r} must be a whole number >= 1, the k of pass@k")
     return int(k)
@@ -95,10 +97,10 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
     the smaller of the two lower bounds, in points. ``by_prompt`` (before, after): per seed,
     each prompt's pass@1, which average to ``before`` and ``after``; ``pass_k`` (before,
     after) says what pass@k did."""
-    k = _check_k("judge_gain", k)
+    k = check_k("judge_gain", k)
     pass_k = _pair("judge_gain", "pass_k", pass_k)
     by_prompt = _pair("judge_gain", "by_prompt", by_prompt)
-    n = _shares("judge_gain", seeds, before=before, after=after, pass_k_before=pass_k[0],
+    n = checked_shares("judge_gain", seeds, before=before, after=after, pass_k_before=pass_k[0],
                 pass_k_after=pass_k[1])
     seed_count("judge_gain", seeds, by_prompt_before=by_prompt[0],
                by_prompt_after=by_prompt[1])
@@ -117,7 +119,7 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
     told = (f"pass@{k} moved by {points(k_mean)} ± {points(k_se)} points "
             f"({points(sum(pass_k[0]) / n)}% → {points(sum(pass_k[1]) / n)}%)")
     seen = (f"On held-out **{task}** prompts, pass@1 went from {points(sum(before) / n)}% "
-            f"to {points(sum(after) / n)}% (seeds after: {_each(after)}), a change of "
+            f"to {points(sum(after) / n)}% (seeds after: {each_points(after)}), a change of "
             f"{points(mean)} ± {points(se)} points over {n} seeds")
     bounds = (f"Its lower one-sided {T_LEVEL:.0%} bound is {points(margin)} points over "
               f"the seeds (Student's t: {t:.2f} standard errors, {n} paired seeds), and "
@@ -136,7 +138,7 @@ def judge_collapse(before: list[float], after: list[float], seeds, lr: float,
                    task: str) -> Lesson:
     """The warning: at learning rate ``lr``, the trained task's pass@1 falls (a fall in
     pass@1 only: the answers' diversity is not measured here)."""
-    n = _shares("judge_collapse", seeds, before=before, after=after)
+    n = checked_shares("judge_collapse", seeds, before=before, after=after)
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 < lr < math.inf:
         raise ValueError(f"judge_collapse: lr = {lr!r} must be the positive learning rate "
                          "of the run that pushed too hard (the chapter's COLLAPSE_LR)")
@@ -145,7 +147,7 @@ def judge_collapse(before: list[float], after: list[float], seeds, lr: float,
         "a large step lowers pass@1 on the rewarded task", 100 * margin, "points",
         holds=f"At a learning rate of {lr:g}, the same runs lowered **{task}**'s pass@1 "
               f"from {points(sum(before) / n)}% to {points(sum(after) / n)}% (seeds after: "
-              f"{_each(after)}): a fall of {points(mean)} ± {points(se)} points over {n} "
+              f"{each_points(after)}): a fall of {points(mean)} ± {points(se)} points over {n} "
               f"seeds, clear of zero {_clear(t, n)}, on the very task the reward pays for."
               + _thin(margin, mean, "fall"),
         fails=f"At a learning rate of {lr:g}, **{task}**'s pass@1 moved by {points(-mean)} "
@@ -173,11 +175,11 @@ def judge_forgetting(before: list[float], after: list[float], seeds, trained: st
     seed) falls; ``pass1`` (before, after) says what its sampled pass@1 did."""
     n = _logps("judge_forgetting", seeds, before=before, after=after)
     pass1 = _pair("judge_forgetting", "pass1", pass1)
-    _shares("judge_forgetting", seeds, pass1_before=pass1[0], pass1_after=pass1[1])
+    checked_shares("judge_forgetting", seeds, pass1_before=pass1[0], pass1_after=pass1[1])
     mean, se, t, margin = beyond_t(before, after)
     falls = sum(b > a for b, a in zip(before, after))
     told = (f"Its sampled pass@1 went from {points(sum(pass1[0]) / n)}% to "
-            f"{points(sum(pass1[1]) / n)}% (seeds after: {_each(pass1[1])}).")
+            f"{points(sum(pass1[1]) / n)}% (seeds after: {each_points(pass1[1])}).")
     return lesson(
         "the task not rewarded gets worse", margin, "nats",
         holds=f"Nothing rewarded **{other}**, and the log-probability of its reference "
@@ -220,7 +222,7 @@ def judge_opening(before: list[list[float]], after: list[list[float]],
     takes the spread of the drift over many seeds of each kind (not run here)."""
     sampled = _pair("judge_opening", "sampled", sampled)
     kl = _pair("judge_opening", "kl", kl)
-    n = _shares("judge_opening", seeds, sampled_before=sampled[0], sampled_after=sampled[1])
+    n = checked_shares("judge_opening", seeds, sampled_before=sampled[0], sampled_after=sampled[1])
     seed_count("judge_opening", seeds, before=before, after=after, control=control,
                kl_run=kl[0], kl_control=kl[1])
     for name, values in (("kl run", kl[0]), ("kl control", kl[1])):
@@ -236,7 +238,7 @@ def judge_opening(before: list[list[float]], after: list[list[float]],
                              f"hold {len(b)}, {len(a)} and {len(c)} shares: pass one per "
                              "held-out prompt, the same prompts on every side (at least "
                              "two)")
-        _shares("judge_opening", range(len(b)), **{f"before[{s}]": b, f"after[{s}]": a,
+        checked_shares("judge_opening", range(len(b)), **{f"before[{s}]": b, f"after[{s}]": a,
                                                     f"control[{s}]": c})
         far = [[abs(p - 0.5) for p in side] for side in (b, a, c)]
         drift.append(sum(far[1]) / len(b) - sum(far[0]) / len(b))
@@ -248,20 +250,20 @@ def judge_opening(before: list[list[float]], after: list[list[float]],
     seen = (f"the courteous share at the answer's first character, averaged over the "
             f"{len(before[0])} held-out prompts, went from {shares(before)}% to "
             f"{shares(after)}% (seeds in order), and each prompt's distance from 50/50 "
-            f"grew by {_each(drift)} points on average. The control, the SFT model with "
+            f"grew by {each_points(drift)} points on average. The control, the SFT model with "
             "each weight given the run's step under a random sign (a change of the same "
             "size in every weight, in no chosen direction), changed that distance by "
-            f"{_each(moved)} points")
+            f"{each_points(moved)} points")
     mean, se, t, margin = beyond_t(drift, moved)
     bound = (f"by {points(mean)} ± {points(se)} points on average over the seeds, at least "
              f"{points(margin)} at Student's t = {t:.2f} (one-sided {T_LEVEL:.0%}); seed by "
-             f"seed, by at least {_each(bounds)} points (the lower {T_LEVEL:.0%} bound of a "
+             f"seed, by at least {each_points(bounds)} points (the lower {T_LEVEL:.0%} bound of a "
              "bootstrap over the prompts)")
     further = [abs(a - 0.5) - abs(b - 0.5) for b, a in zip(*sampled)]
     verb = ("show it too: their" if all(f >= SHOWN for f in further)
             else "do not all show it: their")
     told = (f"The sampled answers {verb} courteous share went from "
-            f"{_each(sampled[0])}% to {_each(sampled[1])}%.")
+            f"{each_points(sampled[0])}% to {each_points(sampled[1])}%.")
     ratio = min(r / c if c > 0 else math.inf for r, c in zip(*kl))
     less = ("far less" if ratio >= FAR else "less" if ratio > 1 else "no less")
     limits = ("What this control rules out is narrow. It moves the model's next-token "

@@ -13,7 +13,7 @@ import math
 import numbers
 
 from .lessons import Lesson, beyond_t, check_share, points, seed_count
-from .verifier_prose import SLOWED, TWO_SIDED, _check_k, _each, _shares
+from .verifier_prose import SLOWED, TWO_SIDED, check_k, each_points, checked_shares
 
 
 def drift_text(before: list[float], after: list[float], right: list[dict], seeds) -> str:
@@ -21,7 +21,7 @@ def drift_text(before: list[float], after: list[float], right: list[dict], seeds
     chapter's reading says: ``before``, ``after``, the mean courteous share per seed (SFT
     model, GRPO run); ``right``, per seed, the SFT model's
     ``verifier_control.right_by_opening`` on the training prompts."""
-    n = _shares("drift_text", seeds, before=before, after=after)
+    n = checked_shares("drift_text", seeds, before=before, after=after)
     seed_count("drift_text", seeds, right=right)
     gaps, rates = [], []
     for s, counts in enumerate(right):
@@ -41,7 +41,7 @@ def drift_text(before: list[float], after: list[float], right: list[dict], seeds
                f"{points(sum(r['courteous'] for r in rates) / n)}% of the time after the "
                f"courteous opening and {points(sum(r['rude'] for r in rates) / n)}% after "
                f"the rude one: a gap of {points(mean)} ± {points(se)} points over the "
-               f"{n} seeds (seeds: {_each(gaps)}), ")
+               f"{n} seeds (seeds: {each_points(gaps)}), ")
     favoured = "courteous" if mean > 0 else "rude"
     if side_margin > 0:
         premise += (f"clear of zero {level}: right answers came more often after the "
@@ -139,7 +139,7 @@ def brake_text(lr: float, beta: float, plain: dict, braked: dict, task: str) -> 
 def sampling_text(greedy: dict, pass1: dict, pass_k: dict, k: int) -> str:
     """Greedy exact match, pass@1 and pass@k of each task (task -> one share per seed), and
     what their order says."""
-    k = _check_k("sampling_text", k)
+    k = check_k("sampling_text", k)
     if not greedy or greedy.keys() != pass1.keys() or greedy.keys() != pass_k.keys():
         raise ValueError(f"sampling_text: greedy, pass1 and pass_k hold the tasks "
                          f"{list(greedy)}, {list(pass1)} and {list(pass_k)}: pass the same "
