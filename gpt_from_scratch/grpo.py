@@ -75,7 +75,7 @@ def mixed_groups(rewards: Tensor, group_size: int) -> float:
 @dataclass
 class GRPOOutput:
     loss: Tensor  # scalar, with the graph
-    clipped: float  # share of the completion tokens where the clip binds (no gradient)
+    clipped: float  # share of completion tokens where the clip binds (only KL pulls there)
     kl: float | None  # mean per-token KL term to the reference (k3 times ratio), beta > 0
 
 

@@ -199,14 +199,17 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
     ``end_id``), and takes ``updates`` AdamW steps on ``grpo_loss`` with the same answers:
     the first on-policy (ratio 1), the later ones against the log-probabilities the answers
     were sampled with, where the clip can bind. The answers are sampled and scored in eval
-    mode, the updates run in training mode (dropout on, as in TRL, whose ``disable_dropout``
-    is off by default): on-policy the ratio is still exactly 1, ``old_logps`` being the
-    update's own ``logps.detach()``, but where the model has dropout the gradient is that of
-    a dropout-perturbed log-probability, not of the sampler's. Chapter 12's assistants have
-    none; GPT-2 from ``hf_weights.from_pretrained`` keeps its 0.1 (Chapter 14's Colab
-    track). The policy ends in eval mode. An update after which the loss or the logits are
-    no longer finite (too large an ``lr``) raises a ``FloatingPointError``, the policy put
-    back to its weights from before that update.
+    mode, the updates run in training mode (dropout on; TRL, whose ``disable_dropout`` is
+    off by default, samples in training mode too): on-policy the ratio is still exactly 1,
+    ``old_logps`` being the update's own ``logps.detach()``, but where the model has dropout
+    the gradient is that of a dropout-perturbed log-probability, not of the sampler's, and
+    from the second update on the ratio also holds dropout's noise (the sampled
+    log-probabilities were read without it), on which the clip can bind. Chapter 12's
+    assistants have no dropout; GPT-2 from ``hf_weights.from_pretrained`` keeps its 0.1
+    (Chapter 14's Colab track, one update per batch). The policy ends in eval mode. An
+    update after which the loss or the logits are no longer finite (too large an ``lr``)
+    raises a ``FloatingPointError``, the policy put back to its weights from before that
+    update.
     """
     steps = check_int("train_grpo", "steps", steps, minimum=1)
     batch_size = check_int("train_grpo", "batch_size", batch_size, minimum=1)

@@ -98,6 +98,9 @@ def _outputs(model: nn.Module, idx: Tensor, layers) -> dict[int, Tensor]:
 
 def _check_roles(roles, idx: Tensor) -> Tensor:
     B, T = idx.shape
+    if idx.numel() == 0:
+        raise ValueError(f"roles for an input of shape {(B, T)}: there is nothing to "
+                         "average; pass at least one row and one position")
     if roles is None:
         raise ValueError("mean ablation averages each position over the positions that play the "
                          "same role, and rows of different lengths do not line up position by "
@@ -120,19 +123,30 @@ def _check_roles(roles, idx: Tensor) -> Tensor:
     return roles.to(idx.device)
 
 
-def role_means(z: Tensor, roles: Tensor) -> Tensor:
+def role_means(z: Tensor, roles: Tensor, exclude_self: bool = False) -> Tensor:
     """(B, T, d_k): at each position, the mean of ``z`` (B, T, d_k) over every position of every
-    row whose role (``roles``, B, T) is the same; padding (role -1) gets zeros."""
+    row whose role (``roles``, B, T) is the same; padding (role -1) gets zeros. With
+    ``exclude_self``, over the *other* positions of that role (leave-one-out), so that a
+    position's own value is no part of what replaces it; a role held by one position alone
+    then has no mean, and is refused."""
     if not isinstance(z, Tensor) or z.dim() != 3:
         got = tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__
         raise ValueError(f"z has shape {got}: pass one head's output, (B, T, d_k)")
     roles = _check_roles(roles, z[..., 0])
     keep = roles >= 0
     ids, inverse = roles[keep].unique(return_inverse=True)
-    sums = z.new_zeros(len(ids), z.shape[-1]).index_add_(0, inverse, z[keep])
-    counts = torch.bincount(inverse, minlength=len(ids)).to(z.dtype)
+    sums = z.new_zeros(len(ids), z.shape[-1]).index_add_(0, inverse, z[keep])  # (R, d_k)
+    counts = torch.bincount(inverse, minlength=len(ids)).to(z.dtype)  # (R,)
     means = torch.zeros_like(z)
-    means[keep] = (sums / counts[:, None])[inverse]
+    if not exclude_self:
+        means[keep] = (sums / counts[:, None])[inverse]
+        return means
+    if (counts < 2).any():
+        alone = ids[counts < 2].tolist()
+        raise ValueError(f"role(s) {alone[:5]} hold one position each: leaving it out "
+                         "leaves nothing to average; give each role at least two positions "
+                         "(more rows), or pass reference= other inputs to average over")
+    means[keep] = (sums[inverse] - z[keep]) / (counts[inverse, None] - 1)
     return means
 
 
@@ -143,7 +157,9 @@ def ablate_heads(model: nn.Module, idx: Tensor, heads: Sequence[tuple[int, int]]
 
     - ``"zero"``: by zeros;
     - ``"mean"``: at each position, by the head's mean output over the positions of
-      ``reference`` (default ``idx``, of ``idx``'s shape) that play the same role. ``roles``
+      ``reference`` (of ``idx``'s shape) that play the same role; without ``reference``,
+      over the *other* positions of ``idx`` that play it (``role_means(...,
+      exclude_self=True)``: a row's own output is no part of its mean). ``roles``
       (B, T) names each position's role with a whole number, the same for ``idx`` and
       ``reference``; -1 marks padding, left out of every mean and left as it is. ARENA's
       IOI exercises (``compute_means_by_template``) average over the sentences of one
@@ -177,8 +193,9 @@ def ablate_heads(model: nn.Module, idx: Tensor, heads: Sequence[tuple[int, int]]
     roles = _check_roles(roles, idx) if how == "mean" else None
     where = None if roles is None else roles >= 0
     z = _outputs(model, idx if reference is None else reference, [l for l, _ in heads])
-    values = {(l, h): z[l][:, :, h] if how == "resample" else role_means(z[l][:, :, h], roles)
-              for l, h in heads}
+    own = reference is None  # the mean of the other positions of each role
+    values = {(l, h): z[l][:, :, h] if how == "resample"
+              else role_means(z[l][:, :, h], roles, exclude_self=own) for l, h in heads}
     return _replaced(model, idx, values, where)
 
 
@@ -199,6 +216,9 @@ def patch_head(model: nn.Module, corrupted: Tensor, clean_z: Tensor, layer: int,
                          f"= {(*corrupted.shape, H, d_k)}: read blocks.{layer}.attn.z on the "
                          "clean inputs, which must align position by position with the "
                          "corrupted ones")
+    if not clean_z.is_floating_point():
+        raise ValueError(f"clean_z holds {clean_z.dtype}: pass the head outputs "
+                         f"blocks.{layer}.attn.z as run_with_hooks reads them (floats)")
     if not torch.isfinite(clean_z).all():
         raise ValueError("clean_z holds NaN or inf: read it from a clean run whose "
                          "activations are finite")
@@ -300,6 +320,9 @@ def bootstrap_shares(model: nn.Module, clean: Tensor, corrupted: Tensor, target:
     standard error over the choice of rows. The same ``seed`` draws the same rows, so the
     columns of two calls (say, one each way) combine row for row."""
     n = check_int("bootstrap_shares", "n", n, minimum=2)
+    if len(groups) == 0:
+        raise ValueError("bootstrap_shares: groups is empty: pass at least one group of "
+                         "(layer, head) pairs, e.g. [[(3, 1)]]")
     groups = [_heads(model, heads) for heads in groups]
     patching = _Patching(model, clean, corrupted,
                          lambda logits: mean_logprob(logits, target, mask), direction)
@@ -341,5 +364,5 @@ def mean_logprob(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor:
         raise ValueError(f"target holds ids in [{int(chosen.min())}, {int(chosen.max())}] "
                          f"where mask is True, outside the vocabulary [0, {V}): pass token "
                          "ids of the model's tokenizer")
-    logp = F.log_softmax(logits.float(), dim=-1).gather(-1, target.long()[..., None])[..., 0]
-    return logp[mask].mean()
+    logp = F.log_softmax(logits[mask].float(), dim=-1)  # (N, V): only the masked positions
+    return logp.gather(-1, chosen.long()[:, None]).mean()  # ids outside the mask unread

@@ -119,10 +119,14 @@ def test_direct_logit_attribution_equals_transformer_lens_logit_attrs(model, fol
 
 def _roles(clean: torch.Tensor) -> torch.Tensor:
     """Roles of rows that do not line up: row b starts b positions late (its first b positions
-    are given the roles of padding), so each role's mean is over positions at different places."""
+    are given the roles of padding), so each role's mean is over positions at different
+    places; the last role, held by row 0 alone, is padding too (a mean of the other
+    positions of a role needs two)."""
     B, T = clean.shape
     t = torch.arange(T)
-    return torch.stack([torch.where(t >= b, t - b, torch.full_like(t, -1)) for b in range(B)])
+    kept = [(t >= b) & (t - b < T - 1) for b in range(B)]
+    return torch.stack([torch.where(k, t - b, torch.full_like(t, -1))
+                        for b, k in enumerate(kept)])
 
 
 def test_mean_and_resample_ablation_equal_transformer_lens_hooks(model, bridge, pairs):
@@ -134,8 +138,9 @@ def test_mean_and_resample_ablation_equal_transformer_lens_hooks(model, bridge, 
         _, tl_corrupted = bridge.run_with_cache(corrupted)
         z = tl_clean[f"blocks.{layer}.attn.hook_z"][:, :, head]  # (B, T, d_k)
         means = z.clone()
-        for role in range(int(roles.max()) + 1):
-            means[roles == role] = z[roles == role].mean(0)
+        for role in range(int(roles.max()) + 1):  # each position: the mean of the others
+            at = roles == role
+            means[at] = (z[at].sum(0) - z[at]) / (int(at.sum()) - 1)
 
         def mean_hook(z, hook):  # z (B, T, H, d_k): padding (role -1) as it is
             z[:, :, head] = torch.where((roles >= 0)[..., None], means, z[:, :, head])

@@ -57,21 +57,32 @@ def test_mean_ablation_averages_the_positions_of_one_role_and_leaves_padding_as_
     for r in range(10):  # each role's mean, written out
         at = roles == r
         expected[at] = z[at].mean(0)
-    ablated = patching.ablate_heads(model, idx, [(1, 3)], "mean", roles=roles)
+    ablated = patching.ablate_heads(model, idx, [(1, 3)], "mean", reference=idx,
+                                    roles=roles)
     torch.testing.assert_close(ablated, _with_head(model, idx, 1, 3, expected, roles >= 0))
     by_position = z.mean(0).expand_as(z)  # the average over the rows at each position
     assert not torch.allclose(ablated, _with_head(model, idx, 1, 3, by_position), atol=1e-3)
 
 
-def test_mean_ablation_with_every_position_its_own_role_changes_nothing():
+def test_mean_ablation_without_a_reference_averages_the_other_positions_of_each_role():
+    # A position's own output is no part of its mean (leave-one-out): with every position
+    # its own role there is nothing else to average, which is refused rather than a run
+    # that changes nothing; the mean over reference=idx itself is that run.
     model, idx = small_model(), small_idx()
     alone = torch.arange(idx.numel()).view(idx.shape)
-    torch.testing.assert_close(patching.ablate_heads(model, idx, [(0, 1), (2, 3)], "mean", roles=alone),
-                               model(idx)[0])
-    aligned = torch.arange(idx.shape[1]).expand_as(idx)  # rows that line up: the mean over rows
-    z = _z(model, idx, 2)[:, :, 3]
-    torch.testing.assert_close(patching.ablate_heads(model, idx, [(2, 3)], "mean", roles=aligned),
-                               _with_head(model, idx, 2, 3, z.mean(0).expand_as(z)))
+    with pytest.raises(ValueError, match=r"hold one position each: leaving it out"):
+        patching.ablate_heads(model, idx, [(0, 1)], "mean", roles=alone)
+    torch.testing.assert_close(
+        patching.ablate_heads(model, idx, [(0, 1), (2, 3)], "mean", reference=idx,
+                              roles=alone),
+        model(idx)[0])
+    aligned = torch.arange(idx.shape[1]).expand_as(idx)  # rows that line up
+    z = _z(model, idx, 2)[:, :, 3]  # (B, T, d_k)
+    others = (z.sum(0) - z) / (idx.shape[0] - 1)  # each row's mean of the other rows
+    ablated = patching.ablate_heads(model, idx, [(2, 3)], "mean", roles=aligned)
+    torch.testing.assert_close(ablated, _with_head(model, idx, 2, 3, others))
+    assert not torch.allclose(ablated, _with_head(model, idx, 2, 3, z.mean(0).expand_as(z)),
+                              atol=1e-4)  # the mean with the row itself is another run
 
 
 def test_mean_ablation_reads_its_means_from_the_reference():
@@ -219,6 +230,9 @@ def test_mean_logprob_is_the_mean_over_the_mask():
     logits = torch.log(torch.tensor([[[0.5, 0.5], [0.9, 0.1]]]))
     target, mask = torch.tensor([[0, 1]]), torch.tensor([[False, True]])
     assert patching.mean_logprob(logits, target, mask).item() == pytest.approx(math.log(0.1))
+    ignored = torch.tensor([[-100, 1]])  # an id outside the mask is never read
+    assert patching.mean_logprob(logits, ignored, mask).item() == pytest.approx(
+        math.log(0.1))
 
 
 ROLES = torch.arange(10).expand(3, 10)
@@ -286,6 +300,12 @@ def _finite_twice():
      r"roles holds torch.float32, not whole numbers"),
     (lambda m, i: patching.role_means(torch.zeros(3, 10, 8), torch.full((3, 10), -1)),
      r"roles marks every position -1 \(padding\)"),
+    (lambda m, i: patching.role_means(torch.zeros(0, 10, 8), ROLES[:0]),
+     r"roles for an input of shape \(0, 10\): there is nothing to average"),
+    (lambda m, i: patching.bootstrap_shares(m, i, small_idx(seed=6), i, i > 0, []),
+     r"groups is empty: pass at least one group"),
+    (lambda m, i: patching.patch_head(m, i, _z(m, i, 0).long(), 0, 1),
+     r"clean_z holds torch.int64: pass the head outputs blocks.0.attn.z"),
     (lambda m, i: patching.ablate_heads(m, i, {(0, 1): 1}), r"heads=\{\(0, 1\): 1\} must be"),
     (lambda m, i: patching.ablate_heads(m, i[:0], [(0, 1)]),
      r"idx has shape \(0, 10\): pass token ids \(B, T\) with at least one row"),

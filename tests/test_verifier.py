@@ -535,7 +535,8 @@ def test_the_summary_says_only_what_each_verdict_found():
     text = sentences.summary_text(held, fell, forgot, moved, (0.3, 0.4), 5.000000001, 6, 3)
     assert text.startswith("On the assistant, over 6 paired seeds, GRPO raised pass@1")
     assert "At a learning rate 5 times larger (3 seeds), pass@1 fell instead (on one " \
-        "seed, a KL penalty slowed the fall)" in text and "moved away from half and half" in text
+        "seed, a KL penalty slowed the fall: a sign, not a measurement)" in text
+    assert "moved away from half and half" in text
     text = sentences.summary_text(failed, fell, forgot, moved, (0.3, 0.3), 5, 6, 3)
     assert "did not raise pass@1 clear of its evaluation's noise" in text
     assert "raised" not in text and "slowed" not in text

@@ -140,15 +140,17 @@ def ablation_lesson(copy: dict[int, dict[str, Tensor]],
     above = [str(s) for s, a, z in zip(seeds, coarsest, zero) if a > z]
     beyond = (f"; it exceeds zeroing's cost in seed{'s' * (len(above) > 1)} "
               f"{', '.join(above)}" if above else "")
-    why = (f"Zeroing removes the part of the output that is the same across the data too, "
-           f"and the opening, which uses that part, pays for it: {_each(zero)} in the "
-           f"{len(seeds)} seeds. A mean keeps that part only as far as its positions line "
-           f"up with the opening's. The mean {over}, which do not line up, spares less "
+    why = (f"Zeroing removes what the head writes on every input, the opening included, "
+           f"and the opening, which reads it, pays for it: {_each(zero)} in the "
+           f"{len(seeds)} seeds. A mean keeps what the inputs it averages have in "
+           "common, so it spares the opening only as far as its positions line up with "
+           f"the opening's. The mean {over}, which do not line up, spares less "
            f"than half of it: it costs {_each(coarsest)}{beyond}. The mean {at} costs "
            f"less, {_each(each)}; the mean over each role, {_each(role)}. So mean ablation "
            f"by role spares the opening nearly by construction (at most {two(role_worst)} "
-           "for any head of any seed): what it costs the line is what the head says about "
-           "this row beyond its role's average. ")
+           "for any head of any seed, a check of the roles rather than a finding): what "
+           "it costs the line is what the head says about this row beyond its role's "
+           "average. ")
     resample = (f"Resampling from the corrupted conversation holds the same opening at the "
                 f"same positions and shows almost no damage there (at most "
                 f"{max(resample_worst, 0):.1g} nats for any head of any seed): the heads' "
@@ -212,7 +214,9 @@ def directions_lesson(denoised: dict[int, Tensor], noised: dict[int, Tensor],
             "position just before." if min(prev) > PREVIOUS_BAR else
             f" Its previous-token scores are {_each(prev)}: not a previous-token head in "
             f"every seed (the bar: {PREVIOUS_BAR}).")
-    fits = (" A previous-token head fits both numbers. At each character of the prompt's "
+    fits = (" A previous-token head fits both numbers, in a story this chapter does not "
+            "test (patching the head into the copying heads' keys alone would). At each "
+            "character of the prompt's "
             "line it writes which character came before, and the copying heads find the "
             "character to copy by that (Chapter 8's induction mechanism). Noised, in the "
             "clean run, it tells them the other line's characters: they lose their place, "

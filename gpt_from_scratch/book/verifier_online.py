@@ -6,7 +6,8 @@ The prompt shows two solved sums and asks a third (``"12+7=19\\n31+45=76\\n23+58
 answer ends with a newline, which plays the end token's part, and earns 1 when the digits
 before it are the sum. Both trainers use TRL's defaults that the chapter states: groups of
 8, ``beta=0``, ``epsilon=0.2``, ``loss_type="dapo"``, one update per batch, and GPT-2's
-dropout of 0.1 on in the updates, off while sampling (TRL's ``disable_dropout=False``).
+dropout of 0.1 on in the updates (TRL's ``disable_dropout=False``). They sample
+differently: ``train_grpo`` with dropout off, TRL in training mode, dropout on.
 """
 
 from __future__ import annotations

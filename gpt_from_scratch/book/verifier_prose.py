@@ -100,8 +100,8 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
     k = check_k("judge_gain", k)
     pass_k = _pair("judge_gain", "pass_k", pass_k)
     by_prompt = _pair("judge_gain", "by_prompt", by_prompt)
-    n = checked_shares("judge_gain", seeds, before=before, after=after, pass_k_before=pass_k[0],
-                pass_k_after=pass_k[1])
+    n = checked_shares("judge_gain", seeds, before=before, after=after,
+                       pass_k_before=pass_k[0], pass_k_after=pass_k[1])
     seed_count("judge_gain", seeds, by_prompt_before=by_prompt[0],
                by_prompt_after=by_prompt[1])
     rows = [_by_prompt("judge_gain", m, r, side)
@@ -115,11 +115,24 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
     rise = [sum(a[j] - b[j] for b, a in zip(*rows)) / n for j in range(prompts)]
     mean, se, t, margin = beyond_t(after, before)
     bound = paired_bootstrap(rise)
-    k_mean, k_se = paired_difference(pass_k[1], pass_k[0])
+    k_mean, k_se, k_t, _ = beyond_t(pass_k[1], pass_k[0])
+    k_upper = k_mean + k_t * k_se  # pass@k's upper one-sided bound over the seeds
     told = (f"pass@{k} moved by {points(k_mean)} ± {points(k_se)} points "
             f"({points(sum(pass_k[0]) / n)}% → {points(sum(pass_k[1]) / n)}%)")
+    if k_upper < min(margin, bound):
+        sharper = (f" pass@{k} rose by at most {points(k_upper)} points (its upper bound "
+                   f"over the seeds), less than {points(margin)} and {points(bound)} "
+                   "points, the lower bounds of pass@1's rise: the model picks more often "
+                   f"what it could already sample, as far as pass@{k} from {k} samples a "
+                   "prompt, near its ceiling, can tell.")
+    else:
+        sharper = (f" Whether it also found answers it could not sample before, pass@{k} "
+                   f"cannot tell here: its upper bound over the seeds, {points(k_upper)} "
+                   f"points, reaches {points(min(margin, bound))}, the lower bound of "
+                   "pass@1's rise.")
     seen = (f"On held-out **{task}** prompts, pass@1 went from {points(sum(before) / n)}% "
-            f"to {points(sum(after) / n)}% (seeds after: {each_points(after)}), a change of "
+            f"to {points(sum(after) / n)}% (seeds after: {each_points(after)}), a change "
+            "of "
             f"{points(mean)} ± {points(se)} points over {n} seeds")
     bounds = (f"Its lower one-sided {T_LEVEL:.0%} bound is {points(margin)} points over "
               f"the seeds (Student's t: {t:.2f} standard errors, {n} paired seeds), and "
@@ -127,8 +140,7 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
               "prompts, each resample the same prompts for every seed)")
     return lesson(
         f"GRPO raises pass@1 on '{task}'", 100 * min(margin, bound), "points",
-        holds=f"{seen}. {bounds}: clear of zero both ways, while {told}. The model now "
-              "picks more often what it could already sample."
+        holds=f"{seen}. {bounds}: clear of zero both ways, while {told}.{sharper}"
               + _thin(min(margin, bound), mean, "rise"),
         fails=f"{seen}. {bounds}: not both above zero on this machine, while {told}: a "
               "short run's gain is of the size of the evaluation's noise.")
@@ -145,9 +157,11 @@ def judge_collapse(before: list[float], after: list[float], seeds, lr: float,
     mean, se, t, margin = beyond_t(before, after)
     return lesson(
         "a large step lowers pass@1 on the rewarded task", 100 * margin, "points",
-        holds=f"At a learning rate of {lr:g}, the same runs lowered **{task}**'s pass@1 "
+        holds=f"At a learning rate of {lr:g}, runs of the same seeds lowered **{task}**'s "
+              "pass@1 "
               f"from {points(sum(before) / n)}% to {points(sum(after) / n)}% (seeds after: "
-              f"{each_points(after)}): a fall of {points(mean)} ± {points(se)} points over {n} "
+              f"{each_points(after)}): a fall of {points(mean)} ± {points(se)} points over "
+              f"{n} "
               f"seeds, clear of zero {_clear(t, n)}, on the very task the reward pays for."
               + _thin(margin, mean, "fall"),
         fails=f"At a learning rate of {lr:g}, **{task}**'s pass@1 moved by {points(-mean)} "
@@ -222,7 +236,8 @@ def judge_opening(before: list[list[float]], after: list[list[float]],
     takes the spread of the drift over many seeds of each kind (not run here)."""
     sampled = _pair("judge_opening", "sampled", sampled)
     kl = _pair("judge_opening", "kl", kl)
-    n = checked_shares("judge_opening", seeds, sampled_before=sampled[0], sampled_after=sampled[1])
+    n = checked_shares("judge_opening", seeds, sampled_before=sampled[0],
+                       sampled_after=sampled[1])
     seed_count("judge_opening", seeds, before=before, after=after, control=control,
                kl_run=kl[0], kl_control=kl[1])
     for name, values in (("kl run", kl[0]), ("kl control", kl[1])):
@@ -238,8 +253,8 @@ def judge_opening(before: list[list[float]], after: list[list[float]],
                              f"hold {len(b)}, {len(a)} and {len(c)} shares: pass one per "
                              "held-out prompt, the same prompts on every side (at least "
                              "two)")
-        checked_shares("judge_opening", range(len(b)), **{f"before[{s}]": b, f"after[{s}]": a,
-                                                    f"control[{s}]": c})
+        checked_shares("judge_opening", range(len(b)),
+                       **{f"before[{s}]": b, f"after[{s}]": a, f"control[{s}]": c})
         far = [[abs(p - 0.5) for p in side] for side in (b, a, c)]
         drift.append(sum(far[1]) / len(b) - sum(far[0]) / len(b))
         moved.append(sum(far[2]) / len(b) - sum(far[0]) / len(b))
@@ -250,14 +265,16 @@ def judge_opening(before: list[list[float]], after: list[list[float]],
     seen = (f"the courteous share at the answer's first character, averaged over the "
             f"{len(before[0])} held-out prompts, went from {shares(before)}% to "
             f"{shares(after)}% (seeds in order), and each prompt's distance from 50/50 "
-            f"grew by {each_points(drift)} points on average. The control, the SFT model with "
+            f"grew by {each_points(drift)} points on average. The control, the SFT model "
+            "with "
             "each weight given the run's step under a random sign (a change of the same "
             "size in every weight, in no chosen direction), changed that distance by "
             f"{each_points(moved)} points")
     mean, se, t, margin = beyond_t(drift, moved)
     bound = (f"by {points(mean)} ± {points(se)} points on average over the seeds, at least "
              f"{points(margin)} at Student's t = {t:.2f} (one-sided {T_LEVEL:.0%}); seed by "
-             f"seed, by at least {each_points(bounds)} points (the lower {T_LEVEL:.0%} bound of a "
+             f"seed, by at least {each_points(bounds)} points (the lower {T_LEVEL:.0%} bound "
+             "of a "
              "bootstrap over the prompts)")
     further = [abs(a - 0.5) - abs(b - 0.5) for b, a in zip(*sampled)]
     verb = ("show it too: their" if all(f >= SHOWN for f in further)

@@ -47,9 +47,11 @@ def drift_text(before: list[float], after: list[float], right: list[dict], seeds
         premise += (f"clear of zero {level}: right answers came more often after the "
                     f"{favoured} opening, so the reward itself leaned toward it.")
     else:
-        premise += (f"not clear of zero {level}: within what these samples "
-                    "can tell, right answers came as often after either opening, the "
-                    "premise of the reading.")
+        low, high = mean - t * se, mean + t * se
+        premise += (f"not clear of zero {level}: the interval from {points(low)} to "
+                    f"{points(high)} points holds no gap, the premise of the reading, but "
+                    "does not rule out a gap of a few points either way, which would pull "
+                    "the opening slowly toward one side.")
     up = sum(a > b for b, a in zip(before, after))
     down = sum(a < b for b, a in zip(before, after))
     if (up == n or down == n) and n > 1:
@@ -247,15 +249,15 @@ def summary_text(gain: Lesson, collapse: Lesson, forgetting: Lesson, opening: Le
                      for i, v in enumerate(brake))
     text = (f"On the assistant, over {seeds} paired seeds, GRPO "
             + ("raised pass@1 toward pass@k, clear of zero over the seeds and over the "
-               "prompts: it makes the model choose more often what it could already "
-               "sample (section 14.4 says by how much)" if gain.holds else
+               "prompts (section 14.4 says by how much, and what pass@k did)"
+               if gain.holds else
                "did not raise pass@1 clear of its evaluation's noise on this machine "
                "(section 14.4 gives the numbers)")
             + f". At a learning rate {larger:g} times larger ({collapse_seeds} seeds), "
             + ("pass@1 fell instead" if collapse.holds else
                "pass@1 did not fall clear of zero here"))
     if braked - plain >= SLOWED:
-        text += " (on one seed, a KL penalty slowed the fall)"
+        text += " (on one seed, a KL penalty slowed the fall: a sign, not a measurement)"
     text += "; the task not rewarded " + ("got worse" if forgetting.holds else
                                           "did not clearly get worse")
     if opening.holds:

@@ -39,7 +39,7 @@
 # checked against its definition (`tests/test_patching.py`: zeroing a head is zeroing its
 # columns of `c_proj`, as Chapter 8 did).
 #
-# 1. **hooks** that read and overwrite any activation;
+# 1. **hooks** that read and overwrite six activations of every block;
 # 2. **the logit lens**: the residual stream read out after each block;
 # 3. **direct logit attribution**: what each head adds to the answer's logit;
 # 4. **ablation**: a head removed three ways, and why zeroing it misleads;
@@ -89,7 +89,7 @@ SEEDS = (0, 1, 2)  # Chapter 12's fine-tuning runs
 N_PAIRS = 60  # clean/corrupted pairs of held-out "Repeat:" lines
 
 # %% [markdown]
-# ## 13.1 Hooks: reading and overwriting any activation
+# ## 13.1 Hooks: reading and overwriting activations
 #
 # PyTorch calls a *forward hook* with a module's input and output, and uses what the hook
 # returns instead. `interp.run_with_hooks` places such hooks on the book's `GPT` for the
@@ -228,9 +228,10 @@ print(heads_dla)
 # by what it is: the prompt's
 # $k$-th character, the line's $k$-th, the turn markers and the opening, the answer's
 # $k$-th,
-# the end, and −1 for padding, which no mean includes and no ablation touches. Mean ablation
-# (`patching.ablate_heads(..., "mean", roles=pairs.roles)`) puts at each position the head's
-# mean over the positions of the same role. *Resample ablation* {cite}`chan2022scrubbing`
+# the end, and −1 for padding, which no mean includes and mean ablation leaves as it is.
+# Mean ablation (`patching.ablate_heads(..., "mean", roles=pairs.roles)`) puts at each
+# position the head's mean over the *other* positions of the same role, so that a row's own
+# output is no part of what replaces it. *Resample ablation* {cite}`chan2022scrubbing`
 # takes
 # the head's output from another input instead, here the corrupted conversation, whose turns
 # sit at the same positions. Each ablation is measured twice: on the copied line, and on the
@@ -253,11 +254,12 @@ for seed, m in models.items():
     drops[seed] = {"copy": {}, "opening": {}}
     for how, given in how_to.items():
         ablated = [[patching.ablate_heads(m, pairs.clean, [(l, h)], how, **given)
-                    for h in range(4)] for l in range(4)]  # one run per head, (L, H)
+                    for h in range(m.config.n_heads)]
+                   for l in range(m.config.n_layers)]  # one run per head, (L, H)
         for part, measure in (("copy", metric), ("opening", opening)):
             drops[seed][part][how] = torch.tensor(
                 [[before[part] - float(measure(x)) for x in row] for row in ablated])
-    worst[seed] = divmod(int(drops[seed]["copy"]["zero"].argmax()), 4)
+    worst[seed] = divmod(int(drops[seed]["copy"]["zero"].argmax()), m.config.n_heads)
     other_means[seed] = {
         where: before["opening"] - float(opening(patching.ablate_heads(
             m, pairs.clean, [worst[seed]], "mean", roles=roles)))
@@ -282,7 +284,8 @@ print(f"resampling's worst cost to the opening: {resampled:.1g}")
 worst = worst[SEEDS[0]]  # seed 0's: how far its output lies from its role's mean
 z = interp.run_with_hooks(model, pairs.clean, read=[f"blocks.{worst[0]}.attn.z"])[1]
 z = z[f"blocks.{worst[0]}.attn.z"][:, :, worst[1]]  # (B, T, d_k)
-off = (z - patching.role_means(z, pairs.roles)).norm(dim=-1) / z.norm(dim=-1)  # (B, T)
+off = (z - patching.role_means(z, pairs.roles, exclude_self=True)).norm(dim=-1)
+off = off / z.norm(dim=-1)  # (B, T): the share of its norm, as the ablation replaces it
 apart = (float(off[pairs.opening].mean()), float(off[pairs.copy].mean()))
 print(f"\nseed {SEEDS[0]}, L{worst[0]}H{worst[1]}'s distance from its role's")
 print(f"mean, share of its norm: opening {apart[0]:.2f}, "
@@ -312,8 +315,9 @@ display(Markdown(found_ablation.text))
 #
 # This direction is *denoising* {cite}`heimersheim2024patching`: a head scores high when its
 # clean output is enough, by itself, to bring the answer back. The metric is a
-# log-probability, not a probability or an accuracy, which Zhang and Nanda
-# {cite}`zhang2024patching` show can hide or exaggerate a component's part.
+# log-probability: not a probability, which Zhang and Nanda {cite}`zhang2024patching` show
+# can hide a component's part, nor an accuracy, whose all-or-nothing steps Heimersheim and
+# Nanda {cite}`heimersheim2024patching` warn against.
 #
 # Chapter 8's induction score, measured on the same pairs, is the attention from the
 # answer's
@@ -448,18 +452,18 @@ display(Markdown(names))
 # %% [markdown]
 # ## Summary
 #
-# - A forward hook reads or replaces any activation of the book's `GPT`, named as
-#   TransformerLens names them; TransformerLens, given the same weights, reads the same
-#   values,
-#   and nnsight around the module itself gives the same numbers to the bit.
+# - A forward hook reads or replaces six activations of each block of the book's `GPT`,
+#   named as TransformerLens names them; TransformerLens, given the same weights, reads the
+#   same values, and nnsight around the module itself gives the same numbers to the bit.
 # - The logit lens shows an answer forming block by block; direct logit attribution splits a
 #   logit into what each head and MLP adds, once the final LayerNorm's scale is frozen.
-# - Zeroing a head removes the part of its output that is the same on every input too, and
-#   the opening, the same text in every row, paid for it in every run. A mean keeps that
-#   part only as far as its positions line up with the opening's: the mean over all
-#   positions spared less than half of it, a mean by role spares it nearly by construction,
-#   and resampling from the corrupted run hardly touches it. Resampling writes the other
-#   line's information rather than none, and can cost the line more than zeroing.
+# - Zeroing a head removes what it writes on every input, the opening too, and the opening,
+#   the same text in every row, paid for it in every run. A mean keeps what the inputs it
+#   averages have in common, so it spares the opening only as far as its positions line up
+#   with the opening's: the mean over all positions spared less than half of it, a mean by
+#   role spares it nearly by construction, and resampling from the corrupted run hardly
+#   touches it. Resampling writes the other line's information rather than none, and can
+#   cost the line more than zeroing.
 # - Activation patching runs both ways. Denoising (clean into corrupted) finds what suffices
 #   to carry the difference, noising (corrupted into clean, resample ablation) what the
 #   answer
@@ -520,28 +524,29 @@ check_patch_head(patch_head);
 # %% [markdown]
 # ### Exercise 3. Which head restores most? (predict, then run)
 #
-# Seed 1's model was fine-tuned from the same base model as seed 0's, on the same
-# instructions,
-# each answer's opening drawn anew, in another order. Before running the next cell, predict
-# from seed 0's results above: which
-# head, patched alone, restores the largest share of seed 1's gap, and roughly how large is
-# that share? Write your prediction in the answer cell, then run the cell after it.
+# Chapter 14 also fine-tunes the assistants of seeds 3 to 5 by Chapter 12's recipe, which
+# this chapter has not looked inside. Before running the next cell, predict
+# from the three runs above: which head of seed 3's model, patched alone, restores the
+# largest share of its gap, and roughly how large is that share? Write your prediction in
+# the answer cell, then run the cell after it.
 
 # %% [markdown] tags=["answer"]
 # ```{admonition} Answer
 # :class: dropdown
 # A head that attends from the answer to the character to copy (one with a high induction
-# score in section 13.5) is the likely winner: the three runs start from one base model and
-# learn the copy on top of the heads it already had, so they tend to share their copying
-# heads. Its share is well below one, since several heads share the copy. The cell prints
-# the answer for seed 1.
+# score in section 13.5) is the likely winner: every run starts from one base model and
+# learns the copy on top of the heads it already had, so the runs tend to share their
+# copying heads. Its share is well below one, since several heads share the copy. The cell
+# prints the answer for seed 3.
 # ```
 
 # %%
-H = shares[1].shape[1]
-best = int(shares[1].flatten().argmax())
-share = float(shares[1].flatten()[best])
-print(f"seed 1: L{best // H}H{best % H} restores {share:.2f} of the gap")
+seed_3 = sft_run(SFTRecipe(seed=3)).model  # trained once (Chapter 14), then cached
+shares_3 = patching.patching_shares(seed_3, pairs.clean, pairs.corrupted, metric)  # (L, H)
+H = shares_3.shape[1]
+best = int(shares_3.flatten().argmax())
+share = float(shares_3.flatten()[best])
+print(f"seed 3: L{best // H}H{best % H} restores {share:.2f} of the gap")
 
 # %% [markdown]
 # ### Exercise 4. Shares that add up to more than the whole (explain)
@@ -607,14 +612,15 @@ show_quiz([
             "From section 13.2; the last read-out is the model's own prediction."),
     MultipleChoice("Zeroing the head that costs the copy most also costs the opening, the "
                    "same text in every row; mean ablation by role does not. Why?", [
-        Choice("zeroing removes the part of the head's output that is the same on every "
-               "input too, which the opening uses; the role's mean keeps it", True,
+        Choice("zeroing removes what the head writes at the opening too, which the "
+               "opening reads; the role's mean, over rows whose opening is the same text, "
+               "keeps nearly all of it", True,
                f"Yes: in seed {SEEDS[0]}, zeroing cost the opening {broken:.2f} nats a "
                "character, the mean over all positions, which do not line up, "
                f"{other_means[SEEDS[0]]['over all positions']:.2f}, at each position "
                f"{other_means[SEEDS[0]]['at each position']:.2f}, by role "
-               f"{inside.two(role_cost)}: a mean keeps that part as far as its "
-               "positions line up with the opening's."),
+               f"{inside.two(role_cost)}: a mean keeps what the head writes there as "
+               "far as its positions line up with the opening's."),
         Choice("the mean ablation by role leaves the head's output at the opening "
                "untouched", False,
                f"No: it replaces it there too, by the role's mean; that mean lies close to "

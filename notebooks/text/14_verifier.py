@@ -38,9 +38,9 @@
 #    (`tests/test_grpo_parity.py`);
 # 4. **training on "Last word"**, six paired seeds, and whether pass@1 rises by more than
 #    the noise of its evaluation, with what the reward curve does not show;
-# 5. **what can go wrong**, each measured: whether pass@1 falls at a large step, a KL
-#    penalty as a brake, whether the task not rewarded is forgotten, and whether a style
-#    that no reward mentions moves away from 50/50.
+# 5. **what can go wrong**: whether pass@1 falls at a large step, a KL penalty as a brake
+#    (one seed: a sign, not a measurement), whether the task not rewarded is forgotten,
+#    and whether a style that no reward mentions moves away from 50/50.
 #
 # On Colab with a GPU, the last section trains GPT-2 small with Chapter 9's LoRA on
 # two-digit sums, with the book's trainer and with TRL's side by side.
@@ -218,8 +218,10 @@ display(Markdown(sentences.sampling_text(
 #
 # $\frac{G-1}{G}$ times the leave-one-out advantage of RLOO
 # {cite}`kool2019buy,ahmadian2024rloo`, whose baseline, the other answers' mean, does not
-# depend on $y_i$. So the numerator alone estimates $\frac{G-1}{G}$ of the policy gradient,
-# without bias: the same direction, the step a little shorter. **The scaling**, dividing by
+# depend on $y_i$. So the numerator alone, summed with a constant weight (Dr. GRPO's
+# normaliser), estimates $\frac{G-1}{G}$ of the policy gradient without bias: the same
+# direction, the step a little shorter; `"dapo"`'s division by the batch's token count,
+# which the samples decide, adds a small bias of its own. **The scaling**, dividing by
 # the group's standard deviation, is not a baseline and changes the expected gradient: it
 # multiplies each prompt's advantages by $1/\operatorname{std}$, so a prompt whose rewards
 # hardly vary, one the model nearly always gets right or nearly always gets wrong, weighs
@@ -309,8 +311,8 @@ display(Markdown(sentences.groups_text(right_per_group, 8)))
 # samples with the model it trains and needs none. One difference remains where the model
 # has dropout: the answers are sampled with it off, the updates run with it on, so the
 # gradient is that of a dropout-perturbed $\log \pi$. Chapter 12's assistants have none;
-# section 14.6's GPT-2 keeps its 0.1, and TRL does the same by default
-# (`disable_dropout=False`). On the batch above:
+# section 14.6's GPT-2 keeps its 0.1, and TRL, by default (`disable_dropout=False`), keeps
+# it on throughout, the sampling too. On the batch above:
 
 # %%
 idx, completions, mask, rewards = batches[TASK]
@@ -621,13 +623,14 @@ display(Markdown(timing))
 # GPT-2 small to complete two-digit sums after two solved examples, the reward checking the
 # digits before the newline; then TRL's `GRPOTrainer` trains peft's LoRA on the same
 # prompts, with the same batch, group size, learning rate, clip and loss, and the two reward
-# curves are compared. Two settings differ, both TRL's defaults: its learning rate decays
+# curves are compared. Three settings differ, all TRL's defaults: its learning rate decays
 # linearly to zero over the run (transformers' schedule), where `train_grpo` keeps it
-# constant; and its mask ends each answer at the first `<|endoftext|>`, here the padding
+# constant; its mask ends each answer at the first `<|endoftext|>`, here the padding
 # after the newline, so its loss also counts that token, where `train_grpo`'s ends at the
-# newline. Both keep GPT-2's dropout of 0.1: off while the answers are sampled, on in the
-# updates (TRL's `disable_dropout=False`), so here, unlike on the assistant, the gradient
-# is that of a dropout-perturbed $\log \pi$ (section 14.3).
+# newline; and it samples in training mode, GPT-2's dropout of 0.1 on, where `train_grpo`
+# samples with it off. Both keep the dropout on in the updates (TRL's
+# `disable_dropout=False`), so here, unlike on the assistant, the gradient is that of a
+# dropout-perturbed $\log \pi$ (section 14.3).
 
 # %%
 from gpt_from_scratch.book.verifier_online import online_run  # noqa: E402
@@ -718,9 +721,10 @@ check_pass_at_k(pass_at_k);
 # ### Exercise 4. The rude opening at a large step (predict, then run)
 #
 # Section 14.5 scored the large-step runs (`COLLAPSE_STEPS` steps at `COLLAPSE_LR`) on
-# pass@1 only; their openings were never printed. Nothing in GRPO's reward mentions the
-# opening. Predict, for each of their seeds, the share of rude openings among its sampled
-# "Last word" answers: nearer to 50% than the 200-step run of the same seed, or further?
+# pass@1; six of seed 0's answers were printed, but no share of their openings. Nothing in
+# GRPO's reward mentions the opening. Predict, for each of their seeds, the share of rude
+# openings among its sampled "Last word" answers: nearer to 50% than the 200-step run of the
+# same seed, or further?
 # Write your prediction in the answer cell, then run the cell after it.
 
 # %% [markdown] tags=["answer"]
@@ -757,8 +761,9 @@ for seed in COLLAPSE_SEEDS:
 # The advantage measures an answer against its siblings, the other samples of the same
 # prompt: when all are right, none is better than the model's average answer to that prompt,
 # so there is nothing to prefer and the gradient is zero (GRPO's division by the std, which
-# is 0 there, is why the $10^{-4}$ is needed). The prompt is already solved at this
-# temperature; the step's compute on it was spent for nothing, which is why the share of
+# is 0 there, is why the $10^{-4}$ is needed). Four right of four does not prove the prompt
+# solved (a pass rate of one half gives it one time in sixteen), but this step learns
+# nothing from it; the step's compute on it was spent for nothing, which is why the share of
 # mixed groups is worth logging. With the raw reward as advantage, all four answers would be
 # pushed up. Two things change. The baseline: the raw reward estimates the policy gradient
 # itself, the group mean $\frac{G-1}{G}$ of it (it is RLOO's leave-one-out advantage times
@@ -811,6 +816,8 @@ show_quiz([
                "sampling noise with no pull back moves the share like a random walk. "
                "The shuffled-reward control that would test the reading is not run."),
         Choice("the reward prefers one opening", False,
-               "verify accepts either opening: the reward is the same for both."),
+               "Not directly: verify accepts either opening. It favours one only through "
+               "accuracy, where right answers come more often after it, and the gap the "
+               "chapter measures is not clear of zero."),
     ]),
 ])
