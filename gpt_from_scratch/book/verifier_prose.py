@@ -122,14 +122,15 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
     if k_upper < min(margin, bound):
         sharper = (f" pass@{k} rose by at most {points(k_upper)} points (its upper bound "
                    f"over the seeds), less than {points(margin)} and {points(bound)} "
-                   "points, the lower bounds of pass@1's rise: the model picks more often "
+                   "points, the least pass@1's rise can be over the seeds and over the "
+                   "prompts: the model picks more often "
                    f"what it could already sample, as far as pass@{k} from {k} samples a "
                    "prompt, near its ceiling, can tell.")
     else:
         sharper = (f" Whether it also found answers it could not sample before, pass@{k} "
                    f"cannot tell here: its upper bound over the seeds, {points(k_upper)} "
-                   f"points, reaches {points(min(margin, bound))}, the lower bound of "
-                   "pass@1's rise.")
+                   f"points, reaches {points(min(margin, bound))}, the least pass@1's "
+                   "rise can be.")
     seen = (f"On held-out **{task}** prompts, pass@1 went from {points(sum(before) / n)}% "
             f"to {points(sum(after) / n)}% (seeds after: {each_points(after)}), a change "
             "of "
