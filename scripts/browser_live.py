@@ -66,25 +66,12 @@ return {bytes: entries.reduce((sum, r) => sum + (r.decodedBodySize || 0), 0),
 @functools.cache
 def models():
     """The PyTorch models behind the page's ONNX files (scripts/live_models.py's), read from
-    the cache entries ``make live-models`` exported: an entry is keyed by the arithmetic
-    (threads, ATEN_CPU_CAPABILITY), so under other settings this process would train and
-    compare another model. It says so instead."""
-    import torch
-
-    from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_entries
-    from gpt_from_scratch.book.recipes import book_model_entry
+    the cache entries ``make live-models`` exported: an entry is keyed by the arithmetic, so
+    under other settings this process would train and compare another model; it says so
+    instead (``book_models(cached_only=True)``)."""
     from scripts.live_models import book_models
 
-    for entry in (book_model_entry("shakespeare-char"), sft_entries(SFTRecipe(seed=0))[0]):
-        if not entry.path.exists():
-            threads = torch.get_num_threads()
-            capability = torch.backends.cpu.get_cpu_capability()
-            raise RuntimeError(
-                f"the model cache has no {entry.path.name} for this process's arithmetic "
-                f"({threads} threads, {capability}): the page's files were exported under "
-                "other settings. Run the browser test as `make browser-test` does "
-                "(OMP_NUM_THREADS=1), as `make live-models` ran")
-    return book_models()
+    return book_models(cached_only=True)
 
 
 def _root(driver):

@@ -31,13 +31,28 @@ FILES = {
 }
 
 
-def book_models() -> dict:
-    """``{name: (model, tokenizer)}`` for the names of ``FILES``, from the model cache."""
-    from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run
-    from gpt_from_scratch.book.recipes import book_model
+def book_models(cached_only: bool = False) -> dict:
+    """``{name: (model, tokenizer)}`` for the names of ``FILES``, from the model cache. With
+    ``cached_only``, a RuntimeError naming the entry where the cache holds none for this
+    process's arithmetic (threads, ATEN_CPU_CAPABILITY), instead of training one: the
+    browser test compares the page with the very models ``make live-models`` exported."""
+    import torch
 
+    from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_entries, sft_run
+    from gpt_from_scratch.book.recipes import book_model, book_model_entry
+
+    recipe = SFTRecipe(seed=0)  # Chapter 12's SEEDS[0], its CPU settings
+    for entry in (book_model_entry("shakespeare-char"), sft_entries(recipe)[0]):
+        if cached_only and not entry.path.exists():
+            threads = torch.get_num_threads()
+            capability = torch.backends.cpu.get_cpu_capability()
+            raise RuntimeError(
+                f"the model cache has no {entry.path.name} for this process's arithmetic "
+                f"({threads} threads, {capability}): the page's files were exported under "
+                "other settings. Run the browser test as `make browser-test` does "
+                "(OMP_NUM_THREADS=1), as `make live-models` ran")
     model, tokenizer = book_model("shakespeare-char", progress=False)
-    run = sft_run(SFTRecipe(seed=0))  # Chapter 12's SEEDS[0], its CPU settings
+    run = sft_run(recipe)
     return {"shakespeare-char": (model, tokenizer),
             "assistant": (run.model, ChatTokenizer(tokenizer, tokenizer.vocab_size))}
 

@@ -17,7 +17,7 @@ import math
 import numbers
 
 from .lessons import (
-    T_LEVEL, Lesson, beyond_t, check_share, lesson, paired_bootstrap, paired_difference,
+    T_LEVEL, Lesson, beyond_t, check_share, lesson, paired_bootstrap,
     points, seed_count,
 )
 
@@ -123,9 +123,9 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
         sharper = (f" pass@{k} rose by at most {points(k_upper)} points (its upper bound "
                    f"over the seeds), less than {points(margin)} and {points(bound)} "
                    "points, the least pass@1's rise can be over the seeds and over the "
-                   "prompts: the model picks more often "
-                   f"what it could already sample, as far as pass@{k} from {k} samples a "
-                   "prompt, near its ceiling, can tell.")
+                   "prompts: the model picks more often what it could already sample, as "
+                   f"far as pass@{k} from {k} samples a prompt, near its ceiling, can "
+                   "tell.")
     else:
         sharper = (f" Whether it also found answers it could not sample before, pass@{k} "
                    f"cannot tell here: its upper bound over the seeds, {points(k_upper)} "
@@ -133,8 +133,7 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
                    "rise can be.")
     seen = (f"On held-out **{task}** prompts, pass@1 went from {points(sum(before) / n)}% "
             f"to {points(sum(after) / n)}% (seeds after: {each_points(after)}), a change "
-            "of "
-            f"{points(mean)} ± {points(se)} points over {n} seeds")
+            f"of {points(mean)} ± {points(se)} points over {n} seeds")
     bounds = (f"Its lower one-sided {T_LEVEL:.0%} bound is {points(margin)} points over "
               f"the seeds (Student's t: {t:.2f} standard errors, {n} paired seeds), and "
               f"{points(bound)} points over the prompts (a bootstrap over the {prompts} "
@@ -159,11 +158,10 @@ def judge_collapse(before: list[float], after: list[float], seeds, lr: float,
     return lesson(
         "a large step lowers pass@1 on the rewarded task", 100 * margin, "points",
         holds=f"At a learning rate of {lr:g}, runs of the same seeds lowered **{task}**'s "
-              "pass@1 "
-              f"from {points(sum(before) / n)}% to {points(sum(after) / n)}% (seeds after: "
-              f"{each_points(after)}): a fall of {points(mean)} ± {points(se)} points over "
-              f"{n} "
-              f"seeds, clear of zero {_clear(t, n)}, on the very task the reward pays for."
+              f"pass@1 from {points(sum(before) / n)}% to {points(sum(after) / n)}% (seeds "
+              f"after: {each_points(after)}): a fall of {points(mean)} ± {points(se)} "
+              f"points over {n} seeds, clear of zero {_clear(t, n)}, on the very task the "
+              "reward pays for."
               + _thin(margin, mean, "fall"),
         fails=f"At a learning rate of {lr:g}, **{task}**'s pass@1 moved by {points(-mean)} "
               f"± {points(se)} points only, not a fall clear of zero {_clear(t, n)} on "
@@ -267,16 +265,14 @@ def judge_opening(before: list[list[float]], after: list[list[float]],
             f"{len(before[0])} held-out prompts, went from {shares(before)}% to "
             f"{shares(after)}% (seeds in order), and each prompt's distance from 50/50 "
             f"grew by {each_points(drift)} points on average. The control, the SFT model "
-            "with "
-            "each weight given the run's step under a random sign (a change of the same "
-            "size in every weight, in no chosen direction), changed that distance by "
+            "with each weight given the run's step under a random sign (a change of the "
+            "same size in every weight, in no chosen direction), changed that distance by "
             f"{each_points(moved)} points")
     mean, se, t, margin = beyond_t(drift, moved)
-    bound = (f"by {points(mean)} ± {points(se)} points on average over the seeds, at least "
-             f"{points(margin)} at Student's t = {t:.2f} (one-sided {T_LEVEL:.0%}); seed by "
-             f"seed, by at least {each_points(bounds)} points (the lower {T_LEVEL:.0%} bound "
-             "of a "
-             "bootstrap over the prompts)")
+    bound = (f"by {points(mean)} ± {points(se)} points on average over the seeds, at "
+             f"least {points(margin)} at Student's t = {t:.2f} (one-sided {T_LEVEL:.0%}); "
+             f"seed by seed, by at least {each_points(bounds)} points (the lower "
+             f"{T_LEVEL:.0%} bound of a bootstrap over the prompts)")
     further = [abs(a - 0.5) - abs(b - 0.5) for b, a in zip(*sampled)]
     verb = ("show it too: their" if all(f >= SHOWN for f in further)
             else "do not all show it: their")

@@ -13,7 +13,7 @@ import math
 import numbers
 
 from .lessons import Lesson, beyond_t, check_share, points, seed_count
-from .verifier_prose import SLOWED, TWO_SIDED, check_k, each_points, checked_shares
+from .verifier_prose import SLOWED, TWO_SIDED, check_k, checked_shares, each_points
 
 
 def drift_text(before: list[float], after: list[float], right: list[dict], seeds) -> str:
