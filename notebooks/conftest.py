@@ -10,7 +10,9 @@ that arithmetic, and the width is at least 1.5 times the largest move in it: a t
 kernel set not measured moves a number too. Every other cell is compared as nbval compares it.
 
 Run side by side (pytest-xdist), the notebooks go longest first, by their committed run's cell
-times (``pytest_collection_modifyitems``).
+times (``pytest_collection_modifyitems``). The kernels read the chapters' own training calls
+from a cache where each can be keyed exactly (``gpt_from_scratch.book.run_cache``), trained on
+the first run of a machine and read on the next, except where a lesson times them (``TIMED``).
 
 Why our own: nbval compares text exactly, and its sanitizers are regular expressions applied to
 every cell alike, so a per-cell numeric tolerance needs this small wrapper around its comparison.
@@ -21,9 +23,12 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import nbval.plugin
+import pytest
 
+import gpt_from_scratch
 from gpt_from_scratch.book.timing import cell_seconds
 
 # nbval reads a cell's messages only once the cell has finished, and the kernel's message socket
@@ -33,6 +38,26 @@ from gpt_from_scratch.book.timing import cell_seconds
 # 60 s loop redrawn every 0.01 s fails alike). Redrawn every 5 s, a cell within the Makefile's
 # cell limit (CELL_TIMEOUT, 1200 s) sends a few hundred.
 os.environ.setdefault("TQDM_MININTERVAL", "5")  # the kernels nbval starts inherit it
+
+# The kernels nbval starts read the chapters' training runs from the cache, where a call can be
+# keyed exactly (gpt_from_scratch.book.run_cache; GPT_FROM_SCRATCH_RUN_CACHE=0 turns it off),
+# except in the chapters whose lessons time their own training: those train every time.
+STARTUP = Path(gpt_from_scratch.__file__).resolve().parents[1] / "scripts" / "nbval_startup.py"
+TIMED = {"10_modern_llm.ipynb": "section 10.4 compares the step times of two models"}
+_STARTUP_BEFORE = os.environ.get("PYTHONSTARTUP")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before nbval starts a notebook's kernel (in its first cell's setup): the startup file
+    that installs the run cache, or none for a chapter of ``TIMED``."""
+    if item.path.name in TIMED or not STARTUP.is_file():
+        os.environ.pop("PYTHONSTARTUP", None)
+        if _STARTUP_BEFORE is not None:
+            os.environ["PYTHONSTARTUP"] = _STARTUP_BEFORE
+    else:
+        os.environ["PYTHONSTARTUP"] = str(STARTUP)
+
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 _compare = nbval.plugin.IPyNbCell.compare_outputs
