@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from .utils import check_float, check_int
 
-LOSS_TYPES = ("dapo", "grpo")
+LOSS_TYPES = ("dapo", "grpo", "dr_grpo")
 
 
 def _check_group_size(function: str, n: int, group_size) -> int:
@@ -42,6 +42,9 @@ def _check_rewards(function: str, rewards, group_size) -> int:
         raise ValueError(f"{function}: rewards must be a 1-D float tensor (N,), got "
                          f"{rewards!r:.60}: pass torch.tensor(rewards, "
                          "dtype=torch.float32)")
+    if not len(rewards):
+        raise ValueError(f"{function}: rewards is empty: pass the G rewards of at least "
+                         "one prompt, the G completions of one prompt side by side")
     if not torch.isfinite(rewards).all():
         raise ValueError(f"{function}: a reward is nan or inf: a reward function must "
                          "return a finite number for every completion")
@@ -52,8 +55,9 @@ def group_advantages(rewards: Tensor, group_size: int,
                      scale: str | None = "group") -> Tensor:
     """(N,) advantages of N = B * G rewards, groups side by side: each reward minus its
     group's mean, divided by the group's standard deviation plus 1e-4 (``torch.std``,
-    unbiased, as TRL). ``scale=None`` keeps the mean only (Dr. GRPO, nanochat). A group of
-    equal rewards gets 0s."""
+    unbiased, as TRL). ``scale=None`` keeps the mean only (Dr. GRPO's advantage, nanochat;
+    Dr. GRPO also divides the loss by a constant: ``grpo_loss(..., loss_type="dr_grpo")``).
+    A group of equal rewards gets 0s."""
     G = _check_rewards("group_advantages", rewards, group_size)
     if scale not in ("group", None):
         raise ValueError(f"group_advantages: scale={scale!r} must be 'group' (divide by "
@@ -75,7 +79,8 @@ def mixed_groups(rewards: Tensor, group_size: int) -> float:
 @dataclass
 class GRPOOutput:
     loss: Tensor  # scalar, with the graph
-    clipped: float  # share of completion tokens where the clip binds (only KL pulls there)
+    clipped: float  # share of completion tokens where the clip binds: there the policy term
+    #                 gives no gradient (the KL term, beta > 0, still does)
     kl: float | None  # mean per-token KL term to the reference (k3 times ratio), beta > 0
 
 
@@ -86,6 +91,14 @@ def _check_tensors(logps, old_logps, advantages, mask, ref_logps) -> None:
         raise ValueError("grpo_loss: logps, old_logps, advantages and mask must be "
                          f"tensors, got {[type(x).__name__ for x in given]}: pass "
                          "torch.tensor(...) of each")
+    floats = dict(logps=logps, old_logps=old_logps, advantages=advantages,
+                  ref_logps=ref_logps)
+    for name, x in floats.items():
+        if x is not None and not x.is_floating_point():
+            raise ValueError(f"grpo_loss: {name} holds {x.dtype}: log-probabilities and "
+                             "advantages are real numbers (an integer logps would give a "
+                             "loss with no gradient): pass float tensors, e.g. "
+                             "completion_logps(...) and group_advantages(rewards, G)")
     named = dict(logps=logps, old_logps=old_logps, mask=mask)
     if ref_logps is not None:
         named["ref_logps"] = ref_logps
@@ -94,6 +107,10 @@ def _check_tensors(logps, old_logps, advantages, mask, ref_logps) -> None:
         raise ValueError(f"grpo_loss: {shapes} must all be one shape (N, C): one row per "
                          "completion, one column per completion token (they would "
                          "broadcast)")
+    if not logps.numel():
+        raise ValueError(f"grpo_loss: logps of shape {tuple(logps.shape)} holds no "
+                         "token, so the loss would be nan or 0 with nothing to learn: pass "
+                         "at least one completion of at least one token")
     if advantages.shape != logps.shape[:1]:
         raise ValueError(f"grpo_loss: advantages of shape {tuple(advantages.shape)} must "
                          f"be (N,) = ({logps.shape[0]},), one per completion: pass "
@@ -114,9 +131,48 @@ def _check_tensors(logps, old_logps, advantages, mask, ref_logps) -> None:
                          "completion's tokens; pass the mask sample_groups returns")
 
 
+def _normaliser(loss_type: str, mask: Tensor, num_items, max_completion_length) -> float:
+    """What the sum over the batch's tokens is divided by: the tokens' count for "dapo",
+    N * max_completion_length for "dr_grpo" (unused for "grpo"); a ValueError for an option
+    that the loss type does not use, or that undercounts."""
+    for name, value, user in (("num_items", num_items, "dapo"),
+                              ("max_completion_length", max_completion_length, "dr_grpo")):
+        if value is not None and loss_type != user:
+            raise ValueError(f"grpo_loss: {name}={value!r} is used by loss_type={user!r} "
+                             f"only, not {loss_type!r}, which would ignore it: leave it "
+                             f"None, or pass loss_type={user!r}")
+    if loss_type == "dapo":
+        if num_items is None:
+            return max(float(mask.sum()), 1.0)
+        total = check_int("grpo_loss", "num_items", num_items, minimum=1)
+        tokens = int(mask.sum().item())
+        if total < tokens:
+            raise ValueError(f"grpo_loss: num_items={total} is fewer than the {tokens} "
+                             "completion tokens of this slice: it counts the whole batch's "
+                             "tokens (this slice's and the others'); leave it None for "
+                             "this slice alone")
+        return float(total)
+    if loss_type == "dr_grpo":
+        N, C = mask.shape
+        if max_completion_length is None:
+            raise ValueError("grpo_loss: loss_type='dr_grpo' divides by the constant N * "
+                             "max_completion_length: pass max_completion_length, the most "
+                             "tokens a completion may have (TRL's setting of that name; "
+                             "train_grpo passes max_new_tokens)")
+        longest = check_int("grpo_loss", "max_completion_length", max_completion_length,
+                            minimum=1)
+        if longest < C:
+            raise ValueError(f"grpo_loss: max_completion_length={longest} is less than "
+                             f"the completions' width C={C}: it caps every completion's "
+                             f"length; pass the cap they were sampled with (>= {C})")
+        return float(N * longest)
+    return 1.0
+
+
 def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor,
               epsilon: float = 0.2, loss_type: str = "dapo", beta: float = 0.0,
-              ref_logps: Tensor | None = None, num_items: int | None = None) -> GRPOOutput:
+              ref_logps: Tensor | None = None, num_items: int | None = None,
+              max_completion_length: int | None = None) -> GRPOOutput:
     """GRPO's clipped loss on N completions, as TRL 1.16's ``GRPOTrainer`` computes it.
 
     logps (N, C): each completion token's log-probability under the policy, with its graph;
@@ -129,18 +185,26 @@ def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor
     ``loss_type="dapo"`` (TRL's default) averages over every token of the batch,
     ``num_items`` of them (default: ``mask.sum()``; pass the whole batch's count when this
     is a slice of it); ``"grpo"`` averages each completion over its own tokens, then the
-    completions.
+    completions; ``"dr_grpo"`` divides the sum over every token by the constant
+    ``N * max_completion_length``, TRL's configured cap on a completion's length (not the
+    width C, which the longest sampled answer decides). A masked position's
+    log-probabilities (a token after the end, possibly -inf) are set to 0 first, so they
+    give neither the loss nor its gradient a nan.
     """
     _check_tensors(logps, old_logps, advantages, mask, ref_logps)
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"grpo_loss: loss_type={loss_type!r} must be one of {LOSS_TYPES}: "
-                         "'dapo' weighs every token alike, 'grpo' every completion alike")
+                         "'dapo' weighs every token alike, 'grpo' every completion alike, "
+                         "'dr_grpo' every token alike over a constant")
     epsilon = check_float("grpo_loss", "epsilon", epsilon, 0.0, 1.0, low_open=True)
     beta = check_float("grpo_loss", "beta", beta, 0.0)
     if beta > 0 and ref_logps is None:
         raise ValueError(f"grpo_loss: beta={beta:g} > 0 needs ref_logps, the reference "
                          "model's log-probabilities of the same tokens: pass them, or "
                          "beta=0")
+    normaliser = _normaliser(loss_type, mask, num_items, max_completion_length)
+    outside = mask == 0  # (N, C): after a completion's end
+    logps, old_logps = logps.masked_fill(outside, 0.0), old_logps.masked_fill(outside, 0.0)
     mask = mask.to(logps.dtype)  # (N, C)
     A = advantages[:, None]  # (N, 1)
     ratio = torch.exp(logps - old_logps)  # (N, C): exactly 1 on-policy, with a gradient
@@ -148,20 +212,14 @@ def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor
     per_token = -torch.min(ratio * A, clipped_ratio * A)  # (N, C)
     kl = None
     if beta > 0:
+        ref_logps = ref_logps.masked_fill(outside, 0.0)  # (N, C)
         k3 = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1  # (N, C), >= 0
         per_token = per_token + beta * k3 * ratio
         kl = ((k3 * ratio).detach() * mask).sum().item() / max(mask.sum().item(), 1.0)
-    if loss_type == "dapo":
-        total = mask.sum() if num_items is None else check_int("grpo_loss", "num_items",
-                                                               num_items, minimum=1)
-        if num_items is not None and total < mask.sum().item():
-            raise ValueError(f"grpo_loss: num_items={total} is fewer than the "
-                             f"{int(mask.sum().item())} completion tokens of this slice: "
-                             "it counts the whole batch's tokens (this slice's and the "
-                             "others'); leave it None for this slice alone")
-        loss = (per_token * mask).sum() / max(float(total), 1.0)
-    else:
+    if loss_type == "grpo":
         loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    else:
+        loss = (per_token * mask).sum() / normaliser
     binds = ((ratio < 1 - epsilon) & (A < 0)) | ((ratio > 1 + epsilon) & (A > 0))  # (N, C)
     clipped = (binds * mask).sum().item() / max(mask.sum().item(), 1.0)
     return GRPOOutput(loss, clipped, kl)
@@ -181,12 +239,25 @@ def completion_logps(model: nn.Module, prompts: Tensor, completions: Tensor,
                      temperature: float = 1.0) -> Tensor:
     """(N, C) log-probability of each completion token after its prompt, with the graph,
     from the logits divided by the sampling ``temperature`` (as TRL). prompts (N, P) of one
-    length, completions (N, C); ``model(idx)`` returns (logits, loss)."""
+    length, completions (N, C); ``model(idx)`` returns (logits, loss). As Chapter 7's
+    ``next_token`` samples, each row's largest logit is subtracted first and the temperature
+    held within float32's range, so these are the sampler's log-probabilities even at 1e-300
+    (0 for a row's most likely token, -inf for the others) rather than an overflow's nan."""
     temperature = check_temperature("completion_logps", temperature)
     if not isinstance(prompts, Tensor) or not isinstance(completions, Tensor):
         raise ValueError(f"completion_logps: prompts and completions must be tensors of "
                          f"token ids, got {type(prompts).__name__} and "
                          f"{type(completions).__name__}: pass torch.tensor(ids) of each")
+    V = model.config.vocab_size
+    for name, ids in (("prompts", prompts), ("completions", completions)):
+        if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+            raise ValueError(f"completion_logps: {name} hold {ids.dtype}, not token ids: "
+                             "pass whole numbers, torch.long (ids.long() if they are)")
+        low, high = (int(ids.min()), int(ids.max())) if ids.numel() else (0, 0)
+        if low < 0 or high >= V:
+            raise ValueError(f"completion_logps: {name} hold token ids in [{low}, {high}], "
+                             f"outside the model's vocabulary [0, {V}): pass ids of the "
+                             "model's own tokenizer")
     if prompts.dim() != 2 or completions.dim() != 2 or len(prompts) != len(completions):
         raise ValueError(f"completion_logps: prompts {tuple(prompts.shape)} and "
                          f"completions {tuple(completions.shape)} must be (N, P) and "
@@ -199,7 +270,11 @@ def completion_logps(model: nn.Module, prompts: Tensor, completions: Tensor,
                          "turn's opening marker)")
     idx = torch.cat([prompts, completions], dim=1)[:, :-1]  # (N, P + C - 1): not the last
     logits, _ = model(idx)  # (N, P + C - 1, V)
-    logp = torch.log_softmax(logits[:, P - 1:].float() / temperature, dim=-1)  # (N, C, V)
+    logits = logits[:, P - 1:].float()  # (N, C, V)
+    finfo = torch.finfo(logits.dtype)  # as next_token: 1e-300 would be 0 in float32
+    temperature = min(max(temperature, finfo.tiny), finfo.max)
+    shifted = logits - logits.detach().amax(dim=-1, keepdim=True)  # (N, C, V), max at 0
+    logp = torch.log_softmax(shifted / temperature, dim=-1)  # (N, C, V)
     return logp.gather(-1, completions[..., None])[..., 0]  # (N, C)
 
 
@@ -223,10 +298,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def check_reward(value, row: int) -> float:
-    """A reward function's value as a float, else a ValueError naming the completion."""
+    """A reward function's value as a float: a real number (``numbers.Real``: an int, a
+    float, a Fraction, a NumPy number or bool) that a float holds finite, else a ValueError
+    naming the completion."""
     if isinstance(value, (bool, np.bool_)):
         value = float(value)
-    if not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(f"the reward function returned {value!r} for completion {row}: it "
-                         "must return a finite number (e.g. 1.0 when the answer is right)")
-    return float(value)
+    try:
+        reward = float(value) if isinstance(value, numbers.Real) else math.nan
+    except OverflowError:  # an int beyond float's range, 10**400
+        reward = math.inf
+    if not math.isfinite(reward):
+        raise ValueError(f"the reward function returned {value!r:.40} "
+                         f"({type(value).__name__}) for completion {row}: it must return a "
+                         "real number a float holds finite (e.g. 1.0 when the answer is "
+                         "right); return float(...) of it")
+    return reward

@@ -51,9 +51,11 @@ def sample_groups(model: nn.Module, prompts: Tensor, group_size: int, max_new_to
     side. ``mask`` is 1 up to and including a row's first ``end_id``; after it the row holds
     ``end_id``. Sampling stops once every row has ended, so C <= ``max_new_tokens``. The
     window is never slid."""
-    if not isinstance(prompts, Tensor) or prompts.dim() != 2 or prompts.is_floating_point():
-        raise ValueError("sample_groups: prompts must be a (B, P) tensor of token ids, "
-                         "prompts of one length: pass torch.tensor([ids_1, ids_2, ...])")
+    if (not isinstance(prompts, Tensor) or prompts.dim() != 2 or prompts.is_floating_point()
+            or prompts.is_complex() or prompts.dtype == torch.bool):
+        raise ValueError(f"sample_groups: prompts must be a (B, P) tensor of integer token "
+                         f"ids, prompts of one length, got {prompts!r:.60}: pass "
+                         "torch.tensor([ids_1, ids_2, ...])")
     G = check_int("sample_groups", "group_size", group_size, minimum=1)
     max_new_tokens = check_int("sample_groups", "max_new_tokens", max_new_tokens, minimum=1)
     temperature = check_temperature("sample_groups", temperature)
@@ -141,7 +143,8 @@ def _check_train_options(policy, prompts, reward, end_id, max_new_tokens, temper
     _check_end_id("train_grpo", end_id, policy.config.vocab_size)
     check_temperature("train_grpo", temperature)
     if loss_type not in LOSS_TYPES:
-        raise ValueError(f"train_grpo: loss_type={loss_type!r} must be one of {LOSS_TYPES}")
+        raise ValueError(f"train_grpo: loss_type={loss_type!r} must be one of "
+                         f"{LOSS_TYPES}")
     if scale not in ("group", None):
         raise ValueError(f"train_grpo: scale={scale!r} must be 'group' or None (the mean "
                          "only)")
@@ -197,19 +200,20 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
     each (``sample_groups``, at most ``max_new_tokens``, by default all the context leaves),
     scores each with ``reward(prompt_index, completion_ids)`` (ids up to and including
     ``end_id``), and takes ``updates`` AdamW steps on ``grpo_loss`` with the same answers:
-    the first on-policy (ratio 1), the later ones against the log-probabilities the answers
-    were sampled with, where the clip can bind. The answers are sampled and scored in eval
-    mode, the updates run in training mode (dropout on; TRL, whose ``disable_dropout`` is
-    off by default, samples in training mode too): on-policy the ratio is still exactly 1,
-    ``old_logps`` being the update's own ``logps.detach()``, but where the model has dropout
-    the gradient is that of a dropout-perturbed log-probability, not of the sampler's, and
-    from the second update on the ratio also holds dropout's noise (the sampled
-    log-probabilities were read without it), on which the clip can bind. Chapter 12's
-    assistants have no dropout; GPT-2 from ``hf_weights.from_pretrained`` keeps its 0.1
-    (Chapter 14's Colab track, one update per batch). The policy ends in eval mode. An
-    update after which the loss or the logits are no longer finite (too large an ``lr``)
-    raises a ``FloatingPointError``, the policy put back to its weights from before that
-    update.
+    every update's ``old_logps`` is the first update's own ``logps.detach()``, so the first
+    is on-policy (ratio exactly 1) and a later one's ratio holds what the earlier updates
+    changed, where the clip can bind. The answers are sampled and scored in eval mode, the
+    updates run in training mode (dropout on; TRL, whose ``disable_dropout`` is off by
+    default, samples in training mode too). Where the model has dropout, the gradient is
+    that of a dropout-perturbed log-probability, not of the sampler's, and a later update's
+    ratio also holds the difference between two dropout draws (its own and the first
+    update's), on which the clip can bind even when the weights have not moved. Chapter
+    12's assistants have no dropout; GPT-2 from ``hf_weights.from_pretrained`` keeps its 0.1
+    (Chapter 14's Colab track, one update per batch). ``loss_type="dr_grpo"`` divides by
+    ``N * max_new_tokens``, the cap TRL calls ``max_completion_length``. The policy ends in
+    eval mode. An update after which the loss or the logits are no longer finite (too large
+    an ``lr``) raises a ``FloatingPointError``, the policy put back to its weights from
+    before that update.
     """
     steps = check_int("train_grpo", "steps", steps, minimum=1)
     batch_size = check_int("train_grpo", "batch_size", batch_size, minimum=1)
@@ -221,6 +225,7 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
                                           temperature, loss_type, scale, beta, reference,
                                           clip, epsilon)
     seed = check_int("train_grpo", "seed", seed)
+    max_length = max_new_tokens if loss_type == "dr_grpo" else None  # dr_grpo's constant
     g = torch.Generator().manual_seed(seed)  # the batches' draws, on the CPU
     device = next(policy.parameters()).device
     sampler = g if device.type == "cpu" else torch.Generator(device.type).manual_seed(seed)
@@ -251,16 +256,15 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
         advantages = group_advantages(rewards, group_size, scale)  # (N,)
         idx = prompt_ids.repeat_interleave(group_size, dim=0)  # (N, P)
         with torch.no_grad(), eval_mode(policy):
-            old = (completion_logps(policy, idx, completions, temperature)
-                   if updates > 1 else None)
             ref = (completion_logps(reference, idx, completions, temperature)
                    if beta > 0 else None)
         policy.train()
-        clipped, kl = [], []
+        clipped, kl, old = [], [], None
         for _ in range(updates):
             logps = completion_logps(policy, idx, completions, temperature)  # (N, C)
-            out = grpo_loss(logps, logps.detach() if old is None else old, advantages, mask,
-                            epsilon, loss_type, beta, ref)
+            old = logps.detach() if old is None else old  # the first update's: ratio 1
+            out = grpo_loss(logps, old, advantages, mask, epsilon, loss_type, beta, ref,
+                            max_completion_length=max_length)
             if not math.isfinite(out.loss.item()):
                 if before is None:
                     raise FloatingPointError(

@@ -4,22 +4,26 @@ The loss's parity with TRL is in test_grpo_parity.py."""
 from __future__ import annotations
 
 import math
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
 import torch
 
-from gpt_from_scratch.grpo import (completion_logps, group_advantages, grpo_loss, mixed_groups,
-                                   pass_at_k)
+from gpt_from_scratch import grpo_train
+from gpt_from_scratch.grpo import (check_reward, completion_logps, group_advantages,
+                                   grpo_loss, mixed_groups, pass_at_k)
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.grpo_train import sample_groups, train_grpo
 from gpt_from_scratch.model import GPT, GPTConfig
 
 
-def tiny_gpt(seed: int = 0, vocab: int = 12, context_length: int = 16) -> GPT:
+def tiny_gpt(seed: int = 0, vocab: int = 12, context_length: int = 16,
+             dropout: float = 0.0) -> GPT:
     torch.manual_seed(seed)
     return GPT(GPTConfig(vocab_size=vocab, context_length=context_length, d_model=16,
-                         n_layers=1, n_heads=2, dropout=0.0))
+                         n_layers=1, n_heads=2, dropout=dropout))
 
 
 # ------------------------------------------------------------------------------ advantages
@@ -46,15 +50,17 @@ def batch(seed: int = 0, N: int = 6, C: int = 5):
 
 
 def test_on_policy_the_ratio_is_1_and_the_gradient_is_reinforce_with_a_baseline():
-    for loss_type in ("dapo", "grpo"):
+    for loss_type in ("dapo", "grpo", "dr_grpo"):
         logps, mask, A = batch()
-        out = grpo_loss(logps, logps.detach(), A, mask, loss_type=loss_type)
+        longest = 8 if loss_type == "dr_grpo" else None  # the cap, wider than C = 5
+        out = grpo_loss(logps, logps.detach(), A, mask, loss_type=loss_type,
+                        max_completion_length=longest)
         assert out.clipped == 0 and out.kl is None and abs(out.loss.item()) < 1.0
         out.loss.backward()
         ours = logps.grad.clone()
         logps.grad = None
-        weight = mask / mask.sum() if loss_type == "dapo" else (
-            mask / mask.sum(-1, keepdim=True) / len(mask))
+        weight = {"dapo": mask / mask.sum(), "grpo": mask / mask.sum(-1, keepdim=True) / 6,
+                  "dr_grpo": mask / (6 * 8)}[loss_type]  # N = 6 completions
         (-(A[:, None] * logps * weight).sum()).backward()  # REINFORCE: -A * grad log p
         torch.testing.assert_close(ours, logps.grad)
 
@@ -78,6 +84,40 @@ def test_the_kl_term_is_k3_times_the_ratio_and_zero_at_the_reference():
     assert out.kl == pytest.approx(math.exp(0.3) - 0.3 - 1, rel=1e-5)
     none = grpo_loss(logps, logps.detach(), A, mask)
     assert out.loss.item() == pytest.approx(none.loss.item() + 0.1 * out.kl, rel=1e-5)
+
+
+def test_dr_grpo_divides_by_a_constant_that_the_answers_lengths_do_not_change():
+    logps, mask, A = batch()
+    shorter = mask.clone()
+    shorter[:, 2:] = 0  # the same answers cut short: "dapo"'s and "grpo"'s divisors change
+    for m in (mask, shorter):
+        out = grpo_loss(logps, logps.detach(), A, m, loss_type="dr_grpo",
+                        max_completion_length=8)
+        by_hand = (-(A[:, None] * m)).sum() / (6 * 8)  # on-policy: per token -A
+        torch.testing.assert_close(out.loss, by_hand)
+    dapo = grpo_loss(logps, logps.detach(), A, shorter).loss
+    assert not torch.allclose(dapo, by_hand)  # "dapo" divides by the 12 tokens left
+
+
+def test_a_masked_minus_inf_log_probability_poisons_neither_the_loss_nor_its_gradient():
+    for loss_type, longest in (("dapo", None), ("grpo", None), ("dr_grpo", 5)):
+        grads, losses = [], []
+        for fill in (-math.inf, -3.0):  # after an answer's end: a token it never writes
+            logps, mask, A = batch()
+            outside = mask == 0
+            with torch.no_grad():
+                logps[outside] = fill
+            old = logps.detach().masked_fill(outside, fill) - 0.1  # the clip binds: A > 0
+            ref = logps.detach().masked_fill(outside, -math.inf)
+            out = grpo_loss(logps, old, A, mask, loss_type=loss_type, beta=0.1,
+                            ref_logps=ref, max_completion_length=longest)
+            out.loss.backward()
+            assert math.isfinite(out.loss.item()) and math.isfinite(out.kl)
+            assert torch.isfinite(logps.grad).all() and (logps.grad[outside] == 0).all()
+            grads.append(logps.grad)
+            losses.append(out.loss)
+        torch.testing.assert_close(losses[0], losses[1], rtol=0, atol=0)
+        torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
 
 
 def test_dapo_over_a_slice_divides_by_the_whole_batch_s_tokens():
@@ -174,6 +214,80 @@ def test_two_updates_per_batch_let_the_clip_bind_and_beta_logs_the_kl():
     assert max(history.clipped) > 0 and len(history.kl) == 4 and history.kl[-1] > 0
 
 
+def spy_on_grpo_loss(monkeypatch) -> list:
+    """Each ``grpo_loss`` call of ``train_grpo``: its ratio (N, C), output and options."""
+    calls = []
+
+    def spy(logps, old_logps, *args, **kwargs):
+        out = grpo_loss(logps, old_logps, *args, **kwargs)
+        calls.append((torch.exp(logps.detach() - old_logps), out, kwargs))
+        return out
+
+    monkeypatch.setattr(grpo_train, "grpo_loss", spy)
+    return calls
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_every_update_s_ratio_is_against_the_first_update_s_own_log_probabilities(
+        monkeypatch, dropout):
+    """The weights held still (AdamW's step a no-op), rewards random: without dropout every
+    update's ratio is exactly 1 and nothing is clipped; with dropout the first update's is
+    still exactly 1 (old_logps is its own logps.detach(), not an eval-mode pass, whose
+    ratio held dropout's noise on which the clip bound: 24-46% of tokens with weights x8),
+    and a later one's holds two dropout draws' difference, as the docstring says."""
+    calls = spy_on_grpo_loss(monkeypatch)
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, closure=None: None)
+    model = tiny_gpt(dropout=dropout)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8)  # a peaked model: dropout moves its log-probabilities a lot
+    weights = [p.clone() for p in model.parameters()]
+    g = torch.Generator().manual_seed(0)
+    train_grpo(model, [[1, 2], [4, 5]], lambda i, c: torch.rand(1, generator=g).item(), 3,
+               3, group_size=4, batch_size=2, max_new_tokens=5, updates=3)
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
+    first, later = calls[0::3], calls[1::3] + calls[2::3]
+    assert len(calls) == 9 and all((r == 1).all() and o.clipped == 0 for r, o, _ in first)
+    if dropout == 0:
+        assert all((r == 1).all() and o.clipped == 0 for r, o, _ in later)
+    else:
+        assert all((r != 1).any() for r, _, _ in later)
+
+
+def test_train_grpo_s_dr_grpo_divides_by_the_cap_on_an_answer_s_length(monkeypatch):
+    calls = spy_on_grpo_loss(monkeypatch)
+    history = train_grpo(tiny_gpt(), [[1, 2], [4, 5]], reward_token_7, 3, 2, group_size=4,
+                         batch_size=2, max_new_tokens=5, loss_type="dr_grpo")
+    assert [kw["max_completion_length"] for _, _, kw in calls] == [5, 5]
+    assert all(math.isfinite(x) for x in history.loss)
+    train_grpo(tiny_gpt(), [[1, 2], [4, 5]], reward_token_7, 3, 1, group_size=4,
+               batch_size=2, max_new_tokens=5)
+    assert calls[-1][2]["max_completion_length"] is None  # "dapo" divides by the tokens
+
+
+def test_a_temperature_too_small_for_float32_scores_the_sampler_s_own_tokens():
+    """As next_token, completion_logps clamps the temperature to float32's range and
+    subtracts each row's largest logit first: at 1e-300 the sampler picks each row's most
+    likely token, whose log-probability is then 0, not the nan of logits / 1e-300; at
+    1e300, -log V; at 0.5, log_softmax(logits / 0.5) by hand."""
+    model, prompts = tiny_gpt(1), torch.tensor([[1, 2, 5]])
+    idx = prompts.repeat_interleave(3, 0)  # (N, P)
+    comp, mask = sample_groups(model, prompts, 3, 6, end_id=11, temperature=1e-300,
+                               generator=torch.Generator().manual_seed(5))
+    logps = completion_logps(model, idx, comp, 1e-300)  # (N, C)
+    assert not logps.isnan().any() and (logps[mask.bool()] == 0).all()
+    out = grpo_loss(logps, logps.detach(), torch.tensor([1.0, -1.0, 0.0]), mask)
+    out.loss.backward()
+    assert math.isfinite(out.loss.item())
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+    torch.testing.assert_close(completion_logps(model, idx, comp, 1e300),
+                               torch.full(comp.shape, -math.log(12)))
+    logits, _ = model(torch.cat([idx, comp], dim=1))
+    by_hand = torch.log_softmax(logits[:, 2:-1] / 0.5, -1)  # (N, C, V)
+    by_hand = by_hand.gather(-1, comp[..., None])[..., 0]  # (N, C)
+    torch.testing.assert_close(completion_logps(model, idx, comp, 0.5), by_hand)
+
+
 # ------------------------------------------------------------------------------ bad input
 LOGPS = torch.zeros(4, 3)
 MASK = torch.ones(4, 3)
@@ -219,7 +333,7 @@ ADV = torch.zeros(4)
     (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, max_new_tokens=20),
      r"max_new_tokens=20 must be in \[1, 14\]"),
     (lambda m: train_grpo(m, [[1, 2]], lambda i, c: None, 3, 1, max_new_tokens=2),
-     "returned None for completion 0: it must return a finite number"),
+     r"returned None \(NoneType\) for completion 0: it must return a real number"),
     (lambda m: grpo_loss(LOGPS, LOGPS, torch.tensor([0.0, math.nan, 1.0, 0.0]), MASK),
      "an advantage is nan or inf, so the loss would be nan"),
     (lambda m: train_grpo(m, [list(range(1, 12)) * 2], reward_token_7, 3, 1),
@@ -252,6 +366,39 @@ ADV = torch.zeros(4)
      "the reference reads 20 tokens, the policy 12"),
     (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, num_items=5),
      "num_items=5 is fewer than the 12 completion tokens of this slice"),
+    (lambda m: mixed_groups(torch.tensor([]), 4), "mixed_groups: rewards is empty"),
+    (lambda m: group_advantages(torch.tensor([]), 4), "group_advantages: rewards is empty"),
+    (lambda m: grpo_loss(LOGPS[:0], LOGPS[:0], ADV[:0], MASK[:0], loss_type="grpo"),
+     r"logps of shape \(0, 3\) holds no token, so the loss would be nan"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV.bool(), MASK),
+     "advantages holds torch.bool: log-probabilities and advantages are real numbers"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV.long(), MASK), "advantages holds torch.int64"),
+    (lambda m: grpo_loss(LOGPS.long(), LOGPS.long(), ADV, MASK),
+     r"logps holds torch.int64: .*loss with no gradient.*pass float tensors"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, loss_type="grpo", num_items=12),
+     "num_items=12 is used by loss_type='dapo' only, not 'grpo', which would ignore it"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, max_completion_length=3),
+     "max_completion_length=3 is used by loss_type='dr_grpo' only, not 'dapo'"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, loss_type="dr_grpo"),
+     "'dr_grpo' divides by the constant N \\* max_completion_length: pass"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, loss_type="dr_grpo",
+                         max_completion_length=2),
+     "max_completion_length=2 is less than the completions' width C=3"),
+    (lambda m: sample_groups(m, torch.tensor([[True, False]]), 2, 3, 3),
+     "prompts must be a .* tensor of integer token ids"),
+    (lambda m: completion_logps(m, torch.tensor([[1, 2]]), torch.tensor([[3, 12]])),
+     r"completions hold token ids in \[3, 12\], outside the model's vocabulary \[0, 12\)"),
+    (lambda m: completion_logps(m, torch.tensor([[-1, 2]]), torch.tensor([[3, 4]])),
+     r"prompts hold token ids in \[-1, 2\], outside"),
+    (lambda m: completion_logps(m, torch.tensor([[1, 2]]), torch.tensor([[3.0, 4.0]])),
+     "completions hold torch.float32, not token ids"),
+    (lambda m: check_reward(10**400, 3),
+     r"returned 1000.* \(int\) for completion 3: it must return a real number a float "
+     "holds finite"),
+    (lambda m: check_reward(Decimal("0.5"), 0), r"returned Decimal\('0.5'\) \(Decimal\) .*"
+                                                r"return float\(...\) of it"),
+    (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, loss_type="bnpo"),
+     r"train_grpo: loss_type='bnpo' must be one of \('dapo', 'grpo', 'dr_grpo'\)"),
 ])
 def test_grpo_names_a_bad_value_and_the_fix(call, fragment):
     with pytest.raises(ValueError, match=fragment):
@@ -267,6 +414,11 @@ def test_log_probabilities_that_carry_a_gradient_are_refused_not_a_silent_zero(n
     with pytest.raises(ValueError, match=fr"{name} carries a gradient .* logps.detach\(\)"):
         grpo_loss(logps, given["old_logps"], ADV, MASK, beta=0.1,
                   ref_logps=given["ref_logps"])
+
+
+def test_a_reward_is_any_real_number_a_float_holds():
+    values = (Fraction(1, 4), np.float32(0.25), 2**60, True)
+    assert [check_reward(x, 0) for x in values] == [0.25, 0.25, 2.0**60, 1.0]
 
 
 def test_a_reward_as_a_numpy_bool_is_its_number():

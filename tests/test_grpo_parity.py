@@ -1,8 +1,17 @@
-"""Chapter 14's GRPO loss equals TRL 1.16's ``GRPOTrainer.compute_loss``: the loss and every
-gradient, for ``loss_type="dapo"`` (TRL's default) and ``"grpo"``, on- and off-policy, with and
-without the KL term. A random 2-layer ``GPT2LMHeadModel`` and the book's ``GPT`` hold the same
-weights (``from_hf``); our gradients are mapped to GPT-2's layout (``to_hf_state_dict``).
-``bf16=False``: TRL's default bf16 on a CPU moves the per-token log-probabilities by ~4e-4."""
+"""Chapter 14's GRPO loss equals TRL 1.16's ``GRPOTrainer.compute_loss``: the loss and
+every gradient, for ``loss_type="dapo"`` (TRL's default), ``"grpo"`` and ``"dr_grpo"``, on-
+and off-policy, with and without the KL term. A random 2-layer ``GPT2LMHeadModel`` and the
+book's ``GPT`` hold the same weights (``from_hf``); our gradients are mapped to GPT-2's
+layout (``to_hf_state_dict``). ``bf16=False``: TRL's default bf16 on a CPU moves the
+per-token log-probabilities by ~4e-4.
+
+The scope: TRL runs with its model in eval mode (``hf.eval()``, no dropout), so its
+``_compute_loss`` takes the eval branch of its normaliser: one batch, no gradient
+accumulation, ``steps_per_generation`` not applied. Its training-mode branch (which divides
+further by the accumulation steps, and rescales ``num_items_in_batch`` to one accumulation
+window) is not compared here. The advantages' test does not run TRL's code: TRL computes
+them inline in ``_generate_and_score_completions``, with no function to call; the test
+re-writes that formula and calls only TRL's ``nanstd``."""
 
 from __future__ import annotations
 
@@ -30,12 +39,12 @@ def grpo_batch(seed: int):
 
 
 def trl_loss(tmp_path, hf, loss_type: str, beta: float, prompts, completions, mask, advantages,
-             old=None, ref=None) -> torch.Tensor:
+             old=None, ref=None, max_completion_length: int = 7) -> torch.Tensor:
     trl = pytest.importorskip("trl", reason=REASON)
     datasets = pytest.importorskip("datasets", reason=REASON)
     args = trl.GRPOConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, bf16=False,
                           loss_type=loss_type, beta=beta, per_device_train_batch_size=8,
-                          num_generations=4, max_completion_length=7)
+                          num_generations=4, max_completion_length=max_completion_length)
     trainer = trl.GRPOTrainer(model=hf, reward_funcs=lambda completions, **kw: [0.0] * len(
         completions), args=args, train_dataset=datasets.Dataset.from_dict({"prompt": ["a"] * 8}),
         processing_class=hf_chat_tokenizer())
@@ -46,11 +55,11 @@ def trl_loss(tmp_path, hf, loss_type: str, beta: float, prompts, completions, ma
         inputs["old_per_token_logps"] = old
     if ref is not None:
         inputs["ref_per_token_logps"] = ref
-    hf.eval()  # no dropout; TRL normalises "dapo" by num_items_in_batch alone
+    hf.eval()  # no dropout, and TRL's eval normaliser: "dapo" by num_items_in_batch alone
     return trainer.compute_loss(hf, inputs)
 
 
-CASES = [(loss_type, policy, beta) for loss_type in ("dapo", "grpo")
+CASES = [(loss_type, policy, beta) for loss_type in ("dapo", "grpo", "dr_grpo")
          for policy in ("on", "off") for beta in (0.0, 0.1)]
 
 
@@ -70,12 +79,19 @@ def test_grpo_loss_and_gradients_equal_trl(tmp_path, loss_type, policy, beta):
         old = logps + 0.3 * torch.randn(logps.shape, generator=g)
     if beta:
         ref = logps + 0.5 * torch.randn(logps.shape, generator=g)
+    longest = 9 if loss_type == "dr_grpo" else None  # TRL's cap, wider than C = 7
     theirs = trl_loss(tmp_path, hf, loss_type, beta, prompts, completions, mask, advantages,
-                      old, ref)
+                      old, ref, longest or 7)
     theirs.backward()
     logps = completion_logps(ours, prompts, completions)
     out = grpo_loss(logps, logps.detach() if old is None else old, advantages, mask,
-                    loss_type=loss_type, beta=beta, ref_logps=ref)
+                    loss_type=loss_type, beta=beta, ref_logps=ref,
+                    max_completion_length=longest)
+    if longest:  # TRL divides by its setting, not by the completions' width C
+        width = grpo_loss(logps.detach(), logps.detach() if old is None else old,
+                          advantages, mask, loss_type=loss_type, beta=beta, ref_logps=ref,
+                          max_completion_length=7).loss
+        assert abs(width.item() - theirs.item()) > 1e-3
     out.loss.backward()
     assert (out.clipped > 0) == (policy == "off")
     grads = copy.deepcopy(ours)
@@ -93,10 +109,12 @@ def test_grpo_loss_and_gradients_equal_trl(tmp_path, loss_type, policy, beta):
 
 @pytest.mark.parametrize("scale", ["group", None])
 def test_group_advantages_equal_trls_formula_with_its_own_std(scale):
-    """TRL 1.16's ``_generate_and_score_completions`` (grpo_trainer.py): each reward minus its
-    group's ``nanmean``, divided by its group's ``nanstd`` (Bessel's correction) plus 1e-4
-    where ``scale_rewards="group"``; the mean only where ``"none"``. TRL's ``nanstd`` itself
-    is called here, so a std of another convention or another epsilon fails."""
+    """TRL 1.16's ``_generate_and_score_completions`` (grpo_trainer.py) computes the
+    advantages inline, with no function of their own to call, so this test re-writes its
+    formula: each reward minus its group's ``nanmean``, divided by its group's ``nanstd``
+    (Bessel's correction) plus 1e-4 where ``scale_rewards="group"``; the mean only where
+    ``"none"``. Only TRL's ``nanstd`` is TRL's code here, so a std of another convention or
+    another epsilon fails; a change to TRL's formula around it would not be seen."""
     utils = pytest.importorskip("trl.trainer.utils", reason=REASON)
     g = torch.Generator().manual_seed(0)
     rewards = torch.rand(24, generator=g).round(decimals=1)  # (N,) = 6 groups of 4
