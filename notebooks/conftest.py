@@ -42,7 +42,8 @@ os.environ.setdefault("TQDM_MININTERVAL", "5")  # the kernels nbval starts inher
 # The kernels nbval starts read the chapters' training runs from the cache, where a call can be
 # keyed exactly (gpt_from_scratch.book.run_cache; GPT_FROM_SCRATCH_RUN_CACHE=0 turns it off),
 # except in the chapters whose lessons time their own training: those train every time.
-STARTUP = Path(gpt_from_scratch.__file__).resolve().parents[1] / "scripts" / "nbval_startup.py"
+ROOT = Path(gpt_from_scratch.__file__).resolve().parents[1]
+STARTUP = ROOT / "scripts" / "nbval_startup.py"
 TIMED = {"10_modern_llm.ipynb": "section 10.4 compares the step times of two models"}
 _STARTUP_BEFORE = os.environ.get("PYTHONSTARTUP")
 

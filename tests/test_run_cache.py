@@ -1,17 +1,18 @@
-"""The chapters' training runs kept for the tests (book.run_cache): a hit leaves exactly what
-the call left, every input is in the key, a damaged entry is trained again, and what cannot
-be keyed runs uncached."""
+"""The chapters' training runs kept for the tests (book.run_cache): a hit leaves exactly
+what the call left, every input is in the key, a damaged entry is trained again, and what
+cannot be keyed runs uncached."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import random
 
 import numpy as np
 import pytest
 import torch
 
-from gpt_from_scratch.book import run_cache
+from gpt_from_scratch.book import run_cache, run_key
 from gpt_from_scratch.book.ladder import BigramModel, LadderConfig, train_rung
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.train import train
@@ -38,7 +39,8 @@ def _model(seed=0):
 def _after(model, returned, out):
     """Everything a call leaves: weights, gradients, flags, random states, value, stdout."""
     return ({k: v.clone() for k, v in model.state_dict().items()},
-            {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()},
+            {n: None if p.grad is None else p.grad.clone()
+             for n, p in model.named_parameters()},
             [m.training for m in model.modules()], torch.get_rng_state(), random.getstate(),
             np.random.get_state()[1].copy(), returned, out)
 
@@ -94,12 +96,12 @@ def test_a_hit_does_not_train(capsys, monkeypatch):
         _call(cached, capsys, rng=8)
 
 
-@pytest.mark.parametrize("change", ["weights", "config", "data", "random", "code", "threads",
-                                    "flag", "requires_grad"])
+@pytest.mark.parametrize("change", ["weights", "config", "data", "random", "code",
+                                    "threads", "flag", "requires_grad"])
 def test_every_input_changes_the_key(change, monkeypatch):
     model, data, cfg = _model(), IDS.copy(), CFG
     torch.manual_seed(0)
-    before = run_cache.run_key(train, (model, data, data, cfg), {})
+    before = run_key.run_key(train, (model, data, data, cfg), {})
     if change == "weights":
         with torch.no_grad():
             model.lm_head.weight[0, 0] += 1e-7
@@ -110,18 +112,18 @@ def test_every_input_changes_the_key(change, monkeypatch):
     elif change == "random":
         torch.rand(1)
     elif change == "code":
-        real = run_cache.source_digest
-        monkeypatch.setattr(run_cache, "source_digest",
+        real = run_key.source_digest
+        monkeypatch.setattr(run_key, "source_digest",
                             lambda m: real(m) + ("x" if m == "model" else ""))
     elif change == "threads":
-        monkeypatch.setattr(run_cache, "arithmetic", lambda: {"threads": 99})
+        monkeypatch.setattr(run_key, "arithmetic", lambda: {"threads": 99})
     elif change == "flag":
         model.blocks[0].train(False)
     elif change == "requires_grad":
         model.wpe.weight.requires_grad_(False)
     if change != "random":
         torch.manual_seed(0)
-    assert run_cache.run_key(train, (model, data, data, cfg), {}) != before
+    assert run_key.run_key(train, (model, data, data, cfg), {}) != before
 
 
 def test_the_same_inputs_give_the_same_key():
@@ -129,7 +131,7 @@ def test_the_same_inputs_give_the_same_key():
     for _ in range(2):
         model = _model()
         torch.manual_seed(0)
-        keys.append(run_cache.run_key(train, (model, IDS.copy(), IDS, CFG), {}))
+        keys.append(run_key.run_key(train, (model, IDS.copy(), IDS, CFG), {}))
     assert keys[0] == keys[1]
 
 
@@ -185,13 +187,42 @@ def test_install_wraps_the_trainers_once_and_can_be_turned_off(monkeypatch):
     run_cache.install()
     assert module.train is train
     monkeypatch.delenv(run_cache.ENV_VAR)
-    for name in ("train_rung", "train_sft", "train_dpo"):  # restored after the test
-        where = {"train_rung": "gpt_from_scratch.book.ladder", "train_sft": "gpt_from_scratch.sft",
-                 "train_dpo": "gpt_from_scratch.dpo"}[name]
-        monkeypatch.setattr(where + "." + name, getattr(__import__(where, fromlist=[name]),
-                                                        name))
+    for where in run_cache.TRAINERS:  # each put back after the test
+        module_name, _, name = where.partition(":")
+        module_of = importlib.import_module(f"gpt_from_scratch.{module_name}")
+        monkeypatch.setattr(module_of, name, getattr(module_of, name))
     run_cache.install()
     wrapped = module.train
     assert wrapped.__wrapped__ is train
     run_cache.install()
     assert module.train is wrapped
+
+
+def _notebook_function(source: str, **names):
+    """A function as a notebook defines it (module ``__main__``)."""
+    namespace = {"__name__": "__main__", **names}
+    exec(source, namespace)
+    return namespace["f"]
+
+
+def test_a_notebook_expression_is_keyed_by_its_code_and_the_values_it_reads():
+    def key(fn):
+        return run_key.values_digest([fn])
+
+    stop_at = "f = lambda step, _: step == STEPS"
+    five = key(_notebook_function(stop_at, STEPS=5))
+    assert five == key(_notebook_function(stop_at, STEPS=5))
+    assert five != key(_notebook_function(stop_at, STEPS=6))
+    assert five != key(_notebook_function("f = lambda step, _: step >= STEPS", STEPS=5))
+
+
+@pytest.mark.parametrize("source", [
+    "f = lambda step, _: seen.append(step)",  # a call: an effect
+    "f = lambda step, model: model.training",  # an attribute
+    "f = lambda step, _: step == STEPS[0]",  # a list, which can change
+    "def f(step, model):\n    g = lambda: step\n    return g()",  # a function inside
+    "def f(step, model):\n    seen[0] = step",  # a store
+])
+def test_a_notebook_function_that_could_have_an_effect_is_not_keyed(source):
+    with pytest.raises(run_key.Unkeyable):
+        run_key.values_digest([_notebook_function(source, seen=[], STEPS=[5])])

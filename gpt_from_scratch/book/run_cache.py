@@ -1,33 +1,32 @@
 """Chapters 6 and 12 — the chapters' own training runs, kept once per machine for the tests.
 
-``make test`` runs every chapter under nbval, and Chapters 6 and 12 train a dozen small
+``make test`` runs every chapter under nbval, and Chapters 6 and 12 train a few dozen small
 models in their own cells (the ladder, the learning rates, overfitting, the ablations, DPO):
-about 400 of nbval's 1,060 CPU-seconds. A training call is a pure function of its arguments,
-the global random generators' states, the code it runs, the library versions and the
-arithmetic, as a book model is (``model_cache``). ``cached_run(fn)`` wraps a training function
-so that a call whose every input it can key exactly is trained once and then read from the
-cache; a hit leaves exactly what the call left: its return value, each module argument's
-weights, gradients, buffers and train/eval flags, the random generators' states after it,
-and what it printed on stdout (tests/test_run_cache.py compares each, bit for bit).
+about 400 of nbval's 1,060 CPU-seconds. A training call is a pure function of its inputs,
+as a book model is (``model_cache``): ``run_key`` names them. ``cached_run(fn)`` wraps a
+training function so that a call whose every input can be keyed is trained once and then
+read from the cache; a hit leaves exactly what the call left: its return value, each module
+argument's weights, gradients, buffers and train/eval flags, the random generators' states
+after it, and what it printed on stdout (tests/test_run_cache.py compares each, bit for
+bit).
 
-A call it cannot key runs as written, uncached: an argument of a type it does not know (a
-function, an object), a module of a class outside the package (a notebook's own), a module
-with hooks, a tensor off the CPU, an argument named in ``side_effects`` (``out_dir``), or an
-argument the call changed in place (seen after the call: it is not kept). A damaged entry is
-refused with a warning and trained again.
+A call that cannot be keyed runs as written, uncached (``run_key.Unkeyable``: a function
+with effects, an object of an unknown type, a notebook's own class, a module with hooks, a
+tensor off the CPU), and so does one with an argument of ``side_effects`` set (``out_dir``)
+or one that changed an argument in place (seen after the call: it is not kept). A damaged
+entry is refused with a warning and trained again.
 
-Only the test suite uses it: ``install`` swaps the functions of ``TRAINERS`` for wrapped ones,
-and ``notebooks/conftest.py`` runs it in the kernels nbval starts (``PYTHONSTARTUP``), except
-for the chapters whose lessons time their training (Chapter 10). A reader's notebook trains as
-written. ``GPT_FROM_SCRATCH_RUN_CACHE=0`` turns it off.
+Only the test suite uses it: ``install`` swaps the functions of ``TRAINERS`` for wrapped
+ones, run in the kernels nbval starts (``notebooks/conftest.py`` names
+``scripts/nbval_startup.py`` in ``PYTHONSTARTUP``), except for the chapters whose lessons
+time their training (Chapter 10). A reader's notebook trains as written.
+``GPT_FROM_SCRATCH_RUN_CACHE=0`` turns it off.
 """
-
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import importlib
 import inspect
 import io
@@ -38,6 +37,7 @@ import shutil
 import sys
 import warnings
 from collections.abc import Callable
+
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
@@ -45,124 +45,13 @@ from torch import nn
 
 from ..data import cache_dir
 from ..utils import sha256_file
-from .model_cache import Entry, arithmetic, source_digest, trained_once, versions
+from .model_cache import Entry, trained_once
+from .run_key import PACKAGE, Unkeyable, random_states, run_key, values_digest, where
 
-PACKAGE = "gpt_from_scratch"
 ENV_VAR = "GPT_FROM_SCRATCH_RUN_CACHE"  # "0": off
-# The training functions the chapters call, and their arguments with effects outside the call.
+# The training functions the chapters call, and their arguments with effects outside a call.
 TRAINERS = {"train:train": ("out_dir",), "book.ladder:train_rung": (),
-            "sft:train_sft": ("on_step",), "dpo:train_dpo": ()}
-_NN_INTERNALS = set(vars(nn.Module()))  # _parameters, _buffers, the hooks' dicts...
-_HOOKS = [name for name in _NN_INTERNALS if "hook" in name]
-
-
-class Unkeyable(Exception):
-    """A call whose inputs ``run_key`` cannot key exactly: it runs uncached."""
-
-
-# ------------------------------------------------------------------ the key
-def _feed(h, value, codes: set[str]) -> None:
-    """Feed ``value`` to the hash ``h``, exactly; the package modules whose code it runs go
-    to ``codes``. Raises ``Unkeyable`` for what it cannot key."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        h.update(f"{type(value).__name__}:{value!r}\0".encode())  # repr: a float exactly
-    elif isinstance(value, (torch.dtype, torch.device)):
-        h.update(f"{value!r}\0".encode())
-    elif isinstance(value, torch.Tensor):
-        if value.device.type != "cpu":
-            raise Unkeyable(f"a tensor on {value.device}")
-        h.update(f"tensor:{value.dtype}:{tuple(value.shape)}:{value.requires_grad}\0".encode())
-        h.update(value.detach().contiguous().flatten().view(torch.uint8).numpy().tobytes())
-    elif isinstance(value, np.ndarray):
-        h.update(f"ndarray:{value.dtype}:{value.shape}\0".encode())
-        h.update(np.ascontiguousarray(value).tobytes())
-    elif isinstance(value, nn.Module):
-        _feed_module(h, value, codes)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        h.update(f"dataclass:{_where(type(value), codes)}\0".encode())
-        for f in dataclasses.fields(value):
-            _feed(h, f.name, codes)
-            _feed(h, getattr(value, f.name), codes)
-    elif isinstance(value, (list, tuple)):
-        h.update(f"{type(value).__name__}:{len(value)}\0".encode())
-        for item in value:
-            _feed(h, item, codes)
-    elif isinstance(value, dict):
-        h.update(f"dict:{len(value)}\0".encode())
-        for key, item in value.items():
-            _feed(h, key, codes)
-            _feed(h, item, codes)
-    elif inspect.isfunction(value) or inspect.isbuiltin(value):
-        h.update(f"function:{_where(value, codes)}\0".encode())
-    else:
-        raise Unkeyable(f"an argument of type {type(value).__qualname__}")
-
-
-def _where(obj, codes: set[str]) -> str:
-    """``module:qualname`` of a class or function of the package or of torch; the package's
-    module goes to ``codes``. Raises ``Unkeyable`` for any other (a notebook's own class)."""
-    module, name = getattr(obj, "__module__", "") or "", obj.__qualname__
-    if "<locals>" in name or "<lambda>" in name:
-        raise Unkeyable(f"{name} is defined inside a function")
-    if module.startswith(PACKAGE + "."):
-        codes.add(module.partition(".")[2])
-    elif module.split(".")[0] != "torch":
-        raise Unkeyable(f"{name} comes from {module!r}, not from {PACKAGE} or torch")
-    return f"{module}:{name}"
-
-
-def _feed_module(h, model: nn.Module, codes: set[str]) -> None:
-    """Every submodule's class, flags and plain attributes; every parameter (its gradient
-    too), every buffer."""
-    if any(getattr(nn.modules.module, f"_global{name}", None) for name in _HOOKS):
-        raise Unkeyable("a global module hook is registered")
-    for name, sub in model.named_modules():
-        if any(getattr(sub, hook) for hook in _HOOKS):
-            raise Unkeyable(f"module {name or 'the model'} has a hook")
-        h.update(f"module:{name}:{_where(type(sub), codes)}:{sub.training}\0".encode())
-        for attr, value in sorted(vars(sub).items()):
-            if attr not in _NN_INTERNALS and attr != "training":
-                _feed(h, attr, codes)
-                _feed(h, value, codes)
-    for name, p in model.named_parameters():
-        _feed(h, name, codes)
-        _feed(h, p, codes)
-        _feed(h, p.grad, codes)
-    for name, b in model.named_buffers():
-        _feed(h, name, codes)
-        _feed(h, b, codes)
-
-
-def _random_states() -> dict:
-    """The global generators: torch's (bytes), Python's and NumPy's (as JSON can hold)."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": [kind, keys.tolist(), pos, has_gauss, gauss]}
-
-
-def _digest(values: list) -> str:
-    """SHA-256 of ``values`` alone (to see whether a call changed one in place)."""
-    h = hashlib.sha256()
-    _feed(h, values, set())
-    return h.hexdigest()
-
-
-def run_key(fn: Callable, args: tuple, kwargs: dict) -> str:
-    """SHA-256 of everything a call ``fn(*args, **kwargs)`` depends on: its arguments, the
-    random generators' states, the code of ``fn``'s module and of each class and function it
-    is handed (with what they import), the library versions and the arithmetic. Raises
-    ``Unkeyable`` where an input cannot be keyed exactly."""
-    h, codes = hashlib.sha256(), set()
-    _feed(h, f"function:{_where(fn, codes)}", codes)
-    _feed(h, list(args), codes)
-    _feed(h, dict(sorted(kwargs.items())), codes)
-    states = _random_states()
-    _feed(h, [states["torch"], repr(states["python"]), repr(states["numpy"])], codes)
-    _feed(h, [str(torch.get_default_dtype()), torch.get_float32_matmul_precision(),
-              torch.is_grad_enabled(), torch.are_deterministic_algorithms_enabled()], codes)
-    _feed(h, [[m, source_digest(m)] for m in sorted(codes)], codes)
-    _feed(h, json.dumps([versions(), arithmetic()], sort_keys=True), codes)
-    return h.hexdigest()
+            "sft:train_sft": (), "dpo:train_dpo": ()}
 
 
 # ------------------------------------------------------------------ what a call leaves
@@ -178,7 +67,7 @@ def _encode(value):
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return {"dict": {k: _encode(v) for k, v in value.items()}}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {"dataclass": _where(type(value), set()),
+        return {"dataclass": where(type(value), set()),
                 "fields": {f.name: _encode(getattr(value, f.name))
                            for f in dataclasses.fields(value)}}
     raise Unkeyable(f"it returns a {type(value).__qualname__}")
@@ -232,7 +121,7 @@ def _restore(modules: list[nn.Module], tensors: dict, flags: list) -> None:
             sub.training = flag
 
 
-def _set_random_states(states: dict) -> None:
+def _setrandom_states(states: dict) -> None:
     torch.set_rng_state(states["torch"])
     version, internal, gauss = states["python"]
     random.setstate((version, tuple(internal), gauss))
@@ -257,7 +146,8 @@ class _Tee(io.TextIOBase):
 # ------------------------------------------------------------------ the cache
 def entry_of(fn: Callable, key: str) -> Entry:
     """The folder of a call's record: ``cache_dir() / "runs" / "<function>-<key>"``."""
-    return Entry(fn.__name__, {"key": key}, cache_dir() / "runs" / f"{fn.__name__}-{key[:16]}")
+    folder = cache_dir() / "runs" / f"{fn.__name__}-{key[:16]}"
+    return Entry(fn.__name__, {"key": key}, folder)
 
 
 def _read(entry: Entry, key: str):
@@ -314,22 +204,22 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = ()) -> Callable:
                 tensors, meta = found
                 _restore(modules, tensors, meta["flags"])
                 states = json.loads(meta["random"])
-                _set_random_states(states | {"torch": tensors["random/torch"]})
+                _setrandom_states(states | {"torch": tensors["random/torch"]})
                 print(meta["stdout"], end="")
                 return _decode(meta["returned"])
             others = [v for v in (*args, *kwargs.values()) if not isinstance(v, nn.Module)]
-            before = _digest(others)
+            before = values_digest(others)
             tee = _Tee(sys.stdout)
             with contextlib.redirect_stdout(tee):
                 returned = fn(*args, **kwargs)
             try:
-                if _digest(others) != before:
+                if values_digest(others) != before:
                     raise Unkeyable("it changed an argument in place")
                 meta = {"key": key, "returned": _encode(returned)}
             except Unkeyable:
                 return returned
             tensors, meta["flags"] = _left(modules)
-            states = _random_states()
+            states = random_states()
             tensors["random/torch"] = states.pop("torch")
             meta |= {"random": json.dumps(states), "stdout": tee.copy.getvalue()}
             _write(entry, tensors, meta)
@@ -339,9 +229,9 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = ()) -> Callable:
 
 
 def install() -> None:
-    """Swap each function of ``TRAINERS`` in its module for ``cached_run``'s (the test suite's
-    kernels; ``GPT_FROM_SCRATCH_RUN_CACHE=0``: nothing). A name imported before keeps the
-    function as written."""
+    """Swap each function of ``TRAINERS`` in its module for ``cached_run``'s (the test
+    suite's kernels; ``GPT_FROM_SCRATCH_RUN_CACHE=0``: nothing). A name imported before
+    keeps the function as written."""
     if os.environ.get(ENV_VAR, "1") == "0":
         return
     for where, side_effects in TRAINERS.items():

@@ -219,15 +219,15 @@ display(Markdown(sentences.sampling_text(
 # $\frac{G-1}{G}$ times the leave-one-out advantage of RLOO
 # {cite}`kool2019buy,ahmadian2024rloo`, whose baseline, the other answers' mean, does not
 # depend on $y_i$. So the numerator alone, summed with a constant weight (Dr. GRPO's
-# normaliser), estimates $\frac{G-1}{G}$ of the policy gradient without bias: the same
-# direction, the step a little shorter; `"dapo"`'s division by the batch's token count,
-# which the samples decide, adds a small bias of its own. **The scaling**, dividing by
-# the group's standard deviation, is not a baseline and changes the expected gradient: it
-# multiplies each prompt's advantages by $1/\operatorname{std}$, so a prompt whose rewards
-# hardly vary, one the model nearly always gets right or nearly always gets wrong, weighs
-# more than a prompt it gets right half the time. Dr. GRPO {cite}`liu2025drgrpo` calls this
-# a difficulty bias and drops the division (`group_advantages(..., scale=None)`; TRL's
-# `scale_rewards="none"`).
+# normaliser, `loss_type="dr_grpo"`), estimates $\frac{G-1}{G}$ of the policy gradient
+# without bias: the same direction, the step a little shorter; `"dapo"`'s division by the
+# batch's token count, which the samples decide, adds a small bias of its own. **The
+# scaling**, dividing by the group's standard deviation, is not a baseline and changes the
+# expected gradient: it multiplies each prompt's advantages by $1/\operatorname{std}$, so a
+# prompt whose rewards hardly vary, one the model nearly always gets right or nearly always
+# gets wrong, weighs more than a prompt it gets right half the time. Dr. GRPO
+# {cite}`liu2025drgrpo` calls this a difficulty bias and drops the division
+# (`group_advantages(..., scale=None)`; TRL's `scale_rewards="none"`).
 #
 # Either way, an answer better than its siblings is pushed up, a worse one down, and a group
 # whose answers all got the same reward has $A_i = 0$ for every answer: all right or all
@@ -355,9 +355,9 @@ print(f"after one step at lr {COLLAPSE_LR:g}:\n"
 # the length bias Dr. GRPO {cite}`liu2025drgrpo` names: a wrong answer's push down is spread
 # over its tokens, so a long wrong answer is pushed down less per token than a short one,
 # and a short right answer is pushed up more per token than a long one. Dr. GRPO divides the
-# sum over the batch by a constant instead (TRL's `loss_type="dr_grpo"`: the number of
-# answers times the longest answer allowed); `"dapo"` divides it by the batch's token count,
-# the same for every answer of the batch.
+# sum over the batch by a constant instead (`loss_type="dr_grpo"`, here as in TRL: the
+# number of answers times the longest answer allowed); `"dapo"` divides it by the batch's
+# token count, the same for every answer of the batch.
 
 # %%
 lengths = mask.sum(1)
