@@ -388,8 +388,10 @@ def test_the_opening_says_what_it_measured_and_shows_only_what_the_samples_show(
     split = [[0.9, 0.1, 0.9, 0.1]] * 3  # as far from 50/50, on average still 50%
     found = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3), KL)
     assert found.holds and "distance from 50/50 grew by 40.0, 40.0, 40.0 points" in found.text
-    assert "drifted to one side" not in found.text and "show it too" not in found.text
-    assert "The sampled answers do not all show it" in found.text
+    assert "drifted to one side" not in found.text and "show it" not in found.text
+    assert ("courteous share went from 50.0, 50.0, 50.0% to 50.0, 50.0, 50.0%, to be read "
+            "beside the averaged probabilities (50.0, 50.0, 50.0% to 50.0, 50.0, 50.0%)"
+            in found.text)
     assert "shuffled within each group" in found.text
     assert "many seeds of each kind" in found.text
     assert ("It moves the model's next-token predictions far less than the run does: their "
@@ -408,7 +410,7 @@ def test_the_opening_says_what_it_measured_and_shows_only_what_the_samples_show(
                             ([0.08] * 3, [0.0, -0.1, 0.0]))
     moved = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.8, 0.3, 0.2]),
                                 KL)
-    assert "The sampled answers show it too" in moved.text
+    assert "courteous share went from 50.0, 50.0, 50.0% to 80.0, 30.0, 20.0%" in moved.text
 
 
 # ---------------------------------------------------------------- the Colab track

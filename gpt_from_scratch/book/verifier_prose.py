@@ -137,7 +137,8 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
     bounds = (f"Its lower one-sided {T_LEVEL:.0%} bound is {points(margin)} points over "
               f"the seeds (Student's t: {t:.2f} standard errors, {n} paired seeds), and "
               f"{points(bound)} points over the prompts (a bootstrap over the {prompts} "
-              "prompts, each resample the same prompts for every seed)")
+              "prompts, each resample the same prompts for every seed); each bound holds "
+              "one source of noise, other seeds or other prompts, not both at once")
     return lesson(
         f"GRPO raises pass@1 on '{task}'", 100 * min(margin, bound), "points",
         holds=f"{seen}. {bounds}: clear of zero both ways, while {told}.{sharper}"
@@ -207,7 +208,6 @@ def judge_forgetting(before: list[float], after: list[float], seeds, trained: st
               f"machine: a short run drifts little from where it started. {told}")
 
 
-SHOWN = 0.05  # the sampled share must move this much further from 50/50 to "show it too"
 SLOWED = 0.02  # the brake's pass@1 must differ by this much to say which way it went
 FAR = 10  # the control's KL must be this many times below the run's to be "far less"
 TWO_SIDED = 0.975  # the accuracy gap may fall on either side: a two-sided 95% level
@@ -273,11 +273,11 @@ def judge_opening(before: list[list[float]], after: list[list[float]],
              f"least {points(margin)} at Student's t = {t:.2f} (one-sided {T_LEVEL:.0%}); "
              f"seed by seed, by at least {each_points(bounds)} points (the lower "
              f"{T_LEVEL:.0%} bound of a bootstrap over the prompts)")
-    further = [abs(a - 0.5) - abs(b - 0.5) for b, a in zip(*sampled)]
-    verb = ("show it too: their" if all(f >= SHOWN for f in further)
-            else "do not all show it: their")
-    told = (f"The sampled answers {verb} courteous share went from "
-            f"{each_points(sampled[0])}% to {each_points(sampled[1])}%.")
+    told = ("The sampled answers can only be counted over all the prompts at once: their "
+            f"courteous share went from {each_points(sampled[0])}% to "
+            f"{each_points(sampled[1])}%, to be read beside the averaged probabilities "
+            f"({shares(before)}% to {shares(after)}%), not beside each prompt's distance: "
+            "an average can stay near 50/50 while every prompt moves away from it.")
     ratio = min(r / c if c > 0 else math.inf for r, c in zip(*kl))
     less = ("far less" if ratio >= FAR else "less" if ratio > 1 else "no less")
     limits = ("What this control rules out is narrow. It moves the model's next-token "
