@@ -41,7 +41,8 @@ the GPT                 chapter
 ``sft``                 12 supervised fine-tuning with a masked loss
 ``dpo``                 12 direct preference optimization from scratch, its loop
 ``interp``              13 hooks, the logit lens, logit attribution
-``patching``            13 mean and resample ablation by role, patching both ways
+``ablation``            13 zero, mean (by role) and resample ablation of heads
+``patching``            13 activation patching both ways, shares of the gap
 ``grpo``                14 GRPO's advantages and clipped loss, pass@k
 ``grpo_train``          14 sampling groups of answers, the GRPO loop
 ``parallel``            15 the process group, the ring all-reduce from send and receive

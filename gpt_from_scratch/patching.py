@@ -1,202 +1,29 @@
-"""Chapter 13 — ablation and activation patching on the book's ``GPT``: a head's output ``z``
-(``blocks.{l}.attn.z``, read and edited with ``interp.run_with_hooks``) replaced by zeros, by its
-mean over the positions that play the same role, or by its value on other inputs.
+"""Chapter 13 — activation patching on the book's ``GPT``: one head's output ``z`` moved
+between a clean and a corrupted run (``ablation``'s helpers read and replace it).
 
 Patching runs in two directions (Heimersheim and Nanda, 2024). *Denoising* moves a head's output
 from the clean run into the corrupted one: a head scores high when its clean output alone
 suffices to bring the answer back. *Noising* moves it from the corrupted run into the clean one,
-which is resample ablation with the corrupted inputs as reference: a head scores high when the
-answer needs it.
+which is resample ablation (``ablation.ablate_heads``) with the corrupted inputs as reference: a
+head scores high when the answer needs it.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-import operator
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .interp import Edit, check_model, check_token_ids, run_with_hooks
+from .ablation import checked_head, checked_heads, head_outputs, replaced_logits
+from .interp import check_model, check_token_ids, run_with_hooks
 from .utils import check_int
 
-ABLATIONS = ("zero", "mean", "resample")
 DIRECTIONS = ("denoise", "noise")
-PAD_ROLE = -1  # in ``roles``: a position left out of every mean and left as it is
 GAP_NOISE = 1e-5  # a clean–corrupted gap this small relative to the metric: float32 noise
-
-
-def _whole(x) -> int | None:
-    """``x`` as a Python int if it is a whole number (a NumPy int or a one-element integer
-    tensor too), else None (bools are not numbers of heads)."""
-    if isinstance(x, bool) or (isinstance(x, Tensor) and x.dtype == torch.bool):
-        return None
-    try:
-        return operator.index(x)
-    except TypeError:
-        return None
-
-
-def _head(model: nn.Module, layer: int, head: int) -> tuple[int, int]:
-    """``(layer, head)`` as Python ints (NumPy ints and integer tensors accepted), or a
-    ValueError."""
-    L, H = len(model.blocks), model.blocks[0].attn.n_heads
-    l, h = _whole(layer), _whole(head)
-    if l is None or h is None:
-        raise ValueError(f"head (layer={layer!r}, head={head!r}) is not a pair of whole "
-                         "numbers: pass ints, e.g. (0, 1), or int(t) of a tensor's entries")
-    if not (0 <= l < L and 0 <= h < H):
-        raise ValueError(f"head (layer={l}, head={h}) does not exist: the model has "
-                         f"layers 0..{L - 1} and heads 0..{H - 1}")
-    return l, h
-
-
-def _heads(model: nn.Module, heads) -> list[tuple[int, int]]:
-    """``heads`` as a list of ``(layer, head)`` pairs of Python ints, or a ValueError."""
-    try:
-        pairs = None if isinstance(heads, (dict, str)) else [tuple(pair) for pair in heads]
-    except TypeError:  # heads=(0, 1): one pair, whose numbers are not pairs
-        pairs = None
-    if pairs is None or not pairs or any(len(pair) != 2 for pair in pairs):
-        raise ValueError(f"heads={heads!r} must be a non-empty list of (layer, head) pairs: "
-                         "for one head pass a list of one pair, e.g. heads=[(0, 1)] for head 1 "
-                         "of layer 0")
-    return [_head(model, layer, head) for layer, head in pairs]
-
-
-def _replaced(model: nn.Module, idx: Tensor, values: dict[tuple[int, int], Tensor | float],
-              where: Tensor | None = None) -> Tensor:
-    """Logits (B, T, V) of ``model`` on ``idx`` with each head's output ``z`` (B, T, d_k) set
-    to ``values[(layer, head)]`` where ``where`` (B, T) is True (everywhere if None)."""
-    by_layer: dict[int, list[tuple[int, Tensor | float]]] = {}
-    for (layer, head), value in values.items():
-        by_layer.setdefault(layer, []).append((head, value))
-
-    def edit(replacements) -> Edit:
-        def set_heads(z: Tensor) -> Tensor:  # z (B, T, H, d_k)
-            z = z.clone()
-            for head, value in replacements:
-                if where is None:
-                    z[:, :, head] = value
-                else:
-                    z[:, :, head] = torch.where(where[..., None], value, z[:, :, head])
-            return z
-        return set_heads
-    edits = {f"blocks.{layer}.attn.z": edit(r) for layer, r in by_layer.items()}
-    return run_with_hooks(model, idx, edit=edits)[0]
-
-
-def _outputs(model: nn.Module, idx: Tensor, layers) -> dict[int, Tensor]:
-    """Each layer's head outputs ``z`` (B, T, H, d_k) in the run on ``idx``."""
-    names = {layer: f"blocks.{layer}.attn.z" for layer in sorted(set(layers))}
-    cache = run_with_hooks(model, idx, read=list(names.values()))[1]
-    return {layer: cache[name] for layer, name in names.items()}
-
-
-def _check_roles(roles, idx: Tensor) -> Tensor:
-    B, T = idx.shape
-    if idx.numel() == 0:
-        raise ValueError(f"roles for an input of shape {(B, T)}: there is nothing to "
-                         "average; pass at least one row and one position")
-    if roles is None:
-        raise ValueError("mean ablation averages each position over the positions that play the "
-                         "same role, and rows of different lengths do not line up position by "
-                         "position: pass roles=, a (B, T) tensor of whole numbers, one per role, "
-                         f"{PAD_ROLE} for padding (for rows that do line up, "
-                         "roles=torch.arange(T).expand(B, T))")
-    if not isinstance(roles, Tensor) or roles.shape != idx.shape:
-        got = tuple(roles.shape) if isinstance(roles, Tensor) else type(roles).__name__
-        raise ValueError(f"roles has shape {got}, idx {(B, T)}: pass one role per position of "
-                         f"idx (and of reference), {PAD_ROLE} for padding")
-    if roles.dtype == torch.bool or roles.is_floating_point() or roles.is_complex():
-        raise ValueError(f"roles holds {roles.dtype}, not whole numbers: name each role with an "
-                         f"integer (roles.long()), {PAD_ROLE} for padding")
-    if int(roles.min()) < PAD_ROLE:
-        raise ValueError(f"roles holds {int(roles.min())}: roles are whole numbers >= 0, and "
-                         f"{PAD_ROLE} marks padding; renumber them")
-    if not (roles >= 0).any():
-        raise ValueError(f"roles marks every position {PAD_ROLE} (padding), so there is nothing "
-                         "to average: give the positions to ablate a role >= 0")
-    return roles.to(idx.device)
-
-
-def role_means(z: Tensor, roles: Tensor, exclude_self: bool = False) -> Tensor:
-    """(B, T, d_k): at each position, the mean of ``z`` (B, T, d_k) over every position of every
-    row whose role (``roles``, B, T) is the same; padding (role -1) gets zeros. With
-    ``exclude_self``, over the *other* positions of that role (leave-one-out), so that a
-    position's own value is no part of what replaces it; a role held by one position alone
-    then has no mean, and is refused."""
-    if not isinstance(z, Tensor) or z.dim() != 3:
-        got = tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__
-        raise ValueError(f"z has shape {got}: pass one head's output, (B, T, d_k)")
-    roles = _check_roles(roles, z[..., 0])
-    keep = roles >= 0
-    ids, inverse = roles[keep].unique(return_inverse=True)
-    sums = z.new_zeros(len(ids), z.shape[-1]).index_add_(0, inverse, z[keep])  # (R, d_k)
-    counts = torch.bincount(inverse, minlength=len(ids)).to(z.dtype)  # (R,)
-    means = torch.zeros_like(z)
-    if not exclude_self:
-        means[keep] = (sums / counts[:, None])[inverse]
-        return means
-    if (counts < 2).any():
-        alone = ids[counts < 2].tolist()
-        raise ValueError(f"role(s) {alone[:5]} hold one position each: leaving it out "
-                         "leaves nothing to average; give each role at least two positions "
-                         "(more rows), or pass reference= other inputs to average over")
-    means[keep] = (sums[inverse] - z[keep]) / (counts[inverse, None] - 1)
-    return means
-
-
-def ablate_heads(model: nn.Module, idx: Tensor, heads: Sequence[tuple[int, int]],
-                 how: str = "zero", reference: Tensor | None = None,
-                 roles: Tensor | None = None) -> Tensor:
-    """Logits (B, T, V) with the output ``z`` of each ``(layer, head)`` replaced:
-
-    - ``"zero"``: by zeros;
-    - ``"mean"``: at each position, by the head's mean output over the positions of
-      ``reference`` (of ``idx``'s shape) that play the same role; without ``reference``,
-      over the *other* positions of ``idx`` that play it (``role_means(...,
-      exclude_self=True)``: a row's own output is no part of its mean). ``roles``
-      (B, T) names each position's role with a whole number, the same for ``idx`` and
-      ``reference``; -1 marks padding, left out of every mean and left as it is. ARENA's
-      IOI exercises (``compute_means_by_template``) average over the sentences of one
-      template, whose positions line up, as roles do here;
-    - ``"resample"``: by its value in the run on ``reference`` (``idx``'s shape) at the same
-      position. With the corrupted inputs as reference, this is noising (``patching_shares``)."""
-    check_model(model)
-    if how not in ABLATIONS:
-        raise ValueError(f"how={how!r} is not an ablation: choose one of {ABLATIONS}")
-    heads = _heads(model, heads)
-    if not isinstance(idx, Tensor) or idx.dim() != 2 or idx.numel() == 0:
-        got = tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__
-        raise ValueError(f"idx has shape {got}: pass token ids (B, T) with at least one row "
-                         "and one position")
-    if how == "zero" and (reference is not None or roles is not None):
-        raise ValueError("zero ablation reads no reference and no roles: leave them out, or "
-                         "choose how='mean' or how='resample'")
-    if how == "resample" and roles is not None:
-        raise ValueError("roles= is for mean ablation: resampling takes each position's output "
-                         "from the same position of reference; leave roles out")
-    if how != "zero" and reference is not None and (not isinstance(reference, Tensor)
-                                                     or reference.shape != idx.shape):
-        got = tuple(reference.shape) if isinstance(reference, Tensor) else type(reference).__name__
-        raise ValueError(f"reference has shape {got}, idx {tuple(idx.shape)}: {how} ablation "
-                         "reads reference position by position; pass token ids of idx's shape")
-    if how == "resample" and reference is None:
-        raise ValueError(f"resample ablation takes each head's output from other inputs: pass "
-                         f"reference= token ids of idx's shape {tuple(idx.shape)}")
-    if how == "zero":
-        return _replaced(model, idx, {head: 0.0 for head in heads})
-    roles = _check_roles(roles, idx) if how == "mean" else None
-    where = None if roles is None else roles >= 0
-    z = _outputs(model, idx if reference is None else reference, [l for l, _ in heads])
-    own = reference is None  # the mean of the other positions of each role
-    values = {(l, h): z[l][:, :, h] if how == "resample"
-              else role_means(z[l][:, :, h], roles, exclude_self=own) for l, h in heads}
-    return _replaced(model, idx, values, where)
 
 
 def patch_head(model: nn.Module, corrupted: Tensor, clean_z: Tensor, layer: int,
@@ -204,7 +31,7 @@ def patch_head(model: nn.Module, corrupted: Tensor, clean_z: Tensor, layer: int,
     """Logits (B, T, V) of the run on ``corrupted`` with one head's output taken from the clean
     run: ``clean_z`` is ``blocks.{layer}.attn.z`` read on the clean inputs, (B, T, H, d_k)."""
     check_model(model)
-    layer, head = _head(model, layer, head)
+    layer, head = checked_head(model, layer, head)
     H = model.blocks[0].attn.n_heads
     d_k = model.blocks[0].attn.c_proj.in_features // H
     if not (isinstance(clean_z, Tensor) and isinstance(corrupted, Tensor)):
@@ -222,7 +49,7 @@ def patch_head(model: nn.Module, corrupted: Tensor, clean_z: Tensor, layer: int,
     if not torch.isfinite(clean_z).all():
         raise ValueError("clean_z holds NaN or inf: read it from a clean run whose "
                          "activations are finite")
-    return _replaced(model, corrupted, {(layer, head): clean_z[:, :, head]})
+    return replaced_logits(model, corrupted, {(layer, head): clean_z[:, :, head]})
 
 
 def _scalar(metric: Callable[[Tensor], Tensor]) -> Callable[[Tensor], float]:
@@ -256,7 +83,7 @@ class _Patching:
                              "length")
         self.model, self.metric, self.direction = model, _scalar(metric), direction
         self.into, source = (corrupted, clean) if direction == "denoise" else (clean, corrupted)
-        self.z = _outputs(model, source, range(len(model.blocks)))
+        self.z = head_outputs(model, source, range(len(model.blocks)))
         self.clean = self.metric(run_with_hooks(model, clean)[0])
         self.corrupt = self.metric(run_with_hooks(model, corrupted)[0])
         if not (math.isfinite(self.clean) and math.isfinite(self.corrupt)):
@@ -273,7 +100,7 @@ class _Patching:
     def logits(self, heads: list[tuple[int, int]]) -> Tensor:
         """Logits (B, T, V) of the run patched at every head of ``heads``."""
         values = {(l, h): self.z[l][:, :, h] for l, h in heads}
-        return _replaced(self.model, self.into, values)
+        return replaced_logits(self.model, self.into, values)
 
     def share(self, heads: list[tuple[int, int]]) -> float:
         m = self.metric(self.logits(heads))
@@ -307,7 +134,7 @@ def group_share(model: nn.Module, clean: Tensor, corrupted: Tensor,
     once: compared with the sum of their single shares, it tells heads that overlap from heads
     that need each other."""
     check_model(model)
-    heads = _heads(model, heads)
+    heads = checked_heads(model, heads)
     return _Patching(model, clean, corrupted, metric, direction).share(heads)
 
 
@@ -323,7 +150,7 @@ def bootstrap_shares(model: nn.Module, clean: Tensor, corrupted: Tensor, target:
     if len(groups) == 0:
         raise ValueError("bootstrap_shares: groups is empty: pass at least one group of "
                          "(layer, head) pairs, e.g. [[(3, 1)]]")
-    groups = [_heads(model, heads) for heads in groups]
+    groups = [checked_heads(model, heads) for heads in groups]
     patching = _Patching(model, clean, corrupted,
                          lambda logits: mean_logprob(logits, target, mask), direction)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpt_from_scratch import interp, patching
+from gpt_from_scratch import ablation, interp, patching
 from gpt_from_scratch.lora import apply_lora, merge_lora
 from small_heads import small_idx, small_model
 from gpt_from_scratch.modern import Llama, LlamaConfig
@@ -128,7 +128,7 @@ CALLS = {
     "run_with_hooks": lambda m, i: interp.run_with_hooks(m, i, ["blocks.0.attn.pattern"]),
     "logit_lens": lambda m, i: interp.logit_lens(m, i),
     "direct_logit_attribution": lambda m, i: interp.direct_logit_attribution(m, i, i),
-    "ablate_heads": lambda m, i: patching.ablate_heads(m, i, [(0, 1)]),
+    "ablate_heads": lambda m, i: ablation.ablate_heads(m, i, [(0, 1)]),
     "patch_head": lambda m, i: patching.patch_head(m, i, torch.zeros(3, 10, 4, 8), 0, 1),
     "patching_shares": lambda m, i: patching.patching_shares(m, i, i, lambda x: x.mean()),
     "group_share": lambda m, i: patching.group_share(m, i, i, lambda x: x.mean(), [(0, 1)]),

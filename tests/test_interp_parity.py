@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from gpt_from_scratch import interp, patching
+from gpt_from_scratch import ablation, interp, patching
 from gpt_from_scratch.hf_weights import to_hf_config, to_hf_state_dict
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.tokenizer import gpt2_files
@@ -152,8 +152,8 @@ def test_mean_and_resample_ablation_equal_transformer_lens_hooks(model, bridge, 
         name = f"blocks.{layer}.attn.hook_z"
         tl_mean = bridge.run_with_hooks(clean, fwd_hooks=[(name, mean_hook)])
         tl_resample = bridge.run_with_hooks(clean, fwd_hooks=[(name, resample_hook)])
-    ours_mean = patching.ablate_heads(model, clean, [(layer, head)], "mean", roles=roles)
-    ours_resample = patching.ablate_heads(model, clean, [(layer, head)], "resample", reference=corrupted)
+    ours_mean = ablation.ablate_heads(model, clean, [(layer, head)], "mean", roles=roles)
+    ours_resample = ablation.ablate_heads(model, clean, [(layer, head)], "resample", reference=corrupted)
     torch.testing.assert_close(ours_mean, tl_mean, atol=1e-4, rtol=0)
     torch.testing.assert_close(ours_resample, tl_resample, atol=1e-4, rtol=0)
     assert (ours_mean - model(clean)[0]).abs().max() > 0.1  # the ablation changes the logits

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpt_from_scratch import interp, patching
+from gpt_from_scratch import ablation, interp, patching
 from small_heads import small_idx, small_model
 
 
@@ -33,16 +33,16 @@ def _z(model, idx, layer):
 
 def test_zero_ablation_is_chapter_8s_zeroed_columns_and_resampling_from_itself_changes_nothing():
     model, idx = small_model(), small_idx()
-    zeroed = patching.ablate_heads(model, idx, [(1, 2), (2, 0)])
+    zeroed = ablation.ablate_heads(model, idx, [(1, 2), (2, 0)])
     reference = small_model()
     with torch.no_grad():  # Chapter 8, Exercise 4: a head's columns of c_proj set to zero
         reference.blocks[1].attn.c_proj.weight[:, 16:24] = 0
         reference.blocks[2].attn.c_proj.weight[:, 0:8] = 0
     torch.testing.assert_close(zeroed, reference(idx)[0])
-    same = patching.ablate_heads(model, idx, [(1, 2)], how="resample", reference=idx)
+    same = ablation.ablate_heads(model, idx, [(1, 2)], how="resample", reference=idx)
     torch.testing.assert_close(same, model(idx)[0])
     other = small_idx(seed=5)
-    resampled = patching.ablate_heads(model, idx, [(0, 1)], how="resample", reference=other)
+    resampled = ablation.ablate_heads(model, idx, [(0, 1)], how="resample", reference=other)
     torch.testing.assert_close(resampled, _with_head(model, idx, 0, 1, _z(model, other, 0)[:, :, 1]))
 
 
@@ -57,7 +57,7 @@ def test_mean_ablation_averages_the_positions_of_one_role_and_leaves_padding_as_
     for r in range(10):  # each role's mean, written out
         at = roles == r
         expected[at] = z[at].mean(0)
-    ablated = patching.ablate_heads(model, idx, [(1, 3)], "mean", reference=idx,
+    ablated = ablation.ablate_heads(model, idx, [(1, 3)], "mean", reference=idx,
                                     roles=roles)
     torch.testing.assert_close(ablated, _with_head(model, idx, 1, 3, expected, roles >= 0))
     by_position = z.mean(0).expand_as(z)  # the average over the rows at each position
@@ -71,15 +71,15 @@ def test_mean_ablation_without_a_reference_averages_the_other_positions_of_each_
     model, idx = small_model(), small_idx()
     alone = torch.arange(idx.numel()).view(idx.shape)
     with pytest.raises(ValueError, match=r"hold one position each: leaving it out"):
-        patching.ablate_heads(model, idx, [(0, 1)], "mean", roles=alone)
+        ablation.ablate_heads(model, idx, [(0, 1)], "mean", roles=alone)
     torch.testing.assert_close(
-        patching.ablate_heads(model, idx, [(0, 1), (2, 3)], "mean", reference=idx,
+        ablation.ablate_heads(model, idx, [(0, 1), (2, 3)], "mean", reference=idx,
                               roles=alone),
         model(idx)[0])
     aligned = torch.arange(idx.shape[1]).expand_as(idx)  # rows that line up
     z = _z(model, idx, 2)[:, :, 3]  # (B, T, d_k)
     others = (z.sum(0) - z) / (idx.shape[0] - 1)  # each row's mean of the other rows
-    ablated = patching.ablate_heads(model, idx, [(2, 3)], "mean", roles=aligned)
+    ablated = ablation.ablate_heads(model, idx, [(2, 3)], "mean", roles=aligned)
     torch.testing.assert_close(ablated, _with_head(model, idx, 2, 3, others))
     assert not torch.allclose(ablated, _with_head(model, idx, 2, 3, z.mean(0).expand_as(z)),
                               atol=1e-4)  # the mean with the row itself is another run
@@ -90,7 +90,7 @@ def test_mean_ablation_reads_its_means_from_the_reference():
     aligned = torch.arange(idx.shape[1]).expand_as(idx)
     z = _z(model, other, 0)[:, :, 2]
     torch.testing.assert_close(
-        patching.ablate_heads(model, idx, [(0, 2)], "mean", reference=other, roles=aligned),
+        ablation.ablate_heads(model, idx, [(0, 2)], "mean", reference=other, roles=aligned),
         _with_head(model, idx, 0, 2, z.mean(0).expand_as(z)))
 
 
@@ -140,7 +140,7 @@ def test_noising_is_resample_ablation_from_the_corrupted_run():
     with torch.no_grad():
         m_clean, m_corrupt = float(metric(model(clean)[0])), float(metric(model(corrupted)[0]))
     for layer, head in [(0, 1), (2, 3)]:
-        ablated = patching.ablate_heads(model, clean, [(layer, head)], "resample", reference=corrupted)
+        ablated = ablation.ablate_heads(model, clean, [(layer, head)], "resample", reference=corrupted)
         lost = (m_clean - float(metric(ablated))) / (m_clean - m_corrupt)
         assert noised[layer, head].item() == pytest.approx(lost, abs=1e-6)
     assert not torch.allclose(noised, patching.patching_shares(model, clean, corrupted, metric))
@@ -167,10 +167,10 @@ def test_heads_patched_together():
 def test_heads_may_be_numpy_ints():
     model, idx = small_model(), small_idx()
     layers, heads = np.array([1, 2]), np.array([2, 0])
-    torch.testing.assert_close(patching.ablate_heads(model, idx, list(zip(layers, heads))),
-                               patching.ablate_heads(model, idx, [(1, 2), (2, 0)]))
-    torch.testing.assert_close(patching.ablate_heads(model, idx, np.array([[1, 2]])),
-                               patching.ablate_heads(model, idx, [(1, 2)]))
+    torch.testing.assert_close(ablation.ablate_heads(model, idx, list(zip(layers, heads))),
+                               ablation.ablate_heads(model, idx, [(1, 2), (2, 0)]))
+    torch.testing.assert_close(ablation.ablate_heads(model, idx, np.array([[1, 2]])),
+                               ablation.ablate_heads(model, idx, [(1, 2)]))
     z = _z(model, small_idx(seed=3), 1)
     torch.testing.assert_close(patching.patch_head(model, idx, z, np.int64(1), np.int32(3)),
                                patching.patch_head(model, idx, z, 1, 3))
@@ -178,11 +178,11 @@ def test_heads_may_be_numpy_ints():
 
 def test_heads_may_be_integer_tensors():
     model, idx = small_model(), small_idx()
-    expected = patching.ablate_heads(model, idx, [(1, 2), (2, 0)])
+    expected = ablation.ablate_heads(model, idx, [(1, 2), (2, 0)])
     heads = torch.tensor([[1, 2], [2, 0]])
-    torch.testing.assert_close(patching.ablate_heads(model, idx, heads), expected)
+    torch.testing.assert_close(ablation.ablate_heads(model, idx, heads), expected)
     layer, head = torch.tensor(1), torch.tensor(2, dtype=torch.int32)
-    torch.testing.assert_close(patching.ablate_heads(model, idx, [(layer, head), (2, 0)]),
+    torch.testing.assert_close(ablation.ablate_heads(model, idx, [(layer, head), (2, 0)]),
                                expected)
     z = _z(model, small_idx(seed=3), 1)
     torch.testing.assert_close(patching.patch_head(model, idx, z, layer, torch.tensor(3)),
@@ -249,31 +249,31 @@ def _finite_twice():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda m, i: patching.ablate_heads(m, i, (0, 1)),
+    (lambda m, i: ablation.ablate_heads(m, i, (0, 1)),
      r"heads=\(0, 1\) must be a non-empty list of \(layer, head\) pairs: .* heads=\[\(0, 1\)\]"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 1, 2)]), r"list of \(layer, head\) pairs"),
-    (lambda m, i: patching.ablate_heads(m, i, []), r"heads=\[\] must be a non-empty list"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0.0, 1)]), r"head \(layer=0.0, head=1\) .* whole number"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 4)]), r"head \(layer=0, head=4\) does not exist.*0..3"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 0)], how="half"), r"how='half' is not an ablation"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 1)], how="resample"), r"pass reference="),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 1)], reference=i),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 1, 2)]), r"list of \(layer, head\) pairs"),
+    (lambda m, i: ablation.ablate_heads(m, i, []), r"heads=\[\] must be a non-empty list"),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0.0, 1)]), r"head \(layer=0.0, head=1\) .* whole number"),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 4)]), r"head \(layer=0, head=4\) does not exist.*0..3"),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 0)], how="half"), r"how='half' is not an ablation"),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 1)], how="resample"), r"pass reference="),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 1)], reference=i),
      r"zero ablation reads no reference and no roles: leave them out"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 1)], "resample", reference=i, roles=ROLES),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 1)], "resample", reference=i, roles=ROLES),
      r"roles= is for mean ablation"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 1)], "resample", reference=i[:, :4]),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 1)], "resample", reference=i[:, :4]),
      r"reference has shape \(3, 4\), idx \(3, 10\): resample ablation .* idx's shape"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 1)], "mean", reference=i[:1], roles=ROLES),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 1)], "mean", reference=i[:1], roles=ROLES),
      r"reference has shape \(1, 10\), idx \(3, 10\): mean ablation"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 1)], "mean"),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 1)], "mean"),
      r"rows of different lengths do not line up .* pass roles=.* -1 for padding .*torch.arange"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 1)], "mean", roles=ROLES[:, :4]),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 1)], "mean", roles=ROLES[:, :4]),
      r"roles has shape \(3, 4\), idx \(3, 10\): pass one role per position"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 1)], "mean", roles=ROLES.float()),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 1)], "mean", roles=ROLES.float()),
      r"roles holds torch.float32, not whole numbers: .*\(roles.long\(\)\)"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 1)], "mean", roles=ROLES - 3),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 1)], "mean", roles=ROLES - 3),
      r"roles holds -3: roles are whole numbers >= 0, and -1 marks padding"),
-    (lambda m, i: patching.ablate_heads(m, i, [(0, 1)], "mean", roles=torch.full((3, 10), -1)),
+    (lambda m, i: ablation.ablate_heads(m, i, [(0, 1)], "mean", roles=torch.full((3, 10), -1)),
      r"roles marks every position -1 \(padding\), so there is nothing to average"),
     (lambda m, i: patching.patch_head(m, i, torch.zeros(3, 9, 4, 8), 0, 1), r"clean_z has shape \(3, 9, 4, 8\)"),
     (lambda m, i: patching.patching_shares(m, i, i[:, :5], lambda x: x.mean()), r"pair inputs of equal length"),
@@ -296,24 +296,24 @@ def _finite_twice():
      r"clean_z has shape \(3, 10, 4, 4\), expected \(B, T, H, d_k\) = \(3, 10, 4, 8\)"),
     (lambda m, i: patching.patch_head(m, i, _z(m, i, 0).tolist(), 0, 1),
      r"clean_z and corrupted are a list and a Tensor: pass tensors"),
-    (lambda m, i: patching.role_means(torch.zeros(3, 10, 8), ROLES.float()),
+    (lambda m, i: ablation.role_means(torch.zeros(3, 10, 8), ROLES.float()),
      r"roles holds torch.float32, not whole numbers"),
-    (lambda m, i: patching.role_means(torch.zeros(3, 10, 8), torch.full((3, 10), -1)),
+    (lambda m, i: ablation.role_means(torch.zeros(3, 10, 8), torch.full((3, 10), -1)),
      r"roles marks every position -1 \(padding\)"),
-    (lambda m, i: patching.role_means(torch.zeros(0, 10, 8), ROLES[:0]),
+    (lambda m, i: ablation.role_means(torch.zeros(0, 10, 8), ROLES[:0]),
      r"roles for an input of shape \(0, 10\): there is nothing to average"),
     (lambda m, i: patching.bootstrap_shares(m, i, small_idx(seed=6), i, i > 0, []),
      r"groups is empty: pass at least one group"),
     (lambda m, i: patching.patch_head(m, i, _z(m, i, 0).long(), 0, 1),
      r"clean_z holds torch.int64: pass the head outputs blocks.0.attn.z"),
-    (lambda m, i: patching.ablate_heads(m, i, {(0, 1): 1}), r"heads=\{\(0, 1\): 1\} must be"),
-    (lambda m, i: patching.ablate_heads(m, i[:0], [(0, 1)]),
+    (lambda m, i: ablation.ablate_heads(m, i, {(0, 1): 1}), r"heads=\{\(0, 1\): 1\} must be"),
+    (lambda m, i: ablation.ablate_heads(m, i[:0], [(0, 1)]),
      r"idx has shape \(0, 10\): pass token ids \(B, T\) with at least one row"),
     (lambda m, i: patching.patching_shares(m, i, small_idx(seed=6), lambda x: x[:, -1, 0]),
      r"metric returned a tensor of shape \(3,\): it must return one number"),
-    (lambda m, i: patching.ablate_heads(m, i, [(torch.tensor(0.0), 1)]),
+    (lambda m, i: ablation.ablate_heads(m, i, [(torch.tensor(0.0), 1)]),
      r"head \(layer=tensor\(0.\), head=1\) is not a pair of whole numbers: pass ints"),
-    (lambda m, i: patching.ablate_heads(m, i, [(True, 1)]),
+    (lambda m, i: ablation.ablate_heads(m, i, [(True, 1)]),
      r"is not a pair of whole numbers"),
     (lambda m, i: patching.patching_shares(m, i, small_idx(seed=6), lambda x: None),
      r"metric returned None \(a NoneType\): it must return one number"),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .. import interp, patching
+from .. import ablation, interp, patching
 from ..chat import ChatTokenizer
 from ..utils import check_int
 from .assistant import STYLES, Item
@@ -30,7 +30,7 @@ class Pairs:
     positions whose next token is a character of the courteous opening, which no line changes.
     ``roles`` (B, T) numbers each position by what it is, the same in every row and in both runs
     (the prompt's k-th character, the line's k-th, the answer's k-th, ...), -1 for padding: what
-    mean ablation averages over (``patching.ablate_heads``)."""
+    mean ablation averages over (``ablation.ablate_heads``)."""
 
     clean: Tensor
     corrupted: Tensor
@@ -80,7 +80,7 @@ def repeat_pairs(items: list[Item], tok: ChatTokenizer, n: int) -> Pairs:
             rows[key].append(row)
     T = max(len(r) for r in rows["clean"])
     pad = {"clean": tok.pad_id, "corrupted": tok.pad_id, "copy": False, "source": 0, "opening": False,
-           "roles": patching.PAD_ROLE}
+           "roles": ablation.PAD_ROLE}
     t = {k: torch.tensor([r + [pad[k]] * (T - len(r)) for r in v]) for k, v in rows.items()}
     return Pairs(t["clean"], t["corrupted"], t["clean"].roll(-1, 1), t["copy"], t["source"],
                  t["opening"], t["roles"])

@@ -72,7 +72,7 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 
-from gpt_from_scratch import interp, patching
+from gpt_from_scratch import ablation, interp, patching
 from gpt_from_scratch.data import load_tiny_shakespeare
 from gpt_from_scratch.book import inside, inside_prose
 from gpt_from_scratch.book import lessons
@@ -229,7 +229,7 @@ print(heads_dla)
 # $k$-th character, the line's $k$-th, the turn markers and the opening, the answer's
 # $k$-th,
 # the end, and −1 for padding, which no mean includes and mean ablation leaves as it is.
-# Mean ablation (`patching.ablate_heads(..., "mean", roles=pairs.roles)`) puts at each
+# Mean ablation (`ablation.ablate_heads(..., "mean", roles=pairs.roles)`) puts at each
 # position the head's mean over the *other* positions of the same role, so that a row's own
 # output is no part of what replaces it. *Resample ablation* {cite}`chan2022scrubbing`
 # takes
@@ -253,7 +253,7 @@ for seed, m in models.items():
                   "opening": float(opening(m(pairs.clean)[0]))}
     drops[seed] = {"copy": {}, "opening": {}}
     for how, given in how_to.items():
-        ablated = [[patching.ablate_heads(m, pairs.clean, [(l, h)], how, **given)
+        ablated = [[ablation.ablate_heads(m, pairs.clean, [(l, h)], how, **given)
                     for h in range(m.config.n_heads)]
                    for l in range(m.config.n_layers)]  # one run per head, (L, H)
         for part, measure in (("copy", metric), ("opening", opening)):
@@ -261,7 +261,7 @@ for seed, m in models.items():
                 [[before[part] - float(measure(x)) for x in row] for row in ablated])
     worst[seed] = divmod(int(drops[seed]["copy"]["zero"].argmax()), m.config.n_heads)
     other_means[seed] = {
-        where: before["opening"] - float(opening(patching.ablate_heads(
+        where: before["opening"] - float(opening(ablation.ablate_heads(
             m, pairs.clean, [worst[seed]], "mean", roles=roles)))
         for where, roles in coarse.items()}
 
@@ -284,7 +284,7 @@ print(f"resampling's worst cost to the opening: {resampled:.1g}")
 worst = worst[SEEDS[0]]  # seed 0's: how far its output lies from its role's mean
 z = interp.run_with_hooks(model, pairs.clean, read=[f"blocks.{worst[0]}.attn.z"])[1]
 z = z[f"blocks.{worst[0]}.attn.z"][:, :, worst[1]]  # (B, T, d_k)
-off = (z - patching.role_means(z, pairs.roles, exclude_self=True)).norm(dim=-1)
+off = (z - ablation.role_means(z, pairs.roles, exclude_self=True)).norm(dim=-1)
 off = off / z.norm(dim=-1)  # (B, T): the share of its norm, as the ablation replaces it
 apart = (float(off[pairs.opening].mean()), float(off[pairs.copy].mean()))
 print(f"\nseed {SEEDS[0]}, L{worst[0]}H{worst[1]}'s distance from its role's")
