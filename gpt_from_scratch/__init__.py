@@ -52,6 +52,7 @@ the GPT                 chapter
 ``tiled_attention``     16 FlashAttention's forward: tiles and the online softmax
 ``speculative``         16 speculative decoding: a draft guesses, the target checks
 ``quantize``            16 int8 and int4 weight-only quantization
+``kv_memory``           16 a KV cache's slots under three layouts, the bytes of a slot
 ``paged_cache``         16 a paged KV cache: fixed-size blocks and a block table
 ======================  =========================================================
 

@@ -14,12 +14,8 @@ import torch
 
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.model import GPT, GPTConfig
-from gpt_from_scratch.paged_cache import (
-    PagedKVCache,
-    kv_cache_memory,
-    paged_generate,
-    slot_bytes,
-)
+from gpt_from_scratch.kv_memory import kv_cache_memory, slot_bytes
+from gpt_from_scratch.paged_cache import PagedKVCache, paged_generate
 
 LENGTHS = (7, 1, 4, 11, 2)  # ragged: 3, 4 and 5 divide none or only some of them
 N_NEW = 12

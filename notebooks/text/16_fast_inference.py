@@ -63,8 +63,9 @@ from IPython.display import Markdown, display
 from gpt_from_scratch.attention import scaled_dot_product_attention
 from gpt_from_scratch.evaluate import model_bits_per_byte
 from gpt_from_scratch.generate import generate
+from gpt_from_scratch.kv_memory import kv_cache_memory, slot_bytes
 from gpt_from_scratch.model import GPT, GPTConfig
-from gpt_from_scratch.paged_cache import kv_cache_memory, paged_generate, slot_bytes
+from gpt_from_scratch.paged_cache import paged_generate
 from gpt_from_scratch.quantize import (QuantizedLinear, model_bytes, quantize_model,
                                        weight_error)
 # Three modules by name: the exercises write their own accept_or_resample,
