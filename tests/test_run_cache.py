@@ -1,12 +1,16 @@
 """The chapters' training runs kept for the tests (book.run_cache): a hit leaves exactly
 what the call left, every input is in the key, a damaged entry is trained again, and what
-cannot be keyed runs uncached."""
+cannot be keyed runs uncached. A new ``cached_run`` stands for a new process."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import hashlib
 import importlib
+import json
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -14,6 +18,7 @@ import torch
 
 from gpt_from_scratch.book import run_cache, run_key
 from gpt_from_scratch.book.ladder import BigramModel, LadderConfig, train_rung
+from gpt_from_scratch.dpo import train_dpo
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.train import train
 from gpt_from_scratch.train_config import TrainConfig
@@ -23,12 +28,20 @@ TINY = GPTConfig(vocab_size=65, context_length=16, d_model=32, n_layers=2, n_hea
 CFG = TrainConfig(max_iters=6, batch_size=4, warmup_iters=2, eval_interval=3, eval_iters=2,
                   progress=False)
 IDS = np.random.default_rng(0).integers(0, 65, 2_000).astype(np.uint16)
+RUNG = LadderConfig(batch_size=4, block_size=8, eval_iters=2)
 
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GPT_FROM_SCRATCH_CACHE", str(tmp_path))
-    return tmp_path
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the cache keys one-thread runs only
+    yield tmp_path
+    torch.set_num_threads(threads)
+
+
+def _entries(cache):
+    return list((cache / "runs").glob("*/run.json"))
 
 
 def _model(seed=0):
@@ -42,7 +55,7 @@ def _after(model, returned, out):
             {n: None if p.grad is None else p.grad.clone()
              for n, p in model.named_parameters()},
             [m.training for m in model.modules()], torch.get_rng_state(), random.getstate(),
-            np.random.get_state()[1].copy(), returned, out)
+            repr(np.random.get_state()), returned, out)
 
 
 def _same(a, b):
@@ -52,7 +65,7 @@ def _same(a, b):
     assert all((x is None and y is None) or torch.equal(x, y)
                for x, y in zip(a[1].values(), b[1].values()))
     assert a[2] == b[2] and torch.equal(a[3], b[3]) and a[4] == b[4]
-    assert np.array_equal(a[5], b[5]) and a[6] == b[6] and a[7] == b[7]
+    assert a[5] == b[5] and a[6] == b[6] and type(a[6]) is type(b[6]) and a[7] == b[7]
 
 
 def _call(fn, capsys, seed=0, rng=7, **changes):
@@ -65,42 +78,73 @@ def _call(fn, capsys, seed=0, rng=7, **changes):
 
 
 def _printing_train(model, train_ids, val_ids, cfg):
-    """``train`` that prints and draws from every global generator (stdout, states)."""
+    """``train`` that prints, warns, leaves one block in training mode and draws from every
+    global generator."""
     history = train(model, train_ids, val_ids, cfg)
+    model.blocks[1].train()
+    warnings.warn("a warning to keep", RuntimeWarning)
     print("done", torch.rand(1).item(), random.random(), np.random.rand())
     return history
 
 
 def test_a_hit_leaves_exactly_what_the_training_left(capsys, cache, monkeypatch):
     monkeypatch.setattr(_printing_train, "__module__", "gpt_from_scratch.train")
-    cached = run_cache.cached_run(_printing_train)
-    plain = _call(_printing_train, capsys)
-    first = _call(cached, capsys)  # trains and saves
-    assert len(list((cache / "runs").glob("*/run.json"))) == 1
-    second = _call(cached, capsys)  # reads
+    with pytest.warns(RuntimeWarning, match="a warning to keep"):
+        plain = _call(_printing_train, capsys)
+    with pytest.warns(RuntimeWarning, match="a warning to keep"):
+        first = _call(run_cache.cached_run(_printing_train), capsys)  # trains and saves
+    assert len(_entries(cache)) == 1
+    with pytest.warns(RuntimeWarning, match="a warning to keep"):
+        second = _call(run_cache.cached_run(_printing_train), capsys)  # reads
     _same(plain, first)
     _same(plain, second)
-    assert "done" in second[7]
+    assert "done" in second[7] and any(second[2]) and not all(second[2])  # mixed flags
 
 
-def test_a_hit_does_not_train(capsys, monkeypatch):
-    cached = run_cache.cached_run(train)
-    _call(cached, capsys)
+def test_a_hit_does_not_train_and_a_repeat_in_one_process_does(capsys, monkeypatch):
+    _call(run_cache.cached_run(train), capsys)
 
     def no_training(*args):
         raise AssertionError("trained again")
 
     monkeypatch.setattr("gpt_from_scratch.train._train", no_training)
+    cached = run_cache.cached_run(train)  # another process
     _call(cached, capsys)
-    with pytest.raises(AssertionError, match="trained again"):  # a miss would train
-        _call(cached, capsys, rng=8)
+    with pytest.raises(AssertionError, match="trained again"):  # the same key once more
+        _call(cached, capsys)
+    with pytest.raises(AssertionError, match="trained again"):  # another key
+        _call(run_cache.cached_run(train), capsys, rng=8)
+
+
+def test_two_modules_that_share_weights_key_otherwise_than_two_copies(capsys, cache):
+    policy = _model()
+    pairs = [([1, 2, 3, 4], [2, 3, 4, 5])] * 4
+    keys = [run_key.run_key(train_dpo, (policy, other, pairs * 2, 0, 2), {})
+            for other in (copy.copy(policy), copy.deepcopy(policy), policy)]
+    assert len(set(keys)) == 3
+    chosen = [([1, 2, 3], [2, 3, 4]), ([3, 2, 1], [2, 1, 0])]
+    shifted = [((a, b), (a, [b[0], 9, 9])) for a, b in chosen]
+    plain = copy.deepcopy(policy)
+    torch.manual_seed(3)  # dropout's masks
+    losses = train_dpo(plain, copy.deepcopy(policy), shifted, 0, 3, batch_size=2)
+    for _ in range(2):  # the second a hit, in another process
+        model = copy.deepcopy(policy)
+        torch.manual_seed(3)
+        got = run_cache.cached_run(train_dpo)(model, copy.deepcopy(policy), shifted, 0, 3,
+                                              batch_size=2)
+        assert got == losses
+        assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                     plain.state_dict().values()))
+    assert len(_entries(cache)) == 1
 
 
 @pytest.mark.parametrize("change", ["weights", "config", "data", "random", "code",
-                                    "threads", "flag", "requires_grad"])
+                                    "flag", "requires_grad", "dropout", "environment",
+                                    "autocast", "numpy random"])
 def test_every_input_changes_the_key(change, monkeypatch):
     model, data, cfg = _model(), IDS.copy(), CFG
     torch.manual_seed(0)
+    np.random.seed(0)
     before = run_key.run_key(train, (model, data, data, cfg), {})
     if change == "weights":
         with torch.no_grad():
@@ -115,15 +159,23 @@ def test_every_input_changes_the_key(change, monkeypatch):
         real = run_key.source_digest
         monkeypatch.setattr(run_key, "source_digest",
                             lambda m: real(m) + ("x" if m == "model" else ""))
-    elif change == "threads":
-        monkeypatch.setattr(run_key, "arithmetic", lambda: {"threads": 99})
     elif change == "flag":
         model.blocks[0].train(False)
     elif change == "requires_grad":
         model.wpe.weight.requires_grad_(False)
+    elif change == "dropout":
+        model.blocks[0].attn.resid_dropout.p = 0.2  # an attribute, no weight
+    elif change == "environment":
+        monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    elif change == "numpy random":
+        np.random.rand()
     if change != "random":
         torch.manual_seed(0)
-    assert run_key.run_key(train, (model, data, data, cfg), {}) != before
+    if change == "autocast":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert run_key.run_key(train, (model, data, data, cfg), {}) != before
+    else:
+        assert run_key.run_key(train, (model, data, data, cfg), {}) != before
 
 
 def test_the_same_inputs_give_the_same_key():
@@ -135,37 +187,63 @@ def test_the_same_inputs_give_the_same_key():
     assert keys[0] == keys[1]
 
 
-def test_a_damaged_entry_is_trained_again(capsys, cache):
-    cached = run_cache.cached_run(train)
+@pytest.mark.parametrize("damage", ["truncated state", "edited result", "no flags",
+                                    "no flags, summed again"])
+def test_a_damaged_entry_is_trained_again(damage, capsys, cache):
     plain = _call(train, capsys)
-    _call(cached, capsys)
-    (state,) = (cache / "runs").glob("*/state.safetensors")
-    state.write_bytes(state.read_bytes()[:-100])  # truncated
+    _call(run_cache.cached_run(train), capsys)
+    (folder,) = (path.parent for path in _entries(cache))
+    if damage == "truncated state":
+        state = folder / "state.safetensors"
+        state.write_bytes(state.read_bytes()[:-100])
+    else:
+        meta = json.loads((folder / "run.json").read_text())
+        if damage == "edited result":
+            meta["returned"]["fields"]["val_loss"][-1] += 1.0
+        else:
+            del meta["flags"]
+        (folder / "run.json").write_text(json.dumps(meta))
+        if damage.endswith("summed again"):  # whole by its sums, yet not what fits
+            text = (folder / "run.json").read_bytes()
+            (folder / "run.sha256").write_text(hashlib.sha256(text).hexdigest())
     with pytest.warns(UserWarning, match="cannot be used"):
-        again = _call(cached, capsys)
+        again = _call(run_cache.cached_run(train), capsys)
     _same(plain, again)
-    _same(plain, _call(cached, capsys))  # the new entry is whole
+    _same(plain, _call(run_cache.cached_run(train), capsys))  # the new entry is whole
 
 
 def test_what_cannot_be_keyed_runs_uncached(capsys, cache, tmp_path):
     cached = run_cache.cached_run(train, side_effects=("out_dir",))
     model = _model()
     cached(model, IDS, IDS, CFG, out_dir=tmp_path / "ckpt")  # writes files: not cached
-    assert (tmp_path / "ckpt").is_dir() and not (cache / "runs").exists()
+    assert (tmp_path / "ckpt").is_dir() and not _entries(cache)
     model.register_forward_hook(lambda *a: None)
     cached(model, IDS, IDS, CFG)  # a hook changes what the model computes
-    assert not (cache / "runs").exists()
+    hooked = _model()
+    hooked.wte.weight.register_hook(lambda g: g * 0)  # so does a hook on a weight
+    cached(hooked, IDS, IDS, CFG)
+    torch.set_num_threads(2)
+    cached(_model(), IDS, IDS, CFG)  # train() may take fewer threads on a busy machine
+    torch.set_num_threads(1)
+    assert not _entries(cache)
 
     class Mine(BigramModel):  # a class of the notebook's own: its code is not known
         pass
 
     cached_rung = run_cache.cached_run(train_rung)
-    cached_rung(Mine(65), IDS, IDS, LadderConfig(batch_size=4, block_size=8, eval_iters=2),
-                0, max_iters=3)
-    assert not (cache / "runs").exists()
-    cached_rung(BigramModel(65), IDS, IDS, LadderConfig(batch_size=4, block_size=8,
-                                                        eval_iters=2), 0, max_iters=3)
-    assert len(list((cache / "runs").glob("*/run.json"))) == 1
+    cached_rung(Mine(65), IDS, IDS, RUNG, 0, max_iters=3)
+    assert not _entries(cache)
+    run_cache.cached_run(train_rung, only_from="__main__")(BigramModel(65), IDS, IDS, RUNG,
+                                                           0, max_iters=3)
+    assert not _entries(cache)  # not called by a notebook
+    cached_rung(BigramModel(65), IDS, IDS, RUNG, 0, max_iters=3)
+    assert len(_entries(cache)) == 1
+
+
+def test_a_package_file_changed_after_the_process_started_is_not_keyed(monkeypatch):
+    monkeypatch.setattr(run_key, "STARTED", 0.0)  # every file is newer
+    with pytest.raises(run_key.Unkeyable, match="changed after this process started"):
+        run_key.run_key(train, (_model(), IDS, IDS, CFG), {})
 
 
 def test_a_call_that_changes_an_argument_in_place_is_not_kept(cache, monkeypatch):
@@ -176,21 +254,27 @@ def test_a_call_that_changes_an_argument_in_place_is_not_kept(cache, monkeypatch
     monkeypatch.setattr(shuffle_in_place, "__module__", "gpt_from_scratch.train")
     monkeypatch.setattr(shuffle_in_place, "__qualname__", "shuffle_in_place")
     run_cache.cached_run(shuffle_in_place)(_model(), IDS.copy())
-    assert not any((cache / "runs").glob("*/run.json"))
+    assert not _entries(cache)
+
+
+def test_odd_functions_are_refused():
+    with pytest.raises(TypeError, match="must be a function of the package"):
+        run_cache.cached_run(_model().forward)
+    with pytest.raises(ValueError, match=r"side_effects \['outdir'\] are not arguments"):
+        run_cache.cached_run(train, side_effects=("outdir",))
 
 
 def test_install_wraps_the_trainers_once_and_can_be_turned_off(monkeypatch):
     import gpt_from_scratch.train as module
 
-    monkeypatch.setattr(module, "train", train)
-    monkeypatch.setenv(run_cache.ENV_VAR, "0")
-    run_cache.install()
-    assert module.train is train
-    monkeypatch.delenv(run_cache.ENV_VAR)
     for where in run_cache.TRAINERS:  # each put back after the test
         module_name, _, name = where.partition(":")
         module_of = importlib.import_module(f"gpt_from_scratch.{module_name}")
         monkeypatch.setattr(module_of, name, getattr(module_of, name))
+    monkeypatch.setenv(run_cache.ENV_VAR, "0")
+    run_cache.install()
+    assert module.train is train
+    monkeypatch.delenv(run_cache.ENV_VAR)
     run_cache.install()
     wrapped = module.train
     assert wrapped.__wrapped__ is train
@@ -214,15 +298,40 @@ def test_a_notebook_expression_is_keyed_by_its_code_and_the_values_it_reads():
     assert five == key(_notebook_function(stop_at, STEPS=5))
     assert five != key(_notebook_function(stop_at, STEPS=6))
     assert five != key(_notebook_function("f = lambda step, _: step >= STEPS", STEPS=5))
+    keyword = "f = lambda step, _, *, at=AT: step == at"
+    assert key(_notebook_function(keyword, AT=5)) != key(_notebook_function(keyword, AT=6))
+
+
+class _Loud(int):
+    def __eq__(self, other):
+        print("an effect")
+        return int(self) == other
 
 
 @pytest.mark.parametrize("source", [
     "f = lambda step, _: seen.append(step)",  # a call: an effect
     "f = lambda step, model: model.training",  # an attribute
     "f = lambda step, _: step == STEPS[0]",  # a list, which can change
+    "f = lambda step, _: step == LOUD",  # an int whose == has an effect
     "def f(step, model):\n    g = lambda: step\n    return g()",  # a function inside
     "def f(step, model):\n    seen[0] = step",  # a store
 ])
 def test_a_notebook_function_that_could_have_an_effect_is_not_keyed(source):
     with pytest.raises(run_key.Unkeyable):
-        run_key.values_digest([_notebook_function(source, seen=[], STEPS=[5])])
+        run_key.values_digest([_notebook_function(source, seen=[], STEPS=[5],
+                                                  LOUD=_Loud(5))])
+
+
+def test_the_chapters_calls_can_be_keyed():
+    """The calls Chapters 6 and 12 make (a rung, a GPT, a chat model and its DPO reference),
+    so that a change that made them unkeyable fails here, not only slows the tests."""
+    from gpt_from_scratch.book.ladder import RUNGS, LadderModel
+    from gpt_from_scratch.chat import add_chat_tokens
+
+    for rung in RUNGS:
+        torch.manual_seed(0)
+        run_key.run_key(train_rung, (LadderModel(65, rung, RUNG), IDS, IDS, RUNG, 0), {})
+    chat = add_chat_tokens(_model())
+    run_key.run_key(train_dpo, (chat, copy.deepcopy(chat), [], 0, 2), {})
+    stop = _notebook_function("f = lambda step, _: step == STEPS", STEPS=5)
+    run_key.values_digest([stop])

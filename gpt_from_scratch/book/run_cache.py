@@ -7,46 +7,49 @@ as a book model is (``model_cache``): ``run_key`` names them. ``cached_run(fn)``
 training function so that a call whose every input can be keyed is trained once and then
 read from the cache; a hit leaves exactly what the call left: its return value, each module
 argument's weights, gradients, buffers and train/eval flags, the random generators' states
-after it, and what it printed on stdout (tests/test_run_cache.py compares each, bit for
-bit).
+after it, what it printed on stdout and the warnings it gave (tests/test_run_cache.py
+compares each, bit for bit).
 
 A call that cannot be keyed runs as written, uncached (``run_key.Unkeyable``: a function
-with effects, an object of an unknown type, a notebook's own class, a module with hooks, a
-tensor off the CPU), and so does one with an argument of ``side_effects`` set (``out_dir``)
-or one that changed an argument in place (seen after the call: it is not kept). A damaged
-entry is refused with a warning and trained again.
+with effects, an object of an unknown type, a notebook's own class, a module or a tensor
+with hooks, a GPU, more than one thread), and so does one with an argument of
+``side_effects`` set (``out_dir``), one that changed an argument in place (seen after the
+call: it is not kept), and a call whose key this process has read once already: a chapter
+that trains twice to show that the runs agree trains the second time. A damaged entry is
+refused whole, with a warning, before anything is restored, and trained again.
 
 Only the test suite uses it: ``install`` swaps the functions of ``TRAINERS`` for wrapped
-ones, run in the kernels nbval starts (``notebooks/conftest.py`` names
-``scripts/nbval_startup.py`` in ``PYTHONSTARTUP``), except for the chapters whose lessons
-time their training (Chapter 10). A reader's notebook trains as written.
-``GPT_FROM_SCRATCH_RUN_CACHE=0`` turns it off.
+ones that serve calls made by a notebook, in the kernels nbval starts
+(``notebooks/conftest.py`` names ``scripts/nbval_startup.py`` in ``PYTHONSTARTUP``), except
+for the chapters that time their training (Chapters 10 and 16). A reader's notebook trains
+as written. ``GPT_FROM_SCRATCH_RUN_CACHE=0`` turns it off.
 """
+
 from __future__ import annotations
 
+import builtins
 import contextlib
-import dataclasses
 import functools
+import hashlib
 import importlib
 import inspect
-import io
 import json
 import os
-import random
 import shutil
 import sys
+import time
 import warnings
 from collections.abc import Callable
 
-import numpy as np
-import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..data import cache_dir
 from ..utils import sha256_file
 from .model_cache import Entry, trained_once
-from .run_key import PACKAGE, Unkeyable, random_states, run_key, values_digest, where
+from .run_key import PACKAGE, Unkeyable, random_states, run_key, values_digest
+from .run_record import (Tee, check_record, decode, encode, left_by, module_args, restore,
+                         set_random_states)
 
 ENV_VAR = "GPT_FROM_SCRATCH_RUN_CACHE"  # "0": off
 # The training functions the chapters call, and their arguments with effects outside a call.
@@ -54,189 +57,155 @@ TRAINERS = {"train:train": ("out_dir",), "book.ladder:train_rung": (),
             "sft:train_sft": (), "dpo:train_dpo": ()}
 
 
-# ------------------------------------------------------------------ what a call leaves
-def _encode(value):
-    """``value`` as JSON holds it exactly (floats by repr, nan too), with its tuples and the
-    package's dataclasses marked; raises ``Unkeyable`` for anything else."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, list):
-        return [_encode(v) for v in value]
-    if isinstance(value, tuple):
-        return {"tuple": [_encode(v) for v in value]}
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"dict": {k: _encode(v) for k, v in value.items()}}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {"dataclass": where(type(value), set()),
-                "fields": {f.name: _encode(getattr(value, f.name))
-                           for f in dataclasses.fields(value)}}
-    raise Unkeyable(f"it returns a {type(value).__qualname__}")
-
-
-def _decode(value):
-    """``_encode``'s inverse."""
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "tuple" in value:
-        return tuple(_decode(v) for v in value["tuple"])
-    if "dict" in value:
-        return {k: _decode(v) for k, v in value["dict"].items()}
-    module, _, name = value["dataclass"].partition(":")
-    cls = functools.reduce(getattr, name.split("."), importlib.import_module(module))
-    return cls(**{k: _decode(v) for k, v in value["fields"].items()})
-
-
-def _modules(args: tuple, kwargs: dict) -> list[nn.Module]:
-    return [v for v in (*args, *kwargs.values()) if isinstance(v, nn.Module)]
-
-
-def _left(modules: list[nn.Module]) -> tuple[dict, list]:
-    """The tensors the call left in ``modules`` (weights, gradients, buffers) and each
-    submodule's train/eval flag."""
-    tensors, flags = {}, []
-    for i, model in enumerate(modules):
-        for name, p in model.named_parameters():
-            tensors[f"{i}/param/{name}"] = p.detach().clone()
-            if p.grad is not None:
-                tensors[f"{i}/grad/{name}"] = p.grad.detach().clone()
-        for name, b in model.named_buffers():
-            tensors[f"{i}/buffer/{name}"] = b.detach().clone()
-        flags.append([sub.training for sub in model.modules()])
-    return tensors, flags
-
-
-def _restore(modules: list[nn.Module], tensors: dict, flags: list) -> None:
-    """Put ``_left``'s record back into ``modules``, in place (the same tensors)."""
-    for i, model in enumerate(modules):
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                p.copy_(tensors[f"{i}/param/{name}"])
-                grad = tensors.get(f"{i}/grad/{name}")
-                p.grad = None if grad is None else grad.clone()
-            for name, b in model.named_buffers():
-                b.copy_(tensors[f"{i}/buffer/{name}"])
-        for sub, flag in zip(model.modules(), flags[i], strict=True):
-            sub.training = flag
-
-
-def _setrandom_states(states: dict) -> None:
-    torch.set_rng_state(states["torch"])
-    version, internal, gauss = states["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, gauss = states["numpy"]
-    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
-
-
-class _Tee(io.TextIOBase):
-    """Writes to ``out`` and keeps a copy."""
-
-    def __init__(self, out):
-        self.out, self.copy = out, io.StringIO()
-
-    def write(self, text: str) -> int:
-        self.copy.write(text)
-        return self.out.write(text)
-
-    def flush(self) -> None:
-        self.out.flush()
-
-
 # ------------------------------------------------------------------ the cache
+UNUSED_DAYS = 30  # an entry no run has read for this long goes when its function saves one
+
+
 def entry_of(fn: Callable, key: str) -> Entry:
-    """The folder of a call's record: ``cache_dir() / "runs" / "<function>-<key>"``."""
-    folder = cache_dir() / "runs" / f"{fn.__name__}-{key[:16]}"
+    """The folder of a call's record: ``cache_dir() / "runs" / "<function>-<key[:32]>"``."""
+    folder = cache_dir() / "runs" / f"{fn.__name__}-{key[:32]}"
     return Entry(fn.__name__, {"key": key}, folder)
 
 
-def _read(entry: Entry, key: str):
-    """``(tensors, meta)`` of ``entry``, verified; None when there is none or it is damaged
-    (said in a warning)."""
-    meta_file = entry.path / "run.json"
-    if not meta_file.is_file():
+def _read(entry: Entry, key: str, modules: list[nn.Module]):
+    """``(tensors, meta)`` of ``entry``, verified whole; None when there is none or it
+    cannot be used (said in a warning)."""
+    if not (entry.path / "run.json").is_file():
         return None
     try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        text = (entry.path / "run.json").read_bytes()
+        if hashlib.sha256(text).hexdigest() != (entry.path / "run.sha256").read_text():
+            raise ValueError("run.json is not the file that was saved")
+        meta = json.loads(text)
         if meta["key"] != key:
             raise ValueError("made from other inputs (a copied or edited folder)")
-        if sha256_file(entry.path / "state.safetensors") != meta["sha256"]:
+        if sha256_file(entry.path / "state.safetensors") != meta["state_sha256"]:
             raise ValueError("state.safetensors is not the file that was saved")
-        return load_file(entry.path / "state.safetensors"), meta
-    except (OSError, ValueError, KeyError) as err:
+        tensors = load_file(entry.path / "state.safetensors")
+        check_record(modules, tensors, meta)
+    except (OSError, ValueError, KeyError, TypeError) as err:
         warnings.warn(f"training {entry.name} again: its cached run {entry.path} cannot be "
                       f"used ({err})", stacklevel=4)
         return None
+    entry.path.with_name(entry.path.name + ".used").touch()
+    return tensors, meta
 
 
 def _write(entry: Entry, tensors: dict, meta: dict) -> None:
-    """Save into a new folder, then rename it into place: a crash leaves no half entry."""
+    """Save into a new folder, then rename it into place (a crash leaves no half entry);
+    entries of the same function unread for ``UNUSED_DAYS`` go. A failure is a warning:
+    the training it would have kept is done."""
     partial = entry.path.with_name(entry.path.name + f".partial-{os.getpid()}")
-    partial.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in tensors.items()},
-              partial / "state.safetensors")
-    meta["sha256"] = sha256_file(partial / "state.safetensors")
-    (partial / "run.json").write_text(json.dumps(meta), encoding="utf-8")
-    shutil.rmtree(entry.path, ignore_errors=True)  # a damaged one, refused by _read
-    os.replace(partial, entry.path)
+    try:
+        partial.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in tensors.items()},
+                  partial / "state.safetensors")
+        meta["state_sha256"] = sha256_file(partial / "state.safetensors")
+        text = json.dumps(meta).encode()
+        (partial / "run.json").write_bytes(text)
+        (partial / "run.sha256").write_text(hashlib.sha256(text).hexdigest())
+        shutil.rmtree(entry.path, ignore_errors=True)  # a damaged one, refused by _read
+        os.replace(partial, entry.path)
+        entry.path.with_name(entry.path.name + ".used").touch()
+    except OSError as err:
+        warnings.warn(f"{entry.name}: its run could not be kept in {entry.path} ({err})",
+                      stacklevel=4)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    cutoff = time.time() - UNUSED_DAYS * 86400
+    for stamp in entry.path.parent.glob(f"{entry.name}-*.used"):
+        if stamp.stat().st_mtime < cutoff:
+            shutil.rmtree(stamp.with_suffix(""), ignore_errors=True)
+            stamp.unlink(missing_ok=True)
 
 
-def cached_run(fn: Callable, side_effects: tuple[str, ...] = ()) -> Callable:
+def _replay(caught: list) -> None:
+    """Warn again each warning a call gave: ``[message, category, filename, lineno]``."""
+    for message, category, filename, lineno in caught:
+        warnings.warn_explicit(message, getattr(builtins, category), filename, lineno)
+
+
+def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
+               only_from: str | None = None) -> Callable:
     """``fn`` (a training function of the package), whose calls are read from the cache
     where they can be keyed exactly (``run_key``) and trained once otherwise. A call with an
-    argument of ``side_effects`` set (not None) runs uncached."""
+    argument of ``side_effects`` set (not None), or made from a module other than
+    ``only_from`` (where given), runs uncached, and so does a call whose key this process
+    has read before (a chapter that trains twice to compare trains the second time)."""
+    if not inspect.isfunction(fn):
+        raise TypeError(f"cached_run: fn={fn!r:.60} must be a function of the package, "
+                        "such as gpt_from_scratch.train.train")
     signature = inspect.signature(fn)
+    unknown = set(side_effects) - set(signature.parameters)
+    if unknown:
+        raise ValueError(f"cached_run: side_effects {sorted(unknown)} are not arguments of "
+                         f"{fn.__name__} {signature}: name its arguments")
+    served: set[str] = set()
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
+        caller = sys._getframe(1).f_globals.get("__name__")
         try:
             if any(bound.arguments.get(name) is not None for name in side_effects):
                 raise Unkeyable(f"one of {side_effects} is set")
+            if only_from is not None and caller != only_from:
+                raise Unkeyable(f"called from {caller}, not {only_from}")
             key = run_key(fn, args, kwargs)
+            if key in served:
+                raise Unkeyable("this process has read it once: a repeat trains")
         except Unkeyable:
             return fn(*args, **kwargs)
-        modules = _modules(args, kwargs)
+        served.add(key)
+        modules = module_args(args, kwargs)
         entry = entry_of(fn, key)
         with trained_once(entry):
-            found = _read(entry, key)
+            found = _read(entry, key, modules)
             if found is not None:
                 tensors, meta = found
-                _restore(modules, tensors, meta["flags"])
+                restore(modules, tensors, meta["flags"])
                 states = json.loads(meta["random"])
-                _setrandom_states(states | {"torch": tensors["random/torch"]})
+                set_random_states(states | {"torch": tensors["random/torch"]})
+                _replay(meta["warnings"])
                 print(meta["stdout"], end="")
-                return _decode(meta["returned"])
+                return decode(meta["returned"])
             others = [v for v in (*args, *kwargs.values()) if not isinstance(v, nn.Module)]
             before = values_digest(others)
-            tee = _Tee(sys.stdout)
-            with contextlib.redirect_stdout(tee):
+            tee = Tee(sys.stdout)
+            with contextlib.redirect_stdout(tee), warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
                 returned = fn(*args, **kwargs)
+            said = [[str(x.message), x.category.__name__, x.filename, x.lineno] for x in w]
+            _replay([x.message, x.category.__name__, x.filename, x.lineno] for x in w)
             try:
                 if values_digest(others) != before:
                     raise Unkeyable("it changed an argument in place")
-                meta = {"key": key, "returned": _encode(returned)}
+                if any(not hasattr(builtins, c) for _, c, _, _ in said):
+                    raise Unkeyable("it warns with a category of its own")
+                meta = {"key": key, "returned": encode(returned)}
             except Unkeyable:
                 return returned
-            tensors, meta["flags"] = _left(modules)
+            tensors, meta["flags"] = left_by(modules)
             states = random_states()
             tensors["random/torch"] = states.pop("torch")
-            meta |= {"random": json.dumps(states), "stdout": tee.copy.getvalue()}
+            meta |= {"random": json.dumps(states), "stdout": tee.copy.getvalue(),
+                     "warnings": said}
             _write(entry, tensors, meta)
             return returned
 
+    run.run_cached = True
     return run
 
 
 def install() -> None:
-    """Swap each function of ``TRAINERS`` in its module for ``cached_run``'s (the test
-    suite's kernels; ``GPT_FROM_SCRATCH_RUN_CACHE=0``: nothing). A name imported before
-    keeps the function as written."""
+    """Swap each function of ``TRAINERS`` in its module for ``cached_run``'s, for calls
+    made by a notebook (``__main__``): the test suite's kernels.
+    ``GPT_FROM_SCRATCH_RUN_CACHE=0``: nothing."""
     if os.environ.get(ENV_VAR, "1") == "0":
         return
-    for where, side_effects in TRAINERS.items():
-        module_name, _, name = where.partition(":")
+    for where_, side_effects in TRAINERS.items():
+        module_name, _, name = where_.partition(":")
         module = importlib.import_module(f"{PACKAGE}.{module_name}")
         fn = getattr(module, name)
-        if not hasattr(fn, "__wrapped__"):
-            setattr(module, name, cached_run(fn, side_effects))
+        if not getattr(fn, "run_cached", False):
+            setattr(module, name, cached_run(fn, side_effects, only_from="__main__"))

@@ -1,11 +1,13 @@
 """Chapters 6 and 12 — the key of a training call: everything it depends on, or a refusal.
 
 ``run_key(fn, args, kwargs)`` is the SHA-256 of a call's arguments (tensors and arrays byte
-for byte, each module's classes, flags, attributes, weights, gradients and buffers, the
-package's dataclasses field by field), the global random generators' states, the code of
-every module of the package it runs (``model_cache.source_digest``, what they import
-included), the library versions and the arithmetic. What it cannot key exactly raises
-``Unkeyable``: ``run_cache`` then runs the call uncached.
+for byte, which of them share memory, each module's classes, flags, attributes, weights,
+gradients and buffers, the package's dataclasses field by field, a notebook's callback by
+its code), the global random generators' states, PyTorch's global settings and the
+environment variables its kernels read, the code of every module of the package it runs
+(``model_cache.source_digest``, what they import included, and of this cache), the library
+versions and the arithmetic. What it cannot key exactly raises ``Unkeyable``, and so does a
+package file edited since this process started (the code it runs is not the code on disk).
 """
 
 from __future__ import annotations
@@ -15,64 +17,144 @@ import dis
 import hashlib
 import inspect
 import json
+import os
 import random
+import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import nn
+from torch.optim import optimizer
 
-from .model_cache import arithmetic, source_digest, versions
+from .model_cache import PACKAGE as PACKAGE_DIR
+from .model_cache import arithmetic, source_closure, source_digest, versions
 
 PACKAGE = "gpt_from_scratch"
+STARTED = time.time()  # a package file changed after this is not the code this process runs
+ENV_PREFIXES = ("OMP_", "MKL_", "DNNL_", "ONEDNN_", "ATEN_", "KMP_", "GOMP_")
 _NN_INTERNALS = set(vars(nn.Module()))  # _parameters, _buffers, the hooks' dicts...
 _HOOKS = [name for name in _NN_INTERNALS if "hook" in name]
+_PLAIN = (type(None), bool, int, float, str)
+_EFFECTS = ("STORE_", "DELETE_", "IMPORT_", "CALL", "ATTR", "METHOD", "YIELD", "MAKE_",
+            "SEND", "RAISE", "RERAISE", "PUSH_EXC", "SETUP_")
 
 
 class Unkeyable(Exception):
     """A call whose inputs ``run_key`` cannot key exactly: it runs uncached."""
 
 
-def _feed(h, value, codes: set[str]) -> None:
-    """Feed ``value`` to the hash ``h``, exactly; the package modules whose code it runs go
-    to ``codes``. Raises ``Unkeyable`` for what it cannot key."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        h.update(f"{type(value).__name__}:{value!r}\0".encode())  # repr: a float exactly
-    elif isinstance(value, (torch.dtype, torch.device)):
-        h.update(f"{value!r}\0".encode())
-    elif isinstance(value, torch.Tensor):
-        if value.device.type != "cpu":
-            raise Unkeyable(f"a tensor on {value.device}")
-        shape, grad = tuple(value.shape), value.requires_grad
-        h.update(f"tensor:{value.dtype}:{shape}:{grad}\0".encode())
-        h.update(value.detach().contiguous().flatten().view(torch.uint8).numpy().tobytes())
-    elif isinstance(value, np.ndarray):
-        h.update(f"ndarray:{value.dtype}:{value.shape}\0".encode())
-        h.update(np.ascontiguousarray(value).tobytes())
-    elif isinstance(value, nn.Module):
-        _feed_module(h, value, codes)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        h.update(f"dataclass:{where(type(value), codes)}\0".encode())
-        for f in dataclasses.fields(value):
-            _feed(h, f.name, codes)
-            _feed(h, getattr(value, f.name), codes)
-    elif isinstance(value, (list, tuple)):
-        h.update(f"{type(value).__name__}:{len(value)}\0".encode())
-        for item in value:
-            _feed(h, item, codes)
-    elif isinstance(value, dict):
-        h.update(f"dict:{len(value)}\0".encode())
-        for key, item in value.items():
-            _feed(h, key, codes)
-            _feed(h, item, codes)
-    elif inspect.isfunction(value) and value.__module__ not in (None, "__main__"):
-        h.update(f"function:{where(value, codes)}\0".encode())
-    elif inspect.isfunction(value):
-        _feed_expression(h, value, codes)
-    elif inspect.isbuiltin(value):
-        h.update(f"function:{where(value, codes)}\0".encode())
-    else:
-        raise Unkeyable(f"an argument of type {type(value).__qualname__}")
+class _Hasher:
+    """A SHA-256 fed value by value; the package modules whose code the values run collect
+    in ``codes``, and each tensor's memory and each module get the number of their first
+    sight, so that two arguments sharing weights key otherwise than two copies."""
+
+    def __init__(self):
+        self.h, self.codes, self.seen = hashlib.sha256(), set(), {}
+
+    def text(self, *parts) -> None:
+        self.h.update(":".join(map(str, parts)).encode() + b"\0")
+
+    def first_seen(self, obj_id) -> int:
+        return self.seen.setdefault(obj_id, len(self.seen))
+
+    def feed(self, value) -> None:
+        kind = type(value)
+        if kind in _PLAIN:
+            self.text(kind.__name__, repr(value))  # repr: a float exactly
+        elif kind in (torch.dtype, torch.device):
+            if kind is torch.device and value.type != "cpu":
+                raise Unkeyable(f"a device {value}: the cache keeps CPU runs only")
+            self.text(repr(value))
+        elif isinstance(value, torch.Tensor):
+            self.tensor(value)
+        elif kind is np.ndarray:
+            if value.dtype.hasobject:
+                raise Unkeyable("an array of Python objects")
+            self.text("ndarray", value.dtype, value.shape)
+            self.h.update(np.ascontiguousarray(value).tobytes())
+        elif isinstance(value, nn.Module):
+            self.module(value)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            self.text("dataclass", where(kind, self.codes))
+            for f in dataclasses.fields(value):
+                self.feed(f.name)
+                self.feed(getattr(value, f.name))
+        elif kind in (list, tuple, dict):
+            items = value.items() if kind is dict else enumerate(value)
+            self.text(kind.__name__, len(value))
+            for key, item in items:
+                if kind is dict:
+                    self.feed(key)
+                self.feed(item)
+        elif inspect.isfunction(value) and value.__module__ not in (None, "__main__"):
+            self.text("function", where(value, self.codes))
+        elif inspect.isfunction(value):
+            self.expression(value)
+        else:
+            raise Unkeyable(f"an argument of type {kind.__qualname__}")
+
+    def tensor(self, t: torch.Tensor) -> None:
+        """Its type, dtype, shape, strides, where its memory lies among the tensors seen,
+        its bytes; refused off the CPU, sparse, quantized, lazily conjugated, or hooked."""
+        if type(t) not in (torch.Tensor, nn.Parameter):
+            raise Unkeyable(f"a tensor of type {type(t).__qualname__}")
+        if t.device.type != "cpu" or t.layout != torch.strided or t.is_quantized:
+            raise Unkeyable(f"a {t.layout} tensor on {t.device} (quantized or not)")
+        if t.is_conj() or t.is_neg() or getattr(t, "_backward_hooks", None) \
+                or getattr(t, "_post_accumulate_grad_hooks", None):
+            raise Unkeyable("a tensor with a hook, or a lazy conjugate or negative view")
+        memory = self.first_seen(("storage", t.untyped_storage().data_ptr()))
+        self.text("tensor", type(t).__name__, t.dtype, tuple(t.shape), t.stride(),
+                  memory, t.storage_offset(), t.requires_grad)
+        self.h.update(t.detach().contiguous().flatten().view(torch.uint8).numpy().tobytes())
+
+    def module(self, model: nn.Module) -> None:
+        """Its number of first sight; every submodule's class, flag and attributes; every
+        parameter (its gradient too) and buffer. Refused where a hook is registered."""
+        if any(getattr(nn.modules.module, f"_global{name}", None) for name in _HOOKS):
+            raise Unkeyable("a global module hook is registered")
+        self.text("module", self.first_seen(("module", id(model))))
+        for name, sub in model.named_modules():
+            if any(getattr(sub, hook) for hook in _HOOKS):
+                raise Unkeyable(f"module {name or 'the model'} has a hook")
+            self.text("submodule", name, where(type(sub), self.codes), sub.training)
+            for attr, value in sorted(vars(sub).items()):
+                if attr not in _NN_INTERNALS and attr != "training":
+                    self.feed(attr)
+                    self.feed(value)
+        for name, p in model.named_parameters(remove_duplicate=False):
+            self.feed(name)
+            self.tensor(p)
+            self.feed(p.grad)
+        for name, b in model.named_buffers(remove_duplicate=False):
+            self.feed(name)
+            self.tensor(b)
+
+    def expression(self, fn) -> None:
+        """A notebook's own function keyed by its code, where it is an expression that can
+        have no effect: no call, no attribute, no store but to its locals, its free names
+        and defaults values of plain types (``lambda step, _: step == ABLATION_STEPS``)."""
+        code = fn.__code__
+        for op in dis.get_instructions(fn):
+            if op.opname.startswith(_EFFECTS) and op.opname != "STORE_FAST":
+                raise Unkeyable(f"{fn.__qualname__} does {op.opname}")
+        try:
+            cells = [c.cell_contents for c in fn.__closure__ or ()]
+        except ValueError:  # an empty cell
+            raise Unkeyable(f"{fn.__qualname__} reads a name not yet set") from None
+        free = dict(zip(code.co_freevars, cells))
+        values = [free[n] if n in free else fn.__globals__.get(n, _EFFECTS)
+                  for n in (*code.co_names, *code.co_freevars)]
+        defaults = [*(fn.__defaults__ or ()), *sorted((fn.__kwdefaults__ or {}).items())]
+        if not all(type(v) in _PLAIN for v in (*values, *code.co_consts)) or not all(
+                type(v) in _PLAIN or (type(v) is tuple and type(v[1]) in _PLAIN)
+                for v in defaults):
+            raise Unkeyable(f"{fn.__qualname__} reads a value that is not of a plain type")
+        self.feed(["expression", code.co_code.hex(), code.co_exceptiontable.hex(),
+                   list(code.co_consts), list(code.co_varnames), code.co_flags,
+                   code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
+                   list(code.co_names), list(code.co_freevars), values, defaults])
 
 
 def where(obj, codes: set[str]) -> str:
@@ -88,53 +170,6 @@ def where(obj, codes: set[str]) -> str:
     return f"{module}:{name}"
 
 
-_PLAIN = (type(None), bool, int, float, str)
-_EFFECTS = ("STORE_", "DELETE_", "IMPORT_", "CALL", "ATTR", "METHOD", "YIELD", "MAKE_",
-            "SEND")
-
-
-def _feed_expression(h, fn, codes: set[str]) -> None:
-    """A notebook's own function keyed by its code, where it is an expression that can have
-    no effect: no call, no attribute, no store but to its locals, its free names plain
-    values (``lambda step, _: step == ABLATION_STEPS``)."""
-    code = fn.__code__
-    names = {**fn.__globals__, **dict(zip(code.co_freevars,
-                                          (c.cell_contents for c in fn.__closure__ or ())))}
-    for op in dis.get_instructions(fn):
-        if op.opname.startswith(_EFFECTS) and op.opname != "STORE_FAST":
-            raise Unkeyable(f"{fn.__qualname__} does {op.opname}")
-    free = [*code.co_names, *code.co_freevars]
-    values = [names.get(n, _EFFECTS) for n in free]
-    if not all(isinstance(v, _PLAIN) for v in
-               (*values, *code.co_consts, *(fn.__defaults__ or ()))):
-        raise Unkeyable(f"{fn.__qualname__} reads a name or a constant that is not plain")
-    _feed(h, ["expression", code.co_code.hex(), list(code.co_consts),
-              list(code.co_varnames), code.co_argcount, free, values,
-              list(fn.__defaults__ or ())], codes)
-
-
-def _feed_module(h, model: nn.Module, codes: set[str]) -> None:
-    """Every submodule's class, flags and plain attributes; every parameter (its gradient
-    too), every buffer."""
-    if any(getattr(nn.modules.module, f"_global{name}", None) for name in _HOOKS):
-        raise Unkeyable("a global module hook is registered")
-    for name, sub in model.named_modules():
-        if any(getattr(sub, hook) for hook in _HOOKS):
-            raise Unkeyable(f"module {name or 'the model'} has a hook")
-        h.update(f"module:{name}:{where(type(sub), codes)}:{sub.training}\0".encode())
-        for attr, value in sorted(vars(sub).items()):
-            if attr not in _NN_INTERNALS and attr != "training":
-                _feed(h, attr, codes)
-                _feed(h, value, codes)
-    for name, p in model.named_parameters():
-        _feed(h, name, codes)
-        _feed(h, p, codes)
-        _feed(h, p.grad, codes)
-    for name, b in model.named_buffers():
-        _feed(h, name, codes)
-        _feed(h, b, codes)
-
-
 def random_states() -> dict:
     """The global generators: torch's (bytes), Python's and NumPy's (as JSON can hold)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -144,24 +179,51 @@ def random_states() -> dict:
 
 def values_digest(values: list) -> str:
     """SHA-256 of ``values`` alone (to see whether a call changed one in place)."""
-    h = hashlib.sha256()
-    _feed(h, values, set())
-    return h.hexdigest()
+    hasher = _Hasher()
+    hasher.feed(values)
+    return hasher.h.hexdigest()
+
+
+def _settings() -> list:
+    """PyTorch's global settings a CPU run depends on, and the environment its kernels
+    read."""
+    if torch.get_num_threads() != 1:
+        raise Unkeyable(f"{torch.get_num_threads()} threads: train() may take fewer on a "
+                        "busy machine (utils.free_threads), which no key can know before")
+    if torch.cuda.is_available() or torch.backends.mps.is_available():
+        raise Unkeyable("a GPU is present: the cache keeps CPU runs only")
+    if optimizer._global_optimizer_pre_hooks or optimizer._global_optimizer_post_hooks:
+        raise Unkeyable("a global optimizer hook is registered")
+    return [str(torch.get_default_dtype()), torch.get_float32_matmul_precision(),
+            torch.is_grad_enabled(), torch.are_deterministic_algorithms_enabled(),
+            torch.is_autocast_enabled("cpu"), str(torch.get_autocast_dtype("cpu")),
+            torch.is_anomaly_enabled(), torch.is_inference_mode_enabled(),
+            sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES))]
+
+
+def _code(module: str) -> str:
+    """``source_digest(module)``, refused if a file it covers changed after ``STARTED``."""
+    for path in source_closure(module):
+        if path.stat().st_mtime >= STARTED:
+            raise Unkeyable(f"{path.relative_to(PACKAGE_DIR)} changed after this process "
+                            "started: the code it runs may not be the code on disk")
+    return source_digest(module)
 
 
 def run_key(fn: Callable, args: tuple, kwargs: dict) -> str:
-    """SHA-256 of everything a call ``fn(*args, **kwargs)`` depends on: its arguments, the
-    random generators' states, the code of ``fn``'s module and of each class and function it
-    is handed (with what they import), the library versions and the arithmetic. Raises
-    ``Unkeyable`` where an input cannot be keyed exactly."""
-    h, codes = hashlib.sha256(), set()
-    _feed(h, f"function:{where(fn, codes)}", codes)
-    _feed(h, list(args), codes)
-    _feed(h, dict(sorted(kwargs.items())), codes)
+    """SHA-256 of everything a call ``fn(*args, **kwargs)`` depends on (the module's
+    docstring). Raises ``Unkeyable`` where an input cannot be keyed exactly."""
+    if not inspect.isfunction(fn):
+        raise TypeError(f"run_key: fn={fn!r:.60} must be a function of the package, such "
+                        "as gpt_from_scratch.train.train")
+    hasher = _Hasher()
+    hasher.text("function", where(fn, hasher.codes))
+    hasher.feed(list(args))
+    hasher.feed(dict(sorted(kwargs.items())))
     states = random_states()
-    _feed(h, [states["torch"], repr(states["python"]), repr(states["numpy"])], codes)
-    _feed(h, [str(torch.get_default_dtype()), torch.get_float32_matmul_precision(),
-              torch.is_grad_enabled(), torch.are_deterministic_algorithms_enabled()], codes)
-    _feed(h, [[m, source_digest(m)] for m in sorted(codes)], codes)
-    _feed(h, json.dumps([versions(), arithmetic()], sort_keys=True), codes)
-    return h.hexdigest()
+    hasher.feed([states["torch"], repr(states["python"]), repr(states["numpy"])])
+    hasher.feed(_settings())
+    codes = sorted(hasher.codes | {"book.run_cache"})
+    hasher.feed([[m, _code(m)] for m in codes])
+    hasher.feed(json.dumps([versions(), arithmetic()], sort_keys=True))
+    return hasher.h.hexdigest()
