@@ -44,7 +44,8 @@ os.environ.setdefault("TQDM_MININTERVAL", "5")  # the kernels nbval starts inher
 # except in the chapters whose lessons time their own training: those train every time.
 ROOT = Path(gpt_from_scratch.__file__).resolve().parents[1]
 STARTUP = ROOT / "scripts" / "nbval_startup.py"
-TIMED = {"10_modern_llm.ipynb": "section 10.4 compares the step times of two models"}
+TIMED = {"10_modern_llm.ipynb": "section 10.4 compares the step times of two models",
+         "16_fast_inference.ipynb": "it says how long its draft model trained"}
 _STARTUP_BEFORE = os.environ.get("PYTHONSTARTUP")
 
 

@@ -50,12 +50,14 @@ def _model(seed=0):
 
 
 def _after(model, returned, out):
-    """Everything a call leaves: weights, gradients, flags, random states, value, stdout."""
+    """Everything a call leaves: weights, gradients, flags, random states, value, stdout,
+    plain attributes."""
     return ({k: v.clone() for k, v in model.state_dict().items()},
             {n: None if p.grad is None else p.grad.clone()
              for n, p in model.named_parameters()},
             [m.training for m in model.modules()], torch.get_rng_state(), random.getstate(),
-            repr(np.random.get_state()), returned, out)
+            repr(np.random.get_state()), returned, out,
+            [run_key.plain_attributes(m) for m in model.modules()])
 
 
 def _same(a, b):
@@ -66,6 +68,7 @@ def _same(a, b):
                for x, y in zip(a[1].values(), b[1].values()))
     assert a[2] == b[2] and torch.equal(a[3], b[3]) and a[4] == b[4]
     assert a[5] == b[5] and a[6] == b[6] and type(a[6]) is type(b[6]) and a[7] == b[7]
+    assert a[8] == b[8]  # train() leaves check_token_ids set on the model
 
 
 def _call(fn, capsys, seed=0, rng=7, **changes):
@@ -189,7 +192,9 @@ def test_the_same_inputs_give_the_same_key():
 
 @pytest.mark.parametrize("damage", ["truncated state", "edited result", "no flags",
                                     "no flags, summed again"])
-def test_a_damaged_entry_is_trained_again(damage, capsys, cache):
+def test_a_damaged_entry_is_trained_again(damage, capsys, cache, monkeypatch):
+    said = []
+    monkeypatch.setattr(run_cache, "_say", said.append)
     plain = _call(train, capsys)
     _call(run_cache.cached_run(train), capsys)
     (folder,) = (path.parent for path in _entries(cache))
@@ -201,17 +206,18 @@ def test_a_damaged_entry_is_trained_again(damage, capsys, cache):
         if damage == "edited result":
             meta["returned"]["fields"]["val_loss"][-1] += 1.0
         else:
-            del meta["flags"]
+            del meta["modules"]
         (folder / "run.json").write_text(json.dumps(meta))
         if damage.endswith("summed again"):  # whole by its sums, yet not what fits
             text = (folder / "run.json").read_bytes()
             (folder / "run.sha256").write_text(hashlib.sha256(text).hexdigest())
-    with pytest.warns(UserWarning, match="cannot be used"):
-        again = _call(run_cache.cached_run(train), capsys)
+    again = _call(run_cache.cached_run(train), capsys)
+    assert "cannot be used" in said[0] and not capsys.readouterr().err  # not in the cell
     _same(plain, again)
     _same(plain, _call(run_cache.cached_run(train), capsys))  # the new entry is whole
 
 
+@pytest.mark.filterwarnings("ignore:.*keep the cores busy")  # the two-thread call's
 def test_what_cannot_be_keyed_runs_uncached(capsys, cache, tmp_path):
     cached = run_cache.cached_run(train, side_effects=("out_dir",))
     model = _model()
@@ -236,8 +242,14 @@ def test_what_cannot_be_keyed_runs_uncached(capsys, cache, tmp_path):
     run_cache.cached_run(train_rung, only_from="__main__")(BigramModel(65), IDS, IDS, RUNG,
                                                            0, max_iters=3)
     assert not _entries(cache)  # not called by a notebook
-    cached_rung(BigramModel(65), IDS, IDS, RUNG, 0, max_iters=3)
+    notebook = {"__name__": "__main__", "rung": run_cache.cached_run(train_rung,
+                                                                   only_from="__main__"),
+                "BigramModel": BigramModel, "IDS": IDS, "RUNG": RUNG}
+    exec("def cell():\n    return rung(BigramModel(65), IDS, IDS, RUNG, 1, max_iters=3)\n"
+         "cell()", notebook)  # a function a cell defines, called from a cell
     assert len(_entries(cache)) == 1
+    cached_rung(BigramModel(65), IDS, IDS, RUNG, 0, max_iters=3)
+    assert len(_entries(cache)) == 2
 
 
 def test_a_package_file_changed_after_the_process_started_is_not_keyed(monkeypatch):
@@ -255,6 +267,37 @@ def test_a_call_that_changes_an_argument_in_place_is_not_kept(cache, monkeypatch
     monkeypatch.setattr(shuffle_in_place, "__qualname__", "shuffle_in_place")
     run_cache.cached_run(shuffle_in_place)(_model(), IDS.copy())
     assert not _entries(cache)
+
+
+def test_a_module_s_plain_attributes_are_put_back_and_a_new_submodule_is_not_kept(
+        cache, monkeypatch):
+    def retune(model, ids):
+        model.blocks[0].attn.resid_dropout.p = 0.5
+        return 0.0
+
+    def swap(model, ids):
+        model.blocks[0].attn.resid_dropout = torch.nn.Identity()
+        return 0.0
+
+    for fn in (retune, swap):
+        monkeypatch.setattr(fn, "__module__", "gpt_from_scratch.train")
+        monkeypatch.setattr(fn, "__qualname__", fn.__name__)
+    run_cache.cached_run(retune)(_model(), IDS)
+    model = _model()
+    run_cache.cached_run(retune)(model, IDS)  # a hit
+    assert model.blocks[0].attn.resid_dropout.p == 0.5 and len(_entries(cache)) == 1
+    run_cache.cached_run(swap)(_model(), IDS)  # a submodule replaced: no record can
+    assert len(_entries(cache)) == 1
+
+
+def test_the_chapters_that_time_their_training_are_named_in_the_docstring():
+    spec = importlib.util.spec_from_file_location(
+        "nbval_conftest", run_key.PACKAGE_DIR.parent / "notebooks" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    numbers = sorted(int(name[:2]) for name in conftest.TIMED)
+    said = " and ".join(map(str, numbers))
+    assert f"Chapters {said})" in " ".join(run_cache.__doc__.split())
 
 
 def test_odd_functions_are_refused():
@@ -300,6 +343,8 @@ def test_a_notebook_expression_is_keyed_by_its_code_and_the_values_it_reads():
     assert five != key(_notebook_function("f = lambda step, _: step >= STEPS", STEPS=5))
     keyword = "f = lambda step, _, *, at=AT: step == at"
     assert key(_notebook_function(keyword, AT=5)) != key(_notebook_function(keyword, AT=6))
+    with pytest.raises(run_key.Unkeyable, match="not of a plain type"):
+        key(_notebook_function("f = lambda step, _, seen=(): step in seen"))
 
 
 class _Loud(int):
@@ -315,11 +360,12 @@ class _Loud(int):
     "f = lambda step, _: step == LOUD",  # an int whose == has an effect
     "def f(step, model):\n    g = lambda: step\n    return g()",  # a function inside
     "def f(step, model):\n    seen[0] = step",  # a store
+    "f = lambda step, model: model.training",  # an attribute named like a plain global
 ])
 def test_a_notebook_function_that_could_have_an_effect_is_not_keyed(source):
     with pytest.raises(run_key.Unkeyable):
         run_key.values_digest([_notebook_function(source, seen=[], STEPS=[5],
-                                                  LOUD=_Loud(5))])
+                                                  LOUD=_Loud(5), training=True)])
 
 
 def test_the_chapters_calls_can_be_keyed():

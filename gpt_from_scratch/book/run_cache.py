@@ -47,7 +47,8 @@ from torch import nn
 from ..data import cache_dir
 from ..utils import sha256_file
 from .model_cache import Entry, trained_once
-from .run_key import PACKAGE, Unkeyable, random_states, run_key, values_digest
+from .run_key import (PACKAGE, Unkeyable, random_states, run_key, structure_digest,
+                      values_digest)
 from .run_record import (Tee, check_record, decode, encode, left_by, module_args, restore,
                          set_random_states)
 
@@ -69,7 +70,7 @@ def entry_of(fn: Callable, key: str) -> Entry:
 
 def _read(entry: Entry, key: str, modules: list[nn.Module]):
     """``(tensors, meta)`` of ``entry``, verified whole; None when there is none or it
-    cannot be used (said in a warning)."""
+    cannot be used (said on the process's own stderr, not in the notebook's cell)."""
     if not (entry.path / "run.json").is_file():
         return None
     try:
@@ -83,9 +84,9 @@ def _read(entry: Entry, key: str, modules: list[nn.Module]):
             raise ValueError("state.safetensors is not the file that was saved")
         tensors = load_file(entry.path / "state.safetensors")
         check_record(modules, tensors, meta)
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        warnings.warn(f"training {entry.name} again: its cached run {entry.path} cannot be "
-                      f"used ({err})", stacklevel=4)
+    except Exception as err:  # whatever is wrong with it, it is not used
+        _say(f"training {entry.name} again: its cached run {entry.path} cannot be used "
+             f"({type(err).__name__}: {err})")
         return None
     entry.path.with_name(entry.path.name + ".used").touch()
     return tensors, meta
@@ -93,8 +94,8 @@ def _read(entry: Entry, key: str, modules: list[nn.Module]):
 
 def _write(entry: Entry, tensors: dict, meta: dict) -> None:
     """Save into a new folder, then rename it into place (a crash leaves no half entry);
-    entries of the same function unread for ``UNUSED_DAYS`` go. A failure is a warning:
-    the training it would have kept is done."""
+    entries of the same function unread for ``UNUSED_DAYS`` go, and folders half written
+    by a process killed a day ago. A failure is said: the training it would keep is done."""
     partial = entry.path.with_name(entry.path.name + f".partial-{os.getpid()}")
     try:
         partial.mkdir(parents=True, exist_ok=True)
@@ -108,15 +109,23 @@ def _write(entry: Entry, tensors: dict, meta: dict) -> None:
         os.replace(partial, entry.path)
         entry.path.with_name(entry.path.name + ".used").touch()
     except OSError as err:
-        warnings.warn(f"{entry.name}: its run could not be kept in {entry.path} ({err})",
-                      stacklevel=4)
+        _say(f"{entry.name}: its run could not be kept in {entry.path} ({err})")
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    cutoff = time.time() - UNUSED_DAYS * 86400
+    now = time.time()
     for stamp in entry.path.parent.glob(f"{entry.name}-*.used"):
-        if stamp.stat().st_mtime < cutoff:
+        if stamp.stat().st_mtime < now - UNUSED_DAYS * 86400:
             shutil.rmtree(stamp.with_suffix(""), ignore_errors=True)
             stamp.unlink(missing_ok=True)
+    for left in entry.path.parent.glob(f"{entry.name}-*.partial-*"):
+        if left.stat().st_mtime < now - 86400:
+            shutil.rmtree(left, ignore_errors=True)
+
+
+def _say(text: str) -> None:
+    """The cache's own messages: on the process's stderr, never in a notebook's output
+    (where nbval would compare them)."""
+    print(f"run_cache: {text}", file=sys.__stderr__, flush=True)
 
 
 def _replay(caught: list) -> None:
@@ -163,14 +172,14 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
             found = _read(entry, key, modules)
             if found is not None:
                 tensors, meta = found
-                restore(modules, tensors, meta["flags"])
+                restore(modules, tensors, meta["modules"])
                 states = json.loads(meta["random"])
                 set_random_states(states | {"torch": tensors["random/torch"]})
                 _replay(meta["warnings"])
                 print(meta["stdout"], end="")
                 return decode(meta["returned"])
             others = [v for v in (*args, *kwargs.values()) if not isinstance(v, nn.Module)]
-            before = values_digest(others)
+            before = values_digest(others), structure_digest(modules)
             tee = Tee(sys.stdout)
             with contextlib.redirect_stdout(tee), warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
@@ -178,14 +187,15 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
             said = [[str(x.message), x.category.__name__, x.filename, x.lineno] for x in w]
             _replay([x.message, x.category.__name__, x.filename, x.lineno] for x in w)
             try:
-                if values_digest(others) != before:
-                    raise Unkeyable("it changed an argument in place")
+                if (values_digest(others), structure_digest(modules)) != before:
+                    raise Unkeyable("it changed an argument in place, or a module's "
+                                    "attributes or submodules")
                 if any(not hasattr(builtins, c) for _, c, _, _ in said):
                     raise Unkeyable("it warns with a category of its own")
                 meta = {"key": key, "returned": encode(returned)}
             except Unkeyable:
                 return returned
-            tensors, meta["flags"] = left_by(modules)
+            tensors, meta["modules"] = left_by(modules)
             states = random_states()
             tensors["random/torch"] = states.pop("torch")
             meta |= {"random": json.dumps(states), "stdout": tee.copy.getvalue(),

@@ -37,7 +37,7 @@ _NN_INTERNALS = set(vars(nn.Module()))  # _parameters, _buffers, the hooks' dict
 _HOOKS = [name for name in _NN_INTERNALS if "hook" in name]
 _PLAIN = (type(None), bool, int, float, str)
 _EFFECTS = ("STORE_", "DELETE_", "IMPORT_", "CALL", "ATTR", "METHOD", "YIELD", "MAKE_",
-            "SEND", "RAISE", "RERAISE", "PUSH_EXC", "SETUP_")
+            "SEND", "RAISE", "PUSH_EXC", "SETUP_", "SUPER")  # found anywhere in an opname
 
 
 class Unkeyable(Exception):
@@ -80,6 +80,10 @@ class _Hasher:
             for f in dataclasses.fields(value):
                 self.feed(f.name)
                 self.feed(getattr(value, f.name))
+        elif kind is list and value and all(type(v) is int for v in value) \
+                and -2**63 <= min(value) and max(value) < 2**63:  # token ids, at once
+            self.text("ints", len(value))
+            self.h.update(np.array(value, dtype=np.int64).tobytes())
         elif kind in (list, tuple, dict):
             items = value.items() if kind is dict else enumerate(value)
             self.text(kind.__name__, len(value))
@@ -109,6 +113,19 @@ class _Hasher:
                   memory, t.storage_offset(), t.requires_grad)
         self.h.update(t.detach().contiguous().flatten().view(torch.uint8).numpy().tobytes())
 
+    def structure(self, model: nn.Module, state: bool = True) -> None:
+        """Every submodule's name, class and attributes, all but its weights; without
+        ``state``, not its train/eval flag nor its attributes of plain types either (what
+        ``run_record`` writes down and puts back)."""
+        for name, sub in model.named_modules():
+            flag = sub.training if state else ""
+            self.text("submodule", name, where(type(sub), self.codes), flag)
+            for attr, value in sorted(vars(sub).items()):
+                if attr not in _NN_INTERNALS and attr != "training" and (
+                        state or type(value) not in _PLAIN):
+                    self.feed(attr)
+                    self.feed(value)
+
     def module(self, model: nn.Module) -> None:
         """Its number of first sight; every submodule's class, flag and attributes; every
         parameter (its gradient too) and buffer. Refused where a hook is registered."""
@@ -118,11 +135,7 @@ class _Hasher:
         for name, sub in model.named_modules():
             if any(getattr(sub, hook) for hook in _HOOKS):
                 raise Unkeyable(f"module {name or 'the model'} has a hook")
-            self.text("submodule", name, where(type(sub), self.codes), sub.training)
-            for attr, value in sorted(vars(sub).items()):
-                if attr not in _NN_INTERNALS and attr != "training":
-                    self.feed(attr)
-                    self.feed(value)
+        self.structure(model)
         for name, p in model.named_parameters(remove_duplicate=False):
             self.feed(name)
             self.tensor(p)
@@ -137,7 +150,7 @@ class _Hasher:
         and defaults values of plain types (``lambda step, _: step == ABLATION_STEPS``)."""
         code = fn.__code__
         for op in dis.get_instructions(fn):
-            if op.opname.startswith(_EFFECTS) and op.opname != "STORE_FAST":
+            if any(e in op.opname for e in _EFFECTS) and op.opname != "STORE_FAST":
                 raise Unkeyable(f"{fn.__qualname__} does {op.opname}")
         try:
             cells = [c.cell_contents for c in fn.__closure__ or ()]
@@ -146,15 +159,15 @@ class _Hasher:
         free = dict(zip(code.co_freevars, cells))
         values = [free[n] if n in free else fn.__globals__.get(n, _EFFECTS)
                   for n in (*code.co_names, *code.co_freevars)]
-        defaults = [*(fn.__defaults__ or ()), *sorted((fn.__kwdefaults__ or {}).items())]
-        if not all(type(v) in _PLAIN for v in (*values, *code.co_consts)) or not all(
-                type(v) in _PLAIN or (type(v) is tuple and type(v[1]) in _PLAIN)
-                for v in defaults):
+        keywords = sorted((fn.__kwdefaults__ or {}).items())
+        defaults = [*(fn.__defaults__ or ()), *(value for _, value in keywords)]
+        if not all(type(v) in _PLAIN for v in (*values, *code.co_consts, *defaults)):
             raise Unkeyable(f"{fn.__qualname__} reads a value that is not of a plain type")
         self.feed(["expression", code.co_code.hex(), code.co_exceptiontable.hex(),
                    list(code.co_consts), list(code.co_varnames), code.co_flags,
                    code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
-                   list(code.co_names), list(code.co_freevars), values, defaults])
+                   list(code.co_names), list(code.co_freevars), values, defaults,
+                   [name for name, _ in keywords]])
 
 
 def where(obj, codes: set[str]) -> str:
@@ -184,6 +197,22 @@ def values_digest(values: list) -> str:
     return hasher.h.hexdigest()
 
 
+def structure_digest(modules: list[nn.Module]) -> str:
+    """SHA-256 of what ``modules`` are besides their weights, flags and plain attributes:
+    their submodules' names, classes and other attributes (to see whether a call changed
+    one, which ``run_record`` could not put back)."""
+    hasher = _Hasher()
+    for model in modules:
+        hasher.structure(model, state=False)
+    return hasher.h.hexdigest()
+
+
+def plain_attributes(sub: nn.Module) -> dict:
+    """``sub``'s own attributes of plain types (``train`` sets ``check_token_ids``)."""
+    return {attr: value for attr, value in vars(sub).items()
+            if attr not in _NN_INTERNALS and attr != "training" and type(value) in _PLAIN}
+
+
 def _settings() -> list:
     """PyTorch's global settings a CPU run depends on, and the environment its kernels
     read."""
@@ -194,7 +223,13 @@ def _settings() -> list:
         raise Unkeyable("a GPU is present: the cache keeps CPU runs only")
     if optimizer._global_optimizer_pre_hooks or optimizer._global_optimizer_post_hooks:
         raise Unkeyable("a global optimizer hook is registered")
-    return [str(torch.get_default_dtype()), torch.get_float32_matmul_precision(),
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        raise Unkeyable("a process group: train() runs data-parallel under it")
+    try:
+        precision = torch.get_float32_matmul_precision()
+    except RuntimeError as err:  # per-backend precisions set apart
+        raise Unkeyable(f"float32 matmul precision: {err}") from None
+    return [str(torch.get_default_dtype()), precision,
             torch.is_grad_enabled(), torch.are_deterministic_algorithms_enabled(),
             torch.is_autocast_enabled("cpu"), str(torch.get_autocast_dtype("cpu")),
             torch.is_anomaly_enabled(), torch.is_inference_mode_enabled(),

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .run_key import PACKAGE, Unkeyable, where
+from .run_key import PACKAGE, Unkeyable, plain_attributes, where
 
 _PLAIN = (type(None), bool, int, float, str)
 
@@ -83,7 +83,7 @@ def left_by(modules: list[nn.Module]) -> tuple[dict, list]:
                 tensors[f"{i}/grad/{name}"] = p.grad.detach().clone()
         for name, b in model.named_buffers():
             tensors[f"{i}/buffer/{name}"] = b.detach().clone()
-        flags.append([sub.training for sub in model.modules()])
+        flags.append([[sub.training, plain_attributes(sub)] for sub in model.modules()])
     return tensors, flags
 
 
@@ -96,8 +96,18 @@ def check_record(modules: list[nn.Module], tensors: dict, meta: dict) -> None:
     for k, t in tensors.items():
         if "/grad/" in k and k.replace("/grad/", "/param/") not in kept:
             raise ValueError(f"a gradient {k} of no parameter")
-    flags = meta["flags"]
-    if [len(f) for f in flags] != [len(list(m.modules())) for m in modules]:
+    for i, model in enumerate(modules):
+        for kind, named in (("param", model.named_parameters()),
+                            ("buffer", model.named_buffers())):
+            for name, t in named:
+                kept_t = tensors[f"{i}/{kind}/{name}"]
+                grad = tensors.get(f"{i}/grad/{name}")
+                if any(x is not None and (x.shape, x.dtype) != (t.shape, t.dtype)
+                       for x in (kept_t, grad)):
+                    raise ValueError(f"{name}'s kept shape or dtype is not the module's")
+    flags = meta["modules"]
+    if [len(f) for f in flags] != [len(list(m.modules())) for m in modules] or not all(
+            type(flag) is bool and type(attrs) is dict for f in flags for flag, attrs in f):
         raise ValueError("its train/eval flags are not those of the modules passed")
     version, internal, gauss = json.loads(meta["random"])["python"]
     random.Random().setstate((version, tuple(internal), gauss))  # each state, tried aside
@@ -121,8 +131,10 @@ def restore(modules: list[nn.Module], tensors: dict, flags: list) -> None:
                 p.grad = None if grad is None else grad.clone()
             for name, b in model.named_buffers():
                 b.copy_(tensors[f"{i}/buffer/{name}"])
-        for sub, flag in zip(model.modules(), flags[i], strict=True):
+        for sub, (flag, attrs) in zip(model.modules(), flags[i], strict=True):
             sub.training = flag
+            for attr, value in attrs.items():
+                setattr(sub, attr, value)
 
 
 def set_random_states(states: dict) -> None:
@@ -148,3 +160,16 @@ class Tee(io.TextIOBase):
 
     def __getattr__(self, name):
         return getattr(self.out, name)
+
+    @property
+    def encoding(self):
+        return self.out.encoding
+
+    def isatty(self) -> bool:
+        return self.out.isatty()
+
+    def fileno(self) -> int:
+        return self.out.fileno()
+
+    def writable(self) -> bool:
+        return True
