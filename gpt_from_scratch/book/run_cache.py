@@ -46,7 +46,7 @@ from torch import nn
 
 from ..data import cache_dir
 from ..utils import sha256_file
-from .model_cache import Entry, trained_once
+from .model_cache import KEY_DIGITS, Entry, kept, trained_once
 from .run_key import (PACKAGE, Unkeyable, random_states, run_key, structure_digest,
                       values_digest)
 from .run_record import (Tee, check_record, decode, encode, left_by, module_args, restore,
@@ -59,12 +59,10 @@ TRAINERS = {"train:train": ("out_dir",), "book.ladder:train_rung": (),
 
 
 # ------------------------------------------------------------------ the cache
-UNUSED_DAYS = 30  # an entry no run has read for this long goes when its function saves one
-
-
 def entry_of(fn: Callable, key: str) -> Entry:
-    """The folder of a call's record: ``cache_dir() / "runs" / "<function>-<key[:32]>"``."""
-    folder = cache_dir() / "runs" / f"{fn.__name__}-{key[:32]}"
+    """The folder of a call's record: ``cache_dir() / "runs" / "<function>-<key[:16]>"``,
+    named as a model's entry is (its whole key is checked on reading)."""
+    folder = cache_dir() / "runs" / f"{fn.__name__}-{key[:KEY_DIGITS]}"
     return Entry(fn.__name__, {"key": key}, folder)
 
 
@@ -94,8 +92,9 @@ def _read(entry: Entry, key: str, modules: list[nn.Module]):
 
 def _write(entry: Entry, tensors: dict, meta: dict) -> None:
     """Save into a new folder, then rename it into place (a crash leaves no half entry);
-    entries of the same function unread for ``UNUSED_DAYS`` go, and folders half written
-    by a process killed a day ago. A failure is said: the training it would keep is done."""
+    entries of the same function unread for ``model_cache.UNUSED_DAYS`` go (``kept``), and
+    folders half written by a process killed a day ago. A failure is said: the training it
+    would keep is done."""
     partial = entry.path.with_name(entry.path.name + f".partial-{os.getpid()}")
     try:
         partial.mkdir(parents=True, exist_ok=True)
@@ -107,18 +106,13 @@ def _write(entry: Entry, tensors: dict, meta: dict) -> None:
         (partial / "run.sha256").write_text(hashlib.sha256(text).hexdigest())
         shutil.rmtree(entry.path, ignore_errors=True)  # a damaged one, refused by _read
         os.replace(partial, entry.path)
-        entry.path.with_name(entry.path.name + ".used").touch()
+        kept(entry, {})  # stamps it read now, removes the long unread ones
     except OSError as err:
         _say(f"{entry.name}: its run could not be kept in {entry.path} ({err})")
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    now = time.time()
-    for stamp in entry.path.parent.glob(f"{entry.name}-*.used"):
-        if stamp.stat().st_mtime < now - UNUSED_DAYS * 86400:
-            shutil.rmtree(stamp.with_suffix(""), ignore_errors=True)
-            stamp.unlink(missing_ok=True)
     for left in entry.path.parent.glob(f"{entry.name}-*.partial-*"):
-        if left.stat().st_mtime < now - 86400:
+        if left.stat().st_mtime < time.time() - 86400:
             shutil.rmtree(left, ignore_errors=True)
 
 
@@ -128,10 +122,10 @@ def _say(text: str) -> None:
     print(f"run_cache: {text}", file=sys.__stderr__, flush=True)
 
 
-def _replay(caught: list) -> None:
-    """Warn again each warning a call gave: ``[message, category, filename, lineno]``."""
+def _replay(caught) -> None:
+    """Warn again each warning a call gave: ``(message, category, filename, lineno)``."""
     for message, category, filename, lineno in caught:
-        warnings.warn_explicit(message, getattr(builtins, category), filename, lineno)
+        warnings.warn_explicit(message, category, filename, lineno)
 
 
 def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
@@ -173,9 +167,8 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
             if found is not None:
                 tensors, meta = found
                 restore(modules, tensors, meta["modules"])
-                states = json.loads(meta["random"])
-                set_random_states(states | {"torch": tensors["random/torch"]})
-                _replay(meta["warnings"])
+                set_random_states(meta["random"] | {"torch": tensors["random/torch"]})
+                _replay((m, getattr(builtins, c), f, n) for m, c, f, n in meta["warnings"])
                 print(meta["stdout"], end="")
                 return decode(meta["returned"])
             others = [v for v in (*args, *kwargs.values()) if not isinstance(v, nn.Module)]
@@ -185,7 +178,7 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
                 warnings.simplefilter("always")
                 returned = fn(*args, **kwargs)
             said = [[str(x.message), x.category.__name__, x.filename, x.lineno] for x in w]
-            _replay([x.message, x.category.__name__, x.filename, x.lineno] for x in w)
+            _replay((x.message, x.category, x.filename, x.lineno) for x in w)
             try:
                 if (values_digest(others), structure_digest(modules)) != before:
                     raise Unkeyable("it changed an argument in place, or a module's "
@@ -198,7 +191,7 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
             tensors, meta["modules"] = left_by(modules)
             states = random_states()
             tensors["random/torch"] = states.pop("torch")
-            meta |= {"random": json.dumps(states), "stdout": tee.copy.getvalue(),
+            meta |= {"random": states, "stdout": tee.copy.getvalue(),
                      "warnings": said}
             _write(entry, tensors, meta)
             return returned

@@ -120,9 +120,8 @@ class _Hasher:
         for name, sub in model.named_modules():
             flag = sub.training if state else ""
             self.text("submodule", name, where(type(sub), self.codes), flag)
-            for attr, value in sorted(vars(sub).items()):
-                if attr not in _NN_INTERNALS and attr != "training" and (
-                        state or type(value) not in _PLAIN):
+            for attr, value in _attributes(sub):
+                if state or type(value) not in _PLAIN:
                     self.feed(attr)
                     self.feed(value)
 
@@ -209,8 +208,13 @@ def structure_digest(modules: list[nn.Module]) -> str:
 
 def plain_attributes(sub: nn.Module) -> dict:
     """``sub``'s own attributes of plain types (``train`` sets ``check_token_ids``)."""
-    return {attr: value for attr, value in vars(sub).items()
-            if attr not in _NN_INTERNALS and attr != "training" and type(value) in _PLAIN}
+    return {attr: value for attr, value in _attributes(sub) if type(value) in _PLAIN}
+
+
+def _attributes(sub: nn.Module) -> list[tuple]:
+    """``sub``'s own attributes, by name: not ``nn.Module``'s machinery, not its flag."""
+    return sorted((attr, value) for attr, value in vars(sub).items()
+                  if attr not in _NN_INTERNALS and attr != "training")
 
 
 def _settings() -> list:

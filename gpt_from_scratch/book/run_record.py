@@ -10,7 +10,6 @@ import dataclasses
 import functools
 import importlib
 import io
-import json
 import random
 
 import numpy as np
@@ -109,9 +108,9 @@ def check_record(modules: list[nn.Module], tensors: dict, meta: dict) -> None:
     if [len(f) for f in flags] != [len(list(m.modules())) for m in modules] or not all(
             type(flag) is bool and type(attrs) is dict for f in flags for flag, attrs in f):
         raise ValueError("its train/eval flags are not those of the modules passed")
-    version, internal, gauss = json.loads(meta["random"])["python"]
+    version, internal, gauss = meta["random"]["python"]
     random.Random().setstate((version, tuple(internal), gauss))  # each state, tried aside
-    kind, keys, pos, has_gauss, gauss = json.loads(meta["random"])["numpy"]
+    kind, keys, pos, has_gauss, gauss = meta["random"]["numpy"]
     np.random.RandomState().set_state((kind, np.array(keys, dtype=np.uint32), pos,
                                        has_gauss, gauss))
     torch.Generator().set_state(tensors["random/torch"])
