@@ -22,7 +22,8 @@ The page's numbers are compared with PyTorch's, computed here on the same models
   refused.
 - Without WebAssembly (the global deleted before the page's scripts run, as in a browser
   whose policy turns it off: Chromium's --js-flags=--noexpose_wasm leaves it), the widget
-  is one sentence.
+  is one sentence; with JavaScript off (``Emulation.setScriptExecutionDisabled``), the
+  sentence the page holds until its script runs (book/_ext/live_model.py's ``NO_SCRIPT``).
 
 Budgets, measured and printed (not bars, except the page weight before Run, which
 scripts/browser_phone.py holds to its 4 MB bar for interactive pages): the page weight
@@ -429,6 +430,19 @@ def check_no_wasm(driver, url: str) -> list[str]:
     return []
 
 
+def check_no_script(driver, url: str) -> list[str]:
+    """With JavaScript off, the widget says so, in its place."""
+    driver.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": True})
+    try:
+        driver.get(url)
+        text = _root(driver).text
+    finally:
+        driver.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": False})
+    if "with JavaScript, which this browser has turned off" not in text:
+        return [f"with JavaScript off the live model shows {text[:80]!r}"]
+    return []
+
+
 def check_live(driver, base: str, page: str) -> tuple[list[str], list[str]]:
     """The live model of ``page``, loaded at the wide width with the cache on: its problems
     and its budget lines."""
@@ -452,7 +466,7 @@ def check_live(driver, base: str, page: str) -> tuple[list[str], list[str]]:
             problems = check_chat(driver)
     finally:
         driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": False})
-    problems += check_no_wasm(driver, url)
+    problems += check_no_wasm(driver, url) + check_no_script(driver, url)
     out = ROOT / "_build" / "live-budgets.json"
     saved = json.loads(out.read_text()) if out.exists() else {}
     out.write_text(json.dumps(saved | {page: budgets}, indent=1) + "\n")

@@ -94,13 +94,18 @@ def app_for(builder_format: str) -> SimpleNamespace:
 
 def test_the_pdf_prints_a_sentence_where_the_html_runs_the_model():
     latex, html = doctree_with_a_live_model(), doctree_with_a_live_model()
-    live_model._sentence_outside_html(app_for("latex"), latex, "notebooks/12_assistant")
-    live_model._sentence_outside_html(app_for("html"), html, "notebooks/12_assistant")
+    live_model._place(app_for("latex"), latex, "notebooks/12_assistant")
+    live_model._place(app_for("html"), html, "notebooks/12_assistant")
     url = "github.io/gpt-from-scratch/notebooks/12_assistant.html"
     assert [type(n).__name__ for n in latex.children] == ["paragraph", "paragraph", "raw"]
     assert latex.children[1].astext().startswith("(The live model runs in the HTML edition")
     assert url in latex.children[1].astext()
     assert [type(n).__name__ for n in html.children] == ["paragraph", "raw", "raw"]
+    # in HTML, the element holds a sentence for a reader whose browser runs no script
+    assert html.children[1].astext() == ('<div class="live-model" data-model="assistant" '
+                                         f'data-mode="chat">{live_model.NO_SCRIPT}</div>')
+    assert html.children[1]["format"] == "html"
+    assert html.children[2].astext() == "<b>other HTML</b>"
 
 
 def test_the_pdf_names_the_page_the_live_model_is_on():
@@ -108,7 +113,7 @@ def test_the_pdf_names_the_page_the_live_model_is_on():
     page = addnodes.start_of_file(docname="notebooks/07_generation")
     page.children = doctree_with_a_live_model().children  # as inline_all_toctrees does it
     book += page
-    live_model._sentence_outside_html(app_for("latex"), book, "book/intro")
+    live_model._place(app_for("latex"), book, "book/intro")
     assert "notebooks/07_generation.html" in page.children[1].astext()
 
 

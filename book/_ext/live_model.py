@@ -4,7 +4,9 @@ sentence in their place in the PDF.
 A chapter places a live model with an HTML element in a Markdown cell,
 ``<div class="live-model" data-model="shakespeare-char" data-mode="generate"></div>``. The
 HTML pages that hold one load live-model.js as a module (it imports ONNX Runtime Web only
-when the reader presses Run), the others nothing. The PDF drops raw HTML: there the element
+when the reader presses Run), the others nothing; inside the element, ``NO_SCRIPT`` says
+what it is until the script replaces it (a reader with JavaScript off, or whose browser
+cannot run the module, reads that sentence, not an empty box). The PDF drops raw HTML: there the element
 becomes the sentence ``SENTENCE`` with the page's address in the HTML edition, as the
 interactive figures print "(The interactive version of this figure is in the HTML
 edition.)". scripts/jupyter_notebooks.py writes the same sentence into the Jupyter and
@@ -24,6 +26,9 @@ from scripts.release import site_url  # noqa: E402  (the rendered book's address
 SCRIPT = "live-model.js"
 ELEMENT = re.compile(r'<div class="live-model"[^>]*>.*?</div>', re.DOTALL)
 SENTENCE = "(The live model runs in the HTML edition of this page: {url}.)"
+NO_SCRIPT = ('<p class="live-status live-error">A live model of this chapter runs here, in '
+             "your browser, with JavaScript, which this browser has turned off or could not "
+             "run. The chapter's outputs show what it computes.</p>")
 
 
 def sentence(docname: str) -> str:
@@ -54,10 +59,14 @@ def _pages(doctree, docname: str) -> dict:
     return found
 
 
-def _sentence_outside_html(app, doctree, docname):
-    if app.builder.format == "html":
-        return
+def _place(app, doctree, docname):
+    """In HTML, ``NO_SCRIPT`` inside each live model's element; elsewhere ``SENTENCE``."""
     for raw, page in _pages(doctree, docname).items():
+        if app.builder.format == "html":
+            html = ELEMENT.sub(lambda m: m[0].replace("</div>", NO_SCRIPT + "</div>"),
+                               raw.astext())
+            raw.replace_self(nodes.raw("", html, format="html"))
+            continue
         url = f"{site_url()}{page}.html"
         before, after = SENTENCE.split("{url}")
         # the address as a link whose text is itself: LaTeX's \sphinxurl breaks it at a
@@ -69,5 +78,5 @@ def _sentence_outside_html(app, doctree, docname):
 
 def setup(app):
     app.connect("html-page-context", _load_where_needed)
-    app.connect("doctree-resolved", _sentence_outside_html)
+    app.connect("doctree-resolved", _place)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
