@@ -86,17 +86,43 @@ def test_leviathans_formula_by_hand():
 
 
 def test_quantize_lesson_tells_int8_from_int4_and_from_truncation():
-    """The bar must sit between int8's cost and the slips' (review 4, M2: at 0.01 it
-    passed int4 in groups, +0.0085, and a truncating int8, +0.0013)."""
+    """Int8's cost under the bar, and the slips' at least SLIP_RATIO times int8's (review
+    4, M2: a bar of 0.01 passed int4 in groups, +0.0085, and a truncating int8, +0.0013);
+    a ratio, not a bar between them: two machines' models put truncation at +0.0013 and
+    +0.0004, the second on the old bar of 4e-4."""
     run = {"fp32": 2.0, "int8": 2.0001, "int4": 2.0085, "int8 truncated": 2.0013}
     held = prose.quantize_lesson(run)
-    assert held.holds and held.margin == pytest.approx(math.log10(0.0013 / 4e-4), rel=1e-3)
+    assert held.holds and held.margin == pytest.approx(math.log10(13 / 4), rel=1e-3)
     assert "+0.00010" in held.text and "+0.0085" in held.text and "+0.0013" in held.text
-    over = prose.quantize_lesson(run | {"int8": 2.0005})
+    assert "Truncating costs 13 times" in held.text
+    other_machine = {"fp32": 2.4417, "int8": 2.44172, "int4": 2.4508,
+                     "int8 truncated": 2.4421}  # the model trained on the second machine
+    assert prose.quantize_lesson(other_machine).holds
+    over = prose.quantize_lesson(run | {"int8": 2.0015, "int4": 2.1, "int8 truncated": 2.1})
     assert not over.holds and "Int8 costs more than the bar" in over.text
     slips_pass = prose.quantize_lesson(run | {"int8 truncated": 2.0003})
-    assert not slips_pass.holds and "no longer tells them from int8" in slips_pass.text
+    assert not slips_pass.holds and "rounding no longer tells itself" in slips_pass.text
     assert not prose.quantize_lesson(run | {"int4": 2.0002}).holds
+    assert not prose.quantize_lesson(run | {"int8 truncated": 1.99}).holds  # cheaper
+    free = prose.quantize_lesson(run | {"int8": 1.9999})  # int8 better than float32
+    assert free.holds and "costs nothing measurable" in free.text
+
+
+def test_draws_for_power_is_the_fewest_thousands_that_reach_the_goal():
+    p = torch.tensor([0.3, 0.3, 0.4], dtype=torch.float64)
+    near = torch.tensor([0.32, 0.3, 0.38], dtype=torch.float64)
+    far = torch.tensor([0.5, 0.2, 0.3], dtype=torch.float64)
+    alpha = prose.level(4)
+    n = prose.draws_for_power(p, [near, far], alpha)
+    assert n % 1_000 == 0 and n > 6_000
+    assert prose.chi_square_power(n, p, near, alpha) >= prose.POWER_GOAL
+    assert prose.chi_square_power(n - 1_000, p, near, alpha) < prose.POWER_GOAL
+    assert prose.draws_for_power(p, [far], alpha) == 6_000  # already enough at the least
+    assert prose.draws_for_power(p, [p + 1e-9], alpha, most=50_000) == 50_000  # none will
+    with pytest.raises(ValueError, match="wrong_laws is empty"):
+        prose.draws_for_power(p, [], alpha)
+    with pytest.raises(ValueError, match="least=500"):
+        prose.draws_for_power(p, [far], alpha, least=500)
 
 
 def test_paged_lesson_fails_on_one_token():

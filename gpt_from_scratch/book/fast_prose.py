@@ -6,7 +6,8 @@ tokens; sampled, its tokens pass Pearson's chi-square test against the target's 
 the power to catch the usual slips; the paged cache gives Chapter 7's tokens. Measured
 ones, as counts that no busy machine can flip: tiled attention's working memory beyond its
 output does not grow with T; the draft saves target forward passes; int8 weights cost
-less in bits per byte than a bar that int4 and an int8 that truncates both exceed. Seconds
+less in bits per byte than a bar, and a quarter or less of what int4 and an int8 that
+truncates cost. Seconds
 are reported, never judged. The chi-square helpers
 (p-value, quantile and power against a named wrong law) use ``torch.special`` only.
 """
@@ -23,9 +24,12 @@ F64_BAR = 1e-12  # tiled against SDPA in float64
 GROWTH_BAR = 2.0  # the tiled working set beyond its output, largest T over smallest
 ALPHA = 0.01  # the chance a right rule fails the sampled lesson, its tests together
 POWER_BAR = 0.99  # the least power the test must have against each slip
+POWER_GOAL = 0.999  # the power the chapter draws enough for (draws_for_power)
 TOKENS_BAR = 1.5  # tokens per target forward at the best γ (plain decoding: 1)
-INT8_BAR = 4e-4  # bits per byte int8 may add to float32's; int4 and a truncating int8
-# must add more: the bar sits at about the geometric mean of int8's and truncation's
+INT8_BAR = 1e-3  # bits per byte int8 may add to float32's: a thousandth of a bit a byte
+SLIP_RATIO = 4.0  # truncating's and int4's cost over int8's, at the least: truncation's
+# error, uniform over a whole step toward zero, has four times rounding's mean square
+# (s^2/3 against s^2/12), and a small change costs about its square
 FLOOR = 1e-18  # a difference of exactly zero, read as this to take its logarithm
 
 
@@ -73,6 +77,33 @@ def chi_square_power(n: int, p: torch.Tensor, wrong: torch.Tensor, alpha: float)
     central = torch.special.gammainc(df / 2 + j, _f64(x / 2))  # P(df/2 + j, x/2)
     miss = (log_weights.exp() * central).sum()
     return 1 - miss.item()
+
+
+def draws_for_power(p: torch.Tensor, wrong_laws: list[torch.Tensor], alpha: float,
+                    least: int = 6_000, most: int = 400_000) -> int:
+    """The fewest draws, a multiple of 1,000 and at least ``least``, at which Pearson's test
+    at level ``alpha`` rejects each of ``wrong_laws`` with probability ``POWER_GOAL``
+    (``chi_square_power``, which grows with the draws); ``most`` where none up to it does,
+    and the lesson then says that the power is short (Chapter 16)."""
+    if not wrong_laws:
+        raise ValueError("draws_for_power: wrong_laws is empty: pass the slips' laws, each "
+                         "a tensor over p's support")
+    if not 1_000 <= least <= most:
+        raise ValueError(f"draws_for_power: least={least}, most={most}: need 1,000 <= "
+                         "least <= most")
+
+    def enough(n: int) -> bool:
+        return all(chi_square_power(n, p, w, alpha) >= POWER_GOAL for w in wrong_laws)
+
+    low, high = None, least
+    while not enough(high):
+        if high >= most:
+            return most
+        low, high = high, min(2 * high, most)
+    while low is not None and high - low > 1_000:  # enough(high), not enough(low)
+        mid = (low + high) // 2_000 * 1_000
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high
 
 
 def _decades(bar: float, value: float) -> float:
@@ -207,28 +238,43 @@ def tokens_lesson(rows: dict[int, tuple[float, float]]) -> Lesson:
 def quantize_lesson(bpb: dict[str, float]) -> Lesson:
     """``bpb``: name -> bits per byte on the validation text, for "fp32", "int8", "int4"
     (in groups) and "int8 truncated" (int8 with round replaced by trunc: Exercise 3's slip).
-    The margin, in decades: int8's cost below INT8_BAR, and the bar below the others'."""
+    The margin, in decades: int8's cost below ``INT8_BAR``, and each slip's cost above
+    ``SLIP_RATIO`` times int8's (a ratio, which a model trained in another arithmetic
+    keeps where an absolute bar between them does not: truncating cost +0.0013 and
+    +0.0004 on two machines' models, int8 +0.00009 and +0.00002)."""
     cost = {name: bpb[name] - bpb["fp32"] for name in ("int8", "int4", "int8 truncated")}
+    slips = ("int8 truncated", "int4")
+    int8 = max(cost["int8"], FLOOR)
     decades = {"int8": _decades(INT8_BAR, cost["int8"])} | {
-        name: -_decades(INT8_BAR, cost[name]) for name in ("int4", "int8 truncated")}
+        name: math.log10(max(cost[name], FLOOR) / (SLIP_RATIO * int8)) for name in slips}
     said = (f"On the validation text the float32 model scores {bpb['fp32']:.4f} bits per "
             f"byte; int8 adds {cost['int8']:+.5f}, int4 in groups {cost['int4']:+.4f} and "
-            f"an int8 that truncates instead of rounding {cost['int8 truncated']:+.4f}. "
-            f"The bar, {INT8_BAR:g} bits per byte, is {decades['int8']:.2f} decades above "
-            f"int8's cost and {decades['int8 truncated']:.2f} and {decades['int4']:.2f} "
-            "decades below the truncating int8's and int4's: it tells the three apart. ")
+            f"an int8 that truncates instead of rounding {cost['int8 truncated']:+.4f}. ")
+    if cost["int8"] > 0:
+        times = {name: cost[name] / int8 for name in slips}
+        said += (f"Int8's cost is {decades['int8']:.2f} decades under the bar of "
+                 f"{INT8_BAR:g} bits per byte. Truncating costs "
+                 f"{times['int8 truncated']:.0f} times what rounding costs, int4 "
+                 f"{times['int4']:.0f} times: {decades['int8 truncated']:.2f} and "
+                 f"{decades['int4']:.2f} decades above the {SLIP_RATIO:g} times that "
+                 "truncation's larger error alone predicts. ")
+    else:
+        said += ("Int8 costs nothing measurable here, so truncating's and int4's costs are "
+                 "any multiple of it. ")
     why = ("Rounding to int8 moves each weight by at most half a step, max|row| / 254; "
-           "truncating, by up to a whole step, max|row| / 127, always toward zero; int4 "
-           "by up to max|group| / 14.")
+           "truncating, by up to a whole step, max|row| / 127, always toward zero: an "
+           "error whose mean square is four times rounding's, and a small change of the "
+           "weights costs about its square; int4 moves a weight by up to max|group| / 14.")
     fails = []
     if decades["int8"] <= 0:
         fails.append("Int8 costs more than the bar: for some layer a step of "
                      "max|row| / 127 is too coarse; give it a scale per group of the row "
                      "(group_size), or leave it in float32. ")
-    if min(decades["int4"], decades["int8 truncated"]) <= 0:
-        fails.append("Int4 or the truncating int8 costs less than the bar: the bar no "
-                     "longer tells them from int8, and passing it shows little. ")
-    return lesson("int8 weights cost less than a bar that int4 and truncation exceed",
+    if min(decades[name] for name in slips) <= 0:
+        fails.append(f"Int4 or the truncating int8 costs less than {SLIP_RATIO:g} times "
+                     "int8's: rounding no longer tells itself from the slips, and passing "
+                     "the bar shows little. ")
+    return lesson("int8 costs under its bar and a quarter of what truncation and int4 cost",
                   min(decades.values()), "decades", said + why,
                   said + "".join(fails) + why)
 

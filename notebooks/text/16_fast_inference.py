@@ -412,19 +412,22 @@ display(Markdown(prose.speedup_text(c_draft, verify, counts, seconds,
 # sampled run is checked by its distribution. At the position after `"ROMEO:\n"`, the
 # target's distribution $p$ and the draft's $q$, each restricted to its 5 likeliest
 # characters (`top_k=5`, which the rule allows: both models sample from what they are
-# given), on 6,000 draws of one round with $\gamma = 1$: the draft draws $x_1$ from $q$,
+# given). One round with $\gamma = 1$, drawn `DRAWS` times: the draft draws $x_1$ from $q$,
 # `accept_or_resample` keeps it or draws from the residual. Pearson's chi-square test
-# compares the counts of the round's first token with $6{,}000\,p$. Beside it, the slip of
-# Exercise 2, drawing from $q$ instead of the residual after a rejection, run the same way;
-# and the test's *power* against that slip and against drawing from $p$: the chance it
-# rejects the slip's law at the level each of this section's four tests is judged at (0.01 /
-# 4, so that a right rule fails one of them about one time in a hundred, at most, as far as
-# Pearson's approximation holds), from the non-central chi-square law with $\lambda = N
-# \sum_y (w(y) - p(y))^2 / p(y)$ for the slip's law $w$. That law is an approximation for
-# laws near $p$, so a power near 1 is stated as "> 0.999".
+# compares the counts of the round's first token with `DRAWS` $\times\, p$. Beside it, the
+# slip of Exercise 2, drawing from $q$ instead of the residual after a rejection, run the
+# same way. How many draws: enough that the test rejects that slip, and drawing from $p$
+# after a rejection, with probability 0.999 (its *power*) at the level each of this
+# section's four tests is judged at (0.01 / 4, so that a right rule fails one of them
+# about one time in a hundred, at most, as far as Pearson's approximation holds). The
+# power comes from the non-central chi-square law with
+# $\lambda = N \sum_y (w(y) - p(y))^2 / p(y)$ for the slip's law $w$, before anything is
+# drawn: the nearer the draft's $q$ is to $p$, the nearer the slips' laws are to $p$, and
+# the more draws it takes (`draws_for_power`, at least 6,000). That law is an
+# approximation for laws near $p$, so a power near 1 is stated as "> 0.999".
 
 # %%
-DRAWS = 6_000
+TESTS = 4  # the step's first token, then tokens 1 to 3 end to end
 context = prompts[0]
 
 
@@ -438,6 +441,13 @@ p_row = target_law(context[0].tolist())  # (V,)
 with torch.no_grad():
     q_row = sampling_probabilities(draft(context)[0][0, -1:], top_k=5)[0]  # (V,)
 p, q = torch.stack([p_row, p_row]), q_row[None]  # γ = 1: p_1, p_2 and q_1
+support = (p_row > 0).nonzero()[:, 0]  # the target's 5 characters
+kept = q_row * torch.where(q_row > 0, p_row / q_row, 0.0).clamp(max=1.0)  # (V,)
+slip_laws = {slip: kept + (1 - kept.sum()) * law  # the first token's law under the slip
+             for slip, law in (("from q", q_row), ("from p", p_row))}
+DRAWS = prose.draws_for_power(p_row[support], [w[support] for w in slip_laws.values()],
+                              prose.level(TESTS))
+print(f"draws: {DRAWS:,}")
 
 
 def resample_from_q(p, q, drafts, generator):
@@ -463,7 +473,6 @@ for _ in range(DRAWS):
     tokens, _ = speculative.accept_or_resample(p, q, x, g)
     firsts["accept_or_resample"].append(int(tokens[0]))
     firsts["resample from q"].append(int(resample_from_q(p, q, x, g)[0][0]))
-support = (p_row > 0).nonzero()[:, 0]  # the target's 5 characters
 print("characters:", [tok.decode([int(i)]) for i in support])
 print("p:", [round(v, 3) for v in p_row[support].tolist()])
 chi = {}
@@ -495,7 +504,7 @@ bonus_runs = sum(stats.accepted == 2 for _, stats in e2e)
 tests = {"the step's first token": (chi["accept_or_resample"][0][2], DRAWS,
                                     chi["accept_or_resample"][1])}
 prefix = []
-for j in range(3):
+for j in range(TESTS - 1):
     runs_j = [out for out in outputs if out[:j] == prefix]
     law = target_law(context[0].tolist() + prefix)
     (stat, df, p_value), outside = chi_square_of([out[j] for out in runs_j], law)
@@ -506,12 +515,10 @@ for j in range(3):
           f"{len(runs_j) * law[law > 0].min().item():.0f}")
     prefix = prefix + [int(torch.bincount(torch.tensor([o[j] for o in runs_j])).argmax())]
 print(f"runs whose first round kept both guesses (token 3 from the bonus): {bonus_runs:,}")
-kept = q_row * torch.where(q_row > 0, p_row / q_row, 0.0).clamp(max=1.0)
 power = {}
-for slip, law in (("from q", q_row), ("from p", p_row)):  # the step's slips, its first test
-    slip_law = kept + (1 - kept.sum()) * law  # the first token's law under the slip
+for slip, law in slip_laws.items():  # the step's slips, its first test
     power[f"{slip} after a rejection"] = prose.chi_square_power(
-        DRAWS, p_row[support], slip_law[support], prose.level(len(tests)))
+        DRAWS, p_row[support], law[support], prose.level(len(tests)))
     print(f"power against drawing {slip} after a rejection, at level "
           f"{prose.level(len(tests))}: "
           f"{prose.power_text(power[f'{slip} after a rejection'])}")
@@ -842,8 +849,8 @@ display(Markdown(f"This chapter ran in {time.perf_counter() - chapter_start:.0f}
 #   and on the cost of checking $\gamma + 1$ tokens, both measured in section 16.2: on a
 #   CPU a small model's pass is largely fixed cost, so the draft is not cheap.
 # - Absmax quantization stores a weight as an integer and a scale per row or group: int8
-#   adds less to the model's bits per byte than a bar that int4 in groups of 32 and an
-#   int8 that truncates instead of rounding both exceed.
+#   adds less than a thousandth of a bit per byte to the model's, and a quarter or less of
+#   what int4 in groups of 32 and an int8 that truncates instead of rounding add.
 # - A paged cache hands out fixed-size blocks through a block table: the same tokens as a
 #   contiguous cache, and at most one block's tail wasted per sequence.
 
