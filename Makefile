@@ -103,13 +103,19 @@ XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
 THREADS ?= 1
 SIDE_BY_SIDE := OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=$(THREADS)
 
-# The unit tests and the book's models side by side, then the chapters. The models are trained once
-# per machine: each is kept in the user's cache, keyed by its recipe, the code that trains it, the
-# library versions and the arithmetic (gpt_from_scratch/book/model_cache.py), so a second run, a
-# second clone or CI on the same machine reads them. GPT_FROM_SCRATCH_CACHE=$$(mktemp -d) make test
-# trains every model anew, as a new machine does.
+# The unit tests beside the book's models and then the chapters, which load them. The models are
+# trained once per machine: each is kept in the user's cache, keyed by its recipe, the code that
+# trains it, the library versions and the arithmetic (gpt_from_scratch/book/model_cache.py), so a
+# second run, a second clone or CI on the same machine reads them, and the chapters start beside
+# the unit tests (four processes on two cores fill the gaps each leaves: kernels starting, a
+# chapter's last cells alone). GPT_FROM_SCRATCH_CACHE=$$(mktemp -d) make test trains every model
+# anew, as a new machine does. -Oline keeps each line of the two outputs whole.
 test: $(STAMP)
-	$(MAKE) --no-print-directory -j2 test-unit book-models
+	$(MAKE) --no-print-directory -j2 -Oline test-unit models-then-notebooks
+
+.PHONY: models-then-notebooks
+models-then-notebooks: $(STAMP)
+	$(MAKE) --no-print-directory book-models
 	$(MAKE) --no-print-directory test-notebooks
 
 # One OpenMP thread per process, one test file to a worker (its fixtures are built once): the DDP

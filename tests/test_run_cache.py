@@ -307,10 +307,10 @@ def test_odd_functions_are_refused():
         run_cache.cached_run(train, side_effects=("outdir",))
 
 
-def test_install_wraps_the_trainers_once_and_can_be_turned_off(monkeypatch):
+def test_install_wraps_the_runs_once_and_can_be_turned_off(monkeypatch):
     import gpt_from_scratch.train as module
 
-    for where in run_cache.TRAINERS:  # each put back after the test
+    for where in (*run_cache.TRAINERS, *run_cache.SCORERS):  # each put back after
         module_name, _, name = where.partition(":")
         module_of = importlib.import_module(f"gpt_from_scratch.{module_name}")
         monkeypatch.setattr(module_of, name, getattr(module_of, name))
@@ -381,3 +381,79 @@ def test_the_chapters_calls_can_be_keyed():
     run_key.run_key(train_dpo, (chat, copy.deepcopy(chat), [], 0, 2), {})
     stop = _notebook_function("f = lambda step, _: step == STEPS", STEPS=5)
     run_key.values_digest([stop])
+
+
+def test_a_package_object_is_keyed_by_its_class_and_its_state():
+    """A tokenizer (an object of the package, not a dataclass) keys by its class and every
+    attribute; an object of another module is refused."""
+    from gpt_from_scratch.chat import ChatTokenizer
+    from gpt_from_scratch.tokenizer import CharTokenizer
+
+    def key(value):
+        return run_key.values_digest([value])
+
+    abc = CharTokenizer("abc")
+    assert key(abc) == key(CharTokenizer("cba"))  # the same vocabulary
+    assert key(abc) != key(CharTokenizer("abd"))
+    assert key(ChatTokenizer(abc, 3)) != key(ChatTokenizer(CharTokenizer("abd"), 3))
+    abc.stoi["a"] = 2  # a state the constructor would not make
+    assert key(abc) != key(CharTokenizer("abc"))
+
+    class Foreign:
+        pass
+
+    with pytest.raises(run_key.Unkeyable, match=r"of type .*\.Foreign"):
+        key(Foreign())
+
+
+def test_a_scoring_run_is_served_as_the_call_returns_it(capsys, cache):
+    """Chapter 14's sampled scores (a dict with NaN) and answers (tuples), Chapter 12's
+    greedy evaluation (its Items): the same value and types from the cache as from the
+    call, the model untouched; keyed without the global generators, which a hit leaves as
+    they are; a different seed is another run."""
+    from gpt_from_scratch.book.assistant import Item, evaluate
+    from gpt_from_scratch.book.verifier import sampled_scores
+    from gpt_from_scratch.book.verifier_control import sampled_answers
+    from gpt_from_scratch.chat import ChatTokenizer
+    from gpt_from_scratch.tokenizer import CharTokenizer
+
+    chars = CharTokenizer("".join(chr(c) for c in range(32, 127)) + "\n")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=chars.vocab_size + 4, context_length=64, d_model=16,
+                          n_layers=1, n_heads=2, dropout=0.0)).eval()
+    model.check_token_ids = True  # as sampling leaves it (utils.skip_token_id_checks)
+    tok = ChatTokenizer(chars, chars.vocab_size)
+    items = [Item("Last word", "Is it not so, my lord?"), Item("Repeat", "Peace, ho!")]
+    calls = [(sampled_scores, (model, tok, items, 4, 2), {"seed": 1}),
+             (sampled_answers, (model, tok, items, 3), {"seed": 2}),
+             (evaluate, (model, tok, items), {})]
+    for fn, args, kwargs in calls:
+        weights = copy.deepcopy(model.state_dict())
+        results = []
+        for seed in (5, 6):  # a new wrapper: a new process, its generators elsewhere
+            torch.manual_seed(seed)
+            returned = run_cache.cached_run(fn, only_from=__name__,
+                                            global_random=False)(*args, **kwargs)
+            assert torch.equal(torch.get_rng_state(), torch.manual_seed(seed).get_state())
+            results.append(json.dumps(returned, default=repr))
+        assert results[0] == results[1]
+        assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+    assert len(_entries(cache)) == 3
+    run_cache.cached_run(sampled_scores, only_from=__name__,
+                         global_random=False)(model, tok, items, 4, 2, seed=2)
+    assert len(_entries(cache)) == 4
+
+
+def _drawing_score(model, ids):
+    """A scorer that draws from the global generator (dropout in training mode would)."""
+    with torch.no_grad():
+        return float(model(torch.as_tensor(ids[None, :8].astype("int64")))[0].sum()
+                     + torch.rand(()))
+
+
+def test_a_scoring_call_that_draws_from_a_global_generator_is_not_kept(cache, monkeypatch):
+    monkeypatch.setattr(_drawing_score, "__module__", "gpt_from_scratch.book.assistant")
+    model = _model()
+    first = run_cache.cached_run(_drawing_score, global_random=False)(model, IDS)
+    second = run_cache.cached_run(_drawing_score, global_random=False)(model, IDS)
+    assert first != second and _entries(cache) == []

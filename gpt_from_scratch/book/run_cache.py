@@ -1,14 +1,15 @@
-"""Chapters 6 and 12 — the chapters' own training runs, kept once per machine for the tests.
+"""Chapters 6, 12 and 14 — the chapters' own runs, kept once per machine for the tests.
 
 ``make test`` runs every chapter under nbval, and Chapters 6 and 12 train a few dozen small
-models in their own cells (the ladder, the learning rates, overfitting, the ablations, DPO):
-about 400 of nbval's 1,060 CPU-seconds. A training call is a pure function of its inputs,
-as a book model is (``model_cache``): ``run_key`` names them. ``cached_run(fn)`` wraps a
-training function so that a call whose every input can be keyed is trained once and then
-read from the cache; a hit leaves exactly what the call left: its return value, each module
-argument's weights, gradients, buffers and train/eval flags, the random generators' states
-after it, what it printed on stdout and the warnings it gave (tests/test_run_cache.py
-compares each, bit for bit).
+models in their own cells (the ladder, the learning rates, overfitting, the ablations, DPO)
+and Chapter 14 samples thousands of answers to score its models: most of nbval's
+CPU-seconds. Such a call
+is a pure function of its inputs, as a book model is (``model_cache``): ``run_key`` names
+them. ``cached_run(fn)`` wraps a function of ``TRAINERS`` or ``SCORERS`` so that a call whose every input can
+be keyed runs once and is then read from the cache; a hit leaves exactly what the call
+left: its return value, each module argument's weights, gradients, buffers and train/eval
+flags, the random generators' states after it, what it printed on stdout and the warnings
+it gave (tests/test_run_cache.py compares each, bit for bit).
 
 A call that cannot be keyed runs as written, uncached (``run_key.Unkeyable``: a function
 with effects, an object of an unknown type, a notebook's own class, a module or a tensor
@@ -18,7 +19,8 @@ call: it is not kept), and a call whose key this process has read once already: 
 that trains twice to show that the runs agree trains the second time. A damaged entry is
 refused whole, with a warning, before anything is restored, and trained again.
 
-Only the test suite uses it: ``install`` swaps the functions of ``TRAINERS`` for wrapped
+Only the test suite uses it: ``install`` swaps the functions of ``TRAINERS`` and
+``SCORERS`` for wrapped
 ones that serve calls made by a notebook, in the kernels nbval starts
 (``notebooks/conftest.py`` names ``scripts/nbval_startup.py`` in ``PYTHONSTARTUP``), except
 for the chapters that time their training (Chapters 10 and 16). A reader's notebook trains
@@ -53,9 +55,17 @@ from .run_record import (Tee, check_record, decode, encode, left_by, module_args
                          set_random_states)
 
 ENV_VAR = "GPT_FROM_SCRATCH_RUN_CACHE"  # "0": off
-# The training functions the chapters call, and their arguments with effects outside a call.
+# The training functions the chapters call (Chapters 6 and 12), and their arguments with
+# effects outside a call.
 TRAINERS = {"train:train": ("out_dir",), "book.ladder:train_rung": (),
             "sft:train_sft": (), "dpo:train_dpo": ()}
+# Chapter 14's scoring, which samples thousands of answers or runs many forward passes, each
+# from a generator of its own (a seed argument) or none: keyed without the global
+# generators' states, which a chapter need not have seeded (torch, NumPy and Python seed
+# theirs anew in every process); a call that moved one is not kept.
+SCORERS = {"book.assistant:evaluate": (), "book.verifier:sampled_scores": (),
+           "book.verifier:answer_logprob": (), "book.verifier_control:sampled_answers": (),
+           "book.verifier_control:next_token_kl": ()}
 
 
 # ------------------------------------------------------------------ the cache
@@ -129,12 +139,14 @@ def _replay(caught) -> None:
 
 
 def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
-               only_from: str | None = None) -> Callable:
-    """``fn`` (a training function of the package), whose calls are read from the cache
-    where they can be keyed exactly (``run_key``) and trained once otherwise. A call with an
-    argument of ``side_effects`` set (not None), or made from a module other than
+               only_from: str | None = None, global_random: bool = True) -> Callable:
+    """``fn`` (a training or scoring function of the package), whose calls are read from
+    the cache where they can be keyed exactly (``run_key``) and run once otherwise. A call
+    with an argument of ``side_effects`` set (not None), or made from a module other than
     ``only_from`` (where given), runs uncached, and so does a call whose key this process
-    has read before (a chapter that trains twice to compare trains the second time)."""
+    has read before (a chapter that trains twice to compare trains the second time).
+    Without ``global_random`` (``SCORERS``), the global generators' states are not in the
+    key and a hit leaves them as they are; a call that moved one is not kept."""
     if not inspect.isfunction(fn):
         raise TypeError(f"cached_run: fn={fn!r:.60} must be a function of the package, "
                         "such as gpt_from_scratch.train.train")
@@ -154,7 +166,7 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
                 raise Unkeyable(f"one of {side_effects} is set")
             if only_from is not None and caller != only_from:
                 raise Unkeyable(f"called from {caller}, not {only_from}")
-            key = run_key(fn, args, kwargs)
+            key = run_key(fn, args, kwargs, global_random)
             if key in served:
                 raise Unkeyable("this process has read it once: a repeat trains")
         except Unkeyable:
@@ -167,12 +179,14 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
             if found is not None:
                 tensors, meta = found
                 restore(modules, tensors, meta["modules"])
-                set_random_states(meta["random"] | {"torch": tensors["random/torch"]})
+                if global_random:
+                    set_random_states(meta["random"] | {"torch": tensors["random/torch"]})
                 _replay((m, getattr(builtins, c), f, n) for m, c, f, n in meta["warnings"])
                 print(meta["stdout"], end="")
                 return decode(meta["returned"])
             others = [v for v in (*args, *kwargs.values()) if not isinstance(v, nn.Module)]
-            before = values_digest(others), structure_digest(modules)
+            before = values_digest(others), structure_digest(modules), \
+                values_digest(list(random_states().values()))
             tee = Tee(sys.stdout)
             with contextlib.redirect_stdout(tee), warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
@@ -180,9 +194,12 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
             said = [[str(x.message), x.category.__name__, x.filename, x.lineno] for x in w]
             _replay((x.message, x.category, x.filename, x.lineno) for x in w)
             try:
-                if (values_digest(others), structure_digest(modules)) != before:
+                after = random_states().values()
+                if (values_digest(others), structure_digest(modules)) != before[:2]:
                     raise Unkeyable("it changed an argument in place, or a module's "
                                     "attributes or submodules")
+                if not global_random and values_digest(list(after)) != before[2]:
+                    raise Unkeyable("it drew from a global generator")
                 if any(not hasattr(builtins, c) for _, c, _, _ in said):
                     raise Unkeyable("it warns with a category of its own")
                 meta = {"key": key, "returned": encode(returned)}
@@ -201,14 +218,16 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
 
 
 def install() -> None:
-    """Swap each function of ``TRAINERS`` in its module for ``cached_run``'s, for calls
+    """Swap each function of ``TRAINERS`` and ``SCORERS`` in its module for ``cached_run``'s, for calls
     made by a notebook (``__main__``): the test suite's kernels.
     ``GPT_FROM_SCRATCH_RUN_CACHE=0``: nothing."""
     if os.environ.get(ENV_VAR, "1") == "0":
         return
-    for where_, side_effects in TRAINERS.items():
-        module_name, _, name = where_.partition(":")
-        module = importlib.import_module(f"{PACKAGE}.{module_name}")
-        fn = getattr(module, name)
-        if not getattr(fn, "run_cached", False):
-            setattr(module, name, cached_run(fn, side_effects, only_from="__main__"))
+    for runs, global_random in ((TRAINERS, True), (SCORERS, False)):
+        for where_, side_effects in runs.items():
+            module_name, _, name = where_.partition(":")
+            module = importlib.import_module(f"{PACKAGE}.{module_name}")
+            fn = getattr(module, name)
+            if not getattr(fn, "run_cached", False):
+                setattr(module, name, cached_run(fn, side_effects, only_from="__main__",
+                                                 global_random=global_random))

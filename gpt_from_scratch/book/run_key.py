@@ -1,9 +1,10 @@
-"""Chapters 6 and 12 — the key of a training call: everything it depends on, or a refusal.
+"""Chapters 6, 12 and 14 — the key of a run: everything it depends on, or a refusal.
 
 ``run_key(fn, args, kwargs)`` is the SHA-256 of a call's arguments (tensors and arrays byte
 for byte, which of them share memory, each module's classes, flags, attributes, weights,
-gradients and buffers, the package's dataclasses field by field, a notebook's callback by
-its code), the global random generators' states, PyTorch's global settings and the
+gradients and buffers, the package's dataclasses field by field and its other objects
+attribute by attribute (a tokenizer), a notebook's callback by its code), the global random
+generators' states, PyTorch's global settings and the
 environment variables its kernels read, the code of every module of the package it runs
 (``model_cache.source_digest``, what they import included, and of this cache), the library
 versions and the arithmetic. What it cannot key exactly raises ``Unkeyable``, and so does a
@@ -95,6 +96,11 @@ class _Hasher:
             self.text("function", where(value, self.codes))
         elif inspect.isfunction(value):
             self.expression(value)
+        elif (kind.__module__ or "").startswith(PACKAGE + ".") \
+                and type(getattr(value, "__dict__", None)) is dict \
+                and not any("__slots__" in vars(c) for c in kind.__mro__[:-1]):
+            self.text("object", where(kind, self.codes))  # a tokenizer: its class, its state
+            self.feed(dict(sorted(vars(value).items())))
         else:
             raise Unkeyable(f"an argument of type {kind.__qualname__}")
 
@@ -249,9 +255,11 @@ def _code(module: str) -> str:
     return source_digest(module)
 
 
-def run_key(fn: Callable, args: tuple, kwargs: dict) -> str:
+def run_key(fn: Callable, args: tuple, kwargs: dict, global_random: bool = True) -> str:
     """SHA-256 of everything a call ``fn(*args, **kwargs)`` depends on (the module's
-    docstring). Raises ``Unkeyable`` where an input cannot be keyed exactly."""
+    docstring); without ``global_random``, not the global generators' states, for a
+    function that draws from its own generator only (``run_cache`` checks that a call left
+    them as they were). Raises ``Unkeyable`` where an input cannot be keyed exactly."""
     if not inspect.isfunction(fn):
         raise TypeError(f"run_key: fn={fn!r:.60} must be a function of the package, such "
                         "as gpt_from_scratch.train.train")
@@ -259,8 +267,11 @@ def run_key(fn: Callable, args: tuple, kwargs: dict) -> str:
     hasher.text("function", where(fn, hasher.codes))
     hasher.feed(list(args))
     hasher.feed(dict(sorted(kwargs.items())))
-    states = random_states()
-    hasher.feed([states["torch"], repr(states["python"]), repr(states["numpy"])])
+    if global_random:
+        states = random_states()
+        hasher.feed([states["torch"], repr(states["python"]), repr(states["numpy"])])
+    else:
+        hasher.text("its own generator")
     hasher.feed(_settings())
     codes = sorted(hasher.codes | {"book.run_cache"})
     hasher.feed([[m, _code(m)] for m in codes])
