@@ -90,8 +90,10 @@ the book (``book.``)        chapter
 ``book.assistant_runs``     12 the fine-tuning runs, trained once and kept
 ``book.assistant_prose``    12 the chapter's lessons and sentences
 ``book.assistant_online``   12 the Colab track: GPT-2 small on 1,100 instructions
-``book.inside``             13 the cached assistants, the Repeat pairs, the lessons
-``book.inside_prose``       13 the chapter's lessons and sentences
+``book.inside``             13 the Repeat pairs, the scores, their bootstraps over the pairs
+``book.inside_figure``      13 induction score against patching share, labels placed
+``book.inside_prose``       13 the lessons and sentences of sections 13.1 to 13.4
+``book.patching_prose``     13 those of patching (13.5), Exercise 4 and the Summary
 ``book.inside_online``      13 the Colab track: GPT-2 small's induction heads, name movers
 ``book.verifier``           14 the reward, the cached GRPO runs, the sampled scores
 ``book.verifier_control``   14 the control, KL from the SFT model, answers by opening

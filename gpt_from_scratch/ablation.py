@@ -6,6 +6,8 @@ helpers that read and replace head outputs serve ``patching`` too.
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
 from collections.abc import Sequence
 
@@ -56,13 +58,57 @@ def checked_heads(model: nn.Module, heads) -> list[tuple[int, int]]:
     return [checked_head(model, layer, head) for layer, head in pairs]
 
 
+def _checked_value(name: str, value, shape: tuple[int, ...]) -> Tensor | float:
+    """A head's replacement: a finite number, or a finite float tensor of exactly ``shape``
+    (B, T, d_k); anything else (a shape that would broadcast, NaN) is refused."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ValueError(f"replaced_logits: the value for {name} is {value!r}: pass a "
+                             "finite number, e.g. 0.0 for zero ablation")
+        return float(value)
+    if not isinstance(value, Tensor) or tuple(value.shape) != shape:
+        got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise ValueError(f"replaced_logits: the value for {name} has shape {got}, the "
+                         f"head's output (B, T, d_k) = {shape}: pass a number or a tensor "
+                         "of exactly that shape (one that would broadcast is refused: "
+                         "expand it yourself if that is what you mean)")
+    if not value.is_floating_point():
+        raise ValueError(f"replaced_logits: the value for {name} holds {value.dtype}, not "
+                         "floats: pass a head's output as read (floats), e.g. "
+                         "value.float()")
+    if not torch.isfinite(value).all():
+        raise ValueError(f"replaced_logits: the value for {name} holds NaN or inf: pass "
+                         "finite values, e.g. a head's output read from a finite run")
+    return value
+
+
 def replaced_logits(model: nn.Module, idx: Tensor,
                     values: dict[tuple[int, int], Tensor | float],
                     where: Tensor | None = None) -> Tensor:
-    """Logits (B, T, V) of ``model`` on ``idx`` with each head's output ``z`` (B, T, d_k) set
-    to ``values[(layer, head)]`` where ``where`` (B, T) is True (everywhere if None)."""
+    """Logits (B, T, V) of ``model`` on ``idx`` (B, T) with each head's output ``z``
+    (B, T, d_k) set to ``values[(layer, head)]`` (a number, or a tensor of exactly that
+    shape) where ``where`` (B, T, bool) is True (everywhere if None)."""
+    check_model(model)
+    if not isinstance(idx, Tensor) or idx.dim() != 2 or idx.numel() == 0:
+        got = tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__
+        raise ValueError(f"replaced_logits: idx has shape {got}: pass token ids (B, T) "
+                         "with at least one row and one position")
+    if not isinstance(values, dict) or not values:
+        raise ValueError(f"replaced_logits: values={values!r:.60} must be a non-empty dict "
+                         "{(layer, head): value}: for the run with nothing replaced, call "
+                         "the model itself")
+    if where is not None and (not isinstance(where, Tensor) or where.dtype != torch.bool
+                              or where.shape != idx.shape):
+        got = (f"{tuple(where.shape)} {where.dtype}" if isinstance(where, Tensor)
+               else type(where).__name__)
+        raise ValueError(f"replaced_logits: where is {got}, idx {tuple(idx.shape)}: pass a "
+                         "bool tensor of idx's shape (B, T), True where the heads are "
+                         "replaced, or None for every position")
+    d_k = model.blocks[0].attn.c_proj.in_features // model.blocks[0].attn.n_heads
     by_layer: dict[int, list[tuple[int, Tensor | float]]] = {}
-    for (layer, head), value in values.items():
+    for key, value in values.items():
+        layer, head = checked_head(model, *_pair(key))
+        value = _checked_value(f"L{layer}H{head}", value, (*idx.shape, d_k))
         by_layer.setdefault(layer, []).append((head, value))
 
     def edit(replacements) -> Edit:
@@ -79,9 +125,28 @@ def replaced_logits(model: nn.Module, idx: Tensor,
     return run_with_hooks(model, idx, edit=edits)[0]
 
 
+def _pair(key) -> tuple:
+    """A key of ``values`` as (layer, head), or a ValueError."""
+    try:
+        layer, head = key
+    except (TypeError, ValueError):
+        raise ValueError(f"replaced_logits: the key {key!r} is not a (layer, head) pair: "
+                         "key values by pairs, e.g. {(0, 1): 0.0}") from None
+    return layer, head
+
+
 def head_outputs(model: nn.Module, idx: Tensor, layers) -> dict[int, Tensor]:
     """Each layer's head outputs ``z`` (B, T, H, d_k) in the run on ``idx``."""
-    names = {layer: f"blocks.{layer}.attn.z" for layer in sorted(set(layers))}
+    L = len(model.blocks)
+    try:
+        wanted = [_whole(layer) for layer in layers]
+    except TypeError:
+        wanted = None
+    if not wanted or any(l is None or not 0 <= l < L for l in wanted):
+        raise ValueError(f"head_outputs: layers={layers!r:.60} must be a non-empty list of "
+                         f"layer numbers in 0..{L - 1}: for one layer pass a list, e.g. "
+                         "[1]")
+    names = {layer: f"blocks.{layer}.attn.z" for layer in sorted(set(wanted))}
     cache = run_with_hooks(model, idx, read=list(names.values()))[1]
     return {layer: cache[name] for layer, name in names.items()}
 
@@ -122,6 +187,13 @@ def role_means(z: Tensor, roles: Tensor, exclude_self: bool = False) -> Tensor:
     if not isinstance(z, Tensor) or z.dim() != 3:
         got = tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__
         raise ValueError(f"z has shape {got}: pass one head's output, (B, T, d_k)")
+    if not z.is_floating_point():
+        raise ValueError(f"role_means: z holds {z.dtype}, not floats: pass a head's output "
+                         "as read (floats), e.g. z.float()")
+    if not torch.isfinite(z).all():
+        raise ValueError("role_means: z holds NaN or inf, which would spread to every mean "
+                         "of its role: pass the output of a run whose activations are "
+                         "finite")
     roles = _check_roles(roles, z[..., 0])
     keep = roles >= 0
     ids, inverse = roles[keep].unique(return_inverse=True)

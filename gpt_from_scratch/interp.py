@@ -97,6 +97,10 @@ def _replace(name: str, old: Tensor, edit: Edit) -> Tensor:
         raise ValueError(f"the edit of {name} returned {got}, the activation is "
                          f"{tuple(old.shape)} {old.dtype}: return a tensor of the same shape "
                          "and dtype (e.g. a modified clone)")
+    if new.is_floating_point() and not torch.isfinite(new).all():
+        raise ValueError(f"the edit of {name} returned NaN or inf, which would spread to "
+                         "every logit after it: return finite values (e.g. zeros, or a "
+                         "mean over finite activations)")
     return new
 
 
@@ -207,6 +211,10 @@ def direct_logit_attribution(model: nn.Module, idx: Tensor, target: Tensor) -> A
     deviation) is fixed, so each part ``c`` of ``x`` contributes ``γ (c − mean c) / σ · W_U[target]``."""
     check_model(model)
     L, ln, V = len(model.blocks), model.ln_f, model.config.vocab_size
+    if not isinstance(idx, Tensor) or idx.dim() != 2 or idx.numel() == 0:
+        got = tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__
+        raise ValueError(f"direct_logit_attribution: idx has shape {got}: pass token ids "
+                         "(B, T) with at least one row and one position")
     if not isinstance(target, Tensor) or target.shape != idx.shape:
         raise ValueError(f"target must be a tensor of token ids of idx's shape {tuple(idx.shape)}, got "
                          f"{tuple(target.shape) if isinstance(target, Tensor) else type(target).__name__}: "

@@ -24,6 +24,7 @@ from .utils import check_int
 
 DIRECTIONS = ("denoise", "noise")
 GAP_NOISE = 1e-5  # a clean–corrupted gap this small relative to the metric: float32 noise
+MIN_ROWS = 10  # the fewest rows a bootstrap resamples (``bootstrap_rows``)
 
 
 def patch_head(model: nn.Module, corrupted: Tensor, clean_z: Tensor, layer: int,
@@ -138,30 +139,55 @@ def group_share(model: nn.Module, clean: Tensor, corrupted: Tensor,
     return _Patching(model, clean, corrupted, metric, direction).share(heads)
 
 
+def bootstrap_rows(B: int, n: int = 1000, seed: int = 0) -> Tensor:
+    """(n, B): ``n`` resamples of ``B`` rows drawn with replacement (the bootstrap), by a
+    generator seeded with ``seed``: the same rows for the same ``(B, n, seed)``, so that
+    statistics of one batch, resampled in separate calls, combine row for row. Fewer than
+    ``MIN_ROWS`` rows are refused: a resample of a handful of rows repeats the same few,
+    and its spread says little about the choice of rows."""
+    B = check_int("bootstrap_rows", "B", B, minimum=1)
+    n = check_int("bootstrap_rows", "n", n, minimum=2)
+    seed = check_int("bootstrap_rows", "seed", seed)
+    if B < MIN_ROWS:
+        raise ValueError(f"bootstrap_rows: B={B} rows: a bootstrap needs at least "
+                         f"{MIN_ROWS}, since with fewer the resamples repeat the same "
+                         "handful of rows and their spread understates the error (with one "
+                         f"row it is 0); pass {MIN_ROWS} rows or more")
+    return torch.randint(0, B, (n, B), generator=torch.Generator().manual_seed(seed))
+
+
+def row_logprobs(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor:
+    """(B,): each row's log-probability (nats) of ``target`` (B, T) summed over the
+    positions where ``mask`` is True; ids outside the mask are never read (they may be
+    -100)."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    logp = logp.gather(-1, target.where(mask, 0).long()[..., None])[..., 0]  # (B, T)
+    return torch.where(mask, logp, 0.0).sum(-1)
+
+
 def bootstrap_shares(model: nn.Module, clean: Tensor, corrupted: Tensor, target: Tensor,
                      mask: Tensor, groups: Sequence[Sequence[tuple[int, int]]],
                      direction: str = "denoise", n: int = 1000, seed: int = 0) -> Tensor:
     """(n, G): each of ``groups``' share of the gap (as ``group_share``, the metric
     ``mean_logprob(logits, target, mask)``), recomputed on ``n`` resamples of the B rows
-    drawn with replacement (the bootstrap). A column's standard deviation is its share's
-    standard error over the choice of rows. The same ``seed`` draws the same rows, so the
-    columns of two calls (say, one each way) combine row for row."""
+    drawn with replacement (``bootstrap_rows``, at least ``MIN_ROWS`` rows). A column's
+    standard deviation is its share's standard error over the choice of rows. The same
+    ``seed`` draws the same rows, so the columns of two calls (say, one each way, or one
+    per model on the same rows) combine row for row."""
     n = check_int("bootstrap_shares", "n", n, minimum=2)
+    seed = check_int("bootstrap_shares", "seed", seed)
     if len(groups) == 0:
         raise ValueError("bootstrap_shares: groups is empty: pass at least one group of "
                          "(layer, head) pairs, e.g. [[(3, 1)]]")
     groups = [checked_heads(model, heads) for heads in groups]
     patching = _Patching(model, clean, corrupted,
                          lambda logits: mean_logprob(logits, target, mask), direction)
-
-    def row_sums(logits: Tensor) -> Tensor:  # (B,): log-probabilities summed over mask
-        logp = F.log_softmax(logits.float(), dim=-1).gather(-1, target.long()[..., None])
-        return torch.where(mask, logp[..., 0], 0.0).sum(-1)
+    rows = bootstrap_rows(len(clean), n, seed)  # (n, B)
     with torch.no_grad():
-        C, K = (row_sums(run_with_hooks(model, x)[0]) for x in (clean, corrupted))  # (B,)
-    P = torch.stack([row_sums(patching.logits(heads)) for heads in groups])  # (G, B)
-    g = torch.Generator().manual_seed(seed)
-    rows = torch.randint(0, len(C), (n, len(C)), generator=g)  # (n, B)
+        C, K = (row_logprobs(run_with_hooks(model, x)[0], target, mask)
+                for x in (clean, corrupted))  # (B,) each
+    P = torch.stack([row_logprobs(patching.logits(heads), target, mask)
+                     for heads in groups])  # (G, B)
     count = mask.sum(-1)[rows].sum(-1)  # (n,)
     if not (count > 0).all():
         raise ValueError("bootstrap_shares: a resample drew only rows where mask selects "
@@ -187,6 +213,12 @@ def mean_logprob(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor:
     if not mask.any():
         raise ValueError("mask selects no position, so the mean is 0 / 0: select at least one")
     V, chosen = logits.shape[-1], target[mask]
+    bad = int((~torch.isfinite(logits[mask])).any(-1).sum())
+    if bad:
+        raise ValueError(f"mean_logprob: logits hold NaN or inf at {bad} of the "
+                         f"{int(mask.sum())} positions mask selects, so their mean is not "
+                         "a log-probability: pass the logits of a run whose activations "
+                         "are finite (an edit that writes NaN spreads it to every logit)")
     if ((chosen < 0) | (chosen >= V)).any():
         raise ValueError(f"target holds ids in [{int(chosen.min())}, {int(chosen.max())}] "
                          f"where mask is True, outside the vocabulary [0, {V}): pass token "

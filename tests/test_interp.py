@@ -179,6 +179,11 @@ def test_a_target_outside_the_vocabulary_is_named_with_its_range(call, message):
      r"target holds torch.bool, not token ids"),
     (lambda m, i: interp.direct_logit_attribution(m, i, i.float()),
      r"target holds torch.float32, not token ids"),
+    (lambda m, i: interp.run_with_hooks(m, i, edit={"blocks.0.attn.z": lambda z: z / 0}),
+     r"the edit of blocks.0.attn.z returned NaN or inf, which would spread to every logit"),
+    (lambda m, i: interp.direct_logit_attribution(m, i[:0], i[:0]),
+     r"direct_logit_attribution: idx has shape \(0, 10\): pass token ids \(B, T\) with at "
+     r"least one row"),
 ])
 def test_bad_input_names_the_value_the_rule_and_the_fix(call, message):
     model, idx = small_model(), small_idx()

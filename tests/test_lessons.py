@@ -222,6 +222,21 @@ def test_beyond_t_is_the_mean_less_t_standard_errors():
     assert margin == pytest.approx(4.0 - t * se)
 
 
+def test_an_error_every_seed_shares_widens_the_standard_error_and_the_degrees_of_freedom():
+    a, b = [3.0, 4.0, 8.0], [1.0, 1.0, 1.0]
+    _, se_seeds, _, _ = lessons.beyond_t(a, b)
+    same = lessons.beyond_t_shared(a, b, 0.0)  # nothing shared: beyond_t itself
+    assert same == (4.0, se_seeds, se_seeds, 2, pytest.approx(2.919986, abs=1e-6),
+                    pytest.approx(4.0 - 2.919986 * se_seeds, abs=1e-5))
+    mean, _, se, df, t, margin = lessons.beyond_t_shared(a, b, se_seeds)
+    assert se == pytest.approx(2 ** 0.5 * se_seeds)  # in quadrature
+    assert df == 8  # Welch and Satterthwaite: (2 s^2)^2 / (s^4 / 2)
+    assert t == pytest.approx(lessons.t_quantile(0.95, 8)) and margin == pytest.approx(
+        mean - t * se)
+    alike = lessons.beyond_t_shared([2.0, 2.0], [1.0, 1.0], 0.5)  # the seeds agree exactly
+    assert alike[1] == 0 and alike[3] == lessons.SHARED_DF and alike[2] == 0.5
+
+
 def test_the_paired_bootstrap_bounds_the_mean_from_below_the_same_way_every_time():
     diffs = [0.1 * (i % 7) - 0.2 for i in range(200)]
     bound = lessons.paired_bootstrap(diffs)
@@ -243,6 +258,10 @@ def test_the_paired_bootstrap_bounds_the_mean_from_below_the_same_way_every_time
     (lambda: lessons.paired_difference([1, "a"], [1, 2]), r"a\[1\] = 'a' must be a number"),
     (lambda: lessons.beyond_t("34", "12"), r"a = '34' must be a list of numbers"),
     (lambda: lessons.beyond_t([1.0], [0.0]), r"two lists of equal length >= 2"),
+    (lambda: lessons.beyond_t_shared([1.0, 2.0], [0.0, 0.0], -0.1),
+     r"beyond_t_shared: shared_se=-0.1 must be a finite number >= 0"),
+    (lambda: lessons.beyond_t_shared([1.0, 2.0], [0.0, 0.0], math.nan),
+     r"shared_se=nan must be a finite number"),
 ])
 def test_the_bars_refuse_what_they_cannot_judge(call, match):
     with pytest.raises(ValueError, match=match):

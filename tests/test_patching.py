@@ -189,7 +189,7 @@ def test_heads_may_be_integer_tensors():
                                patching.patch_head(model, idx, z, 1, 3))
 
 
-def _rows(B=6, T=10):
+def _rows(B=12, T=10):
     """Clean and corrupted rows that differ before position 5, the next tokens, and a mask
     of a different length in each row (positions 9 - b % 4 on), so that pooling over the
     masked characters and averaging the rows' means differ."""
@@ -208,7 +208,8 @@ def test_bootstrap_shares_are_group_share_on_the_resampled_rows(direction):
     boot = patching.bootstrap_shares(model, clean, corrupted, target, mask, groups,
                                      direction, n=50, seed=4)
     assert boot.shape == (50, 3) and (boot.std(0) > 0).all()
-    rows = torch.randint(0, 6, (50, 6), generator=torch.Generator().manual_seed(4))
+    rows = torch.randint(0, 12, (50, 12), generator=torch.Generator().manual_seed(4))
+    assert torch.equal(rows, patching.bootstrap_rows(12, 50, 4))
     for r in rows[:3]:  # the reference: group_share on the resampled batch, written out
         x, y, t, m = clean[r], corrupted[r], target[r], mask[r]
         metric = lambda logits: patching.mean_logprob(logits, t, m)  # noqa: E731
@@ -224,6 +225,10 @@ def test_bootstrap_shares_are_group_share_on_the_resampled_rows(direction):
     again = patching.bootstrap_shares(model, clean, corrupted, target, mask, groups[:1],
                                       direction, n=50, seed=4)
     assert torch.equal(again[:, 0], boot[:, 0])  # the same seed draws the same rows
+    ignored = target.where(mask, -100)  # ids outside the mask are never read
+    unread = patching.bootstrap_shares(model, clean, corrupted, ignored, mask, groups[:1],
+                                       direction, n=50, seed=4)
+    assert torch.equal(unread[:, 0], boot[:, 0])
 
 
 def test_mean_logprob_is_the_mean_over_the_mask():
@@ -330,6 +335,44 @@ def _finite_twice():
      r"bootstrap_shares.n=1 must be an int >= 2"),
     (lambda m, i: patching.bootstrap_shares(m, i, small_idx(seed=6), i, i >= 0, [(0, 1)]),
      r"heads=\(0, 1\) must be a non-empty list"),
+    (lambda m, i: patching.bootstrap_shares(m, i, small_idx(seed=6), i, i >= 0, [[(0, 1)]]),
+     r"bootstrap_rows: B=3 rows: a bootstrap needs at least 10, since with fewer the "
+     r"resamples repeat the same handful of rows .* pass 10 rows or more"),
+    (lambda m, i: patching.bootstrap_shares(m, i, small_idx(seed=6), i, i >= 0, [[(0, 1)]],
+                                            seed="a"),
+     r"bootstrap_shares.seed='a' must be an int"),
+    (lambda m, i: patching.bootstrap_rows(12, 1), r"bootstrap_rows.n=1 must be an int"),
+    (lambda m, i: patching.mean_logprob(m(i)[0] * math.nan, i, i >= 0),
+     r"mean_logprob: logits hold NaN or inf at 30 of the 30 positions mask selects"),
+    (lambda m, i: ablation.replaced_logits(m, i, {(0, -1): 0.0}),
+     r"head \(layer=0, head=-1\) does not exist: the model has layers 0..2 and heads 0..3"),
+    (lambda m, i: ablation.replaced_logits(m, i, {(0, 4): 0.0}),
+     r"head \(layer=0, head=4\) does not exist"),
+    (lambda m, i: ablation.replaced_logits(m, i, {(0, 1): 0.0}, where=torch.ones(10) > 0),
+     r"replaced_logits: where is \(10,\) torch.bool, idx \(3, 10\): pass a bool tensor of "
+     r"idx's shape \(B, T\)"),
+    (lambda m, i: ablation.replaced_logits(m, i, {(0, 1): 0.0}, where=torch.ones(3, 10)),
+     r"replaced_logits: where is \(3, 10\) torch.float32, idx \(3, 10\): pass a bool"),
+    (lambda m, i: ablation.replaced_logits(m, i, {(0, 1): torch.zeros(10, 8)}),
+     r"the value for L0H1 has shape \(10, 8\), the head's output \(B, T, d_k\) = "
+     r"\(3, 10, 8\): pass a number or a tensor of exactly that shape"),
+    (lambda m, i: ablation.replaced_logits(m, i, {(0, 1): math.nan}),
+     r"the value for L0H1 is nan: pass a finite number"),
+    (lambda m, i: ablation.replaced_logits(m, i, {(0, 1): torch.zeros(3, 10, 8) / 0}),
+     r"the value for L0H1 holds NaN or inf"),
+    (lambda m, i: ablation.replaced_logits(m, i, {(0, 1): torch.zeros(3, 10, 8).long()}),
+     r"the value for L0H1 holds torch.int64, not floats"),
+    (lambda m, i: ablation.replaced_logits(m, i, {}),
+     r"replaced_logits: values=\{\} must be a non-empty dict"),
+    (lambda m, i: ablation.replaced_logits(m, i, {1: 0.0}),
+     r"replaced_logits: the key 1 is not a \(layer, head\) pair"),
+    (lambda m, i: ablation.head_outputs(m, i, 1),
+     r"head_outputs: layers=1 must be a non-empty list of layer numbers in 0..2: .* \[1\]"),
+    (lambda m, i: ablation.head_outputs(m, i, [3]), r"head_outputs: layers=\[3\] must be"),
+    (lambda m, i: ablation.role_means(torch.full((3, 10, 8), math.nan), ROLES),
+     r"role_means: z holds NaN or inf, which would spread to every mean of its role"),
+    (lambda m, i: ablation.role_means(torch.zeros(3, 10, 8).long(), ROLES),
+     r"role_means: z holds torch.int64, not floats: .* z.float\(\)"),
 ])
 def test_bad_input_names_the_value_the_rule_and_the_fix(call, message):
     model, idx = small_model(), small_idx()

@@ -1,6 +1,7 @@
 """Chapter 13 — looking inside Chapter 12's assistant: its fine-tuned models (cached), the "Repeat:"
-clean/corrupted pairs, the copy heads by attention and by activation patching (the chapter's
-sentences and lessons are in ``inside_prose``).
+clean/corrupted pairs, the copy heads by attention and by activation patching, and their
+bootstraps over the pairs (the chapter's sentences and lessons are in ``inside_prose`` and
+``patching_prose``, its figure in ``inside_figure``).
 
 Chapter 12 fine-tunes the character model on the play's instructions, one run per seed, and keeps
 the runs beside the book's models (``assistant_runs.sft_run``): this chapter reads them in a second.
@@ -8,7 +9,6 @@ the runs beside the book's models (``assistant_runs.sft_run``): this chapter rea
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import torch
@@ -22,15 +22,16 @@ from .assistant import STYLES, Item
 
 @dataclass
 class Pairs:
-    """Clean and corrupted "Repeat:" conversations (B, T), aligned position by position: the clean
-    prompt holds line A, the corrupted one line B of A's length, and both end with the courteous
-    answer A teacher-forced. ``target`` (B, T) is the next token; ``copy`` marks the positions whose
-    next token is a character of A in the answer; ``source`` (B, T) is, at those positions, where
-    the prompt holds that character (the place an induction head looks); ``opening`` marks the
-    positions whose next token is a character of the courteous opening, which no line changes.
-    ``roles`` (B, T) numbers each position by what it is, the same in every row and in both runs
-    (the prompt's k-th character, the line's k-th, the answer's k-th, ...), -1 for padding: what
-    mean ablation averages over (``ablation.ablate_heads``)."""
+    """Clean and corrupted "Repeat:" conversations (B, T) of token ids, aligned position
+    by position: the clean prompt holds line A, the corrupted one line B of as many tokens
+    as A, and both end with the courteous answer A teacher-forced. ``target`` (B, T) is the
+    next token; ``copy`` marks the positions whose next token is a token of A in the
+    answer; ``source`` (B, T) is, at those positions, where the prompt holds that token (the
+    place an induction head looks); ``opening`` marks the positions whose next token is a
+    token of the courteous opening, which no line changes. ``roles`` (B, T) numbers each
+    position by what it is, the same in every row and in both runs (the prompt's k-th
+    token, the line's k-th, the answer's k-th, ...), -1 for padding: what mean ablation
+    averages over (``ablation.ablate_heads``)."""
 
     clean: Tensor
     corrupted: Tensor
@@ -43,7 +44,7 @@ class Pairs:
 
 def _roles(length: int, prompt_at: int, answer_at: int, n: int) -> list[tuple[str, int]]:
     """Each position of a conversation of ``length`` tokens as (part, offset in the part): the
-    line of ``n`` characters starts at ``prompt_at`` in the prompt and ``answer_at`` in the
+    line of ``n`` tokens starts at ``prompt_at`` in the prompt and ``answer_at`` in the
     answer."""
     starts = (("before", 0), ("line", prompt_at), ("turn", prompt_at + n), ("answer", answer_at),
               ("end", answer_at + n))
@@ -51,36 +52,62 @@ def _roles(length: int, prompt_at: int, answer_at: int, n: int) -> list[tuple[st
             for t in range(length)]
 
 
+def _check_split(tok: ChatTokenizer, row: int, line: str, head: str) -> None:
+    """A ValueError unless ``head + line`` encodes as ``head``'s tokens then ``line``'s: the
+    rule that puts a line's k-th token at a known position of both runs."""
+    if tok.encode(head + line) != tok.encode(head) + tok.encode(line):
+        raise ValueError(
+            f"repeat_pairs: pair {row}, line {line!r}: {head + line!r} does not encode as "
+            f"the tokens of {head!r} then the line's own. The rule: a line is the same "
+            "tokens wherever it stands, after the prompt's task and after the answer's "
+            "opening, so that the clean and corrupted rows line up token by token and the "
+            "answer's k-th token has its copy at a known place in the prompt. This "
+            "tokenizer merges a token across the boundary (GPT-2's BPE joins the space "
+            "to the next word): use one whose tokens stop where a line starts, such as "
+            "Chapter 12's characters")
+
+
 def repeat_pairs(items: list[Item], tok: ChatTokenizer, n: int) -> Pairs:
-    """``n`` pairs of held-out "Repeat" lines of equal length (each line used once)."""
+    """``n`` pairs of held-out "Repeat" lines of the same length in tokens, each line used
+    once, taken length by length in the order the lengths first occur in ``items`` (all the
+    pairs of the first length, then of the second, ...): a few lengths, not all of them
+    (``inside_prose.lengths_text`` says which). Positions are counted in ``tok``'s tokens;
+    a tokenizer whose tokens cross the start of a line is refused (``_check_split``)."""
     n = check_int("repeat_pairs", "n", n, minimum=1)
+    opening = STYLES["courteous"]
     by_length: dict[int, list[Item]] = {}
     for item in items:
         if item.task == "Repeat":
-            by_length.setdefault(len(item.line), []).append(item)
-    chosen = [(a, b) for group in by_length.values() for a, b in zip(group[::2], group[1::2])][:n]
+            by_length.setdefault(len(tok.encode(item.line)), []).append(item)
+    chosen = [pair for group in by_length.values() for pair in zip(group[::2], group[1::2])]
+    chosen = chosen[:n]
     if len(chosen) < n:
-        raise ValueError(f"only {len(chosen)} pairs of equal-length Repeat lines among {len(items)} "
-                         f"items, {n} asked: pass more held-out items or a smaller n")
-    opening = STYLES["courteous"]
+        raise ValueError(f"only {len(chosen)} pairs of equal-length Repeat lines among "
+                         f"{len(items)} items, {n} asked: pass more held-out items or a "
+                         "smaller n")
     rows = {"clean": [], "corrupted": [], "copy": [], "source": [], "opening": [], "roles": []}
     numbers: dict[tuple[str, int], int] = {}
-    for a, b in chosen:
+    for row, (a, b) in enumerate(chosen):
+        for item in (a, b):
+            _check_split(tok, row, item.line, item.prompt[:-len(item.line)])
+        _check_split(tok, row, a.line, opening)
         answer = [{"role": "assistant", "content": opening + a.answer}]
         ids, _ = tok.render(a.messages() + answer)
         bad, _ = tok.render(b.messages() + answer)
-        prompt_at = len(tok.render(a.messages())[0]) - len(a.line) - 1  # the line's first character
-        answer_at = len(ids) - len(a.line) - 1  # A's first character in the answer (before <|end|>)
+        size = len(tok.encode(a.line))  # B's too: the lines were grouped by it
+        prompt_at = len(tok.render(a.messages())[0]) - size - 1  # the line's first token
+        answer_at = len(ids) - size - 1  # A's first token in the answer (before <|end|>)
+        said_at = answer_at - len(tok.encode(opening))  # the opening's first token
         copy = [answer_at - 1 <= t < len(ids) - 2 for t in range(len(ids))]
         source = [prompt_at + t - (answer_at - 1) if c else 0 for t, c in enumerate(copy)]
-        said = [answer_at - len(opening) - 1 <= t < answer_at - 1 for t in range(len(ids))]
+        said = [said_at - 1 <= t < answer_at - 1 for t in range(len(ids))]
         roles = [numbers.setdefault(role, len(numbers))
-                 for role in _roles(len(ids), prompt_at, answer_at, len(a.line))]
-        for key, row in zip(rows, (ids, bad, copy, source, said, roles)):
-            rows[key].append(row)
+                 for role in _roles(len(ids), prompt_at, answer_at, size)]
+        for key, value in zip(rows, (ids, bad, copy, source, said, roles)):
+            rows[key].append(value)
     T = max(len(r) for r in rows["clean"])
-    pad = {"clean": tok.pad_id, "corrupted": tok.pad_id, "copy": False, "source": 0, "opening": False,
-           "roles": ablation.PAD_ROLE}
+    pad = {"clean": tok.pad_id, "corrupted": tok.pad_id, "copy": False, "source": 0,
+           "opening": False, "roles": ablation.PAD_ROLE}
     t = {k: torch.tensor([r + [pad[k]] * (T - len(r)) for r in v]) for k, v in rows.items()}
     return Pairs(t["clean"], t["corrupted"], t["clean"].roll(-1, 1), t["copy"], t["source"],
                  t["opening"], t["roles"])
@@ -102,12 +129,69 @@ def _patterns(model, idx: Tensor) -> list[Tensor]:
     return [cache[name] for name in names]
 
 
+def _copy_positions(pairs: Pairs, judge: str) -> tuple[Tensor, Tensor]:
+    """The (row, position) indices where ``pairs.copy`` holds, or a ValueError."""
+    if not pairs.copy.any():
+        raise ValueError(f"{judge}: pairs.copy marks no position, so there is no character "
+                         "to copy and the mean over them is 0 / 0: pass pairs made by "
+                         "repeat_pairs, whose copy mask covers each answer's line")
+    return pairs.copy.nonzero(as_tuple=True)
+
+
+def _induction_sums(model, pairs: Pairs) -> Tensor:
+    """(L, H, B): each head's attention from the answer's position before character k of A
+    to character k of A in the prompt, summed over each row's copied characters."""
+    b, t = _copy_positions(pairs, "induction_scores")
+    B = pairs.clean.shape[0]
+    return torch.stack([torch.zeros(p.shape[1], B).index_add_(
+        1, b, p[b, :, t, pairs.source[b, t]].T) for p in _patterns(model, pairs.clean)])
+
+
 def induction_scores(model, pairs: Pairs) -> Tensor:
     """(L, H): each head's mean attention, from the answer's position before character k of A, to
     character k of A in the prompt (Chapter 8's induction score on the assistant's own task)."""
-    b, t = pairs.copy.nonzero(as_tuple=True)
-    return torch.stack([p[b, :, t, pairs.source[b, t]].mean(0)
-                        for p in _patterns(model, pairs.clean)])
+    return _induction_sums(model, pairs).sum(-1) / pairs.copy.sum()
+
+
+def bootstrap_rankings(model, pairs: Pairs, n: int = 1000, seed: int = 0) -> Tensor:
+    """(n,): Spearman's rank correlation between the heads' denoising shares of the copy
+    (``patching.bootstrap_shares``) and their induction scores, both recomputed on the same
+    ``n`` resamples of the pairs (``patching.bootstrap_rows``): its spread is the
+    correlation's error over the choice of pairs."""
+    L, H = len(model.blocks), model.blocks[0].attn.n_heads
+    heads = [[(l, h)] for l in range(L) for h in range(H)]
+    shares = patching.bootstrap_shares(model, pairs.clean, pairs.corrupted, pairs.target,
+                                       pairs.copy, heads, n=n, seed=seed)  # (n, L H)
+    rows = patching.bootstrap_rows(len(pairs.clean), n, seed)  # the same rows: (n, B)
+    sums, counts = _induction_sums(model, pairs), pairs.copy.sum(-1)  # (L, H, B), (B,)
+    scores = (sums[..., rows].sum(-1) / counts[rows].sum(-1)).flatten(0, 1).T  # (n, L H)
+    return torch.tensor([rank_correlation(a, b) for a, b in zip(shares, scores)])
+
+
+def resampling_excess(model, pairs: Pairs, n: int = 1000, seed: int = 0) -> Tensor:
+    """(n, L, H): how much more each head costs the copied line (nats a character) resampled
+    from the corrupted run than the larger of zeroing it and mean-ablating it by role,
+    recomputed on ``n`` resamples of the pairs (``patching.bootstrap_rows``); the role means
+    and the resampled outputs are those of all the pairs, only the rows averaged change."""
+    rows = patching.bootstrap_rows(len(pairs.clean), n, seed)  # (n, B)
+    count = pairs.copy.sum(-1)[rows].sum(-1)  # (n,)
+
+    def pooled(logits: Tensor) -> Tensor:  # (n,): the metric on each resample
+        sums = patching.row_logprobs(logits, pairs.target, pairs.copy)  # (B,)
+        return sums[rows].sum(-1) / count
+    before = pooled(interp.run_with_hooks(model, pairs.clean)[0])
+    how_to = {"zero": {}, "mean": {"roles": pairs.roles},
+              "resample": {"reference": pairs.corrupted}}
+    L, H = len(model.blocks), model.blocks[0].attn.n_heads
+    cost = {how: torch.stack([torch.stack([
+        before - pooled(ablation.ablate_heads(model, pairs.clean, [(l, h)], how, **given))
+        for h in range(H)], -1) for l in range(L)], -2) for how, given in how_to.items()}
+    return cost["resample"] - torch.maximum(cost["mean"], cost["zero"])
+
+
+def repeat_lengths(items: list[Item], tok: ChatTokenizer) -> list[int]:
+    """The length in tokens of each "Repeat" line of ``items``."""
+    return [len(tok.encode(item.line)) for item in items if item.task == "Repeat"]
 
 
 def previous_token_scores(model, pairs: Pairs) -> Tensor:
@@ -124,6 +208,7 @@ def lens_top1(model, pairs: Pairs, run: str = "clean") -> Tensor:
     where the prompt holds another line) on the corrupted ones."""
     if run not in ("clean", "corrupted"):
         raise ValueError(f"run={run!r}: choose 'clean' or 'corrupted' (the control)")
+    _copy_positions(pairs, "lens_top1")
     lens = interp.logit_lens(model, getattr(pairs, run))  # (L, B, T, V)
     hits = lens.argmax(-1) == pairs.target  # (L, B, T)
     return hits[:, pairs.copy].float().mean(-1)
@@ -161,99 +246,24 @@ def two(x: float) -> str:
     return "0.00" if text == "-0.00" else text
 
 
+def listed(values) -> str:
+    """``"0.39, 0.40, 0.40"``: each value with two decimals."""
+    return ", ".join(two(v) for v in values)
+
+
+def head_name(i: int, H: int) -> str:
+    """Head ``i`` of a flattened (L, H) tensor as ``"L{layer}H{head}"``."""
+    return f"L{i // H}H{i % H}"
+
+
 def top_heads(values: Tensor, k: int = 3, largest: bool = True) -> str:
     """The ``k`` largest (or, ``largest=False``, smallest) heads of an (L, H) tensor, as
     ``"L3H1 0.51, ..."``."""
+    if not isinstance(values, Tensor) or values.dim() != 2 or values.numel() == 0:
+        got = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
+        raise ValueError(f"top_heads: values has shape {got}: pass one value per head, an "
+                         "(L, H) tensor")
+    k = check_int("top_heads", "k", k, minimum=1)
     H = values.shape[1]
     order = values.flatten().argsort(descending=largest)[:k].tolist()
-    return ", ".join(f"L{i // H}H{i % H} {two(values.flatten()[i])}" for i in order)
-
-
-def patching_figure(shares: dict[int, Tensor], scores: dict[int, Tensor]):
-    """One panel per seed: each head's induction score against its patching share, the three
-    largest shares labelled where no label covers another, a point or the frame
-    (``label_points``)."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(shares), 1, figsize=(5.2, 2.6 * len(shares)), sharex=True)
-    for ax, seed in zip(axes, shares):
-        x, y = scores[seed].flatten(), shares[seed].flatten()
-        ax.scatter(x, y, s=18)
-        low, high, span = float(y.min()), float(y.max()), float(y.max() - y.min()) or 1.0
-        ax.set_ylim(low - 0.08 * span, high + 0.25 * span)  # room for a label above the top
-        ax.margins(x=0.06)
-        ax.set_title(f"seed {seed}")
-        ax.set_ylabel("share restored")
-    axes[-1].set_xlabel("induction score")
-    fig.tight_layout()  # the axes where they will be drawn, before the labels are placed
-    for ax, seed in zip(axes, shares):
-        x, y = scores[seed].flatten(), shares[seed].flatten()
-        H = scores[seed].shape[1]
-        top = y.argsort(descending=True)[:3].tolist()
-        label_points(ax, x.tolist(), y.tolist(), {i: f"L{i // H}H{i % H}" for i in top})
-    return fig
-
-
-# Where a label may sit, in points from its point, in order of preference: beside it on the
-# right, centred above or below it, beside it on the left; then further up or down on either
-# side, with a thin line back to its point. Each place: offsets x and y, the alignments.
-_NEAR = ((5, 0, "left", "center"), (0, 5, "center", "bottom"), (0, -5, "center", "top"),
-         (-5, 0, "right", "center"))
-_FAR = tuple((side * 8, rise, align, "center")
-             for rise in (11, -11, 18, -18, 25, -25, 32, -32)
-             for side, align in ((1, "left"), (-1, "right")))
-
-
-def label_points(ax, x: list[float], y: list[float], labels: dict[int, str],
-                 fontsize: float = 10, size: float = 18):
-    """Label the points that ``labels`` names (index -> text) of a scatter of ``x``, ``y``
-    (marker area ``size``, points squared) so that no label covers another label, a point
-    of the scatter or the axes' frame. Each label may sit beside, above or below its point,
-    or further up or down with a line to it (``_NEAR``, then ``_FAR``); of the ways to place
-    them all, the one that keeps them nearest their points wins (if none exists, each label
-    takes its first place clear of the points and the frame). Call it once the axes' limits
-    and position are final (after ``tight_layout``). Returns the annotations, in ``labels``'
-    order. Every combination is tried: meant for a few labels."""
-    from matplotlib.transforms import Bbox
-
-    fig = ax.figure
-    renderer = fig.canvas.get_renderer()
-    radius = size ** 0.5 / 2 * fig.dpi / 72 + 1  # display pixels
-    frame = ax.get_window_extent(renderer)
-    points = [Bbox.from_extents(cx - radius, cy - radius, cx + radius, cy + radius)
-              for cx, cy in ax.transData.transform(list(zip(x, y)))]
-
-    def clear(box) -> bool:
-        inside = (box.x0 >= frame.x0 + 1 and box.x1 <= frame.x1 - 1
-                  and box.y0 >= frame.y0 + 1 and box.y1 <= frame.y1 - 1)
-        return inside and not any(box.overlaps(point) for point in points)
-
-    options = []  # per label: (rank, place, box) of each place clear of points and frame
-    for i in labels:
-        probe = ax.annotate(labels[i], (x[i], y[i]), xytext=(0, 0), fontsize=fontsize,
-                            textcoords="offset points")
-        found = []
-        for rank, (dx, dy, align, valign) in enumerate(_NEAR + _FAR):
-            probe.set_position((dx, dy))
-            probe.set_horizontalalignment(align)
-            probe.set_verticalalignment(valign)
-            box = probe.get_window_extent(renderer).padded(1)
-            if clear(box):
-                found.append((rank, (dx, dy, align, valign), box))
-        probe.remove()
-        options.append(found or [(0, _NEAR[0], Bbox.null())])
-    best, cost = [choice[0] for choice in options], None
-    for choice in itertools.product(*options):
-        total = sum(rank for rank, _, _ in choice)
-        if cost is not None and total >= cost:
-            continue
-        if not any(a[2].overlaps(b[2]) for a, b in itertools.combinations(choice, 2)):
-            best, cost = list(choice), total
-    annotations = []
-    for i, (_, (dx, dy, align, valign), _) in zip(labels, best):
-        line = dict(arrowstyle="-", lw=0.6, color="0.4", shrinkA=1, shrinkB=3)
-        annotations.append(ax.annotate(labels[i], (x[i], y[i]), xytext=(dx, dy),
-                                       textcoords="offset points", fontsize=fontsize,
-                                       ha=align, va=valign,
-                                       arrowprops=line if abs(dy) > 5 else None))
-    return annotations
+    return ", ".join(f"{head_name(i, H)} {two(values.flatten()[i])}" for i in order)

@@ -13,6 +13,7 @@ from torch import Tensor
 from .. import interp, patching
 from ..hf_weights import WeightsUnavailableError, from_pretrained
 from ..tokenizer import gpt2_encoding
+from ..utils import check_int
 from .inside import rank_correlation, top_heads
 
 
@@ -20,14 +21,15 @@ NOT_RUN = "*Not run here*: GPT-2's weights cannot be reached. With them, this ce
 
 
 def _gpt2(model):
-    """``model`` in eval mode, or GPT-2 small's weights when it is None; None when they cannot
-    be reached (offline)."""
+    """``model`` in eval mode and its name in a sentence, or GPT-2 small's weights when it
+    is None; (None, name) when they cannot be reached (offline)."""
     if model is not None:
-        return model.eval()
+        H = model.blocks[0].attn.n_heads
+        return model.eval(), f"the model given ({len(model.blocks)} layers of {H} heads)"
     try:
-        return from_pretrained("gpt2").eval()
+        return from_pretrained("gpt2").eval(), "GPT-2 small"
     except (WeightsUnavailableError, OSError):
-        return None
+        return None, "GPT-2 small"
 
 
 def online_run(n: int = 20, half: int = 50, seed: int = 0, model=None) -> str:
@@ -35,7 +37,9 @@ def online_run(n: int = 20, half: int = 50, seed: int = 0, model=None) -> str:
     is other tokens: each head's induction score (attention from position t of the second copy
     to the token after t's earlier copy) and its patching share of the second copy's
     log-probability. ``model`` defaults to GPT-2 small's weights."""
-    model = _gpt2(model)
+    n = check_int("online_run", "n", n, minimum=1)
+    half = check_int("online_run", "half", half, minimum=2)  # one token: nothing to predict
+    model, _ = _gpt2(model)
     if model is None:
         return (NOT_RUN + f"makes {n} sequences of {half} random tokens repeated, finds each of "
                 "the 144 heads' induction score and patching share, and names the heads both "
@@ -71,6 +75,7 @@ THINGS = ("drink", "book", "ball", "letter", "gift", "bag")
 WANG = ("Wang et al. found name movers L9H9, L9H6 and L10H0, which copy the name, S-inhibition "
         "heads L7H3, L7H9, L8H6 and L8H10, which tell them which name to leave out, and negative "
         "name movers L10H7 and L11H10, which push against it.")
+GAP_BAR = 1.0  # logits: the least clean-minus-corrupted gap worth sharing among the heads
 TEMPLATE = "When {io} and {s} went to the {place}, {s2} gave a {thing} to"  # Wang et al.'s IOI
 
 
@@ -96,8 +101,11 @@ def name_prompts(n: int, seed: int = 0, encoding=None) -> tuple[Tensor, Tensor, 
 def name_mover_run(n: int = 20, seed: int = 0, model=None, encoding=None) -> str:
     """Activation patching on the indirect-object task: the logit difference between the two names
     at the last position, and each head's share of the clean–corrupted gap when its clean output
-    is patched into the corrupted run. ``model`` defaults to GPT-2 small's weights."""
-    model = _gpt2(model)
+    is patched into the corrupted run. ``model`` defaults to GPT-2 small's weights. A gap
+    under ``GAP_BAR`` logits between the two runs is too small to share among the heads:
+    the sentence says so and names none."""
+    n = check_int("name_mover_run", "n", n, minimum=1)
+    model, name = _gpt2(model)
     if model is None:
         return (NOT_RUN + f"patches each of the 144 heads on {n} sentences such as \"When Mary "
                 "and John went to the store, John gave a drink to\" and names the heads that "
@@ -109,11 +117,15 @@ def name_mover_run(n: int = 20, seed: int = 0, model=None, encoding=None) -> str
         return (logits[rows, -1, io] - logits[rows, -1, s]).mean()
     with torch.no_grad():
         gap = [float(logit_diff(interp.run_with_hooks(model, x)[0])) for x in (clean, corrupted)]
+    said = (f"On {n} sentences, {name} puts the indirect object {gap[0]:.2f} logits above "
+            f"the subject; with the indirect object named in the subject's place, "
+            f"{gap[1]:.2f}")
+    if gap[0] - gap[1] < GAP_BAR:
+        return (f"{said}: a gap of {gap[0] - gap[1]:.2f} logits, under {GAP_BAR:g}, too "
+                f"small to share among the heads, so no head is named. {WANG}")
     shares = patching.patching_shares(model, clean, corrupted, logit_diff)
-    return (f"On {n} sentences, GPT-2 small puts the indirect object {gap[0]:.2f} logits above "
-            f"the subject; with the indirect object named in the subject's place, {gap[1]:.2f}. "
-            f"Patched alone into that run, the heads that restore most of the gap are "
-            f"{top_heads(shares, 5)}; {_against(shares)}. {WANG}")
+    return (f"{said}. Patched alone into that run, the heads that restore most of the gap "
+            f"are {top_heads(shares, 5)}; {_against(shares)}. {WANG}")
 
 
 def _against(shares: Tensor) -> str:

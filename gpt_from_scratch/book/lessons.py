@@ -163,6 +163,36 @@ def beyond_t(a, b, level: float = T_LEVEL) -> tuple[float, float, float, float]:
     return mean, se, t, mean - t * se
 
 
+SHARED_DF = 100  # beyond_t_shared's most degrees of freedom (95% quantile 1.66, not 1.64)
+
+
+def beyond_t_shared(a, b, shared_se: float, level: float = T_LEVEL
+                    ) -> tuple[float, float, float, int, float, float]:
+    """``beyond_t`` with an error that every seed shares: ``shared_se``, the standard error
+    of the mean of ``a - b`` over the prompts that every seed was measured on (bootstrapped
+    over the prompts, the same resamples for every seed), which the spread over the seeds
+    cannot show. The two errors add in quadrature, ``se = sqrt(se_seeds² + shared_se²)``
+    (conservative: the seeds' spread holds part of the prompts' error already), with the
+    degrees of freedom of Welch and Satterthwaite's rule, the shared part's taken as
+    infinite, rounded down: ``df = se⁴ / (se_seeds⁴ / (k - 1))`` for ``k`` seeds, at
+    least ``k - 1`` and at most ``SHARED_DF``. Returns the mean, ``se_seeds``, ``se``,
+    ``df``, the one-sided ``level`` quantile ``t`` of Student's t with ``df`` degrees of
+    freedom and the margin ``mean - t se``."""
+    if (isinstance(shared_se, bool) or not isinstance(shared_se, numbers.Real)
+            or not math.isfinite(shared_se) or shared_se < 0):
+        raise ValueError(f"beyond_t_shared: shared_se={shared_se!r} must be a finite "
+                         "number >= 0, the standard error the seeds share (0 if none): "
+                         "pass the bootstrap's standard deviation of the seeds' mean")
+    a, b = _values("beyond_t_shared", "a", a), _values("beyond_t_shared", "b", b)
+    mean, se_seeds = paired_difference(a, b)
+    se = math.sqrt(se_seeds ** 2 + shared_se ** 2)
+    k = len(a)
+    df = SHARED_DF if se_seeds == 0 else min(
+        SHARED_DF, max(k - 1, math.floor(se ** 4 / (se_seeds ** 4 / (k - 1)))))
+    t = t_quantile(level, df)
+    return mean, se_seeds, se, df, t, mean - t * se
+
+
 def paired_bootstrap(diffs, resamples: int = 2000, level: float = T_LEVEL,
                      seed: int = 0) -> float:
     """The lower one-sided ``level`` bound of the mean of ``diffs`` (one difference per prompt,

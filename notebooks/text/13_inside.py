@@ -74,7 +74,7 @@ from IPython.display import Markdown, display
 
 from gpt_from_scratch import ablation, interp, patching
 from gpt_from_scratch.data import load_tiny_shakespeare
-from gpt_from_scratch.book import inside, inside_prose
+from gpt_from_scratch.book import inside, inside_figure, inside_prose, patching_prose
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book.assistant import task_items
 from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run
@@ -118,6 +118,9 @@ print("reading changes nothing:", torch.equal(logits, model(pairs.clean)[0]))
 for run in (pairs.clean, pairs.corrupted):  # one conversation, its turns on two lines
     turns = tok.decode(run[0].tolist()).replace("<|pad|>", "")
     print(turns.replace("<|assistant|>", "\n<|assistant|>"))
+every_length = inside.repeat_lengths(held_out, tok)  # of every held-out Repeat line
+display(Markdown(inside_prose.lengths_text(  # pairs.copy.sum(1): each pair's line length
+    pairs.copy.sum(1).tolist(), every_length, N_PAIRS, "characters")))
 
 # %% [markdown]
 # Each pair holds two held-out lines of the same length. The *clean* conversation asks to
@@ -147,12 +150,13 @@ for seed, m in models.items():
 # {cite}`nostalgebraist2020lens`
 # reads each block's residual stream the same way, as if the model stopped there.
 # `interp.logit_lens` returns $(L, B, T, V)$; its last layer is the model's own logits. The
-# share
-# of A's characters in the answer that each read-out ranks first, on the clean conversations
-# and, as a control, on the corrupted ones, whose prompt holds another line: the last block
-# predicts better than the first almost by construction, and the control tells how much of
-# the rise is the copy. The lens reads early blocks through a read-out trained for the last;
-# the *tuned lens* {cite}`belrose2023tuned` trains one per block, and finds the plain lens's
+# share of A's characters in the answer that each read-out ranks first, on the clean
+# conversations and, as a control, on the corrupted ones, whose prompt holds line B. The
+# last block predicts better than the first almost by construction; the control asks
+# whether the rise needs the line in the prompt. It is not a neutral control: there the
+# model copies line B, so A's characters may lose ground with depth rather than merely not
+# gain it. The lens reads early blocks through a read-out trained for the last; the *tuned
+# lens* {cite}`belrose2023tuned` trains one per block, and finds the plain lens's
 # early read-outs biased: what the first blocks hold may be more than their shares show.
 #
 # In the HTML edition, the panel below runs Chapter 6's character model (the base of these
@@ -195,13 +199,13 @@ heads_dla = dla.heads[:, :, pairs.copy].mean(-1)  # (L, H): mean over the copied
 print("each head's direct contribution to the")
 print("copied characters' logits (layer x head):")
 print(heads_dla)
+display(Markdown(inside_prose.attribution_text(heads_dla)))
 
 # %% [markdown]
-# Direct attribution sees only the last step. The heads of layer 0, the table's first row,
-# add almost nothing directly; the large contributions come from the later layers. Yet a
-# head of layer 0 can move the line's characters where a later head finds them: it acts
-# through that head, which attribution credits, not on the logit itself. Intervening on the
-# heads, in the next section, answers the causal question: which head the copy needs.
+# Direct attribution sees only the last step: a head of layer 0 can move the line's
+# characters where a later head finds them, and so act through that head, which attribution
+# credits, not on the logit itself. Intervening on the heads, in the next section, answers
+# the causal question: which head the copy needs.
 #
 # The logit lens and attribution read the final LayerNorm differently. The lens applies
 # `ln_f` in full to each block's residual stream, centred and divided by *that* stream's own
@@ -236,8 +240,8 @@ print(heads_dla)
 # the head's output from another input instead, here the corrupted conversation, whose turns
 # sit at the same positions. Each ablation is measured twice: on the copied line, and on the
 # courteous
-# opening, which no line changes, so that a cost there is damage rather than the head's part
-# in copying; in each of the three runs, of which the tables show seed 0's.
+# opening, which no line changes, so that a cost there is not the head's part in copying; in
+# each of the three runs, of which the tables show seed 0's.
 
 # %%
 opening = inside.copy_logprob(pairs, "opening")  # the courteous opening: no line changes it
@@ -290,9 +294,11 @@ apart = (float(off[pairs.opening].mean()), float(off[pairs.copy].mean()))
 print(f"\nseed {SEEDS[0]}, L{worst[0]}H{worst[1]}'s distance from its role's")
 print(f"mean, share of its norm: opening {apart[0]:.2f}, "
       f"line {apart[1]:.2f}")
+excess = inside.resampling_excess(model, pairs)  # (1000, L, H): over resamples of the pairs
+worse = inside_prose.worse_than_removal(drops[SEEDS[0]]["copy"], excess)
 found_ablation = inside_prose.ablation_lesson(
     {s: drops[s]["copy"] for s in SEEDS}, {s: drops[s]["opening"] for s in SEEDS},
-    other_means, apart)
+    other_means, apart, worse)
 display(Markdown(found_ablation.text))
 
 # %% [markdown]
@@ -338,21 +344,23 @@ for seed in SEEDS:
     print(f"seed {seed}, denoising: {inside.top_heads(shares[seed])}")
     print(f"seed {seed}, induction: {inside.top_heads(scores[seed])}")
 rhos = [inside.rank_correlation(shares[s], scores[s]) for s in SEEDS]
+rho_boot = [inside.bootstrap_rankings(models[s], pairs) for s in SEEDS]  # over the pairs
 sums = [float(shares[s].sum()) for s in SEEDS]
-found = [inside_prose.rankings_lesson(rhos, N_PAIRS), inside_prose.shares_lesson(sums)]
+found = [patching_prose.rankings_lesson(rhos, rho_boot, N_PAIRS),
+         patching_prose.shares_lesson(sums)]
 display(Markdown(" ".join(f.text for f in found)))
 
 # %% tags=["remove-input"] mystnb={"figure": {"caption": "Each head of each seed: its induction score on the Repeat pairs against the share of the clean–corrupted gap that patching it restores.", "name": "fig-patching"}, "image": {"alt": "Three scatter plots, one above the other, of 16 points each, rising from lower left to upper right."}}
-fig = inside.patching_figure(shares, scores)
+fig = inside_figure.patching_figure(shares, scores)
 plt.show()
 
 # %% [markdown]
-# Where a head looks and what it does agree here: the heads that attend to the character to
-# copy are the heads whose clean output brings the answer back. No one head does it all, and
-# the shares are not additive. A head can act directly on the logits, as the last layer's
-# heads do in section 13.3's table, and through the heads after it; and the log-probability
-# is not a sum of the heads' parts. So single shares can overlap: Exercise 4 works through
-# how, and measures it.
+# Where the two rankings agree, where a head looks and what it does go together: the heads
+# that attend to the character to copy are the heads whose clean output brings the answer
+# back. Single shares need not add up to the whole. A head can act directly on the logits,
+# as section 13.3's attribution measures, and through the heads after it; and the
+# log-probability is not a sum of the heads' parts. So single shares can overlap, and their
+# sum pass one: Exercise 4 works through how, and measures it.
 #
 # The other direction is *noising*: run the *clean* conversation with one head's output
 # taken from the corrupted run, which is section 13.4's resample ablation, and measure the
@@ -376,14 +384,14 @@ for seed in SEEDS:
     print(f"seed {seed}, noising: {inside.top_heads(noised[seed])}")
 print(f"\nseed {SEEDS[0]}, share of the gap (layer x head)")
 print(f"{'denoising':<23}| noising")
-print(inside_prose.narrow_tables(shares[SEEDS[0]], noised[SEEDS[0]]))
-boot = {}  # noising's first head, both ways, on the same 1,000 resamples of the pairs
+print(patching_prose.narrow_tables(shares[SEEDS[0]], noised[SEEDS[0]]))
+boot = {}  # noising's first head, both ways, on the same 1,000 resamples for every model
 for seed, m in models.items():
     top = [divmod(int(noised[seed].argmax()), noised[seed].shape[1])]
     boot[seed] = tuple(patching.bootstrap_shares(
         m, pairs.clean, pairs.corrupted, pairs.target, pairs.copy, [top], way)[:, 0]
         for way in patching.DIRECTIONS)
-found.append(inside_prose.directions_lesson(shares, noised, previous, boot, N_PAIRS))
+found.append(patching_prose.directions_lesson(shares, noised, previous, boot, N_PAIRS))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
@@ -392,7 +400,7 @@ display(Markdown(found[-1].text))
 
 # %% tags=["remove-input"]
 n_runs = 2 * shares[SEEDS[0]].numel()  # each head patched in both directions
-display(Markdown(inside_prose.timing_text(analysis_seconds, len(SEEDS), n_runs)))
+display(Markdown(patching_prose.timing_text(analysis_seconds, len(SEEDS), n_runs)))
 
 # %% [markdown]
 # ## 13.6 On Colab: induction heads and name movers in GPT-2 small
@@ -455,23 +463,10 @@ display(Markdown(names))
 # - A forward hook reads or replaces six activations of each block of the book's `GPT`,
 #   named as TransformerLens names them; TransformerLens, given the same weights, reads the
 #   same values, and nnsight around the module itself gives the same numbers to the bit.
-# - The logit lens shows an answer forming block by block; direct logit attribution splits a
-#   logit into what each head and MLP adds, once the final LayerNorm's scale is frozen.
-# - Zeroing a head removes what it writes on every input, the opening too, and the opening,
-#   the same text in every row, paid for it in every run. A mean keeps what the inputs it
-#   averages have in common, so it spares the opening only as far as its positions line up
-#   with the opening's: the mean over all positions spared less than half of it, a mean by
-#   role spares it nearly by construction, and resampling from the corrupted run hardly
-#   touches it. Resampling writes the other line's information rather than none, and can
-#   cost the line more than zeroing.
-# - Activation patching runs both ways. Denoising (clean into corrupted) finds what suffices
-#   to carry the difference, noising (corrupted into clean, resample ablation) what the
-#   answer
-#   needs; in the three runs, the head noising ranks first is needed by the copy and not
-#   enough alone.
-# - In the assistant, the rankings of the heads by denoising and by induction score agree,
-# and
-#   the copy is shared by several heads across layers, whose single shares overlap.
+
+# %% tags=["remove-input"]
+display(Markdown(patching_prose.summary_text(
+    lens_found, found_ablation, bool(worse), *found, len(SEEDS))))
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
@@ -537,16 +532,22 @@ check_patch_head(patch_head);
 # score in section 13.5) is the likely winner: every run starts from one base model and
 # learns the copy on top of the heads it already had, so the runs tend to share their
 # copying heads. Its share is well below one, since several heads share the copy. The cell
-# prints the answer for seed 3.
+# prints the answer for seed 3, with that head's rank by induction score, and the top heads
+# of every seed, to compare.
 # ```
 
 # %%
 seed_3 = sft_run(SFTRecipe(seed=3)).model  # trained once (Chapter 14), then cached
 shares_3 = patching.patching_shares(seed_3, pairs.clean, pairs.corrupted, metric)  # (L, H)
-H = shares_3.shape[1]
+scores_3 = inside.induction_scores(seed_3, pairs).flatten()
 best = int(shares_3.flatten().argmax())
-share = float(shares_3.flatten()[best])
-print(f"seed 3: L{best // H}H{best % H} restores {share:.2f} of the gap")
+rank = 1 + int((scores_3 > scores_3[best]).sum())  # 1: the highest induction score
+name = inside.head_name(best, shares_3.shape[1])
+print(f"seed 3: {name} restores {float(shares_3.flatten()[best]):.2f} of the gap;")
+print(f"its induction score, {float(scores_3[best]):.2f}, ranks {rank} of {len(scores_3)}")
+print("top heads by the share denoising restores:")
+for seed, by_head in {**shares, 3: shares_3}.items():
+    print(f"seed {seed}: {inside.top_heads(by_head)}")
 
 # %% [markdown]
 # ### Exercise 4. Shares that add up to more than the whole (explain)
@@ -587,7 +588,7 @@ joint = {name: patching.group_share(model, pairs.clean, pairs.corrupted, metric,
 resampled = patching.bootstrap_shares(  # 1,000 resamples of the pairs, (1000, 5)
     model, pairs.clean, pairs.corrupted, pairs.target, pairs.copy,
     [top_two[:1], top_two[1:], top_two, groups["layer 0"], groups["later"]])
-display(Markdown(inside_prose.joint_text(shares[SEEDS[0]], top_two, joint, resampled)))
+display(Markdown(patching_prose.joint_text(shares[SEEDS[0]], top_two, joint, resampled)))
 
 # %% [markdown] tags=["quiz"]
 # ## Check yourself
