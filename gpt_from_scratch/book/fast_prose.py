@@ -254,10 +254,10 @@ def quantize_lesson(bpb: dict[str, float]) -> Lesson:
         times = {name: cost[name] / int8 for name in slips}
         said += (f"Int8's cost is {decades['int8']:.2f} decades under the bar of "
                  f"{INT8_BAR:g} bits per byte. Truncating costs "
-                 f"{times['int8 truncated']:.0f} times what rounding costs, int4 "
-                 f"{times['int4']:.0f} times: {decades['int8 truncated']:.2f} and "
-                 f"{decades['int4']:.2f} decades above the {SLIP_RATIO:g} times that "
-                 "truncation's larger error alone predicts. ")
+                 f"{times['int8 truncated']:.0f} times what rounding costs and int4 "
+                 f"{times['int4']:.0f} times, where truncation's larger error alone "
+                 f"predicts {SLIP_RATIO:g} times (margins of {decades['int8 truncated']:.2f} "
+                 f"and {decades['int4']:.2f} decades). ")
     else:
         said += ("Int8 costs nothing measurable here, so truncating's and int4's costs are "
                  "any multiple of it. ")

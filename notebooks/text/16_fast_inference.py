@@ -423,7 +423,7 @@ display(Markdown(prose.speedup_text(c_draft, verify, counts, seconds,
 # power comes from the non-central chi-square law with
 # $\lambda = N \sum_y (w(y) - p(y))^2 / p(y)$ for the slip's law $w$, before anything is
 # drawn: the nearer the draft's $q$ is to $p$, the nearer the slips' laws are to $p$, and
-# the more draws it takes (`draws_for_power`, at least 6,000). That law is an
+# the more draws it takes (`draws_for_power`). That law is an
 # approximation for laws near $p$, so a power near 1 is stated as "> 0.999".
 
 # %%
