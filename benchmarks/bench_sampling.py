@@ -74,7 +74,7 @@ def same_law(model, hf, prompts: torch.Tensor, group: int, end_id: int) -> float
 def main(argv=None) -> None:
     from transformers import GPT2LMHeadModel
 
-    from gpt_from_scratch.grpo_train import sample_groups
+    from gpt_from_scratch.grpo_sampling import sample_groups
     from gpt_from_scratch.hf_weights import to_hf_config, to_hf_state_dict
     from gpt_from_scratch.model import GPT, GPTConfig
 

@@ -43,8 +43,10 @@ the GPT                 chapter
 ``interp``              13 hooks, the logit lens, logit attribution
 ``ablation``            13 zero, mean (by role) and resample ablation of heads
 ``patching``            13 activation patching both ways, shares of the gap
-``grpo``                14 GRPO's advantages and clipped loss, pass@k
-``grpo_train``          14 sampling groups of answers, the GRPO loop
+``grpo_advantages``    14 group advantages from rewards, each prompt's weight, pass@k
+``grpo``                14 GRPO's clipped loss (ratio, clip, KL term, normalisations)
+``grpo_sampling``       14 sampling groups of answers, their log-probabilities
+``grpo_train``          14 the GRPO loop
 ``parallel``            15 the process group, the ring all-reduce from send and receive
 ``data_parallel``       15 data parallelism: gradients averaged, bucketed and overlapped
 ``sharding``            15 ZeRO-1's optimizer state and ZeRO-3's parameters, by rank
@@ -98,6 +100,8 @@ the book (``book.``)        chapter
 ``book.verifier``           14 the reward, the cached GRPO runs, the sampled scores
 ``book.verifier_control``   14 the control, KL from the SFT model, answers by opening
 ``book.verifier_prose``     14 the chapter's lessons, judged from its numbers
+``book.verifier_opening``   14 the unrewarded opening: its lesson, the premise, the drift
+``book.verifier_brake``     14 the KL brake on one seed, against the evaluation's noise
 ``book.verifier_text``      14 the chapter's sentences, from its numbers and verdicts
 ``book.verifier_online``    14 the Colab track: GPT-2 small with LoRA learns addition
 ``book.parallel_runs``      15 the chapter's processes, started and always ended

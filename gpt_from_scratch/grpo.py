@@ -1,79 +1,24 @@
-"""Chapter 14 — learning from a verifier: GRPO (group-relative policy optimization).
+"""Chapter 14 — GRPO's clipped loss (group-relative policy optimization).
 
-A prompt is answered G times (a *group*); a program scores each answer (its *reward*, e.g. 1
-when the answer is right and ended with ``<|end|>``). An answer's *advantage* is its reward
-measured against its own group's: ``(r - mean) / (std + 1e-4)``, so a group whose rewards
-are all equal carries no signal. The loss pushes each completion token's log-probability up
-or down by its answer's advantage, through the *ratio* ``pi(token) / pi_old(token)`` clipped
-to ``1 +- epsilon`` (PPO's clip), optionally with a KL penalty toward a frozen reference.
-The tests check the loss and its gradients equal to TRL 1.16's ``GRPOTrainer.compute_loss``;
-``train_grpo`` (module ``grpo_train``) is the loop around it. Shapes: N = B * G completions
-of C tokens each.
+Each completion token's log-probability is pushed up or down by its answer's advantage
+(``grpo_advantages.group_advantages``), through the *ratio* ``pi(token) / pi_old(token)``
+clipped to ``1 +- epsilon`` (PPO's clip), optionally with a KL penalty toward a frozen
+reference. The tests check that the loss and its gradients agree with TRL 1.16's
+``GRPOTrainer.compute_loss`` to 1e-6, given the same inputs; ``grpo_sampling`` draws the
+answers and scores their log-probabilities, ``grpo_train.train_grpo`` is the loop around it.
+Shapes: N = B * G completions of C tokens each.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
 
-import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .utils import check_float, check_int
 
 LOSS_TYPES = ("dapo", "grpo", "dr_grpo")
-
-
-def _check_group_size(function: str, n: int, group_size) -> int:
-    group_size = check_int(function, "group_size", group_size, minimum=2)
-    if n % group_size:
-        raise ValueError(f"{function}: {n} rewards do not split into groups of "
-                         f"group_size={group_size}: pass G rewards per prompt, the G "
-                         "completions of one prompt side by side")
-    return group_size
-
-
-def _check_rewards(function: str, rewards, group_size) -> int:
-    """The group size G of ``rewards``, a finite 1-D float tensor of whole groups."""
-    if (not isinstance(rewards, Tensor) or rewards.dim() != 1
-            or not rewards.is_floating_point()):
-        raise ValueError(f"{function}: rewards must be a 1-D float tensor (N,), got "
-                         f"{rewards!r:.60}: pass torch.tensor(rewards, "
-                         "dtype=torch.float32)")
-    if not len(rewards):
-        raise ValueError(f"{function}: rewards is empty: pass the G rewards of at least "
-                         "one prompt, the G completions of one prompt side by side")
-    if not torch.isfinite(rewards).all():
-        raise ValueError(f"{function}: a reward is nan or inf: a reward function must "
-                         "return a finite number for every completion")
-    return _check_group_size(function, len(rewards), group_size)
-
-
-def group_advantages(rewards: Tensor, group_size: int,
-                     scale: str | None = "group") -> Tensor:
-    """(N,) advantages of N = B * G rewards, groups side by side: each reward minus its
-    group's mean, divided by the group's standard deviation plus 1e-4 (``torch.std``,
-    unbiased, as TRL). ``scale=None`` keeps the mean only (Dr. GRPO's advantage, nanochat;
-    Dr. GRPO also divides the loss by a constant: ``grpo_loss(..., loss_type="dr_grpo")``).
-    A group of equal rewards gets 0s."""
-    G = _check_rewards("group_advantages", rewards, group_size)
-    if scale not in ("group", None):
-        raise ValueError(f"group_advantages: scale={scale!r} must be 'group' (divide by "
-                         "the group's std) or None (the mean only)")
-    grouped = rewards.view(-1, G)  # (B, G)
-    advantages = grouped - grouped.mean(dim=1, keepdim=True)  # (B, G)
-    if scale == "group":
-        advantages = advantages / (grouped.std(dim=1, keepdim=True) + 1e-4)
-    return advantages.flatten()  # (N,)
-
-
-def mixed_groups(rewards: Tensor, group_size: int) -> float:
-    """The share of groups whose rewards are not all equal: those with a gradient."""
-    G = _check_rewards("mixed_groups", rewards, group_size)
-    grouped = rewards.view(-1, G)  # (B, G)
-    return (grouped != grouped[:, :1]).any(dim=1).float().mean().item()
 
 
 @dataclass
@@ -125,10 +70,20 @@ def _check_tensors(logps, old_logps, advantages, mask, ref_logps) -> None:
                              "makes the ratio 1 whatever the weights, and the gradient 0); "
                              "pass logps.detach() on-policy, or log-probabilities computed "
                              "under torch.no_grad()")
+    if advantages.requires_grad:
+        raise ValueError("grpo_loss: advantages carry a gradient (requires_grad=True): "
+                         "they are the rewards' weights, constants of the loss, and the "
+                         "loss would send gradients into whatever made them: pass "
+                         "advantages.detach(), or group_advantages of plain rewards")
     if ((mask != 0) & (mask != 1)).any():
         raise ValueError(f"grpo_loss: mask holds values other than 0 and 1 "
                          f"({sorted(set(mask.flatten().tolist()))[:5]}...): it marks the "
                          "completion's tokens; pass the mask sample_groups returns")
+    if not mask.any():
+        raise ValueError(f"grpo_loss: mask of shape {tuple(mask.shape)} is all 0, so no "
+                         "token is a completion's and the loss would be 0 with nothing to "
+                         "learn: pass the mask sample_groups returns, 1 on each "
+                         "completion's tokens up to and including its end")
 
 
 def _normaliser(loss_type: str, mask: Tensor, num_items, max_completion_length) -> float:
@@ -143,7 +98,7 @@ def _normaliser(loss_type: str, mask: Tensor, num_items, max_completion_length) 
                              f"None, or pass loss_type={user!r}")
     if loss_type == "dapo":
         if num_items is None:
-            return max(float(mask.sum()), 1.0)
+            return float(mask.sum())  # >= 1: _check_tensors refuses an all-0 mask
         total = check_int("grpo_loss", "num_items", num_items, minimum=1)
         tokens = int(mask.sum().item())
         if total < tokens:
@@ -202,6 +157,10 @@ def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor
         raise ValueError(f"grpo_loss: beta={beta:g} > 0 needs ref_logps, the reference "
                          "model's log-probabilities of the same tokens: pass them, or "
                          "beta=0")
+    if beta == 0 and ref_logps is not None:
+        raise ValueError("grpo_loss: ref_logps is given but beta=0, which would ignore it "
+                         "(the KL term is beta times it): pass beta > 0 for a KL penalty, "
+                         "or leave ref_logps None")
     normaliser = _normaliser(loss_type, mask, num_items, max_completion_length)
     outside = mask == 0  # (N, C): after a completion's end
     logps, old_logps = logps.masked_fill(outside, 0.0), old_logps.masked_fill(outside, 0.0)
@@ -215,101 +174,11 @@ def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor
         ref_logps = ref_logps.masked_fill(outside, 0.0)  # (N, C)
         k3 = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1  # (N, C), >= 0
         per_token = per_token + beta * k3 * ratio
-        kl = ((k3 * ratio).detach() * mask).sum().item() / max(mask.sum().item(), 1.0)
+        kl = ((k3 * ratio).detach() * mask).sum().item() / mask.sum().item()
     if loss_type == "grpo":
         loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
     else:
         loss = (per_token * mask).sum() / normaliser
     binds = ((ratio < 1 - epsilon) & (A < 0)) | ((ratio > 1 + epsilon) & (A > 0))  # (N, C)
-    clipped = (binds * mask).sum().item() / max(mask.sum().item(), 1.0)
+    clipped = (binds * mask).sum().item() / mask.sum().item()
     return GRPOOutput(loss, clipped, kl)
-
-
-def check_temperature(function: str, temperature) -> float:
-    """``temperature`` as a float (NumPy numbers accepted), else a ValueError."""
-    if (isinstance(temperature, bool) or not isinstance(temperature, numbers.Real)
-            or not 0 < temperature < math.inf):
-        raise ValueError(f"{function}: temperature={temperature!r} must be a finite number "
-                         "> 0: the logits are divided by it, to sample and to score the "
-                         "answers; 1.0, the default, is the model's own distribution")
-    return float(temperature)
-
-
-def completion_logps(model: nn.Module, prompts: Tensor, completions: Tensor,
-                     temperature: float = 1.0) -> Tensor:
-    """(N, C) log-probability of each completion token after its prompt, with the graph,
-    from the logits divided by the sampling ``temperature`` (as TRL). prompts (N, P) of one
-    length, completions (N, C); ``model(idx)`` returns (logits, loss). As Chapter 7's
-    ``next_token`` samples, each row's largest logit is subtracted first and the temperature
-    held within float32's range, so these are the sampler's log-probabilities even at 1e-300
-    (0 for a row's most likely token, -inf for the others) rather than an overflow's nan."""
-    temperature = check_temperature("completion_logps", temperature)
-    if not isinstance(prompts, Tensor) or not isinstance(completions, Tensor):
-        raise ValueError(f"completion_logps: prompts and completions must be tensors of "
-                         f"token ids, got {type(prompts).__name__} and "
-                         f"{type(completions).__name__}: pass torch.tensor(ids) of each")
-    V = model.config.vocab_size
-    for name, ids in (("prompts", prompts), ("completions", completions)):
-        if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
-            raise ValueError(f"completion_logps: {name} hold {ids.dtype}, not token ids: "
-                             "pass whole numbers, torch.long (ids.long() if they are)")
-        low, high = (int(ids.min()), int(ids.max())) if ids.numel() else (0, 0)
-        if low < 0 or high >= V:
-            raise ValueError(f"completion_logps: {name} hold token ids in [{low}, {high}], "
-                             f"outside the model's vocabulary [0, {V}): pass ids of the "
-                             "model's own tokenizer")
-    if prompts.dim() != 2 or completions.dim() != 2 or len(prompts) != len(completions):
-        raise ValueError(f"completion_logps: prompts {tuple(prompts.shape)} and "
-                         f"completions {tuple(completions.shape)} must be (N, P) and "
-                         "(N, C): repeat each prompt once per completion "
-                         "(prompts.repeat_interleave(G, 0))")
-    P = prompts.shape[1]
-    if P < 1:
-        raise ValueError("completion_logps: the prompts have no token: the first "
-                         "completion token needs at least one prompt token before it (the "
-                         "turn's opening marker)")
-    idx = torch.cat([prompts, completions], dim=1)[:, :-1]  # (N, P + C - 1): not the last
-    logits, _ = model(idx)  # (N, P + C - 1, V)
-    logits = logits[:, P - 1:].float()  # (N, C, V)
-    finfo = torch.finfo(logits.dtype)  # as next_token: 1e-300 would be 0 in float32
-    temperature = min(max(temperature, finfo.tiny), finfo.max)
-    shifted = logits - logits.detach().amax(dim=-1, keepdim=True)  # (N, C, V), max at 0
-    logp = torch.log_softmax(shifted / temperature, dim=-1)  # (N, C, V)
-    return logp.gather(-1, completions[..., None])[..., 0]  # (N, C)
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased estimate of pass@k from n samples of which c are right (Chen et al.
-    2021): the chance that k of the n, drawn without replacement, hold at least one right
-    one, ``1 - C(n - c, k) / C(n, k)``, computed as a product so that large n does not
-    overflow."""
-    n = check_int("pass_at_k", "n", n, minimum=1)
-    c = check_int("pass_at_k", "c", c, minimum=0)
-    k = check_int("pass_at_k", "k", k, minimum=1)
-    if c > n:
-        raise ValueError(f"pass_at_k: c={c} right answers among n={n} samples: c must be "
-                         "<= n")
-    if k > n:
-        raise ValueError(f"pass_at_k: k={k} > n={n}: pass@k needs at least k samples per "
-                         f"prompt; sample more (n >= {k}) or ask for pass@{n}")
-    if n - c < k:
-        return 1.0  # every k-subset holds a right answer
-    return 1.0 - math.prod(1 - k / i for i in range(n - c + 1, n + 1))
-
-
-def check_reward(value, row: int) -> float:
-    """A reward function's value as a float: a real number (``numbers.Real``: an int, a
-    float, a Fraction, a NumPy number or bool) that a float holds finite, else a ValueError
-    naming the completion."""
-    if isinstance(value, (bool, np.bool_)):
-        value = float(value)
-    try:
-        reward = float(value) if isinstance(value, numbers.Real) else math.nan
-    except OverflowError:  # an int beyond float's range, 10**400
-        reward = math.inf
-    if not math.isfinite(reward):
-        raise ValueError(f"the reward function returned {value!r:.40} "
-                         f"({type(value).__name__}) for completion {row}: it must return a "
-                         "real number a float holds finite (e.g. 1.0 when the answer is "
-                         "right); return float(...) of it")
-    return reward

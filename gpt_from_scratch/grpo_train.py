@@ -1,11 +1,10 @@
 """Chapter 14 — the GRPO loop: sample groups of answers, score them, update the policy.
 
-``sample_groups`` answers each prompt G times with Chapter 7's KV cache (``new_kv_cache``
-and ``next_token``), stopping once every row has written the end token; ``train_grpo``
-scores the answers with a reward function, turns the rewards into group advantages and takes
-one or more clipped updates per batch (``grpo.grpo_loss``), with AdamW and gradient
-clipping, as TRL's ``GRPOTrainer`` does with its defaults (``num_iterations=1``: one update,
-so the ratio is 1).
+``train_grpo`` answers each prompt of a batch G times (``grpo_sampling.sample_groups``),
+scores the answers with a reward function, turns the rewards into group advantages
+(``grpo_advantages.group_advantages``) and takes one or more clipped updates per batch
+(``grpo.grpo_loss``), with AdamW and gradient clipping, as TRL's ``GRPOTrainer`` does with
+its defaults (``num_iterations=1``: one update, so the ratio is 1).
 """
 
 from __future__ import annotations
@@ -18,74 +17,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from .generate import next_token
-from .grpo import LOSS_TYPES, check_reward, check_temperature, completion_logps
-from .grpo import group_advantages, grpo_loss, mixed_groups
-from .model import check_vocabulary_range
-from .utils import check_float, check_int, eval_mode, skip_token_id_checks
-
-
-def _end_mask(completions: Tensor, end_id: int) -> Tensor:
-    """(N, C) -> (N, C): 1 up to and including each row's first ``end_id``, 0 after it."""
-    ended = (completions == end_id).long()  # (N, C)
-    return ((ended.cumsum(dim=1) - ended) == 0).long()
-
-
-def _check_end_id(function: str, end_id, vocab_size: int) -> int:
-    end_id = check_int(function, "end_id", end_id, minimum=0)
-    if end_id >= vocab_size:
-        raise ValueError(f"{function}: end_id={end_id} is outside the model's vocabulary "
-                         f"[0, {vocab_size}), so no answer could end: pass the tokenizer's "
-                         "end token (ChatTokenizer.end_id) of a model that has it "
-                         "(add_chat_tokens)")
-    return end_id
-
-
-@torch.no_grad()
-def sample_groups(model: nn.Module, prompts: Tensor, group_size: int, max_new_tokens: int,
-                  end_id: int, temperature: float = 1.0,
-                  generator: torch.Generator | None = None
-                  ) -> tuple[Tensor, Tensor]:
-    """``group_size`` sampled completions of each of the B prompts (B, P), all of one
-    length: ``(completions, mask)``, both (B * G, C), the G answers of a prompt side by
-    side. ``mask`` is 1 up to and including a row's first ``end_id``; after it the row holds
-    ``end_id``. Sampling stops once every row has ended, so C <= ``max_new_tokens``. The
-    window is never slid."""
-    if (not isinstance(prompts, Tensor) or prompts.dim() != 2 or prompts.is_floating_point()
-            or prompts.is_complex() or prompts.dtype == torch.bool):
-        raise ValueError(f"sample_groups: prompts must be a (B, P) tensor of integer token "
-                         f"ids, prompts of one length, got {prompts!r:.60}: pass "
-                         "torch.tensor([ids_1, ids_2, ...])")
-    G = check_int("sample_groups", "group_size", group_size, minimum=1)
-    max_new_tokens = check_int("sample_groups", "max_new_tokens", max_new_tokens, minimum=1)
-    temperature = check_temperature("sample_groups", temperature)
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(f"sample_groups: generator={generator!r:.40} must be a "
-                         "torch.Generator: pass torch.Generator().manual_seed(seed), or "
-                         "None")
-    end_id = _check_end_id("sample_groups", end_id, model.config.vocab_size)
-    T_max = model.config.context_length
-    if prompts.shape[1] + max_new_tokens > T_max:
-        raise ValueError(f"sample_groups: prompts of {prompts.shape[1]} tokens plus "
-                         f"max_new_tokens={max_new_tokens} exceed context_length={T_max}: "
-                         f"sample at most {T_max - prompts.shape[1]} new tokens")
-    check_vocabulary_range(prompts, model.config.vocab_size)
-    idx = prompts.long().repeat_interleave(G, dim=0)  # (N, P), N = B * G
-    done = torch.zeros(len(idx), dtype=torch.bool, device=idx.device)  # (N,)
-    new = []
-    with eval_mode(model), skip_token_id_checks(model):
-        cache = model.new_kv_cache()
-        logits, _ = model(idx, kv_cache=cache)  # (N, P, V): the prefill
-        for _ in range(max_new_tokens):
-            token = next_token(logits[:, -1], temperature, generator=generator)  # (N, 1)
-            token = token.masked_fill(done[:, None], end_id)  # an ended row stays ended
-            new.append(token)
-            done |= token[:, 0] == end_id
-            if done.all():
-                break
-            logits, _ = model(token, kv_cache=cache)  # (N, 1, V): only the newest token
-    completions = torch.cat(new, dim=1)  # (N, C)
-    return completions, _end_mask(completions, end_id)
+from .grpo import LOSS_TYPES, grpo_loss
+from .grpo_advantages import check_reward, group_advantages, mixed_groups
+from .grpo_sampling import check_end_id, check_temperature, completion_logps, sample_groups
+from .utils import check_float, check_int, eval_mode
 
 
 @dataclass
@@ -140,7 +75,7 @@ def _check_train_options(policy, prompts, reward, end_id, max_new_tokens, temper
     if not callable(reward):
         raise ValueError(f"train_grpo: reward={reward!r} must be a function "
                          "reward(prompt_index, completion_ids) -> float")
-    _check_end_id("train_grpo", end_id, policy.config.vocab_size)
+    check_end_id("train_grpo", end_id, policy.config.vocab_size)
     check_temperature("train_grpo", temperature)
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"train_grpo: loss_type={loss_type!r} must be one of "
@@ -152,6 +87,10 @@ def _check_train_options(policy, prompts, reward, end_id, max_new_tokens, temper
         raise ValueError(f"train_grpo: beta={beta:g} > 0 needs a frozen reference other "
                          "than the policy: pass reference=copy.deepcopy(policy), made "
                          "before training, or beta=0")
+    if beta == 0 and reference is not None:
+        raise ValueError("train_grpo: a reference is given but beta=0, so the KL term that "
+                         "reads it is off and it would be ignored: pass beta > 0 for a KL "
+                         "penalty toward it, or leave reference None")
     if beta > 0 and reference.config.vocab_size != policy.config.vocab_size:
         raise ValueError(f"train_grpo: the reference reads {reference.config.vocab_size} "
                          f"tokens, the policy {policy.config.vocab_size}: the KL term "
@@ -202,18 +141,20 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
     ``end_id``), and takes ``updates`` AdamW steps on ``grpo_loss`` with the same answers:
     every update's ``old_logps`` is the first update's own ``logps.detach()``, so the first
     is on-policy (ratio exactly 1) and a later one's ratio holds what the earlier updates
-    changed, where the clip can bind. The answers are sampled and scored in eval mode, the
-    updates run in training mode (dropout on; TRL, whose ``disable_dropout`` is off by
-    default, samples in training mode too). Where the model has dropout, the gradient is
-    that of a dropout-perturbed log-probability, not of the sampler's, and a later update's
-    ratio also holds the difference between two dropout draws (its own and the first
-    update's), on which the clip can bind even when the weights have not moved. Chapter
-    12's assistants have no dropout; GPT-2 from ``hf_weights.from_pretrained`` keeps its 0.1
-    (Chapter 14's Colab track, one update per batch). ``loss_type="dr_grpo"`` divides by
-    ``N * max_new_tokens``, the cap TRL calls ``max_completion_length``. The policy ends in
-    eval mode. An update after which the loss or the logits are no longer finite (too large
-    an ``lr``) raises a ``FloatingPointError``, the policy put back to its weights from
-    before that update.
+    changed, where the clip can bind. The answers are sampled in eval mode, the updates run
+    in training mode (dropout on; TRL, whose ``disable_dropout`` is off by default, samples
+    in training mode too); the reference (``beta > 0``) is read in eval mode whatever mode
+    it was left in, as TRL keeps its own, and given back in that mode. ``reference`` with
+    ``beta=0`` is refused: nothing would read it. Where the model has dropout, the gradient
+    is that of a dropout-perturbed log-probability, not of the sampler's, and a later
+    update's ratio also holds the difference between two dropout draws (its own and the
+    first update's), on which the clip can bind even when the weights have not moved.
+    Chapter 12's assistants have no dropout; GPT-2 from ``hf_weights.from_pretrained``
+    keeps its 0.1 (Chapter 14's Colab track, one update per batch). ``loss_type="dr_grpo"``
+    divides by ``N * max_new_tokens``, the cap TRL calls ``max_completion_length``. The
+    policy ends in eval mode. An update after which the loss or the logits are no longer
+    finite (too large an ``lr``) raises a ``FloatingPointError``, the policy put back to
+    its weights from before that update.
     """
     steps = check_int("train_grpo", "steps", steps, minimum=1)
     batch_size = check_int("train_grpo", "batch_size", batch_size, minimum=1)
@@ -255,9 +196,10 @@ def train_grpo(policy: nn.Module, prompts: list[list[int]],
                                device=device)  # (N,)
         advantages = group_advantages(rewards, group_size, scale)  # (N,)
         idx = prompt_ids.repeat_interleave(group_size, dim=0)  # (N, P)
-        with torch.no_grad(), eval_mode(policy):
-            ref = (completion_logps(reference, idx, completions, temperature)
-                   if beta > 0 else None)
+        ref = None  # (N, C): the reference's log-probabilities, dropout off, as TRL's
+        if beta > 0:
+            with torch.no_grad(), eval_mode(reference):
+                ref = completion_logps(reference, idx, completions, temperature)
         policy.train()
         clipped, kl, old = [], [], None
         for _ in range(updates):

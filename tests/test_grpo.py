@@ -3,6 +3,8 @@ The loss's parity with TRL is in test_grpo_parity.py."""
 
 from __future__ import annotations
 
+import copy
+import itertools
 import math
 from decimal import Decimal
 from fractions import Fraction
@@ -12,10 +14,12 @@ import pytest
 import torch
 
 from gpt_from_scratch import grpo_train
-from gpt_from_scratch.grpo import (check_reward, completion_logps, group_advantages,
-                                   grpo_loss, mixed_groups, pass_at_k)
 from gpt_from_scratch.generate import generate
-from gpt_from_scratch.grpo_train import sample_groups, train_grpo
+from gpt_from_scratch.grpo import grpo_loss
+from gpt_from_scratch.grpo_advantages import (check_reward, expected_weight,
+                                              group_advantages, mixed_groups, pass_at_k)
+from gpt_from_scratch.grpo_sampling import completion_logps, sample_groups
+from gpt_from_scratch.grpo_train import train_grpo
 from gpt_from_scratch.model import GPT, GPTConfig
 
 
@@ -38,6 +42,26 @@ def test_group_advantages_by_hand_and_a_group_of_equal_rewards_teaches_nothing()
     assert mixed_groups(rewards, 4) == 0.5 and mixed_groups(rewards[:6], 3) == 0.5 and mixed_groups(rewards, 2) == 0.5
 
 
+@pytest.mark.parametrize("G", [2, 4, 5])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.83])
+def test_expected_weight_is_a_group_s_expected_gradient_over_grad_p(G, p):
+    """A policy right with probability p = sigmoid(theta): each of the 2^G reward patterns,
+    its chance and its gradient sum_i A_i d/dtheta log pi(y_i), summed exactly, over
+    dp/dtheta = p (1 - p), is w(p). The mean alone weighs every prompt alike, G - 1."""
+    for scale in ("group", None):
+        total = 0.0
+        for pattern in itertools.product((0.0, 1.0), repeat=G):
+            chance = math.prod(p if r else 1 - p for r in pattern)
+            A = group_advantages(torch.tensor(pattern, dtype=torch.float64), G, scale)
+            score = [1 - p if r else -p for r in pattern]  # d/dtheta log pi(y_i)
+            total += chance * sum(a * d for a, d in zip(A.tolist(), score))
+        w = expected_weight(p, G, scale)
+        assert w == pytest.approx(total / (p * (1 - p)), rel=1e-9)
+    assert expected_weight(p, G, None) == pytest.approx(G - 1, rel=1e-12)
+    assert expected_weight(p, G) == pytest.approx(expected_weight(1 - p, G), rel=1e-9)
+    assert expected_weight(p, G) >= expected_weight(0.5, G) > G - 1  # the std's bias
+
+
 # ------------------------------------------------------------------------------ the loss
 def batch(seed: int = 0, N: int = 6, C: int = 5):
     g = torch.Generator().manual_seed(seed)
@@ -49,7 +73,7 @@ def batch(seed: int = 0, N: int = 6, C: int = 5):
     return logps, mask, advantages
 
 
-def test_on_policy_the_ratio_is_1_and_the_gradient_is_reinforce_with_a_baseline():
+def test_on_policy_the_ratio_is_1_and_the_gradient_is_reinforce_weighted_by_a():
     for loss_type in ("dapo", "grpo", "dr_grpo"):
         logps, mask, A = batch()
         longest = 8 if loss_type == "dr_grpo" else None  # the cap, wider than C = 5
@@ -174,6 +198,14 @@ def test_sample_groups_draws_the_tokens_of_chapter_7s_generate(seed):
     assert ((comp == out) | (mask == 0)).all() and mask.sum(1).min() < mask.sum(1).max()
 
 
+def test_completion_logps_take_token_ids_of_any_integer_dtype():
+    model, prompts = tiny_gpt(1), torch.tensor([[1, 2, 5]])
+    comp = torch.tensor([[3, 11, 4]])
+    torch.testing.assert_close(completion_logps(model, prompts.to(torch.uint8),
+                                                comp.to(torch.uint8)),
+                               completion_logps(model, prompts, comp), rtol=0, atol=0)
+
+
 def test_completion_logps_are_the_models_own_one_row_at_a_time():
     model = tiny_gpt(1)
     prompts = torch.tensor([[1, 2, 5]])
@@ -212,6 +244,34 @@ def test_two_updates_per_batch_let_the_clip_bind_and_beta_logs_the_kl():
                          max_new_tokens=4, group_size=6, batch_size=2, updates=2, beta=0.1,
                          reference=reference)
     assert max(history.clipped) > 0 and len(history.kl) == 4 and history.kl[-1] > 0
+
+
+def test_the_reference_is_read_in_eval_mode_whatever_mode_it_was_left_in(monkeypatch):
+    """TRL keeps its reference in eval mode. A reference with dropout 0.5 copied from a
+    policy in training mode (reference=copy.deepcopy(policy)) gives its eval-mode
+    log-probabilities, not a dropout draw's, and is handed back in training mode."""
+    reads = []
+
+    def spy(model, idx, completions, temperature=1.0):
+        out = completion_logps(model, idx, completions, temperature)
+        if model is reference:
+            reads.append((model.training, idx, completions, out))
+        return out
+
+    monkeypatch.setattr(grpo_train, "completion_logps", spy)
+    policy = tiny_gpt(dropout=0.5).train()
+    reference = copy.deepcopy(policy)
+    train_grpo(policy, [[1, 2], [4, 5]], reward_token_7, 3, 2, group_size=4, batch_size=2,
+               max_new_tokens=4, beta=0.1, reference=reference)
+    assert len(reads) == 2 and not any(training for training, *_ in reads)
+    assert all(m.training for m in reference.modules())  # given back as it was left
+    with torch.no_grad():
+        for _, idx, comp, out in reads:
+            train_mode = completion_logps(reference, idx, comp)  # dropout on
+            assert not torch.equal(out, train_mode)
+            with grpo_train.eval_mode(reference):
+                torch.testing.assert_close(out, completion_logps(reference, idx, comp),
+                                           rtol=0, atol=0)
 
 
 def spy_on_grpo_loss(monkeypatch) -> list:
@@ -393,8 +453,30 @@ ADV = torch.zeros(4)
     (lambda m: completion_logps(m, torch.tensor([[1, 2]]), torch.tensor([[3.0, 4.0]])),
      "completions hold torch.float32, not token ids"),
     (lambda m: check_reward(10**400, 3),
-     r"returned 1000.* \(int\) for completion 3: it must return a real number a float "
-     "holds finite"),
+     r"returned 1000.* \(int\) for completion 3: it must return a real number that "
+     "float32 holds finite"),
+    (lambda m: train_grpo(m, [[1, 2]], lambda i, c: 1e300, 3, 1, max_new_tokens=2),
+     r"returned 1e\+300 \(float\) for completion 0: .*float32 holds finite \(\|r\| <= "
+     r"3.4e\+38.*scaled down"),
+    (lambda m: group_advantages(torch.tensor([3e38, 3e38, 0.0, 0.0]), 4),
+     r"rewards up to 3e\+38 overflow torch.float32 in their group's mean or standard "
+     r"deviation, .*scale the rewards down"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK, ref_logps=LOGPS),
+     r"ref_logps is given but beta=0, which would ignore it .*or leave ref_logps None"),
+    (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, reference=tiny_gpt()),
+     r"a reference is given but beta=0, .*pass beta > 0 .*or leave reference None"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV, MASK * 0),
+     r"mask of shape \(4, 3\) is all 0, so no token .*pass the mask sample_groups"),
+    (lambda m: grpo_loss(LOGPS, LOGPS, ADV.clone().requires_grad_(), MASK),
+     r"advantages carry a gradient \(requires_grad=True\): .*advantages.detach\(\)"),
+    (lambda m: completion_logps(m, torch.ones(2, 10, dtype=torch.long),
+                                torch.ones(2, 8, dtype=torch.long)),
+     r"prompts of P=10 tokens and completions of C=8 need P \+ C - 1 = 17 positions, and "
+     r"the model reads T=16: .*\(P \+ C <= 17\)"),
+    (lambda m: expected_weight(1.0, 8), r"expected_weight.p=1.0 must be in \(0, 1\)"),
+    (lambda m: expected_weight(0.5, 1), "expected_weight.group_size=1 must be an int >= 2"),
+    (lambda m: expected_weight(0.5, 8, scale="batch"),
+     "expected_weight: scale='batch' must be 'group'"),
     (lambda m: check_reward(Decimal("0.5"), 0), r"returned Decimal\('0.5'\) \(Decimal\) .*"
                                                 r"return float\(...\) of it"),
     (lambda m: train_grpo(m, [[1, 2]], reward_token_7, 3, 1, loss_type="bnpo"),

@@ -1,6 +1,7 @@
-"""Chapter 14's GRPO loss equals TRL 1.16's ``GRPOTrainer.compute_loss``: the loss and
-every gradient, for ``loss_type="dapo"`` (TRL's default), ``"grpo"`` and ``"dr_grpo"``, on-
-and off-policy, with and without the KL term. A random 2-layer ``GPT2LMHeadModel`` and the
+"""Chapter 14's GRPO loss agrees with TRL's ``GRPOTrainer.compute_loss`` (1.16 or later:
+older versions are skipped) to 1e-6, given the same inputs: the loss and every gradient,
+for ``loss_type="dapo"`` (TRL's default), ``"grpo"`` and ``"dr_grpo"``, on- and off-policy,
+with and without the KL term. A random 2-layer ``GPT2LMHeadModel`` and the
 book's ``GPT`` hold the same weights (``from_hf``); our gradients are mapped to GPT-2's
 layout (``to_hf_state_dict``). ``bf16=False``: TRL's default bf16 on a CPU moves the
 per-token log-probabilities by ~4e-4.
@@ -20,11 +21,14 @@ import copy
 import pytest
 import torch
 
-from gpt_from_scratch.grpo import completion_logps, group_advantages, grpo_loss
+from gpt_from_scratch.grpo import grpo_loss
+from gpt_from_scratch.grpo_advantages import group_advantages
+from gpt_from_scratch.grpo_sampling import completion_logps
 from gpt_from_scratch.hf_weights import from_hf, to_hf_state_dict
 from tests.test_assistant import hf_chat_tokenizer, random_gpt2
 
 REASON = "TRL 1.15+ needs Python 3.11 and is not installed here (the oldest-versions job)"
+TRL = "1.16"  # the version the chapter names: an older one (the extra allows 0.29) skips
 REWARDS = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0]  # 2 groups of 4
 LENGTHS = [4, 7, 5, 6, 7, 4, 5, 6]  # completion lengths, C = 7
 
@@ -40,7 +44,7 @@ def grpo_batch(seed: int):
 
 def trl_loss(tmp_path, hf, loss_type: str, beta: float, prompts, completions, mask, advantages,
              old=None, ref=None, max_completion_length: int = 7) -> torch.Tensor:
-    trl = pytest.importorskip("trl", reason=REASON)
+    trl = pytest.importorskip("trl", minversion=TRL, reason=REASON)
     datasets = pytest.importorskip("datasets", reason=REASON)
     args = trl.GRPOConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, bf16=False,
                           loss_type=loss_type, beta=beta, per_device_train_batch_size=8,
@@ -65,7 +69,7 @@ CASES = [(loss_type, policy, beta) for loss_type in ("dapo", "grpo", "dr_grpo")
 
 @pytest.mark.parametrize("loss_type, policy, beta", CASES)
 def test_grpo_loss_and_gradients_equal_trl(tmp_path, loss_type, policy, beta):
-    pytest.importorskip("trl", reason=REASON)
+    pytest.importorskip("trl", minversion=TRL, reason=REASON)
     random_gpt2(0).save_pretrained(tmp_path / "model")  # TRL loads its reference from a path
     hf = type(random_gpt2(0)).from_pretrained(tmp_path / "model")
     ours = from_hf(copy.deepcopy(hf)).eval()
@@ -115,6 +119,7 @@ def test_group_advantages_equal_trls_formula_with_its_own_std(scale):
     (Bessel's correction) plus 1e-4 where ``scale_rewards="group"``; the mean only where
     ``"none"``. Only TRL's ``nanstd`` is TRL's code here, so a std of another convention or
     another epsilon fails; a change to TRL's formula around it would not be seen."""
+    pytest.importorskip("trl", minversion=TRL, reason=REASON)
     utils = pytest.importorskip("trl.trainer.utils", reason=REASON)
     g = torch.Generator().manual_seed(0)
     rewards = torch.rand(24, generator=g).round(decimals=1)  # (N,) = 6 groups of 4

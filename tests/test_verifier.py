@@ -14,8 +14,10 @@ import pytest
 import torch
 
 from gpt_from_scratch.book import lessons, verifier, verifier_control, verifier_online
+from gpt_from_scratch.book import verifier_opening as opening
 from gpt_from_scratch.book import verifier_prose as prose
 from gpt_from_scratch.book import verifier_text as sentences
+from gpt_from_scratch.book.verifier_brake import Brake, brake_gap, brake_text
 from gpt_from_scratch.book.assistant import Item
 from gpt_from_scratch.chat import ChatTokenizer
 from gpt_from_scratch.data import load_tiny_shakespeare
@@ -57,6 +59,21 @@ def test_the_reward_needs_items():
     _, tok = tiny_assistant()
     with pytest.raises(ValueError, match="items is empty"):
         verifier.prompts_and_reward([], tok)
+
+
+@pytest.mark.parametrize("index, completion, match", [
+    (-1, [1, 2], r"index=-1 must be a whole number from 0 to 2, .*the prompt's own index"),
+    (3, [1, 2], r"index=3 must be a whole number from 0 to 2"),
+    (True, [1, 2], r"index=True must be a whole number"),
+    (0, torch.tensor([1, 2]),
+     r"completion=tensor.* must be a list of token ids .*tolist\(\)"),
+    (0, [1, 2.0], r"must be a list of token ids \(ints\)"),
+])
+def test_the_reward_refuses_another_item_s_index_and_a_tensor(index, completion, match):
+    _, tok = tiny_assistant()
+    _, reward = verifier.prompts_and_reward(ITEMS, tok)
+    with pytest.raises(ValueError, match=match):
+        reward(index, completion)
 
 
 # ---------------------------------------------------------------- recipes and the cache
@@ -155,6 +172,13 @@ def test_sampled_scores_refuse_k_above_n_and_no_items():
         verifier.sampled_scores(model, tok, [], n=4, k=2)
 
 
+@pytest.mark.parametrize("seed", [True, 1.5, "0"])
+def test_sampled_scores_name_a_seed_that_is_not_a_whole_number(seed):
+    model, tok = tiny_assistant()
+    with pytest.raises(ValueError, match=fr"sampled_scores.seed={seed!r} must be an int"):
+        verifier.sampled_scores(model, tok, ITEMS, n=2, k=1, seed=seed)
+
+
 @pytest.mark.parametrize("score", [
     lambda m, t, i: verifier.sampled_scores(m, t, i, n=2, k=1), verifier.answer_logprob])
 def test_items_longer_than_the_context_are_named_not_an_argument_never_passed(score):
@@ -186,6 +210,13 @@ def test_answer_logprob_is_the_log_of_either_openings_probability():
 KL = ([0.08] * 3, [0.001] * 3)  # the runs' and the controls' KL from the SFT model
 
 
+def opening_lesson(before, after, control, seeds, sampled, kl, sampled_odds=None):
+    """judge_opening, the sampled prompts' probabilities at 50% where a test does not read
+    them."""
+    odds = sampled_odds or ([[0.5] * 2] * len(before), [[0.5] * 2] * len(before))
+    return opening.judge_opening(before, after, control, seeds, sampled, odds, kl)
+
+
 def gain(before, after, k=([0.8] * 3, [0.85] * 3), by_prompt=None):
     """judge_gain on three seeds, each prompt's pass@1 its seed's (no prompt varies)."""
     by_prompt = by_prompt or ([[v] * 4 for v in before], [[v] * 4 for v in after])
@@ -198,6 +229,7 @@ def test_a_gain_in_every_seed_holds_and_a_mixed_one_does_not():
     assert "(Student's t: 2.92 standard errors, 3 paired seeds)" in held.text
     mixed = gain([0.60, 0.65, 0.70], [0.70, 0.60, 0.72])
     assert not mixed.holds and "not both above zero on this machine" in mixed.text
+    assert "of the size of the evaluation's noise" not in mixed.text
     # 2.17 standard errors: clear of two, not of t's 2.92 for three seeds
     near = gain([0.6, 0.6, 0.6], [0.62, 0.7, 0.78])
     assert not near.holds and near.margin == pytest.approx(100 * (0.1 - 2.919986 * 0.08 / 3 ** 0.5))
@@ -239,20 +271,25 @@ def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
     forgot = prose.judge_forgetting([-4.2, -5.6, -5.3], [-6.2, -9.9, -7.9], seeds,
                                     "Last word", "Repeat", pass1)
     assert forgot.holds and "in 3 of 3 seeds" in forgot.text and "pass@1 went from 10.3%" in forgot.text
-    assert not prose.judge_forgetting([-4.2, -5.6, -5.3], [-4.0, -5.9, -5.3], seeds,
-                                      "Last word", "Repeat", pass1).holds
+    kept = prose.judge_forgetting([-4.2, -5.6, -5.3], [-4.0, -5.9, -5.3], seeds,
+                                  "Last word", "Repeat", pass1)
+    assert not kept.holds and "drifts little" not in kept.text  # no unmeasured cause
+    steady = prose.judge_collapse([0.65, 0.7, 0.7], [0.66, 0.6, 0.72], seeds, 1e-3, "L")
+    assert not steady.holds and steady.text.endswith("not a fall clear of zero at the "
+                                                     "one-sided 95% level of Student's t "
+                                                     "over 3 paired seeds (2.92 standard "
+                                                     "errors) on this machine.")
     sampled = ([0.53, 0.35, 0.6], [0.0, 0.02, 1.0])
     odds = [[0.5, 0.52, 0.47, 0.5]] * 3
     control = [[0.45, 0.55, 0.5, 0.5]] * 3  # an equal random change: a little off 50/50
-    drifted = prose.judge_opening(odds, [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7],
-                                         [0.2, 0.3, 0.25, 0.1]], control, seeds, sampled,
-                                  KL)
+    drifted = opening_lesson(odds, [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7],
+                                    [0.2, 0.3, 0.25, 0.1]], control, seeds, sampled, KL)
     assert drifted.holds and "went from 49.8, 49.8, 49.8% to 12.5, 83.8, 21.2%" in drifted.text
     assert "changed that distance by 1.2, 1.2, 1.2 points" in drifted.text and "bootstrap over the prompts" in drifted.text
     one_stayed = [[0.1, 0.2, 0.05, 0.15], [0.9, 0.8, 0.95, 0.7], [0.5, 0.6, 0.45, 0.5]]
-    assert not prose.judge_opening(odds, one_stayed, control, seeds, sampled, KL).holds
+    assert not opening_lesson(odds, one_stayed, control, seeds, sampled, KL).holds
     as_far = [[0.1, 0.2, 0.05, 0.15]] * 3  # the control moved as far as the runs: no finding
-    assert not prose.judge_opening(odds, as_far, as_far, seeds, sampled, KL).holds
+    assert not opening_lesson(odds, as_far, as_far, seeds, sampled, KL).holds
 
 
 @pytest.mark.parametrize("values, match", [
@@ -262,8 +299,8 @@ def test_collapse_forgetting_and_opening_hold_where_the_runs_moved_alike():
 ])
 def test_a_lesson_refuses_values_that_are_not_one_share_per_seed(values, match):
     with pytest.raises(ValueError, match=match):
-        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2]] * 3, [[0.4, 0.5]] * 3, (0, 1, 2),
-                            ([0.1] * 3, values), KL)
+        opening_lesson([[0.5, 0.5]] * 3, [[0.1, 0.2]] * 3, [[0.4, 0.5]] * 3, (0, 1, 2),
+                       ([0.1] * 3, values), KL)
 
 
 @pytest.mark.parametrize("values, match", [
@@ -277,23 +314,36 @@ def test_forgetting_refuses_values_that_are_not_one_log_probability_per_seed(val
                                ([0.1] * 3, [0.1] * 3))
 
 
+@pytest.mark.parametrize("odds, match", [
+    (([[0.5, 0.5]] * 3, [[0.5, 0.5], [0.5], [0.5, 0.5]]),
+     r"sampled_odds after\[1\] holds 1 shares, before\[0\] 2: pass courteous_odds"),
+    (([[0.5, 0.5]] * 3, [[0.5, 50.0]] * 3), r"sampled_odds after\[0\]\[1\] = 50.0 must be"),
+    (([[0.5, 0.5]] * 3, [[0.5, 0.5]] * 2), r"sampled_odds_after holds 2 value"),
+    (([[]] * 3, [[]] * 3), r"sampled_odds before\[0\] holds 0 shares"),
+])
+def test_the_opening_refuses_sampled_odds_not_on_the_same_prompts(odds, match):
+    with pytest.raises(ValueError, match=match):
+        opening_lesson([[0.5, 0.5]] * 3, [[0.1, 0.2]] * 3, [[0.4, 0.5]] * 3, (0, 1, 2),
+                       ([0.5] * 3, [0.1] * 3), KL, odds)
+
+
 def test_the_opening_needs_the_same_prompts_before_and_after():
     control = [[0.4, 0.5]] * 3
     with pytest.raises(ValueError, match=r"before\[1\], after\[1\] and control\[1\] hold 2, 3 and 2"):
-        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2], [0.1, 0.2, 0.3], [0.1, 0.2]],
-                            control, (0, 1, 2), ([0.5] * 3, [0.1] * 3), KL)
+        opening_lesson([[0.5, 0.5]] * 3, [[0.1, 0.2], [0.1, 0.2, 0.3], [0.1, 0.2]],
+                       control, (0, 1, 2), ([0.5] * 3, [0.1] * 3), KL)
     with pytest.raises(ValueError, match=r"after\[0\]\[1\] = 1.5 must be a share"):
-        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 1.5]] * 3, control, (0, 1, 2),
-                            ([0.5] * 3, [0.1] * 3), KL)
+        opening_lesson([[0.5, 0.5]] * 3, [[0.1, 1.5]] * 3, control, (0, 1, 2),
+                       ([0.5] * 3, [0.1] * 3), KL)
     with pytest.raises(ValueError, match=r"control holds 2 value"):
-        prose.judge_opening([[0.5, 0.5]] * 3, [[0.1, 0.2]] * 3, control[:2], (0, 1, 2),
-                            ([0.5] * 3, [0.1] * 3), KL)
+        opening_lesson([[0.5, 0.5]] * 3, [[0.1, 0.2]] * 3, control[:2], (0, 1, 2),
+                       ([0.5] * 3, [0.1] * 3), KL)
 
 
 def test_a_lesson_needs_two_seeds_and_a_collapse_a_learning_rate():
     with pytest.raises(ValueError, match="at least two seeds"):
-        prose.judge_opening([[0.5, 0.5]], [[0.1, 0.1]], [[0.5, 0.4]], (0,), ([0.5], [0.1]),
-                            KL)
+        opening_lesson([[0.5, 0.5]], [[0.1, 0.1]], [[0.5, 0.4]], (0,), ([0.5], [0.1]),
+                       KL)
     with pytest.raises(ValueError, match="positive learning rate"):
         prose.judge_collapse([0.7, 0.7], [0.1, 0.1], (0, 1), -1.0, "Last word")
 
@@ -330,6 +380,9 @@ def test_the_mixed_text_needs_room_for_two_blocks():
         sentences.mixed_text(mixed, mixed, block=3)
     with pytest.raises(ValueError, match=r"reward\[0\]\[0\] = 70.0 must be a share"):
         sentences.mixed_text(mixed, {0: [70.0, 80.0, 90.0, 95.0]}, block=2)
+    with pytest.raises(ValueError,
+                       match=r"group=0 must be a whole number >= 2, .*group_size"):
+        sentences.mixed_text(mixed, mixed, block=2, group=0)
 
 
 def test_the_mixed_text_says_fewer_groups_teach_only_where_the_reward_rose():
@@ -352,13 +405,43 @@ def test_the_sampling_text_refuses_what_would_make_a_broken_sentence():
     assert "pass@8 90.0%" in sentences.sampling_text({"a": [0.7]}, {"a": [0.5]}, {"a": [0.9]}, 8)
 
 
+def test_the_advantage_text_reads_one_draw_against_the_expected_weights():
+    from gpt_from_scratch.grpo_advantages import expected_weight
+    weights = {p: (expected_weight(p, 8), expected_weight(p, 8, scale=None))
+               for p in (0.02, 0.1, 0.5, 0.9, 0.98)}
+    text = sentences.advantage_text((1.5, 0.866), (0.75, 0.5), weights, 8)
+    assert "gets 0.75, 1.5 times each right answer of the first group (0.50)" in text
+    assert "scaled, 1.50 against 0.866, 1.7 times." in text
+    assert "every prompt weighs the same, w = 7.0 at each p above (G − 1 for G = 8)" in text
+    assert ("Scaled by the std, w goes from 13.9 (p = 0.5) to 19.3 (p = 0.02 and 0.98), "
+            "1.4 times: the difficulty bias Dr. GRPO names, milder in expectation than "
+            "this one draw's 1.7 times suggests." in text)
+    uneven = {0.1: (17.4, 6.0), 0.5: (13.9, 7.0)}
+    text = sentences.advantage_text((1.1, 1.0), (0.75, 0.5), uneven, 8)
+    assert "w goes from 6.0 to 7.0" in text and "milder" not in text
+
+
+@pytest.mark.parametrize("args, match", [
+    (((1.5, 0.866), (0.75, 0.5), {0.5: (13.9, 7.0)}, 1), r"group=1 must be a whole number"),
+    (((1.5, 0.0), (0.75, 0.5), {0.5: (13.9, 7.0)}, 8),
+     r"scaled = \(1.5, 0.0\) must be a pair of positive advantages"),
+    (((1.5, 0.866), (0.75, 0.5), {}, 8), r"weights = \{\} must map each p in \(0, 1\)"),
+    (((1.5, 0.866), (0.75, 0.5), {1.0: (13.9, 7.0)}, 8), r"must map each p in \(0, 1\)"),
+])
+def test_the_advantage_text_refuses_what_would_make_a_broken_sentence(args, match):
+    with pytest.raises(ValueError, match=match):
+        sentences.advantage_text(*args)
+
+
 def test_the_groups_text_agrees_with_the_counts():
     text = sentences.groups_text({"Last word": [7, 8, 6, 7, 8, 7, 7, 8],
                               "Repeat": [0, 0, 3, 0, 0, 0, 0, 0]}, 8)
     assert "**Last word** (mean reward 0.91): 3 of its 8 groups unanimous, 3 all right" in text
     assert "**Repeat** (mean reward 0.05): 7 of its 8 groups unanimous, 0 all right and 7" in text
-    assert "**Repeat**, which the model almost never solves" in text
-    assert "almost never" not in sentences.groups_text({"a": [2, 3]}, 4)
+    assert ("**Repeat**, right in 3 of its 64 answers here, gives little signal: a group "
+            "with no right answer has nothing to reinforce" in text)
+    assert "teach from zero" not in text
+    assert "little signal" not in sentences.groups_text({"a": [2, 3]}, 4)
     with pytest.raises(ValueError, match=r"from 0 to 8"):
         sentences.groups_text({"a": [9]}, 8)
 
@@ -386,31 +469,38 @@ def test_the_forgetting_sentence_gives_the_factor_with_a_decimal():
 def test_the_opening_says_what_it_measured_and_shows_only_what_the_samples_show():
     even = [[0.5] * 4] * 3
     split = [[0.9, 0.1, 0.9, 0.1]] * 3  # as far from 50/50, on average still 50%
-    found = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3), KL)
+    found = opening_lesson(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3), KL)
     assert found.holds and "distance from 50/50 grew by 40.0, 40.0, 40.0 points" in found.text
     assert "drifted to one side" not in found.text and "show it" not in found.text
-    assert ("courteous share went from 50.0, 50.0, 50.0% to 50.0, 50.0, 50.0%, to be read "
-            "beside the averaged probabilities (50.0, 50.0, 50.0% to 50.0, 50.0, 50.0%)"
-            in found.text)
+    assert ("On the 2 held-out prompts whose answers were sampled, the courteous share of "
+            "the sampled answers went from 50.0, 50.0, 50.0% to 50.0, 50.0, 50.0%, and the "
+            "averaged probability on those same prompts from 50.0, 50.0, 50.0% to 50.0, "
+            "50.0, 50.0%: two counts of the same prompts" in found.text)
+    assert "can only be counted over all the prompts at once" not in found.text
+    read = opening_lesson(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3), KL,
+                          ([[0.4, 0.6, 0.5]] * 3, [[0.9, 0.8, 0.7]] * 3))
+    assert ("On the 3 held-out prompts whose answers were sampled" in read.text
+            and "from 50.0, 50.0, 50.0% to 80.0, 80.0, 80.0%: two counts" in read.text)
     assert "shuffled within each group" in found.text
     assert "many seeds of each kind" in found.text
     assert ("It moves the model's next-token predictions far less than the run does: their "
             "KL from the SFT model over the answers' positions is 0.0010, 0.0010, 0.0010 "
             "nats against the runs' 0.0800, 0.0800, 0.0800, 80 times less at the least."
             in found.text)
-    near = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
-                               ([0.08] * 3, [0.001, 0.01, 0.001]))
+    near = opening_lesson(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
+                          ([0.08] * 3, [0.001, 0.01, 0.001]))
     assert "predictions less than the run does" in near.text and "8 times less" in near.text
-    same = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
-                               ([0.08] * 3, [0.08, 0.09, 0.0]))
+    same = opening_lesson(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
+                          ([0.08] * 3, [0.08, 0.09, 0.0]))
     assert "predictions no less than the run does" in same.text
     assert "times less" not in same.text
     with pytest.raises(ValueError, match=r"kl control\[1\] = -0.1 must be a KL"):
-        prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
-                            ([0.08] * 3, [0.0, -0.1, 0.0]))
-    moved = prose.judge_opening(even, split, even, (0, 1, 2), ([0.5] * 3, [0.8, 0.3, 0.2]),
-                                KL)
-    assert "courteous share went from 50.0, 50.0, 50.0% to 80.0, 30.0, 20.0%" in moved.text
+        opening_lesson(even, split, even, (0, 1, 2), ([0.5] * 3, [0.5] * 3),
+                       ([0.08] * 3, [0.0, -0.1, 0.0]))
+    moved = opening_lesson(even, split, even, (0, 1, 2), ([0.5] * 3, [0.8, 0.3, 0.2]),
+                           KL)
+    assert ("courteous share of the sampled answers went from 50.0, 50.0, 50.0% to 80.0, "
+            "30.0, 20.0%" in moved.text)
 
 
 # ---------------------------------------------------------------- the Colab track
@@ -429,7 +519,9 @@ def test_the_colab_track_runs_both_trainers_on_stand_ins(tmp_path, monkeypatch):
     assert re.search(r"held-out pass@1 \d+\.\d% → \d+\.\d%, pass@8", text), text
     assert re.search(r"the last 2 steps: \d\.\d\d and \d\.\d\d\.", text), text
     if importlib.util.find_spec("trl"):
-        assert re.search(r"TRL's `GRPOTrainer`, the same prompts, .* decayed linearly to zero: \d\.\d\d and \d\.\d\d\.$", text)
+        assert re.search(r"TRL's `GRPOTrainer`, the same prompts, batch and group sizes, "
+                         r".* decayed linearly to zero and its batches drawn its own way; "
+                         r"its mean reward .* \d\.\d\d and \d\.\d\d\.$", text), text
     else:
         assert "TRL's run is skipped" in text
 
@@ -440,27 +532,74 @@ def test_the_colab_track_runs_both_trainers_on_stand_ins(tmp_path, monkeypatch):
         raise WeightsUnavailableError("offline")
     monkeypatch.setattr(verifier_online, "from_pretrained", unavailable)
     monkeypatch.setattr(verifier_online, "default_device", lambda: "cuda")
-    assert verifier_online.online_run().startswith("*Not run here*")
+    offline = verifier_online.online_run()
+    assert offline.startswith("*Not run here*")
+    assert "measures the book's run's held-out pass@1 and pass@8" in offline
 
 
-def test_the_brake_sentence_says_which_way_its_one_seed_went():
-    plain, braked = {"pass@1": 0.41}, {"pass@1": 0.49, "kl": 0.2}
-    assert "slowed the fall" in sentences.brake_text(1e-3, 0.1, plain, braked, "Last word")
-    braked["pass@1"] = 0.35
-    assert "fell further with the penalty" in sentences.brake_text(1e-3, 0.1, plain, braked, "L")
-    plain, braked = {"pass@1": 0.3000}, {"pass@1": 0.3001, "kl": 0.2}  # within the margin
-    text = sentences.brake_text(1e-3, 0.1, plain, braked, "Last word")
-    assert "slowed" not in text and "within 2.0 points" in text
-
-
-@pytest.mark.parametrize("plain, braked, match", [
-    ({"pass@1": 30.0}, {"pass@1": 45.0, "kl": 0.1}, r"plain\['pass@1'\] = 30.0 must be a share"),
-    ({"pass@1": 0.3}, {"pass@1": 0.4, "kl": -0.1}, r"kl'\] = -0.1 must be a KL"),
-    ({"pass@1": 0.3}, {"pass@1": 0.4, "kl": math.nan}, r"must be a KL"),
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: verifier_online.online_run(steps=-3), ValueError,
+     r"online_run.steps=-3 must be a positive int"),
+    (lambda: verifier_online.online_run(steps=2.5), ValueError,
+     r"online_run.steps=2.5 must be an int"),
+    (lambda: verifier_online.online_run(lr=0.0), ValueError,
+     r"online_run.lr=0.0 must be in"),
+    (lambda: verifier_online.sums(-3, 0), ValueError, r"sums.n=-3 must be a positive int"),
+    (lambda: verifier_online.sums(3, "0"), ValueError, r"sums.seed='0' must be an int"),
+    (lambda: verifier_online.right("19\n", 19), TypeError,
+     r"right: answer=19 \(int\) must be a str.*pass str\(answer\)"),
+    (lambda: verifier_online.pass_rates(None, []), ValueError,
+     r"pass_rates: data is empty, .*sums\(64, seed=1\)"),
+    (lambda: verifier_online.pass_rates(None, [("1+1=", "2")], n=0), ValueError,
+     r"pass_rates.n=0 must be a positive int"),
 ])
-def test_the_brake_sentence_refuses_percents_and_a_negative_kl(plain, braked, match):
+def test_the_colab_track_refuses_what_would_print_nonsense(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_the_brake_says_which_way_only_beyond_the_evaluation_s_noise():
+    """40 prompts of 8 samples each. A 12-point rise on every prompt alike is beyond the
+    noise; the reader's case, 30% against 32% with the prompts' pass@1 spread as sampling
+    spreads it, is not; a fall on every prompt is "lower"."""
+    plain = [0.25, 0.375] * 20  # 31.2%
+    higher = brake_gap(plain, [x + 0.125 for x in plain])
+    assert higher.way == "higher" and higher.low == pytest.approx(0.125)
+    text = brake_text(1e-3, 0.1, higher, 0.18, "Last word")
+    assert "clear of 0, beyond the evaluation's noise: on this seed the penalty kept " \
+        "pass@1 higher" in text
+    assert "has a two-sided 95% interval from 12.5 to 12.5 points in a bootstrap over " \
+        "the 40 held-out prompts" in text
+    assert "One run of each is a sign, not a measurement" in text
+    rng = np.random.default_rng(0)
+    near = [rng.binomial(8, 0.3) / 8 for _ in range(40)], [rng.binomial(8, 0.32) / 8
+                                                         for _ in range(40)]
+    within = brake_gap(*near)
+    assert within.way == "noise" and within.low < 0 < within.high
+    text = brake_text(1e-3, 0.1, within, 0.1, "Last word")
+    assert "which includes 0: on this seed the two runs ended within the evaluation's " \
+        "noise" in text and "slowed" not in text and "higher" not in text
+    lower = brake_gap(plain, [x - 0.125 for x in plain])
+    assert lower.way == "lower" and lower.high == pytest.approx(-0.125)
+    assert "pass@1 ended lower with the penalty" in brake_text(1e-3, 0.1, lower, 0.1, "L")
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: brake_gap([0.3] * 4, [45.0] * 4), r"braked\[0\] = 45.0 must be a share"),
+    (lambda: brake_gap([0.3] * 4, [0.4] * 3), r"plain holds 4 prompts and braked 3"),
+    (lambda: brake_gap(0.3, [0.4] * 3), r"plain = 0.3 must be a list of per-prompt pass@1"),
+    (lambda: brake_gap([0.3], [0.4]), r"at least two"),
+    (lambda: brake_text(1e-3, 0.1, brake_gap([0.3] * 2, [0.4] * 2), -0.1, "L"),
+     r"kl = -0.1 must be a KL"),
+    (lambda: brake_text(1e-3, 0.1, brake_gap([0.3] * 2, [0.4] * 2), math.nan, "L"),
+     r"must be a KL"),
+    (lambda: brake_text(1e-3, 0.1, (0.3, 0.4), 0.1, "L"), r"must be brake_gap's Brake"),
+    (lambda: brake_text(0.0, 0.1, brake_gap([0.3] * 2, [0.4] * 2), 0.1, "L"),
+     r"lr = 0.0 must be a positive number"),
+])
+def test_the_brake_refuses_percents_a_negative_kl_and_what_is_not_its_test(call, match):
     with pytest.raises(ValueError, match=match):
-        sentences.brake_text(1e-3, 0.1, plain, braked, "Last word")
+        call()
 
 
 def test_the_collapse_sentence_counts_different_and_right_answers():
@@ -484,45 +623,64 @@ def test_the_collapse_sentence_counts_different_and_right_answers():
 
 
 # ---------------------------------------------------------------- the drift's direction
-def right(courteous: tuple, rude: tuple) -> dict:
-    return {"courteous": courteous, "rude": rude}
-
-
 def test_the_drift_says_each_seed_its_own_way_only_when_the_signs_differ():
-    even = [right((70, 100), (70, 100)), right((66, 100), (70, 100)),
-            right((74, 100), (70, 100))]  # gaps 0, -4, +4 points: not clear of zero
-    mixed = sentences.drift_text([0.5] * 3, [0.8, 0.4, 0.3], even, (0, 1, 2))
+    even = [(0.0, 60), (-0.04, 58), (0.04, 61)]  # gaps 0, -4, +4 points: not clear of zero
+    mixed = opening.drift_text([0.5] * 3, [0.8, 0.4, 0.3], even, (0, 1, 2))
     assert "each seed its own way: 1 toward the courteous opening, 2 toward the rude" \
         in mixed
-    assert "a gap of 0.0 ± 2.3 points over the 3 seeds (seeds: 0.0, -4.0, 4.0)" in mixed
+    assert "in both openings (60 prompts a seed)" in opening.drift_text(
+        [0.5] * 3, [0.8, 0.4, 0.3], [(0.0, 60)] * 3, (0, 1, 2))
+    assert ("within each prompt the SFT models answered in both openings (58 to 61 "
+            "prompts a seed)" in mixed)
+    assert "averaged 0.0 ± 2.3 points over the 3 seeds (seeds: 0.0, -4.0, 4.0)" in mixed
     assert "not clear of zero at the two-sided 95% level of Student's t over 3 seeds " \
         "(4.30" in mixed
-    alike = sentences.drift_text([0.5] * 3, [0.2, 0.4, 0.3], even, (0, 1, 2))
+    assert "includes 0, no gap, the premise of the reading, but does not rule out a gap " \
+        "of up to 9.9 points" in mixed and "a few points" not in mixed
+    alike = opening.drift_text([0.5] * 3, [0.2, 0.4, 0.3], even, (0, 1, 2))
     assert "own way" not in alike and "by chance 25.0% of the time" in alike
     assert "All 3 runs moved the share the same way, toward the rude opening" in alike
     assert "were it seen on more seeds" in alike
 
 
 def test_the_drift_says_which_opening_the_measured_accuracy_favoured():
-    leaning = [right((80, 100), (70, 100)), right((81, 100), (70, 100)),
-               right((79, 100), (70, 100))]  # 10 points, every seed
-    toward = sentences.drift_text([0.5] * 3, [0.6, 0.7, 0.9], leaning, (0, 1, 2))
+    leaning = [(0.10, 60), (0.11, 60), (0.09, 60)]  # 10 points, every seed
+    toward = opening.drift_text([0.5] * 3, [0.6, 0.7, 0.9], leaning, (0, 1, 2))
     assert "clear of zero at the two-sided 95% level" in toward
     assert "right answers came more often after the courteous opening" in toward
     assert "the gap in accuracy points the same way." in toward
-    away = sentences.drift_text([0.5] * 3, [0.4, 0.3, 0.1], leaning, (0, 1, 2))
+    away = opening.drift_text([0.5] * 3, [0.4, 0.3, 0.1], leaning, (0, 1, 2))
     assert "the gap in accuracy points the other way." in away
+    gap = opening.accuracy_gap(leaning, (0, 1, 2))
+    assert gap.clear and gap.favoured == "courteous" and gap.mean == pytest.approx(0.1)
+    assert not opening.accuracy_gap([(0.0, 60), (-0.04, 58), (0.04, 61)], (0, 1, 2)).clear
 
 
-@pytest.mark.parametrize("counts, match", [
-    ({"courteous": (3, 10)}, r"right\[1\] = .* must be right_by_opening's"),
-    ({"courteous": (3, 10), "rude": (0, 0)}, r"both openings answered at least once"),
-    ({"courteous": (11, 10), "rude": (1, 10)}, r"must be right_by_opening's"),
+@pytest.mark.parametrize("gaps, match", [
+    ([(0.1, 60), (1.5, 60), (0.1, 60)], r"gaps\[1\] = \(1.5, 60\) must be opening_gap's"),
+    ([(0.1, 60), (0.1, 0), (0.1, 60)], r"gaps\[1\] = \(0.1, 0\) .*at least one"),
+    ([(0.1, 60), 0.1, (0.1, 60)], r"gaps\[1\] = 0.1 must be opening_gap's"),
+    ([(0.1, 60)] * 2, r"gaps holds 2 value"),
 ])
-def test_the_drift_refuses_counts_that_are_not_right_by_opening(counts, match):
-    good = right((7, 10), (7, 10))
+def test_the_drift_refuses_gaps_that_are_not_opening_gap_s(gaps, match):
     with pytest.raises(ValueError, match=match):
-        sentences.drift_text([0.5] * 3, [0.4] * 3, [good, counts, good], (0, 1, 2))
+        opening.drift_text([0.5] * 3, [0.4] * 3, gaps, (0, 1, 2))
+
+
+def test_the_opening_gap_is_read_within_each_prompt_not_pooled():
+    """Simpson's case: on each prompt the openings are right alike, but the easy prompt
+    opened courteously more often, so pooling every answer shows a gap that is not there."""
+    easy = [(1.0, "courteous")] * 6 + [(1.0, "rude")] * 2
+    hard = [(0.0, "courteous")] * 2 + [(0.0, "rude")] * 6
+    pooled = verifier_control.right_by_opening([easy, hard])
+    assert pooled == {"courteous": (6, 8), "rude": (2, 8)}  # 75% against 25%
+    assert verifier_control.opening_gap([easy, hard]) == (0.0, 2)
+    mixed = [(1.0, "courteous"), (0.0, "courteous"), (0.0, "rude"), (1.0, None)]
+    one_sided = [(1.0, "rude")] * 3  # answered in one opening only: left out
+    assert verifier_control.opening_gap([mixed, one_sided]) == (0.5, 1)
+    with pytest.raises(ValueError, match=r"none of the 1 prompts was answered in both "
+                                         r"openings"):
+        verifier_control.opening_gap([one_sided])
 
 
 def test_the_summary_says_only_what_each_verdict_found():
@@ -532,18 +690,48 @@ def test_the_summary_says_only_what_each_verdict_found():
     forgot = prose.judge_forgetting([-4.2, -5.6, -5.3], [-6.2, -9.9, -7.9], (0, 1, 2), "L",
                                     "R", ([0.1] * 3, [0.05] * 3))
     even = [[0.5] * 4] * 3
-    moved = prose.judge_opening(even, [[0.9, 0.1, 0.9, 0.1]] * 3, even, (0, 1, 2),
-                                ([0.5] * 3, [0.5] * 3), KL)
-    text = sentences.summary_text(held, fell, forgot, moved, (0.3, 0.4), 5.000000001, 6, 3)
-    assert text.startswith("On the assistant, over 6 paired seeds, GRPO raised pass@1")
+    moved = opening_lesson(even, [[0.9, 0.1, 0.9, 0.1]] * 3, even, (0, 1, 2),
+                           ([0.5] * 3, [0.5] * 3), KL)
+    higher = Brake(0.3, 0.4, 0.05, 0.15, 40)
+    text = sentences.summary_text(held, fell, forgot, moved, higher, 5.000000001, 6, 3)
+    assert text.startswith("On the assistant, over 6 paired seeds, GRPO raised pass@1, "
+                           "clear of zero")
+    assert "toward pass@k" not in text
     assert "At a learning rate 5 times larger (3 seeds), pass@1 fell instead (on one " \
-        "seed, a KL penalty slowed the fall: a sign, not a measurement)" in text
+        "seed, a KL penalty kept pass@1 higher, beyond the evaluation's noise: a sign, " \
+        "not a measurement)" in text
     assert "moved away from half and half" in text
-    text = sentences.summary_text(failed, fell, forgot, moved, (0.3, 0.3), 5, 6, 3)
+    noise = Brake(0.3, 0.32, -0.04, 0.08, 40)  # the reader's case: within the noise
+    text = sentences.summary_text(failed, fell, forgot, moved, noise, 5, 6, 3)
     assert "did not raise pass@1 clear of its evaluation's noise" in text
-    assert "raised" not in text and "slowed" not in text
-    with pytest.raises(ValueError, match=r"gain = 0.5 must be the Lesson"):
-        sentences.summary_text(0.5, fell, forgot, moved, (0.3, 0.3), 5, 6, 3)
+    assert "raised" not in text and "higher" not in text
+    assert "with a KL penalty it ended within the evaluation's noise" in text
+    lower = Brake(0.3, 0.2, -0.15, -0.05, 40)
+    assert "pass@1 ended lower with a KL penalty" in sentences.summary_text(
+        held, fell, forgot, moved, lower, 5, 6, 3)
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(gain=0.5), r"gain = 0.5 must be the Lesson"),
+    (dict(brake=(0.3, 0.4)), r"brake = \(0.3, 0.4\) must be brake_gap's Brake"),
+    (dict(larger=0.5), r"larger = 0.5 must be a finite number > 1, .*COLLAPSE_LR / LR"),
+    (dict(larger=math.inf), r"larger = inf must be a finite number > 1"),
+    (dict(seeds=1), r"seeds = 1 must be a whole number >= 2, .*len\(SEEDS\)"),
+    (dict(collapse_seeds=2.5), r"collapse_seeds = 2.5 must be a whole number >= 2, "
+                               r".*len\(COLLAPSE_SEEDS\)"),
+])
+def test_the_summary_refuses_what_would_make_a_false_clause(change, match):
+    held = gain([0.60, 0.65, 0.70], [0.66, 0.72, 0.76])
+    fell = prose.judge_collapse([0.65, 0.7, 0.7], [0.2, 0.1, 0.3], (0, 1, 2), 1e-3, "L")
+    forgot = prose.judge_forgetting([-4.2, -5.6, -5.3], [-6.2, -9.9, -7.9], (0, 1, 2), "L",
+                                    "R", ([0.1] * 3, [0.05] * 3))
+    even = [[0.5] * 4] * 3
+    moved = opening_lesson(even, [[0.9, 0.1, 0.9, 0.1]] * 3, even, (0, 1, 2),
+                           ([0.5] * 3, [0.5] * 3), KL)
+    args = dict(gain=held, collapse=fell, forgetting=forgot, opening=moved,
+                brake=Brake(0.3, 0.4, 0.05, 0.15, 40), larger=5, seeds=6, collapse_seeds=3)
+    with pytest.raises(ValueError, match=match):
+        sentences.summary_text(**(args | change))
 
 
 # ---------------------------------------------------------------- beside a run

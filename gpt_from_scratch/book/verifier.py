@@ -5,13 +5,15 @@ accepts it, else 0. ``grpo_model`` trains one GRPO run (``GRPORecipe``) from Cha
 SFT assistant of the same seed (``assistant_runs.sft_run``) once, and keeps it beside the
 book's models with its history, so that the chapter reads it in a second the next time.
 ``sampled_scores`` answers each held-out prompt ``n`` times at temperature 1 and returns
-pass@1 and pass@k (``grpo.pass_at_k``) and the courteous share of the openings sampled.
+pass@1 and pass@k (``grpo_advantages.pass_at_k``) and the courteous share of the
+openings sampled.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -20,8 +22,9 @@ from ..chat import ChatTokenizer
 from ..checkpoint import save_checkpoint
 from ..data import load_tiny_shakespeare
 from ..dpo import sequence_logps
-from ..grpo import pass_at_k
-from ..grpo_train import GRPOHistory, sample_groups, train_grpo
+from ..grpo_advantages import pass_at_k
+from ..grpo_sampling import sample_groups
+from ..grpo_train import GRPOHistory, train_grpo
 from ..sft import collate, shift
 from ..utils import check_float, check_int, eval_mode
 from .assistant import STYLES, TASKS, Item, split_style, task_items, verify
@@ -62,13 +65,26 @@ class GRPORecipe:
 def prompts_and_reward(items: list[Item], tok: ChatTokenizer):
     """The rendered prompts of ``items`` and the reward ``reward(prompt_index,
     completion_ids)`` that ``train_grpo`` calls: 1.0 when the completion ends with
-    ``<|end|>`` and its text is the item's answer (after either opening), else 0.0."""
+    ``<|end|>`` and its text is the item's answer (after either opening), else 0.0. The
+    index must be one of the items' (0 to len(items) - 1), the ids a list of ints."""
     if not items:
         raise ValueError("prompts_and_reward: items is empty: pass the training items of "
                          "one task (task_items(text)['train'])")
     prompts = [tok.render(i.messages(), add_generation_prompt=True)[0] for i in items]
 
     def reward(index: int, completion: list[int]) -> float:
+        if (isinstance(index, bool) or not isinstance(index, numbers.Integral)
+                or not 0 <= index < len(items)):
+            raise ValueError(f"reward: index={index!r} must be a whole number from 0 to "
+                             f"{len(items) - 1}, the prompt's place among the {len(items)} "
+                             "items (a negative one would grade against another item's "
+                             "answer): pass the prompt's own index")
+        if (not isinstance(completion, (list, tuple))
+                or any(isinstance(t, bool) or not isinstance(t, numbers.Integral)
+                       for t in completion)):
+            raise ValueError(f"reward: completion={completion!r:.60} must be a list of "
+                             "token ids (ints) up to and including <|end|>: pass "
+                             "completion[mask.bool()].tolist()")
         if not completion or completion[-1] != tok.end_id:
             return 0.0  # no <|end|>: the turn never ended, whatever it said
         text = tok.decode([t for t in completion[:-1] if t < tok.base_vocab_size])
@@ -124,6 +140,7 @@ def sampled_scores(model, tok: ChatTokenizer, items: list[Item], n: int = 8, k: 
     are sampled together (``sample_groups``), stopping once every answer has ended."""
     n = check_int("sampled_scores", "n", n, minimum=1)
     k = check_int("sampled_scores", "k", k, minimum=1)
+    seed = check_int("sampled_scores", "seed", seed)
     if k > n:
         raise ValueError(f"sampled_scores: k={k} > n={n}: pass@k needs at least k samples "
                          f"per prompt; pass n >= {k}")

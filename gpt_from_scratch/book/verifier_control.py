@@ -8,7 +8,8 @@ run's step with its sign drawn at random: every weight moves by the amount the r
 but the moves no longer add up to what the run's gradients chose. ``next_token_kl`` says how
 much each of them changed what the model predicts. ``sampled_answers`` keeps what
 ``verifier.sampled_scores`` averages away, each answer's reward and opening: per-prompt
-pass@1 for a bootstrap over the prompts, and how often answers are right after each opening.
+pass@1 for a bootstrap over the prompts, and how often answers are right after each opening
+(``right_by_opening`` pooled over the prompts, ``opening_gap`` within each prompt).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numbers
 import torch
 from torch import nn
 
-from ..grpo_train import sample_groups
+from ..grpo_sampling import sample_groups
 from ..sft import IGNORE, collate, shift
 from ..utils import check_int, eval_mode
 from .assistant import STYLES, Item, split_style
@@ -119,7 +120,8 @@ def sampled_answers(model: nn.Module, tok, items: list[Item], n: int,
 
 def right_by_opening(answers: list[list[tuple[float, str | None]]]) -> dict[str, tuple]:
     """``{opening: (right answers, answers)}`` over every prompt's ``sampled_answers``, for
-    each opening of ``assistant.STYLES``: how often an answer was right after it."""
+    each opening of ``assistant.STYLES``: how often an answer was right after it, pooled
+    over the prompts (``opening_gap`` compares the openings within each prompt)."""
     counts = {style: [0, 0] for style in STYLES}
     for rows in answers:
         for r, style in rows:
@@ -127,3 +129,23 @@ def right_by_opening(answers: list[list[tuple[float, str | None]]]) -> dict[str,
                 counts[style][0] += int(r > 0)
                 counts[style][1] += 1
     return {style: tuple(c) for style, c in counts.items()}
+
+
+def opening_gap(answers: list[list[tuple[float, str | None]]]) -> tuple[float, int]:
+    """``(gap, prompts)``: over the prompts of ``sampled_answers`` answered in both
+    openings, the mean of each one's share of right answers after the courteous opening
+    minus its share after the rude one, and how many such prompts there are. The expected
+    push of a group's rewards on the opening comes from the accuracy gap within its prompt;
+    pooling every answer instead could make a gap where easy prompts happened to open one
+    way more often, or hide one."""
+    gaps = []
+    for rows in answers:
+        rates = {style: [float(r > 0) for r, s in rows if s == style] for style in STYLES}
+        if all(rates.values()):
+            gaps.append(sum(rates["courteous"]) / len(rates["courteous"])
+                        - sum(rates["rude"]) / len(rates["rude"]))
+    if not gaps:
+        raise ValueError(f"opening_gap: none of the {len(answers)} prompts was answered in "
+                         "both openings, so no gap can be read within a prompt: sample "
+                         "more answers per prompt (sampled_answers' n) or more prompts")
+    return sum(gaps) / len(gaps), len(gaps)

@@ -6,8 +6,11 @@ The prompt shows two solved sums and asks a third (``"12+7=19\\n31+45=76\\n23+58
 answer ends with a newline, which plays the end token's part, and earns 1 when the digits
 before it are the sum. Both trainers use TRL's defaults that the chapter states: groups of
 8, ``beta=0``, ``epsilon=0.2``, ``loss_type="dapo"``, one update per batch, and GPT-2's
-dropout of 0.1 on in the updates (TRL's ``disable_dropout=False``). They sample
-differently: ``train_grpo`` with dropout off, TRL in training mode, dropout on.
+dropout of 0.1 on in the updates (TRL's ``disable_dropout=False``). Among what differs, by
+TRL's defaults: TRL samples in training mode (dropout on), decays its learning rate to zero,
+ends its mask at the padding after the newline, and shuffles the prompts (each drawn once an
+epoch, padded on the left), where ``train_grpo`` draws each batch with replacement among
+prompts of one length. Only the book's run is scored on held-out sums.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from statistics import fmean
 
 import torch
 
-from ..grpo import pass_at_k
-from ..grpo_train import sample_groups, train_grpo
+from ..grpo_advantages import pass_at_k
+from ..grpo_sampling import sample_groups
+from ..grpo_train import train_grpo
 from ..hf_weights import WeightsUnavailableError, from_pretrained
 from ..lora import apply_lora, count_trainable
 from ..tokenizer import gpt2_encoding
-from ..utils import default_device
+from ..utils import check_float, check_int, default_device
 
 SHOTS = "12+7=19\n31+45=76\n"
 NEWLINE = 198  # GPT-2's id of "\n": the end of an answer
@@ -30,19 +34,29 @@ NEWLINE = 198  # GPT-2's id of "\n": the end of an answer
 
 def sums(n: int, seed: int) -> list[tuple[str, str]]:
     """``n`` prompts ``(prompt, answer)`` of two-digit sums, after the two solved ones."""
-    rng = random.Random(seed)
+    n = check_int("sums", "n", n, minimum=1)
+    rng = random.Random(check_int("sums", "seed", seed))
     pairs = [(rng.randint(10, 99), rng.randint(10, 99)) for _ in range(n)]
     return [(f"{SHOTS}{a}+{b}=", str(a + b)) for a, b in pairs]
 
 
 def right(text: str, answer: str) -> float:
     """1.0 when the text up to the first newline is the answer, else 0.0."""
+    for name, value in (("text", text), ("answer", answer)):
+        if not isinstance(value, str):
+            raise TypeError(f"right: {name}={value!r:.40} ({type(value).__name__}) must be "
+                            "a str, the decoded answer and the sum's digits (a number "
+                            f"never equals a text, so it would score 0): pass str({name})")
     return float(text.split("\n")[0].strip() == answer)
 
 
 @torch.no_grad()
 def pass_rates(model, data: list[tuple[str, str]], n: int = 8) -> tuple[float, float]:
     """Mean pass@1 and pass@n over ``data``, ``n`` samples per prompt at temperature 1."""
+    n = check_int("pass_rates", "n", n, minimum=1)
+    if not data:
+        raise ValueError("pass_rates: data is empty, so there is no prompt to average "
+                         "over: pass (prompt, answer) pairs, e.g. sums(64, seed=1)")
     enc, device = gpt2_encoding(), next(model.parameters()).device
     g = torch.Generator(device=device).manual_seed(0)
     counts = []
@@ -113,6 +127,8 @@ def online_run(steps: int = 100, lr: float = 1e-4, models=None) -> str:
     """Both runs, as a Markdown sentence; offline or without a GPU, what they would do.
     ``models``: GPT-2 small for both, or ``(GPT, GPT2LMHeadModel, its tokenizer)`` to run
     them on other weights (on any device)."""
+    steps = check_int("online_run", "steps", steps, minimum=1)
+    lr = check_float("online_run", "lr", lr, 0.0, low_open=True)
     if models is None and default_device() == "cpu":
         return ("*Not run on a CPU*: this cell trains GPT-2 small twice, with the book's "
                 f"`train_grpo` and with TRL's `GRPOTrainer`, {steps} steps of 8 prompts × "
@@ -125,9 +141,9 @@ def online_run(steps: int = 100, lr: float = 1e-4, models=None) -> str:
         return ("*Not run here*: GPT-2's weights cannot be reached. With them, this cell "
                 f"gives GPT-2 small LoRA adapters and trains them for {steps} GRPO steps "
                 "on two-digit sums (the reward: 1 when the digits before the newline are "
-                "the sum), with the book's `train_grpo` and with TRL's `GRPOTrainer`, and "
-                "compares their reward curves and the held-out pass@1 and pass@8 before "
-                "and after.")
+                "the sum), with the book's `train_grpo` and with TRL's `GRPOTrainer`, "
+                "compares their reward curves, and measures the book's run's held-out "
+                "pass@1 and pass@8 before and after.")
     ours = book_run(steps, lr, book)
     block = min(10, steps)  # the steps averaged at each end of a reward curve
 
@@ -143,6 +159,7 @@ def online_run(steps: int = 100, lr: float = 1e-4, models=None) -> str:
         theirs = trl_run(steps, lr, hf, tokenizer)
     except ImportError as error:
         return text + f" TRL's run is skipped: {error} (`pip install trl peft datasets`)."
-    return text + (f" TRL's `GRPOTrainer`, the same prompts, batch, learning rate and "
-                   f"clip, its learning rate decayed linearly to zero: "
-                   f"{ends(theirs['reward'])}.")
+    return text + (" TRL's `GRPOTrainer`, the same prompts, batch and group sizes, "
+                   "learning rate and clip, with its learning rate decayed linearly to "
+                   "zero and its batches drawn its own way; its mean reward over the first "
+                   f"and the last {block} steps: {ends(theirs['reward'])}.")

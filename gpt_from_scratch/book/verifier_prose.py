@@ -6,9 +6,8 @@ difference over the seeds, its margin how far it clears zero at the one-sided 95
 Student's t (2.92 standard errors with three seeds, 2.02 with six); the gain must also clear
 zero in a bootstrap over the prompts. A positive margin does not make a claim safe from
 another CPU's arithmetic or another seed: where it is small beside the effect, the sentence
-says so. The opening's drift is judged against a control whose weights changed as much, on
-average over the seeds, each seed's bootstrap over the prompts printed beside it. The
-chapter's other sentences are ``verifier_text``'s.
+says so. The opening's lesson is ``verifier_opening``'s, the chapter's other sentences
+``verifier_text``'s; both use the helpers here.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ def _clear(t: float, n: int) -> str:
 
 
 THIN = 0.25  # a margin under this share of the effect is called thin in the sentence
+TWO_SIDED = 0.975  # a difference that may fall on either side: a two-sided 95% level
 
 
 def _thin(margin: float, mean: float, what: str) -> str:
@@ -62,7 +62,9 @@ def check_k(judge: str, k) -> int:
     return int(k)
 
 
-def _pair(judge: str, name: str, value) -> tuple:
+def check_pair(judge: str, name: str, value) -> tuple:
+    """``value`` as a tuple (before, after) of two lists, else a ValueError naming
+    ``judge``."""
     if (not isinstance(value, (tuple, list)) or len(value) != 2
             or any(isinstance(v, (str, bytes)) or not hasattr(v, "__len__")
                    for v in value)):
@@ -98,8 +100,8 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
     each prompt's pass@1, which average to ``before`` and ``after``; ``pass_k`` (before,
     after) says what pass@k did."""
     k = check_k("judge_gain", k)
-    pass_k = _pair("judge_gain", "pass_k", pass_k)
-    by_prompt = _pair("judge_gain", "by_prompt", by_prompt)
+    pass_k = check_pair("judge_gain", "pass_k", pass_k)
+    by_prompt = check_pair("judge_gain", "by_prompt", by_prompt)
     n = checked_shares("judge_gain", seeds, before=before, after=after,
                        pass_k_before=pass_k[0], pass_k_after=pass_k[1])
     seed_count("judge_gain", seeds, by_prompt_before=by_prompt[0],
@@ -143,8 +145,7 @@ def judge_gain(before: list[float], after: list[float], pass_k: tuple[list, list
         f"GRPO raises pass@1 on '{task}'", 100 * min(margin, bound), "points",
         holds=f"{seen}. {bounds}: clear of zero both ways, while {told}.{sharper}"
               + _thin(min(margin, bound), mean, "rise"),
-        fails=f"{seen}. {bounds}: not both above zero on this machine, while {told}: a "
-              "short run's gain is of the size of the evaluation's noise.")
+        fails=f"{seen}. {bounds}: not both above zero on this machine, while {told}.")
 
 
 def judge_collapse(before: list[float], after: list[float], seeds, lr: float,
@@ -166,7 +167,7 @@ def judge_collapse(before: list[float], after: list[float], seeds, lr: float,
               + _thin(margin, mean, "fall"),
         fails=f"At a learning rate of {lr:g}, **{task}**'s pass@1 moved by {points(-mean)} "
               f"± {points(se)} points only, not a fall clear of zero {_clear(t, n)} on "
-              "this machine: the step at which pass@1 falls moves with the arithmetic.")
+              "this machine.")
 
 
 def _logps(judge: str, seeds, **runs) -> int:
@@ -188,7 +189,7 @@ def judge_forgetting(before: list[float], after: list[float], seeds, trained: st
     log-probability of its reference answers (``before``, ``after``: ``answer_logprob`` per
     seed) falls; ``pass1`` (before, after) says what its sampled pass@1 did."""
     n = _logps("judge_forgetting", seeds, before=before, after=after)
-    pass1 = _pair("judge_forgetting", "pass1", pass1)
+    pass1 = check_pair("judge_forgetting", "pass1", pass1)
     checked_shares("judge_forgetting", seeds, pass1_before=pass1[0], pass1_after=pass1[1])
     mean, se, t, margin = beyond_t(before, after)
     falls = sum(b > a for b, a in zip(before, after))
@@ -205,99 +206,5 @@ def judge_forgetting(before: list[float], after: list[float], seeds, trained: st
         fails=f"**{other}**, not rewarded: the log-probability of its reference answers "
               f"moved by {-mean:.2f} ± {se:.2f} nats only ({sum(before) / n:.2f} → "
               f"{sum(after) / n:.2f}), not a fall clear of zero {_clear(t, n)} on this "
-              f"machine: a short run drifts little from where it started. {told}")
+              f"machine. {told}")
 
-
-SLOWED = 0.02  # the brake's pass@1 must differ by this much to say which way it went
-FAR = 10  # the control's KL must be this many times below the run's to be "far less"
-TWO_SIDED = 0.975  # the accuracy gap may fall on either side: a two-sided 95% level
-
-
-def judge_opening(before: list[list[float]], after: list[list[float]],
-                  control: list[list[float]], seeds, sampled: tuple[list, list],
-                  kl: tuple[list, list]) -> Lesson:
-    """The unrewarded courteous/rude opening moves away from an even share, further than a
-    change of the same size in the weights moves it: each prompt's courteous
-    share (``assistant.courteous_odds``; ``before``, ``after``, ``control``: one list of the
-    held-out prompts' per seed, the SFT model, the GRPO run and
-    ``verifier_control.same_size_change``) is measured by its distance from 50/50, and the
-    lesson asks whether the run increased the mean distance more than the control did, on
-    average over the seeds beyond Student's t (``lessons.beyond_t``, one-sided 95%): the
-    margin, in points. Each seed's lower bound of a bootstrap over the prompts is printed.
-    ``sampled`` (before, after): the courteous share of the sampled answers, per seed.
-    ``kl`` (run, control): each one's ``verifier_control.next_token_kl`` from the SFT model,
-    per seed, which says how much less the control changed the model's predictions.
-
-    What the control rules out is narrow: a random change of the same size in the weights.
-    It does not rule out that any GRPO run of this length would move the opening whatever
-    its reward. Rewards shuffled within each group would move it too, by an amount that
-    differs from seed to seed, so one such run per seed could not tell the two apart: that
-    takes the spread of the drift over many seeds of each kind (not run here)."""
-    sampled = _pair("judge_opening", "sampled", sampled)
-    kl = _pair("judge_opening", "kl", kl)
-    n = checked_shares("judge_opening", seeds, sampled_before=sampled[0],
-                       sampled_after=sampled[1])
-    seed_count("judge_opening", seeds, before=before, after=after, control=control,
-               kl_run=kl[0], kl_control=kl[1])
-    for name, values in (("kl run", kl[0]), ("kl control", kl[1])):
-        for i, v in enumerate(values):
-            if (isinstance(v, bool) or not isinstance(v, numbers.Real)
-                    or not 0 <= v < math.inf):
-                raise ValueError(f"judge_opening: {name}[{i}] = {v!r} must be a KL, a "
-                                 "finite number >= 0 (next_token_kl's nats)")
-    drift, moved, bounds = [], [], []
-    for s, (b, a, c) in enumerate(zip(before, after, control)):
-        if not len(b) == len(a) == len(c) >= 2:
-            raise ValueError(f"judge_opening: before[{s}], after[{s}] and control[{s}] "
-                             f"hold {len(b)}, {len(a)} and {len(c)} shares: pass one per "
-                             "held-out prompt, the same prompts on every side (at least "
-                             "two)")
-        checked_shares("judge_opening", range(len(b)),
-                       **{f"before[{s}]": b, f"after[{s}]": a, f"control[{s}]": c})
-        far = [[abs(p - 0.5) for p in side] for side in (b, a, c)]
-        drift.append(sum(far[1]) / len(b) - sum(far[0]) / len(b))
-        moved.append(sum(far[2]) / len(b) - sum(far[0]) / len(b))
-        bounds.append(paired_bootstrap([x - y for x, y in zip(far[1], far[2])], seed=s))
-
-    def shares(runs: list[list[float]]) -> str:
-        return ", ".join(points(sum(r) / len(r)) for r in runs)
-    seen = (f"the courteous share at the answer's first character, averaged over the "
-            f"{len(before[0])} held-out prompts, went from {shares(before)}% to "
-            f"{shares(after)}% (seeds in order), and each prompt's distance from 50/50 "
-            f"grew by {each_points(drift)} points on average. The control, the SFT model "
-            "with each weight given the run's step under a random sign (a change of the "
-            "same size in every weight, in no chosen direction), changed that distance by "
-            f"{each_points(moved)} points")
-    mean, se, t, margin = beyond_t(drift, moved)
-    bound = (f"by {points(mean)} ± {points(se)} points on average over the seeds, at "
-             f"least {points(margin)} at Student's t = {t:.2f} (one-sided {T_LEVEL:.0%}); "
-             f"seed by seed, by at least {each_points(bounds)} points (the lower "
-             f"{T_LEVEL:.0%} bound of a bootstrap over the prompts)")
-    told = ("The sampled answers can only be counted over all the prompts at once: their "
-            f"courteous share went from {each_points(sampled[0])}% to "
-            f"{each_points(sampled[1])}%, to be read beside the averaged probabilities "
-            f"({shares(before)}% to {shares(after)}%), not beside each prompt's distance: "
-            "an average can stay near 50/50 while every prompt moves away from it.")
-    ratio = min(r / c if c > 0 else math.inf for r, c in zip(*kl))
-    less = ("far less" if ratio >= FAR else "less" if ratio > 1 else "no less")
-    limits = ("What this control rules out is narrow. It moves the model's next-token "
-              f"predictions {less} than the run does: their KL from the SFT model over the "
-              f"answers' positions is {', '.join(f'{v:.4f}' for v in kl[1])} nats against "
-              f"the runs' {', '.join(f'{v:.4f}' for v in kl[0])}"
-              + (f", {ratio:.0f} times less at the least" if ratio > 1 else "")
-              + ". It does not rule out that any GRPO run this long would move the "
-              "opening, whatever its reward. A run whose rewards are shuffled within each "
-              "group would move it too, by an amount that differs from seed to seed (the "
-              f"runs here moved it by {points(min(drift))} to {points(max(drift))} "
-              "points), so one such run per seed could not tell the two apart: that would "
-              "take the spread of the drift over many seeds of each kind, and none is run "
-              "here.")
-    return lesson(
-        "the unrewarded opening moves further from 50/50 than a same-size random change "
-        "moves it", 100 * margin, "points",
-        holds=f"No reward mentions the opening, yet over the {n} runs it moved away from "
-              f"an even share: {seen}. The runs moved it further than their controls, "
-              f"{bound}. {told} {limits}",
-        fails=f"The runs did not clearly move the opening further from 50/50 than their "
-              f"controls here: {seen}; the runs' excess over the controls, {bound}, does "
-              f"not clear zero on this machine, in runs this short. {told} {limits}")

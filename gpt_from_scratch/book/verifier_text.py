@@ -1,10 +1,9 @@
 """Chapter 14 — the chapter's sentences, written from its numbers and its verdicts.
 
-``drift_text`` says which way the opening went, seed by seed, and whether the premise of the
-chapter's reading, right answers as frequent after either opening, was measured to hold;
-``summary_text`` writes the Summary's point from the verdicts (``verifier_prose``'s
-lessons); the others tell what a run's numbers show: mixed groups, the KL brake, sampling
-against greedy, the collapsed answers, the groups of one batch.
+``summary_text`` writes the Summary's point from the verdicts (``verifier_prose``'s and
+``verifier_opening``'s lessons, and ``verifier_brake``'s test of the KL penalty); the others
+tell what a run's numbers show: sampling against greedy, the advantages of one draw against
+the expected weights, the groups of one batch, mixed groups, the collapsed answers.
 """
 
 from __future__ import annotations
@@ -12,67 +11,9 @@ from __future__ import annotations
 import math
 import numbers
 
-from .lessons import Lesson, beyond_t, check_share, points, seed_count
-from .verifier_prose import SLOWED, TWO_SIDED, check_k, checked_shares, each_points
-
-
-def drift_text(before: list[float], after: list[float], right: list[dict], seeds) -> str:
-    """Which way the opening went, seed by seed, and what the measured premise of the
-    chapter's reading says: ``before``, ``after``, the mean courteous share per seed (SFT
-    model, GRPO run); ``right``, per seed, the SFT model's
-    ``verifier_control.right_by_opening`` on the training prompts."""
-    n = checked_shares("drift_text", seeds, before=before, after=after)
-    seed_count("drift_text", seeds, right=right)
-    gaps, rates = [], []
-    for s, counts in enumerate(right):
-        if (not isinstance(counts, dict) or set(counts) != {"courteous", "rude"}
-                or any(c[1] < 1 or not 0 <= c[0] <= c[1] for c in counts.values())):
-            raise ValueError(f"drift_text: right[{s}] = {counts!r} must be "
-                             "right_by_opening's {opening: (right, answers)}, both "
-                             "openings answered at least once")
-        rate = {style: r / total for style, (r, total) in counts.items()}
-        rates.append(rate)
-        gaps.append(rate["courteous"] - rate["rude"])
-    mean, se, t, _ = beyond_t(gaps, [0.0] * n, level=TWO_SIDED)
-    side_margin = abs(mean) - t * se
-    level = (f"at the two-sided {2 * TWO_SIDED - 1:.0%} level of Student's t over {n} "
-             f"seeds ({t:.2f} standard errors)")
-    premise = (f"On the prompts GRPO trains on, the SFT models' sampled answers were right "
-               f"{points(sum(r['courteous'] for r in rates) / n)}% of the time after the "
-               f"courteous opening and {points(sum(r['rude'] for r in rates) / n)}% after "
-               f"the rude one: a gap of {points(mean)} ± {points(se)} points over the "
-               f"{n} seeds (seeds: {each_points(gaps)}), ")
-    favoured = "courteous" if mean > 0 else "rude"
-    if side_margin > 0:
-        premise += (f"clear of zero {level}: right answers came more often after the "
-                    f"{favoured} opening, so the reward itself leaned toward it.")
-    else:
-        low, high = mean - t * se, mean + t * se
-        premise += (f"not clear of zero {level}: the interval from {points(low)} to "
-                    f"{points(high)} points holds no gap, the premise of the reading, but "
-                    "does not rule out a gap of a few points either way, which would pull "
-                    "the opening slowly toward one side.")
-    up = sum(a > b for b, a in zip(before, after))
-    down = sum(a < b for b, a in zip(before, after))
-    if (up == n or down == n) and n > 1:
-        side = "courteous" if up == n else "rude"
-        way = (f"All {n} runs moved the share the same way, toward the {side} opening. "
-               "Were each seed's direction a fair coin, as a walk with no pull would make "
-               f"it, {n} alike would come by chance {2 ** (1 - n):.1%} of the time: the "
-               "reading alone does not account for it")
-        if side_margin > 0:
-            way += (", and the gap in accuracy points " +
-                    ("the same way." if favoured == side else "the other way."))
-        else:
-            way += ("; were it seen on more seeds, something this chapter does not "
-                    f"measure would favour the {side} opening.")
-    elif up and down:
-        way = (f"The runs moved the share each seed its own way: {up} toward the courteous "
-               f"opening, {down} toward the rude one, as a walk with no pull would.")
-    else:
-        way = (f"The runs moved the share toward the courteous opening in {up} seeds, "
-               f"toward the rude one in {down}, and not at all in {n - up - down}.")
-    return premise + " " + way
+from .lessons import Lesson, check_share, points
+from .verifier_brake import Brake
+from .verifier_prose import check_k
 
 
 def mixed_text(mixed: dict[int, list[float]], reward: dict[int, list[float]],
@@ -87,6 +28,10 @@ def mixed_text(mixed: dict[int, list[float]], reward: dict[int, list[float]],
     if not mixed or mixed.keys() != reward.keys():
         raise ValueError(f"mixed_text: mixed holds seeds {sorted(mixed)} and reward "
                          f"{sorted(reward)}: pass the same seeds, at least one")
+    if isinstance(group, bool) or not isinstance(group, numbers.Integral) or group < 2:
+        raise ValueError(f"mixed_text: group={group!r} must be a whole number >= 2, the "
+                         "answers to one prompt (one answer makes no group): pass the "
+                         "runs' group_size")
     for name, runs in (("mixed", mixed), ("reward", reward)):
         for seed, values in runs.items():
             for i, v in enumerate(values):
@@ -108,34 +53,6 @@ def mixed_text(mixed: dict[int, list[float]], reward: dict[int, list[float]],
     if rose and fewer:
         return text + ": as the reward rose in every run, fewer groups taught."
     return text + "."
-
-
-def brake_text(lr: float, beta: float, plain: dict, braked: dict, task: str) -> str:
-    """What a KL penalty ``beta`` did at learning rate ``lr``, on one seed: ``plain`` and
-    ``braked`` hold ``pass@1`` on ``task`` (shares) and ``braked`` the last steps' mean
-    ``kl`` (nats a token, >= 0)."""
-    for name, v in (("lr", lr), ("beta", beta)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
-            raise ValueError(f"brake_text: {name} = {v!r} must be a positive number")
-    one = check_share("brake_text", "plain['pass@1']", plain["pass@1"])
-    other = check_share("brake_text", "braked['pass@1']", braked["pass@1"])
-    kl = braked["kl"]
-    if isinstance(kl, bool) or not isinstance(kl, numbers.Real) or not 0 <= kl < math.inf:
-        raise ValueError(f"brake_text: braked['kl'] = {kl!r} must be a KL, a finite number "
-                         ">= 0 (nats a token)")
-    text = (f"At a learning rate of {lr:g}, one seed: without a penalty, **{task}**'s "
-            f"pass@1 ended at {points(one)}%; with β = {beta:g}, at {points(other)}%, its "
-            f"KL to the SFT model {kl:.3f} nats a token over the last steps. ")
-    if other - one >= SLOWED:
-        return text + ("On this seed the penalty slowed the fall (one run: a sign, not a "
-                       "measurement); it cannot remove the cause, the step that is too "
-                       "large.")
-    if one - other >= SLOWED:
-        return text + ("On this seed pass@1 fell further with the penalty (one run: a "
-                       "sign, not a measurement).")
-    return text + (f"On this seed the two ended within {points(SLOWED)} points: the "
-                   "penalty did not slow the fall that one can see (one run: a sign, not a "
-                   "measurement).")
 
 
 def sampling_text(greedy: dict, pass1: dict, pass_k: dict, k: int) -> str:
@@ -204,6 +121,59 @@ def collapse_text(seed: int, shown: dict[str, tuple[list[str], list[float]]]) ->
     return text
 
 
+def advantage_text(scaled: tuple[float, float], unscaled: tuple[float, float],
+                   weights: dict[float, tuple[float, float]], group: int) -> str:
+    """Section 14.2's example read against the expected weights. ``scaled``, ``unscaled``:
+    the advantage of the lone right answer of a group answered right once, and of a right
+    answer of a group answered right half the time, in one draw; ``weights``: p -> (w with
+    the std's scaling, w with the mean only), ``grpo_advantages.expected_weight`` for groups
+    of ``group``."""
+    if isinstance(group, bool) or not isinstance(group, numbers.Integral) or group < 2:
+        raise ValueError(f"advantage_text: group={group!r} must be a whole number >= 2, "
+                         "the group size of the expected weights")
+    drawn = {"scaled": scaled, "unscaled": unscaled}
+    for name, pair in drawn.items():
+        if (not isinstance(pair, tuple) or len(pair) != 2
+                or any(isinstance(a, bool) or not isinstance(a, numbers.Real)
+                       or not 0 < a < math.inf for a in pair)):
+            raise ValueError(f"advantage_text: {name} = {pair!r:.60} must be a pair of "
+                             "positive advantages (the lone right answer's, a right "
+                             "answer's of the even group): pass float(...) of each")
+    if not weights or any(
+            not 0 < p < 1 or len(w) != 2 or not all(0 < x < math.inf for x in w)
+            for p, w in weights.items()):
+        raise ValueError(f"advantage_text: weights = {weights!r:.80} must map each p in "
+                         "(0, 1) to (w scaled, w mean only), positive numbers: pass "
+                         "expected_weight's")
+    ratio = {name: a / b for name, (a, b) in drawn.items()}
+    text = (f"In this one draw, unscaled, the second group's one right answer gets "
+            f"{unscaled[0]:.2f}, {ratio['unscaled']:.1f} times each right answer of the "
+            f"first group ({unscaled[1]:.2f}), whose prompt is answered right half the "
+            f"time; scaled, {scaled[0]:.2f} against {scaled[1]:.3f}, "
+            f"{ratio['scaled']:.1f} times.")
+    mean_only = [w for _, w in weights.values()]
+    if max(mean_only) - min(mean_only) <= 1e-9 * max(mean_only):
+        text += (f" In expectation, with the mean only, every prompt weighs the same, "
+                 f"w = {mean_only[0]:.1f} at each p above (G − 1 for G = {group}): the "
+                 "baseline leaves the prompts' weights as they are, whatever one draw's "
+                 "advantages look like.")
+    else:
+        text += (f" In expectation, with the mean only, w goes from "
+                 f"{min(mean_only):.1f} to {max(mean_only):.1f} over the p above.")
+    by_std = {p: w for p, (w, _) in weights.items()}
+    low, high = min(by_std.values()), max(by_std.values())
+
+    def where(w: float) -> str:
+        return " and ".join(f"{p:g}" for p, x in by_std.items() if abs(x - w) <= 1e-9 * w)
+    text += (f" Scaled by the std, w goes from {low:.1f} (p = {where(low)}) to {high:.1f} "
+             f"(p = {where(high)}), {high / low:.1f} times: the difficulty bias Dr. GRPO "
+             "names")
+    if high / low < ratio["scaled"]:
+        return text + (", milder in expectation than this one draw's "
+                       f"{ratio['scaled']:.1f} times suggests.")
+    return text + "."
+
+
 def groups_text(per_group: dict[str, list[int]], group: int) -> str:
     """What one batch's groups say, task by task: ``per_group`` maps each task to its
     groups' numbers of right answers (out of ``group``)."""
@@ -227,39 +197,57 @@ def groups_text(per_group: dict[str, list[int]], group: int) -> str:
             "spent for nothing: its advantages are 0.")
     starved = [t for t, counts in per_group.items() if sum(counts) <= len(counts)]
     if starved:
-        text += (f" **{starved[0]}**, which the model almost never solves, gives almost no "
-                 "signal: reinforcement learning sharpens what the model can already do; "
-                 "it does not teach from zero.")
+        counts = per_group[starved[0]]
+        text += (f" **{starved[0]}**, right in {sum(counts)} of its {group * len(counts)} "
+                 "answers here, gives little signal: a group with no right answer has "
+                 "nothing to reinforce, so GRPO can only make likelier the right answers "
+                 "the model already samples.")
     return text
 
 
+BRAKE_CLAUSES = {  # the Summary's word on the one braked seed, by Brake.way
+    "higher": " (on one seed, a KL penalty kept pass@1 higher, beyond the evaluation's "
+              "noise: a sign, not a measurement)",
+    "lower": " (on one seed, pass@1 ended lower with a KL penalty, beyond the evaluation's "
+             "noise: a sign, not a measurement)",
+    "noise": " (on one seed, with a KL penalty it ended within the evaluation's noise of "
+             "the run without)"}
+
+
 def summary_text(gain: Lesson, collapse: Lesson, forgetting: Lesson, opening: Lesson,
-                 brake: tuple[float, float], larger: float, seeds: int,
-                 collapse_seeds: int) -> str:
-    """The Summary's point on the runs, each clause from its lesson's verdict: ``brake`` the
-    pass@1 (plain, braked) of the one braked seed, ``larger`` how many times the large
-    step's learning rate is the first runs', ``seeds`` and ``collapse_seeds`` their
-    numbers."""
+                 brake: Brake, larger: float, seeds: int, collapse_seeds: int) -> str:
+    """The Summary's point on the runs, each clause from its lesson's verdict: ``brake``
+    the one braked seed's ``brake_gap``, ``larger`` how many times the large step's learning
+    rate is the first runs', ``seeds`` and ``collapse_seeds`` their numbers."""
     for name, value in (("gain", gain), ("collapse", collapse), ("forgetting", forgetting),
                         ("opening", opening)):
         if not isinstance(value, Lesson):
             raise ValueError(f"summary_text: {name} = {value!r:.60} must be the Lesson its "
                              "judge_* function returned")
-    plain, braked = (check_share("summary_text", f"brake[{i}]", v)
-                     for i, v in enumerate(brake))
+    if not isinstance(brake, Brake):
+        raise ValueError(f"summary_text: brake = {brake!r:.60} must be brake_gap's Brake, "
+                         "the braked seed's test: pass brake_gap(plain, braked)")
+    if (isinstance(larger, bool) or not isinstance(larger, numbers.Real)
+            or not 1 < larger < math.inf):
+        raise ValueError(f"summary_text: larger = {larger!r} must be a finite number > 1, "
+                         "how many times the large step's learning rate is the first "
+                         "runs': pass COLLAPSE_LR / LR")
+    for name, value in (("seeds", seeds), ("collapse_seeds", collapse_seeds)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 2:
+            raise ValueError(f"summary_text: {name} = {value!r} must be a whole number "
+                             ">= 2, how many seeds the lessons were judged over: pass "
+                             f"len({name.upper()})")
     text = (f"On the assistant, over {seeds} paired seeds, GRPO "
-            + ("raised pass@1 toward pass@k, clear of zero over the seeds and over the "
-               "prompts (section 14.4 says by how much, and what pass@k did)"
+            + ("raised pass@1, clear of zero over the seeds and over the prompts "
+               "(section 14.4 says by how much, and what pass@k did)"
                if gain.holds else
                "did not raise pass@1 clear of its evaluation's noise on this machine "
                "(section 14.4 gives the numbers)")
             + f". At a learning rate {larger:g} times larger ({collapse_seeds} seeds), "
             + ("pass@1 fell instead" if collapse.holds else
                "pass@1 did not fall clear of zero here"))
-    if braked - plain >= SLOWED:
-        text += " (on one seed, a KL penalty slowed the fall: a sign, not a measurement)"
-    text += "; the task not rewarded " + ("got worse" if forgetting.holds else
-                                          "did not clearly get worse")
+    text += BRAKE_CLAUSES[brake.way] + "; the task not rewarded " + (
+        "got worse" if forgetting.holds else "did not clearly get worse")
     if opening.holds:
         return text + ("; and the opening, which the reward ignores, moved away from half "
                        "and half, further on average over the seeds than a random change "

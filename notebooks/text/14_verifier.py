@@ -33,9 +33,9 @@
 #    down by how much better it did than its group, and why a group with one reward
 #    teaches nothing;
 # 3. **GRPO**: group-normalised advantages, PPO's ratio and clip {cite}`schulman2017ppo`,
-#    and its two normalisations; the book's loss equals TRL's `GRPOTrainer`
-#    {cite}`vonwerra2020trl`, loss and gradients, on- and off-policy
-#    (`tests/test_grpo_parity.py`);
+#    and its two normalisations; the book's loss agrees with TRL's `GRPOTrainer`
+#    {cite}`vonwerra2020trl` to 1e-6 given the same inputs, loss and gradients, on- and
+#    off-policy (`tests/test_grpo_parity.py`);
 # 4. **training on "Last word"**, six paired seeds, and whether pass@1 rises by more than
 #    the noise of its evaluation, with what the reward curve does not show;
 # 5. **what can go wrong**: whether pass@1 falls at a large step, a KL penalty as a brake
@@ -71,14 +71,17 @@ import torch
 from IPython.display import Markdown, display
 
 from gpt_from_scratch.data import load_tiny_shakespeare
-from gpt_from_scratch import grpo  # grpo.pass_at_k, ...: the exercises write their own
-from gpt_from_scratch.grpo import completion_logps, mixed_groups
-from gpt_from_scratch.grpo_train import sample_groups
+# grpo.grpo_loss, grpo_advantages.pass_at_k, ...: the exercises write their own
+from gpt_from_scratch import grpo, grpo_advantages
+from gpt_from_scratch.grpo_advantages import expected_weight, mixed_groups
+from gpt_from_scratch.grpo_sampling import completion_logps, sample_groups
 from gpt_from_scratch.book import lessons
+from gpt_from_scratch.book import verifier_opening as opening
 from gpt_from_scratch.book import verifier_prose as prose
 from gpt_from_scratch.book import verifier_text as sentences
+from gpt_from_scratch.book.verifier_brake import brake_gap, brake_text
 from gpt_from_scratch.book.verifier_control import (
-    next_token_kl, right_by_opening, same_size_change, sampled_answers,
+    next_token_kl, opening_gap, right_by_opening, same_size_change, sampled_answers,
 )
 from gpt_from_scratch.book.assistant import TASKS, courteous_odds, evaluate, task_items
 from gpt_from_scratch.book.figure_text import book_figures
@@ -162,7 +165,7 @@ rate, n, k = 0.3, 8, 4  # the prompt's true rate, samples per draw, the k of pas
 true_pass = 1 - (1 - rate) ** k
 draws = torch.distributions.Binomial(n, torch.tensor(rate)).sample((20_000,)).int()
 plug_in = sum(1 - (1 - int(c) / n) ** k for c in draws) / len(draws)
-unbiased = sum(grpo.pass_at_k(n, int(c), k) for c in draws) / len(draws)
+unbiased = sum(grpo_advantages.pass_at_k(n, int(c), k) for c in draws) / len(draws)
 print(f"true pass@{k} {true_pass:.3f}\nmean over draws of {n} samples:\n"
       f"  unbiased {unbiased:.3f}, plug-in {plug_in:.3f}")
 
@@ -236,18 +239,32 @@ display(Markdown(sentences.sampling_text(
 
 # %% tags=["nbval-check-output"]
 rewards = torch.tensor([1.0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1])  # three groups of four
-for name, adv in (("advantages", grpo.group_advantages(rewards, 4)),
-                  ("scale=None", grpo.group_advantages(rewards, 4, scale=None))):
+scaled = grpo_advantages.group_advantages(rewards, 4).view(3, 4)
+unscaled = grpo_advantages.group_advantages(rewards, 4, scale=None).view(3, 4)
+for name, adv in (("advantages", scaled), ("scale=None", unscaled)):
     print(f"{name}:")
-    for i, group in enumerate(adv.view(3, 4)):
+    for i, group in enumerate(adv):
         print(f"  group {i}: " + " ".join(f"{a:+.3f}" for a in group.tolist()))
 print(f"mixed groups: {mixed_groups(rewards, 4):.2f}")
 
 # %% [markdown]
-# Unscaled, the second group's one right answer gets 0.75, half again as much as each right
-# answer of the first group (0.5), whose prompt is answered right half the time. Scaled, it
-# gets 1.5 against 0.866, nearly twice as much: the hard prompt's standard deviation is the
-# smaller one.
+# One group is one draw, and what steers training is the expected gradient. With rewards 0
+# or 1, a prompt the model answers right with probability $p$ adds to it, on average over
+# its group of $G$ answers, $w(p)\,\nabla p$: $\nabla p$ is the gradient of its chance of a
+# right answer, and the weight $w(p)$ is what the advantage makes of it. `expected_weight`
+# computes $w(p)$ exactly, a sum over how many of the $G$ answers are right, for groups of
+# 8 as the runs below use:
+
+# %%
+weights = {p: (expected_weight(p, 8), expected_weight(p, 8, scale=None))
+           for p in (0.02, 0.1, 0.5, 0.9, 0.98)}
+print(f"{'p':>5}{'w scaled':>10}{'w mean only':>13}")
+for p, (w, w_mean) in weights.items():
+    print(f"{p:>5g}{w:>10.1f}{w_mean:>13.1f}")
+
+# %% tags=["remove-input"]
+lone_and_even = [(float(adv[1, 0]), float(adv[0, 0])) for adv in (scaled, unscaled)]
+display(Markdown(sentences.advantage_text(*lone_and_even, weights, 8)))
 
 
 # %% [markdown]
@@ -301,22 +318,24 @@ display(Markdown(sentences.groups_text(right_per_group, 8)))
 # the policy that sampled them, and $\pi_{\text{old}}$ is the trainer's own
 # log-probabilities, detached (`logps.detach()`), so $\rho = 1$ exactly, the clip never
 # binds, and only the ratio's gradient, $\nabla \rho = \nabla \log \pi$, acts. The loss is
-# then REINFORCE with the group baseline, token by token. That holds because one model, in
-# one arithmetic, both draws the answers and trains; where a separate engine draws them (a
-# serving library, often in lower precision), they come from a slightly different
-# distribution than the one trained, and $\rho$, computed from the trainer's numbers alone,
-# does not see the difference. TRL corrects for it with a separate importance weight
-# between the sampler's and the trainer's probabilities
-# (`vllm_importance_sampling_correction`, on by default when vLLM samples); `train_grpo`
-# samples with the model it trains and needs none. One difference remains where the model
-# has dropout: the answers are sampled with it off, the updates run with it on, so the
-# gradient is that of a dropout-perturbed $\log \pi$. Chapter 12's assistants have none;
-# section 14.6's GPT-2 keeps its 0.1, and TRL, by default (`disable_dropout=False`), keeps
-# it on throughout, the sampling too. On the batch above:
+# then REINFORCE weighted by GRPO's advantage, token by token. $\rho$ is exactly 1 because
+# both of its sides come from the trainer's pass; the answers were drawn by the same model
+# in nearly the same arithmetic (the sampler's KV-cache pass and the trainer's full pass
+# round differently in their last bits). Where a separate engine draws them (a serving
+# library, often in lower precision), the distribution sampled moves further from the one
+# trained, and $\rho$, computed from the trainer's numbers alone, does not see the gap. TRL
+# corrects for it with a separate importance weight between the sampler's and the trainer's
+# probabilities (`vllm_importance_sampling_correction`, on by default when vLLM samples);
+# `train_grpo` samples with the model it trains and needs none. One difference remains
+# where the model has dropout: the answers are sampled with it off, the updates run with it
+# on, so the gradient is that of a dropout-perturbed $\log \pi$. Chapter 12's assistants
+# have none; section 14.6's GPT-2 keeps its 0.1, and TRL, by default
+# (`disable_dropout=False`), keeps it on throughout, the sampling too. On the batch above,
+# against REINFORCE weighted by the same advantages, over the same token count:
 
 # %%
 idx, completions, mask, rewards = batches[TASK]
-advantages = grpo.group_advantages(rewards, 8)  # (N,)
+advantages = grpo_advantages.group_advantages(rewards, 8)  # (N,)
 policy = copy.deepcopy(sft[0])  # eval mode: no dropout, so two passes agree
 params = [p for p in policy.parameters() if p.requires_grad]
 logps = completion_logps(policy, idx, completions)  # (N, C)
@@ -371,7 +390,8 @@ print(f"answer lengths {int(lengths.min())} to {int(lengths.max())} tokens\n"
 # The values say little. On-policy, the `"grpo"` loss is the mean over the answers of
 # $-A_i$, and a group's advantages sum to zero: its value is zero, its gradient is not. The
 # `"dapo"` value weighs each $-A_i$ by its answer's length. Only the gradients steer, and
-# both losses equal TRL's, value and gradient (`tests/test_grpo_parity.py`).
+# both losses agree with TRL's, value and gradient, to 1e-6 given the same inputs
+# (`tests/test_grpo_parity.py`).
 
 # %% [markdown]
 # ## 14.4 Training on "Last word"
@@ -486,7 +506,7 @@ found.append(prose.judge_collapse([before[s][TASK]["pass@1"] for s in COLLAPSE_S
 display(Markdown(found[-1].text))
 
 # %% [markdown]
-# **A KL penalty is a brake.** GRPO's paper adds $\beta\,\mathrm{KL}(\pi_\theta \,\|\,
+# **A KL penalty as a brake.** GRPO's paper adds $\beta\,\mathrm{KL}(\pi_\theta \,\|\,
 # \pi_{\text{ref}})$ toward the SFT model, estimated per token with Schulman's $k_3$
 # {cite}`schulman2020kl`:
 #
@@ -495,9 +515,9 @@ display(Markdown(found[-1].text))
 #
 # The code (`grpo_loss` with `beta > 0`) adds $\beta\,\rho_{i,t}\,k_3$ to each token's loss:
 # $k_3$ times the same ratio $\rho$ as the clip's, as TRL does by default
-# (`use_bias_correction_kl`, on in TRL 1.16, the version the parity test compares with),
-# following DeepSeek-V3.2 {cite}`deepseekai2025v32`. On-policy, $\rho$ is 1, so the
-# term's value is $k_3$'s; its gradient is not $k_3$'s. With
+# (`use_bias_correction_kl`, on by default in TRL 1.16, the oldest TRL the parity test
+# runs against), following DeepSeek-V3.2 {cite}`deepseekai2025v32`. On-policy, $\rho$ is
+# 1, so the term's value is $k_3$'s; its gradient is not $k_3$'s. With
 # $\nabla \rho = \nabla \log \pi_\theta$ at $\rho = 1$,
 #
 # $$\nabla (\rho\, k_3) = (\log \pi_\theta - \log \pi_{\text{ref}})\,
@@ -505,14 +525,19 @@ display(Markdown(found[-1].text))
 #
 # whose mean over the token sampled at a context is, per token with the context held fixed,
 # the gradient of the KL at that position; the mean of $\nabla k_3$ alone is not. The first
-# seed's run at the large step, with and without the penalty:
+# seed's run at the large step, with and without the penalty, each prompt's pass@1 from the
+# answers `sampled_scores` counts (`sampled_answers`), the two compared by a bootstrap over
+# the prompts:
 
 # %%
 braked, _, braked_history = grpo_model(
     GRPORecipe(TASK, COLLAPSE_STEPS, COLLAPSE_LR, BETA, seed=SEEDS[0]))
-brake = sampled_scores(braked, tok, held_task, N_SAMPLES, K, seed=SEEDS[0])[TASK]
-brake["kl"] = sum(braked_history.kl[-10:]) / 10
-display(Markdown(sentences.brake_text(COLLAPSE_LR, BETA, hot[SEEDS[0]], brake, TASK)))
+plain_and_braked = [[sum(r for r, _ in a) / N_SAMPLES
+                     for a in sampled_answers(m, tok, held_task, N_SAMPLES, seed=SEEDS[0])]
+                    for m in (collapsed[SEEDS[0]][0], braked)]
+brake = brake_gap(*plain_and_braked)
+display(Markdown(brake_text(COLLAPSE_LR, BETA, brake, sum(braked_history.kl[-10:]) / 10,
+                            TASK)))
 
 # %% [markdown]
 # **Forgetting.** The runs of section 14.4 were rewarded on "Last word" only. What happened
@@ -533,8 +558,9 @@ found.append(prose.judge_forgetting(logp_before, logp_after, SEEDS, TASK, OTHER,
 display(Markdown(found[-1].text))
 
 # %% [markdown]
-# Every update moves weights that both tasks share, and only one task's answers pull them
-# back. Training on a mix of tasks, or at least measuring every task, is the remedy.
+# Where a task not rewarded does get worse, this is how: every update moves weights that
+# both tasks share, and only one task's answers pull them back. Training on a mix of tasks,
+# or at least measuring every task, is the remedy.
 #
 # **A style no reward mentions.** Chapter 12's answers open, half of the time each, with a
 # courteous "Good sir," or a rude "Fool!". The reward ignores the opening. Chapter 12's
@@ -561,6 +587,8 @@ controls = {seed: same_size_change(sft[seed], runs[seed], seed=seed) for seed in
 odds_before = [courteous_odds(sft[seed], tok, every_task).tolist() for seed in SEEDS]
 odds_after = [courteous_odds(runs[seed], tok, every_task).tolist() for seed in SEEDS]
 odds_control = [courteous_odds(controls[seed], tok, every_task).tolist() for seed in SEEDS]
+odds_sampled = tuple([courteous_odds(m[seed], tok, held_task).tolist() for seed in SEEDS]
+                     for m in (sft, runs))  # on the prompts whose answers were sampled
 kl_run = [next_token_kl(runs[seed], sft[seed], tok, held_task) for seed in SEEDS]
 kl_control = [next_token_kl(controls[seed], sft[seed], tok, held_task) for seed in SEEDS]
 print("KL from the SFT model, nats a position:")
@@ -568,44 +596,47 @@ for seed, run_kl, control_kl in zip(SEEDS, kl_run, kl_control):
     print(f"seed {seed}: run {run_kl:.4f}, control {control_kl:.5f}")
 
 # %% tags=["remove-input"]
-found.append(prose.judge_opening(odds_before, odds_after, odds_control, SEEDS,
-                                 ([before[s][TASK]["courteous"] for s in SEEDS],
-                                  [after[s][TASK]["courteous"] for s in SEEDS]),
-                                 (kl_run, kl_control)))
+found.append(opening.judge_opening(odds_before, odds_after, odds_control, SEEDS,
+                                   ([before[s][TASK]["courteous"] for s in SEEDS],
+                                    [after[s][TASK]["courteous"] for s in SEEDS]),
+                                   odds_sampled, (kl_run, kl_control)))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
-# Why would it move? The reward function never reads the opening: `verify` pays a right
+# What could move it? The reward function never reads the opening: `verify` pays a right
 # answer the same after either. Each step pushes up whole answers that were right,
-# openings included, and pushes down the wrong ones. If an answer is as likely to be right
-# after one opening as after the other, the expected push on the opening's probability is
-# zero, and what moves it is sampling noise, which opening happened to come with the right
-# answers of a step's groups: a random walk with no force pulling it back toward one half,
-# whose direction would be a coin toss, seed by seed. That is the chapter's reading. Its
-# premise can be measured: how often the SFT model's answers are right after each opening,
-# on the prompts GRPO trains on (`N_PREMISE` of them, `PREMISE_SAMPLES` answers each):
+# openings included, and pushes down the wrong ones. If, within a prompt, an answer is as
+# likely to be right after one opening as after the other, the expected push on that
+# prompt's opening is zero, and what moves it is sampling noise, which opening happened to
+# come with the right answers of a step's groups: a random walk with no force pulling it
+# back toward one half, whose direction would be a coin toss, seed by seed. That is the
+# chapter's reading. Its premise can be measured: how often the SFT model's answers are
+# right after each opening, on the prompts GRPO trains on (`N_PREMISE` of them,
+# `PREMISE_SAMPLES` answers each), pooled over the prompts and, as a group compares its
+# answers, within each prompt answered in both openings (`opening_gap`):
 
 # %%
 train_task = random.Random(1).sample([i for i in items["train"] if i.task == TASK],
                                      N_PREMISE)
-right_after = [right_by_opening(sampled_answers(sft[seed], tok, train_task,
-                                                PREMISE_SAMPLES, seed=seed))
-               for seed in SEEDS]
-print("right answers after each opening (SFT):")
-for seed, counts in zip(SEEDS, right_after):
+premise = [sampled_answers(sft[seed], tok, train_task, PREMISE_SAMPLES, seed=seed)
+           for seed in SEEDS]
+gaps = [opening_gap(answers) for answers in premise]  # (gap, prompts) per seed
+print("right answers after each opening (SFT), pooled; the gap within prompts:")
+for seed, answers, (gap, answered) in zip(SEEDS, premise, gaps):
+    counts = right_by_opening(answers)
     (c, nc), (r, nr) = counts["courteous"], counts["rude"]
-    print(f"seed {seed}: courteous {c / nc:.1%}, rude {r / nr:.1%}")
+    print(f"seed {seed}: courteous {c / nc:.1%}, rude {r / nr:.1%}\n"
+          f"  within {answered} prompts: {100 * gap:+.1f} points")
 
 # %% tags=["remove-input"]
-display(Markdown(sentences.drift_text([sum(o) / len(o) for o in odds_before],
-                                  [sum(o) / len(o) for o in odds_after], right_after,
-                                  SEEDS)))
+display(Markdown(opening.drift_text([sum(o) / len(o) for o in odds_before],
+                                    [sum(o) / len(o) for o in odds_after], gaps, SEEDS)))
 
 # %% [markdown]
 # Whether a run with shuffled rewards moves the opening as far is not measured here; as
 # the lesson above says, it would take many such runs beside many real ones. Chapter 12's
 # DPO moved the same opening *deliberately*, toward the side its pairs preferred; whatever
-# moves it under GRPO, the remedy is to watch the share of each style beside the reward.
+# may move it under GRPO, the remedy is to watch the share of each style beside the reward.
 
 # %% tags=["remove-input"]
 if train_seconds > 5:
@@ -621,14 +652,18 @@ display(Markdown(timing))
 #
 # On a GPU, with GPT-2's weights, the same `train_grpo` trains Chapter 9's LoRA adapters on
 # GPT-2 small to complete two-digit sums after two solved examples, the reward checking the
-# digits before the newline; then TRL's `GRPOTrainer` trains peft's LoRA on the same
-# prompts, with the same batch, group size, learning rate, clip and loss, and the two reward
-# curves are compared. Three settings differ, all TRL's defaults: its learning rate decays
-# linearly to zero over the run (transformers' schedule), where `train_grpo` keeps it
-# constant; its mask ends each answer at the first `<|endoftext|>`, here the padding
-# after the newline, so its loss also counts that token, where `train_grpo`'s ends at the
-# newline; and it samples in training mode, GPT-2's dropout of 0.1 on, where `train_grpo`
-# samples with it off. Both keep the dropout on in the updates (TRL's
+# digits before the newline, and measures its held-out pass@1 and pass@8 before and after;
+# then TRL's `GRPOTrainer` trains peft's LoRA on the same prompts, with the same batch and
+# group sizes, learning rate, clip and loss, and the two reward curves are compared (TRL's
+# run is measured by its reward only). It compares two trainers with their defaults, not
+# one computation twice; among the settings that differ, all TRL's defaults: its learning
+# rate decays linearly to zero over the run (transformers' schedule), where `train_grpo`
+# keeps it constant; its mask ends each answer at the first `<|endoftext|>`, here the
+# padding after the newline, so its loss also counts that token, where `train_grpo`'s ends
+# at the newline; it samples in training mode, GPT-2's dropout of 0.1 on, where
+# `train_grpo` samples with it off; and it shuffles the prompts and takes each once an
+# epoch, padded on the left, where `train_grpo` draws each batch with replacement among
+# prompts of one length. Both keep the dropout on in the updates (TRL's
 # `disable_dropout=False`), so here, unlike on the assistant, the gradient is that of a
 # dropout-perturbed $\log \pi$ (section 14.3).
 
@@ -645,15 +680,16 @@ display(Markdown(online_run(steps=200 if FULL_RUN else 100)))
 # - REINFORCE with the group's mean as a baseline pushes each answer by how much better it
 #   did than its siblings; a group whose rewards are all equal carries no gradient.
 # - GRPO adds PPO's ratio and clip; with one update per batch the ratio is exactly 1 and
-#   the loss is REINFORCE token by token; the book's loss equals TRL's.
+#   the loss is REINFORCE weighted by GRPO's advantage, token by token; the book's loss
+#   agrees with TRL's to 1e-6, given the same inputs.
 # - GRPO's advantage is two choices: a baseline, the group's mean, which leaves the
 #   expected gradient's direction as it is ($\frac{G-1}{G}$ of RLOO's), and a scaling by the
-#   group's standard deviation, which weighs the prompts anew (Dr. GRPO's difficulty bias).
+#   group's standard deviation, which weighs the prompts anew (Dr. GRPO's difficulty bias;
+#   `expected_weight` says by how much).
 
 # %% tags=["remove-input"]
 display(Markdown("- " + sentences.summary_text(
-    *found, (hot[SEEDS[0]]["pass@1"], brake["pass@1"]), COLLAPSE_LR / LR, len(SEEDS),
-    len(COLLAPSE_SEEDS))))
+    *found, brake, COLLAPSE_LR / LR, len(SEEDS), len(COLLAPSE_SEEDS))))
 
 # %% tags=["remove-cell", "nbval-check-output"]
 print(lessons.verdicts())
@@ -733,20 +769,28 @@ check_pass_at_k(pass_at_k);
 # The reward cannot say: it pays a right answer the same after either opening, so the
 # opening moves only as far as whatever else moves it: the sampling noise of the chapter's
 # reading, or a gap in accuracy between the openings, which section 14.5 measured.
-# A walk with no pull back spreads with how far the weights travel: at `COLLAPSE_LR` each
-# step moves every weight about five times as far as at `LR`, for 60 steps instead of 200,
-# so the large-step runs travel further in all and the reading leans toward "further from
-# 50%" on average. But one run per seed is one draw of such a walk, and a collapsing
-# policy also narrows onto a few answers, openings included: seed by seed, either can
-# happen. The cell prints each seed's share before, after the 200-step run and after the
-# large step.
+# A walk with no pull back spreads with how far the weights travel, so the reading leans
+# toward "further from 50%" for the run whose weights travelled further from the SFT
+# model's; the cell prints that distance, $\lVert\theta - \theta_{\text{SFT}}\rVert$, for
+# both runs of each seed, beside each seed's share before, after the 200-step run and after
+# the large step. But one run per seed is one draw of such a walk, and a collapsing policy
+# also narrows onto a few answers, openings included: seed by seed, either can happen.
 # ```
 
 # %%
+@torch.no_grad()
+def travelled(model, start):
+    """||theta - theta_SFT||: how far a run's weights moved from the model it started at."""
+    return math.sqrt(sum(float((p - q).pow(2).sum())
+                         for p, q in zip(model.parameters(), start.parameters())))
+
+
 for seed in COLLAPSE_SEEDS:
     rude = [1 - x[TASK]["courteous"] for x in (before[seed], after[seed])]
     print(f"seed {seed}: rude openings {rude[0]:.0%}\n  200 steps {rude[1]:.0%}, "
-          f"large step {1 - hot[seed]['courteous']:.0%}")
+          f"large step {1 - hot[seed]['courteous']:.0%}\n  ‖θ − θ_SFT‖: 200 steps "
+          f"{travelled(runs[seed], sft[seed]):.2f}, "
+          f"large step {travelled(collapsed[seed][0], sft[seed]):.2f}")
 
 # %% [markdown]
 # ### Exercise 5. A group of identical rewards (explain)
@@ -783,6 +827,7 @@ for seed in COLLAPSE_SEEDS:
 
 # %% tags=["quiz", "remove-input"]
 from gpt_from_scratch.book.quiz import Choice, MultipleChoice, Numeric, show_quiz
+premise_gap = opening.accuracy_gap(gaps, SEEDS)  # drift_text's verdict on the premise
 show_quiz([
     Numeric("In the simulation of section 14.1, what is the true pass@4 of a prompt that "
             "one sample answers right 30% of the time? (Percent, no decimals.)",
@@ -811,13 +856,15 @@ show_quiz([
                    "reading of why its share can still move during GRPO?", [
         Choice("nothing pulls its share back to 50/50, so sampling noise can move it",
                True,
-               "Yes, as a reading: if right answers come as often after either opening "
-               "(the premise the chapter measures), the expected push is zero and "
-               "sampling noise with no pull back moves the share like a random walk. "
-               "The shuffled-reward control that would test the reading is not run."),
+               "Yes, as a reading: if, within a prompt, right answers come as often after "
+               "either opening (the premise the chapter measures), the expected push is "
+               "zero and sampling noise with no pull back moves the share like a random "
+               "walk. The shuffled-reward control that would test the reading is not run."),
         Choice("the reward prefers one opening", False,
                "Not directly: verify accepts either opening. It favours one only through "
                "accuracy, where right answers come more often after it, and the gap the "
-               "chapter measures is not clear of zero."),
+               "chapter measures within each prompt is "
+               + (f"clear of zero, favouring the {premise_gap.favoured} opening."
+                  if premise_gap.clear else "not clear of zero.")),
     ]),
 ])
