@@ -683,15 +683,20 @@ def test_the_opening_gap_is_read_within_each_prompt_not_pooled():
         verifier_control.opening_gap([one_sided])
 
 
-def test_the_summary_says_only_what_each_verdict_found():
-    held = gain([0.60, 0.65, 0.70], [0.66, 0.72, 0.76])
-    failed = gain([0.60, 0.65, 0.70], [0.70, 0.60, 0.72])
-    fell = prose.judge_collapse([0.65, 0.7, 0.7], [0.2, 0.1, 0.3], (0, 1, 2), 1e-3, "L")
-    forgot = prose.judge_forgetting([-4.2, -5.6, -5.3], [-6.2, -9.9, -7.9], (0, 1, 2), "L",
-                                    "R", ([0.1] * 3, [0.05] * 3))
+def _summary_verdicts():
+    """A gain that holds, one that fails, a collapse, forgetting, an opening that moved."""
     even = [[0.5] * 4] * 3
-    moved = opening_lesson(even, [[0.9, 0.1, 0.9, 0.1]] * 3, even, (0, 1, 2),
-                           ([0.5] * 3, [0.5] * 3), KL)
+    return (gain([0.60, 0.65, 0.70], [0.66, 0.72, 0.76]),
+            gain([0.60, 0.65, 0.70], [0.70, 0.60, 0.72]),
+            prose.judge_collapse([0.65, 0.7, 0.7], [0.2, 0.1, 0.3], (0, 1, 2), 1e-3, "L"),
+            prose.judge_forgetting([-4.2, -5.6, -5.3], [-6.2, -9.9, -7.9], (0, 1, 2), "L",
+                                   "R", ([0.1] * 3, [0.05] * 3)),
+            opening_lesson(even, [[0.9, 0.1, 0.9, 0.1]] * 3, even, (0, 1, 2),
+                           ([0.5] * 3, [0.5] * 3), KL))
+
+
+def test_the_summary_says_only_what_each_verdict_found():
+    held, failed, fell, forgot, moved = _summary_verdicts()
     higher = Brake(0.3, 0.4, 0.05, 0.15, 40)
     text = sentences.summary_text(held, fell, forgot, moved, higher, 5.000000001, 6, 3)
     assert text.startswith("On the assistant, over 6 paired seeds, GRPO raised pass@1, "
@@ -721,13 +726,7 @@ def test_the_summary_says_only_what_each_verdict_found():
                                r".*len\(COLLAPSE_SEEDS\)"),
 ])
 def test_the_summary_refuses_what_would_make_a_false_clause(change, match):
-    held = gain([0.60, 0.65, 0.70], [0.66, 0.72, 0.76])
-    fell = prose.judge_collapse([0.65, 0.7, 0.7], [0.2, 0.1, 0.3], (0, 1, 2), 1e-3, "L")
-    forgot = prose.judge_forgetting([-4.2, -5.6, -5.3], [-6.2, -9.9, -7.9], (0, 1, 2), "L",
-                                    "R", ([0.1] * 3, [0.05] * 3))
-    even = [[0.5] * 4] * 3
-    moved = opening_lesson(even, [[0.9, 0.1, 0.9, 0.1]] * 3, even, (0, 1, 2),
-                           ([0.5] * 3, [0.5] * 3), KL)
+    held, _, fell, forgot, moved = _summary_verdicts()
     args = dict(gain=held, collapse=fell, forgetting=forgot, opening=moved,
                 brake=Brake(0.3, 0.4, 0.05, 0.15, 40), larger=5, seeds=6, collapse_seeds=3)
     with pytest.raises(ValueError, match=match):
