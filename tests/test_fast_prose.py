@@ -93,19 +93,25 @@ def test_quantize_lesson_tells_int8_from_int4_and_from_truncation():
     run = {"fp32": 2.0, "int8": 2.0001, "int4": 2.0085, "int8 truncated": 2.0013}
     held = prose.quantize_lesson(run)
     assert held.holds and held.margin == pytest.approx(math.log10(13 / 4), rel=1e-3)
-    assert "+0.00010" in held.text and "+0.0085" in held.text and "+0.0013" in held.text
-    assert "Truncating costs 13 times" in held.text
+    assert "+0.0001," in held.text and "+0.0085" in held.text and "+0.0013" in held.text
+    assert "Truncating costs 13 times what rounding costs" in held.text
     other_machine = {"fp32": 2.4417, "int8": 2.44172, "int4": 2.4508,
                      "int8 truncated": 2.4421}  # the model trained on the second machine
     assert prose.quantize_lesson(other_machine).holds
     over = prose.quantize_lesson(run | {"int8": 2.0015, "int4": 2.1, "int8 truncated": 2.1})
-    assert not over.holds and "Int8 costs more than the bar" in over.text
+    assert not over.holds and "by more than its bar" in over.text
     slips_pass = prose.quantize_lesson(run | {"int8 truncated": 2.0003})
     assert not slips_pass.holds and "rounding no longer tells itself" in slips_pass.text
     assert not prose.quantize_lesson(run | {"int4": 2.0002}).holds
     assert not prose.quantize_lesson(run | {"int8 truncated": 1.99}).holds  # cheaper
-    free = prose.quantize_lesson(run | {"int8": 1.9999})  # int8 better than float32
-    assert free.holds and "costs nothing measurable" in free.text
+    better = prose.quantize_lesson(run | {"int8": 1.9999})  # int8 better than float32
+    assert better.holds and "Truncating costs 13 times" in better.text  # against |change|
+    lucky = prose.quantize_lesson(run | {"int8": 1.9985})  # better by more than the bar
+    assert not lucky.holds and "by more than its bar" in lucky.text
+    tiny = prose.quantize_lesson(run | {"int8": 2.0 + 1e-9})  # under the resolution
+    assert tiny.holds and "1300 times the resolution" in tiny.text
+    cheaper = prose.quantize_lesson(run | {"int8 truncated": 1.999})
+    assert not cheaper.holds and "Truncating costs" not in cheaper.text
 
 
 def test_draws_for_power_is_the_fewest_thousands_that_reach_the_goal():
@@ -118,11 +124,22 @@ def test_draws_for_power_is_the_fewest_thousands_that_reach_the_goal():
     assert prose.chi_square_power(n, p, near, alpha) >= prose.POWER_GOAL
     assert prose.chi_square_power(n - 1_000, p, near, alpha) < prose.POWER_GOAL
     assert prose.draws_for_power(p, [far], alpha) == 6_000  # already enough at the least
-    assert prose.draws_for_power(p, [p + 1e-9], alpha, most=50_000) == 50_000  # none will
+    assert prose.draws_for_power(p, [near], alpha, most=15_000) == 15_000  # short of it
+    assert prose.draws_for_power(p, [near], alpha, least=n, most=n) == n
     with pytest.raises(ValueError, match="wrong_laws is empty"):
         prose.draws_for_power(p, [], alpha)
     with pytest.raises(ValueError, match="least=500"):
         prose.draws_for_power(p, [far], alpha, least=500)
+    with pytest.raises(ValueError, match="most=15500: need multiples of 1,000"):
+        prose.draws_for_power(p, [near], alpha, most=15_500)  # it looped for ever
+    with pytest.raises(ValueError, match="alpha=0: a level in"):
+        prose.draws_for_power(p, [near], 0)
+    with pytest.raises(ValueError, match="each > 0"):
+        prose.draws_for_power(torch.tensor([0.0, 0.5, 0.5]), [near], alpha)
+    with pytest.raises(ValueError, match="two or more cells"):
+        prose.draws_for_power(torch.tensor([1.0]), [torch.tensor([1.0])], alpha)
+    with pytest.raises(ValueError, match="no number of draws tells it from p"):
+        prose.draws_for_power(p, [p.clone()], alpha)
 
 
 def test_paged_lesson_fails_on_one_token():

@@ -405,6 +405,19 @@ def test_a_package_object_is_keyed_by_its_class_and_its_state():
     with pytest.raises(run_key.Unkeyable, match=r"of type .*\.Foreign"):
         key(Foreign())
 
+    class Listed(list):  # state outside its __dict__
+        pass
+
+    Listed.__module__ = CharTokenizer.__module__
+    with pytest.raises(run_key.Unkeyable, match=r"of type .*\.Listed"):
+        key(Listed([1]))
+    loop = CharTokenizer("ab")
+    loop.me = loop
+    with pytest.raises(run_key.Unkeyable, match="holds itself"):
+        key(loop)
+    twice = ChatTokenizer(abc, 3)
+    key([twice, twice])  # met twice, not inside itself: keyed
+
 
 def test_a_scoring_run_is_served_as_the_call_returns_it(capsys, cache):
     """Chapter 14's sampled scores (a dict with NaN) and answers (tuples), Chapter 12's
@@ -435,7 +448,7 @@ def test_a_scoring_run_is_served_as_the_call_returns_it(capsys, cache):
             returned = run_cache.cached_run(fn, only_from=__name__,
                                             global_random=False)(*args, **kwargs)
             assert torch.equal(torch.get_rng_state(), torch.manual_seed(seed).get_state())
-            results.append(json.dumps(returned, default=repr))
+            results.append(repr(returned))  # tuples stay tuples, Items Items
         assert results[0] == results[1]
         assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
     assert len(_entries(cache)) == 3
@@ -457,3 +470,60 @@ def test_a_scoring_call_that_draws_from_a_global_generator_is_not_kept(cache, mo
     first = run_cache.cached_run(_drawing_score, global_random=False)(model, IDS)
     second = run_cache.cached_run(_drawing_score, global_random=False)(model, IDS)
     assert first != second and _entries(cache) == []
+
+
+def test_the_scorers_give_the_same_under_any_global_seed():
+    """What keying them without the global generators rests on: two real calls under other
+    torch, NumPy and Python seeds give the same, with dropout on, and move no generator."""
+    from gpt_from_scratch.book.assistant import Item
+    from gpt_from_scratch.chat import ChatTokenizer
+    from gpt_from_scratch.tokenizer import CharTokenizer
+
+    chars = CharTokenizer("".join(chr(c) for c in range(32, 127)) + "\n")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=chars.vocab_size + 4, context_length=64, d_model=16,
+                          n_layers=1, n_heads=2, dropout=0.5))  # in training mode
+    reference = copy.deepcopy(model)
+    tok = ChatTokenizer(chars, chars.vocab_size)
+    items = [Item("Last word", "Is it not so, my lord?"), Item("Repeat", "Peace, ho!")]
+    extra = {"sampled_scores": (3, 2), "sampled_answers": (3,),
+             "next_token_kl": (), "answer_logprob": (), "evaluate": ()}
+    for where in run_cache.SCORERS:
+        module_name, _, name = where.partition(":")
+        fn = getattr(importlib.import_module(f"gpt_from_scratch.{module_name}"), name)
+        first = reference if name == "next_token_kl" else tok
+        args = (model, first, tok, items) if name == "next_token_kl" else (
+            model, tok, items, *extra[name])
+        results = []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed)
+            before = run_key.random_states()
+            results.append(repr(fn(*args)))
+            after = run_key.random_states()
+            assert torch.equal(before["torch"], after["torch"]), name
+            assert before["python"] == after["python"], name
+            assert repr(before["numpy"]) == repr(after["numpy"]), name
+        assert results[0] == results[1], name
+        assert model.training, name  # its flag put back
+
+
+def test_a_hit_on_unchanged_weights_leaves_a_graph_differentiable(cache):
+    from gpt_from_scratch.book.assistant import Item
+    from gpt_from_scratch.book.verifier import answer_logprob
+    from gpt_from_scratch.chat import ChatTokenizer
+    from gpt_from_scratch.tokenizer import CharTokenizer
+
+    chars = CharTokenizer("".join(chr(c) for c in range(32, 127)) + "\n")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=chars.vocab_size + 4, context_length=64, d_model=16,
+                          n_layers=1, n_heads=2, dropout=0.0)).eval()
+    tok = ChatTokenizer(chars, chars.vocab_size)
+    items = [Item("Repeat", "Peace, ho!")]
+    for _ in range(2):  # a miss, then a hit
+        loss = model(torch.zeros(1, 4, dtype=torch.long))[0].sum()
+        run_cache.cached_run(answer_logprob, global_random=False)(model, tok, items)
+        loss.backward()  # no weight was written over in place
+        model.zero_grad(set_to_none=True)  # gradients are in the key
+    assert len(_entries(cache)) == 1

@@ -26,10 +26,12 @@ ALPHA = 0.01  # the chance a right rule fails the sampled lesson, its tests toge
 POWER_BAR = 0.99  # the least power the test must have against each slip
 POWER_GOAL = 0.999  # the power the chapter draws enough for (draws_for_power)
 TOKENS_BAR = 1.5  # tokens per target forward at the best γ (plain decoding: 1)
-INT8_BAR = 1e-3  # bits per byte int8 may add to float32's: a thousandth of a bit a byte
-SLIP_RATIO = 4.0  # truncating's and int4's cost over int8's, at the least: truncation's
-# error, uniform over a whole step toward zero, has four times rounding's mean square
-# (s^2/3 against s^2/12), and a small change costs about its square
+INT8_BAR = 1e-3  # bits per byte int8 may move float32's: a thousandth of a bit a byte
+SLIP_RATIO = 4.0  # truncating's and int4's cost over int8's, at the least: the ratio of
+# truncation's error's mean square to rounding's (s^2/3 against s^2/12), which the costs'
+# quadratic part follows when the weights' errors act independently; a gradient or
+# correlated errors can move it either way, so it is a bar the lesson asks for, not a law
+RESOLUTION = 1e-6  # bits per byte: ten times float32's rounding of an average over the text
 FLOOR = 1e-18  # a difference of exactly zero, read as this to take its logarithm
 
 
@@ -81,29 +83,44 @@ def chi_square_power(n: int, p: torch.Tensor, wrong: torch.Tensor, alpha: float)
 
 def draws_for_power(p: torch.Tensor, wrong_laws: list[torch.Tensor], alpha: float,
                     least: int = 6_000, most: int = 400_000) -> int:
-    """The fewest draws, a multiple of 1,000 and at least ``least``, at which Pearson's test
-    at level ``alpha`` rejects each of ``wrong_laws`` with probability ``POWER_GOAL``
-    (``chi_square_power``, which grows with the draws); ``most`` where none up to it does,
-    and the lesson then says that the power is short (Chapter 16)."""
+    """The fewest draws, a multiple of 1,000 from ``least`` to ``most`` (both multiples of
+    1,000), at which Pearson's test at level ``alpha`` rejects each of ``wrong_laws`` with
+    probability ``POWER_GOAL`` (``chi_square_power``, which grows with the draws); ``most``
+    where none up to it does, and the lesson then says that the power is short (Chapter
+    16). The goal, above ``POWER_BAR``, leaves room for the approximation's error."""
     if not wrong_laws:
         raise ValueError("draws_for_power: wrong_laws is empty: pass the slips' laws, each "
                          "a tensor over p's support")
-    if not 1_000 <= least <= most:
-        raise ValueError(f"draws_for_power: least={least}, most={most}: need 1,000 <= "
-                         "least <= most")
+    if least % 1_000 or most % 1_000 or not 1_000 <= least <= most:
+        raise ValueError(f"draws_for_power: least={least}, most={most}: need multiples of "
+                         "1,000 with 1,000 <= least <= most")
+    if not 0 < alpha < 1:
+        raise ValueError(f"draws_for_power: alpha={alpha}: a level in (0, 1), such as "
+                         "level(n_tests)")
+    if p.dim() != 1 or len(p) < 2 or not bool((p > 0).all()):
+        least_p = p.min().item() if p.numel() else None
+        raise ValueError(f"draws_for_power: p of shape {tuple(p.shape)} with min "
+                         f"{least_p}: a law over its support, two or more cells, each > 0 "
+                         "(pass p[support])")
+    for w in wrong_laws:
+        if w.shape != p.shape or torch.equal(w.double(), p.double()):
+            raise ValueError(f"draws_for_power: a slip's law of shape {tuple(w.shape)} "
+                             "equal to p or of another shape: no number of draws tells it "
+                             "from p; pass each slip's law over p's support")
 
-    def enough(n: int) -> bool:
-        return all(chi_square_power(n, p, w, alpha) >= POWER_GOAL for w in wrong_laws)
+    def enough(thousands: int) -> bool:
+        return all(chi_square_power(1_000 * thousands, p, w, alpha) >= POWER_GOAL
+                   for w in wrong_laws)
 
-    low, high = None, least
-    while not enough(high):
-        if high >= most:
-            return most
-        low, high = high, min(2 * high, most)
-    while low is not None and high - low > 1_000:  # enough(high), not enough(low)
-        mid = (low + high) // 2_000 * 1_000
+    low, high = least // 1_000, most // 1_000
+    if not enough(high):
+        return most
+    if enough(low):
+        return least
+    while high - low > 1:  # enough(high), not enough(low)
+        mid = (low + high) // 2
         low, high = (low, mid) if enough(mid) else (mid, high)
-    return high
+    return 1_000 * high
 
 
 def _decades(bar: float, value: float) -> float:
@@ -238,42 +255,46 @@ def tokens_lesson(rows: dict[int, tuple[float, float]]) -> Lesson:
 def quantize_lesson(bpb: dict[str, float]) -> Lesson:
     """``bpb``: name -> bits per byte on the validation text, for "fp32", "int8", "int4"
     (in groups) and "int8 truncated" (int8 with round replaced by trunc: Exercise 3's slip).
-    The margin, in decades: int8's cost below ``INT8_BAR``, and each slip's cost above
-    ``SLIP_RATIO`` times int8's (a ratio, which a model trained in another arithmetic
-    keeps where an absolute bar between them does not: truncating cost +0.0013 and
-    +0.0004 on two machines' models, int8 +0.00009 and +0.00002)."""
+    The margin, in decades: int8's change, either way, below ``INT8_BAR``, and each slip's
+    cost above ``SLIP_RATIO`` times int8's (or ``RESOLUTION``, if larger): a ratio, which a
+    model trained in another arithmetic keeps where an absolute bar between them does not
+    (truncating cost +0.0013 and +0.0004 on two machines' models, int8 +0.00009 and
+    +0.00002)."""
     cost = {name: bpb[name] - bpb["fp32"] for name in ("int8", "int4", "int8 truncated")}
     slips = ("int8 truncated", "int4")
-    int8 = max(cost["int8"], FLOOR)
-    decades = {"int8": _decades(INT8_BAR, cost["int8"])} | {
+    int8 = max(abs(cost["int8"]), RESOLUTION)
+    decades = {"int8": _decades(INT8_BAR, abs(cost["int8"]))} | {
         name: math.log10(max(cost[name], FLOOR) / (SLIP_RATIO * int8)) for name in slips}
     said = (f"On the validation text the float32 model scores {bpb['fp32']:.4f} bits per "
-            f"byte; int8 adds {cost['int8']:+.5f}, int4 in groups {cost['int4']:+.4f} and "
-            f"an int8 that truncates instead of rounding {cost['int8 truncated']:+.4f}. ")
-    if cost["int8"] > 0:
+            f"byte; int8 changes it by {cost['int8']:+.2g}, int4 in groups by "
+            f"{cost['int4']:+.2g} and an int8 that truncates instead of rounding by "
+            f"{cost['int8 truncated']:+.2g}. ")
+    if decades["int8"] > 0:
+        said += (f"Int8's change is {decades['int8']:.2f} decades under its bar, "
+                 f"{INT8_BAR:g}. ")
+    if all(cost[name] > 0 for name in slips):
         times = {name: cost[name] / int8 for name in slips}
-        said += (f"Int8's cost is {decades['int8']:.2f} decades under the bar of "
-                 f"{INT8_BAR:g} bits per byte. Truncating costs "
-                 f"{times['int8 truncated']:.0f} times what rounding costs and int4 "
-                 f"{times['int4']:.0f} times, where truncation's larger error alone "
-                 f"predicts {SLIP_RATIO:g} times (margins of {decades['int8 truncated']:.2f} "
-                 f"and {decades['int4']:.2f} decades). ")
-    else:
-        said += ("Int8 costs nothing measurable here, so truncating's and int4's costs are "
-                 "any multiple of it. ")
+        said += (f"Truncating costs {times['int8 truncated']:.0f} times "
+                 f"{'what rounding costs' if int8 > RESOLUTION else 'the resolution'} and "
+                 f"int4 {times['int4']:.0f} times, where the lesson asks for "
+                 f"{SLIP_RATIO:g} times, the ratio of truncation's error's mean square to "
+                 f"rounding's (margins of {decades['int8 truncated']:.2f} and "
+                 f"{decades['int4']:.2f} decades). ")
     why = ("Rounding to int8 moves each weight by at most half a step, max|row| / 254; "
-           "truncating, by up to a whole step, max|row| / 127, always toward zero: an "
-           "error whose mean square is four times rounding's, and a small change of the "
-           "weights costs about its square; int4 moves a weight by up to max|group| / 14.")
+           "truncating, by up to a whole step, max|row| / 127, always toward zero, an "
+           "error whose mean square is four times rounding's; int4 moves a weight by up "
+           "to max|group| / 14. A small change of the weights costs about the square of "
+           "its effect where the errors act independently; a gradient or errors that "
+           "pull together can move that either way.")
     fails = []
     if decades["int8"] <= 0:
-        fails.append("Int8 costs more than the bar: for some layer a step of "
-                     "max|row| / 127 is too coarse; give it a scale per group of the row "
-                     "(group_size), or leave it in float32. ")
+        fails.append(f"Int8 changes the bits per byte by more than its bar, {INT8_BAR:g}: "
+                     "for some layer a step of max|row| / 127 is too coarse; give it a "
+                     "scale per group of the row (group_size), or leave it in float32. ")
     if min(decades[name] for name in slips) <= 0:
         fails.append(f"Int4 or the truncating int8 costs less than {SLIP_RATIO:g} times "
-                     "int8's: rounding no longer tells itself from the slips, and passing "
-                     "the bar shows little. ")
+                     "int8's change: rounding no longer tells itself from the slips, and "
+                     "passing the bar shows little. ")
     return lesson("int8 costs under its bar and a quarter of what truncation and int4 cost",
                   min(decades.values()), "decades", said + why,
                   said + "".join(fails) + why)

@@ -3,13 +3,13 @@
 ``make test`` runs every chapter under nbval, and Chapters 6 and 12 train a few dozen small
 models in their own cells (the ladder, the learning rates, overfitting, the ablations, DPO)
 and Chapter 14 samples thousands of answers to score its models: most of nbval's
-CPU-seconds. Such a call
-is a pure function of its inputs, as a book model is (``model_cache``): ``run_key`` names
-them. ``cached_run(fn)`` wraps a function of ``TRAINERS`` or ``SCORERS`` so that a call whose every input can
-be keyed runs once and is then read from the cache; a hit leaves exactly what the call
-left: its return value, each module argument's weights, gradients, buffers and train/eval
-flags, the random generators' states after it, what it printed on stdout and the warnings
-it gave (tests/test_run_cache.py compares each, bit for bit).
+CPU-seconds. Such a call is a pure function of its inputs, as a book model is
+(``model_cache``): ``run_key`` names them. ``cached_run(fn)`` wraps a function of
+``TRAINERS`` or ``SCORERS`` so that a call whose every input can be keyed runs once and is
+then read from the cache; a hit leaves exactly what the call left: its return value (equal
+objects, not the same ones), each module argument's weights, gradients, buffers and
+train/eval flags, the random generators' states after it, what it printed on stdout and the
+warnings it gave (tests/test_run_cache.py compares each, bit for bit).
 
 A call that cannot be keyed runs as written, uncached (``run_key.Unkeyable``: a function
 with effects, an object of an unknown type, a notebook's own class, a module or a tensor
@@ -171,6 +171,10 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
                 raise Unkeyable("this process has read it once: a repeat trains")
         except Unkeyable:
             return fn(*args, **kwargs)
+        except Exception as err:  # a key that cannot be made is a call run as written
+            _say(f"{fn.__name__} runs uncached: its key failed "
+                 f"({type(err).__name__}: {err})")
+            return fn(*args, **kwargs)
         served.add(key)
         modules = module_args(args, kwargs)
         entry = entry_of(fn, key)
@@ -218,8 +222,8 @@ def cached_run(fn: Callable, side_effects: tuple[str, ...] = (),
 
 
 def install() -> None:
-    """Swap each function of ``TRAINERS`` and ``SCORERS`` in its module for ``cached_run``'s, for calls
-    made by a notebook (``__main__``): the test suite's kernels.
+    """Swap each function of ``TRAINERS`` and ``SCORERS`` in its module for
+    ``cached_run``'s, for calls made by a notebook (``__main__``): the test suite's kernels.
     ``GPT_FROM_SCRATCH_RUN_CACHE=0``: nothing."""
     if os.environ.get(ENV_VAR, "1") == "0":
         return

@@ -52,6 +52,7 @@ class _Hasher:
 
     def __init__(self):
         self.h, self.codes, self.seen = hashlib.sha256(), set(), {}
+        self.open = set()  # the objects being fed: one met again inside itself is a cycle
 
     def text(self, *parts) -> None:
         self.h.update(":".join(map(str, parts)).encode() + b"\0")
@@ -96,11 +97,18 @@ class _Hasher:
             self.text("function", where(value, self.codes))
         elif inspect.isfunction(value):
             self.expression(value)
-        elif (kind.__module__ or "").startswith(PACKAGE + ".") \
+        elif all((c.__module__ or "").startswith(PACKAGE + ".")
+                 for c in kind.__mro__[:-1]) \
                 and type(getattr(value, "__dict__", None)) is dict \
                 and not any("__slots__" in vars(c) for c in kind.__mro__[:-1]):
-            self.text("object", where(kind, self.codes))  # a tokenizer: its class, its state
+            # a tokenizer: its class and its state, every base a plain class of the package
+            # (a list's or a generator's state would lie outside its __dict__)
+            if id(value) in self.open:
+                raise Unkeyable(f"a {kind.__qualname__} that holds itself")
+            self.open.add(id(value))
+            self.text("object", where(kind, self.codes))
             self.feed(dict(sorted(vars(value).items())))
+            self.open.remove(id(value))
         else:
             raise Unkeyable(f"an argument of type {kind.__qualname__}")
 

@@ -121,19 +121,27 @@ def check_record(modules: list[nn.Module], tensors: dict, meta: dict) -> None:
 
 
 def restore(modules: list[nn.Module], tensors: dict, flags: list) -> None:
-    """Put ``left_by``'s record back into ``modules``, in place (the same tensors)."""
+    """Put ``left_by``'s record back into ``modules``, in place (the same tensors); a
+    tensor already equal to its record, and a gradient equal to it, are left untouched
+    (a scoring call changes none: a graph built before it can still be differentiated)."""
     for i, model in enumerate(modules):
         with torch.no_grad():
             for name, p in model.named_parameters():
-                p.copy_(tensors[f"{i}/param/{name}"])
+                _put(p, tensors[f"{i}/param/{name}"])
                 grad = tensors.get(f"{i}/grad/{name}")
-                p.grad = None if grad is None else grad.clone()
+                if grad is None or p.grad is None or not torch.equal(p.grad, grad):
+                    p.grad = None if grad is None else grad.clone()
             for name, b in model.named_buffers():
-                b.copy_(tensors[f"{i}/buffer/{name}"])
+                _put(b, tensors[f"{i}/buffer/{name}"])
         for sub, (flag, attrs) in zip(model.modules(), flags[i], strict=True):
             sub.training = flag
             for attr, value in attrs.items():
                 setattr(sub, attr, value)
+
+
+def _put(tensor: torch.Tensor, saved: torch.Tensor) -> None:
+    if not torch.equal(tensor, saved):
+        tensor.copy_(saved)
 
 
 def set_random_states(states: dict) -> None:
