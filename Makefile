@@ -109,7 +109,8 @@ SIDE_BY_SIDE := OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=$(THREADS)
 # second run, a second clone or CI on the same machine reads them, and the chapters start beside
 # the unit tests (four processes on two cores fill the gaps each leaves: kernels starting, a
 # chapter's last cells alone). GPT_FROM_SCRATCH_CACHE=$$(mktemp -d) make test trains every model
-# anew, as a new machine does. -Oline keeps each line of the two outputs whole.
+# anew, as a new machine does. -Oline prints the unit tests' report whole when they end, not
+# interleaved with the models' and the chapters' lines.
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j2 -Oline test-unit models-then-notebooks
 
