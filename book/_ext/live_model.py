@@ -6,11 +6,11 @@ A chapter places a live model with an HTML element in a Markdown cell,
 HTML pages that hold one load live-model.js as a module (it imports ONNX Runtime Web only
 when the reader presses Run), the others nothing; inside the element, ``NO_SCRIPT`` says
 what it is until the script replaces it (a reader with JavaScript off, or whose browser
-cannot run the module, reads that sentence, not an empty box). The PDF drops raw HTML: there the element
-becomes the sentence ``SENTENCE`` with the page's address in the HTML edition, as the
-interactive figures print "(The interactive version of this figure is in the HTML
-edition.)". scripts/jupyter_notebooks.py writes the same sentence into the Jupyter and
-Colab editions.
+cannot run the module, reads that sentence, not an empty box). The PDF drops raw HTML: there
+the element becomes the sentence ``SENTENCE`` with the page's address in the HTML edition,
+as the interactive figures print "(The interactive version of this figure is in the HTML
+edition.)". scripts/jupyter_notebooks.py writes the same sentence into the Jupyter and Colab
+editions.
 """
 
 import re
@@ -26,9 +26,9 @@ from scripts.release import site_url  # noqa: E402  (the rendered book's address
 SCRIPT = "live-model.js"
 ELEMENT = re.compile(r'<div class="live-model"[^>]*>.*?</div>', re.DOTALL)
 SENTENCE = "(The live model runs in the HTML edition of this page: {url}.)"
-NO_SCRIPT = ('<p class="live-status live-error">A live model of this chapter runs here, in '
-             "your browser, with JavaScript, which this browser has turned off or could not "
-             "run. The chapter's outputs show what it computes.</p>")
+NO_SCRIPT = ('<p class="live-status live-error">A live model of this chapter runs here, '
+             "in your browser, with JavaScript, which this browser has turned off or could "
+             "not run. The chapter's outputs show what it computes.</p>")
 
 
 def sentence(docname: str) -> str:
