@@ -36,7 +36,8 @@ the GPT                 chapter
 ``rope``                10 rotary position embeddings (Llama's layout)
 ``gqa``                 10 grouped-query attention and the KV cache's size
 ``modern``              10 a Llama-style model, exact to transformers'
-``evaluate``            11 multiple choice by likelihood (acc, acc_norm), bits per byte
+``evaluate``            11 multiple choice by likelihood (acc, acc_norm), bits per byte;
+                           16 text_kl (a quantized copy against its model)
 ``chat``                12 chat format: turn tokens, ``render``, its loss mask, ``chat``
 ``sft``                 12 supervised fine-tuning with a masked loss
 ``dpo``                 12 direct preference optimization from scratch, its loop
@@ -110,6 +111,7 @@ the book (``book.``)        chapter
 ``book.parallel_prose``     15 the lessons and sentences from what the processes measured
 ``book.parallel_speed``     15 the speed lesson: buckets, the overlap, a GPU cluster's links
 ``book.fast_prose``         16 the lessons and sentences from what the chapter measured
+``book.pearson``            16 Pearson's chi-square test, its power, the draws for a power
 ==========================  ================================================
 
 ``exercises`` holds every chapter's exercise checks (``check_*``). Modules are imported

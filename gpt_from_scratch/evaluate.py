@@ -15,7 +15,8 @@ Requests are encoded as the harness encodes them (``encode_pair``), so on the sa
 ``score_choices`` gives the harness's numbers (``tests/test_evaluate.py`` runs the harness).
 
 Bits per byte (``bits_per_byte``) puts models with different tokenizers on one scale: the summed
-loss in bits over the UTF-8 bytes of the text it predicted.
+loss in bits over the UTF-8 bytes of the text it predicted. ``text_kl`` (Chapter 16) says how
+far a changed copy of a model (quantized) predicts from the model, on the same windows.
 """
 
 from __future__ import annotations
@@ -198,6 +199,29 @@ def score_choices(model: nn.Module, encode: Encode, items: Sequence[MultipleChoi
         gold=torch.tensor([it.gold for it in items]))
 
 
+def _text_ids(function: str, ids) -> Tensor:
+    ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
+    if ids.dim() != 1 or len(ids) < 2:
+        raise ValueError(f"{function}: ids of shape {tuple(ids.shape)}: pass one sequence "
+                         "of at least 2 token ids (the first is read, the others "
+                         "predicted)")
+    return ids
+
+
+def _text_windows(ids: Tensor, T: int, batch_size: int):
+    """``ids`` cut into windows of ``T + 1`` tokens that overlap by one, ``batch_size`` at a
+    time: (B, T + 1) tensors, the last, shorter window in a batch of its own."""
+    for begin in range(0, len(ids) - 1, T * batch_size):  # batch_size windows per forward
+        chunk = ids[begin: begin + T * batch_size + 1]
+        windows = [chunk[i: i + T + 1] for i in range(0, len(chunk) - 1, T)]
+        for length in sorted({len(w) for w in windows}, reverse=True):
+            yield torch.stack([x for x in windows if len(x) == length])  # (B, T + 1)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(itertools.chain(model.parameters(), model.buffers())).device
+
+
 @torch.no_grad()
 def summed_nats(model: nn.Module, ids: np.ndarray | Tensor, batch_size: int = 16,
                 start: Sequence[int] = ()) -> tuple[float, Tensor]:
@@ -208,30 +232,51 @@ def summed_nats(model: nn.Module, ids: np.ndarray | Tensor, batch_size: int = 16
     ``start`` is read before every window (a document token), never predicted.
     """
     batch_size = check_int("summed_nats", "batch_size", batch_size, minimum=1)
-    ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
-    if ids.dim() != 1 or len(ids) < 2:
-        raise ValueError(f"summed_nats: ids of shape {tuple(ids.shape)}: pass one sequence "
-                         "of at least 2 token ids (the first is read, the others "
-                         "predicted)")
+    ids = _text_ids("summed_nats", ids)
     first = torch.tensor(list(start), dtype=torch.long)  # (S,)
     T = _context_length("summed_nats", model) - len(first)  # the text's tokens per window
     if T < 1:
         raise ValueError(f"summed_nats: start has {len(first)} tokens and the model reads "
                          f"{T + len(first)}: no text fits after them; pass a shorter start")
-    device = next(itertools.chain(model.parameters(), model.buffers())).device
     total, predicted = 0.0, []
     with eval_mode(model):
-        for begin in range(0, len(ids) - 1, T * batch_size):  # batch_size windows per forward
-            chunk = ids[begin: begin + T * batch_size + 1]
-            windows = [chunk[i: i + T + 1] for i in range(0, len(chunk) - 1, T)]
-            for length in sorted({len(w) for w in windows}, reverse=True):  # a short last one apart
-                w = torch.stack([x for x in windows if len(x) == length])  # (B, T + 1)
-                idx = torch.cat([first.expand(len(w), -1), w[:, :-1]], dim=1)  # (B, S + T)
-                logits = model(idx.to(device))[0][:, len(first):].float().cpu()  # (B, T, V)
-                total += F.cross_entropy(logits.flatten(0, 1), w[:, 1:].flatten(),
-                                         reduction="sum").item()
-                predicted.append(w[:, 1:].flatten())
+        for w in _text_windows(ids, T, batch_size):  # (B, T + 1)
+            idx = torch.cat([first.expand(len(w), -1), w[:, :-1]], dim=1)  # (B, S + T)
+            logits = model(idx.to(_device(model)))[0][:, len(first):].float().cpu()  # (B, T, V)
+            total += F.cross_entropy(logits.flatten(0, 1), w[:, 1:].flatten(),
+                                     reduction="sum").item()
+            predicted.append(w[:, 1:].flatten())
     return total, torch.cat(predicted)
+
+
+@torch.no_grad()
+def text_kl(reference: nn.Module, model: nn.Module, ids: np.ndarray | Tensor,
+            batch_size: int = 16) -> float:
+    """Chapter 16 — how far ``model``'s next-token laws lie from ``reference``'s on ``ids``:
+    the mean, over every token ``summed_nats`` predicts, of KL(reference || model) in nats
+    (computed in float64). Unlike a change of the loss it is never negative and has no
+    first-order term: a small change of the weights moves it by about the square of its
+    effect, whichever way the loss happens to move."""
+    batch_size = check_int("text_kl", "batch_size", batch_size, minimum=1)
+    ids = _text_ids("text_kl", ids)
+    T = _context_length("text_kl", reference)
+    if _context_length("text_kl", model) != T:
+        raise ValueError(f"text_kl: the reference reads {T} tokens and the model "
+                         f"{_context_length('text_kl', model)}: compare two models of one "
+                         "context length (a model and its quantized copy)")
+    total, count = 0.0, 0
+    with eval_mode(reference), eval_mode(model):
+        for w in _text_windows(ids, T, batch_size):  # (B, T + 1)
+            idx = w[:, :-1]  # (B, T)
+            p, q = (F.log_softmax(m(idx.to(_device(m)))[0].double().cpu(), dim=-1)
+                    for m in (reference, model))  # 2 x (B, T, V)
+            if p.shape != q.shape:
+                raise ValueError(f"text_kl: the reference gives logits {tuple(p.shape)} and "
+                                 f"the model {tuple(q.shape)}: compare two models of one "
+                                 "vocabulary")
+            total += F.kl_div(q, p, log_target=True, reduction="sum").item()
+            count += idx.numel()
+    return total / count
 
 
 def bits_per_byte(nats: float, n_bytes: int) -> float:

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch.distributions import Categorical, kl_divergence
 
 from gpt_from_scratch.book.measuring import (
     DELIMITER, BigramTable, NextLineSettings, frequency_accuracy, last_word_sets, next_line_sets,
@@ -17,7 +18,7 @@ from gpt_from_scratch.book.measuring import (
 )
 from gpt_from_scratch.evaluate import (
     ChoiceScores, MultipleChoice, bits_per_byte, continuation_logprobs, encode_pair,
-    model_bits_per_byte, score_choices, summed_nats,
+    model_bits_per_byte, score_choices, summed_nats, text_kl,
 )
 from gpt_from_scratch.model import GPT, GPTConfig
 from gpt_from_scratch.tokenizer import CharTokenizer
@@ -117,11 +118,35 @@ def test_a_diverged_model_is_refused_not_scored_100_percent():
     (lambda m, e: summed_nats(m, [0, 1, 0], start=[0] * 16), ValueError,
      "start has 16 tokens and the model reads 16"),
     (lambda m, e: bits_per_byte(math.nan, 10), ValueError, "nats=nan must be a finite"),
+    (lambda m, e: text_kl(m, m, [1]), ValueError, r"text_kl: ids of shape \(1,\)"),
+    (lambda m, e: text_kl(m, m, [0, 1], batch_size=0), ValueError,
+     "batch_size=0 must be a positive int"),
+    (lambda m, e: text_kl(m, tiny_gpt(3, context_length=8), [0, 1]), ValueError,
+     "the reference reads 16 tokens and the model 8"),
+    (lambda m, e: text_kl(m, tiny_gpt(4), [0, 1]), ValueError,
+     r"logits \(1, 1, 3\) and the model \(1, 1, 4\)"),
+    (lambda m, e: text_kl(torch.nn.Linear(2, 2), m, [0, 1]), TypeError,
+     "model is a Linear without config.context_length"),
 ])
 def test_odd_inputs_name_the_value_and_the_fix(call, error, fragment):
     """Each was a bare AttributeError, torch.cat or range() error, or a silent result."""
     with pytest.raises(error, match=fragment):
         call(tiny_gpt(3), CharTokenizer("ab ").encode)
+
+def test_text_kl_is_the_mean_kl_of_the_next_token_laws_summed_nats_scores():
+    """Against torch.distributions on every predicted position, window by window."""
+    reference, model = tiny_gpt(5, context_length=8), tiny_gpt(5, context_length=8, seed=1)
+    ids = torch.arange(45) % 5
+    laws = []
+    for begin in range(0, 44, 8):  # windows of 8 read tokens, overlapping by one
+        idx = ids[begin:begin + 9][:-1][None]  # (1, T)
+        with torch.no_grad():
+            p, q = (m(idx)[0][0].double() for m in (reference, model))  # 2 x (T, V)
+        laws.append(kl_divergence(Categorical(logits=p), Categorical(logits=q)))
+    expected = torch.cat(laws).mean().item()
+    assert text_kl(reference, model, ids, batch_size=2) == pytest.approx(expected, rel=1e-5)
+    assert text_kl(reference, reference, ids) == 0.0 < text_kl(model, reference, ids)
+
 
 def test_bits_per_byte_of_a_uniform_model_is_log2_of_the_vocabulary():
     model = tiny_gpt(16, context_length=8)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import mmap
+import os
 import platform
 import subprocess
 import sys
@@ -207,6 +208,28 @@ def test_precision_the_device_cannot_do_is_refused():
     with pytest.raises(ValueError, match="not on 'mps'.*use precision='fp32'"):
         resolve_precision("bf16", "mps")
     assert resolve_precision("auto", "mps") == "fp32"
+
+
+BF16_ATTENTION = """
+import torch, torch.nn.functional as F
+from gpt_from_scratch.precision import autocast
+q = torch.randn(2, 3, 64, 8, requires_grad=True)  # (B, H, T, d_k): T >= 64 packs
+with autocast("bf16", "cpu"):
+    y = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+y.float().sum().backward()
+print(y.dtype, torch.backends.cpu.get_cpu_capability())
+"""
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_bf16_autocast_attention_runs_under_every_cpu_capability(capability):
+    """On a CPU with bfloat16 units, torch 2.13's fused attention fails in bfloat16 below
+    avx512 ("pack_vnni2"): ``autocast`` routes it to the written-out kernel there."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+    out = subprocess.run([sys.executable, "-c", BF16_ATTENTION], capture_output=True,
+                         text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("torch.bfloat16"), out.stdout
 
 
 

@@ -5,11 +5,10 @@ attention equals PyTorch's attention; greedy speculative decoding gives the targ
 tokens; sampled, its tokens pass Pearson's chi-square test against the target's law, with
 the power to catch the usual slips; the paged cache gives Chapter 7's tokens. Measured
 ones, as counts that no busy machine can flip: tiled attention's working memory beyond its
-output does not grow with T; the draft saves target forward passes; int8 weights cost
-less in bits per byte than a bar, and a quarter or less of what int4 and an int8 that
-truncates cost. Seconds
-are reported, never judged. The chi-square helpers
-(p-value, quantile and power against a named wrong law) use ``torch.special`` only.
+output does not grow with T; the draft saves target forward passes; int8 weights move the
+next-character law (its mean KL from float32's) less than a bar, and a quarter or less as
+far as int4 and an int8 that truncates. Seconds are reported, never judged. The
+chi-square test and its power are in ``pearson``.
 """
 
 from __future__ import annotations
@@ -24,103 +23,14 @@ F64_BAR = 1e-12  # tiled against SDPA in float64
 GROWTH_BAR = 2.0  # the tiled working set beyond its output, largest T over smallest
 ALPHA = 0.01  # the chance a right rule fails the sampled lesson, its tests together
 POWER_BAR = 0.99  # the least power the test must have against each slip
-POWER_GOAL = 0.999  # the power the chapter draws enough for (draws_for_power)
 TOKENS_BAR = 1.5  # tokens per target forward at the best γ (plain decoding: 1)
-INT8_BAR = 1e-3  # bits per byte int8 may move float32's: a thousandth of a bit a byte
-SLIP_RATIO = 4.0  # truncating's and int4's cost over int8's, at the least: the ratio of
-# truncation's error's mean square to rounding's (s^2/3 against s^2/12), which the costs'
-# quadratic part follows when the weights' errors act independently; a gradient or
-# correlated errors can move it either way, so it is a bar the lesson asks for, not a law
-RESOLUTION = 1e-6  # bits per byte: ten times float32's rounding of an average over the text
+KL_BAR = 1e-3  # nats a character int8 may move float32's next-character law, on average
+SLIP_RATIO = 4.0  # truncation's and int4's KL over int8's, at the least: the ratio of
+# truncation's error's mean square to rounding's (s^2/3 against s^2/12), which the KL
+# follows when the weights' errors act independently; errors that pull together can move
+# it either way, so it is a bar the lesson asks for, not a law
+KL_RESOLUTION = 1e-9  # nats: a thousand times the KL float32's rounding of the logits gives
 FLOOR = 1e-18  # a difference of exactly zero, read as this to take its logarithm
-
-
-def _f64(x: float) -> torch.Tensor:
-    return torch.tensor(x, dtype=torch.float64)
-
-
-def chi_square(observed: torch.Tensor, expected: torch.Tensor) -> tuple[float, int, float]:
-    """Pearson's goodness-of-fit test (Chapter 16): the statistic Σ (O - E)^2 / E, its
-    degrees of freedom k - 1 and the p-value, chi-square's survival function
-    Q(df / 2, stat / 2), as ``scipy.stats.chisquare`` computes it."""
-    observed, expected = observed.double(), expected.double()
-    stat = ((observed - expected) ** 2 / expected).sum()
-    df = len(observed) - 1
-    p = torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2)
-    return stat.item(), df, p.item()
-
-
-def chi2_quantile(level: float, df: int) -> float:
-    """The ``level`` quantile of chi-square with ``df`` degrees of freedom, by bisection on
-    its distribution function P(df / 2, x / 2) (Chapter 16)."""
-    half = torch.tensor(df / 2, dtype=torch.float64)
-    low, high = 0.0, float(df)
-    while torch.special.gammainc(half, _f64(high / 2)).item() < level:
-        high *= 2
-    for _ in range(200):
-        mid = (low + high) / 2
-        below = torch.special.gammainc(half, _f64(mid / 2)).item() < level
-        low, high = (mid, high) if below else (low, mid)
-    return (low + high) / 2
-
-
-def chi_square_power(n: int, p: torch.Tensor, wrong: torch.Tensor, alpha: float) -> float:
-    """The chance that Pearson's test of ``n`` draws at level ``alpha`` rejects p when the
-    draws follow ``wrong`` (Chapter 16): one minus the non-central chi-square's distribution
-    function at the critical value, with non-centrality λ = n Σ (wrong - p)^2 / p, summed as
-    its Poisson mixture of central laws, Σ_j e^(-λ/2) (λ/2)^j / j! P(df/2 + j, x/2)."""
-    p, wrong = p.double(), wrong.double()
-    lam = n * ((wrong - p) ** 2 / p).sum().item()
-    df = len(p) - 1
-    x = chi2_quantile(1 - alpha, df)
-    j = torch.arange(0, int(lam + 40 * math.sqrt(lam + 1) + 200), dtype=torch.float64)
-    log_weights = -lam / 2 + j * math.log(lam / 2) - torch.lgamma(j + 1) if lam > 0 else \
-        torch.where(j == 0, 0.0, -math.inf)
-    central = torch.special.gammainc(df / 2 + j, _f64(x / 2))  # P(df/2 + j, x/2)
-    miss = (log_weights.exp() * central).sum()
-    return 1 - miss.item()
-
-
-def draws_for_power(p: torch.Tensor, wrong_laws: list[torch.Tensor], alpha: float,
-                    least: int = 6_000, most: int = 400_000) -> int:
-    """The fewest draws, a multiple of 1,000 from ``least`` to ``most`` (both multiples of
-    1,000), at which Pearson's test at level ``alpha`` rejects each of ``wrong_laws`` with
-    probability ``POWER_GOAL`` (``chi_square_power``, which grows with the draws); ``most``
-    where none up to it does, and the lesson then says that the power is short (Chapter
-    16). The goal, above ``POWER_BAR``, leaves room for the approximation's error."""
-    if not wrong_laws:
-        raise ValueError("draws_for_power: wrong_laws is empty: pass the slips' laws, each "
-                         "a tensor over p's support")
-    if least % 1_000 or most % 1_000 or not 1_000 <= least <= most:
-        raise ValueError(f"draws_for_power: least={least}, most={most}: need multiples of "
-                         "1,000 with 1,000 <= least <= most")
-    if not 0 < alpha < 1:
-        raise ValueError(f"draws_for_power: alpha={alpha}: a level in (0, 1), such as "
-                         "level(n_tests)")
-    if p.dim() != 1 or len(p) < 2 or not bool((p > 0).all()):
-        least_p = p.min().item() if p.numel() else None
-        raise ValueError(f"draws_for_power: p of shape {tuple(p.shape)} with min "
-                         f"{least_p}: a law over its support, two or more cells, each > 0 "
-                         "(pass p[support])")
-    for w in wrong_laws:
-        if w.shape != p.shape or torch.equal(w.double(), p.double()):
-            raise ValueError(f"draws_for_power: a slip's law of shape {tuple(w.shape)} "
-                             "equal to p or of another shape: no number of draws tells it "
-                             "from p; pass each slip's law over p's support")
-
-    def enough(thousands: int) -> bool:
-        return all(chi_square_power(1_000 * thousands, p, w, alpha) >= POWER_GOAL
-                   for w in wrong_laws)
-
-    low, high = least // 1_000, most // 1_000
-    if not enough(high):
-        return most
-    if enough(low):
-        return least
-    while high - low > 1:  # enough(high), not enough(low)
-        mid = (low + high) // 2
-        low, high = (low, mid) if enough(mid) else (mid, high)
-    return 1_000 * high
 
 
 def _decades(bar: float, value: float) -> float:
@@ -252,51 +162,60 @@ def tokens_lesson(rows: dict[int, tuple[float, float]]) -> Lesson:
                   "chapter was written. " + why)
 
 
-def quantize_lesson(bpb: dict[str, float]) -> Lesson:
-    """``bpb``: name -> bits per byte on the validation text, for "fp32", "int8", "int4"
-    (in groups) and "int8 truncated" (int8 with round replaced by trunc: Exercise 3's slip).
-    The margin, in decades: int8's change, either way, below ``INT8_BAR``, and each slip's
-    cost above ``SLIP_RATIO`` times int8's (or ``RESOLUTION``, if larger): a ratio, which a
-    model trained in another arithmetic keeps where an absolute bar between them does not
-    (truncating cost +0.0013 and +0.0004 on two machines' models, int8 +0.00009 and
-    +0.00002)."""
-    cost = {name: bpb[name] - bpb["fp32"] for name in ("int8", "int4", "int8 truncated")}
+def quantize_lesson(kl: dict[str, float], bpb: dict[str, float]) -> Lesson:
+    """``kl``: name -> mean KL(float32 || copy) per predicted character on the validation
+    text (``evaluate.text_kl``, nats) for "int8", "int4" (in groups) and "int8 truncated"
+    (round replaced by trunc: Exercise 3's slip); ``bpb``: name -> bits per byte, "fp32"
+    too, said for the reader. The margin, in decades: int8's KL under ``KL_BAR``, and each
+    slip's at least ``SLIP_RATIO`` times int8's (or ``KL_RESOLUTION``, if larger). The KL is
+    judged, not the change of bits per byte: that change has a first-order part (the
+    weights' errors against the loss's gradient) of either sign, which on one machine's
+    model made int8 lower the bits per byte, by 0.00034; the KL has none and is never
+    negative."""
+    names = ("int8", "int4", "int8 truncated")
+    for name in names:
+        if not math.isfinite(kl[name]) or kl[name] < 0:
+            raise ValueError(f"quantize_lesson: kl[{name!r}] = {kl[name]!r}: a KL divergence "
+                             "is a finite number >= 0; pass evaluate.text_kl's value")
+    cost = {name: bpb[name] - bpb["fp32"] for name in names}
     slips = ("int8 truncated", "int4")
-    int8 = max(abs(cost["int8"]), RESOLUTION)
-    decades = {"int8": _decades(INT8_BAR, abs(cost["int8"]))} | {
-        name: math.log10(max(cost[name], FLOOR) / (SLIP_RATIO * int8)) for name in slips}
+    int8 = max(kl["int8"], KL_RESOLUTION)
+    decades = {"int8": _decades(KL_BAR, kl["int8"])} | {
+        name: math.log10(max(kl[name], FLOOR) / (SLIP_RATIO * int8)) for name in slips}
     said = (f"On the validation text the float32 model scores {bpb['fp32']:.4f} bits per "
             f"byte; int8 changes it by {cost['int8']:+.2g}, int4 in groups by "
             f"{cost['int4']:+.2g} and an int8 that truncates instead of rounding by "
-            f"{cost['int8 truncated']:+.2g}. ")
+            f"{cost['int8 truncated']:+.2g}. A change of the loss can go either way, so "
+            "the lesson judges how far each copy's next-character law lies from float32's: "
+            f"the mean KL divergence over the same text, int8 {kl['int8']:.2g} nats a "
+            f"character, int4 {kl['int4']:.2g} and truncating {kl['int8 truncated']:.2g}. ")
     if decades["int8"] > 0:
-        said += (f"Int8's change is {decades['int8']:.2f} decades under its bar, "
-                 f"{INT8_BAR:g}. ")
-    if all(cost[name] > 0 for name in slips):
-        times = {name: cost[name] / int8 for name in slips}
-        said += (f"Truncating costs {times['int8 truncated']:.0f} times "
-                 f"{'what rounding costs' if int8 > RESOLUTION else 'the resolution'} and "
-                 f"int4 {times['int4']:.0f} times, where the lesson asks for "
-                 f"{SLIP_RATIO:g} times, the ratio of truncation's error's mean square to "
-                 f"rounding's (margins of {decades['int8 truncated']:.2f} and "
-                 f"{decades['int4']:.2f} decades). ")
+        said += f"Int8's is {decades['int8']:.2f} decades under its bar, {KL_BAR:g}. "
+    if min(decades[name] for name in slips) > 0:
+        times = {name: kl[name] / int8 for name in slips}
+        said += (f"Truncating moves it {times['int8 truncated']:.0f} times as far as "
+                 f"{'rounding' if int8 > KL_RESOLUTION else 'the resolution'} and int4 "
+                 f"{times['int4']:.0f} times, where the lesson asks for {SLIP_RATIO:g} "
+                 "times, the ratio of truncation's error's mean square to rounding's "
+                 f"(margins of {decades['int8 truncated']:.2f} and {decades['int4']:.2f} "
+                 "decades). ")
     why = ("Rounding to int8 moves each weight by at most half a step, max|row| / 254; "
            "truncating, by up to a whole step, max|row| / 127, always toward zero, an "
            "error whose mean square is four times rounding's; int4 moves a weight by up "
-           "to max|group| / 14. A small change of the weights costs about the square of "
-           "its effect where the errors act independently; a gradient or errors that "
-           "pull together can move that either way.")
+           "to max|group| / 14. The KL grows as the square of a small change of the "
+           "weights (half its Fisher norm), so where the errors act independently it "
+           "follows their mean square; errors that pull together can move that either way.")
     fails = []
     if decades["int8"] <= 0:
-        fails.append(f"Int8 changes the bits per byte by more than its bar, {INT8_BAR:g}: "
-                     "for some layer a step of max|row| / 127 is too coarse; give it a "
-                     "scale per group of the row (group_size), or leave it in float32. ")
+        fails.append(f"Int8 moves the law by more than its bar, {KL_BAR:g} nats: for some "
+                     "layer a step of max|row| / 127 is too coarse; give it a scale per "
+                     "group of the row (group_size), or leave it in float32. ")
     if min(decades[name] for name in slips) <= 0:
-        fails.append(f"Int4 or the truncating int8 costs less than {SLIP_RATIO:g} times "
-                     "int8's change: rounding no longer tells itself from the slips, and "
+        fails.append(f"Int4 or the truncating int8 moves it less than {SLIP_RATIO:g} times "
+                     "as far as int8: rounding no longer tells itself from the slips, and "
                      "passing the bar shows little. ")
-    return lesson("int8 costs under its bar and a quarter of what truncation and int4 cost",
-                  min(decades.values()), "decades", said + why,
+    return lesson("int8 moves float32's law under its bar and a quarter of what truncation "
+                  "and int4 move it", min(decades.values()), "decades", said + why,
                   said + "".join(fails) + why)
 
 

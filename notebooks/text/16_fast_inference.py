@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from IPython.display import Markdown, display
 
 from gpt_from_scratch.attention import scaled_dot_product_attention
-from gpt_from_scratch.evaluate import model_bits_per_byte
+from gpt_from_scratch.evaluate import model_bits_per_byte, text_kl
 from gpt_from_scratch.generate import generate
 from gpt_from_scratch.kv_memory import kv_cache_memory, slot_bytes
 from gpt_from_scratch.model import GPT, GPTConfig
@@ -81,6 +81,7 @@ from gpt_from_scratch.train import train
 from gpt_from_scratch.train_config import TrainConfig
 from gpt_from_scratch.book import lessons
 from gpt_from_scratch.book import fast_prose as prose
+from gpt_from_scratch.book import pearson
 from gpt_from_scratch.book.figure_text import book_figures
 from gpt_from_scratch.book.recipes import RECIPES, book_model, char_level_data
 
@@ -448,7 +449,7 @@ support = (p_row > 0).nonzero()[:, 0]  # the target's 5 characters
 kept = q_row * torch.where(q_row > 0, p_row / q_row, 0.0).clamp(max=1.0)  # (V,)
 slip_laws = {slip: kept + (1 - kept.sum()) * law  # the first token's law under the slip
              for slip, law in (("from q", q_row), ("from p", p_row))}
-DRAWS = prose.draws_for_power(p_row[support], [w[support] for w in slip_laws.values()],
+DRAWS = pearson.draws_for_power(p_row[support], [w[support] for w in slip_laws.values()],
                               prose.level(TESTS))
 print(f"draws: {DRAWS:,}")
 
@@ -466,7 +467,7 @@ def chi_square_of(tokens, law):
     support = (law > 0).nonzero()[:, 0]
     counts_y = torch.bincount(torch.tensor(tokens), minlength=len(law))
     outside = int(counts_y.sum() - counts_y[support].sum())
-    return prose.chi_square(counts_y[support], len(tokens) * law[support]), outside
+    return pearson.chi_square(counts_y[support], len(tokens) * law[support]), outside
 
 
 g = torch.Generator().manual_seed(SEED)
@@ -520,7 +521,7 @@ for j in range(TESTS - 1):
 print(f"runs whose first round kept both guesses (token 3 from the bonus): {bonus_runs:,}")
 power = {}
 for slip, law in slip_laws.items():  # the step's slips, its first test
-    power[f"{slip} after a rejection"] = prose.chi_square_power(
+    power[f"{slip} after a rejection"] = pearson.chi_square_power(
         DRAWS, p_row[support], law[support], prose.level(len(tests)))
     print(f"power against drawing {slip} after a rejection, at level "
           f"{prose.level(len(tests))}: "
@@ -598,7 +599,13 @@ print(f"int8: {model_bytes(models['int8']) / model_bytes(target):.1%} of float32
 # %% [markdown]
 # The logits on 8 windows of validation text, the share of positions where the likeliest
 # next character is float32's, and the greedy continuations of the four prompts; then the
-# quality that counts, bits per byte on the whole validation text (Chapter 11's measure):
+# quality that counts, bits per byte on the whole validation text (Chapter 11's measure),
+# and how far each copy's next-character law lies from float32's there: the mean
+# Kullback-Leibler divergence $\mathrm{KL}(p_{\text{fp32}} \,\|\, p_{\text{copy}})$ over the
+# same positions (`text_kl`). A small change $\delta$ of the weights moves the loss
+# first by $\delta \cdot \nabla L$, which has either sign, so quantizing can even lower
+# it by chance; the KL has no first-order part (about $\frac12 \delta^\top F \delta$,
+# $F$ the Fisher information) and is never negative, so the lesson judges it:
 
 # %%
 g = torch.Generator().manual_seed(SEED)
@@ -608,6 +615,7 @@ with torch.no_grad():
     logits = {name: m(windows)[0] for name, m in models.items()}
 bpb = {name: model_bits_per_byte(m, val_ids, lambda t: len(tok.decode([t]).encode()))
        for name, m in models.items()}
+kl = {name: text_kl(target, m, val_ids) for name, m in models.items() if name != "fp32"}
 greedy_text = {name: [generate(m, p_, n, greedy=True) for p_, n in zip(prompts, new)]
                for name, m in models.items()}
 print(f"{'':<14} {'|Δ logit|':>9} {'arg-max':>7} {'same':>5} {'bits/byte':>9}")
@@ -624,9 +632,12 @@ print("same: generated tokens equal to float32's")
 print("before the first that differs, fewest-most")
 print(f"over the {len(prompts)} prompts (of {min(new)}-{max(new)})")
 print(f"the logits' spread (float32): {logits['fp32'].std().item():.2f}")
+print("mean KL from float32's next-character law:")
+for name, value in kl.items():
+    print(f"{name:<14} {value:.2e} nats a character")
 
 # %% tags=["remove-input"]
-found.append(prose.quantize_lesson(bpb))
+found.append(prose.quantize_lesson(kl, bpb))
 display(Markdown(found[-1].text))
 
 # %% [markdown]
@@ -852,8 +863,9 @@ display(Markdown(f"This chapter ran in {time.perf_counter() - chapter_start:.0f}
 #   and on the cost of checking $\gamma + 1$ tokens, both measured in section 16.2: on a
 #   CPU a small model's pass is largely fixed cost, so the draft is not cheap.
 # - Absmax quantization stores a weight as an integer and a scale per row or group: int8
-#   adds less than a thousandth of a bit per byte to the model's, and a quarter or less of
-#   what int4 in groups of 32 and an int8 that truncates instead of rounding add.
+#   moves the model's next-character law by less than a thousandth of a nat a character
+#   (its mean KL from float32's), a quarter or less as far as int4 in groups of 32 and an
+#   int8 that truncates instead of rounding.
 # - A paged cache hands out fixed-size blocks through a block table: the same tokens as a
 #   contiguous cache, and at most one block's tail wasted per sequence.
 
