@@ -131,7 +131,7 @@ def nbval_seconds(xml: Path) -> dict[str, float]:
 
 def training_seconds(record: Path) -> dict[str, float]:
     """``{chapter: CPU seconds}`` of the models it is first to need, from book_models.py's record
-    (a model read from the cache counts the second or two it took to read)."""
+    (a model already in the cache counts 0: no process is started for it)."""
     found: dict[str, float] = defaultdict(float)
     if record.is_file():
         for model in json.loads(record.read_text(encoding="utf-8")).values():

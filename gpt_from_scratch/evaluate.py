@@ -15,15 +15,16 @@ Requests are encoded as the harness encodes them (``encode_pair``), so on the sa
 ``score_choices`` gives the harness's numbers (``tests/test_evaluate.py`` runs the harness).
 
 Bits per byte (``bits_per_byte``) puts models with different tokenizers on one scale: the summed
-loss in bits over the UTF-8 bytes of the text it predicted. ``text_kl`` (Chapter 16) says how
-far a changed copy of a model (quantized) predicts from the model, on the same windows.
+loss in bits over the UTF-8 bytes of the text it predicted. ``text_kl`` (Chapter 16) says
+how far changed copies of a model (quantized) predict from it, on the same windows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -242,41 +243,55 @@ def summed_nats(model: nn.Module, ids: np.ndarray | Tensor, batch_size: int = 16
     with eval_mode(model):
         for w in _text_windows(ids, T, batch_size):  # (B, T + 1)
             idx = torch.cat([first.expand(len(w), -1), w[:, :-1]], dim=1)  # (B, S + T)
-            logits = model(idx.to(_device(model)))[0][:, len(first):].float().cpu()  # (B, T, V)
+            logits = model(idx.to(_device(model)))[0][:, len(first):]  # (B, T, V)
+            logits = logits.float().cpu()
             total += F.cross_entropy(logits.flatten(0, 1), w[:, 1:].flatten(),
                                      reduction="sum").item()
             predicted.append(w[:, 1:].flatten())
     return total, torch.cat(predicted)
 
 
+def _log_law(model: nn.Module, idx: Tensor) -> Tensor:
+    return F.log_softmax(model(idx.to(_device(model)))[0].double().cpu(), dim=-1)
+
+
 @torch.no_grad()
-def text_kl(reference: nn.Module, model: nn.Module, ids: np.ndarray | Tensor,
-            batch_size: int = 16) -> float:
-    """Chapter 16 — how far ``model``'s next-token laws lie from ``reference``'s on ``ids``:
-    the mean, over every token ``summed_nats`` predicts, of KL(reference || model) in nats
-    (computed in float64). Unlike a change of the loss it is never negative and has no
-    first-order term: a small change of the weights moves it by about the square of its
+def text_kl(reference: nn.Module, models: Mapping[str, nn.Module], ids: np.ndarray | Tensor,
+            batch_size: int = 16) -> dict[str, float]:
+    """Chapter 16 — how far each of ``models``' next-token laws lies from ``reference``'s on
+    ``ids``: for each name, the mean over every token ``summed_nats`` predicts of
+    KL(reference || model) in nats, computed in float64 (a token the reference rules out,
+    logit -inf, adds 0). Unlike a change of the loss it is never negative and has no
+    first-order part: a small change of the weights moves it by about the square of its
     effect, whichever way the loss happens to move."""
     batch_size = check_int("text_kl", "batch_size", batch_size, minimum=1)
     ids = _text_ids("text_kl", ids)
+    if not isinstance(models, Mapping) or not models:
+        raise TypeError(f"text_kl: models is a {type(models).__name__}: pass a dict of "
+                        "names to models, such as {'int8': quantize_model(model)}")
     T = _context_length("text_kl", reference)
-    if _context_length("text_kl", model) != T:
-        raise ValueError(f"text_kl: the reference reads {T} tokens and the model "
-                         f"{_context_length('text_kl', model)}: compare two models of one "
-                         "context length (a model and its quantized copy)")
-    total, count = 0.0, 0
-    with eval_mode(reference), eval_mode(model):
+    for name, model in models.items():
+        if _context_length("text_kl", model) != T:
+            raise ValueError(f"text_kl: the reference reads {T} tokens and {name!r} "
+                             f"{_context_length('text_kl', model)}: compare models of one "
+                             "context length (a model and its quantized copies)")
+    total, count = dict.fromkeys(models, 0.0), 0
+    with contextlib.ExitStack() as stack:
+        for model in (reference, *models.values()):
+            stack.enter_context(eval_mode(model))
         for w in _text_windows(ids, T, batch_size):  # (B, T + 1)
             idx = w[:, :-1]  # (B, T)
-            p, q = (F.log_softmax(m(idx.to(_device(m)))[0].double().cpu(), dim=-1)
-                    for m in (reference, model))  # 2 x (B, T, V)
-            if p.shape != q.shape:
-                raise ValueError(f"text_kl: the reference gives logits {tuple(p.shape)} and "
-                                 f"the model {tuple(q.shape)}: compare two models of one "
-                                 "vocabulary")
-            total += F.kl_div(q, p, log_target=True, reduction="sum").item()
+            p = _log_law(reference, idx)  # (B, T, V)
+            for name, model in models.items():
+                q = _log_law(model, idx)
+                if p.shape != q.shape:
+                    raise ValueError(f"text_kl: the reference gives logits "
+                                     f"{tuple(p.shape)} and {name!r} {tuple(q.shape)}: "
+                                     "compare models of one vocabulary")
+                terms = torch.where(p == -math.inf, 0.0, p.exp() * (p - q))  # (B, T, V)
+                total[name] += terms.sum().item()
             count += idx.numel()
-    return total / count
+    return {name: value / count for name, value in total.items()}
 
 
 def bits_per_byte(nats: float, n_bytes: int) -> float:

@@ -71,40 +71,48 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
 
 
 def autocast(precision: str, device: str | torch.device):
-    """The context the forward pass runs in: ``torch.autocast`` for bf16 and fp16, nothing for fp32.
-
-    bf16 on a CPU whose fused attention cannot run in it here (``cpu_bf16_attention_fails``) also
-    routes attention to PyTorch's written-out kernel: the same function, computed another way.
+    """The context the forward pass runs in: ``torch.autocast`` for bf16 and fp16, nothing
+    for fp32. bf16 on a CPU whose fused attention cannot run in it here
+    (``cpu_bf16_attention_fails``) also routes attention to PyTorch's written-out kernel: the
+    same function, computed another way.
     """
     if precision == "fp32":
         return contextlib.nullcontext()
     kind = torch.device(device).type
     if precision == "bf16" and kind == "cpu" and cpu_bf16_attention_fails():
-        return _bf16_written_out_attention()
+        return WrittenOutAttention()
     return torch.autocast(device_type=kind, dtype=DTYPES[precision])
 
 
-@contextlib.contextmanager
-def _bf16_written_out_attention():
-    with torch.autocast(device_type="cpu", dtype=torch.bfloat16), sdpa_kernel(SDPBackend.MATH):
-        yield
+class WrittenOutAttention:
+    """``torch.autocast`` to bfloat16 on the CPU, with attention on PyTorch's written-out
+    kernel (``SDPBackend.MATH``); like ``torch.autocast``, entered again after each exit."""
+
+    def __enter__(self):
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(torch.autocast(device_type="cpu", dtype=torch.bfloat16))
+        self._stack.enter_context(sdpa_kernel(SDPBackend.MATH))
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return self._stack.__exit__(*exc)
 
 
 @functools.cache
 def cpu_bf16_attention_fails() -> bool:
-    """Whether PyTorch's fused CPU attention fails in bfloat16 here. On a CPU with bfloat16 units
-    (AMX) it packs its blocks with a routine built only into the AVX-512 kernels, so with
-    ``ATEN_CPU_CAPABILITY`` set below avx512 it raises "pack_vnni2 is only supported when avx512 is
-    supported" (torch 2.13) once the keys reach 64 positions. One attention over GPT-2's 1,024
-    positions tells; any other error is raised.
+    """Whether PyTorch's fused CPU attention fails in bfloat16 here. On a CPU with bfloat16
+    units (AMX) it packs its blocks with a routine built only into the AVX-512 kernels, so
+    with ``ATEN_CPU_CAPABILITY`` set below avx512 it raises "pack_vnni2 is only supported
+    when avx512 is supported" (torch 2.13) once queries and keys both reach 64 positions.
+    One attention over GPT-2's 1,024 positions on the fused kernel tells, whatever kernel
+    the caller chose; a fused kernel that fails otherwise is left to the call that meets it.
     """
     q = torch.zeros(1, 1, 1024, 64, dtype=torch.bfloat16)  # (B, H, T, d_k)
     try:
-        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(q, q, q, is_causal=True)
     except RuntimeError as error:
-        if "pack_vnni2" not in str(error):
-            raise
-        return True
+        return "pack_vnni2" in str(error)
     return False
 
 

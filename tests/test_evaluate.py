@@ -4,6 +4,7 @@ weights and items (a local task file, offline), bits per byte, and the offline n
 from __future__ import annotations
 
 import json
+import copy
 import math
 
 import numpy as np
@@ -118,14 +119,16 @@ def test_a_diverged_model_is_refused_not_scored_100_percent():
     (lambda m, e: summed_nats(m, [0, 1, 0], start=[0] * 16), ValueError,
      "start has 16 tokens and the model reads 16"),
     (lambda m, e: bits_per_byte(math.nan, 10), ValueError, "nats=nan must be a finite"),
-    (lambda m, e: text_kl(m, m, [1]), ValueError, r"text_kl: ids of shape \(1,\)"),
-    (lambda m, e: text_kl(m, m, [0, 1], batch_size=0), ValueError,
+    (lambda m, e: text_kl(m, {"m": m}, [1]), ValueError, r"text_kl: ids of shape \(1,\)"),
+    (lambda m, e: text_kl(m, {"m": m}, [0, 1], batch_size=0), ValueError,
      "batch_size=0 must be a positive int"),
-    (lambda m, e: text_kl(m, tiny_gpt(3, context_length=8), [0, 1]), ValueError,
-     "the reference reads 16 tokens and the model 8"),
-    (lambda m, e: text_kl(m, tiny_gpt(4), [0, 1]), ValueError,
-     r"logits \(1, 1, 3\) and the model \(1, 1, 4\)"),
-    (lambda m, e: text_kl(torch.nn.Linear(2, 2), m, [0, 1]), TypeError,
+    (lambda m, e: text_kl(m, m, [0, 1]), TypeError, "models is a GPT: pass a dict"),
+    (lambda m, e: text_kl(m, {}, [0, 1]), TypeError, "models is a dict: pass a dict"),
+    (lambda m, e: text_kl(m, {"short": tiny_gpt(3, context_length=8)}, [0, 1]), ValueError,
+     "the reference reads 16 tokens and 'short' 8"),
+    (lambda m, e: text_kl(m, {"wide": tiny_gpt(4)}, [0, 1]), ValueError,
+     r"logits \(1, 1, 3\) and 'wide' \(1, 1, 4\)"),
+    (lambda m, e: text_kl(torch.nn.Linear(2, 2), {"m": m}, [0, 1]), TypeError,
      "model is a Linear without config.context_length"),
 ])
 def test_odd_inputs_name_the_value_and_the_fix(call, error, fragment):
@@ -144,8 +147,20 @@ def test_text_kl_is_the_mean_kl_of_the_next_token_laws_summed_nats_scores():
             p, q = (m(idx)[0][0].double() for m in (reference, model))  # 2 x (T, V)
         laws.append(kl_divergence(Categorical(logits=p), Categorical(logits=q)))
     expected = torch.cat(laws).mean().item()
-    assert text_kl(reference, model, ids, batch_size=2) == pytest.approx(expected, rel=1e-5)
-    assert text_kl(reference, reference, ids) == 0.0 < text_kl(model, reference, ids)
+    kl = text_kl(reference, {"model": model, "itself": reference}, ids, batch_size=2)
+    assert kl["model"] == pytest.approx(expected, rel=1e-5) and kl["itself"] == 0.0
+    assert text_kl(model, {"reference": reference}, ids)["reference"] > 0.0
+
+
+def test_a_token_the_reference_rules_out_adds_nothing_to_text_kl():
+    """0 log 0 is 0: a logit of -inf in the reference (a masked token) is no nan."""
+    reference, model = tiny_gpt(5, context_length=8), tiny_gpt(5, context_length=8, seed=1)
+    masked = copy.deepcopy(reference)
+    with torch.no_grad():
+        masked.lm_head.bias = torch.nn.Parameter(torch.tensor([-math.inf, 0, 0, 0, 0]))
+    ids = torch.arange(1, 20) % 4 + 1
+    kl = text_kl(masked, {"itself": masked, "model": model}, ids)
+    assert kl["itself"] == 0.0 and math.isfinite(kl["model"]) and kl["model"] > 0
 
 
 def test_bits_per_byte_of_a_uniform_model_is_log2_of_the_vocabulary():

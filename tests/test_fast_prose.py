@@ -94,20 +94,20 @@ def test_quantize_lesson_tells_int8_from_int4_and_from_truncation():
     bpb = {"fp32": 2.0, "int8": 1.99966, "int4": 2.0085, "int8 truncated": 2.0013}
     kl = {"int8": 4e-5, "int4": 9e-3, "int8 truncated": 5.2e-4}
     held = prose.quantize_lesson(kl, bpb)
-    assert held.holds and held.margin == pytest.approx(math.log10(13 / 4), rel=1e-3)
+    assert held.holds and held.margin == pytest.approx(math.log10(13 / 2), rel=1e-3)
     assert "-0.00034," in held.text and "+0.0085" in held.text and "+0.0013" in held.text
     assert "int8 4e-05 nats a character" in held.text
-    assert "Truncating moves it 13 times as far as rounding and int4 225 times" in held.text
+    assert "Truncating's KL is 13 times rounding's and int4's 225 times" in held.text
     over = prose.quantize_lesson(kl | {"int8": 2e-3, "int4": 1.0, "int8 truncated": 1.0},
                                  bpb)
-    assert not over.holds and "by more than its bar" in over.text
-    slips_pass = prose.quantize_lesson(kl | {"int8 truncated": 1.5e-4}, bpb)
+    assert not over.holds and "Int8's KL is over its bar" in over.text
+    slips_pass = prose.quantize_lesson(kl | {"int8 truncated": 7e-5}, bpb)
     assert not slips_pass.holds and "rounding no longer tells itself" in slips_pass.text
-    assert "Truncating moves" not in slips_pass.text
-    assert not prose.quantize_lesson(kl | {"int4": 1e-4}, bpb).holds
+    assert "Truncating's KL" not in slips_pass.text
+    assert not prose.quantize_lesson(kl | {"int4": 7e-5}, bpb).holds
     assert not prose.quantize_lesson(kl | {"int8 truncated": 0.0}, bpb).holds
-    tiny = prose.quantize_lesson(kl | {"int8": 1e-12}, bpb)  # under the resolution
-    assert tiny.holds and "520000 times as far as the resolution" in tiny.text
+    tiny = prose.quantize_lesson(kl | {"int8": 1e-13}, bpb)  # under the resolution
+    assert tiny.holds and "Truncating's KL is 52000000 times the resolution's" in tiny.text
     for bad in (-1e-6, math.nan, math.inf):
         with pytest.raises(ValueError, match=r"kl\['int8'\] = .*finite number >= 0"):
             prose.quantize_lesson(kl | {"int8": bad}, bpb)

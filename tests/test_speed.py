@@ -212,11 +212,16 @@ def test_precision_the_device_cannot_do_is_refused():
 
 BF16_ATTENTION = """
 import torch, torch.nn.functional as F
-from gpt_from_scratch.precision import autocast
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from gpt_from_scratch.precision import autocast, cpu_bf16_attention_fails
+with sdpa_kernel(SDPBackend.MATH):  # the caller's choice of kernel does not fool the probe
+    cpu_bf16_attention_fails()
 q = torch.randn(2, 3, 64, 8, requires_grad=True)  # (B, H, T, d_k): T >= 64 packs
-with autocast("bf16", "cpu"):
-    y = F.scaled_dot_product_attention(q, q, q, is_causal=True)
-y.float().sum().backward()
+context = autocast("bf16", "cpu")
+for _ in range(2):  # entered again, as torch.autocast can be
+    with context:
+        y = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    y.float().sum().backward()
 print(y.dtype, torch.backends.cpu.get_cpu_capability())
 """
 

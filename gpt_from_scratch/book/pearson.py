@@ -69,7 +69,8 @@ def draws_for_power(p: torch.Tensor, wrong_laws: list[torch.Tensor], alpha: floa
     1,000), at which Pearson's test at level ``alpha`` rejects each of ``wrong_laws`` with
     probability ``POWER_GOAL`` (``chi_square_power``, which grows with the draws); ``most``
     where none up to it does, and the lesson then says that the power is short (Chapter
-    16). The goal, above ``fast_prose.POWER_BAR``, leaves room for the approximation's error."""
+    16). The goal, above ``fast_prose.POWER_BAR``, leaves room for the approximation's
+    error."""
     if not wrong_laws:
         raise ValueError("draws_for_power: wrong_laws is empty: pass the slips' laws, each "
                          "a tensor over p's support")

@@ -615,7 +615,7 @@ with torch.no_grad():
     logits = {name: m(windows)[0] for name, m in models.items()}
 bpb = {name: model_bits_per_byte(m, val_ids, lambda t: len(tok.decode([t]).encode()))
        for name, m in models.items()}
-kl = {name: text_kl(target, m, val_ids) for name, m in models.items() if name != "fp32"}
+kl = text_kl(target, {name: m for name, m in models.items() if name != "fp32"}, val_ids)
 greedy_text = {name: [generate(m, p_, n, greedy=True) for p_, n in zip(prompts, new)]
                for name, m in models.items()}
 print(f"{'':<14} {'|Δ logit|':>9} {'arg-max':>7} {'same':>5} {'bits/byte':>9}")
@@ -862,10 +862,10 @@ display(Markdown(f"This chapter ran in {time.perf_counter() - chapter_start:.0f}
 #   forward passes of the target; whether it saves seconds depends on the draft's cost
 #   and on the cost of checking $\gamma + 1$ tokens, both measured in section 16.2: on a
 #   CPU a small model's pass is largely fixed cost, so the draft is not cheap.
-# - Absmax quantization stores a weight as an integer and a scale per row or group: int8
-#   moves the model's next-character law by less than a thousandth of a nat a character
-#   (its mean KL from float32's), a quarter or less as far as int4 in groups of 32 and an
-#   int8 that truncates instead of rounding.
+# - Absmax quantization stores a weight as an integer and a scale per row or group: int8's
+#   next-character law lies less than a thousandth of a nat a character from float32's
+#   (their mean KL), half or less of the KL of int4 in groups of 32 and of an int8 that
+#   truncates instead of rounding.
 # - A paged cache hands out fixed-size blocks through a block table: the same tokens as a
 #   contiguous cache, and at most one block's tail wasted per sequence.
 
@@ -983,9 +983,9 @@ show_quiz([
             f"decoding give at γ = {best_gamma}? (Two decimals.)",
             counts[best_gamma][1], 0.006,
             "Section 16.2's table: new tokens over target passes."),
-    Numeric("How many bits per byte did int8 weights add to the float32 model on the "
-            "validation text? (Four decimals.)", bpb["int8"] - bpb["fp32"], 0.00006,
-            "Section 16.3's table: int8's bits per byte less float32's."),
+    Numeric("How many times int8's mean KL from float32 was the truncating int8's? "
+            "(A whole number.)", kl["int8 truncated"] / kl["int8"], 0.5,
+            "Section 16.3's KL lines: the truncating int8's over int8's."),
     MultipleChoice("At most how many positions does a paged cache with blocks of B "
                    "positions waste per sequence?", [
         Choice("B - 1, in its last block", True,
