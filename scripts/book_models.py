@@ -7,9 +7,10 @@
 
 Each model not yet in the model cache (``book.model_cache``) is trained by a process of its own
 on one thread (``--threads``), the longest first, ``--jobs`` at a time: on two cores the
-character model's run takes one core while the other trains the rest. ``make test`` and ``make test-arithmetic`` run this
-before the chapters, so that no chapter waits for another to finish training a model it needs
-(``book.model_cache.trained_once`` makes such a chapter wait rather than train it a second time).
+character model's run takes one core while the other trains the rest. ``make test`` and
+``make test-arithmetic`` run this before the chapters, so that no chapter waits for another to
+finish training a model it needs (``book.model_cache.trained_once`` makes such a chapter wait
+rather than train it a second time).
 """
 
 from __future__ import annotations
@@ -57,14 +58,15 @@ def offline(chapter: str, seed: int = SEED) -> Model:
 
 
 def sft(chapter: str, seed: int) -> Model:
-    return Model(chapter, "from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run\n"
-                 f"sft_run(SFTRecipe(seed={seed}))", lambda: list(sft_entries(SFTRecipe(seed=seed))))
+    return Model(chapter, "from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run"
+                 f"\nsft_run(SFTRecipe(seed={seed}))",
+                 lambda: list(sft_entries(SFTRecipe(seed=seed))))
 
 
 def grpo(chapter: str, steps: int, lr: float, beta: float, seed: int) -> Model:
     recipe = GRPORecipe("Last word", steps, lr, beta, seed=seed)
-    return Model(chapter, "from gpt_from_scratch.book.verifier import GRPORecipe, grpo_model\n"
-                 f"grpo_model({recipe!r})", lambda: [model_entry(  # as grpo_model keys it
+    return Model(chapter, "from gpt_from_scratch.book.verifier import GRPORecipe, grpo_model"
+                 f"\ngrpo_model({recipe!r})", lambda: [model_entry(  # as grpo_model keys it
                      recipe.name, dataclasses.asdict(recipe), "gpt_from_scratch.book.verifier",
                      parents=sft_entries(SFTRecipe(seed=seed))[:1])])
 
@@ -94,7 +96,7 @@ MODELS = {
 def in_cache(name: str) -> bool:
     """Whether every entry of ``name``'s call is saved: then no process is started for it
     (importing torch takes seconds, only to read it); the chapters read and verify it. An
-    entry this script keys otherwise than the call only makes a process start for nothing."""
+    entry keyed here otherwise than by the call only makes a process start for nothing."""
     return all((entry.path / META_FILE).is_file() for entry in MODELS[name].entries())
 
 
