@@ -107,7 +107,7 @@ STYLE_STEPS, STYLE_LR = (600 if FULL_RUN else 150), 1e-2  # the style adapter of
 # (the cell prints both models' step counts). Both scored on the same validation windows,
 # every window opened by `<|endoftext|>` for the offline model as in its training:
 
-# %% tags=["nbval-check-output"] tolerance={"abs": 0.1, "why": "measured on two CPUs, each model trained under the arithmetic (scripts/arithmetic_spread.py): on the one that ran this output, PyTorch's AVX-512, AVX2 and portable kernels with 1, 2 and 4 threads moved it by at most 0.031; on a second (AVX-512 with AMX), by up to 0.054 (AVX2, 1 thread)"}
+# %% tags=["nbval-check-output"] tolerance={"abs": 0.1, "why": "measured on two CPUs, each model trained under the arithmetic: on the one that ran this output (scripts/arithmetic_spread.py), PyTorch's AVX-512, AVX2 and portable kernels with 1, 2 and 4 threads moved it by at most 0.031; on a second (AVX-512 with AMX), the cell's losses recomputed under its AVX-512 (1 and 4 threads), AVX2 (1, 2 and 4) and portable (1 and 2) kernels by at most 0.054 (AVX2, every thread count)"}
 backbone, info = offline_model(full=FULL_RUN, progress=False)  # Chapter 8's offline model
 ch6_model, _ = book_model("shakespeare-bpe", progress=False)  # Chapter 6's BPE model
 _, val_ids, _ = bpe_level_data()
