@@ -153,14 +153,19 @@ def test_text_kl_is_the_mean_kl_of_the_next_token_laws_summed_nats_scores():
 
 
 def test_a_token_the_reference_rules_out_adds_nothing_to_text_kl():
-    """0 log 0 is 0: a logit of -inf in the reference (a masked token) is no nan."""
+    """0 log 0 is 0: a logit of -inf in the reference (a masked token) is no nan; a model
+    that rules out a token the reference allows is infinitely far (torch.distributions')."""
     reference, model = tiny_gpt(5, context_length=8), tiny_gpt(5, context_length=8, seed=1)
     masked = copy.deepcopy(reference)
     with torch.no_grad():
         masked.lm_head.bias = torch.nn.Parameter(torch.tensor([-math.inf, 0, 0, 0, 0]))
-    ids = torch.arange(1, 20) % 4 + 1
+    ids = torch.tensor([1, 2, 3, 4, 1, 2, 3, 4, 1])  # one window of 8 read tokens
+    with torch.no_grad():
+        p, q = (m(ids[None, :-1])[0][0].double() for m in (masked, model))  # 2 x (T, V)
+    expected = kl_divergence(Categorical(logits=p), Categorical(logits=q)).mean().item()
     kl = text_kl(masked, {"itself": masked, "model": model}, ids)
-    assert kl["itself"] == 0.0 and math.isfinite(kl["model"]) and kl["model"] > 0
+    assert kl["itself"] == 0.0 and kl["model"] == pytest.approx(expected, rel=1e-5)
+    assert text_kl(model, {"masked": masked}, ids)["masked"] == math.inf
 
 
 def test_bits_per_byte_of_a_uniform_model_is_log2_of_the_vocabulary():

@@ -97,7 +97,7 @@ def test_quantize_lesson_tells_int8_from_int4_and_from_truncation():
     assert held.holds and held.margin == pytest.approx(math.log10(13 / 2), rel=1e-3)
     assert "-0.00034," in held.text and "+0.0085" in held.text and "+0.0013" in held.text
     assert "int8 4e-05 nats a character" in held.text
-    assert "Truncating's KL is 13 times rounding's and int4's 225 times" in held.text
+    assert "Truncating's KL is 13.0 times rounding's and int4's 225 times" in held.text
     over = prose.quantize_lesson(kl | {"int8": 2e-3, "int4": 1.0, "int8 truncated": 1.0},
                                  bpb)
     assert not over.holds and "Int8's KL is over its bar" in over.text
@@ -106,8 +106,12 @@ def test_quantize_lesson_tells_int8_from_int4_and_from_truncation():
     assert "Truncating's KL" not in slips_pass.text
     assert not prose.quantize_lesson(kl | {"int4": 7e-5}, bpb).holds
     assert not prose.quantize_lesson(kl | {"int8 truncated": 0.0}, bpb).holds
-    tiny = prose.quantize_lesson(kl | {"int8": 1e-13}, bpb)  # under the resolution
-    assert tiny.holds and "Truncating's KL is 52000000 times the resolution's" in tiny.text
+    tiny = prose.quantize_lesson(kl | {"int8": 0.0}, bpb)  # under the resolution
+    assert tiny.holds and tiny.margin == pytest.approx(math.log10(5.2e-4 / 2e-11))
+    assert "8.00 decades under its bar, 0.001 (at least: under the resolution)" in tiny.text
+    assert "Truncating's KL is 52000000.0 times the resolution and" in tiny.text
+    below = prose.quantize_lesson(kl | {"int8": 0.0, "int8 truncated": 1.5e-11}, bpb)
+    assert not below.holds and "less than 2 times the resolution:" in below.text
     for bad in (-1e-6, math.nan, math.inf):
         with pytest.raises(ValueError, match=r"kl\['int8'\] = .*finite number >= 0"):
             prose.quantize_lesson(kl | {"int8": bad}, bpb)

@@ -24,11 +24,12 @@ POWER_BAR = 0.99  # the least power the test must have against each slip
 TOKENS_BAR = 1.5  # tokens per target forward at the best γ (plain decoding: 1)
 KL_BAR = 1e-3  # nats a character: int8's mean KL from float32's next-character law, at most
 # (1.4e-3 bits); no bar between int8 and the slips (truncation stays under it): the ratio is
-SLIP_RATIO = 2.0  # truncation's and int4's KL over int8's, at the least. Truncating is
-# rounding's error plus a shrink of every weight toward zero by half a step on average: to
-# second order its KL is rounding's plus the shrink's, 4 times rounding's were every error
-# to act alone (mean squares s^2/3 against s^2/12), more or less as the shrink's direction
-# is stiffer or softer than the average one (12 times on the chapter's model); half of 4
+SLIP_RATIO = 2.0  # truncation's and int4's KL over int8's, at the least. Truncating is a
+# shrink of every weight toward zero by exactly half a step plus an independent error
+# distributed like rounding's (uniform over +-s/2): to second order its KL is the shrink's
+# plus about rounding's, 4 times rounding's were every error to act alone (mean squares
+# s^2/3 against s^2/12), more or less as the shrink's direction is stiffer or softer than
+# the average one (12 times on the chapter's model); the bar is half of 4
 KL_RESOLUTION = 1e-11  # nats: thirty times float32's forward's KL from float64's (3e-13)
 FLOOR = 1e-18  # a difference of exactly zero, read as this to take its logarithm
 
@@ -180,7 +181,8 @@ def quantize_lesson(kl: dict[str, float], bpb: dict[str, float]) -> Lesson:
     cost = {name: bpb[name] - bpb["fp32"] for name in names}
     slips = ("int8 truncated", "int4")
     int8 = max(kl["int8"], KL_RESOLUTION)
-    decades = {"int8": _decades(KL_BAR, kl["int8"])} | {
+    against = "rounding's" if kl["int8"] > KL_RESOLUTION else "the resolution"
+    decades = {"int8": _decades(KL_BAR, int8)} | {
         name: math.log10(max(kl[name], FLOOR) / (SLIP_RATIO * int8)) for name in slips}
     said = (f"On the validation text the float32 model scores {bpb['fp32']:.4f} bits per "
             f"byte; int8 changes it by {cost['int8']:+.2g}, int4 in groups by "
@@ -190,22 +192,24 @@ def quantize_lesson(kl: dict[str, float], bpb: dict[str, float]) -> Lesson:
             f"the mean KL divergence over the same text, int8 {kl['int8']:.2g} nats a "
             f"character, int4 {kl['int4']:.2g} and truncating {kl['int8 truncated']:.2g}. ")
     if decades["int8"] > 0:
-        said += f"Int8's KL is {decades['int8']:.2f} decades under its bar, {KL_BAR:g}. "
+        floor = "" if kl["int8"] > KL_RESOLUTION else " (at least: under the resolution)"
+        said += (f"Int8's KL is {decades['int8']:.2f} decades under its bar, {KL_BAR:g}"
+                 f"{floor}. ")
     if min(decades[name] for name in slips) > 0:
         times = {name: kl[name] / int8 for name in slips}
-        said += (f"Truncating's KL is {times['int8 truncated']:.0f} times "
-                 f"{'rounding' if int8 > KL_RESOLUTION else 'the resolution'}'s and int4's "
-                 f"{times['int4']:.0f} times, where the lesson asks for {SLIP_RATIO:g} "
-                 f"times (margins of {decades['int8 truncated']:.2f} and "
+        said += (f"Truncating's KL is {times['int8 truncated']:.1f} times {against} and "
+                 f"int4's {times['int4']:.0f} times, where the lesson asks for "
+                 f"{SLIP_RATIO:g} times (margins of {decades['int8 truncated']:.2f} and "
                  f"{decades['int4']:.2f} decades). ")
     why = ("Rounding to int8 moves each weight by at most half a step, max|row| / 254; "
            "int4 by up to max|group| / 14. Truncating moves a weight by up to a whole "
-           "step, always toward zero: rounding's error plus a shrink of every weight by "
-           "half a step on average. The KL grows as the square of a small change of the "
-           "weights (half its squared Fisher norm), so truncating's is about rounding's "
-           "plus the shrink's: four times rounding's were every error to act alone (mean "
-           "squares s²/3 against s²/12), more or less as the shrink's direction is "
-           "stiffer or softer than the average one.")
+           "step, always toward zero: a shrink of every weight by exactly half a step, "
+           "plus an error distributed like rounding's (uniform over plus or minus half a "
+           "step) and independent of the shrink. The KL grows as the square of a small "
+           "change of the weights (half its squared Fisher norm), so truncating's is the "
+           "shrink's plus about rounding's: four times rounding's were every error to act "
+           "alone (mean squares s²/3 against s²/12), more or less as the shrink's "
+           "direction is stiffer or softer than the average one.")
     fails = []
     if decades["int8"] <= 0:
         fails.append(f"Int8's KL is over its bar, {KL_BAR:g} nats: for some "
@@ -213,8 +217,8 @@ def quantize_lesson(kl: dict[str, float], bpb: dict[str, float]) -> Lesson:
                      "group of the row (group_size), or leave it in float32. ")
     if min(decades[name] for name in slips) <= 0:
         fails.append(f"Int4's or the truncating int8's KL is less than {SLIP_RATIO:g} "
-                     "times int8's: rounding no longer tells itself from the slips, and "
-                     "passing the bar shows little. ")
+                     f"times {against}: rounding no longer tells itself from the slips, "
+                     "and passing the bar shows little. ")
     return lesson("int8's KL from float32 is under its bar and half or less of "
                   "truncation's and int4's", min(decades.values()), "decades", said + why,
                   said + "".join(fails) + why)
