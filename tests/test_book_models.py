@@ -55,7 +55,7 @@ def test_a_model_is_trained_only_when_an_entry_is_missing(book_models, monkeypat
         sys.exit("no training")
 
     monkeypatch.setattr(book_models.subprocess, "Popen", popen)
-    monkeypatch.setattr(book_models.torch, "set_num_threads", lambda n: None)  # keyed as here
+    monkeypatch.setattr(book_models.torch, "set_num_threads", lambda n: None)  # as keyed
     names = list(book_models.MODELS)
     for name in names[:-1]:
         for entry in book_models.MODELS[name].entries():
