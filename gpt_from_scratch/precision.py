@@ -73,8 +73,8 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
 def autocast(precision: str, device: str | torch.device):
     """The context the forward pass runs in: ``torch.autocast`` for bf16 and fp16, nothing
     for fp32. bf16 on a CPU whose fused attention cannot run in it here
-    (``cpu_bf16_attention_fails``) also routes attention to PyTorch's written-out kernel: the
-    same function, computed another way.
+    (``cpu_bf16_attention_fails``) also routes attention to PyTorch's written-out kernel:
+    the same function, computed another way.
     """
     if precision == "fp32":
         return contextlib.nullcontext()

@@ -5,12 +5,12 @@
                                              # Chapter 14's GRPO runs
     python scripts/book_models.py --jobs 1   # one at a time
 
-Each model not yet in the model cache (``book.model_cache``) is trained by a process of its own
-on one thread (``--threads``), the longest first, ``--jobs`` at a time: on two cores the
+Each model not yet in the model cache (``book.model_cache``) is trained by a process of its
+own on one thread (``--threads``), the longest first, ``--jobs`` at a time: on two cores the
 character model's run takes one core while the other trains the rest. ``make test`` and
-``make test-arithmetic`` run this before the chapters, so that no chapter waits for another to
-finish training a model it needs (``book.model_cache.trained_once`` makes such a chapter wait
-rather than train it a second time).
+``make test-arithmetic`` run this before the chapters, so that no chapter waits for another
+to finish training a model it needs (``book.model_cache.trained_once`` makes such a chapter
+wait rather than train it a second time).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from gpt_from_scratch.utils import atomic_path, default_device
 
 @dataclass(frozen=True)
 class Model:
-    """One model: the chapter that first needs it, the ``call`` that chapter makes (run by a
-    process of its own) and the cache ``entries`` that call reads or writes, computed here."""
+    """One model: the chapter that first needs it, the ``call`` that chapter makes (run by
+    a process of its own) and the cache ``entries`` that call reads or writes, computed
+    here."""
 
     chapter: str
     call: str
@@ -58,16 +59,17 @@ def offline(chapter: str, seed: int = SEED) -> Model:
 
 
 def sft(chapter: str, seed: int) -> Model:
-    return Model(chapter, "from gpt_from_scratch.book.assistant_runs import SFTRecipe, sft_run"
-                 f"\nsft_run(SFTRecipe(seed={seed}))",
+    return Model(chapter, "from gpt_from_scratch.book.assistant_runs import SFTRecipe, "
+                 f"sft_run\nsft_run(SFTRecipe(seed={seed}))",
                  lambda: list(sft_entries(SFTRecipe(seed=seed))))
 
 
 def grpo(chapter: str, steps: int, lr: float, beta: float, seed: int) -> Model:
     recipe = GRPORecipe("Last word", steps, lr, beta, seed=seed)
-    return Model(chapter, "from gpt_from_scratch.book.verifier import GRPORecipe, grpo_model"
-                 f"\ngrpo_model({recipe!r})", lambda: [model_entry(  # as grpo_model keys it
-                     recipe.name, dataclasses.asdict(recipe), "gpt_from_scratch.book.verifier",
+    trainer = "gpt_from_scratch.book.verifier"
+    return Model(chapter, f"from {trainer} import GRPORecipe, grpo_model\n"
+                 f"grpo_model({recipe!r})", lambda: [model_entry(  # as grpo_model keys it
+                     recipe.name, dataclasses.asdict(recipe), trainer,
                      parents=sft_entries(SFTRecipe(seed=seed))[:1])])
 
 
