@@ -450,7 +450,7 @@ kept = q_row * torch.where(q_row > 0, p_row / q_row, 0.0).clamp(max=1.0)  # (V,)
 slip_laws = {slip: kept + (1 - kept.sum()) * law  # the first token's law under the slip
              for slip, law in (("from q", q_row), ("from p", p_row))}
 DRAWS = pearson.draws_for_power(p_row[support], [w[support] for w in slip_laws.values()],
-                              prose.level(TESTS))
+                                prose.level(TESTS))
 print(f"draws: {DRAWS:,}")
 
 
