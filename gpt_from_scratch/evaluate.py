@@ -239,12 +239,11 @@ def summed_nats(model: nn.Module, ids: np.ndarray | Tensor, batch_size: int = 16
     if T < 1:
         raise ValueError(f"summed_nats: start has {len(first)} tokens and the model reads "
                          f"{T + len(first)}: no text fits after them; pass a shorter start")
-    total, predicted = 0.0, []
+    device, total, predicted = _device(model), 0.0, []
     with eval_mode(model):
         for w in _text_windows(ids, T, batch_size):  # (B, T + 1)
             idx = torch.cat([first.expand(len(w), -1), w[:, :-1]], dim=1)  # (B, S + T)
-            logits = model(idx.to(_device(model)))[0][:, len(first):]  # (B, T, V)
-            logits = logits.float().cpu()
+            logits = model(idx.to(device))[0][:, len(first):].float().cpu()  # (B, T, V)
             total += F.cross_entropy(logits.flatten(0, 1), w[:, 1:].flatten(),
                                      reduction="sum").item()
             predicted.append(w[:, 1:].flatten())

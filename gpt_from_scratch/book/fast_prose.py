@@ -180,10 +180,12 @@ def quantize_lesson(kl: dict[str, float], bpb: dict[str, float]) -> Lesson:
                              "divergence is a finite number >= 0; pass evaluate.text_kl's")
     cost = {name: bpb[name] - bpb["fp32"] for name in names}
     slips = ("int8 truncated", "int4")
-    int8 = max(kl["int8"], KL_RESOLUTION)
-    against = "rounding's" if kl["int8"] > KL_RESOLUTION else "the resolution"
+    resolved = kl["int8"] > KL_RESOLUTION
+    int8 = kl["int8"] if resolved else KL_RESOLUTION
+    against = "rounding's" if resolved else "the resolution"
     decades = {"int8": _decades(KL_BAR, int8)} | {
         name: math.log10(max(kl[name], FLOOR) / (SLIP_RATIO * int8)) for name in slips}
+    slips_margin = min(decades[name] for name in slips)
     said = (f"On the validation text the float32 model scores {bpb['fp32']:.4f} bits per "
             f"byte; int8 changes it by {cost['int8']:+.2g}, int4 in groups by "
             f"{cost['int4']:+.2g} and an int8 that truncates instead of rounding by "
@@ -192,10 +194,10 @@ def quantize_lesson(kl: dict[str, float], bpb: dict[str, float]) -> Lesson:
             f"the mean KL divergence over the same text, int8 {kl['int8']:.2g} nats a "
             f"character, int4 {kl['int4']:.2g} and truncating {kl['int8 truncated']:.2g}. ")
     if decades["int8"] > 0:
-        floor = "" if kl["int8"] > KL_RESOLUTION else " (at least: under the resolution)"
+        floor = "" if resolved else " (at least: under the resolution)"
         said += (f"Int8's KL is {decades['int8']:.2f} decades under its bar, {KL_BAR:g}"
                  f"{floor}. ")
-    if min(decades[name] for name in slips) > 0:
+    if slips_margin > 0:
         times = {name: kl[name] / int8 for name in slips}
         said += (f"Truncating's KL is {times['int8 truncated']:.1f} times {against} and "
                  f"int4's {times['int4']:.0f} times, where the lesson asks for "
@@ -215,7 +217,7 @@ def quantize_lesson(kl: dict[str, float], bpb: dict[str, float]) -> Lesson:
         fails.append(f"Int8's KL is over its bar, {KL_BAR:g} nats: for some "
                      "layer a step of max|row| / 127 is too coarse; give it a scale per "
                      "group of the row (group_size), or leave it in float32. ")
-    if min(decades[name] for name in slips) <= 0:
+    if slips_margin <= 0:
         fails.append(f"Int4's or the truncating int8's KL is less than {SLIP_RATIO:g} "
                      f"times {against}: rounding no longer tells itself from the slips, "
                      "and passing the bar shows little. ")
